@@ -38,7 +38,9 @@ def data_root() -> Path:
 
 
 def results_root() -> Path:
-    return data_root() / "results"
+    """``$LABKIT_RESULTS`` or ``<data_root>/results``."""
+    env = os.environ.get("LABKIT_RESULTS")
+    return Path(env) if env else data_root() / "results"
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,50 @@
+"""Notebook set-up shared by every lab notebook: offline plotly and source badges.
+
+``setup_notebook()`` makes plotly figures survive HTML export with no network (plotly.js
+embedded once, not loaded from a CDN) while still rendering live in JupyterLab.
+``declare_sources(...)`` shows a badge saying whether the numbers below are measured on
+a GPU, measured on a CPU, simulated or interpreted, and tags the output so the report
+index can list it.
+"""
+
+from __future__ import annotations
+
+from labkit.device import SOURCES
+
+#: output metadata key the report builder reads
+SOURCES_METADATA_KEY = "labkit_sources"
+
+_BADGE_COLOURS = {
+    "measured-gpu": "#1b7f3a",
+    "measured-cpu": "#1f5f99",
+    "simulated": "#b35900",
+    "interpreted": "#6b4c9a",
+}
+
+
+def setup_notebook() -> None:
+    """Use a plotly renderer that embeds plotly.js in exported HTML (works offline)."""
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype+notebook"
+
+
+def sources_badge_html(sources) -> str:
+    parts = []
+    for s in sources:
+        colour = _BADGE_COLOURS[s]
+        parts.append(
+            f'<span class="labkit-source" data-source="{s}" style="background:{colour};color:white;'
+            f'padding:2px 8px;border-radius:4px;margin-right:6px;font-family:sans-serif;font-size:12px">{s}</span>'
+        )
+    return '<div class="labkit-sources">numbers on this page: ' + "".join(parts) + "</div>"
+
+
+def declare_sources(*sources: str) -> None:
+    """Display a badge for each source and tag the output for the report index."""
+    bad = [s for s in sources if s not in SOURCES]
+    if bad or not sources:
+        raise ValueError(f"sources must be among {SOURCES}, got {sources}")
+    from IPython.display import HTML, display
+
+    display(HTML(sources_badge_html(sources)), metadata={SOURCES_METADATA_KEY: list(sources)})
