@@ -1,0 +1,303 @@
+"""``labkit bench engine``: the mini engine per variant: tokens/s, step time, TPOT, device idle.
+
+Variants combine a placeholder variant (#40143), a scheduling strategy and a prefix-range
+strategy (#38794), each with async (default) or sync scheduling. The default set tells both
+stories with the fewest runs::
+
+    tensor/loop/none   list/loop/none   fast/cursor/none          (#40143: before, after, beyond)
+    fast/cursor/per_layer  per_step  pinned  cached               (#38794: before, after, beyond)
+
+``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``.
+On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
+GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
+variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
+simulated-device profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import sys
+import time
+
+from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+#: (placeholder, scheduling, prefix_ranges) of the default variant set
+DEFAULT_VARIANTS = (
+    ("tensor", "loop", "none"),
+    ("list", "loop", "none"),
+    ("fast", "cursor", "none"),
+    ("fast", "cursor", "per_layer"),
+    ("fast", "cursor", "per_step"),
+    ("fast", "cursor", "pinned"),
+    ("fast", "cursor", "cached"),
+)
+
+#: per device kind and size: (model, workload, num_requests, measured steps, warm-up steps)
+SIZES = {
+    ("sim", "quick"): ("gemma4-e4b-like", "pr40143", None, 4, 2),
+    ("sim", "full"): ("gemma4-e4b-like", "pr40143", None, 20, 3),
+    ("cuda", "quick"): ("gemma4-e4b-like", "pr40143", None, 8, 3),
+    ("cuda", "full"): ("gemma4-e4b-like", "pr40143", None, 30, 5),
+    ("cpu", "quick"): ("tiny", "small", None, 3, 1),
+    ("cpu", "full"): ("tiny", "small", None, 3, 1),
+}
+
+
+#: profiled steps per traced variant (after one profiler warm-up step)
+TRACE_STEPS = 2
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench engine", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto", help="auto (cuda if present, else sim), sim, cuda or cpu "
+                   "(cpu: real tiny-model math, for checks)")
+    p.add_argument("--quick", action="store_true", help="small run (default on sim: 32 requests, 6 steps)")
+    p.add_argument("--full", action="store_true", help="the #40143 shape (128 requests x 32 images)")
+    p.add_argument("--model", help="model preset (default: gemma4-e4b-like; tiny on --device cpu)")
+    p.add_argument("--workload", help="workload preset (default: pr40143)")
+    p.add_argument("--num-requests", type=int, help="override the workload's request count")
+    p.add_argument("--steps", type=int, help="measured steps per variant")
+    p.add_argument("--warmup", type=int, help="warm-up steps per variant")
+    p.add_argument("--placeholders", help="comma list for --grid (default tensor,list,fast)")
+    p.add_argument("--scheduling", help="comma list for --grid (default loop,cursor)")
+    p.add_argument("--prefix-ranges", help="comma list for --grid (default none,per_layer,per_step,cached)")
+    p.add_argument("--grid", action="store_true", help="run the full product of the three lists")
+    p.add_argument("--sync", action="store_true", help="also run every variant with sync scheduling")
+    p.add_argument("--profile", default=None, help="simulated-device profile: a name under data/profiles, "
+                   "a JSON path, or 'parametric' (default: the recorded h200 profile if present)")
+    p.add_argument("--trace-dir", help="write one profiler trace folder per variant under this directory")
+    p.add_argument("--write-profile", metavar="PATH", help="GPU only: record per-op durations as a profile JSON")
+    p.add_argument("--name", default="engine", help="result name (default: engine)")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
+    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    return p
+
+
+def variant_list(args) -> list[tuple[str, str, str, bool]]:
+    """(placeholder, scheduling, prefix_ranges, async) tuples to run."""
+    from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES
+    from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
+    from labkit.mm.scheduler import SCHEDULING_STRATEGIES
+
+    if args.grid or args.placeholders or args.scheduling or args.prefix_ranges:
+        ph = _csv(args.placeholders or "tensor,list,fast")
+        sc = _csv(args.scheduling or "loop,cursor")
+        pr = _csv(args.prefix_ranges or "none,per_layer,per_step,cached")
+        for name, known in (("placeholder", PLACEHOLDER_VARIANTS), ("scheduling", SCHEDULING_STRATEGIES),
+                            ("prefix-range", {"none": 1, **PREFIX_RANGE_STRATEGIES})):
+            vals = {"placeholder": ph, "scheduling": sc, "prefix-range": pr}[name]
+            bad = [v for v in vals if v not in known]
+            if bad or not vals:
+                raise UsageError(f"unknown {name} choice(s) {bad or vals}: choose from {', '.join(known)}")
+        base = list(itertools.product(ph, sc, pr))
+    else:
+        base = list(DEFAULT_VARIANTS)
+    modes = (True, False) if args.sync else (True,)
+    return [(a, b, c, m) for m in modes for (a, b, c) in base]
+
+
+def resolve_kind(choice: str) -> str:
+    from labkit.device import has_cuda
+
+    choice = (choice or "auto").lower()
+    if choice == "auto":
+        return "cuda" if has_cuda() else "sim"
+    if choice not in ("sim", "cuda", "cpu"):
+        raise UsageError(f"unknown device {choice!r}: use auto, sim, cuda or cpu")
+    if choice == "cuda" and not has_cuda():
+        raise UsageError("device 'cuda' was asked for but torch sees no CUDA GPU")
+    return choice
+
+
+def default_profile_name() -> str:
+    """The recorded profile to simulate by default: ``h200`` if present, else ``parametric``."""
+    from labkit.engine.profiles import PARAMETRIC_NAME, list_profiles
+
+    names = list_profiles()
+    return "h200" if "h200" in names else PARAMETRIC_NAME
+
+
+def run_variants(kind: str, variants, *, model: str, workload: str, num_requests, steps: int, warmup: int,
+                 profile=None, trace_dir=None, progress_desc: str = "engine") -> tuple[list[dict], list[str]]:
+    """Run each variant; returns (summary rows, trace paths). Real models are built once and shared."""
+    from labkit.engine.config import EngineConfig, get_model_config
+    from labkit.engine.devices import make_device
+    from labkit.engine.loop import Engine, summarize_run
+    from labkit.engine.model import TransformerStack
+    from labkit.progress import progress
+    from labkit.trace.capture import make_capture
+
+    shared_model = None
+    if kind in ("cuda", "cpu"):
+        shared_model = TransformerStack(get_model_config(model), kind)
+        # compile and warm every kernel once (ranges on and off) so no variant pays for it
+        for pr in ("none", "per_step"):
+            warm = Engine(EngineConfig(model=model, workload=workload, num_requests=num_requests,
+                                       placeholder="fast", scheduling="cursor", prefix_ranges=pr),
+                          make_device(kind), model=shared_model)
+            warm.run(3)
+    rows, traces = [], []
+    for ph, sc, pr, is_async in progress(variants, total=len(variants), desc=progress_desc):
+        cfg = EngineConfig(model=model, workload=workload, num_requests=num_requests, placeholder=ph,
+                           scheduling=sc, prefix_ranges=pr, async_scheduling=is_async)
+        dev = make_device(kind, profile=profile)
+        engine = Engine(cfg, dev, model=shared_model)
+        meta = {"variant": cfg.variant_name(), "placeholder": ph, "scheduling": sc, "prefix_ranges": pr,
+                "async_scheduling": is_async, "model": model, "workload": workload, "source": dev.source}
+        if kind == "sim":
+            meta.update(dev.profile.describe())
+        run_name = cfg.variant_name().replace("/", "-")
+        # profiled steps come after the measured ones, so profiler overhead never enters the numbers
+        cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=warmup + steps, warmup=1, active=TRACE_STEPS)
+        extra = TRACE_STEPS + 1 if trace_dir else 0
+        t0 = time.perf_counter()
+        with cap:
+            engine.run(warmup + steps + extra, capture=cap)
+        row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
+        row["source"] = dev.source
+        row["wall_s"] = time.perf_counter() - t0
+        if kind == "sim":
+            row.update(dev.profile.describe())
+        paths = [str(p) for p in getattr(cap, "paths", [])]
+        if paths:
+            row["trace"] = paths[0]
+            if kind == "cuda":
+                row.update(_trace_idle(paths[0]))
+        traces.extend(paths)
+        rows.append(row)
+        logger.info("%s: %.0f tok/s", cfg.variant_name(), row["tokens_per_s"])
+    return rows, traces
+
+
+def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True):
+    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
+
+    ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
+    result ``engine-notebook`` (source simulated) when ``save``; traces map variant -> file.
+    """
+    from labkit.device import describe_machine
+    from labkit.engine.profiles import load_profile
+    from labkit.results import make_result, save_result
+
+    if size not in ("quick", "full"):
+        raise UsageError(f"size must be quick or full, got {size!r}")
+    model, workload, nreq, steps, warmup = SIZES[("sim", size)]
+    prof = profile if profile is not None else load_profile(default_profile_name())
+    variants = [(a, b, c, True) for a, b, c in DEFAULT_VARIANTS]
+    rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
+                               warmup=warmup, profile=prof, trace_dir=trace_dir)
+    if save:
+        save_result(make_result("engine-notebook", rows, source="simulated", machine=describe_machine("cpu"),
+                                params={"size": size, "model": model, "workload": workload, **prof.describe()}))
+    traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}
+    return rows, traces
+
+
+def _trace_idle(path: str) -> dict:
+    """Device idle share of the busiest stream in a real trace (small local gap sum)."""
+    from labkit.attn.ledger import gpu_stream_busy_idle
+
+    streams = gpu_stream_busy_idle(path)
+    if not streams:
+        return {}
+    s = max(streams, key=lambda r: r["busy_us"])
+    span = s["busy_us"] + s["idle_us"]
+    return {"device_idle_frac": s["idle_us"] / span if span else None, "trace_idle_us": s["idle_us"],
+            "trace_busy_us": s["busy_us"], "idle_from": "trace of the profiled steps (profiler overhead included)"}
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"{'variant':34s} {'tok/s':>9s} {'step ms':>8s} {'TPOT ms':>8s} {'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}"
+    print(head)
+    for r in rows:
+        idle = r.get("device_idle_frac")
+        idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
+        print(f"{r['variant']:34s} {r['tokens_per_s']:9.0f} {r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} "
+              f"{idle_s} {r['host_schedule_ns'] / 1e6:9.2f} {r['h2d_per_step']:8.0f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    kind = resolve_kind(args.device)
+    if args.quick and args.full:
+        raise UsageError("choose --quick or --full, not both")
+    size = "full" if args.full else "quick"
+    model, workload, nreq, steps, warmup = SIZES[(kind, size)]
+    model = args.model or model
+    workload = args.workload or workload
+    nreq = args.num_requests if args.num_requests is not None else nreq
+    steps = args.steps if args.steps is not None else steps
+    warmup = args.warmup if args.warmup is not None else warmup
+    if steps < 2 or warmup < 1:
+        raise UsageError("need --steps >= 2 and --warmup >= 1")
+    if nreq is not None and nreq < 1:
+        raise UsageError("--num-requests must be >= 1")
+    if args.write_profile and kind != "cuda":
+        raise UsageError("--write-profile needs a CUDA GPU (it records real device durations)")
+    from labkit.engine.config import get_model_config
+    from labkit.engine.profiles import load_profile
+    from labkit.mm.workload import get_workload_spec
+
+    get_model_config(model)
+    get_workload_spec(workload)
+    variants = variant_list(args)
+    profile = load_profile(args.profile or default_profile_name()) if kind == "sim" else None
+    rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
+                                warmup=warmup, profile=profile, trace_dir=args.trace_dir)
+    from labkit.device import describe_machine
+    from labkit.results import make_result, save_result
+
+    source = "simulated" if kind == "sim" else ("measured-gpu" if kind == "cuda" else "measured-cpu")
+    params = {"device": kind, "size": size, "model": model, "workload": workload, "num_requests": nreq,
+              "steps": steps, "warmup": warmup, "start_in_decode": True}
+    if profile is not None:
+        params.update(profile.describe())
+    result = make_result(args.name, rows, params=params, source=source,
+                         machine=describe_machine("cuda" if kind == "cuda" else "cpu"))
+    print_table(rows)
+    print(f"source: {source}" + (f" ({profile.label()})" if profile is not None else ""))
+    if not args.no_save:
+        print(f"saved {save_result(result)}")
+    if args.json:
+        from labkit.results import _write_atomic
+
+        _write_atomic(Path(args.json), json.dumps(result.to_json(), indent=1, default=str) + "\n")
+    for t in traces:
+        print(f"trace {t}")
+    if args.write_profile:
+        _write_profile(args.write_profile, model)
+    return 0
+
+
+def _write_profile(path: str, model_name: str) -> None:
+    import torch
+
+    from labkit.device import describe_machine
+    from labkit.engine.config import get_model_config
+    from labkit.engine.model import TransformerStack
+    from labkit.engine.profiles import save_profile
+    from labkit.engine.record_profile import record_profile
+
+    desc = describe_machine("cuda")
+    model = TransformerStack(get_model_config(model_name), "cuda")
+    prof = record_profile(model, name=desc["slug"], gpu_name=desc["gpu_name"] or "GPU")
+    del model
+    torch.cuda.empty_cache()
+    print(f"profile {save_profile(prof, path)} ({len(prof.ops)} ops, launch {prof.launch_overhead_ns / 1e3:.1f} us)")
+
+
+from pathlib import Path  # noqa: E402
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Engine and model configurations: frozen dataclasses with named presets.
+
+``ModelConfig`` describes the transformer stack the mini engine runs (random weights).
+Presets:
+
+- ``tiny``: 2 layers, hidden 64, 4 query / 2 KV heads of 16: real math on a CPU in tests.
+- ``small``: 4 layers, hidden 256, 4 / 2 heads of 64, window 64: quick GPU smoke runs.
+- ``gemma4-e4b-like``: sized like the text stack of Gemma-4-E4B, the model of vLLM #40143's
+  benchmark: 42 layers, hidden 2560, 8 query heads and 2 KV heads of head_dim 256, gated MLP of
+  10240, sliding window 512 with every 6th layer global, vocabulary 262144 (bf16 on a GPU).
+  These follow the published Gemma 3n/4 E4B shapes as far as they are known here (not checked
+  against the checkpoint); Gemma's per-layer embeddings and other extras are left out because
+  they add little launch or memory traffic to a decode step.
+
+``EngineConfig`` picks the workload, the placeholder variant (#40143), the scheduling strategy,
+the prefix-range strategy (#38794; ``"none"`` for a model without bidirectional image
+attention), async or sync scheduling and the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from labkit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the transformer stack (sizes in elements; ``sliding_window`` in tokens, 0 = none).
+
+    Layer ``i`` is a global (full-attention) layer when ``global_every`` > 0 and
+    ``(i + 1) % global_every == 0``; the others use ``sliding_window``.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    sliding_window: int = 0
+    global_every: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                    "intermediate_size", "vocab_size"):
+            if getattr(self, key) < 1:
+                raise UsageError(f"model {self.name}: {key} must be >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise UsageError(f"model {self.name}: num_heads must be a multiple of num_kv_heads")
+        if self.sliding_window < 0 or self.global_every < 0:
+            raise UsageError(f"model {self.name}: sliding_window and global_every must be >= 0")
+
+    def layer_window(self, layer: int) -> int:
+        """Sliding window of layer ``layer`` in tokens (0 = full attention)."""
+        if self.global_every and (layer + 1) % self.global_every == 0:
+            return 0
+        return self.sliding_window
+
+    @property
+    def qkv_size(self) -> int:
+        return (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+
+    def num_params(self) -> int:
+        """Parameter count (weights of the stack plus the tied embedding)."""
+        per_layer = (self.hidden_size * self.qkv_size + self.num_heads * self.head_dim * self.hidden_size
+                     + 3 * self.hidden_size * self.intermediate_size + 3 * self.hidden_size)
+        return self.num_layers * per_layer + self.vocab_size * self.hidden_size + self.hidden_size
+
+    def with_(self, **changes) -> "ModelConfig":
+        return replace(self, **changes)
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig("tiny", 2, 64, 4, 2, 16, 128, 256, sliding_window=0),
+    "small": ModelConfig("small", 4, 256, 4, 2, 64, 512, 1024, sliding_window=64, global_every=2),
+    "gemma4-e4b-like": ModelConfig("gemma4-e4b-like", 42, 2560, 8, 2, 256, 10240, 262144,
+                                   sliding_window=512, global_every=6),
+}
+
+
+def get_model_config(name: str) -> ModelConfig:
+    """The model preset ``name``; ``UsageError`` names the choices."""
+    try:
+        return MODEL_PRESETS[name]
+    except KeyError:
+        raise UsageError(f"unknown model preset {name!r}: choose from {', '.join(MODEL_PRESETS)}") from None
+
+
+#: prefix-range choice meaning "not a prefix-LM model: no image ranges, no copies"
+NO_PREFIX = "none"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One engine run.
+
+    ``workload``: a ``labkit.mm.workload`` preset; ``num_requests`` overrides its request count.
+    ``placeholder``: ``tensor``/``list``/``fast``; ``scheduling``: a scheduler strategy;
+    ``prefix_ranges``: a prefix-range strategy or ``"none"``. ``async_scheduling``: the host
+    schedules step n+1 while the device runs step n. ``start_in_decode``: requests begin with
+    their prompt already computed (steady decode, as in the long tail of #40143's benchmark).
+    ``max_num_batched_tokens``/``max_num_seqs``: scheduler budgets.
+    """
+
+    model: str = "tiny"
+    workload: str = "tiny"
+    num_requests: int | None = None
+    placeholder: str = "list"
+    scheduling: str = "loop"
+    prefix_ranges: str = NO_PREFIX
+    async_scheduling: bool = True
+    start_in_decode: bool = True
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    seed: int = 0
+
+    def with_(self, **changes) -> "EngineConfig":
+        return replace(self, **changes)
+
+    def variant_name(self) -> str:
+        """Short label: ``tensor/loop/none/async``."""
+        return f"{self.placeholder}/{self.scheduling}/{self.prefix_ranges}/{'async' if self.async_scheduling else 'sync'}"

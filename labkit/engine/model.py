@@ -1,0 +1,212 @@
+"""The mini engine's model: a transformer stack with random weights, one device op per kernel group.
+
+Each layer launches the ops a vLLM decoder layer launches, in order: ``input_norm``, ``qkv_proj``,
+``rope``, ``kv_write``, ``attention`` (the lab's prefix attention: the Triton kernel on a GPU, the
+torch reference elsewhere), ``o_proj``, ``post_attn_norm`` (+ residual, + pre-MLP norm),
+``gate_up_proj``, ``act_mul``, ``down_proj``, ``post_mlp_norm`` (+ residual). The step starts with
+``embed`` and ends with ``final_norm``, ``lm_head`` and ``sample`` (greedy). Every op goes through
+``device.launch(op, tokens=..., kv_tokens=..., fn=...)``: a real device runs ``fn``; the simulated
+device charges the profile's duration and never calls it, so a simulated model holds no weights.
+
+KV cache: one packed K and one V buffer ``(kv_capacity, num_kv_heads, head_dim)`` shared by all
+layers, laid out per step in the packed varlen order (row i's keys at
+``cu_seqlens_k[i]:cu_seqlens_k[i+1]``); ``kv_write`` scatters the step's new keys into their
+slots. The contents are not carried across steps (random weights: the lab measures cost, not
+text), but every layer reads and writes as many bytes as a real cache would.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from labkit.engine.config import ModelConfig
+from labkit.trace.capture import layer_phase
+
+logger = logging.getLogger(__name__)
+
+#: ops of one decoder layer, in launch order
+LAYER_OPS = ("input_norm", "qkv_proj", "rope", "kv_write", "attention", "o_proj", "post_attn_norm",
+             "gate_up_proj", "act_mul", "down_proj", "post_mlp_norm")
+#: ops around the layers
+HEAD_OPS = ("embed",)
+TAIL_OPS = ("final_norm", "lm_head", "sample")
+
+
+@dataclass
+class StepBatch:
+    """What one forward needs: sizes (host ints) and, on a real device, the input tensors.
+
+    ``num_tokens``: query tokens in the step; ``kv_tokens``: keys summed over rows;
+    ``kv_tokens_window``: keys a sliding-window layer reads (``sum(min(kv_len, window))``).
+    ``tensors`` (real devices only): ``input_ids`` (T,), ``positions`` (T,), ``cu_seqlens_q`` and
+    ``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` int64 (T,) (where new keys go),
+    ``last_idx`` int64 (num_seqs,) (each row's last query token).
+    """
+
+    num_seqs: int
+    num_tokens: int
+    kv_tokens: int
+    kv_tokens_window: int
+    tensors: dict | None = None
+    seq_lens: list | None = None  # host (q_len, kv_len) per row: the kernel never reads cu_seqlens back
+
+
+class TransformerStack:
+    """Random-weight decoder stack for ``cfg`` on a real torch device, or weightless for simulation."""
+
+    def __init__(self, cfg: ModelConfig, device=None, *, dtype=None, seed: int = 0,
+                 attention: Callable | None = None) -> None:
+        self.cfg = cfg
+        self.real = device is not None
+        self.attention_fn = attention
+        self.weights: list[dict] = []
+        self.k_buf = self.v_buf = None
+        if not self.real:
+            return
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        if dtype is None:
+            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.dtype = dtype
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        h, d = cfg.hidden_size, cfg.head_dim
+
+        def rand(*shape, fan_in):
+            # (shape) weights scaled 1/sqrt(fan_in) so activations stay O(1) through the stack
+            return (torch.randn(*shape, generator=gen, device=self.device, dtype=torch.float32)
+                    / math.sqrt(fan_in)).to(dtype)
+
+        for _ in range(cfg.num_layers):
+            self.weights.append({
+                "in_norm": torch.ones(h, device=self.device, dtype=dtype),
+                "qkv": rand(h, cfg.qkv_size, fan_in=h),  # (hidden, (H + 2 KV) * D)
+                "o": rand(cfg.num_heads * d, h, fan_in=cfg.num_heads * d),  # (H * D, hidden)
+                "post_attn": torch.ones(h, device=self.device, dtype=dtype),
+                "pre_mlp": torch.ones(h, device=self.device, dtype=dtype),
+                "gate_up": rand(h, 2 * cfg.intermediate_size, fan_in=h),  # (hidden, 2 I)
+                "down": rand(cfg.intermediate_size, h, fan_in=cfg.intermediate_size),  # (I, hidden)
+                "post_mlp": torch.ones(h, device=self.device, dtype=dtype),
+            })
+        self.embed = rand(cfg.vocab_size, h, fan_in=1)  # (vocab, hidden), tied with the LM head
+        self.final_norm = torch.ones(h, device=self.device, dtype=dtype)
+        self.rope_scale = None
+        if self.attention_fn is None:
+            self.attention_fn = default_attention(self.device)
+
+    # -- helpers (real devices) ---------------------------------------------------------------
+    def ensure_kv_capacity(self, kv_tokens: int) -> None:
+        """Grow the shared packed K/V buffers to hold ``kv_tokens`` keys (real devices only)."""
+        if not self.real or (self.k_buf is not None and self.k_buf.shape[0] >= kv_tokens):
+            return
+        cap = int(kv_tokens * 1.25) + 64
+        shape = (cap, self.cfg.num_kv_heads, self.cfg.head_dim)
+        self.k_buf = self.torch.randn(shape, device=self.device, dtype=self.dtype)
+        self.v_buf = self.torch.randn(shape, device=self.device, dtype=self.dtype)
+        logger.info("KV buffers: %d tokens (%.2f GiB each)", cap,
+                    self.k_buf.numel() * self.k_buf.element_size() / 2**30)
+
+    def _rms_norm(self, x, w):
+        return self.torch.nn.functional.rms_norm(x, (self.cfg.hidden_size,), w, 1e-6)
+
+    def _rope(self, qkv, positions):
+        # qkv: (T, (H + 2 KV) * D) -> q (T, H, D), k (T, KV, D), v (T, KV, D) as views.
+        # Rotary embedding stand-in: one elementwise kernel over the q and k columns, as vLLM's
+        # fused rotary kernel is one launch (positions only shape its cost, not the values here).
+        cfg = self.cfg
+        t = qkv.shape[0]
+        nq, nk = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        if self.rope_scale is None:
+            self.rope_scale = self.torch.ones(nq + nk, device=qkv.device, dtype=qkv.dtype)
+        qkv[:, :nq + nk].mul_(self.rope_scale)
+        q = qkv[:, :nq].view(t, cfg.num_heads, cfg.head_dim)
+        k = qkv[:, nq:nq + nk].view(t, cfg.num_kv_heads, cfg.head_dim)
+        v = qkv[:, nq + nk:].view(t, cfg.num_kv_heads, cfg.head_dim)
+        return q, k, v
+
+    def _kv_write(self, k, v, slots):
+        self.k_buf.index_copy_(0, slots, k)
+        self.v_buf.index_copy_(0, slots, v)
+
+    def _act_mul(self, gu):
+        i = self.cfg.intermediate_size
+        return self.torch.nn.functional.gelu(gu[:, :i], approximate="tanh") * gu[:, i:]
+
+    # -- the forward --------------------------------------------------------------------------
+    def forward(self, dev, batch: StepBatch, ranges_for_layer: Callable[[int], object]):
+        """Launch one step's decoder layers on ``dev``; returns the hidden states ``(T, hidden)``.
+
+        ``ranges_for_layer(i)`` is called where layer ``i``'s attention reads its prefix-range
+        tensor (so a per-layer strategy pays its copies between layers, as in vLLM before
+        #38794). Returns None on the simulated device.
+        """
+        cfg = self.cfg
+        tok, kv = batch.num_tokens, batch.kv_tokens
+        tens = batch.tensors or {}
+        ids, pos = tens.get("input_ids"), tens.get("positions")
+        cu_q, cu_k, slots = tens.get("cu_seqlens_q"), tens.get("cu_seqlens_k"), tens.get("slots")
+        weights = self.weights or [None] * cfg.num_layers
+        h = dev.launch("embed", tokens=tok, fn=lambda: self.embed[ids])  # (T, hidden)
+        for i in range(cfg.num_layers):
+            w = weights[i]
+            window = cfg.layer_window(i)
+            with dev.annotate(layer_phase(i)):
+                rng = ranges_for_layer(i)
+                # keys the layer reads: a window prunes them unless image ranges force full rows
+                kv_read = kv if (window == 0 or rng is not None) else batch.kv_tokens_window
+                x = dev.launch("input_norm", tokens=tok, fn=lambda: self._rms_norm(h, w["in_norm"]))
+                qkv = dev.launch("qkv_proj", tokens=tok, fn=lambda: x @ w["qkv"])
+                qkv3 = dev.launch("rope", tokens=tok, fn=lambda: self._rope(qkv, pos))
+                dev.launch("kv_write", tokens=tok, fn=lambda: self._kv_write(qkv3[1], qkv3[2], slots))
+                a = dev.launch("attention", tokens=tok, kv_tokens=kv_read, fn=lambda: self.attention_fn(
+                    qkv3[0], self.k_buf[:kv], self.v_buf[:kv], cu_q, cu_k, rng, window, batch.seq_lens))  # (T, H, D)
+                o = dev.launch("o_proj", tokens=tok, fn=lambda: a.reshape(tok, -1) @ w["o"])
+                hx = dev.launch("post_attn_norm", tokens=tok, fn=lambda: self._post_attn(h, o, w))
+                gu = dev.launch("gate_up_proj", tokens=tok, fn=lambda: hx[1] @ w["gate_up"])
+                m = dev.launch("act_mul", tokens=tok, fn=lambda: self._act_mul(gu))
+                d = dev.launch("down_proj", tokens=tok, fn=lambda: m @ w["down"])
+                h = dev.launch("post_mlp_norm", tokens=tok,
+                               fn=lambda: hx[0] + self._rms_norm(d, w["post_mlp"]))
+        return h
+
+    def sample(self, dev, batch: StepBatch, h):
+        """Launch the final norm, LM head and greedy sampling over each row's last token.
+
+        Returns an int64 ``(num_seqs,)`` device tensor on real devices, None simulated.
+        """
+        n = batch.num_seqs
+        last = (batch.tensors or {}).get("last_idx")
+        y = dev.launch("final_norm", tokens=n, fn=lambda: self._rms_norm(h[last], self.final_norm))
+        logits = dev.launch("lm_head", tokens=n, fn=lambda: y @ self.embed.T)  # (num_seqs, vocab)
+        return dev.launch("sample", tokens=n, fn=lambda: logits.argmax(dim=-1))
+
+    def _post_attn(self, h, o, w):
+        h2 = h + self._rms_norm(o, w["post_attn"])
+        return h2, self._rms_norm(h2, w["pre_mlp"])
+
+
+def default_attention(device) -> Callable:
+    """The lab's prefix attention: the Triton kernel on CUDA, the torch reference elsewhere.
+
+    Returns ``fn(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges, sliding_window, seq_lens)``;
+    ``seq_lens`` (host ``(q_len, kv_len)`` pairs) spares the kernel a device read-back, which would
+    synchronise every layer.
+    """
+    import torch
+
+    from labkit.attn import prefix_attention as pa
+
+    if torch.device(device).type == "cuda":
+        def attend(q, k, v, cu_q, cu_k, ranges, window, seq_lens):
+            return pa.prefix_attention(q, k, v, cu_q, cu_k, ranges, sliding_window=window, seq_lens=seq_lens,
+                                       max_seqlen_q=max(a for a, _ in seq_lens))
+    else:
+        def attend(q, k, v, cu_q, cu_k, ranges, window, seq_lens):
+            return pa.prefix_attention_ref(q, k, v, cu_q, cu_k, ranges, sliding_window=window, seq_lens=seq_lens,
+                                           compute_dtype=q.dtype)
+
+    return attend

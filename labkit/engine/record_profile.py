@@ -1,0 +1,116 @@
+"""Recording a simulated-device profile on a real GPU: per-op device durations and runtime costs.
+
+``record_profile(model, ...)`` launches the model's forward and sampling for a few synthetic
+batch shapes (decode at two batch sizes and two context lengths, plus a prefill chunk); each op
+shape is timed in isolation (a few calls queued behind a short ``torch.cuda._sleep``, between CUDA
+events), so host launch gaps never enter the device times. A linear cost per op
+(``base + per_token * tokens + per_kv_token * kv_tokens``) is fitted over the shapes. Host costs
+(launch overhead per op, synchronisation, event record) and copy costs (pageable and pinned H2D
+latency and bandwidth) are timed with ``labkit.timing``. GPU only.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+
+import numpy as np
+
+from labkit.engine.devices import TorchDevice
+from labkit.engine.loop import make_batch
+from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
+from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost, fit_op_costs
+from labkit.timing import time_host
+
+logger = logging.getLogger(__name__)
+
+
+def default_shapes(num_seqs: int, context: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(q_lens, kv_lens)`` arrays: decode at two batch sizes and two contexts, and one prefill chunk."""
+    half = max(1, num_seqs // 2)
+    shapes = []
+    for b, ctx in ((num_seqs, context), (half, context), (num_seqs, max(64, context // 2))):
+        shapes.append((np.ones(b, dtype=np.int64), np.full(b, ctx, dtype=np.int64)))
+    chunk = 512
+    b = max(1, min(8, num_seqs))
+    shapes.append((np.full(b, chunk, dtype=np.int64), np.full(b, chunk + min(context, 2048), dtype=np.int64)))
+    return shapes
+
+
+def _timed_step(model: TransformerStack, dev: TorchDevice, q_lens, kv_lens, with_ranges) -> list:
+    """Run one step with every op shape timed in isolation; returns the op samples."""
+    batch = make_batch(dev, model, q_lens, kv_lens)
+    ranges = _ranges_tensor(len(q_lens), kv_lens, dev.device) if with_ranges else None
+    dev.begin_timing()
+    h = model.forward(dev, batch, lambda i: ranges)
+    model.sample(dev, batch, h)
+    return dev.op_times_ns()
+
+
+def _ranges_tensor(n: int, kv_lens, device):
+    import torch
+
+    # one 256-token image range per row near the start of its prompt (int32 (n, 1, 2))
+    ends = np.minimum(np.asarray(kv_lens) - 2, 300)
+    r = np.stack([np.full(n, 44), ends], axis=1).astype(np.int32)[:, None, :]
+    return torch.from_numpy(r).to(device)
+
+
+def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seqs: int = 128,
+                   context: int = 9280, with_ranges: bool = False) -> DeviceProfile:
+    """Measure ``model``'s per-op device durations and the runtime's host costs on this GPU."""
+    import torch
+
+    dev = TorchDevice(str(model.device), time_ops=True)
+    samples: list[tuple[str, int, int, float]] = []
+    for q_lens, kv_lens in default_shapes(num_seqs, context):
+        _timed_step(model, dev, q_lens, kv_lens, with_ranges)  # compiles and warms kernels
+        samples.extend(_timed_step(model, dev, q_lens, kv_lens, with_ranges))
+    ops = fit_op_costs(samples)
+    # host cost per op: a plain forward's launch time (the GPU is faster than the host here)
+    plain = TorchDevice(str(model.device))
+    q_lens, kv_lens = default_shapes(num_seqs, context)[0]
+    batch = make_batch(plain, model, q_lens, kv_lens)
+    n_ops = len(LAYER_OPS) * model.cfg.num_layers + len(HEAD_OPS) + len(TAIL_OPS)
+
+    def launch_all():
+        model.sample(plain, batch, model.forward(plain, batch, lambda i: None))
+
+    t = time_host(launch_all, warmup=2, repeats=5)
+    torch.cuda.synchronize()
+    launch_ns = t.median_ns / n_ops
+    sync_ns = time_host(torch.cuda.synchronize, warmup=3, repeats=20).median_ns
+    ev_ns = time_host(lambda: torch.cuda.Event().record(), warmup=3, repeats=20).median_ns
+    small = torch.zeros(16, dtype=torch.int32)
+    big = torch.zeros(16 * 2**20 // 4, dtype=torch.int32)  # 16 MiB
+    pageable_small = time_host(lambda: small.to("cuda"), warmup=3, repeats=30).median_ns
+    pageable_big = time_host(lambda: big.to("cuda"), warmup=2, repeats=5).median_ns
+    pin_small, pin_big = small.pin_memory(), big.pin_memory()
+
+    def pinned_copy(src):
+        src.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+
+    pinned_small = time_host(lambda: pinned_copy(pin_small), warmup=3, repeats=30).median_ns - sync_ns
+    pinned_big = time_host(lambda: pinned_copy(pin_big), warmup=2, repeats=5).median_ns - sync_ns
+
+    def copy_cost(t_small, t_big):
+        bw = big.numel() * 4 / max(t_big - t_small, 1.0)  # bytes per ns
+        return CopyCost(latency_ns=max(t_small - launch_ns, 500.0), bytes_per_ns=bw)
+
+    date = _dt.date.today().isoformat()
+    return DeviceProfile(
+        name=name,
+        origin=f"measured on {gpu_name} ({date}) with labkit bench engine --write-profile, model {model.cfg.name}",
+        parametric=False,
+        ops={k: v for k, v in ops.items()},
+        launch_overhead_ns=launch_ns,
+        sync_overhead_ns=sync_ns,
+        event_overhead_ns=ev_ns,
+        h2d_pageable=copy_cost(pageable_small, pageable_big),
+        h2d_pinned=copy_cost(pinned_small, pinned_big),
+        d2h_pinned=copy_cost(pinned_small, pinned_big),
+        default_op=OpCost(base_ns=float(np.median([c.base_ns for c in ops.values()])) if ops else 3000.0),
+        gpu_name=gpu_name,
+        model=model.cfg.name,
+    )

@@ -1,0 +1,107 @@
+"""Engine figures: throughput / idle / step time per variant, and step-time series.
+
+``plot_engine_bars(rows)`` draws one bar per variant with buttons (plotly ``updatemenus``, so the
+toggles survive HTML export) switching the metric between tokens/s, device idle fraction, median
+step time and host schedule time. ``plot_step_series(step_rows)`` draws each variant's time between
+outputs per step. Titles say when numbers are simulated and which profile was used.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+#: metric key -> (axis label, scale applied to the row value)
+METRICS = {
+    "tokens_per_s": ("output tokens/s", 1.0),
+    "device_idle_frac": ("device idle fraction", 1.0),
+    "median_ns": ("median step time (ms)", 1e-6),
+    "host_schedule_ns": ("host schedule time per step (ms)", 1e-6),
+}
+
+
+def _source_note(rows) -> str:
+    sources = sorted({str(r.get("source")) for r in rows})
+    note = ", ".join(sources)
+    if "simulated" in sources:
+        profiles = sorted({str(r.get("profile_origin") or r.get("profile") or "?") for r in rows})
+        note += f" (profile: {'; '.join(profiles)})"
+    return note
+
+
+def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", metric: str = "tokens_per_s"
+                     ) -> go.Figure:
+    """Bars per variant; buttons switch between ``METRICS``. ``rows`` are ``labkit bench engine`` rows."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
+    labels = [r["variant"] for r in rows]
+    fig = go.Figure()
+    keys = list(METRICS)
+    for key in keys:
+        label, scale = METRICS[key]
+        vals = [None if r.get(key) is None else r[key] * scale for r in rows]
+        fig.add_trace(go.Bar(x=labels, y=vals, name=label, visible=(key == metric),
+                             text=[None if v is None else f"{v:.3g}" for v in vals], textposition="outside"))
+    buttons = []
+    for i, key in enumerate(keys):
+        buttons.append(dict(label=METRICS[key][0], method="update",
+                            args=[{"visible": [j == i for j in range(len(keys))]},
+                                  {"yaxis": {"title": {"text": METRICS[key][0]}}}]))
+    fig.update_layout(
+        title=f"{title} - {_source_note(rows)}",
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, x=0, y=1.15, xanchor="left")],
+        yaxis_title=METRICS[metric][0], xaxis_tickangle=-30, margin=dict(t=110), showlegend=False,
+    )
+    return fig
+
+
+def plot_step_series(step_rows: list[dict], *, title: str = "Time between outputs per step",
+                     source: str = "simulated") -> go.Figure:
+    """One line per variant: time between consecutive outputs (ms) against step index.
+
+    ``step_rows`` come from ``labkit.engine.loop.step_rows`` (``variant``, ``step``, ``output_ns``).
+    """
+    fig = go.Figure()
+    by: dict[str, list[dict]] = {}
+    for r in step_rows:
+        by.setdefault(r["variant"], []).append(r)
+    for variant, rs in by.items():
+        rs = sorted(rs, key=lambda r: r["step"])
+        xs = [b["step"] for b in rs[1:]]
+        ys = [(b["output_ns"] - a["output_ns"]) / 1e6 for a, b in zip(rs, rs[1:])]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=variant))
+    fig.update_layout(title=f"{title} ({source})", xaxis_title="step", yaxis_title="ms")
+    return fig
+
+
+def plot_timeline_choice(traces: dict[str, str], *, title: str = "Timelines") -> go.Figure:
+    """One timeline per run, picked with a dropdown (precomputed; survives export).
+
+    ``traces``: label -> trace path. Each run's figure comes from ``labkit.viz.timeline``; their
+    traces are stacked in one figure and the dropdown shows one run at a time.
+    """
+    from labkit.viz.timeline import plot_timeline
+
+    if not traces:
+        raise ValueError("no traces to show")
+    fig = go.Figure()
+    spans = []
+    for label, path in traces.items():
+        sub = plot_timeline(path, title=label)
+        start = len(fig.data)
+        for tr in sub.data:
+            fig.add_trace(tr)
+        spans.append((label, start, len(fig.data), sub.layout.title.text, sub.layout.yaxis))
+    n = len(fig.data)
+    buttons = []
+    for label, a, b, sub_title, yaxis in spans:
+        vis = [a <= i < b for i in range(n)]
+        buttons.append(dict(label=label, method="update",
+                            args=[{"visible": vis}, {"title": {"text": sub_title}}]))
+    first = spans[0]
+    for i, tr in enumerate(fig.data):
+        tr.visible = first[1] <= i < first[2]
+    fig.update_layout(title=first[3], barmode="overlay",
+                      updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.2, xanchor="left")],
+                      margin=dict(t=120), xaxis_title="ms from trace start")
+    fig.update_yaxes(type="category")
+    return fig

@@ -1,0 +1,58 @@
+"""Live engine widget: choose variants and workload size, rerun the simulated engine, redraw.
+
+``make_engine_widget()`` returns an ipywidgets ``VBox``; its callback is ``run_selection``, a
+plain function (testable without a kernel) that runs the chosen variants on the simulated device
+and returns the summary rows and the figure.
+"""
+
+from __future__ import annotations
+
+from labkit.viz.engine import plot_engine_bars
+
+PLACEHOLDERS = ("tensor", "list", "fast")
+SCHEDULING = ("loop", "cursor")
+PREFIX = ("none", "per_layer", "per_step", "pinned", "cached")
+
+
+def run_selection(placeholders, scheduling, prefix_ranges, *, num_requests: int = 128, steps: int = 4,
+                  warmup: int = 2, async_scheduling: bool = True, model: str = "gemma4-e4b-like",
+                  workload: str = "pr40143", profile=None):
+    """Run every combination on the simulated device; returns ``(rows, figure)``."""
+    from labkit.engine.bench import run_variants
+
+    variants = [(p, s, r, async_scheduling) for p in placeholders for s in scheduling for r in prefix_ranges]
+    if not variants:
+        raise ValueError("choose at least one placeholder, scheduling strategy and prefix-range strategy")
+    rows, _ = run_variants("sim", variants, model=model, workload=workload, num_requests=num_requests,
+                           steps=steps, warmup=warmup, profile=profile)
+    return rows, plot_engine_bars(rows, title="Engine (rerun here)")
+
+
+def make_engine_widget(*, profile=None):
+    """An ipywidgets panel: variant pickers, request count, async toggle, a Run button and the figure."""
+    import ipywidgets as w
+
+    ph = w.SelectMultiple(options=PLACEHOLDERS, value=("tensor", "list"), description="placeholder")
+    sc = w.SelectMultiple(options=SCHEDULING, value=("loop",), description="scheduling")
+    pr = w.SelectMultiple(options=PREFIX, value=("none",), description="prefix ranges")
+    nreq = w.IntSlider(value=64, min=8, max=128, step=8, description="requests")
+    is_async = w.Checkbox(value=True, description="async scheduling")
+    run = w.Button(description="Run (simulated)", button_style="primary")
+    status = w.HTML("")
+    out = w.Output()
+
+    def on_click(_):
+        status.value = "running..."
+        try:
+            rows, figure = run_selection(ph.value, sc.value, pr.value, num_requests=nreq.value,
+                                         async_scheduling=is_async.value, profile=profile)
+        except ValueError as exc:
+            status.value = f"<b>{exc}</b>"
+            return
+        status.value = f"{len(rows)} runs done (simulated)"
+        out.clear_output()
+        with out:
+            figure.show()
+
+    run.on_click(on_click)
+    return w.VBox([w.HBox([ph, sc, pr]), w.HBox([nreq, is_async, run]), status, out])
