@@ -1,0 +1,256 @@
+"""Trace analysis facade: one call from a trace file to every table the lab reports.
+
+``analyze_trace(path_or_trace)`` loads the trace (if given a path) and returns an ``Analysis``
+with DataFrames for streams, bubbles, host starvation, copies and steps, plus the HTA-compatible
+idle breakdown and a ``source`` section (file, GPU, simulated or not). ``Analysis.to_json()``
+follows the lab's "Trace analysis output" convention (times ``_us``, bytes ``_bytes``).
+Real and simulated traces take the same path; ``source["simulated"]`` tells them apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from labkit.trace.bubbles import (
+    DEFAULT_KERNEL_WAIT_US,
+    DEFAULT_STEP_PATTERN,
+    device_ops,
+    find_bubbles,
+    find_steps,
+    host_starvation,
+    hta_idle_breakdown,
+    steps_table,
+    stream_idle,
+)
+from labkit.trace.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.load import BUSY_CATS, DEVICE_CATS, Trace, as_trace
+
+SCHEMA = 1
+
+
+@dataclass
+class Analysis:
+    """Everything ``analyze_trace`` found; tables are DataFrames with ``_us``/``_bytes`` columns."""
+
+    source: dict
+    streams: pd.DataFrame
+    bubbles: pd.DataFrame
+    host_starvation: pd.DataFrame
+    copies: CopyReport
+    steps: pd.DataFrame
+    hta_compatible: pd.DataFrame
+    host_threads: pd.DataFrame
+    kernels: pd.DataFrame
+    summary: dict
+    params: dict = field(default_factory=dict)
+    trace: Trace | None = field(default=None, repr=False)
+    ops: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def h2d(self) -> pd.DataFrame:
+        """Host-to-device copies (rows of ``copies.copies`` with direction HtoD)."""
+        return self.copies.h2d
+
+    def to_json(self, top: int = 20) -> dict:
+        """A JSON-ready dict: ``source``, ``summary``, ``streams``, ``bubbles`` (largest ``top``),
+        ``host_starvation`` (top ``top``), ``h2d``, ``steps``, ``hta_compatible``, ``host_threads``,
+        ``kernels`` (top ``top`` by total time)."""
+        big = self.bubbles.sort_values("dur_us", ascending=False, kind="stable").head(top)
+        h2d = self.h2d
+        return _clean({
+            "schema": SCHEMA,
+            "source": self.source,
+            "params": self.params,
+            "summary": self.summary,
+            "streams": _records(self.streams),
+            "bubbles": _records(big),
+            "host_starvation": _records(self.host_starvation.head(top)),
+            "h2d": {
+                "count": int(len(h2d)),
+                "pageable_count": int((h2d["kind"] == "pageable").sum()),
+                "pinned_count": int((h2d["kind"] == "pinned").sum()),
+                "total_bytes": int(h2d["bytes"].clip(lower=0).sum()),
+                "host_stall_us": float(h2d["host_stall_us"].sum()),
+                "copies": _records(h2d.rename(columns={"bytes": "size_bytes"}).head(1000)),
+                "per_step": _records(self.copies.by_step.rename(columns={"h2d_bytes": "h2d_bytes"})),
+                "per_call_site": _records(self.copies.by_call_site.rename(columns={"bytes": "total_bytes"})),
+                "flags": self.copies.flags,
+                "other_copies": _records(self.copies.copies[self.copies.copies["direction"] != "HtoD"]
+                                         .groupby(["direction", "kind"], as_index=False)
+                                         .agg(count=("bytes", "size"), total_bytes=("bytes", "sum"))),
+            },
+            "steps": _records(self.steps),
+            "hta_compatible": _records(self.hta_compatible),
+            "host_threads": _records(self.host_threads),
+            "kernels": _records(self.kernels.head(top)),
+        })
+
+    def summary_lines(self, top: int = 5) -> list[str]:
+        """A short human summary (for the CLI)."""
+        s = self.source
+        out = [f"trace: {s['file']}  ({s['kind']}; GPU: {s.get('gpu') or 'none recorded'})"]
+        if s.get("skipped_events"):
+            out.append(f"warning: skipped {s['skipped_events']} malformed events ({s['skip_reasons']})")
+        if not s["has_device_events"]:
+            out.append("no device events in this trace: host time only")
+        for r in self.host_threads.head(top).itertuples():
+            out.append(f"  host thread {r.pid}/{r.tid}: busy {r.busy_us / 1e3:.3f} ms of {r.span_us / 1e3:.3f} ms")
+        if len(self.streams):
+            out.append(f"{'device':>6} {'stream':>6} {'ops':>7} {'busy_ms':>10} {'idle_ms':>10} {'host_wait':>10} "
+                       f"{'kern_wait':>10} {'other':>10} {'idle%':>6}")
+            for r in self.streams.itertuples():
+                out.append(f"{r.device:>6} {r.stream:>6} {r.ops_count:>7} {r.busy_us / 1e3:>10.3f} {r.idle_us / 1e3:>10.3f} "
+                           f"{r.idle_host_wait_us / 1e3:>10.3f} {r.idle_kernel_wait_us / 1e3:>10.3f} "
+                           f"{r.idle_other_us / 1e3:>10.3f} {100 * r.idle_fraction:>6.1f}")
+        if len(self.host_starvation):
+            out.append(f"host call sites during host-wait idle (top {top}):")
+            for r in self.host_starvation.head(top).itertuples():
+                out.append(f"  {r.idle_overlap_us / 1e3:>9.3f} ms {100 * r.share:>5.1f}%  {r.call_site[:100]}")
+        h = self.h2d
+        if len(h):
+            out.append(f"H2D copies: {len(h)} ({int((h['kind'] == 'pageable').sum())} pageable, "
+                       f"{int((h['kind'] == 'pinned').sum())} pinned), host stall {h['host_stall_us'].sum() / 1e3:.3f} ms")
+        for f in self.copies.flags[:top]:
+            out.append(f"  FLAG repeated small pageable copies: {f['count']} at {f['call_site'][:90]}")
+        return out
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [{k: _scalar(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def _scalar(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if not math.isfinite(f) else f
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _scalar(obj)
+
+
+def host_thread_time(trace: Trace) -> pd.DataFrame:
+    """Per host thread: event count, span and busy time (union of its events, us)."""
+    ev = trace.events
+    host = ev[~ev["cat"].isin(list(DEVICE_CATS))]
+    cols = ["pid", "tid", "events", "span_us", "busy_us"]
+    if len(host) == 0:
+        return pd.DataFrame({c: [] for c in cols})
+    h = pd.DataFrame({"pid": host["pid"].to_numpy(), "tid": host["tid"].to_numpy(),
+                      "ts": host["ts_us"].to_numpy(), "end": (host["ts_us"] + host["dur_us"]).to_numpy()})
+    h = h.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
+    key = h.groupby(["pid", "tid"], sort=False).ngroup()
+    run_end = h.groupby(key, sort=False)["end"].cummax()
+    prev = run_end.groupby(key, sort=False).shift(1)
+    gap = (h["ts"] - prev).clip(lower=0).fillna(0.0)
+    g = h.assign(gap=gap).groupby(["pid", "tid"], as_index=False).agg(
+        events=("ts", "size"), first=("ts", "min"), last=("end", "max"), gaps=("gap", "sum"))
+    g["span_us"] = g["last"] - g["first"]
+    g["busy_us"] = g["span_us"] - g["gaps"]
+    return g.sort_values("busy_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+
+def kernel_stats(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per device-op name: ``count``, ``total_us``, ``mean_us`` (sorted by total time)."""
+    if len(ops) == 0:
+        return pd.DataFrame({c: [] for c in ["name", "cat", "count", "total_us", "mean_us"]})
+    k = ops.groupby(["name", "cat"], as_index=False, sort=False).agg(count=("dur_us", "size"), total_us=("dur_us", "sum"))
+    k["mean_us"] = k["total_us"] / k["count"]
+    return k.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def describe_source(trace: Trace, ops: pd.DataFrame) -> dict:
+    """File name, GPU, simulated flag and load statistics of a trace."""
+    names = trace.device_names
+    gpu = None
+    props = trace.metadata.get("deviceProperties")
+    used = sorted(set(int(d) for d in ops["device"].unique())) if len(ops) else []
+    if isinstance(props, list):
+        for p in props:
+            if isinstance(p, dict) and p.get("id") in used and p.get("name"):
+                gpu = str(p["name"])
+                break
+    if gpu is None and names:
+        gpu = names[0]
+    simulated = trace.is_simulated
+    has_dev = bool(trace.events["cat"].isin(BUSY_CATS).any())
+    dist = trace.metadata.get("distributedInfo")
+    st = trace.stats
+    return {
+        "file": Path(trace.path).name if trace.path else None,
+        "gpu": gpu,
+        "devices_used": used,
+        "simulated": simulated,
+        "kind": "simulated" if simulated else ("measured-gpu" if has_dev else "host-only"),
+        "has_device_events": has_dev,
+        "rank": dist.get("rank") if isinstance(dist, dict) else None,
+        "world_size": dist.get("world_size") if isinstance(dist, dict) else None,
+        "labkit": trace.metadata.get("labkit"),
+        "events": int(st.n_events),
+        "complete_events": int(st.n_complete),
+        "skipped_events": int(st.skipped),
+        "skip_reasons": dict(st.skip_reasons),
+        "first_skipped": [{"index": i, "reason": r} for i, r in st.first_skipped],
+        "sub_us_timestamps": bool(st.ts_float),
+    }
+
+
+def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US,
+                  step_pattern: str = DEFAULT_STEP_PATTERN, small_bytes: int = SMALL_BYTES,
+                  min_count: int = MIN_COUNT, include_last_profiler_step: bool = False,
+                  top: int | None = None) -> Analysis:
+    """Analyse a Kineto trace (path or ``Trace``): idle bubbles, causes, host call sites, copies, steps.
+
+    ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
+    ``step_pattern``: regex for step spans (default ``ProfilerStep#N``; for vLLM traces without
+    them, e.g. ``^execute_context``). ``small_bytes``/``min_count``: the small pageable copy rule.
+    ``top``: keep only the top call sites in ``host_starvation`` (None: all).
+    """
+    trace = as_trace(path_or_trace)
+    ops = device_ops(trace)
+    steps = find_steps(trace, step_pattern)
+    bubbles = find_bubbles(trace, ops=ops, steps=steps, kernel_wait_us=kernel_wait_us)
+    starvation, top_site = host_starvation(trace, bubbles, top=top)
+    site = top_site.to_dict()
+    bubbles = bubbles.assign(call_site=np.array([site.get(i, "") for i in bubbles.index], dtype=object)) \
+        .reset_index(drop=True)
+    streams = stream_idle(ops, bubbles)
+    copies = copy_report(trace, ops, steps, small_bytes=small_bytes, min_count=min_count)
+    hta = hta_idle_breakdown(trace, consecutive_kernel_delay=kernel_wait_us,
+                             include_last_profiler_step=include_last_profiler_step)
+    threads = host_thread_time(trace)
+    summary = {
+        "device_ops_count": int(len(ops)),
+        "streams_count": int(len(streams)),
+        "busy_us": float(streams["busy_us"].sum()) if len(streams) else 0.0,
+        "idle_us": float(streams["idle_us"].sum()) if len(streams) else 0.0,
+        "idle_host_wait_us": float(streams["idle_host_wait_us"].sum()) if len(streams) else 0.0,
+        "idle_kernel_wait_us": float(streams["idle_kernel_wait_us"].sum()) if len(streams) else 0.0,
+        "idle_other_us": float(streams["idle_other_us"].sum()) if len(streams) else 0.0,
+        "bubbles_count": int(len(bubbles)),
+        "host_busy_us": float(threads["busy_us"].sum()) if len(threads) else 0.0,
+        "steps_count": int(len(steps)),
+        "h2d_count": int(len(copies.h2d)),
+        "pageable_h2d_count": int((copies.h2d["kind"] == "pageable").sum()),
+        "flags_count": len(copies.flags),
+    }
+    params = {"kernel_wait_us": kernel_wait_us, "step_pattern": step_pattern, "small_bytes": small_bytes,
+              "min_count": min_count, "include_last_profiler_step": include_last_profiler_step}
+    return Analysis(source=describe_source(trace, ops), streams=streams, bubbles=bubbles,
+                    host_starvation=starvation, copies=copies, steps=steps_table(steps, ops, bubbles),
+                    hta_compatible=hta, host_threads=threads, kernels=kernel_stats(ops), summary=summary,
+                    params=params, trace=trace, ops=ops)

@@ -1,0 +1,125 @@
+"""The streaming Kineto loader against a plain json+gzip reading of real traces, and its bad-input policy."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from labkit.errors import UsageError
+from labkit.trace.load import load_trace
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+LOCAL = sorted(DATA.glob("*.pt.trace.json.gz"))
+ALL = LOCAL + (sorted(SHARED.glob("*.pt.trace.json.gz")) if SHARED.is_dir() else [])
+
+
+def _plain(path: Path) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name[:40]}")
+def test_loader_matches_plain_json(path):
+    doc = _plain(path)
+    events = doc["traceEvents"]
+    complete = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    tr = load_trace(path)
+    assert tr.stats.n_events == len(events)
+    assert tr.stats.skipped == 0
+    assert len(tr.events) == len(complete)
+    assert Counter(tr.events["cat"].astype(str)) == Counter(str(e.get("cat")) for e in complete)
+    assert tr.stats.n_flows == sum(1 for e in events if e.get("ph") in ("s", "f", "t"))
+    # spot-check fields of device events against the raw JSON
+    dev = [e for e in complete if e.get("cat") in ("kernel", "gpu_memcpy")][:50]
+    got = tr.events[tr.events["cat"].isin(["kernel", "gpu_memcpy"])].head(50)
+    for e, row in zip(dev, got.itertuples()):
+        assert row.name == e["name"]
+        assert row.ts_us == pytest.approx(e["ts"], abs=0)
+        assert row.dur_us == pytest.approx(e["dur"], abs=0)
+        assert row.stream == e["args"].get("stream", -1)
+        assert row.correlation == e["args"].get("correlation", -1)
+    assert tr.metadata.get("deviceProperties") == doc.get("deviceProperties")
+    assert set(tr.metadata) == set(doc) - {"traceEvents"}
+
+
+def _write(tmp_path, obj, name="t.json", gz=False) -> Path:
+    p = tmp_path / name
+    text = obj if isinstance(obj, str) else json.dumps(obj)
+    if gz:
+        with gzip.open(p, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_bare_array_and_plain_json(tmp_path):
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]
+    tr = load_trace(_write(tmp_path, ev))
+    assert len(tr.events) == 1 and tr.events["name"].iloc[0] == "a"
+    tr = load_trace(_write(tmp_path, {"traceEvents": ev, "deviceProperties": []}, "x.json.gz", gz=True))
+    assert len(tr.events) == 1 and tr.metadata == {"deviceProperties": []}
+
+
+def test_malformed_events_are_skipped_and_counted(tmp_path):
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 1, "dur": -2},
+        {"ph": "X", "cat": "cpu_op", "name": "nots", "pid": 1, "tid": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "strts", "pid": 1, "tid": 1, "ts": "5", "dur": 2},
+        [1, 2, 3],
+        {"ph": "X", "cat": ["weird"], "name": {"a": 1}, "pid": [1], "tid": None, "ts": 3, "dur": 1},
+    ]
+    tr = load_trace(_write(tmp_path, {"traceEvents": ev}))
+    assert tr.stats.skipped == 4
+    assert tr.stats.skip_reasons["negative duration"] == 1
+    assert tr.stats.skip_reasons["event is not an object"] == 1
+    assert [i for i, _ in tr.stats.first_skipped] == [1, 2, 3, 4]
+    assert len(tr.events) == 2
+    assert tr.events["pid"].tolist() == [1, -1]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "expected a JSON object"),
+    ("hello", "expected a JSON object"),
+    ('{"schemaVersion": 1}', "no traceEvents"),
+    ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}', "after event 0"),
+    ('{"traceEvents": [{"ph": "X", "ts": 1, "dur"', "truncated"),
+    ('{"traceEvents": [] } trailing', "extra data"),
+    ('{"traceEvents": [{"ph": "X",, "ts": 1}]}', "malformed JSON"),
+])
+def test_bad_files_raise_usage_error(tmp_path, content, message):
+    with pytest.raises(UsageError, match=message):
+        load_trace(_write(tmp_path, content))
+
+
+def test_bad_gzip_and_binary(tmp_path):
+    good = (DATA / "hta-triton-example-a100.pt.trace.json.gz").read_bytes()
+    p = tmp_path / "trunc.json.gz"
+    p.write_bytes(good[: len(good) // 2])
+    with pytest.raises(UsageError, match="gzip|truncated"):
+        load_trace(p)
+    p.write_bytes(b"\xff\xfe\x00garbage" * 10)
+    with pytest.raises(UsageError):
+        load_trace(p)
+    with pytest.raises(UsageError, match="folder"):
+        load_trace(tmp_path)
+    with pytest.raises(UsageError, match="cannot open"):
+        load_trace(tmp_path / "missing.json")
+
+
+def test_batches_cross_chunk_boundaries(tmp_path, monkeypatch):
+    """Tiny refills force every event to straddle buffer ends; results must not change."""
+    import labkit.trace.load as load
+
+    path = DATA / "tracelens-h100-bert-small-inference.pt.trace.json.gz"
+    ref = load_trace(path)
+    monkeypatch.setattr(load, "CHUNK_CHARS", 257)
+    small = load_trace(path)
+    assert small.events.equals(ref.events)
+    assert small.stats.n_events == ref.stats.n_events
