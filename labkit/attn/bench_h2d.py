@@ -1,0 +1,388 @@
+"""``labkit bench h2d``: host time and H2D copies per step of each prefix-range strategy.
+
+A decode step of a prefix-LM model on vLLM's Triton backend hands the prefix-range tensor
+to every attention layer. This benchmark replays that for ``S`` sequences with ``I`` images
+each (Gemma layout: 256 soft tokens per image) and ``L`` layers, for every strategy in
+:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`:
+
+- ``h2d_step``: the PR's scale (128 sequences x 32 images) at Gemma 3 layer counts
+  (4B: 34, 12B: 48, 27B: 62 layers);
+- ``h2d_sweep``: over sequences and layers;
+- ``h2d_gpu_idle`` (CUDA only): device idle time per step from a torch.profiler trace of a
+  loop where every layer launches a matmul (weights streamed from memory, like a decode
+  layer) and a small kernel that reads the prefix-range tensor, plus the profiler's
+  H2D memcpy counts next to the ledger's.
+
+On a CPU the "copies" are the ones the code would make on a GPU (``copy_target`` says
+``cpu-equivalent``); the host time is real CPU time of this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from labkit.attn.ledger import count_h2d_in_profile, gpu_stream_busy_idle
+from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES, make_strategy, ranges_for_batch
+from labkit.device import measured_source, resolve_device
+from labkit.errors import UsageError
+from labkit.progress import progress
+from labkit.timing import time_cuda, time_host
+
+logger = logging.getLogger(__name__)
+
+#: Gemma 3 decoder layer counts (every layer is a Triton attention layer reading the tensor)
+LAYER_PRESETS = {"gemma-3-4b": 34, "gemma-3-12b": 48, "gemma-3-27b": 62}
+MODEL_FOR_LAYERS = {v: k for k, v in LAYER_PRESETS.items()}
+
+#: sizes: (step layers, sweep sequences, sweep layers, repeats)
+SIZES = {
+    "quick": {"step_layers": (34, 62), "sweep_seqs": (1, 8, 32, 128), "sweep_layers": (34,), "repeats": 5},
+    "full": {"step_layers": (34, 48, 62), "sweep_seqs": (1, 4, 16, 64, 128, 256), "sweep_layers": (34, 62),
+             "repeats": 15},
+}
+
+
+def make_batch_ranges(num_seqs: int, images_per_seq: int) -> list[list[tuple[int, int]]]:
+    """Image ranges per batch row for ``num_seqs`` Gemma-layout requests with ``images_per_seq`` images.
+
+    Built from the ``pr40143`` workload (258-token placeholders, 256 embeddings each).
+    """
+    from labkit.mm.workload import get_workload_spec, make_requests
+
+    if num_seqs < 1 or images_per_seq < 0:
+        raise UsageError(f"need num_seqs >= 1 and images_per_seq >= 0 (got {num_seqs}, {images_per_seq})")
+    spec = get_workload_spec("pr40143").with_(num_requests=num_seqs, images_per_request=images_per_seq)
+    return ranges_for_batch(make_requests(spec, variant="fast"))
+
+
+def _fresh(ranges):
+    # new lists of new tuples, as vLLM's runner rebuilds them every step
+    return [[(s, e) for s, e in row] for row in ranges]
+
+
+def run_step(strategy, ranges, num_seqs: int, layers: int, read=None) -> None:
+    """One step: ``begin_step``, each layer reads the tensor (``read(t)`` if given), ``end_step``."""
+    strategy.begin_step(ranges, num_seqs)
+    for layer in range(layers):
+        t = strategy.tensor_for_layer(layer)
+        if read is not None:
+            read(t)
+    strategy.end_step()
+
+
+def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 10, warmup: int = 2,
+                 fresh_ranges: bool = True) -> dict:
+    """Host time per step (ns quantiles) and per-step ledger counts of strategy ``name`` in steady decode.
+
+    ``fresh_ranges`` rebuilds the range lists (untimed) before each step, as vLLM does, so
+    the ``cached`` strategy pays for comparing new objects.
+    """
+    num_seqs = len(ranges)
+    strategy = make_strategy(name, device, validate=False)
+    is_cuda = str(device).startswith("cuda")
+    state = {"r": ranges}
+
+    def setup():
+        if fresh_ranges:
+            state["r"] = _fresh(ranges)
+        if is_cuda:
+            torch.cuda.synchronize()
+
+    # at least one untimed step, so the ledger's last step is a steady-state one
+    timing = time_host(lambda: run_step(strategy, state["r"], num_seqs, layers), warmup=max(1, warmup),
+                       repeats=repeats, setup=setup)
+    last = strategy.ledger.rows()[-1]  # a steady-state step
+    return {
+        "variant": name,
+        "num_seqs": num_seqs,
+        "images_per_seq": max((len(r) for r in ranges), default=0),
+        "layers": layers,
+        "model": MODEL_FOR_LAYERS.get(layers),
+        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+        "h2d_per_step": last["h2d_count"],
+        "h2d_bytes_per_step": last["h2d_bytes"],
+        "pageable_per_step": last["pageable_count"],
+        "pinned_per_step": last["pinned_count"],
+        "sync_per_step": last["sync_count"],
+        "copy_target": last["target"],
+    }
+
+
+def _add_ratios(rows: list[dict]) -> list[dict]:
+    base = {(r["num_seqs"], r["layers"]): r["median_ns"] for r in rows if r["variant"] == "per_layer"}
+    for r in rows:
+        b = base.get((r["num_seqs"], r["layers"]))
+        r["speedup_vs_per_layer"] = (b / r["median_ns"]) if b and r["median_ns"] else None
+    return rows
+
+
+def bench_step(device: str, strategies, *, num_seqs=128, images=32, layer_counts=(34, 48, 62), repeats=10):
+    """``h2d_step`` rows: every strategy at ``num_seqs`` x ``images`` for each layer count."""
+    ranges = make_batch_ranges(num_seqs, images)
+    work = [(L, s) for L in layer_counts for s in strategies]
+    rows = [measure_host(s, ranges, L, device, repeats=repeats) for L, s in progress(work, desc="h2d step")]
+    return _add_ratios(rows)
+
+
+def bench_sweep(device: str, strategies, *, seqs=(1, 8, 32, 128), layer_counts=(34,), images=32, repeats=5):
+    """``h2d_sweep`` rows: every strategy over sequence and layer counts."""
+    work = [(S, L, s) for S in seqs for L in layer_counts for s in strategies]
+    cache: dict[int, list] = {}
+    rows = []
+    for S, L, s in progress(work, desc="h2d sweep"):
+        ranges = cache.setdefault(S, make_batch_ranges(S, images))
+        rows.append(measure_host(s, ranges, L, device, repeats=repeats))
+    return _add_ratios(rows)
+
+
+# -- GPU idle ------------------------------------------------------------------------------
+
+def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0, hidden: int = 4096,
+                     steps: int = 5, warmup: int = 2, trace_path: str | os.PathLike | None = None) -> dict:
+    """Device idle time per step of strategy ``name`` on CUDA, from a torch.profiler trace.
+
+    Each layer runs ``x @ w`` with ``layer_mb`` MiB of bf16 weights (memory-bound, like a
+    decode layer) and one small kernel reading the prefix-range tensor; each step ends with
+    a device synchronize (vLLM copies the sampled tokens to the host at the end of a step).
+    Idle is the sum of gaps between GPU events on the busiest stream, divided by ``steps``,
+    under the profiler (which adds some host overhead per copy); ``step_median_ns`` is the
+    step time without the profiler, from CUDA events.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    device = "cuda"
+    num_seqs = len(ranges)
+    cols = max(1, int(layer_mb * 2**20 / (2 * hidden)))
+    x = torch.randn(num_seqs, hidden, device=device, dtype=torch.bfloat16)  # (S, hidden)
+    w = torch.randn(hidden, cols, device=device, dtype=torch.bfloat16) / math.sqrt(hidden)  # (hidden, cols)
+    acc = torch.zeros(1, dtype=torch.int32, device=device)
+    strategy = make_strategy(name, device, validate=False)
+
+    def read(t):
+        torch.mm(x, w)  # (S, cols): the layer's work
+        if t is not None:
+            acc.add_(t.view(-1)[:1])  # a kernel that reads the prefix ranges
+
+    state = {"r": ranges}
+
+    def new_ranges():
+        state["r"] = _fresh(ranges)  # rebuilt outside the measured region
+
+    def one_step():
+        run_step(strategy, state["r"], num_seqs, layers, read)
+        # a decode step ends by copying the sampled tokens to the host: the GPU drains
+        torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        new_ranges()
+        one_step()
+    step_time = time_cuda(one_step, warmup=0, repeats=steps, setup=new_ranges)
+    strategy.ledger.reset()
+    pool = [_fresh(ranges) for _ in range(steps)]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for r in pool:
+            state["r"] = r
+            one_step()
+    tmp = None
+    if trace_path is None:
+        fd, tmp = tempfile.mkstemp(suffix=".pt.trace.json")
+        os.close(fd)
+        trace_path = tmp
+    try:
+        prof.export_chrome_trace(str(trace_path))
+        counts = count_h2d_in_profile(trace_path)
+        streams = gpu_stream_busy_idle(trace_path)
+    finally:
+        if tmp:
+            os.unlink(tmp)
+    main = max(streams, key=lambda r: r["events"]) if streams else {"busy_us": 0.0, "idle_us": 0.0, "span_us": 0.0}
+    totals = strategy.ledger.totals()
+    return {
+        "variant": name,
+        "num_seqs": num_seqs,
+        "images_per_seq": max((len(r) for r in ranges), default=0),
+        "layers": layers,
+        "model": MODEL_FOR_LAYERS.get(layers),
+        "layer_mb": layer_mb,
+        "steps": steps,
+        "step_median_ns": step_time.median_ns,
+        "idle_us_per_step": main["idle_us"] / steps,
+        "busy_us_per_step": main["busy_us"] / steps,
+        "idle_fraction": main["idle_us"] / main["span_us"] if main["span_us"] else None,
+        "profile_pageable": counts["pageable_count"],
+        "profile_pinned": counts["pinned_count"],
+        "ledger_pageable": totals["pageable_count"],
+        "ledger_pinned": totals["pinned_count"],
+        "counts_match": (counts["pageable_count"], counts["pinned_count"])
+        == (totals["pageable_count"], totals["pinned_count"]),
+    }
+
+
+def bench_gpu_idle(strategies, *, num_seqs=128, images=32, layer_counts=(34, 62), steps=5, layer_mb=256.0,
+                   trace_dir: str | None = None) -> list[dict]:
+    """``h2d_gpu_idle`` rows (CUDA only); traces kept under ``trace_dir`` when given."""
+    ranges = make_batch_ranges(num_seqs, images)
+    rows = []
+    for L in layer_counts:
+        for s in strategies:
+            path = None
+            if trace_dir:
+                Path(trace_dir).mkdir(parents=True, exist_ok=True)
+                path = Path(trace_dir) / f"h2d-{s}-S{num_seqs}-L{L}.pt.trace.json.gz"
+            rows.append(measure_gpu_idle(s, ranges, L, steps=steps, layer_mb=layer_mb, trace_path=path))
+    base = {r["layers"]: r["step_median_ns"] for r in rows if r["variant"] == "per_layer"}
+    for r in rows:
+        b = base.get(r["layers"])
+        r["step_speedup_vs_per_layer"] = b / r["step_median_ns"] if b else None
+    return rows
+
+
+def ledger_demo(device: str = "cpu", *, num_seqs: int = 4, images: int = 2, layers: int = 3,
+                steps: int = 3) -> list[dict]:
+    """Ledger rows (one per step) of every strategy over a few steady decode steps of a small batch."""
+    ranges = make_batch_ranges(num_seqs, images)
+    ranges[-1] = []  # one request without images: a trivial row
+    rows = []
+    for name in PREFIX_RANGE_STRATEGIES:
+        strategy = make_strategy(name, device)
+        for _ in range(steps):
+            run_step(strategy, ranges, num_seqs, layers)
+        rows += strategy.ledger.rows()
+    return rows
+
+
+def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None, num_seqs: int = 128,
+                   images: int = 32, layers=None, sweep_seqs=None, sweep_layers=None, repeats=None,
+                   sweep: bool = True, gpu_idle: bool | None = None, layer_mb: float = 256.0,
+                   trace_dir: str | None = None, save: bool = True) -> dict:
+    """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult.
+
+    Results are saved to the results store unless ``save`` is False.
+    """
+    from labkit.results import make_result, save_result
+
+    if size not in SIZES:
+        raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
+    strategies = list(strategies or PREFIX_RANGE_STRATEGIES)
+    unknown = [s for s in strategies if s not in PREFIX_RANGE_STRATEGIES]
+    if unknown or not strategies:
+        raise UsageError(f"unknown strategies {unknown}: choose from {', '.join(PREFIX_RANGE_STRATEGIES)}")
+    if num_seqs < 1 or images < 0 or (repeats is not None and repeats < 1) or layer_mb <= 0:
+        raise UsageError("sequences and repeats must be >= 1, images >= 0, layer MiB > 0")
+    if gpu_idle and device != "cuda":
+        raise UsageError("the GPU idle profile needs a CUDA device")
+    cfg = SIZES[size]
+    repeats = repeats or cfg["repeats"]
+    layers = tuple(layers or cfg["step_layers"])
+    source = measured_source(device)
+    params = {"device": device, "size": size, "strategies": strategies, "num_seqs": num_seqs,
+              "images_per_seq": images, "layer_presets": LAYER_PRESETS,
+              "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
+    results = {}
+    rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats)
+    results["h2d_step"] = make_result("h2d_step", rows, params={**params, "layers": list(layers)}, source=source)
+    if sweep:
+        seqs = tuple(sweep_seqs or cfg["sweep_seqs"])
+        sl = tuple(sweep_layers or cfg["sweep_layers"])
+        rows = bench_sweep(device, strategies, seqs=seqs, layer_counts=sl, images=images,
+                           repeats=max(3, repeats // 2))
+        results["h2d_sweep"] = make_result("h2d_sweep", rows, source=source,
+                                           params={**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)})
+    if device == "cuda" and gpu_idle is not False:
+        rows = bench_gpu_idle(strategies, num_seqs=num_seqs, images=images, layer_counts=layers,
+                              layer_mb=layer_mb, trace_dir=trace_dir)
+        results["h2d_gpu_idle"] = make_result("h2d_gpu_idle", rows, source=source,
+                                              params={**params, "layers": list(layers), "layer_mb": layer_mb})
+    if save:
+        for res in results.values():
+            save_result(res)
+    return results
+
+
+# -- command line --------------------------------------------------------------------------
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench h2d", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    p.add_argument("--size", choices=sorted(SIZES), default="quick", help="quick (default) or full")
+    p.add_argument("--strategies", default=",".join(PREFIX_RANGE_STRATEGIES),
+                   help="comma-separated strategies (default: all)")
+    p.add_argument("--seqs", type=int, default=128, help="sequences in the step benchmark (default 128)")
+    p.add_argument("--images", type=int, default=32, help="images per sequence (default 32)")
+    p.add_argument("--layers", type=_ints, default=None, help="layer counts for the step benchmark")
+    p.add_argument("--sweep-seqs", type=_ints, default=None, help="sequence counts for the sweep")
+    p.add_argument("--sweep-layers", type=_ints, default=None, help="layer counts for the sweep")
+    p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
+    p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
+    p.add_argument("--gpu-idle", choices=("auto", "on", "off"), default="auto",
+                   help="profile device idle time (auto: when on CUDA)")
+    p.add_argument("--layer-mb", type=float, default=256.0, help="weights per layer in the GPU loop, MiB")
+    p.add_argument("--trace-dir", default=None, help="keep the GPU profiler traces here")
+    p.add_argument("--json", default=None, help="also write all rows as JSON to this path")
+    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    return p
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return "-" if v is None else str(v)
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    from labkit.results import _write_atomic
+
+    args = _parser().parse_args(argv)
+    device = resolve_device(args.device)
+    if args.gpu_idle == "on" and device != "cuda":
+        raise UsageError("--gpu-idle on needs a CUDA device")
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    results = run_benchmarks(
+        device, args.size, strategies=strategies, num_seqs=args.seqs, images=args.images, layers=args.layers,
+        sweep_seqs=args.sweep_seqs, sweep_layers=args.sweep_layers, repeats=args.repeats,
+        sweep=not args.no_sweep, gpu_idle={"auto": None, "on": True, "off": False}[args.gpu_idle],
+        layer_mb=args.layer_mb, trace_dir=args.trace_dir, save=not args.no_save,
+    )
+    step = results["h2d_step"]
+    print(f"h2d_step ({step.source}; copies are {step.params['copy_target']}):")
+    shown = [{**r, "median_us": r["median_ns"] / 1e3} for r in step.rows]
+    print(_table(shown, ["variant", "num_seqs", "layers", "model", "median_us", "h2d_per_step",
+                         "speedup_vs_per_layer"]))
+    if "h2d_gpu_idle" in results:
+        print("\nh2d_gpu_idle:")
+        shown = [{**r, "step_us": r["step_median_ns"] / 1e3} for r in results["h2d_gpu_idle"].rows]
+        print(_table(shown, ["variant", "layers", "step_us", "idle_us_per_step", "idle_fraction",
+                             "profile_pageable", "ledger_pageable", "counts_match"]))
+    for res in results.values():
+        if res.path:
+            print(f"saved {res.path}")
+    if args.json:
+        payload = {name: res.to_json() for name, res in results.items()}
+        _write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+    return 0

@@ -1,0 +1,213 @@
+"""``labkit bench ranges``: host time per step to build the batch's image ranges, per builder.
+
+For prefix-LM models vLLM rebuilds every request's image ranges on every step. This
+benchmark times each builder in :data:`~labkit.attn.range_builders.RANGE_BUILDERS` on
+steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token placeholders,
+256 embeddings each, ``list`` placeholders as in vLLM after #40143):
+
+- ``ranges_step``: at the PR's scale (128 requests x 32 images), builders alone
+  (``kind = "builder"``) and whole metadata paths, ranges plus the prefix-range tensor for
+  every layer (``kind = "pipeline"``): ``pr38794+per_step`` (vLLM 0.20),
+  ``v033+pinned`` (vLLM 0.33) and ``incremental+cached`` (this lab);
+- ``ranges_sweep``: builders over requests (1-256) x images per request (1-64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from labkit.attn.bench_h2d import _ints, _table, run_step
+from labkit.attn.prefix_ranges import make_strategy
+from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
+from labkit.device import measured_source, resolve_device
+from labkit.errors import UsageError
+from labkit.progress import progress
+from labkit.timing import time_host
+
+logger = logging.getLogger(__name__)
+
+#: (builder, prefix-range strategy) pairs timed as a whole metadata path
+PIPELINES = {"pr38794+per_step": ("pr38794", "per_step"), "v033+pinned": ("v033", "pinned"),
+             "incremental+cached": ("incremental", "cached")}
+
+SIZES = {
+    "quick": {"sweep_requests": (1, 16, 128), "sweep_images": (1, 8, 32), "repeats": 3},
+    "full": {"sweep_requests": (1, 4, 16, 64, 128, 256), "sweep_images": (1, 4, 16, 32, 64), "repeats": 7},
+}
+
+
+def make_batch(num_requests: int, images: int, variant: str = "list") -> list:
+    """``num_requests`` Gemma-layout requests with ``images`` images each (``pr40143`` workload)."""
+    from labkit.mm.workload import get_workload_spec, make_requests
+
+    if num_requests < 1 or images < 0:
+        raise UsageError(f"need requests >= 1 and images >= 0 (got {num_requests}, {images})")
+    spec = get_workload_spec("pr40143").with_(num_requests=num_requests, images_per_request=images)
+    return make_requests(spec, variant=variant)
+
+
+def measure_builder(name: str, requests: list, *, repeats: int = 5, warmup: int = 1) -> dict:
+    """Host time per steady decode step (ns quantiles) of builder ``name`` on ``requests``."""
+    builder = make_builder(name)
+    builder.update(added=requests)  # requests joined before the measured steps
+    timing = time_host(lambda: builder.build(requests), warmup=warmup, repeats=repeats)
+    images = sum(len(r.mm_features) for r in requests)
+    return {
+        "kind": "builder",
+        "variant": name,
+        "num_requests": len(requests),
+        "images_per_request": images // max(1, len(requests)),
+        "images": images,
+        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+        "ns_per_image": timing.median_ns / images if images else None,
+    }
+
+
+def measure_pipeline(name: str, requests: list, layers: int, device: str, *, repeats: int = 5,
+                     warmup: int = 1) -> dict:
+    """Host time per step of a whole metadata path: build ranges, then the tensor for every layer."""
+    builder_name, strategy_name = PIPELINES[name]
+    builder = make_builder(builder_name)
+    builder.update(added=requests)
+    strategy = make_strategy(strategy_name, device, validate=False)
+    num_seqs = len(requests)
+
+    def step():
+        run_step(strategy, builder.build(requests), num_seqs, layers)
+
+    sync = None
+    if str(device).startswith("cuda"):
+        import torch
+
+        sync = torch.cuda.synchronize
+    timing = time_host(step, warmup=max(1, warmup), repeats=repeats, setup=sync)
+    last = strategy.ledger.rows()[-1]
+    images = sum(len(r.mm_features) for r in requests)
+    return {
+        "kind": "pipeline",
+        "variant": name,
+        "builder": builder_name,
+        "strategy": strategy_name,
+        "layers": layers,
+        "num_requests": num_seqs,
+        "images_per_request": images // max(1, num_seqs),
+        "images": images,
+        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+        "h2d_per_step": last["h2d_count"],
+        "copy_target": last["target"],
+    }
+
+
+def _add_ratios(rows: list[dict], kind: str, base_variant: str) -> None:
+    key = lambda r: (r["num_requests"], r["images_per_request"], r.get("layers"))  # noqa: E731
+    base = {key(r): r["median_ns"] for r in rows if r["kind"] == kind and r["variant"] == base_variant}
+    for r in rows:
+        if r["kind"] == kind:
+            b = base.get(key(r))
+            r[f"speedup_vs_{base_variant.replace('+', '_')}"] = b / r["median_ns"] if b and r["median_ns"] else None
+
+
+def bench_step(device: str, builders, *, num_requests=128, images=32, layers=34, repeats=5, variant="list",
+               pipelines=tuple(PIPELINES)) -> list[dict]:
+    """``ranges_step`` rows: each builder, then each pipeline, at one batch shape."""
+    requests = make_batch(num_requests, images, variant)
+    rows = [measure_builder(b, requests, repeats=repeats) for b in progress(builders, desc="builders")]
+    rows += [measure_pipeline(p, requests, layers, device, repeats=repeats) for p in progress(pipelines,
+                                                                                             desc="pipelines")]
+    _add_ratios(rows, "builder", "v033")
+    _add_ratios(rows, "pipeline", "v033+pinned")
+    return rows
+
+
+def bench_sweep(builders, *, requests=(1, 16, 128), images=(1, 8, 32), repeats=3, variant="list") -> list[dict]:
+    """``ranges_sweep`` rows: each builder over requests x images per request."""
+    rows = []
+    for R, I in progress([(R, I) for R in requests for I in images], desc="ranges sweep"):
+        batch = make_batch(R, I, variant)
+        rows += [measure_builder(b, batch, repeats=repeats) for b in builders]
+    _add_ratios(rows, "builder", "v033")
+    return rows
+
+
+def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, num_requests=128, images=32,
+                   layers=34, sweep_requests=None, sweep_images=None, repeats=None, variant="list",
+                   sweep=True, save=True) -> dict:
+    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False."""
+    from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
+    from labkit.results import make_result, save_result
+
+    if size not in SIZES:
+        raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
+    builders = list(builders or RANGE_BUILDERS)
+    unknown = [b for b in builders if b not in RANGE_BUILDERS]
+    if unknown or not builders:
+        raise UsageError(f"unknown builders {unknown}: choose from {', '.join(RANGE_BUILDERS)}")
+    if variant not in PLACEHOLDER_VARIANTS:
+        raise UsageError(f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}")
+    if num_requests < 1 or images < 0 or layers < 1 or (repeats is not None and repeats < 1):
+        raise UsageError("requests, layers and repeats must be >= 1, images >= 0")
+    cfg = SIZES[size]
+    repeats = repeats or cfg["repeats"]
+    source = measured_source(device)
+    params = {"device": device, "size": size, "builders": builders, "placeholder_variant": variant,
+              "num_requests": num_requests, "images_per_request": images, "layers": layers,
+              "pipelines": {k: list(v) for k, v in PIPELINES.items()},
+              "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
+    results = {"ranges_step": make_result(
+        "ranges_step", bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
+                                  repeats=repeats, variant=variant), params=params, source=source)}
+    if sweep:
+        req = tuple(sweep_requests or cfg["sweep_requests"])
+        img = tuple(sweep_images or cfg["sweep_images"])
+        results["ranges_sweep"] = make_result(
+            "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant),
+            params={**params, "sweep_requests": list(req), "sweep_images": list(img)}, source=source)
+    if save:
+        for res in results.values():
+            save_result(res)
+    return results
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench ranges", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help="auto (default), cpu or cuda (for the pipelines' copies)")
+    p.add_argument("--size", choices=sorted(SIZES), default="quick", help="quick (default) or full")
+    p.add_argument("--builders", default=",".join(RANGE_BUILDERS), help="comma-separated builders (default: all)")
+    p.add_argument("--requests", type=int, default=128, help="requests in the step benchmark (default 128)")
+    p.add_argument("--images", type=int, default=32, help="images per request (default 32)")
+    p.add_argument("--layers", type=int, default=34, help="attention layers in the pipelines (default 34)")
+    p.add_argument("--variant", default="list", help="placeholder variant: tensor, list (default) or fast")
+    p.add_argument("--sweep-requests", type=_ints, default=None, help="request counts for the sweep")
+    p.add_argument("--sweep-images", type=_ints, default=None, help="images per request for the sweep")
+    p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
+    p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
+    p.add_argument("--json", default=None, help="also write all rows as JSON to this path")
+    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from labkit.results import _write_atomic
+
+    args = _parser().parse_args(argv)
+    device = resolve_device(args.device)
+    builders = [b.strip() for b in args.builders.split(",") if b.strip()]
+    results = run_benchmarks(device, args.size, builders=builders, num_requests=args.requests, images=args.images,
+                             layers=args.layers, sweep_requests=args.sweep_requests, sweep_images=args.sweep_images,
+                             repeats=args.repeats, variant=args.variant, sweep=not args.no_sweep,
+                             save=not args.no_save)
+    step = results["ranges_step"]
+    print(f"ranges_step ({step.source}; {args.requests} requests x {args.images} images):")
+    shown = [{**r, "median_us": r["median_ns"] / 1e3,
+              "speedup": r.get("speedup_vs_v033") or r.get("speedup_vs_v033_pinned")} for r in step.rows]
+    print(_table(shown, ["kind", "variant", "median_us", "ns_per_image", "h2d_per_step", "speedup"]))
+    for res in results.values():
+        if res.path:
+            print(f"saved {res.path}")
+    if args.json:
+        payload = {name: res.to_json() for name, res in results.items()}
+        _write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+    return 0

@@ -1,0 +1,258 @@
+"""Transfer ledger: the host-to-device copies a prefix-range strategy makes, step by step.
+
+Every strategy in :mod:`labkit.attn.prefix_ranges` reports each copy it makes (bytes,
+pageable or pinned staging, whether the host waits for it) and the host time it spends,
+per engine step. On a CUDA device these are real H2D copies; on a CPU the "copy" is the
+one the same code would make on a GPU (``torch.tensor(..., device="cpu")`` copies nothing
+across a bus), so each record says which it is (``target``): ``"cuda-h2d"`` or
+``"cpu-equivalent"``.
+
+On a GPU the counts can be checked against a torch.profiler trace:
+:func:`count_h2d_in_profile` counts ``Memcpy HtoD (Pageable -> Device)`` and
+``Memcpy HtoD (Pinned -> Device)`` events in a profiler object or an exported Chrome
+trace (``.json`` or ``.json.gz``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+#: GPU memcpy event names (Kineto) -> staging kind
+H2D_EVENT_KINDS = {
+    "Memcpy HtoD (Pageable -> Device)": "pageable",
+    "Memcpy HtoD (Pinned -> Device)": "pinned",
+}
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """One host-to-device copy.
+
+    ``nbytes`` is the payload in bytes; ``pinned`` says whether the host buffer was pinned;
+    ``synchronizing`` whether the host waits for the copy (pageable, no ``non_blocking``);
+    ``what`` names the copy (``"row"``, ``"nested_offsets"``, ``"padded"``); ``layer`` is the
+    attention layer that triggered it (None for once-per-step copies).
+    """
+
+    step: int
+    nbytes: int
+    pinned: bool
+    synchronizing: bool
+    what: str
+    layer: int | None
+    target: str
+
+
+@dataclass
+class StepRecord:
+    """Per-step totals: copies, bytes and host time in nanoseconds."""
+
+    step: int
+    copies: list[CopyRecord] = field(default_factory=list)
+    host_ns: int = 0
+    uploads: int = 0  # device tensors built this step (0 for a cache hit)
+
+
+class TransferLedger:
+    """Per-step record of the H2D copies and host time of one strategy.
+
+    Use ``begin_step()`` / ``end_step()`` around a step, ``record_copy(...)`` for each copy
+    and ``timed()`` (a context manager) or ``add_host_ns`` for host time. ``rows()`` gives
+    one tidy row per step.
+    """
+
+    def __init__(self, strategy: str = "", device: str = "cpu") -> None:
+        self.strategy = strategy
+        self.device = str(device)
+        self.target = "cuda-h2d" if self.device.startswith("cuda") else "cpu-equivalent"
+        self.steps: list[StepRecord] = []
+        self._open: StepRecord | None = None
+
+    # -- recording -----------------------------------------------------------------
+    def begin_step(self) -> None:
+        """Open a new step (closing any step left open)."""
+        if self._open is not None:
+            self.end_step()
+        self._open = StepRecord(step=len(self.steps))
+
+    def end_step(self) -> None:
+        """Close the current step (no-op if none is open)."""
+        if self._open is not None:
+            self.steps.append(self._open)
+            self._open = None
+
+    def _current(self) -> StepRecord:
+        if self._open is None:
+            self.begin_step()
+        assert self._open is not None
+        return self._open
+
+    def record_copy(
+        self, nbytes: int, *, pinned: bool, synchronizing: bool, what: str, layer: int | None = None
+    ) -> None:
+        """Record one host-to-device copy of ``nbytes`` bytes in the open step."""
+        cur = self._current()
+        cur.copies.append(CopyRecord(cur.step, int(nbytes), bool(pinned), bool(synchronizing), what, layer,
+                                     self.target))
+
+    def record_upload(self) -> None:
+        """Count one device tensor built in the open step."""
+        self._current().uploads += 1
+
+    def add_host_ns(self, ns: int) -> None:
+        """Add ``ns`` nanoseconds of host time to the open step."""
+        self._current().host_ns += int(ns)
+
+    def timed(self) -> "_HostTimer":
+        """Context manager adding the wall time of its body (perf_counter_ns) to the open step."""
+        return _HostTimer(self)
+
+    def reset(self) -> None:
+        """Forget every recorded step."""
+        self.steps.clear()
+        self._open = None
+
+    # -- reading -------------------------------------------------------------------
+    def all_steps(self) -> list[StepRecord]:
+        """Closed steps, plus the open one if any."""
+        return self.steps + ([self._open] if self._open is not None else [])
+
+    def rows(self) -> list[dict]:
+        """One tidy row per step: counts, bytes, host time (``_ns``), and what the copies are."""
+        out = []
+        for s in self.all_steps():
+            pageable = [c for c in s.copies if not c.pinned]
+            pinned = [c for c in s.copies if c.pinned]
+            out.append({
+                "strategy": self.strategy,
+                "device": self.device,
+                "target": self.target,
+                "step": s.step,
+                "h2d_count": len(s.copies),
+                "h2d_bytes": sum(c.nbytes for c in s.copies),
+                "pageable_count": len(pageable),
+                "pinned_count": len(pinned),
+                "sync_count": sum(1 for c in s.copies if c.synchronizing),
+                "uploads": s.uploads,
+                "host_ns": s.host_ns,
+            })
+        return out
+
+    def copy_rows(self) -> list[dict]:
+        """One tidy row per copy (``nbytes`` in bytes)."""
+        return [{"strategy": self.strategy, **asdict(c)} for s in self.all_steps() for c in s.copies]
+
+    def totals(self) -> dict:
+        """Counts summed over all steps: ``h2d_count``, ``pageable_count``, ``pinned_count``, ``h2d_bytes``."""
+        rows = self.rows()
+        keys = ("h2d_count", "pageable_count", "pinned_count", "sync_count", "h2d_bytes", "uploads", "host_ns")
+        return {k: sum(r[k] for r in rows) for k in keys} | {"steps": len(rows)}
+
+
+class _HostTimer:
+    __slots__ = ("ledger", "t0")
+
+    def __init__(self, ledger: TransferLedger) -> None:
+        self.ledger = ledger
+        self.t0 = 0
+
+    def __enter__(self) -> "_HostTimer":
+        self.t0 = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ledger.add_host_ns(time.perf_counter_ns() - self.t0)
+
+
+# -- checking against a profiler trace ----------------------------------------------
+
+def _load_trace(trace) -> dict:
+    """A Kineto Chrome trace as a dict, from a dict, a path (.json / .json.gz) or a profiler."""
+    if isinstance(trace, dict):
+        return trace
+    if isinstance(trace, (str, os.PathLike)):
+        path = Path(trace)
+        if not path.is_file():
+            raise ValueError(f"no trace file at {path}")
+        opener = gzip.open if path.name.endswith(".gz") else open
+        try:
+            with opener(path, "rt", encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not a readable Chrome trace: {exc}") from exc
+    if hasattr(trace, "export_chrome_trace"):
+        fd, tmp = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            trace.export_chrome_trace(tmp)
+            return _load_trace(tmp)
+        finally:
+            os.unlink(tmp)
+    raise ValueError(f"cannot read a trace from {type(trace).__name__}: give a dict, a path or a profiler")
+
+
+def count_h2d_in_profile(trace) -> dict:
+    """Count host-to-device memcpy events in a profiler trace.
+
+    ``trace``: a ``torch.profiler.profile`` (after it stopped), a path to an exported Chrome
+    trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
+    ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``).
+    """
+    data = _load_trace(trace)
+    events = data.get("traceEvents", []) if isinstance(data, dict) else []
+    out = {"pageable_count": 0, "pinned_count": 0, "pageable_bytes": 0, "pinned_bytes": 0}
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        kind = H2D_EVENT_KINDS.get(ev.get("name", ""))
+        if kind is None:
+            continue
+        out[f"{kind}_count"] += 1
+        out[f"{kind}_bytes"] += int((ev.get("args") or {}).get("bytes", 0) or 0)
+    out["h2d_count"] = out["pageable_count"] + out["pinned_count"]
+    out["h2d_bytes"] = out["pageable_bytes"] + out["pinned_bytes"]
+    return out
+
+
+#: Kineto categories of work that occupies a GPU stream
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def gpu_stream_busy_idle(trace) -> list[dict]:
+    """Busy and idle time per GPU stream between its first and last event, in microseconds.
+
+    Idle is the sum of gaps between consecutive (overlap-merged) kernel / memcpy / memset
+    events on a stream; ``events`` counts them. A small local computation for the H2D
+    benchmark, not a trace analyzer.
+    """
+    data = _load_trace(trace)
+    per_stream: dict[tuple, list[tuple[float, float]]] = {}
+    for ev in data.get("traceEvents", []):
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or ev.get("cat") not in GPU_CATEGORIES:
+            continue
+        args = ev.get("args") or {}
+        key = (args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
+        start = float(ev.get("ts", 0.0))
+        per_stream.setdefault(key, []).append((start, start + float(ev.get("dur", 0.0))))
+    rows = []
+    for (dev, stream), spans in sorted(per_stream.items(), key=lambda kv: str(kv[0])):
+        spans.sort()
+        busy = idle = 0.0
+        cur_s, cur_e = spans[0]
+        for s, e in spans[1:]:
+            if s > cur_e:
+                busy += cur_e - cur_s
+                idle += s - cur_e
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        busy += cur_e - cur_s
+        rows.append({"device": dev, "stream": stream, "events": len(spans), "busy_us": busy, "idle_us": idle,
+                     "span_us": cur_e - spans[0][0]})
+    return rows

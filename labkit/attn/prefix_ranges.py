@@ -1,0 +1,342 @@
+"""Multimodal prefix ranges: the per-step tensor the Triton attention kernel reads (vLLM #38794).
+
+For prefix-LM multimodal models (Gemma 3 and friends) the attention kernel lets the tokens
+of one image attend to each other bidirectionally. It reads, for every batch row, the
+image ranges as an int32 tensor ``(num_seqs, max_ranges, 2)`` of inclusive absolute
+``(start, end)`` pairs padded with ``(0, 0)``.
+
+This module builds that tensor exactly as vLLM does (:func:`build_prefix_range_tensor`)
+and hands it to every attention layer of a step through interchangeable strategies
+(:data:`PREFIX_RANGE_STRATEGIES`), each reporting its copies to a
+:class:`~labkit.attn.ledger.TransferLedger`:
+
+- ``"per_layer"``: before #38794: every layer rebuilt it, one pageable copy per sequence
+  plus a nested-tensor pad.
+- ``"per_step"``: #38794: one padded host list, one pageable copy per step, shared.
+- ``"pinned"``: the #41434 follow-up: pinned staging + ``non_blocking`` copy.
+- ``"cached"``: no copy at all while the batch's ranges are unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Iterable, Optional
+
+import torch
+
+from labkit.attn.ledger import TransferLedger
+from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+Range = tuple[int, int]
+#: ranges per batch row: a dict ``row -> list`` (as vLLM passes it) or a list per row
+RangesInput = Mapping[int, Sequence[Range]] | Sequence[Optional[Sequence[Range]]]
+
+_TRIVIAL: list[Range] = [(0, 0)]
+_BYTES_PER_RANGE = 8  # two int32
+
+
+# -- ranges from requests --------------------------------------------------------------
+
+def ranges_for_batch(requests: Iterable) -> list[list[Range]]:
+    """Per batch row, the image ranges of that row's request (inclusive, absolute positions).
+
+    Concatenates ``feature.mm_position.extract_embeds_range()`` over all of the request's
+    ``mm_features`` (past, current and future images alike), as vLLM's runner does every
+    step. ``None`` entries (padding rows) and requests without images give ``[]``.
+    """
+    out: list[list[Range]] = []
+    for req in requests:
+        row: list[Range] = []
+        if req is not None:
+            for feature in req.mm_features:
+                row.extend(feature.mm_position.extract_embeds_range())
+        out.append(row)
+    return out
+
+
+# -- validation and padding ------------------------------------------------------------
+
+def _check_num_seqs(num_seqs) -> int:
+    if isinstance(num_seqs, bool) or not isinstance(num_seqs, int) or num_seqs < 0:
+        raise UsageError(f"num_seqs must be an int >= 0, got {num_seqs!r}")
+    return num_seqs
+
+
+def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
+    """Per-row range lists (``[]`` for missing rows) with cheap row-index checks only."""
+    if ranges is None:
+        return [[] for _ in range(num_seqs)]
+    if isinstance(ranges, Mapping):
+        for key in ranges:
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_seqs:
+                raise UsageError(f"row index {key!r} out of range for num_seqs={num_seqs}")
+        get = ranges.get
+        return [get(i) or [] for i in range(num_seqs)]
+    if isinstance(ranges, (str, bytes)) or not isinstance(ranges, Sequence):
+        raise UsageError(f"ranges must be a dict row -> list or a list per row, got {type(ranges).__name__}")
+    if len(ranges) > num_seqs:
+        raise UsageError(f"row index {len(ranges) - 1} out of range for num_seqs={num_seqs}")
+    rows = [r or [] for r in ranges]
+    rows.extend([] for _ in range(num_seqs - len(rows)))
+    return rows
+
+
+def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Range]]:
+    """Validated per-row lists of ``(start, end)`` int tuples; ``[]`` for missing rows.
+
+    Raises ``ValueError`` (``UsageError``) for a row index outside ``[0, num_seqs)``, a range
+    that is not a pair of ints, a negative start or an end before its start.
+    """
+    _check_num_seqs(num_seqs)
+    out = []
+    for i, row in enumerate(_rows(ranges, num_seqs)):
+        clean = []
+        for j, pair in enumerate(row):
+            try:
+                start, end = pair
+            except (TypeError, ValueError):
+                raise UsageError(f"row {i}, range {j}: {pair!r} is not a (start, end) pair") from None
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+                raise UsageError(f"row {i}, range {j}: {pair!r} must hold ints")
+            if start < 0:
+                raise UsageError(f"row {i}, range {j}: negative start in {pair!r}")
+            if end < start:
+                raise UsageError(f"row {i}, range {j}: end before start in {pair!r} (ends are inclusive)")
+            clean.append((start, end))
+        out.append(clean)
+    return out
+
+
+def pad_ranges(rows: Sequence[Sequence[Range]]) -> tuple[list[list[Range]] | None, int]:
+    """vLLM's host-side padding: ``(padded, max_ranges)``, or ``(None, 0)`` if all rows are trivial.
+
+    Empty rows become ``[(0, 0)]``; every row is padded with ``(0, 0)`` to ``max_ranges``.
+    """
+    range_lists = [r if r else _TRIVIAL for r in rows]
+    if all(r == _TRIVIAL for r in range_lists):
+        return None, 0
+    max_ranges = max(len(r) for r in range_lists)
+    padded = [list(r) + [(0, 0)] * (max_ranges - len(r)) for r in range_lists]
+    return padded, max_ranges
+
+
+def build_prefix_range_tensor(
+    ranges: RangesInput | None, num_seqs: int, device: str | torch.device = "cpu"
+) -> torch.Tensor | None:
+    """The exact output of vLLM's ``compute_mm_prefix_range_tensor``.
+
+    int32 ``(num_seqs, max_ranges, 2)`` of inclusive ``(start, end)`` absolute positions;
+    rows padded with ``(0, 0)``; missing or empty rows are ``[(0, 0)]`` + padding; ``None``
+    when every row is trivial (including ``num_seqs == 0``). One copy to ``device``.
+    """
+    rows = normalize_ranges(ranges, num_seqs)
+    padded, max_ranges = pad_ranges(rows)
+    if padded is None:
+        return None
+    return torch.tensor(padded, dtype=torch.int32, device=device).view(num_seqs, max_ranges, 2)
+
+
+# -- strategies ------------------------------------------------------------------------
+
+class PrefixRangeStrategy:
+    """Gives every attention layer of a step the prefix-range tensor it needs.
+
+    ``begin_step(ranges, num_seqs)`` once per step, ``tensor_for_layer(i)`` exactly where each
+    attention layer's forward reads it, ``end_step()``. Copies and host time go to
+    ``self.ledger``. ``validate=False`` skips the per-range checks (vLLM does none) so the
+    hot path matches the real code; row indices are always checked.
+    """
+
+    name = "base"
+    summary = ""
+
+    def __init__(self, device: str | torch.device = "cpu", *, validate: bool = True) -> None:
+        self.device = torch.device(device)
+        self.is_cuda = self.device.type == "cuda"
+        self.validate = validate
+        self.ledger = TransferLedger(self.name, str(self.device))
+        self._rows: list[Sequence[Range]] = []
+        self._num_seqs = 0
+
+    def begin_step(self, ranges: RangesInput | None, num_seqs: int) -> None:
+        """Start a step whose batch rows have ``ranges`` (dict row -> list, or list per row)."""
+        self.ledger.begin_step()
+        with self.ledger.timed():
+            if self.validate:
+                rows: list[Sequence[Range]] = normalize_ranges(ranges, num_seqs)
+            else:
+                rows = _rows(ranges, _check_num_seqs(num_seqs))
+            self._rows, self._num_seqs = rows, num_seqs
+            self._begin(rows, num_seqs)
+
+    def tensor_for_layer(self, layer_idx: int) -> torch.Tensor | None:
+        """The ``(num_seqs, max_ranges, 2)`` int32 tensor for layer ``layer_idx`` (or None)."""
+        with self.ledger.timed():
+            return self._tensor(layer_idx)
+
+    def end_step(self) -> None:
+        """Finish the step."""
+        self.ledger.end_step()
+
+    # subclasses
+    def _begin(self, rows: list[Sequence[Range]], num_seqs: int) -> None:
+        raise NotImplementedError
+
+    def _tensor(self, layer_idx: int) -> torch.Tensor | None:
+        raise NotImplementedError
+
+    # shared helpers
+    def _upload_pageable(self, padded: list, num_seqs: int, max_ranges: int, layer=None) -> torch.Tensor:
+        t = torch.tensor(padded, dtype=torch.int32, device=self.device).view(num_seqs, max_ranges, 2)
+        self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=False, synchronizing=True,
+                                what="padded", layer=layer)
+        self.ledger.record_upload()
+        return t
+
+    def _upload_pinned(self, padded: list, num_seqs: int, max_ranges: int) -> torch.Tensor:
+        # Pinned staging only where CUDA exists; the caching host allocator keeps the staging
+        # buffer alive until the asynchronous copy has finished.
+        host = torch.tensor(padded, dtype=torch.int32, pin_memory=self.is_cuda)
+        t = host.to(self.device, non_blocking=True).view(num_seqs, max_ranges, 2)
+        self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=True, synchronizing=False,
+                                what="padded")
+        self.ledger.record_upload()
+        return t
+
+
+class PerLayerStrategy(PrefixRangeStrategy):
+    """Before #38794: the metadata property rebuilt the tensor on every layer's access.
+
+    Per access: one ``torch.tensor(r, dtype=int32, device=device).view(-1, 2)`` per batch row
+    (trivial rows included, as ``[(0, 0)]``), i.e. ``num_seqs`` synchronizing pageable copies,
+    then ``torch.nested.nested_tensor(..., layout=torch.jagged).to_padded_tensor(0)``, whose
+    construction copies the row lengths to the device once more (``nested_offsets``).
+    If the jagged path fails on this torch build it falls back to an equivalent pad.
+    """
+
+    name = "per_layer"
+    summary = "pre-#38794: num_seqs pageable copies + nested pad on every layer"
+
+    def __init__(self, device="cpu", *, validate=True) -> None:
+        super().__init__(device, validate=validate)
+        self.nested_ok = True
+
+    def _begin(self, rows, num_seqs) -> None:
+        pass  # like the old metadata: only the dict is stored
+
+    def _tensor(self, layer_idx):
+        range_lists = [r or _TRIVIAL for r in self._rows]
+        if all(r == _TRIVIAL for r in range_lists):
+            return None
+        record = self.ledger.record_copy
+        self.ledger.record_upload()
+        tensors = []
+        for r in range_lists:
+            tensors.append(torch.tensor(r, dtype=torch.int32, device=self.device).view(-1, 2))  # (n_i, 2)
+            record(len(r) * _BYTES_PER_RANGE, pinned=False, synchronizing=True, what="row", layer=layer_idx)
+        if self.nested_ok:
+            try:
+                nt = torch.nested.nested_tensor(tensors, layout=torch.jagged)
+                # jagged construction uploads the per-row lengths (int64) with torch.tensor(..., device)
+                record(len(tensors) * 8, pinned=False, synchronizing=True, what="nested_offsets",
+                       layer=layer_idx)
+                return nt.to_padded_tensor(0)  # (num_seqs, max_ranges, 2)
+            except (RuntimeError, NotImplementedError, TypeError) as exc:
+                self.nested_ok = False
+                logger.warning("jagged nested tensors unavailable (%s); padding rows directly", exc)
+        max_ranges = max(t.shape[0] for t in tensors)
+        out = torch.zeros((len(tensors), max_ranges, 2), dtype=torch.int32, device=self.device)
+        for i, t in enumerate(tensors):
+            out[i, : t.shape[0]] = t
+        return out
+
+
+class PerStepStrategy(PrefixRangeStrategy):
+    """#38794: pad on the host once per step, one pageable copy, the same tensor for every layer."""
+
+    name = "per_step"
+    summary = "#38794: one pageable copy per step, shared by all layers"
+
+    def _begin(self, rows, num_seqs) -> None:
+        padded, max_ranges = pad_ranges(rows)
+        self._t = None if padded is None else self._upload_pageable(padded, num_seqs, max_ranges)
+
+    def _tensor(self, layer_idx):
+        return self._t
+
+
+class PinnedStrategy(PrefixRangeStrategy):
+    """#41434: as ``per_step`` but staged in pinned memory and copied with ``non_blocking=True``."""
+
+    name = "pinned"
+    summary = "#41434: one pinned non-blocking copy per step"
+
+    def _begin(self, rows, num_seqs) -> None:
+        padded, max_ranges = pad_ranges(rows)
+        self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
+
+    def _tensor(self, layer_idx):
+        return self._t
+
+
+class CachedStrategy(PrefixRangeStrategy):
+    """Upload only when the batch's ranges change; steady decode makes no copy at all.
+
+    Change detection is exact: the rows are compared with a snapshot of the last uploaded
+    rows (``num_seqs`` and every ``(start, end)`` pair). The snapshot holds copies of the row
+    lists, so a caller mutating a list in place is still seen; when the caller reuses the
+    same range tuples, list equality short-cuts on identity and costs a pointer compare per
+    range (a few microseconds for 4096 ranges).
+
+    Why a layer never reads a tensor that a later upload overwrites: every change allocates a
+    *fresh* device tensor (pinned staging, ``non_blocking`` copy on the current stream) and
+    never writes into the old one. The old tensor lives while any layer still holds it; when
+    it is freed, PyTorch's caching allocator hands its block out again only to work ordered
+    after it on the same stream, so kernels already queued against it finish first.
+    """
+
+    name = "cached"
+    summary = "no copy while the ranges are unchanged; fresh tensor on change"
+
+    def __init__(self, device="cpu", *, validate=True) -> None:
+        super().__init__(device, validate=validate)
+        self._t: torch.Tensor | None = None
+        self._snapshot: list[list[Range]] | None = None
+        self._snap_n = -1
+        self.hits = 0
+        self.misses = 0
+
+    def _begin(self, rows, num_seqs) -> None:
+        if self._snapshot is not None and num_seqs == self._snap_n and rows == self._snapshot:
+            self.hits += 1
+            return
+        self.misses += 1
+        padded, max_ranges = pad_ranges(rows)
+        self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
+        self._snapshot = [list(r) for r in rows]
+        self._snap_n = num_seqs
+
+    def _tensor(self, layer_idx):
+        return self._t
+
+    def invalidate(self) -> None:
+        """Forget the cached tensor: the next step uploads."""
+        self._snapshot, self._t, self._snap_n = None, None, -1
+
+
+#: strategy name -> class; construct with ``cls(device)``
+PREFIX_RANGE_STRATEGIES: dict[str, type[PrefixRangeStrategy]] = {
+    cls.name: cls for cls in (PerLayerStrategy, PerStepStrategy, PinnedStrategy, CachedStrategy)
+}
+
+
+def make_strategy(name: str, device: str | torch.device = "cpu", **kwargs) -> PrefixRangeStrategy:
+    """Build the strategy registered as ``name`` (``UsageError`` for an unknown name)."""
+    try:
+        cls = PREFIX_RANGE_STRATEGIES[name]
+    except KeyError:
+        raise UsageError(f"unknown prefix-range strategy {name!r}: one of {', '.join(PREFIX_RANGE_STRATEGIES)}") from None
+    return cls(device, **kwargs)

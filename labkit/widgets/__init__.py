@@ -1,0 +1,1 @@
+"""labkit.widgets: ipywidgets factories for live use in JupyterLab (import ipywidgets lazily)."""
