@@ -1,0 +1,390 @@
+"""``labkit bench attn``: the prefix-LM Triton kernel against FlexAttention and masked SDPA.
+
+Cases (:data:`CASES`) model Gemma-3-4B attention (8 query heads, 4 KV heads, head_dim 256,
+sliding window 1024 on local layers, none on global ones) over a prompt of 32 images x 256
+soft tokens plus text (8616 tokens, image tokens bidirectional within their image):
+``prefill_local`` / ``prefill_global`` (one row, all 8616 queries), ``decode`` (128 rows of
+one query over ~8.6k keys) and, in full mode, ``mixed`` (a 2048-token chunk ending between images plus
+64 decode rows in one launch).
+
+Variants (:data:`VARIANTS`), one interface: ``prepare(case, inputs) -> fn`` where ``fn()``
+returns the packed output ``(total_q, H, D)``; masks, BlockMasks and padding are built in
+``prepare``, outside the timed region:
+
+- ``triton_prefix``: :func:`labkit.attn.prefix_attention.prefix_attention` on the packed batch;
+- ``flex_attention``: ``torch.compile(flex_attention)`` with a BlockMask from the same rule
+  over a left-aligned padded batch ``(B, H, S, D)`` (GPU only);
+- ``sdpa_mask``: ``scaled_dot_product_attention`` with an explicit boolean mask, padded batch.
+
+On a GPU each variant is timed with CUDA events (bf16) and checked against an fp32 torch
+reference; TFLOP/s count only allowed pairs: ``FLOPs = 4 * head_dim * num_heads *
+allowed_pairs``. Without a GPU the kernel runs under the Triton interpreter on a tiny case,
+correctness only (source ``interpreted``); no speed is claimed. Result: ``attn_bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
+from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "attn_bench"
+
+
+@dataclass(frozen=True)
+class AttnCase:
+    """One benchmark shape: per-row ``(q_len, kv_len)`` and image ranges, and the head config."""
+
+    name: str
+    seq_lens: tuple[tuple[int, int], ...]
+    ranges: tuple[tuple[tuple[int, int], ...], ...]  # per row, inclusive (start, end)
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    head_dim: int = 256
+    sliding_window: int = 0
+    note: str = ""
+
+    @property
+    def total_q(self) -> int:
+        return sum(a for a, _ in self.seq_lens)
+
+    def allowed_pairs(self) -> int:
+        return sum(count_allowed_pairs(a, b, r, self.sliding_window) for (a, b), r in zip(self.seq_lens, self.ranges))
+
+    def flops(self) -> int:
+        """Attention FLOPs over allowed pairs only: ``4 * D * H * pairs`` (QK^T and PV, 2 each)."""
+        return 4 * self.head_dim * self.num_heads * self.allowed_pairs()
+
+
+def image_prompt(num_images: int = 32, image_tokens: int = 256, *, lead: int = 64, gap: int = 8, tail: int = 40):
+    """A Gemma-3-like prompt: text, then per image ``<start>`` + soft tokens + ``<end>`` + text.
+
+    Returns ``(length, ranges)`` with one inclusive range per image's soft tokens.
+    """
+    pos, ranges = lead, []
+    for _ in range(num_images):
+        start = pos + 1
+        ranges.append((start, start + image_tokens - 1))
+        pos = start + image_tokens + 1 + gap
+    return pos + tail, tuple(ranges)
+
+
+def _cases() -> dict[str, AttnCase]:
+    n, rng = image_prompt()
+    decode_rows = tuple((1, n + 1 + 7 * i) for i in range(128))
+    # the chunk ends between images (vLLM never splits an image across steps for these models)
+    mixed = ((2048, 64 + 266 * 15),) + tuple((1, n + 1 + 11 * i) for i in range(64))
+    tiny_len, tiny_rng = image_prompt(2, 8, lead=5, gap=3, tail=4)
+    return {
+        "prefill_local": AttnCase("prefill_local", ((n, n),), (rng,), sliding_window=1024,
+                                  note="32 images x 256 + text, local (sliding-window 1024) layer"),
+        "prefill_global": AttnCase("prefill_global", ((n, n),), (rng,), note="32 images x 256 + text, global layer"),
+        "decode": AttnCase("decode", decode_rows, (rng,) * 128, note="128 decode rows over ~8.6k keys"),
+        "mixed": AttnCase("mixed", mixed, (rng,) * 65, sliding_window=1024,
+                          note="a 2048-token prefill chunk + 64 decode rows, local layer"),
+        "tiny": AttnCase("tiny", ((tiny_len, tiny_len), (20, tiny_len), (1, tiny_len + 3)), (tiny_rng,) * 3,
+                         num_heads=4, num_kv_heads=2, head_dim=32, sliding_window=12,
+                         note="interpreter check: prefill, chunked prefill, decode"),
+    }
+
+
+CASES = _cases()
+QUICK_CASES = ("prefill_local", "prefill_global", "decode")
+FULL_CASES = ("prefill_local", "prefill_global", "decode", "mixed")
+
+
+def make_inputs(case: AttnCase, device="cpu", dtype=torch.bfloat16, seed: int = 0) -> dict:
+    """Random packed inputs for ``case``: q, k, v, cu_seqlens_q/k, prefix_ranges, seq_lens (host)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    total_q = case.total_q
+    total_k = sum(b for _, b in case.seq_lens)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    cu_q = [0]
+    cu_k = [0]
+    for a, b in case.seq_lens:
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + b)
+    max_r = max((len(r) for r in case.ranges), default=0)
+    padded = [list(r) + [(0, 0)] * (max_r - len(r)) for r in case.ranges]
+    ranges = torch.tensor(padded, dtype=torch.int32, device=device).view(len(case.seq_lens), max_r, 2) if max_r else None
+    return {
+        "q": rand(total_q, case.num_heads, case.head_dim),
+        "k": rand(total_k, case.num_kv_heads, case.head_dim),
+        "v": rand(total_k, case.num_kv_heads, case.head_dim),
+        "cu_seqlens_q": torch.tensor(cu_q, dtype=torch.int32, device=device),
+        "cu_seqlens_k": torch.tensor(cu_k, dtype=torch.int32, device=device),
+        "prefix_ranges": ranges,
+        "seq_lens": case.seq_lens,
+    }
+
+
+# -- padded layout for the SDPA / FlexAttention peers ------------------------------------------
+
+def pad_packed(x: torch.Tensor, cu: list[int], lens: list[int], pad: int) -> torch.Tensor:
+    """Packed ``(total, H, D)`` -> left-aligned padded ``(B, H, pad, D)`` (zeros beyond each row)."""
+    out = x.new_zeros((len(lens), x.shape[1], pad, x.shape[2]))
+    for b, n in enumerate(lens):
+        out[b, :, :n] = x[cu[b]:cu[b] + n].transpose(0, 1)
+    return out
+
+
+def unpad(y: torch.Tensor, lens: list[int]) -> torch.Tensor:
+    """Padded ``(B, H, pad, D)`` -> packed ``(total, H, D)``."""
+    return torch.cat([y[b, :, :n].transpose(0, 1) for b, n in enumerate(lens)], dim=0)
+
+
+def _padded(case: AttnCase, inputs: dict):
+    q_lens = [a for a, _ in case.seq_lens]
+    kv_lens = [b for _, b in case.seq_lens]
+    cu_q = [0] + [sum(q_lens[:i + 1]) for i in range(len(q_lens))]
+    cu_k = [0] + [sum(kv_lens[:i + 1]) for i in range(len(kv_lens))]
+    qp = pad_packed(inputs["q"], cu_q, q_lens, max(q_lens))
+    kp = pad_packed(inputs["k"], cu_k, kv_lens, max(kv_lens))
+    vp = pad_packed(inputs["v"], cu_k, kv_lens, max(kv_lens))
+    return qp, kp, vp, q_lens
+
+
+# -- variants ----------------------------------------------------------------------------------
+
+def prepare_triton(case: AttnCase, inputs: dict, config=None) -> Callable[[], torch.Tensor]:
+    from labkit.attn.prefix_attention import prefix_attention
+
+    args = {k: inputs[k] for k in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "prefix_ranges")}
+    out = torch.empty_like(inputs["q"])
+    kw = dict(sliding_window=case.sliding_window, seq_lens=case.seq_lens, config=config, out=out)
+    return lambda: prefix_attention(*args.values(), **kw)
+
+
+def prepare_sdpa(case: AttnCase, inputs: dict) -> Callable[[], torch.Tensor]:
+    import torch.nn.functional as F
+
+    qp, kp, vp, q_lens = _padded(case, inputs)
+    mask = padded_prefix_lm_mask(case.seq_lens, case.ranges, case.sliding_window, device=qp.device)
+    gqa = case.num_heads != case.num_kv_heads
+    return lambda: unpad(F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=gqa), q_lens)
+
+
+def prepare_flex(case: AttnCase, inputs: dict) -> Callable[[], torch.Tensor]:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    qp, kp, vp, q_lens = _padded(case, inputs)
+    mask_mod = make_prefix_lm_mask_mod(case.seq_lens, case.ranges, case.sliding_window, device=qp.device)
+    block_mask = create_block_mask(mask_mod, qp.shape[0], None, qp.shape[2], kp.shape[2], device=qp.device)
+    compiled = torch.compile(flex_attention, dynamic=False) if qp.is_cuda else flex_attention
+    gqa = case.num_heads != case.num_kv_heads
+    return lambda: unpad(compiled(qp, kp, vp, block_mask=block_mask, enable_gqa=gqa), q_lens)
+
+
+VARIANTS: dict[str, Callable] = {
+    "triton_prefix": prepare_triton,
+    "flex_attention": prepare_flex,
+    "sdpa_mask": prepare_sdpa,
+}
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+@dataclass
+class CaseRun:
+    """Reference and inputs of one case, shared by its variants."""
+
+    case: AttnCase
+    inputs: dict
+    ref: torch.Tensor
+    flops: int
+    pairs: int
+    extra: dict = field(default_factory=dict)
+
+
+def build_case(case: AttnCase, device: str, dtype, seed: int = 0) -> CaseRun:
+    """Inputs and an fp32 (GPU) / fp64 (CPU) reference of ``case``."""
+    from labkit.attn.prefix_mask import prefix_attention_ref
+
+    inputs = make_inputs(case, device, dtype, seed)
+    ref_dtype = torch.float32 if str(device).startswith("cuda") else torch.float64
+    args = [inputs[k] for k in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "prefix_ranges")]
+    ref = prefix_attention_ref(*args, sliding_window=case.sliding_window, seq_lens=case.seq_lens,
+                               compute_dtype=ref_dtype)
+    pairs = case.allowed_pairs()
+    return CaseRun(case, inputs, ref, 4 * case.head_dim * case.num_heads * pairs, pairs)
+
+
+def error_metrics(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """``max_abs_err`` and ``rel_err`` (``||out - ref|| / ||ref||``), NaN-safe (NaN fails)."""
+    diff = out.to(ref.dtype) - ref
+    if not torch.isfinite(out).all():
+        return {"max_abs_err": float("nan"), "rel_err": float("nan")}
+    return {"max_abs_err": float(diff.abs().max()), "rel_err": float(diff.norm() / ref.norm())}
+
+
+def run_variant(run: CaseRun, variant: str, *, device: str, timed: bool, repeats: int = 30,
+                config=None, label: str | None = None) -> dict:
+    """Prepare, check and (on a GPU) time one variant on one case; failures become an ``error`` field."""
+    case = run.case
+    row = {"variant": label or variant, "case": case.name, "num_seqs": len(case.seq_lens), "total_q": case.total_q,
+           "total_kv": sum(b for _, b in case.seq_lens), "num_heads": case.num_heads,
+           "num_kv_heads": case.num_kv_heads, "head_dim": case.head_dim, "sliding_window": case.sliding_window,
+           "num_ranges": max(len(r) for r in case.ranges), "allowed_pairs": run.pairs, "flops": run.flops,
+           "dtype": str(run.inputs["q"].dtype).replace("torch.", "")}
+    try:
+        t0 = time.perf_counter()
+        prep = VARIANTS[variant]
+        fn = prep(case, run.inputs, config=config) if config is not None else prep(case, run.inputs)
+        out = fn()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        row["first_call_s"] = round(time.perf_counter() - t0, 3)  # includes compilation
+        row.update(error_metrics(out, run.ref))
+        if timed:
+            from labkit.timing import time_cuda
+
+            t = time_cuda(fn, warmup=5, repeats=repeats)
+            row.update(median_ns=t.median_ns, p20_ns=t.p20_ns, p80_ns=t.p80_ns, median_ms=t.median_ns / 1e6,
+                       tflops=run.flops / t.median_ns / 1e3)
+    except Exception as exc:  # noqa: BLE001 - a failing peer is recorded, the run goes on
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        logger.warning("%s on %s failed: %s", variant, case.name, row["error"])
+    finally:
+        if str(device).startswith("cuda"):
+            torch.cuda.empty_cache()
+    return row
+
+
+def run_bench(case_names, variants, *, device: str, sweep: bool = False, repeats: int = 30) -> tuple[list[dict], str]:
+    """Rows for every case x variant and the result source (``measured-gpu`` or ``interpreted``)."""
+    from labkit.attn.prefix_attention import CUDA_CONFIGS
+    from labkit.device import kernel_mode
+    from labkit.progress import progress
+
+    gpu = str(device).startswith("cuda")
+    if not gpu and kernel_mode() != "interpret":
+        raise UsageError("the Triton kernel needs a GPU or the interpreter (TRITON_INTERPRET=1)")
+    dtype = torch.bfloat16 if gpu else torch.float32
+    rows = []
+    for name in progress(case_names, desc="attn cases"):
+        run = build_case(CASES[name], device, dtype)
+        for variant in variants:
+            if variant == "flex_attention" and not gpu:
+                continue  # compiled FlexAttention needs a GPU; its mask_mod is tested on CPU
+            rows.append(run_variant(run, variant, device=device, timed=gpu, repeats=repeats))
+        if sweep and gpu:
+            group_pad = 1 << (run.case.num_heads // run.case.num_kv_heads - 1).bit_length()
+            decode_like = max(a for a, _ in run.case.seq_lens) * group_pad <= 16
+            for label, cfg in CUDA_CONFIGS.items():
+                fits = cfg.block_m <= 16 if decode_like else cfg.block_m >= 64
+                if cfg.block_m % group_pad == 0 and fits:
+                    rows.append(run_variant(run, "triton_prefix", device=device, timed=True, repeats=repeats,
+                                            config=cfg, label=f"triton_prefix[{label}]"))
+        del run
+    return rows, ("measured-gpu" if gpu else "interpreted")
+
+
+def recorded_gpu_results(root=None) -> list:
+    """Every ``attn_bench`` result in the results store that was measured on a GPU."""
+    from labkit.results import load_results
+
+    return [r for r in load_results(root, name=RESULT_NAME) if r.source == "measured-gpu"]
+
+
+def summarize_recorded(results) -> str:
+    """One line per recorded GPU result: machine, GPU, versions, and kernel vs FlexAttention per case."""
+    if not results:
+        return "No GPU result for attn_bench is recorded yet: run `labkit bench attn` on a GPU."
+    lines = []
+    for res in results:
+        m = res.machine
+        lines.append(f"{res.slug}: {m.get('gpu_name')}, torch {m.get('torch')}, triton {m.get('triton')}, "
+                     f"{res.created}")
+        by = {(r["case"], r["variant"]): r for r in res.rows if "median_ns" in r}
+        for case in dict.fromkeys(r["case"] for r in res.rows):
+            mine, flex = by.get((case, "triton_prefix")), by.get((case, "flex_attention"))
+            if mine and flex:
+                lines.append(f"  {case}: kernel {mine['median_ms']:.3f} ms ({mine['tflops']:.0f} TFLOP/s), "
+                             f"FlexAttention {flex['median_ms']:.3f} ms: {flex['median_ns'] / mine['median_ns']:.2f}x")
+    return "\n".join(lines)
+
+
+def format_table(rows: list[dict]) -> str:
+    """A short fixed-width table of the rows."""
+    lines = [f"{'case':<15} {'variant':<30} {'ms':>9} {'TFLOP/s':>8} {'max_abs_err':>11} {'rel_err':>9}"]
+    for r in rows:
+        ms = f"{r['median_ms']:.3f}" if "median_ms" in r else "-"
+        tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
+        err = f"{r['max_abs_err']:.2e}" if "max_abs_err" in r else "-"
+        rel = f"{r['rel_err']:.2e}" if "rel_err" in r else "-"
+        line = f"{r['case']:<15} {r['variant']:<30} {ms:>9} {tf:>8} {err:>11} {rel:>9}"
+        if "error" in r:
+            line += f"  ERROR {r['error'][:80]}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench attn", description=__doc__.split("\n")[0] + " (result attn_bench)")
+    p.add_argument("--quick", action="store_true", help="prefill_local, prefill_global, decode (the default)")
+    p.add_argument("--full", action="store_true", help="also the mixed prefill+decode case")
+    p.add_argument("--cases", default=None, help=f"comma-separated cases from {', '.join(CASES)}")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated from {', '.join(VARIANTS)}")
+    p.add_argument("--sweep", action="store_true", help="also time the kernel with every config in CUDA_CONFIGS")
+    p.add_argument("--repeats", type=int, default=30, help="timed repeats per variant (default 30)")
+    p.add_argument("--device", default="auto", help="auto, cuda or cpu (cpu: interpreter check on the tiny case)")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON here")
+    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    return p
+
+
+def _names(text: str | None, known, what: str) -> list[str]:
+    names = [s.strip() for s in (text or "").split(",") if s.strip()]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError(f"unknown {what} {', '.join(bad)}: choose from {', '.join(known)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    from labkit.device import resolve_device
+    from labkit.results import make_result, save_result
+
+    args = _parser().parse_args(argv)
+    if args.repeats < 1:
+        raise UsageError("--repeats must be >= 1")
+    device = resolve_device(args.device)
+    variants = _names(args.variants, VARIANTS, "variant")
+    if args.cases:
+        cases = _names(args.cases, CASES, "case")
+    elif device == "cuda":
+        cases = list(FULL_CASES if args.full else QUICK_CASES)
+    else:
+        cases = ["tiny"]
+    if device != "cuda":
+        print("no GPU: running the kernel under the Triton interpreter on a small case, correctness only "
+              "(speed needs a GPU)")
+    rows, source = run_bench(cases, variants, device=device, sweep=args.sweep, repeats=args.repeats)
+    params = {"cases": cases, "variants": variants, "sweep": args.sweep, "repeats": args.repeats,
+              "flops_rule": "4 * head_dim * num_heads * allowed_pairs",
+              "model": "Gemma-3-4B attention: 8 q heads, 4 kv heads, head_dim 256, window 1024 on local layers",
+              "case_notes": {n: CASES[n].note for n in cases}}
+    result = make_result(RESULT_NAME, rows, params=params, source=source)
+    print(format_table(rows))
+    if not args.no_save:
+        print(f"saved {save_result(result)}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_json(), f, indent=1, default=str)
+    failed = [r for r in rows if r["variant"].startswith("triton_prefix") and
+              ("error" in r or not math.isfinite(r.get("max_abs_err", float("nan"))))]
+    return 1 if failed else 0

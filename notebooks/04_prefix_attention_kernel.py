@@ -1,0 +1,122 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · A Triton prefix-LM attention kernel
+#
+# In prefix-LM multimodal models (Gemma 3 and friends) the tokens of one image attend to each other
+# in both directions, while text stays causal. vLLM's Triton backend reads the image ranges from an
+# int32 tensor `(num_seqs, max_ranges, 2)` (the tensor #38794 stopped rebuilding on every layer).
+# This page draws the mask rule, checks this lab's own kernel against a plain-torch reference, and
+# compares it with FlexAttention and masked SDPA where a GPU result is recorded.
+
+# %% tags=["parameters"]
+device = "auto"
+size = "quick"
+
+# %%
+from labkit.viz.notebook import setup_notebook, declare_sources
+setup_notebook()
+
+# %% [markdown]
+# ## The rule
+#
+# For a sequence of `kv_len` keys whose queries are its last `q_len` positions, with inclusive
+# image ranges `(s_i, e_i)` and an optional sliding window `W`:
+#
+# `allowed[q, k] = ((k <= q) and (W == 0 or q - k < W)) or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)`
+#
+# A query inside an image sees every earlier token (subject to the window) **and all tokens of its
+# own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
+# causal rule, orange ones only by an image range.
+
+# %%
+from labkit.viz.mask import plot_mask, plot_mask_examples, plot_mask_window_slider
+plot_mask(24, 24, [(2, 7), (12, 17)])
+
+# %% [markdown]
+# The same prompt under a sliding window (slider), and a few other prompts (dropdown): a chunked
+# prefill sees its earlier keys in full; a decode query is never inside an image, so its row is
+# plain causal.
+
+# %%
+plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
+
+# %%
+plot_mask_examples()
+
+# %% [markdown]
+# ## The kernel
+#
+# `labkit.attn.prefix_attention.prefix_attention` takes the packed variable-length layout (prefill,
+# chunked-prefill and decode rows in one launch; grouped-query heads). Each program owns a block of
+# queries times the query heads of one KV head, so K/V tiles are read once per group. It reduces the
+# ranges to one key interval per query and bounds its key loop per tile: text tiles stop at the
+# causal limit, tiles with image queries run to the end of their images, and tiles below the window
+# are skipped. Interior tiles where every pair is allowed skip the mask.
+#
+# Below, the kernel runs on a small batch (a prefill with two images, a chunked prefill, a decode
+# row; 4 query heads over 2 KV heads, window 12) and is compared with the float64 reference. Without
+# a GPU it runs under the Triton interpreter: the numbers are **interpreted**, a correctness check,
+# not a speed.
+
+# %%
+import pandas as pd
+from labkit.device import resolve_device
+from labkit.attn.bench_attn import run_bench
+rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=resolve_device(device))
+declare_sources(source)
+pd.DataFrame(rows)[["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"]]
+
+# %% [markdown]
+# ## Speed on a GPU (recorded)
+#
+# The benchmark (`labkit bench attn`, bf16) models Gemma-3-4B attention: 8 query heads, 4 KV heads,
+# head size 256, over a prompt of 32 images x 256 soft tokens plus text (8,616 tokens):
+# a local layer (window 1024) and a global layer prefill, and 128 decode rows over ~8.6k keys.
+# TFLOP/s count only allowed pairs (`4 x head_dim x heads x pairs`). FlexAttention runs compiled
+# with a BlockMask of the same rule; SDPA gets an explicit boolean mask. Masks and BlockMasks are
+# built outside the timed region.
+
+# %%
+from labkit.attn.bench_attn import recorded_gpu_results, summarize_recorded
+from labkit.results import results_rows
+recorded = recorded_gpu_results()
+print(summarize_recorded(recorded))
+
+# %%
+from labkit.viz.mask import plot_attn_bench
+if recorded:
+    declare_sources("measured-gpu")
+    gpus = ", ".join(sorted({r.machine.get("gpu_name") or r.slug for r in recorded}))
+    fig = plot_attn_bench(results_rows(recorded), title=f"prefix-LM attention, bf16, measured on {gpus}")
+else:
+    fig = plot_attn_bench([], title="prefix-LM attention: no GPU result recorded yet")
+fig
+
+# %% [markdown]
+# The kernel's tile shape was picked from a sweep recorded in the same result (rows named
+# `triton_prefix[mMnNwWsS]`: rows of queries x heads per tile, keys per tile, warps, pipeline stages).
+
+# %%
+cols = ["machine", "case", "variant", "median_ms", "tflops", "max_abs_err", "first_call_s"]
+pd.DataFrame(results_rows(recorded)).reindex(columns=cols) if recorded else "no GPU result recorded yet"
+
+# %% [markdown]
+# ## Try it live
+#
+# In JupyterLab, change the lengths, the ranges (`START-END`, inclusive) and the window. (In an
+# exported page the widget is static; the slider figure above works everywhere.)
+
+# %%
+from labkit.widgets.mask import make_mask_widget
+make_mask_widget()
