@@ -20,7 +20,7 @@ def test_bench_engine_writes_results_and_traces(tmp_path, monkeypatch, capsys):
     assert data["source"] == "simulated" and data["params"]["profile_parametric"] is True
     assert {r["placeholder"] for r in data["rows"]} == {"tensor", "fast"}
     for r in data["rows"]:
-        assert r["tokens_per_s"] > 0 and 0.0 <= r["device_idle_frac"] <= 1.0
+        assert r["tokens_per_s_median"] > 0 and r["tokens_per_s_window"] > 0 and 0.0 <= r["device_idle_frac"] <= 1.0
     assert len(list((tmp_path / "results").glob("*/engine.json"))) == 1
     assert len(list((tmp_path / "tr").glob("*/*.pt.trace.json.gz"))) == 2
 

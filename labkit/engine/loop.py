@@ -248,11 +248,19 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     """One flat result row for a run: throughput, step-time quantiles, TPOT, idle fraction.
 
     Measured steps are the ``measured_steps`` (default: all) after ``warmup_steps``; later steps
-    (e.g. profiled ones) are left out. ``tokens_per_s``: sampled tokens of the
-    measured steps over the host time from the last warm-up output to the last output.
-    ``step_*_ns``: quantiles of the time between consecutive outputs (= TPOT in steady decode);
-    ``device_idle_frac``: device idle share of that window (simulated device only; None on a real
-    device, where the trace analysis measures it). Host phase times are medians in ns.
+    (e.g. profiled ones) are left out. Two throughputs, in output tokens per second:
+
+    - ``tokens_per_s_median``: median sampled tokens per step over the median time between
+      consecutive outputs (robust: one stalled step does not move it);
+    - ``tokens_per_s_window``: all sampled tokens of the measured steps over the host time from
+      the last warm-up output to the last output (includes any one-off stall in the window).
+
+    ``median_ns``/``p20_ns``/``p80_ns``/``max_ns``: quantiles of the time between consecutive
+    outputs (= TPOT in steady decode); ``tpot_mean_ms`` is their mean and ``tpot_median_ms`` their
+    median; ``stall_ns``: window time beyond ``steps x median`` (0 for steady steps, large when
+    one step stalled). ``device_idle_frac``: device idle share of the window (simulated device
+    only; None on a real device, where the trace analysis measures it). Host phase times are
+    medians in ns.
     """
     steps = engine.steps
     if measured_steps is not None:
@@ -266,6 +274,7 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     intervals = [x for x in intervals if x > 0] or [t_end - t_start]
     timing = summarize(intervals, method="engine_step")
     tokens = sum(s.num_seqs for s in measured)
+    tokens_per_step = float(np.median([s.num_seqs for s in measured]))  # one sampled token per row
     window = max(t_end - t_start, 1)
     cfg = engine.config
     dev = engine.dev
@@ -290,12 +299,17 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         "images_per_request": engine.spec.images_per_request,
         "steps": len(measured),
         "batch_seqs": int(np.median([s.num_seqs for s in measured])),
-        "tokens_per_s": tokens / (window / 1e9),
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s_median": tokens_per_step / (timing.median_ns / 1e9),
+        "tokens_per_s_window": tokens / (window / 1e9),
         "median_ns": timing.median_ns,
         "p20_ns": timing.p20_ns,
         "p80_ns": timing.p80_ns,
+        "max_ns": float(max(intervals)),
+        "tpot_median_ms": timing.median_ns / 1e6,
         "tpot_mean_ms": timing.mean_ns / 1e6,
         "window_ns": window,
+        "stall_ns": max(0.0, window - len(measured) * timing.median_ns),
         "device_busy_ns": busy,
         "device_idle_frac": idle,
         "host_schedule_ns": med("schedule_ns"),

@@ -156,8 +156,10 @@ class TransformerStack:
             window = cfg.layer_window(i)
             with dev.annotate(layer_phase(i)):
                 rng = ranges_for_layer(i)
-                # keys the layer reads: a window prunes them unless image ranges force full rows
-                kv_read = kv if (window == 0 or rng is not None) else batch.kv_tokens_window
+                # keys the layer reads: the kernel skips key tiles below the window; image ranges
+                # only widen that for queries inside an image (never a decode token), so the
+                # window count stands with or without ranges (as the H200 traces show)
+                kv_read = kv if window == 0 else batch.kv_tokens_window
                 x = dev.launch("input_norm", tokens=tok, fn=lambda: self._rms_norm(h, w["in_norm"]))
                 qkv = dev.launch("qkv_proj", tokens=tok, fn=lambda: x @ w["qkv"])
                 qkv3 = dev.launch("rope", tokens=tok, fn=lambda: self._rope(qkv, pos))

@@ -63,6 +63,10 @@ class DeviceProfile:
 
     ``origin`` says where the numbers come from (``"parametric, not measured"`` or the GPU,
     model and date of the recording); ``path`` is the file it was read from, if any.
+    ``launch_overhead_ns`` is HOST time charged per launched op (and per copy call): in a recorded
+    profile it is the mini engine's whole eager host cost per op (Python, torch dispatch of the
+    op's 1-4 kernels, the launches; host time of one forward / its op count), not device time and
+    not a bare ``cudaLaunchKernel``; the simulator replaces the real forward's host work with it.
     """
 
     name: str
@@ -95,13 +99,23 @@ class DeviceProfile:
     def describe(self) -> dict:
         """Flat fields naming the profile, for results params and trace metadata."""
         return {"profile": self.name, "profile_origin": self.origin, "profile_parametric": self.parametric,
-                "profile_file": self.path}
+                "profile_file": _repo_relative(self.path)}
 
     def to_json(self) -> dict:
         d = asdict(self)
         d.pop("path", None)
         d["schema"] = PROFILE_SCHEMA
         return d
+
+
+def _repo_relative(path: str | None) -> str | None:
+    """``path`` relative to the repository when inside it (results never record local folders)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return path
 
 
 def parametric_profile() -> DeviceProfile:

@@ -228,6 +228,26 @@ class SimCapture(_Schedule):
             self.device.reset_records()
 
 
+def warm_up_profiler(cuda: bool) -> None:
+    """Start and stop ``torch.profiler`` once on a trivial op.
+
+    The first profiler start in a process initialises Kineto (and CUPTI on a GPU), which can hold
+    the host for seconds; doing it here keeps that one-off cost out of every measured or traced
+    engine run that follows.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(activities=activities):
+            x = torch.zeros(1, device="cuda" if cuda else "cpu")
+            x.add_(1)
+            if cuda:
+                torch.cuda.synchronize()
+
+
 def make_capture(device, trace_dir: str | Path | None, run: str = "run", *, metadata: dict | None = None,
                  worker: str = "labkit", wait: int = 0, warmup: int = 1, active: int = 3):
     """A capture for ``device``: ``NullCapture`` when ``trace_dir`` is None, else Sim/Torch capture."""

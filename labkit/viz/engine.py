@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 
 #: metric key -> (axis label, scale applied to the row value)
 METRICS = {
-    "tokens_per_s": ("output tokens/s", 1.0),
+    "tokens_per_s_median": ("output tokens/s (tokens per step / median step)", 1.0),
+    "tokens_per_s_window": ("output tokens/s over the measured window", 1.0),
     "device_idle_frac": ("device idle fraction", 1.0),
     "median_ns": ("median step time (ms)", 1e-6),
     "host_schedule_ns": ("host schedule time per step (ms)", 1e-6),
@@ -28,11 +29,18 @@ def _source_note(rows) -> str:
     return note
 
 
-def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", metric: str = "tokens_per_s"
+def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", metric: str = "tokens_per_s_median"
                      ) -> go.Figure:
-    """Bars per variant; buttons switch between ``METRICS``. ``rows`` are ``labkit bench engine`` rows."""
+    """Bars per variant; buttons switch between ``METRICS``. ``rows`` are ``labkit bench engine`` rows.
+
+    Rows recorded before the median-based throughput existed get it derived from their own fields
+    (``labkit.engine.recorded.with_robust_metrics``); the default metric is robust to one-off stalls.
+    """
+    from labkit.engine.recorded import with_robust_metrics
+
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
+    rows = with_robust_metrics(rows)
     labels = [r["variant"] for r in rows]
     fig = go.Figure()
     keys = list(METRICS)
@@ -104,4 +112,24 @@ def plot_timeline_choice(traces: dict[str, str], *, title: str = "Timelines") ->
                       updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.2, xanchor="left")],
                       margin=dict(t=120), xaxis_title="ms from trace start")
     fig.update_yaxes(type="category")
+    return fig
+
+
+def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time") -> go.Figure:
+    """Grouped bars of measured and simulated median step time (ms) per variant.
+
+    ``table`` is ``labkit.engine.recorded.sim_vs_measured``'s DataFrame; the ratio is printed on
+    the simulated bars. The simulated bars are labelled as such.
+    """
+    if table is None or not len(table):
+        raise ValueError("no variants to compare")
+    x = list(table["variant"])
+    fig = go.Figure([
+        go.Bar(x=x, y=list(table["measured_step_ms"]), name="measured (GPU)"),
+        go.Bar(x=x, y=list(table["simulated_step_ms"]), name="simulated (GPU profile)",
+               text=[f"x{v:.2f}" for v in table["step_ratio"]], textposition="outside"),
+    ])
+    fig.update_layout(title=f"{title} (simulated bars: simulated device)", barmode="group",
+                      yaxis_title="median step time (ms)", yaxis_type="log", xaxis_tickangle=-30,
+                      margin=dict(t=80))
     return fig

@@ -1,0 +1,148 @@
+"""Recorded engine runs: robust throughput for any result row, recorded traces, simulator vs GPU.
+
+``labkit bench engine`` rows recorded before the two throughput metrics existed carry a single
+``tokens_per_s`` (sampled tokens over the measured window). ``with_robust_metrics(rows)`` adds,
+from fields every row has, the metrics current rows carry:
+
+- ``tokens_per_step``: median sampled tokens per step (``batch_seqs``: one token per sequence
+  per decode step);
+- ``tokens_per_s_median``: ``tokens_per_step`` over the median time between outputs
+  (``median_ns``), robust to a one-off stall;
+- ``tokens_per_s_window``: the window-based throughput (the old ``tokens_per_s``);
+- ``stall_ns``: window time beyond ``steps x median_ns``.
+
+Recorded values are never changed; derived ones are flagged ``metrics_derived: True``.
+
+``recorded_traces(machine)`` finds the traces a GPU run wrote under ``data/traces/<machine>/``
+(one folder per variant, ``tensor-loop-none-async`` for ``tensor/loop/none/async``), and
+``sim_vs_measured`` lines up simulated rows against measured ones (step time, device busy time
+per step, idle fraction) as ratios.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from labkit.results import REPO_ROOT
+
+logger = logging.getLogger(__name__)
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+def traces_root() -> Path:
+    """The folder holding recorded engine traces (``data/traces``)."""
+    return REPO_ROOT / "data" / "traces"
+
+
+def with_robust_metrics(rows: list[dict]) -> list[dict]:
+    """Copies of engine ``rows`` that all carry ``tokens_per_s_median``/``_window``, ``stall_ns``.
+
+    Rows that already have them are copied unchanged; older rows get them derived from
+    ``batch_seqs``, ``median_ns``, ``steps``, ``window_ns`` and ``tokens_per_s`` (tokens/s, ns),
+    with ``metrics_derived: True``.
+    """
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r.get("tokens_per_s_median") is None:
+            tps = float(r["batch_seqs"])
+            r["tokens_per_step"] = tps
+            r["tokens_per_s_median"] = tps / (float(r["median_ns"]) / 1e9)
+            r["tokens_per_s_window"] = r.get("tokens_per_s")
+            if r.get("window_ns") is not None and r.get("steps"):
+                r["stall_ns"] = max(0.0, float(r["window_ns"]) - int(r["steps"]) * float(r["median_ns"]))
+            r["metrics_derived"] = True
+        out.append(r)
+    return out
+
+
+def variant_of_run(run: str) -> str:
+    """``tensor-loop-none-async`` -> ``tensor/loop/none/async`` (run folders name variants)."""
+    return run.replace("-", "/")
+
+
+def recorded_traces(machine: str = "h200", root: str | Path | None = None) -> dict[str, Path]:
+    """Variant -> newest trace file under ``<root>/<machine>/<run>/`` (empty when none recorded)."""
+    base = Path(root) if root is not None else traces_root()
+    folder = base / machine
+    out: dict[str, Path] = {}
+    if not folder.is_dir():
+        return out
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()):
+        files = sorted(run.glob("*" + TRACE_SUFFIX))
+        if files:
+            out[variant_of_run(run.name)] = files[-1]
+    return out
+
+
+def _busy_per_step_us(analysis) -> float | None:
+    steps = getattr(analysis, "steps", None)
+    if steps is None or not len(steps):
+        return None
+    return float(steps["device_busy_us"].median())
+
+
+def _idle_frac(analysis) -> float | None:
+    s = getattr(analysis, "summary", None) or {}
+    span = s.get("busy_us", 0.0) + s.get("idle_us", 0.0)
+    return s["idle_us"] / span if span else None
+
+
+def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: dict | None = None):
+    """A DataFrame comparing simulated and measured runs of the same variants.
+
+    Columns: ``variant``; ``measured_step_ms`` / ``simulated_step_ms`` (median time between
+    outputs) and ``step_ratio`` (simulated / measured); ``measured_busy_ms`` (median device busy
+    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.analyze.Analysis`` of
+    the measured trace) / ``simulated_busy_ms`` (device busy per measured step) and
+    ``busy_ratio``; ``measured_idle_frac`` (profiled steps' trace) / ``simulated_idle_frac``;
+    ``measured_tok_s`` / ``simulated_tok_s`` (tokens per step over the median step). Only
+    variants present on both sides appear.
+    """
+    import pandas as pd
+
+    analyses = analyses or {}
+    sim = {r["variant"]: r for r in with_robust_metrics(sim_rows)}
+    out = []
+    for m in with_robust_metrics(measured_rows):
+        v = m["variant"]
+        s = sim.get(v)
+        if s is None:
+            continue
+        an = analyses.get(v)
+        m_busy = _busy_per_step_us(an) if an is not None else None
+        s_busy = (s["device_busy_ns"] / s["steps"] / 1e3) if s.get("device_busy_ns") is not None else None
+        m_idle = _idle_frac(an) if an is not None else m.get("device_idle_frac")
+        out.append({
+            "variant": v,
+            "measured_step_ms": m["median_ns"] / 1e6,
+            "simulated_step_ms": s["median_ns"] / 1e6,
+            "step_ratio": s["median_ns"] / m["median_ns"],
+            "measured_busy_ms": None if m_busy is None else m_busy / 1e3,
+            "simulated_busy_ms": None if s_busy is None else s_busy / 1e3,
+            "busy_ratio": None if (m_busy is None or s_busy is None) else s_busy / m_busy,
+            "measured_idle_frac": m_idle,
+            "simulated_idle_frac": s.get("device_idle_frac"),
+            "measured_tok_s": m["tokens_per_s_median"],
+            "simulated_tok_s": s["tokens_per_s_median"],
+        })
+    return pd.DataFrame(out)
+
+
+def analyze_recorded(machine: str = "h200", variants=None, root: str | Path | None = None) -> dict:
+    """Variant -> ``labkit.trace.analyze.Analysis`` of each recorded trace (``variants``: a subset)."""
+    from labkit.trace.analyze import analyze_trace
+
+    traces = recorded_traces(machine, root)
+    wanted = traces if variants is None else {v: traces[v] for v in variants if v in traces}
+    return {v: analyze_trace(p) for v, p in wanted.items()}
+
+
+def measured_result(name: str = "engine"):
+    """The newest recorded ``measured-gpu`` engine result, or None when no GPU run is recorded."""
+    from labkit.results import load_results
+
+    gpu = [r for r in load_results(name=name) if r.source == "measured-gpu"]
+    return max(gpu, key=lambda r: r.created) if gpu else None
