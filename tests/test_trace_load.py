@@ -115,11 +115,11 @@ def test_bad_gzip_and_binary(tmp_path):
 
 def test_batches_cross_chunk_boundaries(tmp_path, monkeypatch):
     """Tiny refills force every event to straddle buffer ends; results must not change."""
-    import labkit.trace.load as load
+    import labkit.trace.reader as reader
 
     path = DATA / "tracelens-h100-bert-small-inference.pt.trace.json.gz"
     ref = load_trace(path)
-    monkeypatch.setattr(load, "CHUNK_CHARS", 257)
+    monkeypatch.setattr(reader, "CHUNK_CHARS", 257)
     small = load_trace(path)
     assert small.events.equals(ref.events)
     assert small.stats.n_events == ref.stats.n_events

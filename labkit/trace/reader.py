@@ -1,0 +1,225 @@
+"""Streaming reader of Kineto Chrome-trace JSON text: a chunked buffer and batch decoding.
+
+The ``traceEvents`` array is never decoded as a whole. The reader keeps about
+``CHUNK_CHARS`` characters of text in memory, cuts the buffer at the last event boundary
+and decodes the complete events before it as one JSON array (with ``orjson`` when it is
+installed, which is optional; ``json`` otherwise and whenever ``orjson`` declines the text,
+e.g. NaN or integers beyond 64 bits). Where no clean cut exists it decodes one event at a
+time with ``json.JSONDecoder.raw_decode``. Errors in the text become ``UsageError`` with a
+one-line message (see ``labkit.trace.load`` for the policy).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from pathlib import Path
+
+from labkit.errors import UsageError
+from labkit.trace.columns import ColumnStore, LoadStats
+
+try:  # optional: a faster decoder for the batch path
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+CHUNK_CHARS = 1 << 20  #: text read per refill (characters)
+MAX_EVENT_CHARS = 64 << 20  #: a single JSON value larger than this is treated as corrupt
+_SLACK = 1 << 16  #: a decode error this far before the end of the buffer is not a truncation
+
+_BOUNDARY = re.compile(r"\}\s*,\s*\{")
+
+
+class TextReader:
+    """A text buffer over a (possibly gzip'ed) file, refilled in chunks."""
+
+    def __init__(self, fh: io.TextIOBase) -> None:
+        self.fh = fh
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.nread = 0
+        self.base = 0  #: characters dropped from the front of ``buf``
+
+    def fill(self, want: int = 0) -> bool:
+        """Read at least ``want`` more characters (fewer at EOF); False when nothing came."""
+        if self.eof:
+            return False
+        if self.pos > 0:
+            self.buf = self.buf[self.pos:]
+            self.base += self.pos
+            self.pos = 0
+        try:
+            data = self.fh.read(max(want, CHUNK_CHARS))
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"not a UTF-8 text file ({exc.reason} after ~{self.nread} characters)") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise UsageError(f"corrupt or truncated gzip data ({exc})") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read trace: {exc}") from None
+        if not data:
+            self.eof = True
+            return False
+        self.nread += len(data)
+        self.buf += data
+        return True
+
+    def peek(self) -> str:
+        """The next non-whitespace character ('' at end of input)."""
+        while True:
+            buf, n = self.buf, len(self.buf)
+            p = self.pos
+            while p < n and buf[p] in " \t\r\n":
+                p += 1
+            self.pos = p
+            if p < n:
+                return buf[p]
+            if not self.fill():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        c = self.peek()
+        if c == "" or c not in chars:
+            found = "end of input" if c == "" else repr(c)
+            raise UsageError(f"not a trace: expected {what}, found {found}")
+        self.pos += 1
+        return c
+
+    def value(self, decoder: json.JSONDecoder, what: str):
+        """Decode one JSON value at the cursor, reading more text as needed."""
+        self.peek()
+        while True:
+            try:
+                obj, end = decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                truncated_here = exc.pos >= len(self.buf) - _SLACK
+                if truncated_here and not self.eof and len(self.buf) - self.pos < MAX_EVENT_CHARS:
+                    if self.fill(len(self.buf) - self.pos):
+                        continue
+                if self.eof and (exc.pos >= len(self.buf.rstrip()) - 1 or exc.msg.startswith("Unterminated")):
+                    raise UsageError(f"truncated JSON in {what}") from None
+                raise UsageError(f"malformed JSON in {what}: {exc.msg}") from None
+            except RecursionError:
+                raise UsageError(f"malformed JSON in {what}: nesting too deep") from None
+            self.pos = end
+            return obj
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """A UTF-8 text stream over ``path``, gunzipped when it starts with the gzip magic bytes."""
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise UsageError(f"cannot open trace {str(path)!r}: {exc.strerror or exc}") from None
+    head = raw.read(2)
+    raw.seek(0)
+    binary = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
+    return io.TextIOWrapper(io.BufferedReader(binary, 1 << 20) if binary is not raw else binary,
+                            encoding="utf-8", errors="strict")
+
+
+def _loads_batch(text: str):
+    if _orjson is not None:
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass  # e.g. NaN, huge integers, lone surrogates: json decides
+    return json.loads(text)
+
+
+def _try_batch(rd: TextReader, bad_until: int):
+    """Decode the complete events in the buffer from the cursor as one array.
+
+    Returns ``(events, cut, bad_until)``; ``events`` is None when no clean cut was found (a cut
+    falling inside a string fails to parse; after a few failures the caller goes one event at
+    a time up to ``bad_until``)."""
+    buf, start = rd.buf, rd.pos
+    if rd.base + start <= bad_until:
+        return None, -1, bad_until
+    probe, attempts = len(buf), 0
+    for _ in range(64):
+        j = buf.rfind("}", start, probe)
+        if j < start + 256:
+            break
+        probe = j
+        if not _BOUNDARY.match(buf, j):
+            continue
+        try:
+            return _loads_batch("[" + buf[start:j + 1] + "]"), j, bad_until
+        except (ValueError, RecursionError):
+            bad_until = rd.base + j
+            attempts += 1
+            if attempts >= 3:
+                break
+    return None, -1, bad_until
+
+
+def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
+    """Parse the traceEvents array starting just after its '['.
+
+    Batches: the buffer is cut at the last event boundary ('}' ',' '{' with optional
+    whitespace) and the part before it is decoded as one array. A cut that falls inside a
+    string fails to parse; then earlier boundaries are tried, and after a few failures the
+    reader goes one event at a time up to the failed cut."""
+    i = 0
+    if rd.peek() == "]":
+        rd.pos += 1
+        return
+    decoder = json.JSONDecoder()
+    bad_until = -1  # absolute offset up to which batches failed: go one event at a time
+    while True:
+        if len(rd.buf) - rd.pos < CHUNK_CHARS and not rd.eof:
+            rd.fill()
+        batch, cut, bad_until = _try_batch(rd, bad_until)
+        if batch is not None:
+            add = cols.add_event
+            for e in batch:
+                add(i, e, stats)
+                i += 1
+            cols.flush(stats)
+            rd.pos = cut + 1
+            rd.expect(",", "',' between events")
+            continue
+        e = rd.value(decoder, f"traceEvents (event {i})")
+        cols.add_event(i, e, stats)
+        cols.flush(stats)
+        i += 1
+        if rd.expect(",]", f"',' or ']' after event {i - 1}") == "]":
+            break
+    stats.n_events = i
+
+
+def read_document(path: Path, cols: ColumnStore, stats: LoadStats) -> tuple[dict, bool]:
+    """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``."""
+    metadata: dict = {}
+    decoder = json.JSONDecoder()
+    found = False
+    with open_text(path) as fh:
+        rd = TextReader(fh)
+        first = rd.expect("{[", "a JSON object")
+        if first == "[":  # a bare array of events is also a valid Chrome trace
+            read_events(rd, cols, stats)
+            found = True
+        elif rd.peek() == "}":
+            rd.pos += 1
+        else:
+            while True:
+                key = rd.value(decoder, "a top-level key")
+                if not isinstance(key, str):
+                    raise UsageError("not a trace: top-level keys must be strings")
+                rd.expect(":", "':' after a top-level key")
+                if key == "traceEvents" and rd.peek() == "[":
+                    rd.pos += 1
+                    read_events(rd, cols, stats)
+                    found = True
+                else:
+                    metadata[key] = rd.value(decoder, f"top-level key {key!r}")
+                if rd.expect(",}", "',' or '}' between top-level keys") == "}":
+                    break
+        if rd.peek() != "":
+            raise UsageError("not a trace: extra data after the JSON document")
+        stats.bytes_read = rd.nread
+    return metadata, found
