@@ -1,0 +1,120 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · The next bubble: vLLM rebuilds every image range on every step
+#
+# #40143 took torch out of the scheduler's per-image hot path and #38794 made the
+# prefix-range tensor one copy per step. Profiling today's vLLM (0.33) on an mm-prefix
+# workload (Gemma-style images, 128 requests x 32 images) points at the next host-side
+# cost on the step's critical path: `compute_mm_prefix_ranges`, which the model runner
+# calls **every step** and which calls `PlaceholderRange.extract_embeds_range()` for
+# **every image of every request**. That method runs four torch ops per call and caches
+# nothing, although a placeholder never changes.
+#
+# This notebook shows the profile that pointed there, the installed function against a
+# two-line patch (cache the runs on the placeholder; `patches/`), the lab's range-builder
+# variants, and what a GPU would see. Numbers with vLLM come from recorded results
+# (`.venv-vllm/bin/python -m labkit.nextbubble`); this kernel re-measures only when
+# vLLM is importable here.
+
+# %% tags=["parameters"]
+device = "auto"
+size = "quick"
+
+# %%
+from labkit.viz.notebook import setup_notebook, declare_sources
+setup_notebook()
+
+# %%
+from labkit import nextbubble
+from labkit.results import load_results
+rows = nextbubble.recorded_rows()
+gpu_ranges = load_results(name="ranges_sweep", machine="h200") + load_results(name="ranges_step", machine="h200")
+declare_sources("measured-cpu", *(["measured-gpu"] if gpu_ranges else []))
+
+# %% [markdown]
+# ## 1. How profiling pointed at the call site
+#
+# A cProfile of one `compute_mm_prefix_ranges` call at 128 requests x 32 images (installed
+# vLLM, recorded with `--profile`): almost all of the time is `extract_embeds_range` and
+# the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
+
+# %%
+from labkit.viz.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
+profile, aten_ops = nextbubble.recorded_profile()
+plot_profile(profile, aten_ops)
+
+# %% [markdown]
+# ## 2. Before and after the patch
+#
+# The patch computes a placeholder's runs once (a `cached_property` holding a tuple) and
+# returns a fresh list per call. `labkit.nextbubble` checks on randomized inputs that the
+# patched function returns exactly what the installed one does, then times both on the
+# same features. The first (cold) step pays the old cost once per image; every later step
+# of the request is cheap.
+
+# %%
+plot_installed_vs_patched(rows)
+
+# %%
+import pandas as pd
+table = pd.DataFrame(nextbubble.side_by_side(rows))
+table if not table.empty else print("no vllm_prefix_ranges result recorded yet")
+
+# %%
+from labkit.widgets.nextbubble import describe_point
+try:
+    import vllm  # noqa: F401  (only in .venv-vllm)
+    live = nextbubble.sweep({"requests": (32,), "images": (8,)}, repeats=3)
+    print("re-measured here:", [(r["variant"], round(r["median_ns"] / 1e6, 3)) for r in live])
+except ImportError:
+    print("vLLM is not installed in this kernel: the numbers above are the recorded ones.")
+
+# %% [markdown]
+# ## 3. The lab's range-builder variants
+#
+# The lab rebuilds the same ranges four ways (`labkit.attn.range_builders`): `pr38794` and
+# `v033` (every step, as vLLM), `cached` (this patch's idea) and `incremental` (a per-batch
+# structure updated only when requests join or leave). The recorded sweep below includes
+# the H200 machine's host when that result exists; the quick cell re-measures here.
+
+# %%
+from labkit.viz.h2d import plot_ranges_sweep
+plot_ranges_sweep(load_results(name="ranges_sweep"))
+
+# %%
+from labkit.attn.bench_ranges import bench_step
+from labkit.device import resolve_device
+quick = bench_step(resolve_device(device), ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
+                   images=8 if size == "quick" else 32, layers=4, repeats=3, pipelines=())
+pd.DataFrame(quick)[["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"]]
+
+# %% [markdown]
+# ## 4. What a GPU run would show
+#
+# The range build runs in the model runner while it prepares the step's inputs. If it
+# overlapped the previous step's GPU work perfectly, a step would last
+# `max(device, host)`; if not at all, `device + host`. With a stated device step of
+# 24.58 ms (the mean TPOT quoted for #40143's merged run on Gemma-4-E4B), the slider shows
+# the GPU's idle share at each recorded point. The widget does the same live in JupyterLab.
+
+# %%
+plot_step_slider(rows, device_step_ms=24.58)
+
+# %%
+from labkit.widgets.nextbubble import make_next_bubble_widget
+make_next_bubble_widget(rows, device_step_ms=24.58)
+
+# %%
+from IPython.display import HTML
+HTML(describe_point(rows, 128, 32, 24.58))

@@ -1,0 +1,192 @@
+"""labkit.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
+
+The measurement against the installed vLLM (and the patch file applied to vLLM's source)
+is checked in tests/vllm_conformance/.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from labkit import nextbubble as nb
+from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
+from labkit.results import make_result, save_result
+
+
+def _runs_reference(offset, mask, length):
+    """Inclusive runs of True, by a plain loop (independent of torch's diff/nonzero)."""
+    if mask is None:
+        return [(offset, offset + length - 1)]
+    runs, start = [], None
+    flags = mask.tolist() + [False]
+    for i, f in enumerate(flags):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            runs.append((offset + start, offset + i - 1))
+            start = None
+    return runs
+
+
+def test_gemma_mask_and_workload_layout():
+    m = nb.gemma_mask(258)
+    assert m.dtype == torch.bool and m.shape == (258,) and int(m.sum()) == 256 and not m[0] and not m[-1]
+    with pytest.raises(ValueError):
+        nb.gemma_mask(2)
+    feats = nb.make_features(3, 2, placeholder_cls=ListPlaceholderRange, placeholder_len=10, text_between=4)
+    assert len(feats) == 3 and all(len(f) == 2 for f in feats)
+    assert [f.mm_position.offset for f in feats[0]] == [4, 18]
+    assert feats[0][0].mm_position is not feats[1][0].mm_position  # own objects per request
+    assert feats[2][1].mm_position.extract_embeds_range() == [(19, 26)]
+    assert nb.make_features(0, 5, placeholder_cls=ListPlaceholderRange) == []
+
+
+@pytest.fixture
+def patched_list_class():
+    restore = nb.cached_embeds_ranges(ListPlaceholderRange)
+    try:
+        yield ListPlaceholderRange
+    finally:
+        restore()
+
+
+def test_patch_returns_the_same_runs_and_caches_them(patched_list_class, monkeypatch):
+    rng = random.Random(0)
+    for _ in range(300):
+        length = rng.randint(1, 30)
+        mask = nb.random_mask(rng, length)
+        offset = rng.randint(0, 99)
+        p = ListPlaceholderRange(offset, length, mask)
+        first = p.extract_embeds_range()
+        assert first == _runs_reference(offset, mask, length)
+        assert all(type(a) is int and type(b) is int for a, b in first)
+        first.append((-1, -1))  # a caller mutating its list does not touch the cache
+        assert p.extract_embeds_range() == _runs_reference(offset, mask, length)
+    # the second call runs no torch op
+    p = ListPlaceholderRange(3, 6, torch.tensor([True, False, True, True, False, True]))
+    p.extract_embeds_range()
+    monkeypatch.setattr(torch, "diff", lambda *a, **k: (_ for _ in ()).throw(AssertionError("torch.diff called")))
+    assert p.extract_embeds_range() == [(3, 3), (5, 6), (8, 8)]
+
+
+def test_patch_is_undone_and_refuses_double_application():
+    original = ListPlaceholderRange.__dict__["extract_embeds_range"]
+    restore = nb.cached_embeds_ranges(ListPlaceholderRange)
+    with pytest.raises(RuntimeError, match="already patched"):
+        nb.cached_embeds_ranges(ListPlaceholderRange)
+    restore()
+    assert ListPlaceholderRange.__dict__["extract_embeds_range"] is original
+    assert nb.CACHE_ATTR not in ListPlaceholderRange.__dict__
+    with pytest.raises(TypeError):
+        nb.cached_embeds_ranges(int)
+
+
+def test_clear_cached_runs():
+    feats = nb.make_features(2, 3, placeholder_cls=TensorPlaceholderRange, placeholder_len=5)
+    with nb.patched_placeholder(TensorPlaceholderRange):
+        for row in feats:
+            for f in row:
+                f.mm_position.extract_embeds_range()
+        assert all(nb.CACHE_ATTR in vars(f.mm_position) for row in feats for f in row)
+        nb.clear_cached_runs(feats)
+        assert not any(nb.CACHE_ATTR in vars(f.mm_position) for row in feats for f in row)
+
+
+def _fake_result(root, machine_slug, rows, version="0.33.0"):
+    res = make_result(nb.RESULT_NAME, rows, params={"vllm_version": version}, source="measured-cpu",
+                      machine={"slug": machine_slug, "cpu_model": "test"})
+    save_result(res, root=root)
+
+
+def test_recorded_rows_side_by_side_and_lookup(tmp_path):
+    rows = [
+        {"variant": "installed", "num_requests": 128, "images": 32, "median_ns": 140e6},
+        {"variant": "patched", "num_requests": 128, "images": 32, "median_ns": 0.7e6},
+        {"variant": "installed", "num_requests": 1, "images": 1, "median_ns": 40e3},
+    ]
+    _fake_result(tmp_path, "cpu-test-2c", rows)
+    got = nb.recorded_rows(root=tmp_path)
+    assert len(got) == 3 and got[0]["machine"] == "cpu-test-2c" and got[0]["vllm_version"] == "0.33.0"
+    table = nb.side_by_side(got)
+    big = next(r for r in table if r["num_requests"] == 128)
+    assert big["installed_us"] == pytest.approx(140e3) and big["patched_us"] == pytest.approx(700.0)
+    assert big["speedup"] == pytest.approx(200.0) and big["saved_us"] == pytest.approx(139300.0)
+    small = next(r for r in table if r["num_requests"] == 1)
+    assert "speedup" not in small  # no patched row recorded there
+    assert nb.lookup(got, 128, 32)["speedup"] == pytest.approx(200.0)
+    assert nb.lookup(got, 64, 64) is None
+    assert nb.recorded_rows(root=tmp_path / "empty") == []
+
+
+def test_cli_without_vllm_or_with_bad_arguments(capsys):
+    try:
+        import vllm  # noqa: F401
+        has_vllm = True
+    except ImportError:
+        has_vllm = False
+    if not has_vllm:
+        assert nb.main(["--quick", "--no-save"]) == 2
+        assert "vLLM is not installed" in capsys.readouterr().err
+    assert nb.main(["--requests", "0"]) == 2
+    assert "requests must be in 1..256" in capsys.readouterr().err
+    assert nb.main(["--images", "65"]) == 2
+    assert nb.main(["--checks", "0"]) == 2
+
+
+def test_expected_effect_hand_worked():
+    eff = nb.expected_effect(140.0, 0.7, 25.0)
+    assert eff["step_ms_installed_overlapped"] == 140.0 and eff["step_ms_installed_serial"] == 165.0
+    assert eff["step_ms_patched_overlapped"] == 25.0 and eff["step_ms_patched_serial"] == pytest.approx(25.7)
+    assert eff["gpu_idle_fraction_installed_overlapped"] == pytest.approx(1 - 25 / 140)
+    assert eff["gpu_idle_fraction_patched_overlapped"] == 0.0
+    assert eff["speedup_overlapped"] == pytest.approx(5.6) and eff["speedup_serial"] == pytest.approx(165 / 25.7)
+    with pytest.raises(ValueError):
+        nb.expected_effect(1.0, 1.0, 0.0)
+
+
+ROWS = [
+    {"variant": v, "num_requests": r, "images": i, "median_ns": ns, "machine": "cpu-test-2c",
+     "source": "measured-cpu", "vllm_version": "0.33.0"}
+    for (r, i, v, ns) in [(1, 8, "installed", 4e5), (1, 8, "patched", 2e3), (128, 32, "installed", 1.4e8),
+                          (128, 32, "patched", 7e5), (128, 8, "installed", 3.5e7), (128, 8, "patched", 1.8e5)]
+]
+
+
+def test_figures_from_recorded_rows():
+    pytest.importorskip("plotly")
+    from labkit.viz.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
+
+    fig = plot_installed_vs_patched(ROWS)
+    assert len(fig.data) == 4  # installed + patched for each of 2 image counts (one machine)
+    assert [t.visible for t in fig.data].count(True) == 2  # the largest image count shows first
+    assert "measured-cpu" in fig.layout.title.text and len(fig.layout.updatemenus[0].buttons) == 2
+    big = next(t for t in fig.data if t.visible and t.name.startswith("installed"))
+    assert list(big.x) == [128] and list(big.y) == [pytest.approx(140.0)]
+    slider = plot_step_slider(ROWS, device_step_ms=25.0)
+    assert len(slider.layout.sliders[0].steps) == 3 and len(slider.data) == 3
+    assert "82%" in slider.layout.title.text  # 1 - 25/140 at the default point (128 x 32)
+    assert slider.layout.sliders[0].active == 2
+    prof = plot_profile([{"function": "f", "ncalls": 4096, "tottime_us": 2e5, "cumtime_us": 3e5}], {"aten::diff": 8192})
+    assert list(prof.data[0].x) == [200.0] and "8,192 aten ops" in prof.layout.title.text
+    empty = plot_installed_vs_patched([])
+    assert "no vllm_prefix_ranges result" in empty.layout.annotations[0].text
+
+
+def test_widget_callback_and_factory():
+    from labkit.widgets.nextbubble import describe_point
+
+    html = describe_point(ROWS, 128, 32, 25.0)
+    assert "installed 140.00 ms" in html and "patched 0.700 ms" in html and "(200x)" in html
+    assert "GPU idle 82% vs 0%" in html
+    assert "not measured" in describe_point(ROWS, 64, 64, 25.0)
+    pytest.importorskip("ipywidgets")
+    from labkit.widgets.nextbubble import make_next_bubble_widget
+
+    box = make_next_bubble_widget(ROWS, device_step_ms=25.0)
+    req, img, _ = box.children[0].children
+    assert req.value == 128 and img.value == 32 and "140.00 ms" in box.children[1].value
+    img.value = 8
+    assert "35.00 ms" in box.children[1].value
