@@ -1,0 +1,104 @@
+"""Calibration figures: the per-machine unit costs from result ``calibration``.
+
+``plot_cpu_calibration`` draws the #40143 unit cost (list index vs tensor index +
+``int()``) for every machine; ``plot_gpu_calibration`` the #38794 unit costs (pageable
+vs pinned H2D copies, kernel launches) for machines with a GPU. A dropdown inside each
+figure picks the machine, so the choice survives HTML export.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from labkit.results import BenchResult
+
+_CPU_LABELS = {
+    "loop_only": "loop only",
+    "list_index": "list[i]",
+    "tensor_index_int": "int(tensor[i])",
+    "tensor_index_item": "tensor[i].item()",
+}
+
+
+def _machine_label(r: BenchResult) -> str:
+    return f"{r.slug} ({r.source})"
+
+
+def _visibility_menu(labels: list[str], groups: list[list[int]], n_traces: int) -> list[dict]:
+    """A dropdown: "all" plus one entry per group of trace indices."""
+    buttons = [dict(label="all machines", method="update", args=[{"visible": [True] * n_traces}])]
+    for label, idx in zip(labels, groups):
+        vis = [i in idx for i in range(n_traces)]
+        buttons.append(dict(label=label, method="update", args=[{"visible": vis}]))
+    return [dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.15, yanchor="top")]
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, height=260)
+    return fig
+
+
+def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
+    """Per-element host time (ns, log scale) of list vs tensor element reads, per machine."""
+    title = "Reading one element: Python list vs torch tensor (per element, host time)"
+    fig = go.Figure()
+    labels, groups = [], []
+    for r in results:
+        rows = [row for row in r.rows if row.get("kind") == "cpu" and row.get("metric") == "host_ns"]
+        if not rows:
+            continue
+        x = [_CPU_LABELS.get(row["variant"], row["variant"]) for row in rows]
+        y = [row["median_ns"] for row in rows]
+        fig.add_bar(
+            x=x, y=y, name=_machine_label(r),
+            error_y=dict(
+                type="data", symmetric=False,
+                array=[row["p80_ns"] - row["median_ns"] for row in rows],
+                arrayminus=[row["median_ns"] - row["p20_ns"] for row in rows],
+            ),
+            hovertemplate="%{x}: %{y:.1f} ns<extra>%{fullData.name}</extra>",
+        )
+        labels.append(_machine_label(r))
+        groups.append([len(fig.data) - 1])
+    if not fig.data:
+        return _empty(title, "no calibration recorded yet: run `labkit calibrate`")
+    fig.update_layout(
+        title=title, barmode="group", yaxis_type="log", yaxis_title="ns per element (median, p20-p80)",
+        updatemenus=_visibility_menu(labels, groups, len(fig.data)), legend_title="machine",
+    )
+    return fig
+
+
+def plot_gpu_calibration(results: list[BenchResult]) -> go.Figure:
+    """H2D copy (pageable vs pinned; host incl. sync and device) and launch costs in us."""
+    title = "GPU unit costs: host-to-device copies and kernel launches (median)"
+    fig = go.Figure()
+    labels, groups = [], []
+    for r in results:
+        rows = [row for row in r.rows if row.get("kind") == "gpu"]
+        if not rows:
+            continue
+        idx = []
+        for variant in sorted({row["variant"] for row in rows}):
+            for metric in ("host_ns", "device_ns"):
+                sel = [row for row in rows if row["variant"] == variant and row["metric"] == metric]
+                if not sel:
+                    continue
+                x = [f"{row['size_bytes']} B copy" if row.get("size_bytes") else "launch" for row in sel]
+                fig.add_bar(
+                    x=x, y=[row["median_ns"] / 1e3 for row in sel],
+                    name=f"{r.slug}: {variant} {metric.replace('_ns', '')}",
+                    hovertemplate="%{x}: %{y:.2f} us<extra>%{fullData.name}</extra>",
+                )
+                idx.append(len(fig.data) - 1)
+        labels.append(_machine_label(r))
+        groups.append(idx)
+    if not fig.data:
+        return _empty(title, "no GPU calibration recorded yet: run `labkit calibrate` on a GPU machine")
+    fig.update_layout(
+        title=title, barmode="group", yaxis_type="log", yaxis_title="us per copy / launch",
+        updatemenus=_visibility_menu(labels, groups, len(fig.data)),
+    )
+    return fig

@@ -1,0 +1,76 @@
+"""Shared test set-up: Triton interpreter on CPU, paths, an isolated results store, Chromium.
+
+- ``TRITON_INTERPRET=1`` is set before any test module imports a kernel module when
+  there is no GPU, so tests never depend on import order.
+- ``tests/vllm_conformance/`` runs only in the vLLM environment
+  (``LABKIT_VLLM_CONFORMANCE=1``, see ``make test-vllm``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labkit.device import has_cuda
+
+if not has_cuda():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: real GPU traces live in shared/ beside the repository (also in CI's clone)
+SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+collect_ignore_glob: list[str] = []
+if os.environ.get("LABKIT_VLLM_CONFORMANCE") != "1":
+    collect_ignore_glob += ["vllm_conformance", "vllm_conformance/*"]
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def results_store(tmp_path, monkeypatch) -> Path:
+    """An empty results store for one test (``LABKIT_RESULTS`` points at it)."""
+    root = tmp_path / "results"
+    monkeypatch.setenv("LABKIT_RESULTS", str(root))
+    return root
+
+
+def chromium_skip_reason() -> str | None:
+    """Why browser tests cannot run here, or None when Chromium is available."""
+    if os.path.exists(CHROMIUM) or shutil.which("chromium"):
+        return None
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed"
+    if os.geteuid() != 0:
+        return "Debian's chromium is not installed and we are not root (make test installs it)"
+    return None  # root without chromium: the browser test fails loudly (make test installs it)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium driven by Playwright (Debian's /usr/bin/chromium, offline flags)."""
+    reason = chromium_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:  # Playwright gives each launch a fresh, empty profile
+        exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

@@ -1,0 +1,156 @@
+"""The report builder: notebook discovery, parameter injection, failures, index, offline pages."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from report_helpers import FAIL_CELLS, OK_CELLS, write_notebook
+
+from labkit.cli import main as cli_main
+from labkit.errors import UsageError
+from labkit.report import build
+from labkit.report.index import render_index
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+def test_find_notebooks_orders_and_filters(tmp_path):
+    for name in ("02_b", "00_a", "10_c", "notes", "1_bad"):
+        (tmp_path / f"{name}.py").write_text("# x\n")
+    found = build.find_notebooks(tmp_path)
+    assert [p.stem for p in found] == ["00_a", "02_b", "10_c"]
+    assert [p.stem for p in build.find_notebooks(tmp_path, ["10_c.py", "00"])] == ["00_a", "10_c"]
+    with pytest.raises(UsageError, match="no such notebook: 99_x"):
+        build.find_notebooks(tmp_path, ["99_x"])
+    with pytest.raises(UsageError, match="no notebooks folder"):
+        build.find_notebooks(tmp_path / "missing")
+
+
+def test_inject_parameters_goes_after_the_tagged_cell():
+    nb = _nb(
+        nbformat.v4.new_markdown_cell("# T"),
+        nbformat.v4.new_code_cell("device = 'auto'", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("print(device)"),
+    )
+    at = build.inject_parameters(nb, {"device": "cpu", "size": "full"})
+    assert at == 2
+    cell = nb.cells[2]
+    assert cell.metadata["tags"] == ["injected-parameters"]
+    scope: dict = {}
+    exec(cell.source, scope)
+    assert (scope["device"], scope["size"]) == ("cpu", "full")
+    assert nb.cells[3].source == "print(device)"
+
+
+def test_inject_parameters_without_tagged_cell_goes_first():
+    nb = _nb(nbformat.v4.new_code_cell("print(1)"))
+    assert build.inject_parameters(nb, {"size": "quick"}) == 0
+    assert "size = 'quick'" in nb.cells[0].source
+
+
+def test_title_and_sources_from_outputs():
+    out1 = nbformat.v4.new_output("display_data", data={"text/html": "x"}, metadata={"labkit_sources": ["simulated"]})
+    out2 = nbformat.v4.new_output(
+        "display_data", data={"text/html": "y"}, metadata={"labkit_sources": ["measured-gpu", "simulated"]}
+    )
+    code = nbformat.v4.new_code_cell("x")
+    code.outputs = [out1, out2]
+    nb = _nb(nbformat.v4.new_markdown_cell("intro\n## The title"), code)
+    assert build.notebook_title(nb, "fallback") == "The title"
+    assert build.notebook_title(_nb(), "fallback") == "fallback"
+    assert build.notebook_sources(nb) == ["simulated", "measured-gpu"]
+
+
+def test_strip_remote_scripts_keeps_local_ones():
+    html = (
+        '<div><script src="https://cdn.example.org/mathjax.js"></script>'
+        '<script src="_static/local.js"></script><script>var a = 1;</script>'
+        "<script src='//cdn.example.org/x.js' async></script></div>"
+    )
+    code = nbformat.v4.new_code_cell("x")
+    code.outputs = [nbformat.v4.new_output("display_data", data={"text/html": html})]
+    nb = _nb(code)
+    # a figure shown inside an Output widget is kept in the saved widget state
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m1": {"state": {
+        "outputs": [{"output_type": "display_data", "data": {"text/html": [html]}}]}}}}}
+    assert build.strip_remote_scripts(nb) == 4
+    left = code.outputs[0]["data"]["text/html"]
+    assert "cdn.example.org" not in left
+    assert '_static/local.js' in left and "var a = 1;" in left
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]["m1"]["state"]
+    (kept,) = state["outputs"][0]["data"]["text/html"]
+    assert "cdn.example.org" not in kept and "var a = 1;" in kept
+
+
+def test_index_escapes_and_reports_failures():
+    meta = {
+        "created": "2026-01-01T00:00:00+00:00", "labkit_commit": "abc", "size": "quick", "device": "cpu",
+        "machine": {"slug": "cpu-x-2c", "gpu_name": None},
+        "notebooks": [
+            {"name": "00_a", "title": "A <b>", "html": "00_a.html", "ok": True, "seconds": 1.0,
+             "sources": ["measured-cpu"], "error": None},
+            {"name": "01_b", "title": "B", "html": "01_b.html", "ok": False, "seconds": 2.0, "sources": [],
+             "error": {"cell": 3, "first_line": "y = x / 0", "error": "ZeroDivisionError: division by zero"}},
+        ],
+    }
+    page = render_index(meta)
+    assert "A &lt;b&gt;" in page and "A <b>" not in page
+    assert 'href="00_a.html"' in page and 'data-source="measured-cpu"' in page
+    assert "cell 3" in page and "y = x / 0" in page and "ZeroDivisionError" in page
+    assert "1 of 2 notebooks ran to the end" in page
+    assert "http" not in page  # nothing to load, no links out
+
+
+@pytest.mark.slow
+def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monkeypatch):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    write_notebook(nbdir, "00_ok", "Fine notebook", OK_CELLS)
+    write_notebook(nbdir, "01_fail", "Broken notebook", FAIL_CELLS)
+    write_notebook(nbdir, "02_after", "Runs after the failure", ["print('still here', size)"])
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    out = tmp_path / "out"
+
+    rc = cli_main(["report", "--notebooks", str(nbdir), "--out", str(out), "--device", "cpu", "--size", "full"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    # cells: 0 title, 1 parameters, 2 "x = 1", 3 the division
+    assert "FAILED 01_fail: cell 3 `y = x / 0  # fails here`: ZeroDivisionError" in err
+    assert "[3/3] 02_after: ok" in err
+
+    manifest = json.loads((out / "report.json").read_text())
+    by = {n["name"]: n for n in manifest["notebooks"]}
+    assert [n["name"] for n in manifest["notebooks"]] == ["00_ok", "01_fail", "02_after"]
+    assert by["00_ok"]["ok"] and by["00_ok"]["sources"] == ["simulated"]
+    assert by["01_fail"]["error"]["cell"] == 3
+    assert manifest["device"] == "cpu" and manifest["size"] == "full"
+
+    ok_html = (out / "00_ok.html").read_text()
+    assert "params cpu full" in ok_html  # injected parameters reached the kernel
+    fail_html = (out / "01_fail.html").read_text()
+    assert "ZeroDivisionError" in fail_html and "did not finish" in fail_html
+    assert "never reached" in fail_html  # source shown ...
+    assert fail_html.count("never reached") == 1  # ... but never printed
+    assert "still here full" in (out / "02_after.html").read_text()
+    index = (out / "index.html").read_text()
+    assert "failed" in index and "2 of 3 notebooks ran to the end" in index
+    assert (out / "_static" / "requirejs" / "require.js").is_file()
+
+    # --only reruns one notebook and keeps the others in the index
+    rc = cli_main(["report", "--notebooks", str(nbdir), "--out", str(out), "--device", "cpu", "--only", "02"])
+    assert rc == 0
+    manifest = json.loads((out / "report.json").read_text())
+    assert [n["name"] for n in manifest["notebooks"]] == ["00_ok", "01_fail", "02_after"]
+
+
+def test_report_bad_input_exits_2(tmp_path, capsys):
+    assert cli_main(["report", "--size", "huge"]) == 2
+    assert cli_main(["report", "--notebooks", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert "no notebooks folder" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "index.html").exists()

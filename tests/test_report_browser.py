@@ -1,0 +1,183 @@
+"""Exported report pages in headless Chromium: offline, figures drawn, toggles work, widgets render.
+
+Two builds: a small one from notebooks written here (a plotly figure with buttons, one with
+a dropdown, an ipywidgets slider), and the lab's real report (``labkit report --size quick``
+over ``notebooks/``, run on this machine's CPU into a temporary folder, with a secret
+planted in the environment that must not appear on any page).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from report_helpers import TOGGLE_CELLS, write_notebook
+
+from labkit.report.build import build_report
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+
+# For each figure with update menus: the buttons that set "visible", and what is visible now.
+_MENUS_JS = """
+() => Array.from(document.querySelectorAll('.plotly-graph-div')).map((gd, gi) => {
+  const menus = (gd.layout && gd.layout.updatemenus) || [];
+  return {
+    graph: gi,
+    visible: (gd._fullData || []).map(t => t.visible === true),
+    menus: menus.map((m, mi) => ({
+      menu: mi, type: m.type || 'dropdown',
+      buttons: (m.buttons || []).map(b => {
+        const a = (b.args && b.args[0]) || {};
+        return Array.isArray(a.visible) ? a.visible.map(v => v === true) : null;
+      }),
+    })),
+  };
+})
+"""
+
+
+def _open(browser, path: Path):
+    """Open a page from disk, recording every request that failed or left file://."""
+    page = browser.new_page()
+    bad: list[str] = []
+    page.on("requestfailed", lambda r: bad.append(f"failed: {r.url[:120]} ({r.failure})"))
+    page.on("request", lambda r: None if r.url.startswith(("file://", "data:", "blob:", "about:"))
+            else bad.append(f"external: {r.url[:120]}"))
+    page.goto(path.resolve().as_uri(), wait_until="load")
+    page.wait_for_load_state("networkidle")
+    return page, bad
+
+
+def _check_page(browser, path: Path) -> dict:
+    """Every assertion a page must pass; returns counts for the caller's own checks."""
+    page, bad = _open(browser, path)
+    try:
+        n_graphs = page.locator(".plotly-graph-div").count()
+        if n_graphs:
+            page.wait_for_function(
+                "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
+                ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+        html = path.read_text(encoding="utf-8")
+        n_widgets = 0
+        if "application/vnd.jupyter.widget-state+json" in html and "application/vnd.jupyter.widget-view+json" in html:
+            page.wait_for_selector(".jupyter-widgets, [class*='widget-']", timeout=30_000)
+            n_widgets = page.locator(".jupyter-widgets").count()
+            assert n_widgets > 0, f"{path.name}: widget state saved but no widget rendered"
+        toggled = _click_toggles(page, path.name)
+        text = page.inner_text("body")
+        assert "Traceback (most recent call last)" not in text, f"{path.name}: Python traceback on the page"
+        assert not bad, f"{path.name}: {bad}"
+        return {"graphs": n_graphs, "widgets": n_widgets, "toggled": toggled}
+    finally:
+        page.close()
+
+
+def _click_toggles(page, name: str) -> int:
+    """Click, per menu, a button that changes trace visibility; check the change. Returns clicks."""
+    clicks = 0
+    for fig in page.evaluate(_MENUS_JS):
+        for menu in fig["menus"]:
+            current = page.evaluate(_MENUS_JS)[fig["graph"]]["visible"]
+            target = next(((i, v) for i, v in enumerate(menu["buttons"]) if v is not None and v != current), None)
+            if target is None:
+                continue
+            i, want = target
+            gd = page.locator(".plotly-graph-div").nth(fig["graph"])
+            gd.scroll_into_view_if_needed()
+            container = gd.locator("g.updatemenu-container").nth(menu["menu"])
+            if menu["type"] == "dropdown":
+                container.locator("g.updatemenu-header").click()
+                container.locator("g.updatemenu-dropdown-button").nth(i).click()
+            else:
+                container.locator("g.updatemenu-button").nth(i).click()
+            page.wait_for_timeout(200)
+            after = page.evaluate(_MENUS_JS)[fig["graph"]]["visible"]
+            assert after == want, f"{name}: graph {fig['graph']} menu {menu['menu']} button {i}: {after} != {want}"
+            clicks += 1
+    return clicks
+
+
+@pytest.fixture(scope="session")
+def small_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small_report")
+    nbdir = root / "nbs"
+    nbdir.mkdir()
+    write_notebook(nbdir, "00_toggles", "Toggles and widgets", TOGGLE_CELLS)
+    old = os.environ.get("LABKIT_RESULTS")
+    os.environ["LABKIT_RESULTS"] = str(root / "results")
+    try:
+        runs = build_report(root / "out", device="cpu", notebooks_dir=nbdir, log=lambda m: None)
+    finally:
+        if old is None:
+            os.environ.pop("LABKIT_RESULTS", None)
+        else:
+            os.environ["LABKIT_RESULTS"] = old
+    assert all(r.ok for r in runs), [r.error for r in runs]
+    return root / "out"
+
+
+def test_small_report_renders_offline_with_toggles_and_widgets(browser, small_report):
+    counts = _check_page(browser, small_report / "00_toggles.html")
+    assert counts["graphs"] == 2 and counts["toggled"] == 2
+    assert counts["widgets"] >= 1
+
+
+def test_index_page_offline_and_links(browser, small_report):
+    page, bad = _open(browser, small_report / "index.html")
+    try:
+        assert page.locator("a[href='00_toggles.html']").count() == 1
+        assert page.locator("span[data-source='measured-cpu']").count() >= 1
+        assert not bad
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="session")
+def lab_report(tmp_path_factory):
+    """The lab's own report, built on this machine's CPU with a planted secret."""
+    root = tmp_path_factory.mktemp("lab_report")
+    results = root / "results"
+    if (REPO / "data" / "results").is_dir():
+        shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
+    secret = "labkit-secret-" + secrets.token_hex(8)
+    env = dict(os.environ, LABKIT_TEST_SECRET=secret, LABKIT_RESULTS=str(results))
+    proc = subprocess.run(
+        [sys.executable, "-m", "labkit", "report", "--size", "quick", "--device", "cpu", "--out", str(root / "out")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
+    )
+    return root / "out", secret, proc
+
+
+def test_lab_report_builds(lab_report):
+    out, _, proc = lab_report
+    assert (out / "index.html").is_file(), proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_lab_report_pages_render_offline(browser, lab_report):
+    out, _, _ = lab_report
+    pages = sorted(out.glob("[0-9][0-9]_*.html"))
+    assert pages, "no notebook pages exported"
+    for path in pages:
+        _check_page(browser, path)
+    _check_page(browser, out / "index.html")
+
+
+def test_lab_report_leaks_no_secret_or_identity(lab_report):
+    out, secret, _ = lab_report
+    import getpass
+    import socket
+
+    # short host or user names ("vm", "root") occur by chance in embedded JavaScript
+    needles = [secret] + [n for n in (socket.gethostname(), getpass.getuser()) if len(n) >= 6]
+    for path in [*out.glob("*.html"), out / "report.json"]:
+        text = path.read_text(encoding="utf-8")
+        for needle in needles:
+            assert needle not in text, f"{path.name} contains {needle!r}"
