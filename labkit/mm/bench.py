@@ -1,0 +1,219 @@
+"""``labkit bench mm``: the scheduler half of the lab (#40143 and beyond), measured and saved.
+
+Results (through the results store, under ``data/results/<machine>/``):
+
+- ``mm_get_num_embeds``: per-call cost of the placeholder methods per variant;
+- ``mm_decode_step``: encoder-scheduling host time of one decode step of the PR's shape
+  (128 requests x 32 images) per placeholder variant x strategy;
+- ``mm_sweep`` (``--sweep``): the same over requests (1-256) and images per request (1-64);
+- ``mm_workload``: the whole step scheduler over a workload run to completion, with a check
+  that every combination made identical decisions;
+- ``mm_overlap``: the bubble model's comparison of the measured saving with the PR's table
+  (``source: simulated``: a model prediction fed with a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from labkit.errors import UsageError
+from labkit.mm.measure import (AFTER, BEFORE, DEFAULT_COMBOS, measure_decode_grid, measure_placeholder_calls,
+                               measure_workload, sweep_decode_steps)
+from labkit.mm.overlap import compare_with_published
+from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
+from labkit.mm.scheduler import SCHEDULING_STRATEGIES
+from labkit.mm.step_scheduler import SchedulerConfig
+from labkit.mm.workload import WORKLOAD_PRESETS, get_workload_spec
+from labkit.results import load_results, make_result, results_rows, save_result
+
+logger = logging.getLogger(__name__)
+
+#: host timings are CPU measurements wherever they run (the machine block says which host)
+SOURCE = "measured-cpu"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit bench mm",
+                                description="Placeholder and encoder-scheduling host costs (vLLM #40143 and beyond).")
+    p.add_argument("--quick", action="store_true", help="fewer repeats, smaller sweep and workload (seconds)")
+    p.add_argument("--sweep", action="store_true", help="also sweep requests (1-256) and images per request (1-64)")
+    p.add_argument("--requests", type=int, default=128, help="requests in the decode step (default 128)")
+    p.add_argument("--images", type=int, default=32, help="images per request in the decode step (default 32)")
+    p.add_argument("--workload", default=None, choices=sorted(WORKLOAD_PRESETS),
+                   help="workload for the whole-scheduler run (default pr40143-short; quick: quick)")
+    p.add_argument("--combos", default=None,
+                   help="comma-separated VARIANT+STRATEGY pairs (default: " +
+                        ",".join(f"{v}+{s}" for v, s in DEFAULT_COMBOS) + ")")
+    p.add_argument("--host-scale", type=float, default=1.0,
+                   help="published machine's host slowness relative to this one, for mm_overlap (default 1)")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write all results as one JSON file")
+    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    return p
+
+
+def parse_combos(text: str | None) -> list[tuple[str, str]]:
+    """``"list+loop,fast+cursor"`` -> pairs; UsageError on unknown names. Before/after are always included."""
+    if not text:
+        return list(DEFAULT_COMBOS)
+    combos = []
+    for item in text.split(","):
+        parts = item.strip().split("+")
+        if len(parts) != 2 or parts[0] not in PLACEHOLDER_VARIANTS or parts[1] not in SCHEDULING_STRATEGIES:
+            raise UsageError(f"bad combo {item!r}: use VARIANT+STRATEGY with VARIANT in "
+                             f"{'/'.join(PLACEHOLDER_VARIANTS)} and STRATEGY in {'/'.join(SCHEDULING_STRATEGIES)}")
+        combos.append((parts[0], parts[1]))
+    for need in (AFTER, BEFORE):
+        if need not in combos:
+            combos.insert(0, need)
+    return combos
+
+
+def overlap_rows(decode_rows: list[dict], *, host_scales=(1.0,)) -> list[dict]:
+    """``compare_with_published`` rows for the before->after saving measured in ``decode_rows``.
+
+    Adds a row at the host scale that would explain the whole published TPOT saving.
+    """
+    med = {(r["variant"], r["strategy"]): r["median_ns"] for r in decode_rows}
+    if BEFORE not in med or AFTER not in med:
+        raise UsageError("decode rows need tensor+loop and list+loop to measure the #40143 saving")
+    saving_ms = max(med[BEFORE] - med[AFTER], 0.0) / 1e6
+    rows = []
+    base = compare_with_published(saving_ms)
+    scales = list(host_scales)
+    if saving_ms > 0:
+        scales.append(base.published_tpot_saving_ms / saving_ms)
+    for i, scale in enumerate(scales):
+        c = compare_with_published(saving_ms, host_scale=scale)
+        rows.append({"case": "measured" if i < len(host_scales) else "scale that explains it all",
+                     "measured_saving_ms": saving_ms, **c.as_row()})
+    return rows
+
+
+def _fmt_ns(ns) -> str:
+    if ns is None:
+        return "-"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def _fmt_x(x) -> str:
+    return "-" if x is None else f"{x:.1f}x"
+
+
+def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int = 128, images_per_request: int = 32,
+                   workload: str | None = None, combos=None, host_scale: float = 1.0, save: bool = True) -> dict:
+    """Run the scheduler benchmarks; returns name -> BenchResult (saved to the results store if ``save``).
+
+    Keys are the base names (``mm_decode_step`` ...); quick results are saved as ``<name>_quick``.
+
+    ``quick`` keeps the whole run to seconds on a 2-core CPU (fewer repeats, workload
+    ``quick`` instead of ``pr40143-short``, a coarse sweep). ``combos`` are
+    ``(variant, strategy)`` pairs (before and after #40143 always included).
+    """
+    if num_requests < 1 or images_per_request < 1:
+        raise UsageError("the decode step needs >= 1 request and >= 1 image per request")
+    if host_scale <= 0:
+        raise UsageError("host_scale must be > 0")
+    combos = parse_combos(",".join(f"{v}+{s}" for v, s in combos) if combos else None)
+    spec = get_workload_spec(workload or ("quick" if quick else "pr40143-short"))
+    reps = 7 if quick else 15
+    results = {}
+
+    def record(name, rows, params, source=SOURCE):
+        # quick runs never overwrite full recordings: they are filed as <name>_quick
+        res = make_result(name + ("_quick" if quick else ""), rows, params={"quick": quick, **params}, source=source)
+        if save:
+            save_result(res)
+        results[name] = res
+
+    calls = measure_placeholder_calls(repeats=10 if quick else 25)
+    record("mm_get_num_embeds", calls, {"model": "gemma", "tokens_per_image": 256, "timed": "host"})
+    decode = measure_decode_grid(num_requests, images_per_request, combos=combos, repeats=reps)
+    record("mm_decode_step", decode, {"num_requests": num_requests, "images_per_request": images_per_request,
+                                      "tokens_per_image": 256, "model": "gemma", "timed": "host"})
+    if sweep:
+        if quick:
+            rows = sweep_decode_steps((1, 8, 64, 256), (1, 8, 64), combos=combos, repeats=3)
+        else:
+            rows = sweep_decode_steps(combos=combos)
+        record("mm_sweep", rows, {"tokens_per_image": 256, "model": "gemma", "timed": "host",
+                                  "fixed_requests": 128, "fixed_images": 32})
+    config = SchedulerConfig()
+    wl = measure_workload(spec, combos=combos, config=config, repeats=2 if quick else 3)
+    record("mm_workload", wl, {"workload": spec.name, "max_num_batched_tokens": config.max_num_batched_tokens,
+                               "max_num_seqs": config.max_num_seqs, "timed": "host"})
+    if not all(r["identical_decisions"] for r in wl):
+        logger.warning("strategies made different decisions on %s", spec.name)
+    ov = overlap_rows(decode, host_scales=sorted({1.0, host_scale}))
+    record("mm_overlap", ov, {"published": "vllm#40143", "model": "bubble model (async: max(host, device) + c)"},
+           source="simulated")
+    return results
+
+
+def recorded_rows(name: str) -> list[dict]:
+    """Rows of result ``name`` recorded on every machine (``machine``, ``source``, ``gpu_name`` columns added)."""
+    return results_rows(load_results(name=name))
+
+
+def recorded_note(name: str) -> str:
+    """One line saying which machines recorded ``name`` and whether any of them has a GPU."""
+    found = load_results(name=name)
+    if not found:
+        return f"no recorded {name} result on any machine yet (run: labkit bench mm --sweep)"
+    where = ", ".join(f"{r.slug} ({r.source}{', ' + r.machine['gpu_name'] if r.machine.get('gpu_name') else ''})"
+                      for r in found)
+    gpu = any(r.machine.get("gpu_name") for r in found)
+    return f"{name} recorded on: {where}" + ("" if gpu else "; no GPU machine's result yet")
+
+
+def _print_summary(results: dict) -> None:
+    print("placeholder calls (per call):")
+    for r in results["mm_get_num_embeds"].rows:
+        print(f"  {r['variant']:<7} {r['method']:<28} {_fmt_ns(r['median_ns']):>10}  "
+              f"vs tensor {_fmt_x(r['speedup_vs_tensor']):>7}  vs list {_fmt_x(r['speedup_vs_list']):>6}")
+    dec = results["mm_decode_step"]
+    print(f"decode step, encoder scheduling ({dec.params['num_requests']} requests x "
+          f"{dec.params['images_per_request']} images):")
+    for r in dec.rows:
+        print(f"  {r['combo']:<14} {_fmt_ns(r['median_ns']):>10}  vs before {_fmt_x(r['speedup_vs_before']):>7}"
+              f"  vs #40143 {_fmt_x(r['speedup_vs_pr']):>7}")
+    if "mm_sweep" in results:
+        print(f"sweep: {len(results['mm_sweep'].rows)} points")
+    wl = results["mm_workload"]
+    print(f"whole scheduler over workload {wl.params['workload']!r}:")
+    for r in wl.rows:
+        print(f"  {r['combo']:<14} {r['steps']:>5} steps {_fmt_ns(r['median_ns']):>10}  decode step "
+              f"{_fmt_ns(r['decode_step_median_ns']):>9}  vs #40143 {_fmt_x(r['speedup_vs_pr']):>6}"
+              f"  identical={r['identical_decisions']}")
+    m = results["mm_overlap"].rows[0]
+    print(f"bubble model (simulated): measured saving {m['host_saving_ms']:.2f} ms/step explains "
+          f"{100 * m['explained_fraction']:.0f}% of the published {m['published_tpot_saving_ms']:.2f} ms; "
+          f"predicted TPOT after {m['predicted_tpot_after_async_ms']:.2f} ms vs published "
+          f"{m['published_tpot_after_ms']:.2f} ms ({m['error_async_pct']:+.1f}%)")
+    for r in results.values():
+        if r.path:
+            print(f"saved {r.path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``labkit bench mm``."""
+    args = _parser().parse_args(argv)
+    combos = parse_combos(args.combos)
+    results = run_benchmarks(quick=args.quick, sweep=args.sweep, num_requests=args.requests,
+                             images_per_request=args.images, workload=args.workload, combos=combos,
+                             host_scale=args.host_scale, save=not args.no_save)
+    _print_summary(results)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({k: v.to_json() for k, v in results.items()}, indent=1, default=str) + "\n",
+                       encoding="utf-8")
+        tmp.replace(path)
+    return 0
