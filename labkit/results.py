@@ -110,6 +110,15 @@ def make_result(
     )
 
 
+def sized_name(name: str, size: str) -> str:
+    """Result name for a run of ``size``: ``name`` when full, ``name_quick`` otherwise.
+
+    Quick runs (the notebooks' default) never overwrite a full recording; ``*_quick.json``
+    files are not committed.
+    """
+    return name if size == "full" else f"{name}_quick"
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -52,9 +52,11 @@ pd.Series(describe_machine(device), name="value").to_frame()
 
 # %%
 from labkit import calibrate
-from labkit.results import save_result
+from labkit.results import save_result, sized_name
 rows, source = calibrate.run_calibration(device, quick=(size == "quick"))
-saved = save_result(calibrate.make_calibration_result(rows, source, full=(size == "full")))
+result = calibrate.make_calibration_result(rows, source, full=(size == "full"))
+result.name = sized_name(result.name, size)
+saved = save_result(result)
 print(calibrate.format_table(rows))
 print({k: f"{v:.1f}x" for k, v in calibrate.summary(rows).items()})
 

@@ -43,7 +43,7 @@ def test_cli_small_run_saves_results(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "per_layer" in out and "cached" in out
     names = {r.name for r in load_results(tmp_path / "results")}
-    assert names == {"h2d_step", "h2d_sweep"}
+    assert names == {"h2d_step_quick", "h2d_sweep_quick"}  # quick runs never overwrite full recordings
     payload = json.loads(out_json.read_text())
     step = payload["h2d_step"]
     assert step["source"] == "measured-cpu"

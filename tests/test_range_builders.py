@@ -249,7 +249,7 @@ def test_bench_cli(tmp_path, monkeypatch, capsys):
                    "--json", str(tmp_path / "r.json")])
     assert rc == 0
     assert "incremental+cached" in capsys.readouterr().out
-    assert {r.name for r in load_results(tmp_path / "results")} == {"ranges_step", "ranges_sweep"}
+    assert {r.name for r in load_results(tmp_path / "results")} == {"ranges_step_quick", "ranges_sweep_quick"}
     payload = json.loads((tmp_path / "r.json").read_text())
     kinds = [(r["kind"], r["variant"]) for r in payload["ranges_step"]["rows"]]
     assert ("builder", "v033") in kinds and ("pipeline", "v033+pinned") in kinds

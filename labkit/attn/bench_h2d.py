@@ -267,7 +267,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
 
     Results are saved to the results store unless ``save`` is False.
     """
-    from labkit.results import make_result, save_result
+    from labkit.results import make_result, save_result, sized_name
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -301,8 +301,9 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
                               layer_mb=layer_mb, trace_dir=trace_dir)
         results["h2d_gpu_idle"] = make_result("h2d_gpu_idle", rows, source=source,
                                               params={**params, "layers": list(layers), "layer_mb": layer_mb})
-    if save:
-        for res in results.values():
+    for res in results.values():
+        res.name = sized_name(res.name, size)
+        if save:
             save_result(res)
     return results
 

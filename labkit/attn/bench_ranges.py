@@ -137,7 +137,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
                    sweep=True, save=True) -> dict:
     """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-    from labkit.results import make_result, save_result
+    from labkit.results import make_result, save_result, sized_name
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -165,8 +165,9 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
         results["ranges_sweep"] = make_result(
             "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant),
             params={**params, "sweep_requests": list(req), "sweep_images": list(img)}, source=source)
-    if save:
-        for res in results.values():
+    for res in results.values():
+        res.name = sized_name(res.name, size)
+        if save:
             save_result(res)
     return results
 

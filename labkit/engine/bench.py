@@ -200,11 +200,11 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
     """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
 
     ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
-    result ``engine-notebook`` (source simulated) when ``save``; traces map variant -> file.
+    result ``engine_sim`` (``engine_sim_quick`` in quick size) (source simulated) when ``save``; traces map variant -> file.
     """
     from labkit.device import describe_machine
     from labkit.engine.profiles import load_profile
-    from labkit.results import make_result, save_result
+    from labkit.results import make_result, save_result, sized_name
 
     if size not in ("quick", "full"):
         raise UsageError(f"size must be quick or full, got {size!r}")
@@ -214,7 +214,7 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
     rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                warmup=warmup, profile=prof, trace_dir=trace_dir)
     if save:
-        save_result(make_result("engine-notebook", rows, source="simulated", machine=describe_machine("cpu"),
+        save_result(make_result(sized_name("engine_sim", size), rows, source="simulated", machine=describe_machine("cpu"),
                                 params={"size": size, "model": model, "workload": workload, **prof.describe()}))
     traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}
     return rows, traces

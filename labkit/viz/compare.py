@@ -25,7 +25,8 @@ MAIN_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "h2d_": ("#38794 H2D prefix ranges", ("median_us", "median_ns", "step_median_ns", "idle_us_per_step")),
     "ranges_": ("#38794 H2D prefix ranges", ("median_us", "median_ns", "host_us")),
     "attn_": ("Triton prefix-attention kernel", ("tflops", "median_us", "median_ns")),
-    "engine_": ("engine and bubbles", ("output_tok_s", "tok_s", "step_us", "median_us", "median_ns")),
+    "engine": ("engine and bubbles", ("tokens_per_s_median", "tokens_per_s", "median_ns")),
+    "engine_": ("engine and bubbles", ("tokens_per_s_median", "tokens_per_s", "output_tok_s", "median_ns")),
     "trace_": ("trace analyzer", ("median_s", "seconds", "median_ms", "median_us", "median_ns")),
     "vllm_": ("vLLM A/B", ("output_tok_s", "mean_tpot_ms", "median_us", "median_ns")),
 }
@@ -45,7 +46,7 @@ MAX_LABELS = 24
 
 def _entry(name: str) -> tuple[str, tuple[str, ...]] | None:
     """The ``MAIN_METRICS`` entry for a result name (``-`` counts as ``_``)."""
-    norm = name.replace("-", "_")
+    norm = name.replace("-", "_").removesuffix("_quick")
     for prefix, entry in MAIN_METRICS.items():
         if norm == prefix or (prefix.endswith("_") and norm.startswith(prefix)):
             return entry
