@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One prepared run of every GPU path of the lab: calibration, the prefix-attention kernel
-# benchmark, the #38794 H2D strategies with profiler idle time, and the engine with traces.
+# One prepared run of every GPU path of the lab: the GPU unit tests, calibration, the
+# prefix-attention kernel benchmark, the #38794 H2D strategies with profiler idle time, the
+# range builders, the engine with traces and its device profile, and the scheduler on this host.
 #
 # Usage:  OUT=/some/dir bash scripts/gpu_check.sh
 # Needs only python3 with torch, triton and numpy (pandas optional); installs nothing.
@@ -35,12 +36,16 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log, never abort th
 }
 
 nvidia-smi > "$WORK/logs/nvidia-smi.txt" 2>&1 || true
+# Budget: about 8 minutes in all on an H200 (each step's own limit in seconds).
 step env        60 "$PY" -m labkit env --json
-step calibrate 120 "$PY" -m labkit calibrate
-step attn      240 "$PY" -m labkit bench attn --quick
-step h2d       150 "$PY" -m labkit bench h2d --quick --trace-dir "$WORK/traces"
-step engine    300 "$PY" -m labkit bench engine --quick --trace-dir "$WORK/traces" --write-profile "$WORK/profile.json"
-step mm        120 "$PY" -m labkit bench mm --quick
+step gpu-tests 180 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_prefix_attention.py \
+                     tests/test_ledger.py tests/test_h2d_bench.py tests/test_prefix_ranges.py tests/test_calibrate.py
+step calibrate  90 "$PY" -m labkit calibrate --device cuda --full
+step attn      180 "$PY" -m labkit bench attn --sweep --repeats 20
+step h2d       150 "$PY" -m labkit bench h2d --device cuda --size full --trace-dir "$WORK/traces/h2d"
+step ranges    120 "$PY" -m labkit bench ranges --device cuda --size full
+step engine    180 "$PY" -m labkit bench engine --quick --trace-dir "$WORK/traces/engine" --write-profile "$WORK/profile.json"
+step mm         90 "$PY" -m labkit bench mm --sweep
 
 cat "$WORK/logs/tails.txt" >> "$SUMMARY"
 tar -C "$WORK" -czf "$OUT/gpu_check.tar.gz" results traces logs $( [ -f "$WORK/profile.json" ] && echo profile.json )
