@@ -13,13 +13,17 @@
 # %% [markdown]
 # # 05 · Trace analysis: idle bubbles, their causes, and pageable copies
 #
-# This notebook analyses a **real GPU profile** (a PyTorch/Kineto trace recorded on an NVIDIA GPU)
-# end to end with `labkit.trace`: where each device stream sat idle, *why* (the host had not launched
-# the next op yet = **host wait**, a short launch gap = **kernel wait**, or something else), what the
-# launching CPU thread was doing during those gaps (annotation, Python frame, CPU op, runtime call),
-# and which host-to-device copies were pageable (each one makes the host wait for the stream to drain:
-# the bubble behind vLLM PR #38794). The same numbers are checked against Holistic Trace Analysis'
-# conventions. Lab traces under `data/traces/` (real or simulated) are used when present.
+# This notebook analyses **real GPU profiles** end to end with `labkit.trace`: where each device
+# stream sat idle, *why* (the host had not launched the next op yet = **host wait**, a short launch
+# gap = **kernel wait**, or something else), what the launching CPU thread was doing during those
+# gaps (annotation, Python frame, CPU op, runtime call), and which host-to-device copies were
+# pageable (each one makes the host wait for the stream to drain: the bubble behind vLLM PR #38794).
+#
+# The main example is the lab's own engine profiled with `torch.profiler` on an **NVIDIA H200**
+# (`data/traces/h200/<variant>/`, measured-gpu): #38794's `per_layer` prefix ranges against
+# `per_step`, and #40143's slow `tensor` placeholders. A second example is a real trace from
+# outside the lab (a fixture under `tests/data/`), and the last section shows how to point the
+# analyzer at your own vLLM profile.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -30,67 +34,99 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
-# ## Pick a trace
-# `find_notebook_trace` prefers a lab trace under `data/traces/`, then the shared real traces
-# beside the repository, then the small fixtures under `tests/data/`. The source section says
-# whether it was recorded on a GPU or simulated.
+# ## The lab's H200 traces
+# One trace per engine variant, recorded on the GPU machine (the analysis itself runs on this
+# host; only the traces are GPU measurements). `max_bars` caps the bars drawn per timeline so the
+# exported page stays small; the analysis always uses every event.
 
 # %%
-from labkit.trace.notebook import find_notebook_trace, trace_sources
-path = find_notebook_trace(size)
-declare_sources(*trace_sources(path))
-print(path)
+from labkit.trace.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, lab_analyses, missing_lab_traces
+lab = lab_analyses()
+declare_sources(*analyses_sources(*lab.values()))
+max_bars = 3000 if size == "quick" else 20000
+print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_ops_count"]) for v, an in lab.items()})
+
+# %% [markdown]
+# ## #38794 on the H200: `per_layer` against `per_step`
+# `per_layer` builds the prefix-range tensor inside every attention layer: one small pageable
+# host-to-device copy per sequence per layer, each followed by a wait for the stream. `per_step`
+# builds it once per step and shares it. `diff_analyses` lines the two runs up (after minus
+# before: busy and idle time by cause in us, copies, host stall).
+
+# %%
+from labkit.trace.diff import diff_analyses
+d = diff_analyses(lab[PER_LAYER], lab[PER_STEP]) if PER_LAYER in lab and PER_STEP in lab else None
+print("\n".join(d.summary_lines()) if d else "per_layer / per_step traces not recorded")
+
+# %%
+d.copies if d else None
+
+# %% [markdown]
+# The two timelines stacked (time from each trace's start). Red bars are host-wait gaps: the GPU
+# idles while the host issues the next pageable copy. Zoom with the mouse; hover a gap for the
+# call site.
+
+# %%
+from labkit.viz.timeline import plot_timeline_pair
+(plot_timeline_pair(lab[PER_LAYER], lab[PER_STEP], labels=("per_layer (before #38794)", "per_step (after)"),
+                    max_events=max_bars, title="measured-gpu: NVIDIA H200, #38794 per_layer / per_step")
+ if d else None)
+
+# %% [markdown]
+# ## The flagged pageable copies of `per_layer`
+# The rule in `labkit.trace.h2d` flags a call site issuing >= 4 pageable host-to-device copies of
+# <= 64 KiB in one step. Every flag should name a layer's forward (`forward/layer_N`).
+
+# %%
+from labkit.trace.notebook import flags_table
+flags_table(lab[PER_LAYER]).head(10) if PER_LAYER in lab else None
+
+# %%
+lab[PER_LAYER].copies.by_call_site.head(8) if PER_LAYER in lab else None
+
+# %% [markdown]
+# ## #40143 on the H200: what the host did while the GPU starved
+# With `tensor` placeholders the scheduler reads one element of a torch tensor per image per
+# request per step. Device idle time in host-wait gaps, split by the innermost call site on the
+# launching thread (`share` of all host-wait idle):
+
+# %%
+lab[TENSOR_LOOP].host_starvation.head(10) if TENSOR_LOOP in lab else None
+
+# %%
+from labkit.viz.timeline import plot_idle_breakdown
+plot_idle_breakdown(lab[TENSOR_LOOP]) if TENSOR_LOOP in lab else None
+
+# %% [markdown]
+# ## A second real trace, from outside the lab
+# The same analysis on a public PyTorch profile recorded on a Quadro GP100 (from the Holistic
+# Trace Analysis test data, provenance in `tests/data/README.md`; with `size = "full"`: a vLLM
+# serving trace recorded on a GB10). The GP100 trace has `ProfilerStep` spans, so the dropdown
+# zooms to each step, and its pageable copies are each followed by a `cudaStreamSynchronize`.
 
 # %%
 from labkit.trace.analyze import analyze_trace
-an = analyze_trace(path)
-an.source
+from labkit.trace.notebook import fixture_trace
+ex = analyze_trace(fixture_trace(size))
+ex.source
+
+# %%
+from labkit.viz.timeline import plot_timeline
+plot_timeline(ex, max_events=max_bars)
+
+# %%
+ex.streams
+
+# %%
+ex.h2d[["kind", "bytes", "host_call_us", "sync_name", "sync_us", "host_stall_us", "call_site"]].head(10)
 
 # %% [markdown]
-# ## Idle time per stream, by cause
-# `idle_us` is every gap between the stream's first and last op (overlaps clipped);
-# the three causes sum to it.
-
-# %%
-from labkit.viz.timeline import plot_idle_breakdown, plot_timeline
-plot_idle_breakdown(an)
-
-# %%
-an.streams
-
-# %% [markdown]
-# ## The timeline
-# Host threads that launched GPU work on top, device streams below; red bars are host-wait gaps.
-# Hover a gap to see the call site the host was in; the dropdown zooms to a `ProfilerStep`.
-
-# %%
-plot_timeline(an, max_events=4000 if size == "quick" else 20000)
-
-# %% [markdown]
-# ## What the host was doing while the GPU starved
-# Device idle time (host-wait gaps only) split by the innermost call site on the launching thread.
-
-# %%
-an.host_starvation.head(10)
-
-# %% [markdown]
-# ## Host-to-device copies
-# Pageable copies stall the host (the runtime call plus any `cudaStreamSynchronize` right after);
-# the rule in `labkit.trace.h2d` flags call sites issuing >= 4 pageable copies of <= 64 KiB per step.
-
-# %%
-an.h2d[["kind", "bytes", "host_call_us", "sync_name", "sync_us", "host_stall_us", "call_site"]].head(10)
-
-# %%
-an.copies.flags
-
-# %% [markdown]
-# ## Side by side with HTA's conventions
+# ### Side by side with HTA's conventions
 # HTA sums signed gaps between consecutive events and, with several `ProfilerStep`s, drops the last
 # one; `hta_compatible` reproduces those numbers exactly (the tests check them against HTA itself).
 
 # %%
-an.hta_compatible
+ex.hta_compatible
 
 # %% [markdown]
 # ## Point the lab at your own vLLM profile
@@ -107,8 +143,15 @@ an.hta_compatible
 # ```
 #
 # vLLM traces have no `ProfilerStep` spans; `--steps` names the per-step annotation to group by
-# (e.g. `execute_context_...`). `labkit analyze BEFORE --vs AFTER` compares two runs.
+# (e.g. `execute_context_...`). `labkit analyze BEFORE --vs AFTER` compares two runs; in Python,
+# `analyze_trace(path)` and `diff_analyses(before, after)` as above.
+
+# %% [markdown]
+# ## How fast the analyzer is (measured-cpu)
+# `labkit bench trace` times loading and analysing a >= 100 MB trace against HTA's idle breakdown
+# on the same file, with peak memory. These are host (CPU) timings, not GPU measurements.
 
 # %%
 from labkit.trace.notebook import recorded_bench
+declare_sources("measured-cpu")
 recorded_bench()

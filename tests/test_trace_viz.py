@@ -104,3 +104,16 @@ def test_build_big_trace_repeats_steps(tmp_path):
     an1, anb = analyze_trace(one), analyze_trace(big)
     assert anb.streams["busy_us"].sum() == pytest.approx(info["copies"] * an1.streams["busy_us"].sum(), rel=1e-6)
     assert len(hta_idle_totals(hta_idle_breakdown(big))) == 1
+
+
+def test_lesson_trace_helpers():
+    from labkit.trace.notebook import PER_LAYER, analyses_sources, fixture_trace, missing_lab_traces
+
+    p = fixture_trace("quick")
+    assert p.name.startswith("hta-step-based") and p.is_file()
+    with pytest.raises(ValueError):
+        fixture_trace("huge")
+    an = analyze_trace(p)
+    assert analyses_sources(an) == ["measured-gpu"]
+    assert missing_lab_traces({}, variants=(PER_LAYER,), machine="nowhere").startswith("No recorded nowhere trace")
+    assert missing_lab_traces({PER_LAYER: an}, variants=(PER_LAYER,)) == ""

@@ -7,7 +7,8 @@ then runs in a fresh subprocess: the lab's ``analyze_trace`` (streaming loader +
 and HTA's ``TraceAnalysis(...).get_idle_time_breakdown()``. Wall time and peak resident memory
 (``ru_maxrss`` of the child, minus the same interpreter's footprint after imports) are recorded
 with the file size, plus both tools' per-stream idle totals so they can be checked against each
-other. Result ``trace_bench``; source ``measured-cpu`` (trace analysis runs on the host).
+other. The row of the lab's loader names the batch decoder it used (``msgspec`` when installed,
+else ``orjson``/``json``; ``--decoder json`` forces the stdlib path). Result ``trace_bench``; source ``measured-cpu`` (trace analysis runs on the host).
 """
 
 from __future__ import annotations
@@ -85,13 +86,16 @@ def build_big_trace(base: Path, out: Path, size_mb: float) -> dict:
 
 _WORKER = r"""
 import json, resource, sys, time, logging
-kind, path = sys.argv[1], sys.argv[2]
+kind, path, want_decoder = sys.argv[1], sys.argv[2], sys.argv[3]
 logging.disable(logging.WARNING)
 import numpy, pandas
 if kind == "hta":
     import hta.trace_analysis as hta_ta
 else:
     import labkit.trace.analyze as lab
+    import labkit.trace.reader as lab_reader
+    if want_decoder != "auto":
+        lab_reader.DECODER = want_decoder
 def rss_now():
     try:
         with open("/proc/self/status") as f:
@@ -105,6 +109,7 @@ base_rss = rss_now()
 if kind == "baseline":
     print(json.dumps({"base_rss": base_rss})); sys.exit(0)
 t0 = time.perf_counter_ns()
+decoder = None
 if kind == "hta":
     import os, shutil
     ta = hta_ta.TraceAnalysis(trace_dir=os.path.dirname(path))
@@ -113,23 +118,35 @@ if kind == "hta":
     totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()}
 else:
     an = lab.analyze_trace(path)
+    decoder = lab_reader.DECODER
     df = an.hta_compatible
     totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()}
 t1 = time.perf_counter_ns()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"wall_ns": t1 - t0, "peak_rss": peak, "base_rss": base_rss, "totals": totals}))
+print(json.dumps({"wall_ns": t1 - t0, "peak_rss": peak, "base_rss": base_rss, "totals": totals,
+                  "decoder": decoder}))
 """
 
 
-def _run_worker(kind: str, path: Path, timeout: float) -> dict:
+def _run_worker(kind: str, path: Path, timeout: float, decoder: str = "auto") -> dict:
     try:
-        p = subprocess.run([sys.executable, "-c", _WORKER, kind, str(path)], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-c", _WORKER, kind, str(path), decoder], capture_output=True, text=True,
                            timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if p.returncode != 0:
         return {"error": (p.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _load_avg() -> float | None:
+    """The 1-minute load average of this machine (None where the OS does not tell)."""
+    try:
+        import os
+
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs per tool (median reported; default 1)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (e.g. where traceinsight is not installed)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per tool run (default 900)")
+    ap.add_argument("--decoder", choices=["auto", "json"], default="auto",
+                    help="batch decoder of the lab's loader: auto (msgspec when installed) or json (stdlib only)")
     ap.add_argument("--json", type=Path, default=None, help="also write the result JSON here")
     ap.add_argument("--no-save", action="store_true", help="do not save into the results store")
     args = ap.parse_args(argv)
@@ -160,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("HTA (traceinsight) not installed: measuring labkit only")
             tools = ["labkit"]
+    load_start = _load_avg()
     with tempfile.TemporaryDirectory(prefix="labkit-trace-bench-") as tmp:
         big = Path(tmp) / "big.pt.trace.json"
         t = time.perf_counter()
@@ -168,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - t:.1f} s)")
         rows, totals = [], {}
         for tool in tools:
-            runs = [_run_worker(tool, big, args.timeout) for _ in range(args.repeats)]
+            runs = [_run_worker(tool, big, args.timeout, args.decoder) for _ in range(args.repeats)]
             bad = [r["error"] for r in runs if "error" in r]
             if bad:
                 print(f"{tool}: {bad[0]}")
@@ -181,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"variant": tool, "file_bytes": info["file_bytes"], "copies": info["copies"],
                          "median_ns": tm.median_ns, "p20_ns": tm.p20_ns, "p80_ns": tm.p80_ns,
                          "peak_rss_bytes": peak, "import_rss_bytes": max(r["base_rss"] for r in runs), "analysis_rss_bytes": extra,
-                         "rss_over_file": extra / info["file_bytes"], "idle_total_us": sum(runs[0]["totals"].values())})
+                         "rss_over_file": extra / info["file_bytes"], "idle_total_us": sum(runs[0]["totals"].values()),
+                         **({"decoder": runs[0]["decoder"]} if runs[0].get("decoder") else {})})
     ok = {r["variant"]: r for r in rows if "median_ns" in r}
     if "labkit" in ok and "hta" in ok:
         ok["labkit"]["speedup_vs_hta"] = ok["hta"]["median_ns"] / ok["labkit"]["median_ns"]
         ref = totals["hta"]
         diffs = [abs(totals["labkit"].get(s, 0.0) - v) / max(abs(v), 1.0) for s, v in ref.items()]
         ok["labkit"]["idle_max_rel_diff_vs_hta"] = max(diffs) if diffs else 0.0
+    print(f"decoder: {ok.get('labkit', {}).get('decoder') or 'n/a'}; load average (1 min): {load_start} at start, {_load_avg()} at end")
     print(f"{'tool':<8} {'wall_s':>8} {'peak_rss_MB':>12} {'analysis_MB':>12} {'x file':>7} {'speedup':>8}")
     for r in rows:
         if "median_ns" not in r:
@@ -195,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         sp = r.get("speedup_vs_hta")
         print(f"{r['variant']:<8} {r['median_ns'] / 1e9:>8.2f} {r['peak_rss_bytes'] / 1e6:>12.1f} "
               f"{r['analysis_rss_bytes'] / 1e6:>12.1f} {r['rss_over_file']:>7.2f} {'' if sp is None else f'{sp:.1f}x':>8}")
-    result = make_result("trace_bench", rows, source=measured_source("cpu"),
-                         params={"size_mb": args.size_mb, "base": base.name, "repeats": args.repeats, "tools": tools})
+    params = {"size_mb": args.size_mb, "base": base.name, "repeats": args.repeats, "tools": tools,
+              "decoder": ok.get("labkit", {}).get("decoder"), "load_avg_1m_start": load_start,
+              "load_avg_1m_end": _load_avg()}
+    result = make_result("trace_bench", rows, source=measured_source("cpu"), params=params)
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:

@@ -1,6 +1,9 @@
-"""Notebook helpers for the trace-analysis lesson: which trace to show and the recorded benchmark.
+"""Notebook helpers for the trace-analysis lesson: which traces to show and the recorded benchmark.
 
-Kept out of the notebook so its cells stay one or two lines and the choice is testable.
+The lesson analyses the lab's own engine traces recorded on an NVIDIA H200
+(``data/traces/h200/<variant>/``, found through ``labkit.engine.recorded``) and one real
+non-lab trace from the fixtures. Kept out of the notebook so its cells stay one or two lines
+and the choices are testable.
 """
 
 from __future__ import annotations
@@ -40,6 +43,55 @@ def find_notebook_trace(size: str = "quick") -> Path:
     raise FileNotFoundError("no GPU trace found under data/traces, ../shared/traces or tests/data")
 
 
+LAB_MACHINE = "h200"
+#: the lab variants the lesson compares: #38794 before/after, and #40143's slow scheduler
+PER_LAYER, PER_STEP, TENSOR_LOOP = "fast/cursor/per_layer/async", "fast/cursor/per_step/async", "tensor/loop/none/async"
+
+
+def lab_analyses(variants=(PER_LAYER, PER_STEP, TENSOR_LOOP), machine: str = LAB_MACHINE) -> dict:
+    """Variant -> ``Analysis`` of the recorded lab traces that exist (missing ones are left out)."""
+    from labkit.engine.recorded import analyze_recorded
+
+    return analyze_recorded(machine, variants=list(variants))
+
+
+def missing_lab_traces(analyses: dict, variants=(PER_LAYER, PER_STEP, TENSOR_LOOP),
+                       machine: str = LAB_MACHINE) -> str:
+    """A sentence naming recorded lab traces that are missing ('' when all are there)."""
+    gone = [v for v in variants if v not in analyses]
+    if not gone:
+        return ""
+    return f"No recorded {machine} trace for: {', '.join(gone)} (expected under data/traces/{machine}/)."
+
+
+def fixture_trace(size: str = "quick") -> Path:
+    """A real non-lab GPU trace: a small fixture (quick) or the vLLM GB10 trace of the shared
+    collection (full, when present beside the repository)."""
+    if size not in ("quick", "full"):
+        raise ValueError(f"size must be 'quick' or 'full', got {size!r}")
+    for p in ([SHARED_TRACES / FULL] if size == "full" else []) + [FIXTURES / QUICK, SHARED_TRACES / QUICK]:
+        if p.is_file():
+            return p
+    raise FileNotFoundError(f"{QUICK} not found under tests/data or ../shared/traces")
+
+
+def analyses_sources(*analyses) -> list[str]:
+    """Source labels of analyses: ``measured-gpu`` for real traces, ``simulated`` for simulated ones."""
+    out = []
+    for an in analyses:
+        s = "simulated" if an.source.get("simulated") else "measured-gpu"
+        if s not in out:
+            out.append(s)
+    return out or ["measured-gpu"]
+
+
+def flags_table(analysis):
+    """The flagged repeated small pageable copies of an analysis as a table (one row per call site)."""
+    import pandas as pd
+
+    return pd.DataFrame(analysis.copies.flags)
+
+
 def trace_sources(path) -> list[str]:
     """The source badge for a trace: ``simulated`` or ``measured-gpu``."""
     from labkit.trace.load import load_trace
@@ -54,7 +106,7 @@ def recorded_bench():
         return "No recorded trace_bench result yet: run `labkit bench trace`."
     from labkit.results import results_table
 
-    cols = ["machine", "source", "variant", "file_bytes", "median_ns", "peak_rss_bytes", "rss_over_file",
+    cols = ["machine", "source", "variant", "decoder", "file_bytes", "median_ns", "peak_rss_bytes", "rss_over_file",
             "speedup_vs_hta"]
     t = results_table(results)
     return t[[c for c in cols if c in t.columns]]

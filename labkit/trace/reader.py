@@ -2,9 +2,12 @@
 
 The ``traceEvents`` array is never decoded as a whole. The reader keeps about
 ``CHUNK_CHARS`` characters of text in memory, cuts the buffer at the last event boundary
-and decodes the complete events before it as one JSON array (with ``orjson`` when it is
-installed, which is optional; ``json`` otherwise and whenever ``orjson`` declines the text,
-e.g. NaN or integers beyond 64 bits). Where no clean cut exists it decodes one event at a
+and decodes the complete events before it as one JSON array: with ``msgspec`` into typed
+structs that fill the columns directly when it is installed (optional, see
+``labkit.trace.structs``), else with ``orjson`` (optional) or ``json`` into dicts. A batch
+msgspec declines (NaN, a type the structs do not declare, anything the per-event rules would
+skip) is decoded again with ``json``, and so is one orjson declines. ``DECODER`` names the choice and can be set to ``"json"`` to force the
+stdlib path. Where no clean cut exists it decodes one event at a
 time with ``json.JSONDecoder.raw_decode``. Errors in the text become ``UsageError`` with a
 one-line message (see ``labkit.trace.load`` for the policy).
 """
@@ -21,10 +24,17 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.trace.columns import ColumnStore, LoadStats
 
-try:  # optional: a faster decoder for the batch path
+from labkit.trace.structs import AVAILABLE as _HAVE_MSGSPEC
+from labkit.trace.structs import add_struct_batch, decode_batch
+
+try:  # optional: a faster dict decoder for the batch path
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
+
+#: which batch decoder the reader uses: "msgspec" (typed structs straight into columns),
+#: "orjson" or "json" (dicts added event by event); set it to "json" to force the stdlib path
+DECODER = "msgspec" if _HAVE_MSGSPEC else "orjson" if _orjson is not None else "json"
 
 CHUNK_CHARS = 1 << 20  #: text read per refill (characters)
 MAX_EVENT_CHARS = 64 << 20  #: a single JSON value larger than this is treated as corrupt
@@ -122,7 +132,7 @@ def open_text(path: Path) -> io.TextIOBase:
 
 
 def _loads_batch(text: str):
-    if _orjson is not None:
+    if DECODER == "orjson":
         try:
             return _orjson.loads(text)
         except _orjson.JSONDecodeError:
@@ -130,12 +140,22 @@ def _loads_batch(text: str):
     return json.loads(text)
 
 
+def _decode_batch(text: str):
+    """``(kind, events)``: ``("structs", [Event...])`` from msgspec when it takes the text, else
+    ``("dicts", [dict...])`` from orjson/json. Raises ValueError when the text is not JSON."""
+    if DECODER == "msgspec":
+        batch = decode_batch(text)
+        if batch is not None:
+            return "structs", batch
+    return "dicts", _loads_batch(text)
+
+
 def _try_batch(rd: TextReader, bad_until: int):
     """Decode the complete events in the buffer from the cursor as one array.
 
-    Returns ``(events, cut, bad_until)``; ``events`` is None when no clean cut was found (a cut
-    falling inside a string fails to parse; after a few failures the caller goes one event at
-    a time up to ``bad_until``)."""
+    Returns ``(decoded, cut, bad_until)``; ``decoded`` is ``(kind, events, text)`` or None when
+    no clean cut was found (a cut falling inside a string fails to parse; after a few failures
+    the caller goes one event at a time up to ``bad_until``)."""
     buf, start = rd.buf, rd.pos
     if rd.base + start <= bad_until:
         return None, -1, bad_until
@@ -147,8 +167,9 @@ def _try_batch(rd: TextReader, bad_until: int):
         probe = j
         if not _BOUNDARY.match(buf, j):
             continue
+        text = "[" + buf[start:j + 1] + "]"
         try:
-            return _loads_batch("[" + buf[start:j + 1] + "]"), j, bad_until
+            return (*_decode_batch(text), text), j, bad_until
         except (ValueError, RecursionError):
             bad_until = rd.base + j
             attempts += 1
@@ -163,7 +184,9 @@ def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
     Batches: the buffer is cut at the last event boundary ('}' ',' '{' with optional
     whitespace) and the part before it is decoded as one array. A cut that falls inside a
     string fails to parse; then earlier boundaries are tried, and after a few failures the
-    reader goes one event at a time up to the failed cut."""
+    reader goes one event at a time up to the failed cut. Batches decoded by msgspec go
+    straight into the columns (``labkit.trace.structs``) unless they hold anything unusual, in
+    which case they are decoded again with json and added event by event."""
     i = 0
     if rd.peek() == "]":
         rd.pos += 1
@@ -173,13 +196,19 @@ def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
     while True:
         if len(rd.buf) - rd.pos < CHUNK_CHARS and not rd.eof:
             rd.fill()
-        batch, cut, bad_until = _try_batch(rd, bad_until)
-        if batch is not None:
-            add = cols.add_event
-            for e in batch:
-                add(i, e, stats)
-                i += 1
-            cols.flush(stats)
+        decoded, cut, bad_until = _try_batch(rd, bad_until)
+        if decoded is not None:
+            kind, batch, text = decoded
+            if kind == "structs" and add_struct_batch(cols, batch, i, stats):
+                i += len(batch)
+            else:
+                if kind == "structs":
+                    batch = _loads_batch(text)
+                add = cols.add_event
+                for e in batch:
+                    add(i, e, stats)
+                    i += 1
+                cols.flush(stats)
             rd.pos = cut + 1
             rd.expect(",", "',' between events")
             continue
