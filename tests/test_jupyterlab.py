@@ -152,6 +152,6 @@ def test_notebook_runs_in_a_server_kernel(lab):
         assert status == "ok"
         cwd, saved = "".join(streams).split()
         assert Path(cwd) == lab["nbdir"]  # the kernel runs in the notebooks folder
-        assert Path(saved).is_file() and Path(saved).name == "calibration.json"
+        assert Path(saved).is_file() and Path(saved).name == "calibration_quick.json"  # quick size
     finally:
         ws.close()
