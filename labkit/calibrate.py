@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:
-        from labkit.results import _write_atomic
+        from labkit.fileio import write_atomic
 
-        _write_atomic(Path(args.json), json.dumps(result.to_json(), indent=1) + "\n")
+        write_atomic(Path(args.json), json.dumps(result.to_json(), indent=1) + "\n")
     return 0
 
 

@@ -16,13 +16,13 @@ import logging
 import os
 import re
 import subprocess
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from labkit.device import SOURCES, describe_machine
+from labkit.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -119,35 +119,11 @@ def sized_name(name: str, size: str) -> str:
     return name if size == "full" else f"{name}_quick"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def save_result(result: BenchResult, root: Path | str | None = None) -> Path:
     """Write ``result`` atomically to ``<root>/<slug>/<name>.json`` and return the path."""
     root = Path(root) if root is not None else results_root()
     path = root / result.slug / f"{result.name}.json"
-    _write_atomic(path, json.dumps(result.to_json(), indent=1, sort_keys=False, default=_jsonable) + "\n")
+    write_atomic(path, json.dumps(result.to_json(), indent=1, sort_keys=False, default=_jsonable) + "\n")
     result.path = str(path)
     logger.info("saved %s", path)
     return path

@@ -357,7 +357,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    from labkit.results import _write_atomic
+    from labkit.fileio import write_atomic
 
     args = _parser().parse_args(argv)
     device = resolve_device(args.device)
@@ -385,5 +385,5 @@ def main(argv: list[str] | None = None) -> int:
             print(f"saved {res.path}")
     if args.json:
         payload = {name: res.to_json() for name, res in results.items()}
-        _write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+        write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
     return 0

@@ -191,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.results import _write_atomic
+    from labkit.fileio import write_atomic
 
     args = _parser().parse_args(argv)
     device = resolve_device(args.device)
@@ -210,5 +210,5 @@ def main(argv: list[str] | None = None) -> int:
             print(f"saved {res.path}")
     if args.json:
         payload = {name: res.to_json() for name, res in results.items()}
-        _write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+        write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
     return 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Sequence
 
+from labkit.attn.prefix_ranges import ranges_for_batch
 from labkit.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -96,14 +97,7 @@ class PR38794Builder(RangeBuilder):
             raise UsageError("the pr38794 builder has no sliding_window / span_pad options (added later upstream)")
 
     def build(self, requests):
-        out = []
-        for req in requests:
-            row: list[Range] = []
-            if req is not None:
-                for feature in req.mm_features:
-                    row.extend(feature.mm_position.extract_embeds_range())
-            out.append(row)
-        return out
+        return ranges_for_batch(requests)
 
 
 class V033Builder(RangeBuilder):

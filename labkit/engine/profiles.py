@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from labkit.errors import UsageError
-from labkit.results import REPO_ROOT, _write_atomic
+from labkit.fileio import write_atomic
+from labkit.results import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ def list_profiles(root: Path | None = None) -> list[str]:
 def save_profile(profile: DeviceProfile, path: str | Path) -> Path:
     """Write ``profile`` as JSON to ``path`` atomically."""
     path = Path(path)
-    _write_atomic(path, json.dumps(profile.to_json(), indent=1) + "\n")
+    write_atomic(path, json.dumps(profile.to_json(), indent=1) + "\n")
     return path
 
 

@@ -22,12 +22,12 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.fileio import write_atomic
 from labkit.report.index import render_index
 from labkit.results import REPO_ROOT, labkit_commit
 
@@ -280,20 +280,7 @@ def export_html(nb, path: Path) -> None:
     )
     strip_remote_scripts(nb)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
-    _write_atomic(path, body)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; pages are meant to be read by anyone
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, body)
 
 
 def vendor_static(out_dir: Path, node_modules: Path | None = None) -> bool:
@@ -408,8 +395,8 @@ def build_report(
         "machine": _public_machine(resolved),
         "notebooks": [asdict(r) for r in all_runs],
     }
-    _write_atomic(out_dir / MANIFEST, json.dumps(meta, indent=1) + "\n")
-    _write_atomic(out_dir / "index.html", render_index(meta))
+    write_atomic(out_dir / MANIFEST, json.dumps(meta, indent=1) + "\n")
+    write_atomic(out_dir / "index.html", render_index(meta))
     return runs
 
 

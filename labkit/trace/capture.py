@@ -23,14 +23,13 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.fileio import write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -67,17 +66,8 @@ def write_trace(trace: dict, root: str | Path, run: str, worker: str = "labkit")
     folder = Path(root) / check_run_name(run)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / trace_file_name(worker)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".gz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-            gz.write(json.dumps(trace, separators=(",", ":")).encode("utf-8"))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    body = json.dumps(trace, separators=(",", ":")).encode("utf-8")
+    write_atomic(path, gzip.compress(body, mtime=0))
     logger.info("wrote trace %s", path)
     return path
 

@@ -11,9 +11,9 @@ import argparse
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
+from labkit import fileio
 from labkit.errors import UsageError
 
 
@@ -33,28 +33,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
+    """Write a user-named output atomically; a missing folder or a folder as target is a ``UsageError``."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"output {str(path)!r} is a folder")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"output folder {str(parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return fileio.write_atomic(path, text, make_parents=False)
 
 
 def main(argv: list[str] | None = None) -> int:
