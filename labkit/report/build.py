@@ -410,13 +410,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks (e.g. 00_environment or 00)")
     p.add_argument("--out", default="reports", help="output folder (default: reports)")
     p.add_argument("--notebooks", default=str(NOTEBOOKS_DIR), help="folder of NN_*.py notebooks")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell (default 1800)")
+    p.add_argument("--timeout", type=int, default=None,
+                   help="seconds allowed per cell (default 300 in quick size, 1800 in full)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """``labkit report``: exit 0 when every notebook ran, 1 when any failed, 2 on bad input."""
     args = _parser().parse_args(argv)
+    if args.timeout is None:
+        args.timeout = 300 if args.size == "quick" else 1800
     if args.timeout < 1:
         raise UsageError("--timeout must be at least 1 second")
     t0 = time.perf_counter()

@@ -17,8 +17,8 @@ _COLOURS = {
 }
 
 _MEANING = {
-    "measured-gpu": "timed on this machine's GPU",
-    "measured-cpu": "timed on this machine's CPU",
+    "measured-gpu": "timed on a real GPU: this machine's, or recorded on the machine a result names",
+    "measured-cpu": "timed on a real CPU: this machine's, or recorded on the machine a result names",
     "simulated": "produced by a model of the hardware, not a measurement",
     "interpreted": "Triton kernels run by the interpreter: correctness only, not speed",
 }
