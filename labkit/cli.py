@@ -31,6 +31,7 @@ BENCH_TARGETS = {
     "attn": "labkit.attn.bench_attn",
     "engine": "labkit.engine.bench",
     "trace": "labkit.trace.bench",
+    "vllm-ranges": "labkit.nextbubble",  # needs vLLM: run it in .venv-vllm
 }
 
 

@@ -15,7 +15,7 @@ applies the same change in-process to any placeholder class (vLLM's, or the lab'
 stand-ins in tests), so the installed function and the patched one can be timed side by
 side and compared on randomized inputs.
 
-Run ``.venv-vllm/bin/python -m labkit.nextbubble`` (needs vLLM) to verify, profile, sweep
+Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
 and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
 The workload builder and the patch (:mod:`labkit.vllm_ranges`) need only torch.
 """
@@ -289,7 +289,7 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m labkit.nextbubble",
+        prog="labkit bench vllm-ranges",
         description="Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
     )
     p.add_argument("--quick", action="store_true", help="small grid (3 x 3) and fewer checks")
@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
         for a, b in zip(rows[::2], rows[1::2]):
             print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
+        from labkit.fileio import write_atomic
         from labkit.results import make_result, save_result
 
         params = {
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_save:
             print(f"saved {save_result(result)}")
         if args.json:
-            Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + "\n", encoding="utf-8")
+            write_atomic(args.json, json.dumps(result.to_json(), indent=1) + "\n")
         return 0
     except UsageError as exc:
         print(f"labkit.nextbubble: error: {exc}", file=sys.stderr)

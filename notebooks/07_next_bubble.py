@@ -24,7 +24,7 @@
 # This notebook shows the profile that pointed there, the installed function against a
 # two-line patch (cache the runs on the placeholder; `patches/`), the lab's range-builder
 # variants, and what a GPU would see. Numbers with vLLM come from recorded results
-# (`.venv-vllm/bin/python -m labkit.nextbubble`); this kernel re-measures only when
+# (`.venv-vllm/bin/labkit bench vllm-ranges`); this kernel re-measures only when
 # vLLM is importable here.
 
 # %% tags=["parameters"]

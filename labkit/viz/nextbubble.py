@@ -29,7 +29,7 @@ def plot_profile(profile_rows: list[dict], aten_ops: dict[str, int] | None = Non
     """Horizontal bars: own time (ms) of the top functions in one 128 x 32 call (cProfile)."""
     title = "Where one compute_mm_prefix_ranges call spends its time (128 requests x 32 images)"
     if not profile_rows:
-        return _empty(title, "no profile recorded yet: run `.venv-vllm/bin/python -m labkit.nextbubble --profile`")
+        return _empty(title, "no profile recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges --profile`")
     rows = [r for r in profile_rows if r["tottime_us"] > 0][:8][::-1]
     fig = go.Figure(go.Bar(
         x=[r["tottime_us"] / 1e3 for r in rows], y=[r["function"] for r in rows], orientation="h",
@@ -48,7 +48,7 @@ def plot_installed_vs_patched(rows: list[dict]) -> go.Figure:
     title = "compute_mm_prefix_ranges per step: installed vLLM vs cached embedding runs"
     table = [r for r in side_by_side(rows) if "speedup" in r]
     if not table:
-        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/python -m labkit.nextbubble`")
+        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges`")
     machines = sorted({r["machine"] for r in table})
     images = sorted({r["images"] for r in table})
     fig, tags = go.Figure(), []
