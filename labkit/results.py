@@ -129,6 +129,16 @@ def save_result(result: BenchResult, root: Path | str | None = None) -> Path:
     return path
 
 
+def report_saved(results: dict[str, BenchResult], json_path: str | None = None) -> None:
+    """CLI helper: print where each saved result went; write them all as one JSON object if asked."""
+    for res in results.values():
+        if res.path:
+            print(f"saved {res.path}")
+    if json_path:
+        payload = {name: res.to_json() for name, res in results.items()}
+        write_atomic(json_path, json.dumps(payload, indent=1, default=_jsonable) + "\n")
+
+
 def _jsonable(obj):
     if hasattr(obj, "item"):
         return obj.item()

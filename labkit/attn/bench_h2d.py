@@ -355,9 +355,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import json
-
-    from labkit.fileio import write_atomic
+    from labkit.results import report_saved
 
     args = _parser().parse_args(argv)
     device = resolve_device(args.device)
@@ -380,10 +378,5 @@ def main(argv: list[str] | None = None) -> int:
         shown = [{**r, "step_us": r["step_median_ns"] / 1e3} for r in results["h2d_gpu_idle"].rows]
         print(_table(shown, ["variant", "layers", "step_us", "idle_us_per_step", "idle_fraction",
                              "profile_pageable", "ledger_pageable", "counts_match"]))
-    for res in results.values():
-        if res.path:
-            print(f"saved {res.path}")
-    if args.json:
-        payload = {name: res.to_json() for name, res in results.items()}
-        write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+    report_saved(results, args.json)
     return 0

@@ -15,9 +15,7 @@ steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token pl
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-from pathlib import Path
 
 from labkit.attn.bench_h2d import _ints, _table, run_step
 from labkit.attn.prefix_ranges import make_strategy
@@ -191,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.fileio import write_atomic
+    from labkit.results import report_saved
 
     args = _parser().parse_args(argv)
     device = resolve_device(args.device)
@@ -205,10 +203,5 @@ def main(argv: list[str] | None = None) -> int:
     shown = [{**r, "median_us": r["median_ns"] / 1e3,
               "speedup": r.get("speedup_vs_v033") or r.get("speedup_vs_v033_pinned")} for r in step.rows]
     print(_table(shown, ["kind", "variant", "median_us", "ns_per_image", "h2d_per_step", "speedup"]))
-    for res in results.values():
-        if res.path:
-            print(f"saved {res.path}")
-    if args.json:
-        payload = {name: res.to_json() for name, res in results.items()}
-        write_atomic(Path(args.json), json.dumps(payload, indent=1) + "\n")
+    report_saved(results, args.json)
     return 0
