@@ -5,14 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from labkit.trace.analyze import analyze_trace
-from labkit.trace.bubbles import device_ops, find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
+from labkit.trace.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
 from labkit.trace.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"

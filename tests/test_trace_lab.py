@@ -12,7 +12,6 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
 
 from labkit.trace.analyze import analyze_trace
 
