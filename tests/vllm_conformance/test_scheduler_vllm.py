@@ -188,9 +188,10 @@ def documented_differences(sc, items, nc, nn, released_repeats: bool) -> set[str
     # EAGLE shift: the budget branch (item starts after nc) and the slice end (item cut by nc + nn)
     if s and any(off > nc or nc + nn < off + length for off, length in win):
         kinds.add("eagle_shift")
-    if released_repeats:
+    if released_repeats or len({it[3] for it in items}) < len(items):
         # 0.33 holds a repeated item until its LAST occurrence is freed (0.20: the first),
-        # which changes the order of the freeable queue and so what gets evicted
+        # which changes the order of the freeable queue and so what gets evicted; a request
+        # that repeats an item is already accounted differently while it runs
         kinds.add("repeated_item_release")
     return kinds
 

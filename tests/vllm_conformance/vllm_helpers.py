@@ -12,29 +12,7 @@ from vllm import SamplingParams
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 from vllm.v1.request import Request as VllmRequest
 
-
-def random_mask(rng: random.Random, length: int) -> torch.Tensor | None:
-    """None, all-False, all-True, Gemma-style, runs or random bits; bool ``(length,)``."""
-    kind = rng.choice(("none", "false", "true", "gemma", "runs", "bits", "bits"))
-    if kind == "none":
-        return None
-    if kind == "false":
-        return torch.zeros(length, dtype=torch.bool)
-    if kind == "true":
-        return torch.ones(length, dtype=torch.bool)
-    if kind == "gemma":
-        m = torch.ones(length, dtype=torch.bool)
-        if length:
-            m[0] = False
-            m[-1] = False
-        return m
-    if kind == "runs":
-        flags, val = [], rng.random() < 0.5
-        while len(flags) < length:
-            flags += [val] * rng.randint(1, 5)
-            val = not val
-        return torch.tensor(flags[:length], dtype=torch.bool)
-    return torch.tensor([rng.random() < 0.5 for _ in range(length)], dtype=torch.bool)
+from labkit.vllm_ranges import random_mask  # noqa: F401  (the shared random-mask generator)
 
 
 def vllm_feature(identifier: str, pos: PlaceholderRange, modality: str = "image") -> MultiModalFeatureSpec:
