@@ -49,6 +49,17 @@ SIZES = {
 }
 
 
+def _point(name: str, num_seqs: int, ranges, layers: int) -> dict:
+    """The columns that name one benchmark point (strategy, batch shape, layer count, model)."""
+    return {
+        "variant": name,
+        "num_seqs": num_seqs,
+        "images_per_seq": max((len(r) for r in ranges), default=0),
+        "layers": layers,
+        "model": MODEL_FOR_LAYERS.get(layers),
+    }
+
+
 def make_batch_ranges(num_seqs: int, images_per_seq: int) -> list[list[tuple[int, int]]]:
     """Image ranges per batch row for ``num_seqs`` Gemma-layout requests with ``images_per_seq`` images.
 
@@ -100,11 +111,7 @@ def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 
                        repeats=repeats, setup=setup)
     last = strategy.ledger.rows()[-1]  # a steady-state step
     return {
-        "variant": name,
-        "num_seqs": num_seqs,
-        "images_per_seq": max((len(r) for r in ranges), default=0),
-        "layers": layers,
-        "model": MODEL_FOR_LAYERS.get(layers),
+        **_point(name, num_seqs, ranges, layers),
         **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
         "h2d_per_step": last["h2d_count"],
         "h2d_bytes_per_step": last["h2d_bytes"],
@@ -206,11 +213,7 @@ def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0,
     main = max(streams, key=lambda r: r["events"]) if streams else {"busy_us": 0.0, "idle_us": 0.0, "span_us": 0.0}
     totals = strategy.ledger.totals()
     return {
-        "variant": name,
-        "num_seqs": num_seqs,
-        "images_per_seq": max((len(r) for r in ranges), default=0),
-        "layers": layers,
-        "model": MODEL_FOR_LAYERS.get(layers),
+        **_point(name, num_seqs, ranges, layers),
         "layer_mb": layer_mb,
         "steps": steps,
         "step_median_ns": step_time.median_ns,

@@ -79,7 +79,19 @@ def _load_v020():
 V020 = _load_v020()
 
 
-class VllmSide:
+class _Side:
+    """What both sides share: freeing a request and reading the cache state."""
+
+    def free(self, rid):
+        self.cache.free(self.requests[rid])
+
+    def state(self):
+        c = self.cache
+        return (c.num_free_slots, c.num_freeable_slots, {k: set(v) for k, v in c.cached.items()},
+                list(c.freeable.items()), c.get_freed_mm_hashes())
+
+
+class VllmSide(_Side):
     """Real vLLM cache + requests; ``version`` "0.33" (installed) or "0.20" (fetched source)."""
 
     def __init__(self, cache_size: int, disable_chunked: bool, version: str) -> None:
@@ -109,16 +121,8 @@ class VllmSide:
                 self.cache.allocate(req, i)
         return inputs, nn2, budget2
 
-    def free(self, rid):
-        self.cache.free(self.requests[rid])
 
-    def state(self):
-        c = self.cache
-        return (c.num_free_slots, c.num_freeable_slots, {k: set(v) for k, v in c.cached.items()},
-                list(c.freeable.items()), c.get_freed_mm_hashes())
-
-
-class LabSide:
+class LabSide(_Side):
     def __init__(self, cache_size: int, disable_chunked: bool) -> None:
         self.cache = LabCache(cache_size)
         self.disable = disable_chunked
@@ -136,14 +140,6 @@ class LabSide:
         for i in inputs:
             self.cache.allocate(req, i)
         return inputs, nn2, budget2
-
-    def free(self, rid):
-        self.cache.free(self.requests[rid])
-
-    def state(self):
-        c = self.cache
-        return (c.num_free_slots, c.num_freeable_slots, {k: set(v) for k, v in c.cached.items()},
-                list(c.freeable.items()), c.get_freed_mm_hashes())
 
 
 # -- random scenarios ------------------------------------------------------------------
