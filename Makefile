@@ -3,9 +3,11 @@
 #   make report   set up .venv, run every notebook headless, write reports/index.html
 #   make test     set up .venv (+ chromium for browser tests), run the test suite
 #   make lab      open the notebooks in JupyterLab on 127.0.0.1 (token printed)
+#   make wheelhouse   wheels for an offline GPU node (WHEELS=wheelhouse, WHEELS_PY=3.12)
 #
 # Variables: SIZE=quick|full  DEVICE=auto|cpu|cuda  PYTHON=python3  LAB_PORT=8888
 #            PYTEST_ARGS="-k something"  ONLY="00_environment 06_compare_gpus"
+#            LABKIT_WHEELHOUSE=DIR: set up from that wheelhouse, without network
 
 SHELL  := /bin/bash
 PYTHON ?= python3
@@ -16,12 +18,14 @@ DEVICE ?= auto
 OUT    ?= reports
 ONLY   ?=
 PYTEST_ARGS ?=
+WHEELS ?= wheelhouse
+WHEELS_PY ?=
 STAMP  := $(VENV)/.labkit-setup.stamp
 
-.PHONY: help setup report test test-vllm lab calibrate clean
+.PHONY: help setup report test test-vllm lab calibrate wheelhouse offline-check clean
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
 
 # Re-run the set-up only when what it installs from has changed.
 $(STAMP): pyproject.toml package.json package-lock.json scripts/setup_venv.sh
@@ -31,7 +35,8 @@ $(STAMP): pyproject.toml package.json package-lock.json scripts/setup_venv.sh
 setup: $(STAMP)
 
 report: $(STAMP)
-	$(PY) -m labkit report --size $(SIZE) --device $(DEVICE) --out $(OUT) $(if $(ONLY),--only $(ONLY),)
+	$(PY) -m labkit report --size $(SIZE) --device $(DEVICE) --out $(OUT) $(if $(ONLY),--only $(ONLY),) \
+		$(if $(PLOTLY),--plotly $(PLOTLY),)
 
 test: $(STAMP)
 	@bash scripts/setup_browser.sh
@@ -44,7 +49,14 @@ lab: $(STAMP)
 	VENV=$(VENV) bash scripts/lab.sh
 
 calibrate: $(STAMP)
-	$(PY) -m labkit calibrate --device $(DEVICE)
+	$(PY) -m labkit calibrate --device $(DEVICE) --size $(SIZE)
+
+wheelhouse:
+	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh --out $(WHEELS) $(if $(WHEELS_PY),--python $(WHEELS_PY),)
+
+# The offline path on this machine: wheelhouse, set-up with pip's network off, one page.
+offline-check: $(STAMP)
+	bash scripts/offline_check.sh
 
 clean:
 	rm -rf $(OUT) build .pytest_cache

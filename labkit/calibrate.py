@@ -5,23 +5,30 @@ vs indexing a 1-D torch tensor (a 0-d tensor comes back) and converting it with
 ``int()``, per element, inside a Python loop (the loop alone is measured too).
 
 GPU part (CUDA only), the #38794 unit costs: a small host-to-device copy from pageable
-vs pinned memory (host wall time per copy including the synchronization a pageable
-copy forces, and device time from CUDA events), and the launch of a (nearly) empty
-kernel (host time to enqueue one, device time per launch back to back).
+vs pinned memory, and the launch of a (nearly) empty kernel. Each is measured three ways,
+labelled by what the number is:
 
-Rows are tidy: ``kind`` (cpu / gpu), ``variant``, ``metric`` (``host_ns`` or
-``device_ns``), ``size_bytes`` for copies, ``median_ns``/``p20_ns``/``p80_ns``.
-Saved as result ``calibration`` (source measured-cpu, or measured-gpu when the GPU
-part ran). Needs only torch (and numpy); bounded to about 30 s on a GPU.
+- ``host_ns``: host wall time per call (a copy including the synchronization it forces);
+- ``event_span_ns``: the span between two CUDA events recorded around the calls, per call.
+  It is *not* device time: a pageable copy blocks the host while it stages the data, and
+  back-to-back launches are spaced by the host's launch rate, so the span includes host
+  time whenever the host cannot keep the stream fed;
+- ``device_ns``: device time per call as the profiler reports it (the ``Memcpy HtoD`` or
+  kernel activity's own duration).
+
+Rows are tidy: ``kind`` (cpu / gpu), ``variant``, ``metric`` (``host_ns``,
+``event_span_ns`` or ``device_ns``), ``size_bytes`` for copies, ``median_ns``/``p20_ns``/``p80_ns``.
+Results recorded before this split call the event span ``device_ns``.
+Saved as result ``calibration`` (``calibration_quick`` for a quick run; source measured-cpu,
+or measured-gpu when the GPU part ran). Needs only torch (and numpy); bounded to about 30 s
+on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.timing import Timing, time_cuda, time_host
@@ -129,9 +136,12 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
                 dst.copy_(src, non_blocking=non_blocking)
 
             host = time_host(copy_and_sync, warmup=5, repeats=repeats)
-            device = time_cuda(copy, warmup=5, repeats=repeats)
+            span = time_cuda(copy, warmup=5, repeats=repeats)
             rows.append(_row("gpu", variant, "host_ns", host, size_bytes=n * 4))
-            rows.append(_row("gpu", variant, "device_ns", device, size_bytes=n * 4))
+            rows.append(_row("gpu", variant, "event_span_ns", span, size_bytes=n * 4))
+            device = profiled_device_time(copy, calls=repeats, categories=("gpu_memcpy",))
+            if device is not None:
+                rows.append(_row("gpu", variant, "device_ns", device, size_bytes=n * 4))
 
     one = torch.zeros(1, device=dev)                                  # (1,) a one-element add is a real launch
     launchers = {"launch_torch_add1": lambda: one.add_(1.0)}
@@ -145,10 +155,64 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
     for variant, fn in launchers.items():
         host = time_host(fn, warmup=3, repeats=repeats // 2 or 1, number=launches, setup=sync)
         sync()
-        device = time_cuda(fn, warmup=3, repeats=repeats // 2 or 1, number=launches)
+        span = time_cuda(fn, warmup=3, repeats=repeats // 2 or 1, number=launches)
         rows.append(_row("gpu", variant, "host_ns", host))
-        rows.append(_row("gpu", variant, "device_ns", device))
+        rows.append(_row("gpu", variant, "event_span_ns", span))
+        device = profiled_device_time(fn, calls=launches, categories=("kernel",))
+        if device is not None:
+            rows.append(_row("gpu", variant, "device_ns", device))
     return rows
+
+
+def device_durations_ns(trace: dict, categories: tuple[str, ...]) -> list[float]:
+    """Durations (ns) of a Chrome trace's device activities in ``categories`` (e.g. ``kernel``)."""
+    out = []
+    for ev in trace.get("traceEvents", []):
+        if ev.get("ph") == "X" and ev.get("cat") in categories and "dur" in ev:
+            out.append(float(ev["dur"]) * 1e3)  # Kineto writes microseconds
+    return out
+
+
+def timing_of(values_ns: list[float]) -> Timing | None:
+    """Median and 20th/80th percentiles of ``values_ns`` as a ``Timing`` (None when empty)."""
+    if not values_ns:
+        return None
+    v = sorted(values_ns)
+
+    def q(p: float) -> float:
+        return v[min(len(v) - 1, int(round(p * (len(v) - 1))))]
+
+    return Timing(median_ns=q(0.5), p20_ns=q(0.2), p80_ns=q(0.8), mean_ns=sum(v) / len(v), min_ns=v[0],
+                  repeats=len(v), number=1, method="profiler")
+
+
+def profiled_device_time(fn, *, calls: int, categories: tuple[str, ...]) -> Timing | None:
+    """Device time per activity of ``fn`` as the profiler reports it (None when it reports none).
+
+    Runs ``fn`` ``calls`` times under ``torch.profiler`` (CPU + CUDA activities) and reads the
+    durations of the device events of ``categories`` from the exported trace.
+    """
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "calibration.json"
+            prof.export_chrome_trace(str(path))
+            trace = json.loads(path.read_text(encoding="utf-8"))
+    except (RuntimeError, OSError, ValueError) as exc:
+        logger.warning("profiler device times unavailable: %s", exc)
+        return None
+    return timing_of(device_durations_ns(trace, categories))
 
 
 def run_calibration(device: str = "auto", *, quick: bool = True) -> tuple[list[dict], str]:
@@ -162,12 +226,17 @@ def run_calibration(device: str = "auto", *, quick: bool = True) -> tuple[list[d
     return rows, measured_source(kind)
 
 
-def make_calibration_result(rows: list[dict], source: str, *, full: bool = False):
-    """The ``calibration`` result for ``rows`` (what the CLI and the notebook save)."""
-    from labkit.results import make_result
+def make_calibration_result(rows: list[dict], source: str, *, full: bool = False, size: str | None = None):
+    """The calibration result for ``rows`` (what the CLI and the notebook save).
 
-    params = {"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES), "full": full}
-    return make_result(RESULT_NAME, rows, source=source, params=params)
+    ``size`` (``quick`` or ``full``; or the older ``full`` flag) names it ``calibration`` or
+    ``calibration_quick``.
+    """
+    from labkit.results import make_result, sized_name
+
+    size = size or ("full" if full else "quick")
+    params = {"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES), "size": size}
+    return make_result(sized_name(RESULT_NAME, size), rows, source=source, params=params, size=size)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -188,44 +257,44 @@ def summary(rows: list[dict]) -> dict:
 
 def format_table(rows: list[dict]) -> str:
     """A short fixed-width table of the rows (times in microseconds)."""
-    lines = [f"{'kind':<4} {'variant':<20} {'metric':<9} {'bytes':>8} {'median_us':>10} {'p20_us':>9} {'p80_us':>9}"]
+    lines = [f"{'kind':<4} {'variant':<20} {'metric':<13} {'bytes':>8} {'median_us':>10} {'p20_us':>9} {'p80_us':>9}"]
     for r in rows:
         size = r.get("size_bytes")
         lines.append(
-            f"{r['kind']:<4} {r['variant']:<20} {r['metric']:<9} {'' if size is None else size:>8} "
+            f"{r['kind']:<4} {r['variant']:<20} {r['metric']:<13} {'' if size is None else size:>8} "
             f"{r['median_ns'] / 1e3:>10.3f} {r['p20_ns'] / 1e3:>9.3f} {r['p80_ns'] / 1e3:>9.3f}"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``labkit calibrate``: measure, print a table, save result ``calibration``."""
+    """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
+    from labkit.cli import add_run_options, resolve_run_options
+
     p = argparse.ArgumentParser(
         prog="labkit calibrate",
         description="Calibrate this machine: list vs tensor element reads (CPU); "
         "pageable vs pinned H2D copies and kernel launches (GPU).",
     )
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    p.add_argument("--full", action="store_true", help="more repeats (slower, tighter quantiles)")
-    p.add_argument("--json", metavar="PATH", help="also write the result JSON here")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    add_run_options(p, json_help="also write the result JSON to OUT",
+                    size_help="quick (default) or full (more repeats, tighter quantiles)")
     args = p.parse_args(argv)
-    if args.json and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a folder")
+    size = resolve_run_options(args, p.prog)
 
+    from labkit.fileio import write_json
     from labkit.results import save_result
 
-    rows, source = run_calibration(args.device, quick=not args.full)
-    result = make_calibration_result(rows, source, full=args.full)
+    rows, source = run_calibration(args.device, quick=size == "quick")
+    result = make_calibration_result(rows, source, size=size)
     print(format_table(rows))
     for key, value in summary(rows).items():
         print(f"{key}: {value:.1f}x")
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:
-        from labkit.fileio import write_atomic
-
-        write_atomic(Path(args.json), json.dumps(result.to_json(), indent=1) + "\n")
+        write_json(args.json, result.to_json())
+        print(f"wrote {args.json}")
     return 0
 
 

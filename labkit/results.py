@@ -1,10 +1,12 @@
 """The results store: one JSON file per benchmark at ``data/results/<machine>/<name>.json``.
 
-A result carries a schema version, the machine description, labkit's git commit, the
+A result carries a schema version, the machine description, its provenance (labkit's git
+commit, the ``size`` of the run, ``quick`` or ``full``, and the command line that made it), the
 time, the parameters, a ``source`` (``measured-gpu``, ``measured-cpu``, ``simulated``,
 ``interpreted``) and ``rows``: flat records that load straight into a DataFrame.
-Writes are atomic (temp file + ``os.replace``); corrupt or foreign files are skipped
-with a warning naming them.
+Quick runs are filed as ``<name>_quick`` so they never overwrite a full recording.
+Writes are atomic (:mod:`labkit.fileio`); corrupt or foreign files are skipped with a
+warning naming them. ``labkit results`` lists what is recorded (:mod:`labkit.results_cli`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import subprocess
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -22,11 +25,19 @@ from pathlib import Path
 from typing import Iterable
 
 from labkit.device import SOURCES, describe_machine
-from labkit.fileio import write_atomic
+from labkit.fileio import write_json
 
 logger = logging.getLogger(__name__)
 
 SCHEMA = 1
+#: run sizes: ``quick`` (seconds to minutes, the default everywhere) and ``full`` (the recordings)
+SIZES = ("quick", "full")
+#: the suffix of a quick run's result name
+QUICK_SUFFIX = "_quick"
+#: environment: the command line recorded in results made while it is set (``labkit`` sets it)
+COMMAND_ENV = "LABKIT_COMMAND"
+#: environment: the commit to record where the tree is a copy without ``.git``
+COMMIT_ENV = "LABKIT_COMMIT"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,24 +54,66 @@ def results_root() -> Path:
     return Path(env) if env else data_root() / "results"
 
 
+# -- provenance ------------------------------------------------------------------------------
+
 @functools.lru_cache(maxsize=1)
-def labkit_commit() -> str:
-    """Short git commit of the labkit checkout (``+dirty`` if modified), or ``unknown``."""
+def git_commit() -> str | None:
+    """Short git commit of this checkout (``+dirty`` if ``labkit/`` has uncommitted changes), or None.
+
+    None where ``git`` is missing or the tree is not its own repository (a copy without
+    ``.git``, even one lying inside some other repository).
+    """
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10,
+                              check=False)
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-        if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", "labkit"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != REPO_ROOT:
+            return None
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "labkit")
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return None
 
+
+def labkit_commit() -> str:
+    """The labkit commit to record: from git, else ``$LABKIT_COMMIT`` (a copy without ``.git``), else ``unknown``."""
+    from_git = git_commit()
+    if from_git:
+        return from_git
+    env = os.environ.get(COMMIT_ENV, "").strip()
+    return env if env else "unknown"
+
+
+def commit_status(commit: str | None) -> str:
+    """``clean``, ``dirty`` (uncommitted changes) or ``unknown`` for a recorded commit string."""
+    commit = (commit or "").strip()
+    if not commit or commit == "unknown":
+        return "unknown"
+    return "dirty" if commit.endswith("+dirty") else "clean"
+
+
+def current_command() -> str | None:
+    """The command line recorded in new results: ``$LABKIT_COMMAND`` (set by the ``labkit`` command
+    for itself and everything it starts, e.g. the notebooks of ``labkit report``), else None
+    (labkit called from Python)."""
+    return os.environ.get(COMMAND_ENV) or None
+
+
+def format_command(argv: Iterable[str]) -> str:
+    """A command line as one shell-quoted string, the home folder written ``~`` (no user names)."""
+    text = shlex.join([str(a) for a in argv])
+    home = os.path.expanduser("~")
+    if home and home not in ("/", "~"):
+        text = text.replace(home, "~")
+    return text
+
+
+# -- results ---------------------------------------------------------------------------------
 
 @dataclass
 class BenchResult:
@@ -72,6 +125,8 @@ class BenchResult:
     rows: list[dict]
     machine: dict = field(default_factory=dict)
     labkit_commit: str = "unknown"
+    size: str = "unknown"
+    command: str | None = None
     created: str = ""
     schema: int = SCHEMA
     path: str | None = field(default=None, compare=False)
@@ -93,12 +148,26 @@ def make_result(
     params: dict | None = None,
     source: str,
     machine: dict | None = None,
+    size: str | None = None,
+    command: str | None = None,
 ) -> BenchResult:
-    """Build a result stamped with this machine, commit and time."""
+    """Build a result stamped with this machine, commit, command line and time.
+
+    ``size`` (``quick`` or ``full``) must agree with the name: quick results are named
+    ``<name>_quick`` (:func:`sized_name`). Left out, it follows from the name.
+    ``command`` defaults to :func:`current_command`.
+    """
     if not _NAME.match(name):
         raise ValueError(f"bad result name {name!r}: letters, digits, '.', '_' and '-' only")
     if source not in SOURCES:
         raise ValueError(f"bad source {source!r}: one of {', '.join(SOURCES)}")
+    named = "quick" if name.endswith(QUICK_SUFFIX) else "full"
+    if size is None:
+        size = named
+    if size not in SIZES:
+        raise ValueError(f"bad size {size!r}: one of {', '.join(SIZES)}")
+    if size != named:
+        raise ValueError(f"result {name!r} is a {size} run: name it {sized_name(name, size)!r}")
     return BenchResult(
         name=name,
         source=source,
@@ -106,27 +175,40 @@ def make_result(
         rows=[dict(r) for r in rows],
         machine=dict(machine if machine is not None else describe_machine()),
         labkit_commit=labkit_commit(),
+        size=size,
+        command=command if command is not None else current_command(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
 
 
+def base_name(name: str) -> str:
+    """``name`` without its ``_quick`` suffix."""
+    return name[: -len(QUICK_SUFFIX)] if name.endswith(QUICK_SUFFIX) else name
+
+
 def sized_name(name: str, size: str) -> str:
-    """Result name for a run of ``size``: ``name`` when full, ``name_quick`` otherwise.
+    """Result name for a run of ``size``: ``name`` when full, ``name_quick`` otherwise (never doubled).
 
     Quick runs (the notebooks' default) never overwrite a full recording; ``*_quick.json``
     files are not committed.
     """
-    return name if size == "full" else f"{name}_quick"
+    base = base_name(name)
+    return base if size == "full" else base + QUICK_SUFFIX
 
 
 def save_result(result: BenchResult, root: Path | str | None = None) -> Path:
     """Write ``result`` atomically to ``<root>/<slug>/<name>.json`` and return the path."""
     root = Path(root) if root is not None else results_root()
     path = root / result.slug / f"{result.name}.json"
-    write_atomic(path, json.dumps(result.to_json(), indent=1, sort_keys=False, default=_jsonable) + "\n")
+    write_json(path, result.to_json())
     result.path = str(path)
     logger.info("saved %s", path)
     return path
+
+
+def write_results_json(path: str | os.PathLike, results: dict[str, BenchResult]) -> Path:
+    """``--json OUT`` of every bench verb: one object, result base name -> result (atomic)."""
+    return write_json(path, {name: res.to_json() for name, res in results.items()})
 
 
 def report_saved(results: dict[str, BenchResult], json_path: str | None = None) -> None:
@@ -135,18 +217,8 @@ def report_saved(results: dict[str, BenchResult], json_path: str | None = None) 
         if res.path:
             print(f"saved {res.path}")
     if json_path:
-        payload = {name: res.to_json() for name, res in results.items()}
-        write_atomic(json_path, json.dumps(payload, indent=1, default=_jsonable) + "\n")
-
-
-def _jsonable(obj):
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+        write_results_json(json_path, results)
+        print(f"wrote {json_path}")
 
 
 _REQUIRED = {"schema": int, "name": str, "source": str, "params": dict, "rows": list, "machine": dict}
@@ -165,11 +237,47 @@ def parse_result(data: object, path: str | None = None) -> BenchResult:
         raise ValueError(f"unknown source {data['source']!r}")
     if not all(isinstance(r, dict) for r in data["rows"]):
         raise ValueError("rows must be objects")
+    command = data.get("command")
     return BenchResult(
         name=data["name"], source=data["source"], params=data["params"], rows=data["rows"],
-        machine=data["machine"], labkit_commit=str(data.get("labkit_commit", "unknown")),
+        machine=data["machine"], labkit_commit=str(data.get("labkit_commit") or "unknown"),
+        size=_recorded_size(data), command=command if isinstance(command, str) else None,
         created=str(data.get("created", "")), schema=data["schema"], path=path,
     )
+
+
+def _recorded_size(data: dict) -> str:
+    """The size of a recorded result; files older than the top-level field say it in their params
+    (``size``, ``quick`` or ``full``) or not at all (``unknown``)."""
+    if data.get("size") in SIZES:
+        return data["size"]
+    params = data["params"]
+    if params.get("size") in SIZES:
+        return params["size"]
+    if isinstance(params.get("quick"), bool):
+        return "quick" if params["quick"] else "full"
+    if isinstance(params.get("full"), bool):
+        return "full" if params["full"] else "quick"
+    return "unknown"
+
+
+def provenance(result: BenchResult) -> str:
+    """One line saying where ``result`` comes from, flagging what cannot be traced to a clean commit.
+
+    E.g. ``h200 calibration: measured-gpu, size full, commit 3447216abcde, 2026-11-30``; an unknown
+    commit reads ``commit UNKNOWN (not traceable to a labkit version)``, a dirty one
+    ``commit 3447216abcde+dirty (UNCOMMITTED CHANGES)``, a size not recorded ``size UNKNOWN``.
+    """
+    status = commit_status(result.labkit_commit)
+    if status == "unknown":
+        commit = "commit UNKNOWN (not traceable to a labkit version)"
+    elif status == "dirty":
+        commit = f"commit {result.labkit_commit} (UNCOMMITTED CHANGES)"
+    else:
+        commit = f"commit {result.labkit_commit}"
+    size = result.size if result.size in SIZES else "UNKNOWN"
+    date = result.created[:10] if result.created else "date unknown"
+    return f"{result.slug} {result.name}: {result.source}, size {size}, {commit}, {date}"
 
 
 def load_results(

@@ -64,7 +64,7 @@ length, mask = placeholder_layout("gemma", 256)  # 258 tokens: begin marker, 256
 #
 # Host time only (the scheduler runs on the CPU whatever the accelerator). `quick` uses fewer
 # repeats, a coarse sweep and a small workload; its results are filed as `*_quick` so they never
-# overwrite full recordings made with `labkit bench mm --sweep`.
+# overwrite full recordings made with `labkit bench mm --size full --sweep`.
 
 # %%
 from labkit.device import resolve_device
@@ -76,8 +76,8 @@ declare_sources(*sorted({r.source for r in results.values()}))
 # %% [markdown]
 # ### One call
 # Per-call cost of each placeholder method (log scale). The tensor variant pays the torch
-# dispatcher on every `get_num_embeds()`; `extract_embeds_range()` still runs torch ops after
-# #40143 (the next bubble, see notebook 03).
+# dispatcher on every `get_num_embeds()`; `extract_embeds_range()` still runs torch ops
+# after #40143 (the next bubble, see notebook 03).
 
 # %%
 from labkit.viz.mm import (plot_placeholder_calls, plot_decode_step, plot_sweep, plot_before_after,
@@ -148,10 +148,19 @@ plot_bubble_model(ov[0])
 # %% [markdown]
 # The second row shows how much slower the PR machine's host would have to be than this one for the
 # saving alone to explain the whole gain. The same step, drawn as lanes (simulated): with the host
-# longer than the GPU, every GPU lane has gaps; after the fix the GPU runs back to back.
+# longer than the GPU, every GPU lane has gaps; after the fix the GPU runs back to back. The GPU
+# lane's step is the device time of the lab's engine under CUDA graphs where such a run is recorded
+# (`labkit bench engine --cudagraph full`; measured on a GPU first, else simulated), otherwise the
+# device time the published table implies.
 
 # %%
-plot_step_timeline(ov[0]["implied_host_before_ms"], ov[0]["implied_device_ms"], non_overlap_ms=ov[0]["non_overlap_ms"])
+from labkit.mm.overlap import graph_device_step
+from labkit.results import load_results
+step = graph_device_step([r for r in load_results() if r.name.startswith("engine")], ov[0]["implied_device_ms"])
+print(f"device step {step.device_ms:.2f} ms ({step.source}: {step.origin})")
+if step.source != "published":
+    declare_sources(step.source)
+plot_step_timeline(ov[0]["implied_host_before_ms"], step.device_ms, non_overlap_ms=ov[0]["non_overlap_ms"])
 
 # %% [markdown]
 # ## Try it live

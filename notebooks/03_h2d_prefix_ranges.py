@@ -100,7 +100,7 @@ plot_sweep(load_results(name="h2d_sweep"))
 
 # %%
 gpu = load_results(name="h2d_gpu_idle")
-print(f"{len(gpu)} recorded GPU result(s)" if gpu else "No GPU result recorded yet: run `labkit bench h2d` on a CUDA machine.")
+print(f"{len(gpu)} recorded GPU result(s)" if gpu else "No GPU result recorded yet: run `labkit bench h2d --size full` on a CUDA machine.")
 plot_gpu_idle(gpu)
 
 # %% [markdown]

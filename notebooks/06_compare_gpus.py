@@ -20,10 +20,11 @@
 # - the effects of #40143 (`mm_*`) and of #38794 (`h2d_*`, `ranges_*`),
 # - the Triton kernel (`attn_bench`), the engine (`engine_*`), the trace analyzer and the vLLM A/B runs.
 #
-# Each result is compared on one main metric (see `labkit.viz.compare.MAIN_METRICS`). Where a
-# machine has no result for a part of the lab, the page says so. Numbers from different machines
-# are only compared within one result; each machine's source (measured on a GPU, on a CPU,
-# simulated, interpreted) is in the legend.
+# Each result is compared on one main metric (see `labkit.viz.compare.MAIN_METRICS`). Numbers
+# from different machines are only compared within one result, and every number keeps its
+# source: **measured-gpu**, **measured-cpu**, **simulated** (a model fed with measured costs,
+# not hardware) or **interpreted** (Triton's CPU interpreter: correctness only, never timed).
+# Nothing is left out silently: what a machine lacks is listed below and marked on the chart.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -35,6 +36,7 @@ setup_notebook()
 
 # %% [markdown]
 # ## What is recorded
+# Results per machine and part of the lab (0: the machine has none).
 
 # %%
 from labkit.results import load_results
@@ -44,23 +46,38 @@ print(f"{len(results)} results from {len({r.slug for r in results})} machines")
 compare.coverage(results)
 
 # %%
-for line in compare.missing_messages(results):
-    print(line)
 if results:
     declare_sources(*sorted({r.source for r in results}))
 else:
     print("No results recorded yet: run `make report` on a machine.")
 
 # %% [markdown]
+# ## What is missing
+# Per machine: results it has no file for, results recorded without any of the compared
+# metrics, and rows without a value for the result's main metric (with the metrics they
+# have instead, e.g. engine rows recorded before `tokens_per_s_median` existed).
+
+# %%
+missing = compare.missing_table(results)
+compare.display_table(missing) if len(missing) else print("Nothing missing: every machine has every result and metric.")
+
+# %% [markdown]
 # ## Side by side
-# Pick a result in the dropdown. Bars are grouped by the row's variant and swept parameters.
+# Pick a result in the dropdown. Bars are grouped by the row's variant and swept parameters;
+# the legend groups machines by source (measured bars solid, simulated hatched, interpreted
+# dotted). A red ✕ marks a row a machine recorded without the metric; the line above the
+# plot names what the result lacks.
 
 # %%
 table = compare.comparison_table(results)
 compare.plot_comparison(table)
 
+# %% [markdown]
+# The same numbers as a table: per machine its source and value (`missing`: recorded without
+# the metric; `no result`: not recorded on that machine).
+
 # %%
-table.pivot_table(index=["result", "label"], columns="machine", values="value").head(60) if len(table) else table
+compare.display_table(compare.side_by_side(table))
 
 # %% [markdown]
 # ## Adding a machine

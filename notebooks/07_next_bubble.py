@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 07 · The next bubble: vLLM rebuilds every image range on every step
 #
-# #40143 took torch out of the scheduler's per-image hot path and #38794 made the
+# PR #40143 took torch out of the scheduler's per-image hot path and #38794 made the
 # prefix-range tensor one copy per step. Profiling today's vLLM (0.33) on an mm-prefix
 # workload (Gemma-style images, 128 requests x 32 images) points at the next host-side
 # cost on the step's critical path: `compute_mm_prefix_ranges`, which the model runner
@@ -24,7 +24,7 @@
 # This notebook shows the profile that pointed there, the installed function against a
 # two-line patch (cache the runs on the placeholder; `patches/`), the lab's range-builder
 # variants, and what a GPU would see. Numbers with vLLM come from recorded results
-# (`.venv-vllm/bin/labkit bench vllm-ranges`); this kernel re-measures only when
+# (`.venv-vllm/bin/labkit bench vllm-ranges --size full`); this kernel re-measures only when
 # vLLM is importable here.
 
 # %% tags=["parameters"]
@@ -36,7 +36,7 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %%
-from labkit import nextbubble
+from labkit.vllm import nextbubble
 from labkit.results import load_results
 rows = nextbubble.recorded_rows()
 gpu_ranges = load_results(name="ranges_sweep", machine="h200") + load_results(name="ranges_step", machine="h200")
@@ -58,7 +58,7 @@ plot_profile(profile, aten_ops)
 # ## 2. Before and after the patch
 #
 # The patch computes a placeholder's runs once (a `cached_property` holding a tuple) and
-# returns a fresh list per call. `labkit.nextbubble` checks on randomized inputs that the
+# returns a fresh list per call. `labkit.vllm.nextbubble` checks on randomized inputs that the
 # patched function returns exactly what the installed one does, then times both on the
 # same features. The first (cold) step pays the old cost once per image; every later step
 # of the request is cheap.
@@ -104,17 +104,40 @@ pd.DataFrame(quick)[["variant", "num_requests", "images_per_request", "median_ns
 #
 # The range build runs in the model runner while it prepares the step's inputs. If it
 # overlapped the previous step's GPU work perfectly, a step would last
-# `max(device, host)`; if not at all, `device + host`. With a stated device step of
-# 24.58 ms (the mean TPOT quoted for #40143's merged run on Gemma-4-E4B), the slider shows
-# the GPU's idle share at each recorded point. The widget does the same live in JupyterLab.
+# `max(device, host)`; if not at all, `device + host`. The device step assumed below is the
+# published mean TPOT of #40143 after the change (Gemma-4-E4B, 128 x 32), read from the
+# recorded `mm_overlap` result. The host times per machine come from the recorded results:
+# the GPU machine's host is *slower* at this build than the development CPU, so a GPU host
+# does not make it go away. The widget does the same live in JupyterLab.
 
 # %%
-plot_step_slider(rows, device_step_ms=24.58)
+device_step_ms, step_from = nextbubble.published_device_step_ms()
+print(f"device step: {device_step_ms} ms (from {step_from})")
+pd.DataFrame(nextbubble.host_comparison(128, 32))
+
+# %%
+plot_step_slider(rows, device_step_ms=device_step_ms)
 
 # %%
 from labkit.widgets.nextbubble import make_next_bubble_widget
-make_next_bubble_widget(rows, device_step_ms=24.58)
+make_next_bubble_widget(rows, device_step_ms=device_step_ms)
 
 # %%
 from IPython.display import HTML
-HTML(describe_point(rows, 128, 32, 24.58))
+HTML(describe_point(rows, 128, 32, device_step_ms))
+
+# %% [markdown]
+# ## 5. A second, smaller bubble: the scheduler's window in decode
+#
+# vLLM 0.33's scheduler no longer reads every image per step, but it still bisects (twice per
+# request per step, with a Python key function) to an empty window in every decode step.
+# `labkit bench vllm-sched` times vLLM's real `Scheduler.schedule()` per decode step for a
+# text-only batch, the installed vLLM and a patch that returns early once a request's last
+# image is in the KV cache (`patches/vllm-0.33.0-encoder-early-return.diff`; identical
+# decisions, checked by `make test-vllm`). The table reads the recorded `vllm_sched` result;
+# the step columns are the two bubble bounds with the device step used above.
+
+# %%
+from labkit.vllm import sched_bench
+sched_table = pd.DataFrame(sched_bench.summary(sched_bench.recorded_rows(), device_step_ms=device_step_ms))
+sched_table if not sched_table.empty else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")

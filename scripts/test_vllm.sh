@@ -27,13 +27,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+ROOT_PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
   say "installing $SPEC (large: several GB, takes a while)"
   "$PY" -m pip install --quiet "$SPEC"
 fi
-# editable labkit: also registers the vllm.general_plugins entry point of labkit.vllm_ab
-if ! "$PY" -c "import labkit, importlib.metadata as m, sys; \
-sys.exit(0 if any(e.name == 'labkit_vllm_ab' for e in m.entry_points(group='vllm.general_plugins')) else 1)" \
+# editable labkit: also registers the vllm.general_plugins entry point (labkit.vllm_ab -> labkit.vllm.ab)
+# and the `labkit` command; checked from outside the checkout, where the repository root's
+# labkit/ and labkit.egg-info/ are not on the path
+if ! (cd / && "$ROOT_PY" -c "import labkit, importlib.metadata as m, sys; \
+sys.exit(0 if any(e.name == 'labkit_vllm_ab' for e in m.entry_points(group='vllm.general_plugins')) else 1)") \
     >/dev/null 2>&1; then
   say "installing labkit (editable, no deps)"
   "$PY" -m pip install --quiet --no-deps -e .

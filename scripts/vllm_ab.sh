@@ -4,7 +4,7 @@
 # For each variant: start `vllm serve MODEL` on 127.0.0.1 with LABKIT_VLLM_AB=<variant>
 # (labkit's vLLM plugin patches every vLLM process), run `vllm bench serve` with the
 # random-mm dataset at the #40143 shape (128 requests x 32 images of 1024x1536), stop the
-# server, and file the result with `python -m labkit.vllm_ab ingest` under
+# server, and file the result with `python -m labkit.vllm.ab ingest` under
 # data/results/<gpu>/vllm_ab.json (source measured-gpu).
 #
 #   bash scripts/vllm_ab.sh [options] [-- extra `vllm serve` arguments]
@@ -12,7 +12,7 @@
 # Options:
 #   --model M          model (default google/gemma-4-E4B-it, the #40143 benchmark's; google/gemma-3-4b-it
 #                      always runs the mm-prefix path that #38794 changed)
-#   --variants LIST    comma-separated, from baseline,pr40143,pr38794,merged (default baseline,merged)
+#   --variants LIST    comma-separated, from baseline,pr40143,pr38794,merged,early-return (default baseline,merged)
 #   --num-prompts N    requests (default 128; also the max concurrency)
 #   --images N         images per request (default 32)
 #   --image-size HxW   image bucket (default 1024x1536)
@@ -82,14 +82,14 @@ case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
 IFS=',' read -r -a VARIANT_LIST <<< "$VARIANTS"
 [ ${#VARIANT_LIST[@]} -gt 0 ] || die "--variants is empty"
 for v in "${VARIANT_LIST[@]}"; do
-  case "$v" in baseline|pr40143|pr38794|merged) ;; *) die "unknown variant '$v': choose from baseline,pr40143,pr38794,merged" ;; esac
+  case "$v" in baseline|pr40143|pr38794|merged|early-return) ;; *) die "unknown variant '$v': choose from baseline,pr40143,pr38794,merged,early-return" ;; esac
 done
 if [ -z "$PY" ]; then
   if [ -x "$ROOT/.venv-vllm/bin/python" ]; then PY="$ROOT/.venv-vllm/bin/python"; else PY=python3; fi
 fi
 VLLM=("$PY" -m vllm.entrypoints.cli.main)
 if [ "$DRY" = 0 ]; then
-  "$PY" -c "import vllm, labkit.vllm_ab" 2>/dev/null || die "$PY cannot import vllm and labkit (pip install -e . into vLLM's env)"
+  "$PY" -c "import vllm, labkit.vllm.ab" 2>/dev/null || die "$PY cannot import vllm and labkit (pip install -e . into vLLM's env)"
   command -v curl >/dev/null || die "curl is needed to wait for the server"
 fi
 
@@ -147,7 +147,7 @@ for v in "${VARIANT_LIST[@]}"; do
       --random-output-len "$OUTPUT_LEN" --ignore-eos --seed 0 \
       --save-result --result-dir "$dir" --result-filename bench.json "${bench_profile[@]}"
   [ "$DRY" = 1 ] || stop_server
-  ingest=("$PY" -m labkit.vllm_ab ingest --variant "$v" --bench-json "$dir/bench.json"
+  ingest=("$PY" -m labkit.vllm.ab ingest --variant "$v" --bench-json "$dir/bench.json"
           --images "$IMAGES" --model "$MODEL")
   if [ "$PROFILE" = 1 ]; then ingest+=(--trace-dir "$dir/traces"); fi
   (cd "$ROOT" && run "${ingest[@]}")

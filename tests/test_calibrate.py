@@ -51,15 +51,46 @@ def test_cli_saves_cpu_result(results_store, tmp_path, capsys):
     assert cli_main(["calibrate", "--device", "cpu", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "tensor_index_int" in printed and "tensor_over_list" in printed
-    (res,) = load_results(name="calibration")
+    (res,) = load_results()
+    assert res.name == "calibration_quick" and res.size == "quick"  # quick by default, never over a full one
     assert res.source == "measured-cpu"
     assert {r["kind"] for r in res.rows} == {"cpu"}
-    assert json.loads(out.read_text())["name"] == "calibration"
+    assert res.command == f"labkit calibrate --device cpu --json {out}"
+    assert json.loads(out.read_text())["name"] == "calibration_quick"
 
 
-def test_cli_bad_input(tmp_path, capsys):
+def _fixed_calibration(monkeypatch):
+    """``run_calibration`` replaced by one hand-made row; returns the quick flags it was called with."""
+    calls = []
+
+    def fake(device="auto", *, quick=True):
+        calls.append(quick)
+        return [{"kind": "cpu", "variant": "list_index", "metric": "host_ns", "median_ns": 10.0, "p20_ns": 9.0,
+                 "p80_ns": 11.0, "repeats": 3, "number": 1}], "measured-cpu"
+
+    monkeypatch.setattr(calibrate, "run_calibration", fake)
+    return calls
+
+
+def test_cli_size_full_and_the_deprecated_flag_name_a_full_recording(results_store, monkeypatch, capsys):
+    calls = _fixed_calibration(monkeypatch)
+    assert cli_main(["calibrate", "--size", "full", "--device", "cpu"]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli_main(["calibrate", "--full", "--device", "cpu"]) == 0  # old flag: still works, with a note
+    assert capsys.readouterr().err.strip() == "labkit calibrate: note: --full is deprecated, use --size full"
+    assert calls == [False, False]
+    (res,) = load_results()
+    assert (res.name, res.size, res.params["size"]) == ("calibration", "full", "full")
+
+
+def test_cli_bad_input(tmp_path, results_store, monkeypatch, capsys):
+    calls = _fixed_calibration(monkeypatch)
     assert cli_main(["calibrate", "--json", str(tmp_path)]) == 2
     assert cli_main(["calibrate", "--bogus"]) == 2
+    assert cli_main(["calibrate", "--size", "huge"]) == 2
+    assert cli_main(["calibrate", "--full", "--size", "quick"]) == 2
+    assert cli_main(["calibrate", "--quick", "--full"]) == 2
+    assert calls == [] and not results_store.exists()  # refused before any work or write
 
 
 @pytest.mark.gpu
@@ -72,3 +103,32 @@ def test_gpu_rows(results_store):
     assert sizes == set(calibrate.COPY_SIZES_BYTES)
     assert {"launch_torch_add1"} <= {r["variant"] for r in gpu}
     assert all(r["median_ns"] > 0 for r in gpu)
+
+
+def test_device_times_come_from_the_trace_activities():
+    # hand-made Kineto events: two copies (3 us, 5 us), one kernel, one host op
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "dur": 3.0},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "dur": 5.0},
+        {"ph": "X", "cat": "kernel", "name": "add", "dur": 1.5},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "dur": 40.0},
+        {"ph": "i", "cat": "gpu_memcpy", "name": "marker"},
+    ]}
+    assert calibrate.device_durations_ns(trace, ("gpu_memcpy",)) == [3000.0, 5000.0]
+    assert calibrate.device_durations_ns(trace, ("kernel",)) == [1500.0]
+    t = calibrate.timing_of([5000.0, 1000.0, 3000.0, 2000.0, 4000.0])
+    assert (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns, t.repeats, t.method) == (3000.0, 2000.0, 4000.0, 1000.0, 5,
+                                                                                  "profiler")
+    assert calibrate.timing_of([]) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
+def test_gpu_rows_label_event_spans_apart_from_device_time():
+    rows = calibrate.calibrate_gpu(sizes_bytes=(4096,), repeats=5, launches=10)
+    metrics = {(r["variant"], r["metric"]) for r in rows}
+    for variant in ("h2d_pageable", "h2d_pinned", "launch_torch_add1"):
+        assert {(variant, "host_ns"), (variant, "event_span_ns"), (variant, "device_ns")} <= metrics
+    by = {(r["variant"], r["metric"]): r["median_ns"] for r in rows}
+    # a 4 KiB copy's own device time is far below the host-inclusive span around a pageable copy
+    assert by[("h2d_pageable", "device_ns")] <= by[("h2d_pageable", "event_span_ns")]

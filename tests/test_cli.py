@@ -71,3 +71,128 @@ def test_real_process_exit_codes(argv, code):
     assert "Traceback" not in proc.stderr
     if code == 0:
         json.loads(proc.stdout)
+
+
+# -- --version, -v anywhere, the options every bench verb shares ------------------------------
+
+def test_version_names_the_package_version_and_commit(capsys):
+    import tomllib
+
+    from labkit.results import REPO_ROOT, labkit_commit
+
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"labkit {version} (commit {labkit_commit()})"
+
+
+@pytest.mark.parametrize("argv, rest, verbose", [
+    (["bench", "mm", "-v", "--size", "full"], ["bench", "mm", "--size", "full"], True),
+    (["--verbose", "env"], ["env"], True),
+    (["env", "--json"], ["env", "--json"], False),
+    (["analyze", "x", "--", "-v"], ["analyze", "x", "--", "-v"], False),
+])
+def test_split_verbose(argv, rest, verbose):
+    assert cli.split_verbose(argv) == (rest, verbose)
+
+
+def test_verbose_after_the_verb_turns_logging_on(capsys):
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    try:
+        assert cli.main(["env", "--device", "cpu", "--json", "-v"]) == 0
+        assert root.level == logging.INFO
+        json.loads(capsys.readouterr().out)
+        assert cli.main(["env", "--device", "cpu", "--json"]) == 0
+        assert root.level == logging.WARNING
+    finally:
+        root.setLevel(level)
+
+
+def _run_options(argv):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="labkit bench x")
+    cli.add_run_options(p)
+    args = p.parse_args(argv)
+    return cli.resolve_run_options(args, p.prog), args
+
+
+def test_run_options_default_to_quick_and_take_size(capsys):
+    assert _run_options([])[0] == "quick"
+    size, args = _run_options(["--size", "full", "--no-save", "--json", "out.json"])
+    assert (size, args.size, args.no_save, args.json) == ("full", "full", True, "out.json")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("old", ["quick", "full"])
+def test_old_size_flags_still_work_with_a_note(old, capsys):
+    assert _run_options([f"--{old}"])[0] == old
+    assert _run_options([f"--{old}", "--size", old])[0] == old
+    note = f"labkit bench x: note: --{old} is deprecated, use --size {old}"
+    assert capsys.readouterr().err.splitlines() == [note, note]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quick", "--full"], "not both"),
+    (["--full", "--size", "quick"], "contradicts"),
+    (["--json", "."], "not a file path"),
+])
+def test_contradicting_or_bad_run_options_are_usage_errors(argv, message):
+    from labkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        _run_options(argv)
+
+
+def test_json_under_a_file_is_refused(tmp_path):
+    from labkit.errors import UsageError
+
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UsageError, match="is not a folder"):
+        _run_options(["--json", str(tmp_path / "f" / "out.json")])
+
+
+SHARED_TARGETS = list(cli.BENCH_TARGETS)
+
+
+@pytest.mark.parametrize("verb", [["calibrate"], *(["bench", t] for t in SHARED_TARGETS)])
+def test_every_bench_verb_and_calibrate_share_the_run_options(verb, capsys):
+    assert cli.main([*verb, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--size {quick,full}", "--json OUT", "--no-save", "-v, --verbose", "--quick", "--full"):
+        assert option in text, (verb, option)
+    assert "deprecated: use --size full" in text
+
+
+@pytest.mark.parametrize("verb", [["calibrate"], *(["bench", t] for t in SHARED_TARGETS)])
+def test_every_bench_verb_refuses_a_bad_size_in_one_line(verb, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    assert cli.main([*verb, "--quick", "--full", "-v"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(" error: choose --size quick or --size full, not both --quick and --full"), line
+    assert cli.main([*verb, "--json", str(tmp_path)]) == 2
+    assert not (tmp_path / "results").exists()
+
+
+def test_command_line_is_recorded_only_while_the_command_runs(monkeypatch, capsys):
+    from labkit.results import COMMAND_ENV
+
+    monkeypatch.delenv(COMMAND_ENV, raising=False)
+    seen = {}
+
+    def fake_main(argv):
+        import os
+
+        seen["command"] = os.environ.get(COMMAND_ENV)
+        return 0
+
+    import labkit.calibrate as cal
+
+    monkeypatch.setattr(cal, "main", fake_main)
+    assert cli.main(["calibrate", "--size", "full", "--json", "a b.json"]) == 0
+    assert seen["command"] == "labkit calibrate --size full --json 'a b.json'"
+    import os
+
+    assert COMMAND_ENV not in os.environ

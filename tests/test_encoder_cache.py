@@ -194,3 +194,33 @@ def test_allocate_beyond_space_raises(variant):
     req = MockRequest("r", ["a"], [5], variant)
     with pytest.raises(RuntimeError):
         cache.allocate(req, 0)
+
+
+def test_free_releases_in_set_order_nine_images(variant):
+    # Hand-worked (vLLM 0.20.0): cache of 2 embeddings; a request with nine 1-token images
+    # holds items 3 ("A") and 8 ("B"). free(request) walks the set {3, 8}, whose CPython
+    # iteration order is 8, 3 (8 hashes to slot 0 of an 8-slot table, 3 to slot 3), so the
+    # freeable queue is B, A and a new 1-embedding item evicts B. (Index order would evict A.)
+    cache = EncoderCacheManager(cache_size=2)
+    idents = [f"x{i}" for i in range(9)]
+    idents[3], idents[8] = "A", "B"
+    req = MockRequest("r", idents, [1] * 9, variant)
+    for i in (3, 8):
+        assert cache.can_allocate(req, i, int(1e9), 0)
+        cache.allocate(req, i)
+    cache.free(req)
+    assert list(cache.freeable) == ["B", "A"]
+    new = MockRequest("n", ["C"], [1], variant)
+    assert cache.can_allocate(new, 0, int(1e9), 0)
+    assert cache.get_freed_mm_hashes() == ["B"]
+    assert "A" in cache.cached and "B" not in cache.cached
+
+
+def test_free_order_small_requests_is_index_order(variant):
+    # With fewer than eight items the set iterates in index order: freeable a, b, c.
+    cache = EncoderCacheManager(cache_size=10)
+    req = MockRequest("r", ["a", "b", "c"], [1, 1, 1], variant)
+    for i in (2, 0, 1):  # allocation order does not matter, the set does
+        cache.allocate(req, i)
+    cache.free(req)
+    assert list(cache.freeable) == ["a", "b", "c"]

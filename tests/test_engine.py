@@ -1,53 +1,49 @@
 """The engine on the simulated device at the #40143 shape: host-bound steps and idle bubbles,
-checked through the written traces and the lab's analyzer; plus the real tiny model on CPU."""
+checked through the written traces and the lab's analyzer; plus the real tiny model on CPU.
 
-import numpy as np
+Host time comes from a fixed cost model (``FixedHostCosts`` on a frozen clock), never from this
+machine's wall clock: the scheduler before #40143 costs 3 ms a step, after it 0.3 ms, and the
+device step (1 ms) sits between the two.
+"""
+
 import pytest
 
 from labkit.engine.config import EngineConfig
 from labkit.engine.devices import SimDevice
+from labkit.engine.hostcost import FixedHostCosts, make_fixed_cost_device
 from labkit.engine.loop import Engine, summarize_run
 from labkit.engine.model import LAYER_OPS
 from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
 from labkit.trace.capture import make_capture
 
-
-def _schedule_ns(placeholder, scheduling, steps=3):
-    """Median host time of one decode-step schedule at 128 requests x 32 images (real clock)."""
-    eng = Engine(EngineConfig(workload="pr40143", placeholder=placeholder, scheduling=scheduling), SimDevice())
-    times = []
-    for _ in range(steps):
-        t = eng.dev.now_ns()
-        eng.scheduler.schedule()
-        times.append(eng.dev.now_ns() - t)
-    return float(np.median(times[1:]))
+HOST = FixedHostCosts(schedule_ns={"tensor/loop": 3e6, "list/loop": 0.3e6, "fast/cursor": 0.1e6}, prepare_ns=0.1e6,
+                      range_copy_ns=10_000)
 
 
 def _profile(step_device_ns):
-    """Uniform op durations summing to ``step_device_ns`` per step of the tiny (2-layer) model; cheap runtime."""
+    """Uniform op durations summing to ``step_device_ns`` per step of the tiny (2-layer) model.
+
+    The host cost per op (5 us) is mostly Python and dispatch before the runtime call, like a
+    real eager op.
+    """
     n_ops = 2 * len(LAYER_OPS) + 4
     op = OpCost(step_device_ns / n_ops)
     return DeviceProfile(name="test-uniform", origin="test", parametric=True, ops={}, default_op=op,
-                         launch_overhead_ns=500, sync_overhead_ns=500, event_overhead_ns=500,
+                         launch_overhead_ns=5_000, sync_overhead_ns=500, event_overhead_ns=500,
                          h2d_pageable=CopyCost(4000, 8.0), h2d_pinned=CopyCost(2000, 25.0),
                          d2h_pinned=CopyCost(2000, 25.0))
 
 
 @pytest.fixture(scope="module")
 def device_step_ns():
-    # A device step between the fixed and the pre-#40143 scheduler's host time, so the outcome
-    # does not hinge on this machine's speed: geometric mean of the two measured schedule times.
-    slow = _schedule_ns("tensor", "loop")
-    fast = _schedule_ns("list", "loop")
-    assert slow > 2.5 * fast, (slow, fast)
-    return float(np.sqrt(slow * fast))
+    return 1e6
 
 
 def _traced(tmp_path, device_step_ns, **cfg):
     config = EngineConfig(model="tiny", workload="pr40143", **cfg)
-    dev = SimDevice(_profile(device_step_ns))
-    eng = Engine(config, dev)
+    dev = make_fixed_cost_device(_profile(device_step_ns), record=True)
+    eng = Engine(config, dev, host_costs=HOST)
     cap = make_capture(dev, tmp_path, config.variant_name().replace("/", "-"), wait=2, warmup=1, active=3)
     with cap:
         eng.run(6, capture=cap)
@@ -106,11 +102,26 @@ def test_async_overlaps_host_and_device_sync_does_not(device_step_ns):
     for is_async in (True, False):
         cfg = EngineConfig(model="tiny", workload="pr40143", placeholder="list", scheduling="loop",
                            async_scheduling=is_async)
-        eng = Engine(cfg, SimDevice(_profile(device_step_ns)))
+        eng = Engine(cfg, make_fixed_cost_device(_profile(device_step_ns)), host_costs=HOST)
         eng.run(6)
         rows[is_async] = summarize_run(eng, warmup_steps=2)
     assert rows[False]["device_idle_frac"] > rows[True]["device_idle_frac"] + 0.1
     assert rows[True]["tokens_per_s_median"] > rows[False]["tokens_per_s_median"]
+
+
+def test_fixed_host_costs_make_runs_repeatable(device_step_ns):
+    def once():
+        eng = Engine(EngineConfig(model="tiny", workload="pr40143", placeholder="tensor", scheduling="loop"),
+                     make_fixed_cost_device(_profile(device_step_ns)), host_costs=HOST)
+        eng.run(5)
+        return [(s.start_ns, s.output_ns) for s in eng.steps]
+    assert once() == once()
+    with pytest.raises(KeyError):
+        FixedHostCosts(schedule_ns={"list/loop": 1.0}).schedule_cost("tensor", "loop")
+    with pytest.raises(UsageError):  # a fixed host cost model applies to the simulated device only
+        from labkit.engine.devices import TorchDevice
+
+        Engine(EngineConfig(model="tiny", workload="tiny"), TorchDevice("cpu"), host_costs=HOST)
 
 
 def test_real_tiny_model_on_cpu_runs_and_samples():

@@ -21,11 +21,41 @@ def test_bench_engine_writes_results_and_traces(tmp_path, monkeypatch, capsys):
     assert {r["placeholder"] for r in data["rows"]} == {"tensor", "fast"}
     for r in data["rows"]:
         assert r["tokens_per_s_median"] > 0 and r["tokens_per_s_window"] > 0 and 0.0 <= r["device_idle_frac"] <= 1.0
-    assert len(list((tmp_path / "results").glob("*/engine.json"))) == 1
+    assert len(list((tmp_path / "results").glob("*/engine_quick.json"))) == 1  # quick by default, filed as such
     assert len(list((tmp_path / "tr").glob("*/*.pt.trace.json.gz"))) == 2
 
 
+def test_bench_engine_cudagraph_modes_in_rows_and_trace_metadata(tmp_path, monkeypatch, capsys):
+    from labkit.trace.capture import read_trace
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    rc = main(["bench", "engine", "--device", "sim", "--model", "tiny", "--num-requests", "8", "--steps", "2",
+               "--warmup", "1", "--placeholders", "fast", "--scheduling", "cursor", "--prefix-ranges", "none,per_layer",
+               "--cudagraph", "none,full", "--trace-dir", str(tmp_path / "tr"), "--json", str(tmp_path / "e.json"),
+               "--profile", "parametric", "--no-save"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "full -> piecewise" in out  # the per_layer fallback is printed
+    data = json.loads((tmp_path / "e.json").read_text())
+    assert data["params"]["cudagraph"] == ["none", "full"]
+    assert data["params"]["graph_replay_origin"] == "parametric, not measured"
+    rows = {r["variant"]: r for r in data["rows"]}
+    assert set(rows) == {"fast/cursor/none/async", "fast/cursor/per_layer/async",
+                         "fast/cursor/none/async/full", "fast/cursor/per_layer/async/full"}
+    for r in rows.values():
+        assert {"variant", "cudagraph", "device_idle_frac", "tokens_per_s_median"} <= set(r)
+    assert rows["fast/cursor/none/async/full"]["cudagraph_run"] == "full"
+    assert rows["fast/cursor/none/async/full"]["replays_per_step"] == 1
+    assert rows["fast/cursor/per_layer/async/full"]["cudagraph_run"] == "piecewise"
+    assert rows["fast/cursor/none/async"]["replays_per_step"] == 0
+    traces = {p.parent.name: p for p in (tmp_path / "tr").glob("*/*.pt.trace.json.gz")}
+    meta = read_trace(traces["fast-cursor-per_layer-async-full"])["labkit"]
+    assert meta["cudagraph"] == "full" and meta["cudagraph_run"] == "piecewise" and meta["source"] == "simulated"
+
+
 @pytest.mark.parametrize("argv", [
+    ["--device", "sim", "--cudagraph", "bogus"],
+    ["--device", "cpu", "--cudagraph", "full"],
     ["--device", "sim", "--placeholders", "bogus"],
     ["--device", "sim", "--steps", "1"],
     ["--device", "sim", "--write-profile", "x.json"],
@@ -47,6 +77,9 @@ def test_figures_and_widget_callback():
     rows, fig = run_selection(["fast"], ["cursor"], ["none", "per_step"], num_requests=8, steps=2, warmup=1,
                               model="tiny")
     assert [r["prefix_ranges"] for r in rows] == ["none", "per_step"]
+    rows_g, _ = run_selection(["fast"], ["cursor"], ["none"], num_requests=8, steps=2, warmup=1, model="tiny",
+                              cudagraph="full")
+    assert rows_g[0]["cudagraph_run"] == "full" and rows_g[0]["replays_per_step"] == 1
     assert len(fig.data) == len(METRICS) and "simulated" in fig.layout.title.text
     assert len(fig.layout.updatemenus[0].buttons) == len(METRICS)
     fig2 = plot_engine_bars(rows, metric="device_idle_frac")
@@ -56,3 +89,66 @@ def test_figures_and_widget_callback():
     assert list(s.data[0].y) == [2.0, 2.0, 2.0]
     with pytest.raises(ValueError):
         plot_engine_bars(rows, metric="nope")
+
+
+def test_before_after_ratios_per_mode_against_the_published_gain():
+    from labkit.engine.recorded import before_after_ratios
+    from labkit.mm.overlap import PR40143
+    from labkit.viz.engine import plot_mode_ratios
+
+    def row(variant, mode, tok_s):
+        name = variant if mode == "none" else f"{variant}/{mode}"
+        return {"variant": name, "cudagraph": mode, "tokens_per_s_median": tok_s, "source": "simulated",
+                "device_idle_frac": 0.1}
+    rows = [row("tensor/loop/none/async", "none", 100.0), row("list/loop/none/async", "none", 110.0),
+            row("tensor/loop/none/async", "full", 200.0), row("list/loop/none/async", "full", 400.0),
+            row("fast/cursor/none/async", "full", 420.0)]
+    t = before_after_ratios(rows)
+    got = {(r.pair, r.cudagraph): r.ratio for r in t.itertuples()}
+    assert got == {("#40143: list / tensor placeholders", "none"): pytest.approx(1.1),
+                   ("#40143: list / tensor placeholders", "full"): pytest.approx(2.0),
+                   ("#40143 + lab: fast/cursor / tensor/loop", "full"): pytest.approx(2.1)}
+    assert set(t["published_ratio"]) == {PR40143.throughput_gain}
+    fig = plot_mode_ratios(t)
+    assert [tr.name for tr in fig.data][:2] == ["cudagraph=none", "cudagraph=full"]
+    assert list(fig.data[-1].y) == [PR40143.throughput_gain] * 2 and "simulated" in fig.layout.title.text
+
+
+def test_eager_vs_graph_timelines_switch_with_a_menu(tmp_path):
+    from labkit.engine.bench import run_variants
+    from labkit.engine.profiles import parametric_profile
+    from labkit.viz.engine import plot_mode_timelines
+
+    variants = [("fast", "cursor", "none", True, m) for m in ("none", "full")]
+    variants += [("tensor", "loop", "none", True, m) for m in ("none", "full")]
+    rows, _ = run_variants("sim", variants, model="tiny", workload="small", num_requests=4, steps=2, warmup=1,
+                           profile=parametric_profile(), trace_dir=tmp_path)
+    tr = {r["variant"]: r["trace"] for r in rows}
+    fig = plot_mode_timelines({"fast/cursor": (tr["fast/cursor/none/async"], tr["fast/cursor/none/async/full"]),
+                               "tensor/loop": (tr["tensor/loop/none/async"], tr["tensor/loop/none/async/full"])})
+    buttons = fig.layout.updatemenus[0].buttons
+    assert [b.label for b in buttons] == ["fast/cursor", "tensor/loop"]
+    first, second = (b.args[0]["visible"] for b in buttons)
+    assert any(first) and any(second) and not any(a and b for a, b in zip(first, second))
+    assert [t.visible for t in fig.data] == first
+    assert "SIMULATED" in fig.layout.title.text
+    # both panels have device lanes; the graph run's kernels come from one replay per step
+    assert {t.yaxis for t in fig.data} == {"y", "y2"}
+
+
+def test_ratio_reading_hand_worked():
+    from labkit.engine.recorded import ratio_reading
+    from labkit.mm.overlap import PR40143
+
+    def row(variant, sched_ms, tok_s):
+        return {"variant": f"{variant}/full", "cudagraph": "full", "tokens_per_s_median": tok_s,
+                "device_busy_per_step_ns": 10e6, "host_schedule_ns": sched_ms * 1e6, "host_prepare_ns": 1e6,
+                "host_forward_ns": 0.0, "host_sample_ns": 0.0, "median_ns": 1.0}
+    r = ratio_reading([row("tensor/loop/none/async", 20.0, 100.0), row("list/loop/none/async", 2.0, 180.0)])
+    assert r["device_ms"] == 10.0 and r["host_before_ms"] == 21.0 and r["host_after_ms"] == 3.0
+    assert r["lab_ratio"] == pytest.approx(1.8)
+    # bubble model, c = 1 ms: (max(21, 10) + 1) / (max(3, 10) + 1) = 2.0
+    assert r["ratio_with_lab_device"] == pytest.approx(2.0)
+    pub = PR40143.mean_tpot_ms_after - 1.0
+    assert r["ratio_with_published_device"] == pytest.approx((max(21, pub) + 1) / (max(3, pub) + 1))
+    assert ratio_reading([row("list/loop/none/async", 2.0, 1.0)]) is None

@@ -83,6 +83,20 @@ def test_gpu_idle_counts_match_profile():
     assert rows[2]["profile_pageable"] + rows[2]["profile_pinned"] == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU to profile device idle time")
+def test_gpu_idle_traces_are_kept_whole_and_named(tmp_path):
+    import gzip
+    import json
+
+    rows = bench_h2d.bench_gpu_idle(["per_step"], num_seqs=4, images=2, layer_counts=(2,), steps=2, layer_mb=8,
+                                    trace_dir=str(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == ["h2d-per_step-S4-L2.pt.trace.json.gz"]  # no temporary left
+    with gzip.open(tmp_path / "h2d-per_step-S4-L2.pt.trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert events and rows[0]["counts_match"]  # the kept file is the one the counts were read from
+
+
 # -- figures and widget -----------------------------------------------------------------------
 
 def _result(name, rows, source="measured-cpu"):

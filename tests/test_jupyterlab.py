@@ -69,7 +69,7 @@ def lab(tmp_path_factory):
             time.sleep(0.5)
         else:
             pytest.fail(f"jupyter lab did not answer: {(root / 'lab.log').read_text()[-2000:]}")
-        yield {"base": base, "port": port, "token": token, "nbdir": nbdir, "log": root / "lab.log"}
+        yield {"base": base, "port": port, "token": token, "nbdir": nbdir, "log": root / "lab.log", "pid": proc.pid}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -83,6 +83,16 @@ def test_status_needs_the_token(lab):
     assert _get(f"{lab['base']}/api/status", lab["token"]) == 200
     assert _get(f"{lab['base']}/api/status") == 403
     assert _get(f"{lab['base']}/api/status", "wrong-token") == 403
+
+
+def test_token_stays_off_the_command_line(lab):
+    """Any user can read a process's arguments; its environment only the user (and root) can."""
+    proc = Path(f"/proc/{lab['pid']}")  # lab.sh execs the server: same process
+    cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+    assert "jupyter" in cmdline and lab["token"] not in cmdline
+    environ = proc / "environ"
+    assert f"JUPYTER_TOKEN={lab['token']}".encode() in environ.read_bytes().split(b"\0")
+    assert environ.stat().st_mode & 0o077 == 0  # no access for group or others
 
 
 def test_listens_on_loopback_and_prints_url(lab):

@@ -193,3 +193,27 @@ def test_ledger_matches_profiler_on_gpu(name):
     totals = s.ledger.totals()
     assert got["pageable_count"] == totals["pageable_count"]
     assert got["pinned_count"] == totals["pinned_count"]
+
+
+def test_ledger_and_engine_idle_equal_labkit_analyze(tmp_path, capsys):
+    """One trace stack: the ledger's per-stream figures and an engine row's device_idle_frac are the
+    numbers `labkit analyze` writes for the same (simulated engine) trace."""
+    from labkit.cli import main as labkit_main
+    from labkit.engine.bench import _trace_idle, run_variants
+    from labkit.engine.profiles import parametric_profile
+
+    rows, traces = run_variants("sim", [("tensor", "loop", "per_layer", True)], model="tiny", workload="small",
+                                num_requests=4, steps=2, warmup=1, profile=parametric_profile(), trace_dir=tmp_path)
+    trace = rows[0]["trace"]
+    out = tmp_path / "a.json"
+    assert labkit_main(["analyze", trace, "--json", str(out)]) == 0
+    capsys.readouterr()
+    streams = json.loads(out.read_text())["streams"]
+    assert streams, "the simulated engine trace has device work"
+    busiest = max(streams, key=lambda r: r["busy_us"])
+    assert _trace_idle(trace)["device_idle_frac"] == busiest["idle_fraction"]
+    ledger = {(r["device"], r["stream"]): r for r in gpu_stream_busy_idle(trace)}
+    for s in streams:
+        r = ledger[(s["device"], s["stream"])]
+        assert (r["busy_us"], r["idle_us"], r["span_us"], r["events"]) == (s["busy_us"], s["idle_us"], s["span_us"],
+                                                                           s["ops_count"])

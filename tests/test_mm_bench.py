@@ -11,7 +11,7 @@ from labkit.mm.bench import overlap_rows, parse_combos
 from labkit.mm.measure import (make_decode_requests, make_decode_step, measure_decode_grid,
                                measure_decode_step_host_time, measure_placeholder_calls, measure_workload)
 from labkit.mm.workload import get_workload_spec
-from labkit.results import load_results
+from labkit.results import load_results, make_result
 
 
 @pytest.fixture()
@@ -22,7 +22,7 @@ def results_dir(tmp_path, monkeypatch):
 
 def test_cli_quick_writes_all_results(results_dir, tmp_path, capsys):
     out = tmp_path / "mm.json"
-    rc = labkit_main(["bench", "mm", "--quick", "--sweep", "--requests", "8", "--images", "4",
+    rc = labkit_main(["bench", "mm", "--size", "quick", "--sweep", "--requests", "8", "--images", "4",
                       "--combos", "list+cursor", "--json", str(out)])
     assert rc == 0
     names = {r.name for r in load_results(results_dir)}
@@ -134,3 +134,20 @@ def test_widget_callback_measures_and_draws():
     box.on_measure()  # no kernel: output is captured into the Output widget's state
     with pytest.raises(ValueError):
         measure_shape(2, 2, 4, [])
+
+
+def test_recorded_note_names_size_and_flags_unknown_and_dirty_commits(results_dir):
+    from labkit.mm.bench import recorded_note
+    from labkit.results import save_result
+
+    assert recorded_note("mm_sweep").startswith("no recorded mm_sweep result")
+    for slug, gpu, commit in (("cpu-a-2c", None, "0123456789ab"), ("h200", "NVIDIA H200", "unknown"),
+                              ("a100", "A100", "0123456789ab+dirty")):
+        r = make_result("mm_sweep", [{"variant": "list"}], source="measured-cpu",
+                        machine={"slug": slug, "gpu_name": gpu})
+        r.labkit_commit = commit
+        save_result(r)
+    note = recorded_note("mm_sweep")
+    assert note == ("mm_sweep recorded on: a100 (measured-cpu, A100, size full, commit 0123456789ab+dirty: "
+                    "UNCOMMITTED CHANGES), cpu-a-2c (measured-cpu, size full, commit 0123456789ab), "
+                    "h200 (measured-cpu, NVIDIA H200, size full, commit UNKNOWN)")

@@ -1,4 +1,4 @@
-"""labkit.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
+"""labkit.vllm.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
 
 The measurement against the installed vLLM (and the patch file applied to vLLM's source)
 is checked in tests/vllm_conformance/.
@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from labkit import nextbubble as nb
+from labkit.vllm import nextbubble as nb
 from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
 from labkit.results import make_result, save_result
 
@@ -119,6 +119,31 @@ def test_recorded_rows_side_by_side_and_lookup(tmp_path):
     assert nb.lookup(got, 128, 32)["speedup"] == pytest.approx(200.0)
     assert nb.lookup(got, 64, 64) is None
     assert nb.recorded_rows(root=tmp_path / "empty") == []
+
+
+def test_host_comparison_and_device_step_read_from_results(tmp_path):
+    _fake_result(tmp_path, "cpu-test-2c", [{"variant": "installed", "num_requests": 128, "images": 32,
+                                            "median_ns": 139e6},
+                                           {"variant": "installed", "num_requests": 8, "images": 32,
+                                            "median_ns": 9e6}])
+    gpu = make_result("ranges_step", [{"variant": "v033", "num_requests": 128, "images_per_request": 32,
+                                       "median_ns": 165e6},
+                                      {"variant": "cached", "num_requests": 128, "images_per_request": 32,
+                                       "median_ns": 0.7e6}],
+                      params={}, source="measured-gpu", machine={"slug": "gpu-test", "cpu_model": "test"})
+    save_result(gpu, root=tmp_path)
+    assert nb.host_comparison(root=tmp_path) == [
+        {"machine": "gpu-test", "what": "lab v033 builder", "median_ms": 165.0, "source": "measured-gpu"},
+        {"machine": "cpu-test-2c", "what": "vllm installed", "median_ms": 139.0, "source": "measured-cpu"},
+    ]
+    # no mm_overlap result: the published figure the lab carries
+    from labkit.mm.overlap import PR40143
+
+    assert nb.published_device_step_ms(root=tmp_path) == (PR40143.mean_tpot_ms_after, "labkit.mm.overlap.PR40143")
+    overlap = make_result("mm_overlap", [{"published_tpot_after_ms": 30.5}], params={}, source="simulated",
+                          machine={"slug": "cpu-test-2c", "cpu_model": "test"})
+    save_result(overlap, root=tmp_path)
+    assert nb.published_device_step_ms(root=tmp_path) == (30.5, "cpu-test-2c/mm_overlap.json")
 
 
 def test_cli_without_vllm_or_with_bad_arguments(capsys):

@@ -74,3 +74,41 @@ def test_long_table():
     by = {r["quantity"]: r for r in rows}
     assert by["tpot_after_ms (async)"]["published"] == 24.58
     assert by["tpot_after_ms (async)"]["error_pct"] == pytest.approx(100 * 4.23 / 24.58)
+
+
+class _Res:
+    def __init__(self, name, source, rows, slug="m"):
+        self.name, self.source, self.rows, self.machine = name, source, rows, {"slug": slug}
+
+
+def test_device_step_of_a_row():
+    from labkit.mm.overlap import device_step_ms
+
+    assert device_step_ms({"device_busy_per_step_ns": 12_500_000}) == pytest.approx(12.5)
+    assert device_step_ms({"median_ns": 20_000_000, "device_idle_frac": 0.25}) == pytest.approx(15.0)
+    assert device_step_ms({"median_ns": 20_000_000}) is None
+
+
+def test_graph_device_step_prefers_full_graphs_measured_and_after_fix_rows():
+    from labkit.mm.overlap import graph_device_step
+
+    eager = _Res("engine", "measured-gpu", [{"variant": "fast/cursor/none/async", "cudagraph": "none",
+                                             "cudagraph_run": "none", "median_ns": 30e6, "device_idle_frac": 0.7}])
+    assert graph_device_step([eager], 23.58).source == "published"  # no graph run recorded: the fallback
+    sim = _Res("engine_sim", "simulated", [
+        {"variant": "fast/cursor/none/async/full", "cudagraph": "full", "cudagraph_run": "full",
+         "device_busy_per_step_ns": 11e6},
+        {"variant": "fast/cursor/per_layer/async/full", "cudagraph": "full", "cudagraph_run": "piecewise",
+         "device_busy_per_step_ns": 14e6}])
+    s = graph_device_step([eager, sim], 23.58)
+    assert (s.device_ms, s.source) == (pytest.approx(11.0), "simulated") and "fast/cursor/none" in s.origin
+    gpu = _Res("engine", "measured-gpu", [
+        {"variant": "tensor/loop/none/async/full", "cudagraph": "full", "cudagraph_run": "full",
+         "median_ns": 20e6, "device_idle_frac": 0.5},
+        {"variant": "fast/cursor/none/async/full", "cudagraph": "full", "cudagraph_run": "full",
+         "median_ns": 10.4e6, "device_idle_frac": 0.04}], slug="h200")
+    g = graph_device_step([sim, gpu], 23.58)
+    assert g.source == "measured-gpu" and g.device_ms == pytest.approx(10.4 * 0.96) and "h200" in g.origin
+    gpu.size = "quick"  # quick runs are not recorded results
+    assert graph_device_step([gpu], 23.58).source == "published"
+    assert graph_device_step([gpu], 23.58, include_quick=True).source == "measured-gpu"

@@ -218,10 +218,10 @@ def test_bench_command_on_cpu_records_an_interpreted_check(tmp_path, monkeypatch
     out = tmp_path / "attn.json"
     assert main(["--device", "cpu", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["source"] == "interpreted" and data["name"] == "attn_bench"
+    assert data["source"] == "interpreted" and data["name"] == "attn_bench_quick" and data["size"] == "quick"
     kernel = [r for r in data["rows"] if r["variant"] == "triton_prefix"][0]
     assert kernel["max_abs_err"] < 1e-4 and "median_ns" not in kernel
-    assert list((tmp_path / "results").glob("*/attn_bench.json"))
+    assert list((tmp_path / "results").glob("*/attn_bench_quick.json"))  # quick by default, filed as such
     assert "speed needs a GPU" in capsys.readouterr().out
 
 

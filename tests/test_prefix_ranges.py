@@ -97,23 +97,64 @@ def test_padding_rows_get_trivial_range():
     assert t.tolist() == [[[4, 4], [6, 8], [9, 9]], [[0, 0]] * 3, [[0, 0]] * 3]
 
 
+# Inputs vLLM's compute_mm_prefix_range_tensor takes, with what it gives (hand-worked from its
+# algorithm: rows 0 .. num_seqs - 1 read with dict.get, a row is trivial iff == [(0, 0)],
+# pad with (0, 0), torch.tensor(int32).view(num_seqs, max_ranges, 2)).
+@pytest.mark.parametrize("ranges, num_seqs, expected", [
+    ({0: [(-1, 3)]}, 1, [[[-1, 3]]]),          # negative start passes through
+    ({0: [(5, 4)]}, 1, [[[5, 4]]]),            # end < start (an empty placeholder's range)
+    ({0: [(7, 6)], 1: [(2, 3)]}, 2, [[[7, 6]], [[2, 3]]]),
+    ({2: [(1, 2)]}, 2, None),                  # key beyond the batch: ignored
+    ({-1: [(1, 2)]}, 2, None),                 # negative key: never read
+    ({0: [(1, 2)], 5: [(9, 9)]}, 1, [[[1, 2]]]),
+    ({0: [(1.0, 2)]}, 1, [[[1, 2]]]),          # torch converts the float
+    ({0: [(1, 2)]}, -1, None),                 # range(-1) is empty: all rows trivial
+    ({0: ((0, 0),)}, 1, [[[0, 0]]]),           # a tuple row is not == [(0, 0)]: not trivial
+    ({0: [[0, 0]]}, 1, [[[0, 0]]]),            # nor is [[0, 0]]
+    ([[(1, 2)], [(3, 4)]], 1, [[[1, 2]]]),     # the lab's list form: rows beyond num_seqs ignored
+])
+def test_accepts_what_vllm_accepts(ranges, num_seqs, expected):
+    t = build_prefix_range_tensor(ranges, num_seqs)
+    assert (None if t is None else t.tolist()) == expected
+
+
+@pytest.mark.parametrize("ranges, num_seqs, exc", [
+    ({0: [(1, 2, 3)]}, 1, RuntimeError),               # view(1, 1, 2) of 3 values
+    ({0: [(1, 2)], 1: [(1, 2, 3)]}, 2, ValueError),    # ragged nested list
+    ({0: [5]}, 1, RuntimeError),
+    ({0: [(2**31, 0)]}, 1, RuntimeError),              # int32 overflow
+    ({0: [(1, 2)]}, 1.0, TypeError),                   # range(1.0)
+    ({0: [("a", 1)]}, 1, ValueError),
+])
+def test_raises_what_vllm_raises(ranges, num_seqs, exc):
+    with pytest.raises(exc):
+        build_prefix_range_tensor(ranges, num_seqs)
+
+
 @pytest.mark.parametrize("bad, num_seqs", [
-    ({0: [(-1, 3)]}, 1),          # negative start
-    ({0: [(5, 4)]}, 1),           # inverted
-    ({2: [(1, 2)]}, 2),           # row index out of range
-    ({-1: [(1, 2)]}, 2),          # negative row index
-    ([[(1, 2)], [(3, 4)]], 1),    # more rows than sequences
     ({0: [(1, 2, 3)]}, 1),        # not a pair
     ({0: [(1.0, 2)]}, 1),         # not ints
     ({0: [(1, 2)]}, -1),          # negative num_seqs
     ("abc", 3),                   # not a container of rows
 ])
-def test_bad_input_raises_value_error(bad, num_seqs):
-    with pytest.raises(ValueError):
-        build_prefix_range_tensor(bad, num_seqs)
+def test_strategies_reject_bad_input_with_value_error(bad, num_seqs):
     for name in PREFIX_RANGE_STRATEGIES:
         with pytest.raises(ValueError):
             make_strategy(name).begin_step(bad, num_seqs)
+    with pytest.raises(ValueError):
+        normalize_ranges(bad, num_seqs)
+
+
+@pytest.mark.parametrize("name", list(PREFIX_RANGE_STRATEGIES))
+def test_strategies_take_vllm_edge_cases(name):
+    # end < start and keys beyond the batch: as build_prefix_range_tensor (= vLLM)
+    ranges = {0: [(5, 4), (8, 9)], 1: [(2, 2)], 3: [(1, 1)]}
+    expected = build_prefix_range_tensor(ranges, 2)
+    assert expected.tolist() == [[[5, 4], [8, 9]], [[2, 2], [0, 0]]]
+    strategy = make_strategy(name)
+    strategy.begin_step(ranges, 2)
+    assert torch.equal(strategy.tensor_for_layer(0), expected)
+    strategy.end_step()
 
 
 def test_unknown_strategy():
@@ -132,6 +173,16 @@ def test_ranges_for_batch_hand_worked():
     a = make_request("a", 40, [(2, 5), (20, 4)], is_embed=[mask, None])
     b = make_request("b", 10)  # no images
     assert ranges_for_batch([a, None, b]) == [[(3, 3), (5, 6), (20, 23)], [], []]
+
+
+def test_ranges_for_batch_sliding_window_drop():
+    # vLLM 0.20.0 (#40534): with a text sliding_window, a range longer than it is dropped
+    mask = torch.tensor([True, True, True, False, True])  # runs (10, 12) and (14, 14)
+    a = make_request("a", 40, [(10, 5), (20, 4)], is_embed=[mask, None])  # second: (20, 23)
+    assert ranges_for_batch([a]) == [[(10, 12), (14, 14), (20, 23)]]
+    assert ranges_for_batch([a], sliding_window=4) == [[(10, 12), (14, 14), (20, 23)]]  # 4 tokens: kept
+    assert ranges_for_batch([a], sliding_window=3) == [[(10, 12), (14, 14)]]
+    assert ranges_for_batch([a, None], sliding_window=1) == [[(14, 14)], []]
 
 
 def test_ranges_for_batch_masked_all_false_image():

@@ -111,10 +111,12 @@ def test_index_escapes_and_reports_failures():
 def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monkeypatch):
     nbdir = tmp_path / "nbs"
     nbdir.mkdir()
-    write_notebook(nbdir, "00_ok", "Fine notebook", OK_CELLS)
+    write_notebook(nbdir, "00_ok", "Fine notebook", OK_CELLS + READ_RESULTS_CELLS)
     write_notebook(nbdir, "01_fail", "Broken notebook", FAIL_CELLS)
     write_notebook(nbdir, "02_after", "Runs after the failure", ["print('still here', size)"])
-    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    store = tmp_path / "results"
+    monkeypatch.setenv("LABKIT_RESULTS", str(store))
+    recorded = _record(store, "gpu-x", "bench_a", "0123456789ab+dirty"), _record(store, "gpu-y", "bench_b", "unknown")
     out = tmp_path / "out"
 
     rc = cli_main(["report", "--notebooks", str(nbdir), "--out", str(out), "--device", "cpu", "--size", "full"])
@@ -130,6 +132,26 @@ def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monk
     assert by["00_ok"]["ok"] and by["00_ok"]["sources"] == ["simulated"]
     assert by["01_fail"]["error"]["cell"] == 3
     assert manifest["device"] == "cpu" and manifest["size"] == "full"
+    # where each notebook ran, and the recorded results 00_ok read (in the order it read them)
+    assert {n["device"] for n in manifest["notebooks"]} == {"cpu"}
+    assert by["00_ok"]["results"] == [
+        {"machine": "gpu-x", "name": "bench_a", "labkit_commit": "0123456789ab+dirty", "commit_status": "dirty",
+         "size": "full"},
+        {"machine": "gpu-y", "name": "bench_b", "labkit_commit": "unknown", "commit_status": "unknown",
+         "size": "full"},
+    ]
+    assert by["02_after"]["results"] == []
+    assert all(p.is_file() for p in recorded)
+
+    # the run in the results store: one row per notebook
+    slug = manifest["machine"]["slug"]
+    saved = json.loads((store / slug / "report.json").read_text())
+    assert saved["name"] == "report" and saved["source"] == "measured-cpu" and saved["size"] == "full"
+    rows = {r["notebook"]: r for r in saved["rows"]}
+    assert sorted(rows) == ["00_ok", "01_fail", "02_after"]
+    assert rows["00_ok"]["status"] == "ok" and rows["00_ok"]["device"] == "cpu"
+    assert "ZeroDivisionError" in rows["01_fail"]["status"] and rows["01_fail"]["status"].startswith("cell 3")
+    assert all(r["seconds"] > 0 for r in saved["rows"])
 
     ok_html = (out / "00_ok.html").read_text()
     assert "params cpu full" in ok_html  # injected parameters reached the kernel
@@ -140,6 +162,9 @@ def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monk
     assert "still here full" in (out / "02_after.html").read_text()
     index = (out / "index.html").read_text()
     assert "failed" in index and "2 of 3 notebooks ran to the end" in index
+    row = index[index.index('data-notebook="00_ok"'):index.index('data-notebook="01_fail"')]
+    assert "gpu-x/bench_a" in row and "uncommitted changes" in row
+    assert "gpu-y/bench_b" in row and "commit unknown" in row
     assert (out / "_static" / "requirejs" / "require.js").is_file()
 
     # --only reruns one notebook and keeps the others in the index
@@ -147,6 +172,25 @@ def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monk
     assert rc == 0
     manifest = json.loads((out / "report.json").read_text())
     assert [n["name"] for n in manifest["notebooks"]] == ["00_ok", "01_fail", "02_after"]
+    # a quick run files under report_quick, leaving the full recording alone
+    quick = json.loads((store / slug / "report_quick.json").read_text())
+    assert [r["notebook"] for r in quick["rows"]] == ["02_after"] and quick["size"] == "quick"
+    assert json.loads((store / slug / "report.json").read_text())["rows"] == saved["rows"]
+
+
+READ_RESULTS_CELLS = [
+    "from labkit.results import load_result\n"
+    "print(load_result('bench_a', machine='gpu-x').labkit_commit, load_result('bench_b', machine='gpu-y').rows)",
+]
+
+
+def _record(store, machine: str, name: str, commit: str):
+    """A recorded result in ``store`` made on ``machine`` at labkit ``commit``."""
+    from labkit.results import make_result, save_result
+
+    result = make_result(name, [{"x": 1}], source="simulated", machine={"slug": machine}, size="full")
+    result.labkit_commit = commit
+    return save_result(result, store)
 
 
 def test_report_bad_input_exits_2(tmp_path, capsys):

@@ -161,6 +161,16 @@ def test_lab_report_builds(lab_report):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_lab_report_within_page_budget(lab_report):
+    from labkit.report.pagesize import PAGE_BUDGET_BYTES, REPORT_BUDGET_BYTES
+
+    out, _, _ = lab_report
+    sizes = {p.name: p.stat().st_size for p in out.glob("*.html")}
+    assert len(sizes) > 1, "no pages exported"
+    assert {n: b for n, b in sizes.items() if b > PAGE_BUDGET_BYTES} == {}
+    assert sum(sizes.values()) <= REPORT_BUDGET_BYTES, sizes
+
+
 def test_lab_report_pages_render_offline(browser, lab_report):
     out, _, _ = lab_report
     pages = sorted(out.glob("[0-9][0-9]_*.html"))

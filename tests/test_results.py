@@ -119,3 +119,136 @@ def test_rows_and_table_tag_machine_and_source():
     df = results_table([a, b])
     assert list(df["result"]) == ["x", "x", "y"]
     assert df.loc[2, "median_us"] == 2.0
+
+
+# -- provenance: commit, size, command line ----------------------------------------------------
+
+def test_size_follows_the_name_and_must_agree_with_it():
+    assert _result(name="h2d_step").size == "full"
+    assert _result(name="h2d_step_quick").size == "quick"
+    assert make_result("x_quick", [], source="simulated", machine=MACHINE, size="quick").size == "quick"
+    with pytest.raises(ValueError, match="name it 'x_quick'"):
+        make_result("x", [], source="simulated", machine=MACHINE, size="quick")
+    with pytest.raises(ValueError, match="name it 'x'"):
+        make_result("x_quick", [], source="simulated", machine=MACHINE, size="full")
+    with pytest.raises(ValueError, match="bad size"):
+        make_result("x", [], source="simulated", machine=MACHINE, size="medium")
+
+
+def test_sized_name_never_doubles_the_suffix():
+    assert store.sized_name("calibration", "quick") == "calibration_quick"
+    assert store.sized_name("calibration_quick", "quick") == "calibration_quick"
+    assert store.sized_name("calibration_quick", "full") == "calibration"
+    assert store.sized_name("calibration", "full") == "calibration"
+    assert store.base_name("mm_sweep_quick") == "mm_sweep" and store.base_name("mm_sweep") == "mm_sweep"
+
+
+def test_command_comes_from_the_environment_and_is_saved(results_store, monkeypatch):
+    monkeypatch.delenv(store.COMMAND_ENV, raising=False)
+    assert _result().command is None
+    monkeypatch.setenv(store.COMMAND_ENV, "labkit bench mm --size full")
+    r = _result()
+    assert r.command == "labkit bench mm --size full"
+    assert make_result("y", [], source="simulated", machine=MACHINE, command="python x.py").command == "python x.py"
+    data = json.loads(save_result(r).read_text())
+    assert (data["size"], data["command"], data["labkit_commit"]) == ("full", r.command, r.labkit_commit)
+    (back,) = load_results()
+    assert (back.size, back.command) == ("full", "labkit bench mm --size full")
+
+
+def test_format_command_quotes_and_hides_the_home_folder(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    text = store.format_command(["labkit", "bench", "mm", "--json", "/home/someone/out dir/x.json"])
+    assert text == "labkit bench mm --json '~/out dir/x.json'"
+    assert "someone" not in text
+
+
+def test_commit_from_the_environment_only_where_git_has_none(monkeypatch):
+    monkeypatch.setattr(store, "git_commit", lambda: None)
+    monkeypatch.delenv(store.COMMIT_ENV, raising=False)
+    assert store.labkit_commit() == "unknown"
+    monkeypatch.setenv(store.COMMIT_ENV, "0123456789ab")
+    assert store.labkit_commit() == "0123456789ab"
+    assert _result().labkit_commit == "0123456789ab"
+    monkeypatch.setattr(store, "git_commit", lambda: "fedcba987654")
+    assert store.labkit_commit() == "fedcba987654"  # a real checkout's own commit wins
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                           *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def fake_checkout(tmp_path, monkeypatch):
+    """A labkit-like tree in its own git repository; ``store.REPO_ROOT`` points at it."""
+    import shutil
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "labkit").mkdir(parents=True)
+    (repo / "labkit" / "a.py").write_text("x = 1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "labkit/a.py")
+    _git(repo, "commit", "-q", "-m", "one")
+    monkeypatch.setattr(store, "REPO_ROOT", repo.resolve())
+    store.git_commit.cache_clear()
+    yield repo
+    store.git_commit.cache_clear()
+
+
+def test_git_commit_of_a_clean_and_a_dirty_checkout(fake_checkout):
+    full = _git(fake_checkout, "rev-parse", "HEAD")
+    clean = store.git_commit()
+    assert len(clean) == 12 and full.startswith(clean)
+    (fake_checkout / "labkit" / "a.py").write_text("x = 2\n")
+    store.git_commit.cache_clear()
+    assert store.git_commit() == clean + "+dirty"
+
+
+def test_a_copy_without_git_has_no_git_commit_even_inside_another_repository(fake_checkout, monkeypatch):
+    copy = fake_checkout / "vendored" / "labkit-copy"  # lies inside fake_checkout's repository
+    (copy / "labkit").mkdir(parents=True)
+    monkeypatch.setattr(store, "REPO_ROOT", copy.resolve())
+    store.git_commit.cache_clear()
+    assert store.git_commit() is None
+    monkeypatch.setenv(store.COMMIT_ENV, "abcdef123456")
+    assert store.labkit_commit() == "abcdef123456"
+
+
+@pytest.mark.parametrize("commit, status", [
+    ("3447216bc366", "clean"), ("3447216bc366+dirty", "dirty"), ("unknown", "unknown"), ("", "unknown"),
+    (None, "unknown"),
+])
+def test_commit_status(commit, status):
+    assert store.commit_status(commit) == status
+
+
+def test_provenance_line_flags_unknown_and_dirty_commits():
+    r = _result(name="calibration")
+    r.created = "2026-11-30T12:00:00+00:00"
+    r.labkit_commit = "3447216bc366"
+    assert store.provenance(r) == "test-gpu calibration: simulated, size full, commit 3447216bc366, 2026-11-30"
+    r.labkit_commit = "3447216bc366+dirty"
+    assert "commit 3447216bc366+dirty (UNCOMMITTED CHANGES)" in store.provenance(r)
+    r.labkit_commit = "unknown"
+    assert "commit UNKNOWN (not traceable to a labkit version)" in store.provenance(r)
+    r.size = "unknown"
+    assert "size UNKNOWN" in store.provenance(r)
+
+
+@pytest.mark.parametrize("params, top, size", [
+    ({"size": "full"}, None, "full"), ({"quick": True}, None, "quick"), ({"quick": False}, None, "full"),
+    ({"full": False}, None, "quick"), ({"n": 1}, None, "unknown"), ({"quick": True}, "full", "full"),
+])
+def test_files_recorded_before_the_size_field_get_it_from_their_params(params, top, size):
+    data = {**_result().to_json(), "params": params}
+    data.pop("size")
+    data.pop("command")
+    if top is not None:
+        data["size"] = top
+    back = store.parse_result(data)
+    assert back.size == size and back.command is None

@@ -11,7 +11,7 @@ from labkit.errors import UsageError
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy, schedule_encoder_inputs
-from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler, run_workload
+from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler, free_encoder_inputs, run_workload
 from labkit.mm.workload import WorkloadSpec, make_request, make_requests
 
 VARIANTS = list(PLACEHOLDER_VARIANTS)
@@ -234,6 +234,74 @@ def test_bad_requests_rejected():
     with pytest.raises(UsageError):
         StepScheduler(SchedulerConfig(kv_capacity_tokens=64, block_size=16)).add_request(
             make_request("long", 100, output_len=10))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_repeated_image_released_when_its_first_copy_is_passed(strategy):
+    # vLLM 0.20.0's _free_encoder_inputs walks every cached item after each step, so image A,
+    # repeated in r at [0, 4) and [6, 10), is released once [0, 4) is in the KV cache although
+    # the copy at [6, 10) is still to be read. Hand-worked (chunked mm input disabled, token
+    # budget 12, encoder cache 8 embeddings):
+    # step 0: o [0, 8) (rolled back before C at [8, 16)); r [0, 4) encodes A (4 slots).
+    #         after it A's first copy is passed: A is freeable (no reference) at once.
+    # step 1: o [8, 16) encodes C (8): needs A's slots, evicts A; r [4, 6) (rolled back before A).
+    # step 2: o finished (C freeable); r [6, 14) must encode A again, evicting C.
+    cfg = SchedulerConfig(max_num_batched_tokens=12, encoder_cache_size=8, max_tokens_per_mm_item=8,
+                          disable_chunked_mm_input=True)
+    s = StepScheduler(cfg, strategy)
+    s.add_requests([make_request("o", 16, [(8, 8)], identifiers=["C"]),
+                    make_request("r", 14, [(0, 4), (6, 4)], identifiers=["A", "A"])])
+
+    def rows(plan):
+        return [(x.request_id, x.num_computed_tokens, x.num_new_tokens, x.encoder_inputs) for x in plan.scheduled]
+
+    p0 = s.schedule()
+    assert rows(p0) == [("o", 0, 8, ()), ("r", 0, 4, (0,))]
+    assert s.collect_finished() == ()  # the bookkeeping of step 0
+    assert s.cache.cached == {"A": set()} and list(s.cache.freeable.items()) == [("A", 4)]
+    p1 = s.schedule()
+    assert rows(p1) == [("o", 8, 8, (0,)), ("r", 4, 2, ())] and p1.freed_mm_hashes == ("A",)
+    p2 = s.schedule()
+    assert p2.finished_request_ids == ("o",)
+    assert rows(p2) == [("r", 6, 8, (1,))] and p2.freed_mm_hashes == ("C",)
+    s.run()
+    assert s.finished == ["o", "r"] and s.cache.num_freeable_slots == 8
+
+
+def test_free_encoder_inputs_walks_cached_items_in_set_order():
+    # nine 1-token images; the request references items 3 ("A") and 8 ("B"), both passed:
+    # the walk frees in the set's order 8, 3, so the freeable queue is B, A
+    cache = EncoderCacheManager(10)
+    idents = [f"x{i}" for i in range(9)]
+    idents[3], idents[8] = "A", "B"
+    req = make_request("r", 40, [(2 * i, 1) for i in range(9)], identifiers=idents)
+    for i in (3, 8):
+        cache.allocate(req, i)
+    req.num_computed_tokens = 16  # item 8 ends at 17: not yet passed
+    free_encoder_inputs(cache, req)
+    assert list(cache.freeable) == ["A"]
+    req.num_computed_tokens = 17
+    cache.check_and_update_cache(req, 3)  # A referenced again (e.g. a cache hit)
+    free_encoder_inputs(cache, req)
+    assert list(cache.freeable) == ["B", "A"]
+
+
+def test_eagle_shift_applies_to_waiting_requests():
+    # vLLM passes shift 1 with EAGLE to waiting requests too. Hand-worked: token budget 18,
+    # encoder cache 12 embeddings. o (waiting) takes 8 tokens and encodes its 4-embedding
+    # image (cache: 8 free). r (waiting) gets the remaining 10 tokens [0, 10); its
+    # 12-embedding image starts at 10. Without the shift the image is not reached: r runs 10
+    # tokens. With it (10 < 0 + 10 + 1) the image is visited, does not fit the cache, and r is
+    # trimmed to start - (nc + shift) = 9 tokens.
+    def admitted(shift):
+        cfg = SchedulerConfig(max_num_batched_tokens=18, encoder_cache_size=12, max_tokens_per_mm_item=12,
+                              shift_computed_tokens=shift)
+        s = StepScheduler(cfg)
+        s.add_requests([make_request("o", 8, [(0, 4)], output_len=30), make_request("r", 30, [(10, 12)])])
+        return [(x.request_id, x.num_new_tokens, x.encoder_inputs) for x in s.schedule().scheduled]
+
+    assert admitted(0) == [("o", 8, (0,)), ("r", 10, ())]
+    assert admitted(1) == [("o", 8, (0,)), ("r", 9, ())]
 
 
 # --- randomized: identical decisions and invariants -----------------------------------------

@@ -145,7 +145,8 @@ def test_fuzz_no_uncaught_exception(tmp_path, capsys, seed_file):
             p = p.with_suffix(".json.gz")
             p.write_bytes(_mutate_bytes(gz, rng))
         out_json = tmp_path / f"case{case}.out.json"
-        rc, out, err = run([p, "--json", out_json], capsys)
+        # half the cases skip malformed events whatever their share; the others apply the 0.1% limit
+        rc, out, err = run([p, "--json", out_json] + (["--skip-malformed"] if case % 2 == 0 else []), capsys)
         assert rc in (0, 2), f"case {case}: {err}"
         assert "Traceback" not in err
         if rc == 2:
@@ -154,3 +155,88 @@ def test_fuzz_no_uncaught_exception(tmp_path, capsys, seed_file):
             json.loads(out_json.read_text())
         codes.append(rc)
     assert codes.count(0) > 10 and codes.count(2) > 10  # both outcomes were exercised
+
+
+# ----------------------------------------------------------------------------------------------
+# malformed events, non-traces and output paths
+# ----------------------------------------------------------------------------------------------
+
+def _doc_with_bad(n_good: int, n_bad: int) -> dict:
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+          for i in range(n_good)]
+    bad = [{"ph": "X", "cat": "cpu_op", "name": "neg", "pid": 1, "tid": 1, "ts": 3, "dur": -1}] * n_bad
+    return {"traceEvents": ev[:3] + bad + ev[3:]}
+
+
+def test_too_many_malformed_events_exit_2_unless_skipped(tmp_path, capsys):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_doc_with_bad(997, 3)))  # 3 of 1000 = 0.3%
+    out_json = tmp_path / "out.json"
+    rc, out, err = run([p, "--json", out_json], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "3 of 1000 events are malformed" in err and "event 3: negative duration" in err
+    assert not out_json.exists()
+    rc, out, err = run([p, "--json", out_json, "--skip-malformed"], capsys)
+    assert rc == 0, err
+    assert json.loads(out_json.read_text())["summary"]["malformed_events"] == 3
+    assert "malformed events skipped: 3 of 1000" in out
+
+
+def test_few_malformed_events_are_skipped_and_reported(tmp_path, capsys):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_doc_with_bad(999, 1)))  # 1 of 1000 = 0.1%: at the limit
+    out_json = tmp_path / "out.json"
+    rc, out, err = run([p, "--json", out_json], capsys)
+    assert rc == 0, err
+    assert json.loads(out_json.read_text())["summary"]["malformed_events"] == 1
+    assert "malformed events skipped: 1 of 1000" in out
+
+
+@pytest.mark.parametrize("content", [b"[1, 2, 3]", b'{"traceEvents": [1, 2, 3]}', b'{"traceEvents": 5}'])
+def test_not_a_trace_exit_2(tmp_path, capsys, content):
+    p = tmp_path / "t.json"
+    p.write_bytes(content)
+    rc, out, err = run([p, "--skip-malformed", "--json", tmp_path / "o.json"], capsys)
+    assert rc == 2 and "not a trace" in err and len(err.strip().splitlines()) == 1
+    assert [q.name for q in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_output_paths_checked_before_work(tmp_path, capsys, monkeypatch):
+    import labkit.trace.analyze as analyze
+
+    def boom(*a, **k):
+        raise AssertionError("analysis ran before the outputs were checked")
+
+    monkeypatch.setattr(analyze, "analyze_trace", boom)
+    same = tmp_path / "same.out"
+    rc, _, err = run([GP100, "--json", same, "--html", same], capsys)
+    assert rc == 2 and "same file" in err
+    rc, _, err = run([GP100, "--json", tmp_path, "--html", tmp_path / "ok.html"], capsys)
+    assert rc == 2 and "is a folder" in err
+    rc, _, err = run([GP100, "--json", tmp_path / "ok.json", "--html", tmp_path / "no" / "r.html"], capsys)
+    assert rc == 2 and "does not exist" in err
+    copy_in = tmp_path / "in.json.gz"
+    copy_in.write_bytes(GP100.read_bytes())
+    rc, _, err = run([copy_in, "--json", copy_in], capsys)
+    assert rc == 2 and "input" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json.gz"]
+
+
+def test_failed_write_leaves_no_output(tmp_path, capsys, monkeypatch):
+    """When the second output cannot be written, the first one is not left behind."""
+    pytest.importorskip("plotly")
+    import os as _os
+
+    real = _os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr("labkit.trace.cli.os.replace", flaky)
+    rc, _, err = run([SMALL, "--json", tmp_path / "a.json", "--html", tmp_path / "a.html"], capsys)
+    assert rc == 2 and "No space left" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

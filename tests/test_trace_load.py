@@ -74,14 +74,70 @@ def test_malformed_events_are_skipped_and_counted(tmp_path):
         {"ph": "X", "cat": "cpu_op", "name": "strts", "pid": 1, "tid": 1, "ts": "5", "dur": 2},
         [1, 2, 3],
         {"ph": "X", "cat": ["weird"], "name": {"a": 1}, "pid": [1], "tid": None, "ts": 3, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "listargs", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": [1]},
+        {"ph": "X", "cat": ["weird"], "name": "kept", "pid": [1], "tid": None, "ts": 3, "dur": 1},
     ]
-    tr = load_trace(_write(tmp_path, {"traceEvents": ev}))
-    assert tr.stats.skipped == 4
+    path = _write(tmp_path, {"traceEvents": ev})
+    with pytest.raises(UsageError, match=r"6 of 8 events are malformed .*first: event 1: negative duration"):
+        load_trace(path)
+    tr = load_trace(path, skip_malformed=True)
+    assert tr.stats.skipped == 6
     assert tr.stats.skip_reasons["negative duration"] == 1
     assert tr.stats.skip_reasons["event is not an object"] == 1
-    assert [i for i, _ in tr.stats.first_skipped] == [1, 2, 3, 4]
-    assert len(tr.events) == 2
+    assert tr.stats.skip_reasons["complete event without a string name"] == 1
+    assert tr.stats.skip_reasons["args is not an object"] == 1
+    assert [i for i, _ in tr.stats.first_skipped] == [1, 2, 3, 4, 5]
+    assert tr.events["name"].tolist() == ["ok", "kept"]
     assert tr.events["pid"].tolist() == [1, -1]
+
+
+def _events_with_bad(n_good: int, bad: list) -> dict:
+    good = [{"ph": "X", "cat": "cpu_op", "name": f"e{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(n_good)]
+    return {"traceEvents": good[:5] + bad + good[5:]}
+
+
+@pytest.mark.parametrize("bad", [
+    {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": -1},
+    {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": "1", "dur": 1},
+    {"ph": "X", "cat": "kernel", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": "x"},
+    {"ph": "s", "id": 1, "pid": 1, "tid": 1},
+    7,
+], ids=["negative-dur", "no-name", "string-ts", "args-string", "flow-no-ts", "not-object"])
+def test_malformed_limit_is_one_in_a_thousand(tmp_path, bad):
+    """Two bad events in 2000 (0.1%) are skipped; two in 1999 (just over) are an error."""
+    at = _write(tmp_path, _events_with_bad(1998, [bad, bad]), "at.json")
+    tr = load_trace(at)
+    assert tr.stats.n_events == 2000 and tr.stats.skipped == 2 and len(tr.events) == 1998
+    over = _write(tmp_path, _events_with_bad(1997, [bad, bad]), "over.json")
+    with pytest.raises(UsageError, match=r"^over.json: 2 of 1999 events are malformed .*first: event 5: "):
+        load_trace(over)
+    assert load_trace(over, skip_malformed=True).stats.skipped == 2
+
+
+@pytest.mark.parametrize("doc", [[1, 2, 3], {"traceEvents": [1, 2, 3]}, {"traceEvents": ["a", None]}])
+def test_events_that_are_not_objects_are_not_a_trace(tmp_path, doc):
+    with pytest.raises(UsageError, match="not a trace"):
+        load_trace(_write(tmp_path, doc), skip_malformed=True)
+
+
+def test_progress_bar_only_on_a_terminal_for_big_files(capsys, monkeypatch):
+    import sys
+
+    import labkit.trace.reader as reader
+
+    path = DATA / "hta-triton-example-a100.pt.trace.json.gz"
+    monkeypatch.setattr(reader, "PROGRESS_MIN_BYTES", 0)  # every file counts as big
+    load_trace(path)  # stderr is not a terminal here: silent
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    load_trace(path)
+    assert "hta-triton-example-a100" in capsys.readouterr().err
+    monkeypatch.setattr(reader, "PROGRESS_MIN_BYTES", 50_000_000)
+    load_trace(path)  # a terminal, but a small file: silent
+    assert capsys.readouterr().err == ""
+    load_trace(path, progress=True)
+    assert "hta-triton-example-a100" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, message", [

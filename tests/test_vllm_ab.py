@@ -1,4 +1,4 @@
-"""labkit.vllm_ab without vLLM: variants, the pre-PR code it patches in, ingestion, the A/B script.
+"""labkit.vllm.ab without vLLM: variants, the pre-PR code it patches in, ingestion, the A/B script.
 
 The patches themselves are checked against a real vLLM in tests/vllm_conformance/.
 """
@@ -6,17 +6,23 @@ The patches themselves are checked against a real vLLM in tests/vllm_conformance
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from labkit import vllm_ab, vllm_ab_results
+from labkit.vllm import ab as vllm_ab, ab_results as vllm_ab_results
 from labkit.attn.prefix_ranges import build_prefix_range_tensor
 from labkit.errors import UsageError
+from labkit.mm.encoder_cache import EncoderCacheManager
+from labkit.mm.scheduler import schedule_encoder_inputs
+from labkit.mm.workload import make_request
 from labkit.results import load_result
+from labkit.vllm.sched020 import try_schedule_encoder_inputs_v020
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +30,8 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = "import sys, labkit.vllm_ab; print('vllm' in sys.modules)"
+    code = ("import sys, labkit.vllm_ab, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, "
+            "labkit.vllm.sched020; print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -170,7 +177,7 @@ def test_ab_script_dry_run_prints_the_pr_benchmark_commands(tmp_path):
     lines = out.stdout.splitlines()
     serves = [line for line in lines if " serve " in line and " bench serve " not in line]
     benches = [line for line in lines if " bench serve " in line]
-    ingests = [line for line in lines if "labkit.vllm_ab ingest" in line]
+    ingests = [line for line in lines if "labkit.vllm.ab ingest" in line]
     assert len(serves) == len(benches) == len(ingests) == 2
     assert serves[0].startswith("+ LABKIT_VLLM_AB=baseline") and serves[1].startswith("+ LABKIT_VLLM_AB=merged")
     assert "--attention-backend TRITON_ATTN" in serves[0]
@@ -203,3 +210,178 @@ def test_ab_script_rejects_bad_arguments(args, message):
 def test_ab_script_help():
     out = _script("--help")
     assert out.returncode == 0 and "--variants" in out.stdout and "--dry-run" in out.stdout
+
+
+# -- vLLM 0.20's loop for vLLM >= 0.21 (labkit.vllm.sched020), against the lab's 0.20 model ----
+
+class _CountingCache(EncoderCacheManager):
+    """The lab's cache (0.20 semantics) plus the one query 0.33's cache adds."""
+
+    def get_cached_num_encoder_embeds(self, request, input_id):
+        ident = request.mm_features[input_id].identifier
+        return request.get_num_encoder_embeds(input_id) if ident in self.cached else None
+
+
+def _scheduler_stub(cache, no_chunk):
+    stub = SimpleNamespace(is_encoder_decoder=False, encoder_cache_manager=cache, ec_connector=None,
+                           scheduler_config=SimpleNamespace(disable_chunked_mm_input=no_chunk))
+    stub._reject_on_encoder_cache_embed_mismatch = lambda *args: False
+    return stub
+
+
+def test_sched020_loop_matches_the_lab_020_model_on_random_calls():
+    rng = random.Random(3)
+    checked = 0
+    for _ in range(300):
+        no_chunk, shift = rng.random() < 0.3, rng.choice((0, 0, 1))
+        pool = [(f"i{k}", rng.randint(1, 12)) for k in range(rng.randint(1, 4))]
+        positions, idents, pos = [], [], rng.randint(0, 6)
+        for _ in range(rng.randint(1, 6)):
+            ident, length = rng.choice(pool)
+            positions.append((pos, length))
+            idents.append(ident)
+            pos += length + rng.randint(0, 5)
+        a = make_request("a", pos + 5, positions, identifiers=idents)
+        b = make_request("a", pos + 5, positions, identifiers=idents)
+        size, budget = rng.choice((0, 6, 20, 100)), rng.choice((0, 6, 20, 100))
+        lab_cache, ext_cache = EncoderCacheManager(size), _CountingCache(size)
+        nc = 0
+        while nc < pos + 5:
+            nn = rng.randint(1, 15)
+            want = schedule_encoder_inputs(a, nc, nn, budget, lab_cache, shift_computed_tokens=shift,
+                                           disable_chunked_mm_input=no_chunk)
+            got = try_schedule_encoder_inputs_v020(_scheduler_stub(ext_cache, no_chunk), b, nc, nn, budget, shift)
+            assert got[:3] == want and got[3] == []
+            # duplicates: later items with an identifier chosen in this call and inside the window
+            assert all(idents[i] in {idents[j] for j in got[0]} for i in got[4])
+            for i in want[0]:
+                lab_cache.allocate(a, i)
+                ext_cache.allocate(b, i)
+            checked += 1
+            if want[1] == 0:
+                break
+            nc += want[1]
+    assert checked > 500
+
+
+def test_sched020_reports_same_call_duplicates_in_a_fifth_list():
+    # A at [0, 4) and [10, 14), B at [5, 8): one call over [0, 20) encodes A and B once,
+    # the second A is a duplicate (0.33's caller registers it with the cache)
+    req = make_request("r", 30, [(0, 4), (5, 3), (10, 4)], identifiers=["A", "B", "A"])
+    stub = _scheduler_stub(_CountingCache(100), False)
+    assert try_schedule_encoder_inputs_v020(stub, req, 0, 20, 100, 0) == ([0, 1], 20, 93, [], [2])
+
+
+def test_sched020_visits_every_item_in_decode():
+    # decode after the prompt: every item is read (get_num_embeds first) and skipped
+    req = make_request("r", 100, [(10 * k, 5) for k in range(8)])
+    reads = []
+
+    class Counted:
+        def __init__(self, pos):
+            self.pos, self.offset, self.length = pos, pos.offset, pos.length
+
+        def get_num_embeds(self):
+            reads.append(self.offset)
+            return self.pos.get_num_embeds()
+
+    req.mm_features = [SimpleNamespace(identifier=f.identifier, mm_position=Counted(f.mm_position))
+                       for f in req.mm_features]
+    stub = _scheduler_stub(_CountingCache(100), False)
+    assert try_schedule_encoder_inputs_v020(stub, req, 100, 1, 100, 0) == ([], 1, 100, [], [])
+    assert reads == [10 * k for k in range(8)]
+
+
+# -- the version gate, on stand-in vLLM module trees (0.20 layout vs older) ---------------------
+
+def _fake_vllm(monkeypatch, *, per_step_on_class: bool, window: bool):
+    """A minimal module tree with the names the patches touch, laid out as vLLM 0.20 (the
+    per-step build is a static method of the metadata class) or older (no per-step build)."""
+    import types
+    from dataclasses import dataclass
+    from functools import cached_property
+
+    @dataclass(frozen=True)
+    class PlaceholderRange:
+        offset: int
+        length: int
+        is_embed: object = None
+
+        @cached_property
+        def embeds_cumsum(self):
+            return None if self.is_embed is None else self.is_embed.cumsum(0).tolist()
+
+        def get_num_embeds(self):
+            return self.length if self.embeds_cumsum is None else self.embeds_cumsum[-1]
+
+        def get_embeds_indices_in_range(self, s, e):
+            return s, e
+
+    class TritonAttentionMetadata:
+        pass
+
+    if per_step_on_class:
+        TritonAttentionMetadata.compute_mm_prefix_range_tensor = staticmethod(lambda r, n, d: "per-step")
+
+    class Scheduler:
+        def _try_schedule_encoder_inputs(self, *args):
+            return "installed"
+
+    mods = {name: types.ModuleType(name) for name in (
+        "vllm", "vllm.multimodal", "vllm.multimodal.inputs", "vllm.v1", "vllm.v1.attention",
+        "vllm.v1.attention.backends", "vllm.v1.attention.backends.triton_attn", "vllm.v1.core",
+        "vllm.v1.core.sched", "vllm.v1.core.sched.scheduler")}
+    mods["vllm.multimodal.inputs"].PlaceholderRange = PlaceholderRange
+    mods["vllm.v1.attention.backends.triton_attn"].TritonAttentionMetadata = TritonAttentionMetadata
+    mods["vllm.v1.attention.backends"].triton_attn = mods["vllm.v1.attention.backends.triton_attn"]
+    mods["vllm.v1.core.sched.scheduler"].Scheduler = Scheduler
+    if window:
+        mods["vllm.v1.core.sched.scheduler"].get_mm_features_in_window = lambda *a: (0, 0)
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    return PlaceholderRange, TritonAttentionMetadata, Scheduler
+
+
+def test_variants_apply_on_vllm_020_layout(monkeypatch):
+    ph, md, sched = _fake_vllm(monkeypatch, per_step_on_class=True, window=False)
+    with vllm_ab.patched_vllm("baseline"):
+        assert md.compute_mm_prefix_range_tensor({0: [(1, 2)]}, 1, "cpu") is None  # per-step build off
+        assert isinstance(md.__dict__["mm_prefix_range_tensor"], property)
+        assert sched._try_schedule_encoder_inputs is sched.__dict__["_try_schedule_encoder_inputs"]
+        assert sched()._try_schedule_encoder_inputs() == "installed"  # 0.20 already has the loop
+        p = ph(0, 3, torch.tensor([True, False, True]))
+        assert p.get_num_embeds() == 2 and isinstance(p.embeds_cumsum, torch.Tensor)
+    assert md.compute_mm_prefix_range_tensor({0: [(1, 2)]}, 1, "cpu") == "per-step"
+    assert "mm_prefix_range_tensor" not in md.__dict__
+    assert "embeds_cumsum" not in p.__dict__ and p.get_num_embeds() == 2 and p.embeds_cumsum == [1, 1, 2]
+
+
+def test_window_scheduler_gets_the_020_loop(monkeypatch):
+    _, _, sched = _fake_vllm(monkeypatch, per_step_on_class=True, window=True)
+    with vllm_ab.patched_vllm("pr38794"):  # #40143 reverted, #38794 kept
+        assert sched._try_schedule_encoder_inputs is try_schedule_encoder_inputs_v020
+    assert sched()._try_schedule_encoder_inputs() == "installed"
+
+
+def test_per_layer_variant_refuses_a_vllm_without_a_per_step_build(monkeypatch):
+    _fake_vllm(monkeypatch, per_step_on_class=False, window=False)
+    with pytest.raises(RuntimeError, match="predates #38794"):
+        vllm_ab.apply_variant("pr40143")
+    assert vllm_ab.applied_variant() is None
+
+
+def test_early_return_variant_wraps_the_window_scheduler(monkeypatch):
+    _, _, sched = _fake_vllm(monkeypatch, per_step_on_class=True, window=True)
+    assert vllm_ab.get_variant("early-return").early_return
+    with vllm_ab.patched_vllm("early-return"):
+        method = sched.__dict__["_try_schedule_encoder_inputs"]
+        assert getattr(method, "labkit_early_return", False)
+        stub = SimpleNamespace(is_encoder_decoder=False)
+        done = SimpleNamespace(mm_features=[SimpleNamespace(mm_position=SimpleNamespace(offset=2, length=4))])
+        assert method(stub, done, 6, 1, 50) == ([], 1, 50, [], [])  # every item computed: early return
+        assert method(stub, done, 5, 1, 50) == "installed"  # item still ahead: the installed method
+    assert sched()._try_schedule_encoder_inputs() == "installed"
+    _fake_vllm(monkeypatch, per_step_on_class=True, window=False)
+    with pytest.raises(RuntimeError, match=">= 0.21"):
+        vllm_ab.apply_variant("early-return")
+    assert vllm_ab.applied_variant() is None

@@ -25,7 +25,6 @@ correctness only (source ``interpreted``); no speed is claimed. Result: ``attn_b
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import time
@@ -35,6 +34,7 @@ from typing import Callable
 import torch
 
 from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
+from labkit.cli import add_run_options, resolve_run_options
 from labkit.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -335,15 +335,14 @@ def format_table(rows: list[dict]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit bench attn", description=__doc__.split("\n")[0] + " (result attn_bench)")
-    p.add_argument("--quick", action="store_true", help="prefill_local, prefill_global, decode (the default)")
-    p.add_argument("--full", action="store_true", help="also the mixed prefill+decode case")
     p.add_argument("--cases", default=None, help=f"comma-separated cases from {', '.join(CASES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated from {', '.join(VARIANTS)}")
     p.add_argument("--sweep", action="store_true", help="also time the kernel with every config in CUDA_CONFIGS")
     p.add_argument("--repeats", type=int, default=30, help="timed repeats per variant (default 30)")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu (cpu: interpreter check on the tiny case)")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON here")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    add_run_options(p, json_help="also write the result JSON to OUT",
+                    size_help="quick (default): prefill_local, prefill_global, decode; full: also the mixed "
+                              "prefill+decode case (quick results are saved as attn_bench_quick)")
     return p
 
 
@@ -357,9 +356,12 @@ def _names(text: str | None, known, what: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from labkit.device import resolve_device
-    from labkit.results import make_result, save_result
+    from labkit.fileio import write_json
+    from labkit.results import make_result, save_result, sized_name
 
-    args = _parser().parse_args(argv)
+    p = _parser()
+    args = p.parse_args(argv)
+    size = resolve_run_options(args, p.prog)
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     device = resolve_device(args.device)
@@ -367,24 +369,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.cases:
         cases = _names(args.cases, CASES, "case")
     elif device == "cuda":
-        cases = list(FULL_CASES if args.full else QUICK_CASES)
+        cases = list(FULL_CASES if size == "full" else QUICK_CASES)
     else:
         cases = ["tiny"]
     if device != "cuda":
         print("no GPU: running the kernel under the Triton interpreter on a small case, correctness only "
               "(speed needs a GPU)")
     rows, source = run_bench(cases, variants, device=device, sweep=args.sweep, repeats=args.repeats)
-    params = {"cases": cases, "variants": variants, "sweep": args.sweep, "repeats": args.repeats,
+    params = {"size": size, "cases": cases, "variants": variants, "sweep": args.sweep, "repeats": args.repeats,
               "flops_rule": "4 * head_dim * num_heads * allowed_pairs",
               "model": "Gemma-3-4B attention: 8 q heads, 4 kv heads, head_dim 256, window 1024 on local layers",
               "case_notes": {n: CASES[n].note for n in cases}}
-    result = make_result(RESULT_NAME, rows, params=params, source=source)
+    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source=source, size=size)
     print(format_table(rows))
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_json(), f, indent=1, default=str)
+        write_json(args.json, result.to_json())
+        print(f"wrote {args.json}")
     failed = [r for r in rows if r["variant"].startswith("triton_prefix") and
               ("error" in r or not math.isfinite(r.get("max_abs_err", float("nan"))))]
     return 1 if failed else 0

@@ -30,8 +30,10 @@ import torch
 
 from labkit.attn.ledger import count_h2d_in_profile, gpu_stream_busy_idle
 from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES, make_strategy, ranges_for_batch
+from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
+from labkit.fileio import atomic_target
 from labkit.progress import progress
 from labkit.timing import time_cuda, time_host
 
@@ -204,7 +206,8 @@ def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0,
         os.close(fd)
         trace_path = tmp
     try:
-        prof.export_chrome_trace(str(trace_path))
+        with atomic_target(trace_path) as part:  # a kept trace is never left half-written
+            prof.export_chrome_trace(str(part))
         counts = count_h2d_in_profile(trace_path)
         streams = gpu_stream_busy_idle(trace_path)
     finally:
@@ -290,23 +293,24 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
               "images_per_seq": images, "layer_presets": LAYER_PRESETS,
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
     results = {}
+
+    def result(name, rows, params):  # quick runs are filed as <name>_quick
+        return make_result(sized_name(name, size), rows, params=params, source=source, size=size)
+
     rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats)
-    results["h2d_step"] = make_result("h2d_step", rows, params={**params, "layers": list(layers)}, source=source)
+    results["h2d_step"] = result("h2d_step", rows, {**params, "layers": list(layers)})
     if sweep:
         seqs = tuple(sweep_seqs or cfg["sweep_seqs"])
         sl = tuple(sweep_layers or cfg["sweep_layers"])
         rows = bench_sweep(device, strategies, seqs=seqs, layer_counts=sl, images=images,
                            repeats=max(3, repeats // 2))
-        results["h2d_sweep"] = make_result("h2d_sweep", rows, source=source,
-                                           params={**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)})
+        results["h2d_sweep"] = result("h2d_sweep", rows, {**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)})
     if device == "cuda" and gpu_idle is not False:
         rows = bench_gpu_idle(strategies, num_seqs=num_seqs, images=images, layer_counts=layers,
                               layer_mb=layer_mb, trace_dir=trace_dir)
-        results["h2d_gpu_idle"] = make_result("h2d_gpu_idle", rows, source=source,
-                                              params={**params, "layers": list(layers), "layer_mb": layer_mb})
-    for res in results.values():
-        res.name = sized_name(res.name, size)
-        if save:
+        results["h2d_gpu_idle"] = result("h2d_gpu_idle", rows, {**params, "layers": list(layers), "layer_mb": layer_mb})
+    if save:
+        for res in results.values():
             save_result(res)
     return results
 
@@ -326,7 +330,6 @@ def _ints(text: str) -> tuple[int, ...]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit bench h2d", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    p.add_argument("--size", choices=sorted(SIZES), default="quick", help="quick (default) or full")
     p.add_argument("--strategies", default=",".join(PREFIX_RANGE_STRATEGIES),
                    help="comma-separated strategies (default: all)")
     p.add_argument("--seqs", type=int, default=128, help="sequences in the step benchmark (default 128)")
@@ -340,8 +343,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="profile device idle time (auto: when on CUDA)")
     p.add_argument("--layer-mb", type=float, default=256.0, help="weights per layer in the GPU loop, MiB")
     p.add_argument("--trace-dir", default=None, help="keep the GPU profiler traces here")
-    p.add_argument("--json", default=None, help="also write all rows as JSON to this path")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
     return p
 
 
@@ -360,13 +362,15 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from labkit.results import report_saved
 
-    args = _parser().parse_args(argv)
+    p = _parser()
+    args = p.parse_args(argv)
+    size = resolve_run_options(args, p.prog)
     device = resolve_device(args.device)
     if args.gpu_idle == "on" and device != "cuda":
         raise UsageError("--gpu-idle on needs a CUDA device")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     results = run_benchmarks(
-        device, args.size, strategies=strategies, num_seqs=args.seqs, images=args.images, layers=args.layers,
+        device, size, strategies=strategies, num_seqs=args.seqs, images=args.images, layers=args.layers,
         sweep_seqs=args.sweep_seqs, sweep_layers=args.sweep_layers, repeats=args.repeats,
         sweep=not args.no_sweep, gpu_idle={"auto": None, "on": True, "off": False}[args.gpu_idle],
         layer_mb=args.layer_mb, trace_dir=args.trace_dir, save=not args.no_save,

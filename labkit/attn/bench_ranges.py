@@ -20,6 +20,7 @@ import logging
 from labkit.attn.bench_h2d import _ints, _table, run_step
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
+from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
 from labkit.progress import progress
@@ -154,18 +155,21 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
               "num_requests": num_requests, "images_per_request": images, "layers": layers,
               "pipelines": {k: list(v) for k, v in PIPELINES.items()},
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
-    results = {"ranges_step": make_result(
+
+    def result(name, rows, params):  # quick runs are filed as <name>_quick
+        return make_result(sized_name(name, size), rows, params=params, source=source, size=size)
+
+    results = {"ranges_step": result(
         "ranges_step", bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
-                                  repeats=repeats, variant=variant), params=params, source=source)}
+                                  repeats=repeats, variant=variant), params)}
     if sweep:
         req = tuple(sweep_requests or cfg["sweep_requests"])
         img = tuple(sweep_images or cfg["sweep_images"])
-        results["ranges_sweep"] = make_result(
+        results["ranges_sweep"] = result(
             "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant),
-            params={**params, "sweep_requests": list(req), "sweep_images": list(img)}, source=source)
-    for res in results.values():
-        res.name = sized_name(res.name, size)
-        if save:
+            {**params, "sweep_requests": list(req), "sweep_images": list(img)})
+    if save:
+        for res in results.values():
             save_result(res)
     return results
 
@@ -173,7 +177,6 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit bench ranges", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda (for the pipelines' copies)")
-    p.add_argument("--size", choices=sorted(SIZES), default="quick", help="quick (default) or full")
     p.add_argument("--builders", default=",".join(RANGE_BUILDERS), help="comma-separated builders (default: all)")
     p.add_argument("--requests", type=int, default=128, help="requests in the step benchmark (default 128)")
     p.add_argument("--images", type=int, default=32, help="images per request (default 32)")
@@ -183,18 +186,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep-images", type=_ints, default=None, help="images per request for the sweep")
     p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
-    p.add_argument("--json", default=None, help="also write all rows as JSON to this path")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from labkit.results import report_saved
 
-    args = _parser().parse_args(argv)
+    p = _parser()
+    args = p.parse_args(argv)
+    size = resolve_run_options(args, p.prog)
     device = resolve_device(args.device)
     builders = [b.strip() for b in args.builders.split(",") if b.strip()]
-    results = run_benchmarks(device, args.size, builders=builders, num_requests=args.requests, images=args.images,
+    results = run_benchmarks(device, size, builders=builders, num_requests=args.requests, images=args.images,
                              layers=args.layers, sweep_requests=args.sweep_requests, sweep_images=args.sweep_images,
                              repeats=args.repeats, variant=args.variant, sweep=not args.no_sweep,
                              save=not args.no_save)

@@ -10,24 +10,17 @@ across a bus), so each record says which it is (``target``): ``"cuda-h2d"`` or
 On a GPU the counts can be checked against a torch.profiler trace:
 :func:`count_h2d_in_profile` counts ``Memcpy HtoD (Pageable -> Device)`` and
 ``Memcpy HtoD (Pinned -> Device)`` events in a profiler object or an exported Chrome
-trace (``.json`` or ``.json.gz``).
+trace (``.json`` or ``.json.gz``), read with the trace analyzer's loader (``labkit.trace``).
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-#: GPU memcpy event names (Kineto) -> staging kind
-H2D_EVENT_KINDS = {
-    "Memcpy HtoD (Pageable -> Device)": "pageable",
-    "Memcpy HtoD (Pinned -> Device)": "pinned",
-}
 
 
 @dataclass(frozen=True)
@@ -171,27 +164,25 @@ class _HostTimer:
 
 
 # -- checking against a profiler trace ----------------------------------------------
+# Read with the trace analyzer's loader and idle rules (labkit.trace), so these figures are
+# the ones `labkit analyze` reports for the same file.
 
-def _load_trace(trace) -> dict:
-    """A Kineto Chrome trace as a dict, from a dict, a path (.json / .json.gz) or a profiler."""
-    if isinstance(trace, dict):
-        return trace
+def _as_trace(trace):
+    """A ``labkit.trace`` Trace from a dict, a path (.json / .json.gz) or a stopped profiler."""
+    from labkit.trace.load import as_trace
+
     if isinstance(trace, (str, os.PathLike)):
-        path = Path(trace)
-        if not path.is_file():
-            raise ValueError(f"no trace file at {path}")
-        opener = gzip.open if path.name.endswith(".gz") else open
-        try:
-            with opener(path, "rt", encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path} is not a readable Chrome trace: {exc}") from exc
+        if not Path(trace).is_file():
+            raise ValueError(f"no trace file at {trace}")
+        return as_trace(trace)
+    if isinstance(trace, dict):
+        return as_trace(trace)
     if hasattr(trace, "export_chrome_trace"):
         fd, tmp = tempfile.mkstemp(suffix=".json")
         os.close(fd)
         try:
             trace.export_chrome_trace(tmp)
-            return _load_trace(tmp)
+            return as_trace(tmp)
         finally:
             os.unlink(tmp)
     raise ValueError(f"cannot read a trace from {type(trace).__name__}: give a dict, a path or a profiler")
@@ -204,55 +195,17 @@ def count_h2d_in_profile(trace) -> dict:
     trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
     ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``).
     """
-    data = _load_trace(trace)
-    events = data.get("traceEvents", []) if isinstance(data, dict) else []
-    out = {"pageable_count": 0, "pinned_count": 0, "pageable_bytes": 0, "pinned_bytes": 0}
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        kind = H2D_EVENT_KINDS.get(ev.get("name", ""))
-        if kind is None:
-            continue
-        out[f"{kind}_count"] += 1
-        out[f"{kind}_bytes"] += int((ev.get("args") or {}).get("bytes", 0) or 0)
-    out["h2d_count"] = out["pageable_count"] + out["pinned_count"]
-    out["h2d_bytes"] = out["pageable_bytes"] + out["pinned_bytes"]
-    return out
+    from labkit.trace.idle import count_h2d
 
-
-#: Kineto categories of work that occupies a GPU stream
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+    return count_h2d(_as_trace(trace))
 
 
 def gpu_stream_busy_idle(trace) -> list[dict]:
     """Busy and idle time per GPU stream between its first and last event, in microseconds.
 
-    Idle is the sum of gaps between consecutive (overlap-merged) kernel / memcpy / memset
-    events on a stream; ``events`` counts them. A small local computation for the H2D
-    benchmark, not a trace analyzer.
+    ``device``, ``stream``, ``events``, ``busy_us``, ``idle_us``, ``span_us``: the per-stream
+    figures of ``labkit analyze`` (``labkit.trace.idle.stream_busy_idle``).
     """
-    data = _load_trace(trace)
-    per_stream: dict[tuple, list[tuple[float, float]]] = {}
-    for ev in data.get("traceEvents", []):
-        if not isinstance(ev, dict) or ev.get("ph") != "X" or ev.get("cat") not in GPU_CATEGORIES:
-            continue
-        args = ev.get("args") or {}
-        key = (args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
-        start = float(ev.get("ts", 0.0))
-        per_stream.setdefault(key, []).append((start, start + float(ev.get("dur", 0.0))))
-    rows = []
-    for (dev, stream), spans in sorted(per_stream.items(), key=lambda kv: str(kv[0])):
-        spans.sort()
-        busy = idle = 0.0
-        cur_s, cur_e = spans[0]
-        for s, e in spans[1:]:
-            if s > cur_e:
-                busy += cur_e - cur_s
-                idle += s - cur_e
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        busy += cur_e - cur_s
-        rows.append({"device": dev, "stream": stream, "events": len(spans), "busy_us": busy, "idle_us": idle,
-                     "span_us": cur_e - spans[0][0]})
-    return rows
+    from labkit.trace.idle import stream_busy_idle
+
+    return stream_busy_idle(_as_trace(trace))

@@ -40,19 +40,28 @@ _BYTES_PER_RANGE = 8  # two int32
 
 # -- ranges from requests --------------------------------------------------------------
 
-def ranges_for_batch(requests: Iterable) -> list[list[Range]]:
+def ranges_for_batch(requests: Iterable, sliding_window: int | None = None) -> list[list[Range]]:
     """Per batch row, the image ranges of that row's request (inclusive, absolute positions).
 
     Concatenates ``feature.mm_position.extract_embeds_range()`` over all of the request's
     ``mm_features`` (past, current and future images alike), as vLLM's runner does every
     step. ``None`` entries (padding rows) and requests without images give ``[]``.
+
+    ``sliding_window``: the text config's ``sliding_window`` (None: the model has none). As
+    in vLLM 0.20.0's runner (#40534, written for Gemma 4 but not model-specific), a range
+    longer than the window (``end - start + 1 > sliding_window``) is dropped: its tokens
+    stay causal.
     """
     out: list[list[Range]] = []
     for req in requests:
         row: list[Range] = []
         if req is not None:
             for feature in req.mm_features:
-                row.extend(feature.mm_position.extract_embeds_range())
+                if sliding_window is None:
+                    row.extend(feature.mm_position.extract_embeds_range())
+                else:
+                    row.extend(r for r in feature.mm_position.extract_embeds_range()
+                               if r[1] - r[0] + 1 <= sliding_window)
         out.append(row)
     return out
 
@@ -65,30 +74,35 @@ def _check_num_seqs(num_seqs) -> int:
     return num_seqs
 
 
-def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
-    """Per-row range lists (``[]`` for missing rows) with cheap row-index checks only."""
-    if ranges is None:
-        return [[] for _ in range(num_seqs)]
+def _as_mapping(ranges: RangesInput) -> Mapping:
+    """``ranges`` as vLLM's ``{row: ranges}`` dict (a list per row is the lab's shorthand)."""
     if isinstance(ranges, Mapping):
-        for key in ranges:
-            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < num_seqs:
-                raise UsageError(f"row index {key!r} out of range for num_seqs={num_seqs}")
-        get = ranges.get
-        return [get(i) or [] for i in range(num_seqs)]
+        return ranges
     if isinstance(ranges, (str, bytes)) or not isinstance(ranges, Sequence):
         raise UsageError(f"ranges must be a dict row -> list or a list per row, got {type(ranges).__name__}")
-    if len(ranges) > num_seqs:
-        raise UsageError(f"row index {len(ranges) - 1} out of range for num_seqs={num_seqs}")
-    rows = [r or [] for r in ranges]
-    rows.extend([] for _ in range(num_seqs - len(rows)))
-    return rows
+    return {i: r for i, r in enumerate(ranges) if r is not None}
+
+
+def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
+    """Per-row range lists for rows ``0 .. num_seqs - 1`` (``[]`` for missing rows).
+
+    As in vLLM, only rows ``0 .. num_seqs - 1`` are read: other keys (rows beyond the
+    batch) are ignored, never an error.
+    """
+    if ranges is None:
+        return [[] for _ in range(num_seqs)]
+    get = _as_mapping(ranges).get
+    return [get(i) or [] for i in range(num_seqs)]
 
 
 def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Range]]:
     """Validated per-row lists of ``(start, end)`` int tuples; ``[]`` for missing rows.
 
-    Raises ``ValueError`` (``UsageError``) for a row index outside ``[0, num_seqs)``, a range
-    that is not a pair of ints, a negative start or an end before its start.
+    Raises ``ValueError`` (``UsageError``) for a negative ``num_seqs`` or a range that is not
+    a pair of ints. Accepts what vLLM accepts from its runner: rows beyond ``num_seqs`` are
+    ignored, and ``end < start`` (``extract_embeds_range`` of an empty placeholder gives
+    ``(offset, offset - 1)``) and negative positions are kept (the kernel's ``start < end``
+    test makes such ranges inert).
     """
     _check_num_seqs(num_seqs)
     out = []
@@ -101,10 +115,6 @@ def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Ran
                 raise UsageError(f"row {i}, range {j}: {pair!r} is not a (start, end) pair") from None
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
                 raise UsageError(f"row {i}, range {j}: {pair!r} must hold ints")
-            if start < 0:
-                raise UsageError(f"row {i}, range {j}: negative start in {pair!r}")
-            if end < start:
-                raise UsageError(f"row {i}, range {j}: end before start in {pair!r} (ends are inclusive)")
             clean.append((start, end))
         out.append(clean)
     return out
@@ -126,16 +136,26 @@ def pad_ranges(rows: Sequence[Sequence[Range]]) -> tuple[list[list[Range]] | Non
 def build_prefix_range_tensor(
     ranges: RangesInput | None, num_seqs: int, device: str | torch.device = "cpu"
 ) -> torch.Tensor | None:
-    """The exact output of vLLM's ``compute_mm_prefix_range_tensor``.
+    """The exact output of vLLM's ``compute_mm_prefix_range_tensor``, on vLLM's input domain.
 
     int32 ``(num_seqs, max_ranges, 2)`` of inclusive ``(start, end)`` absolute positions;
     rows padded with ``(0, 0)``; missing or empty rows are ``[(0, 0)]`` + padding; ``None``
-    when every row is trivial (including ``num_seqs == 0``). One copy to ``device``.
+    when every row is trivial (including ``num_seqs <= 0``). One copy to ``device``.
+
+    Same algorithm as vLLM's, with no checks of its own, so every input vLLM takes gives the
+    same tensor or the same exception (from ``torch.tensor``/``view``): keys outside
+    ``[0, num_seqs)`` are ignored, ``end < start`` and negative values pass through, a row
+    counts as trivial only when it equals ``[(0, 0)]``. Beyond vLLM's domain the lab also
+    takes a list per row (``None`` rows missing); anything else is a ``UsageError``.
     """
-    rows = normalize_ranges(ranges, num_seqs)
-    padded, max_ranges = pad_ranges(rows)
-    if padded is None:
+    if ranges is None:
         return None
+    get = _as_mapping(ranges).get
+    range_lists = [get(i, _TRIVIAL) or _TRIVIAL for i in range(num_seqs)]
+    if all(r == _TRIVIAL for r in range_lists):
+        return None
+    max_ranges = max(len(r) for r in range_lists)
+    padded = [list(r) + [(0, 0)] * (max_ranges - len(r)) for r in range_lists]
     return torch.tensor(padded, dtype=torch.int32, device=device).view(num_seqs, max_ranges, 2)
 
 
@@ -147,7 +167,7 @@ class PrefixRangeStrategy:
     ``begin_step(ranges, num_seqs)`` once per step, ``tensor_for_layer(i)`` exactly where each
     attention layer's forward reads it, ``end_step()``. Copies and host time go to
     ``self.ledger``. ``validate=False`` skips the per-range checks (vLLM does none) so the
-    hot path matches the real code; row indices are always checked.
+    hot path matches the real code; rows beyond ``num_seqs`` are ignored, as vLLM does.
     """
 
     name = "base"

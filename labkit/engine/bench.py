@@ -7,7 +7,10 @@ stories with the fewest runs::
     tensor/loop/none   list/loop/none   fast/cursor/none          (#40143: before, after, beyond)
     fast/cursor/per_layer  per_step  pinned  cached               (#38794: before, after, beyond)
 
-``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``.
+``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``;
+``--cudagraph none,piecewise,full`` runs every variant in each CUDA-graph mode (see
+``labkit.engine.graphs``; default ``none``, eager). Rows name the mode (``cudagraph``), the mode
+actually run (``cudagraph_run``) and why they differ (``cudagraph_note``).
 On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
 GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
 variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import sys
 import time
@@ -69,8 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto", help="auto (cuda if present, else sim), sim, cuda or cpu "
                    "(cpu: real tiny-model math, for checks)")
-    p.add_argument("--quick", action="store_true", help="small run (default on sim: 32 requests, 6 steps)")
-    p.add_argument("--full", action="store_true", help="the #40143 shape (128 requests x 32 images)")
     p.add_argument("--model", help="model preset (default: gemma4-e4b-like; tiny on --device cpu)")
     p.add_argument("--workload", help="workload preset (default: pr40143)")
     p.add_argument("--num-requests", type=int, help="override the workload's request count")
@@ -80,19 +80,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling", help="comma list for --grid (default loop,cursor)")
     p.add_argument("--prefix-ranges", help="comma list for --grid (default none,per_layer,per_step,cached)")
     p.add_argument("--grid", action="store_true", help="run the full product of the three lists")
+    p.add_argument("--cudagraph", default="none", help="CUDA-graph mode(s), a comma list of none, piecewise, "
+                   "full (default none: eager)")
     p.add_argument("--sync", action="store_true", help="also run every variant with sync scheduling")
     p.add_argument("--profile", default=None, help="simulated-device profile: a name under data/profiles, "
                    "a JSON path, or 'parametric' (default: the recorded h200 profile if present)")
     p.add_argument("--trace-dir", help="write one profiler trace folder per variant under this directory")
     p.add_argument("--write-profile", metavar="PATH", help="GPU only: record per-op durations as a profile JSON")
     p.add_argument("--name", default="engine", help="result name (default: engine)")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    from labkit.cli import add_run_options
+
+    add_run_options(p, json_help="also write the result JSON to OUT",
+                    size_help="quick (default: few measured steps; saved as <name>_quick) or full (more steps)")
     return p
 
 
-def variant_list(args) -> list[tuple[str, str, str, bool]]:
-    """(placeholder, scheduling, prefix_ranges, async) tuples to run."""
+def cudagraph_modes(text: str | None) -> list[str]:
+    """The ``--cudagraph`` comma list, checked against ``CUDAGRAPH_MODES``."""
+    from labkit.engine.config import CUDAGRAPH_MODES
+
+    modes = _csv(text or "none")
+    bad = [m for m in modes if m not in CUDAGRAPH_MODES]
+    if bad or not modes:
+        raise UsageError(f"unknown cudagraph mode(s) {bad or modes}: choose from {', '.join(CUDAGRAPH_MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
+    """(placeholder, scheduling, prefix_ranges, async, cudagraph) tuples to run."""
     from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
     from labkit.mm.scheduler import SCHEDULING_STRATEGIES
@@ -111,7 +126,8 @@ def variant_list(args) -> list[tuple[str, str, str, bool]]:
     else:
         base = list(DEFAULT_VARIANTS)
     modes = (True, False) if args.sync else (True,)
-    return [(a, b, c, m) for m in modes for (a, b, c) in base]
+    graphs = cudagraph_modes(getattr(args, "cudagraph", None))
+    return [(a, b, c, m, g) for g in graphs for m in modes for (a, b, c) in base]
 
 
 def resolve_kind(choice: str) -> str:
@@ -159,13 +175,20 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
                           make_device(kind), model=shared_model)
             warm.run(3)
     rows, traces = [], []
-    for ph, sc, pr, is_async in progress(variants, total=len(variants), desc=progress_desc):
+    runners: dict = {}  # real GPU: graphs captured once per (mode, ranges) and shared by the variants
+    for ph, sc, pr, is_async, graph in progress([_with_graph(v) for v in variants], total=len(variants),
+                                                desc=progress_desc):
         cfg = EngineConfig(model=model, workload=workload, num_requests=num_requests, placeholder=ph,
-                           scheduling=sc, prefix_ranges=pr, async_scheduling=is_async)
+                           scheduling=sc, prefix_ranges=pr, async_scheduling=is_async, cudagraph=graph)
         dev = make_device(kind, profile=profile)
-        engine = Engine(cfg, dev, model=shared_model)
+        engine = Engine(cfg, dev, model=shared_model,
+                        graph_runner=runners.get(_runner_key(cfg)) if kind == "cuda" else None)
+        if kind == "cuda" and engine.runner is not None:
+            engine.capture_graphs()  # before any measured step (a shared runner captured already)
+            runners[_runner_key(cfg)] = engine.runner
         meta = {"variant": cfg.variant_name(), "placeholder": ph, "scheduling": sc, "prefix_ranges": pr,
-                "async_scheduling": is_async, "model": model, "workload": workload, "source": dev.source}
+                "async_scheduling": is_async, "model": model, "workload": workload, "source": dev.source,
+                "cudagraph": graph, "cudagraph_run": engine.graph_mode, "cudagraph_note": engine.graph_note}
         if kind == "sim":
             meta.update(dev.profile.describe())
         run_name = cfg.variant_name().replace("/", "-")
@@ -196,8 +219,23 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
     return rows, traces
 
 
-def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True):
+def _with_graph(v: tuple) -> tuple:
+    """Variant tuples without a CUDA-graph mode run eagerly."""
+    return tuple(v) if len(v) == 5 else (*v, "none")
+
+
+def _runner_key(cfg) -> tuple:
+    from labkit.engine.graphs import effective_mode
+
+    mode = effective_mode(cfg.cudagraph, cfg.prefix_ranges)[0]
+    return mode, mode == "full" and cfg.prefix_ranges != "none"  # only full graphs read the ranges
+
+
+def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True,
+                     cudagraph=("none",)):
     """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
+
+    ``cudagraph``: the CUDA-graph modes to run every variant in (``none``, ``piecewise``, ``full``).
 
     ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
     result ``engine_sim`` (``engine_sim_quick`` in quick size) (source simulated) when ``save``; traces map variant -> file.
@@ -210,52 +248,55 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
         raise UsageError(f"size must be quick or full, got {size!r}")
     model, workload, nreq, steps, warmup = SIZES[("sim", size)]
     prof = profile if profile is not None else load_profile(default_profile_name())
-    variants = [(a, b, c, True) for a, b, c in DEFAULT_VARIANTS]
+    variants = [(a, b, c, True, g) for g in cudagraph_modes(",".join(cudagraph)) for a, b, c in DEFAULT_VARIANTS]
     rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                warmup=warmup, profile=prof, trace_dir=trace_dir)
     if save:
         save_result(make_result(sized_name("engine_sim", size), rows, source="simulated", machine=describe_machine("cpu"),
-                                params={"size": size, "model": model, "workload": workload, **prof.describe()}))
+                                params={"size": size, "model": model, "workload": workload,
+                                        "cudagraph": list(cudagraph), **prof.describe()}))
     traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}
     return rows, traces
 
 
 def _trace_idle(path: str) -> dict:
-    """Device idle share of the busiest stream in a real trace (small local gap sum)."""
-    from labkit.attn.ledger import gpu_stream_busy_idle
+    """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints)."""
+    from labkit.trace.idle import busiest_stream_idle
 
-    streams = gpu_stream_busy_idle(path)
-    if not streams:
-        return {}
-    s = max(streams, key=lambda r: r["busy_us"])
-    span = s["busy_us"] + s["idle_us"]
-    return {"device_idle_frac": s["idle_us"] / span if span else None, "trace_idle_us": s["idle_us"],
-            "trace_busy_us": s["busy_us"], "idle_from": "trace of the profiled steps (profiler overhead included)"}
+    idle = busiest_stream_idle(path)
+    return {**idle, "idle_from": "trace of the profiled steps (profiler overhead included)"} if idle else {}
 
 
 def print_table(rows: list[dict]) -> None:
     """The summary table: tok/s from the median step and from the whole window, step time, TPOT, idle."""
     from labkit.engine.recorded import with_robust_metrics
 
-    head = (f"{'variant':34s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} {'idle':>6s} "
-            f"{'sched ms':>9s} {'h2d/step':>8s}")
+    head = (f"{'variant':40s} {'graphs':>9s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} "
+            f"{'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}")
     print(head)
+    notes = []
     for r in with_robust_metrics(rows):
         idle = r.get("device_idle_frac")
         idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
-        print(f"{r['variant']:34s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
+        graphs = r.get("cudagraph_run") or r.get("cudagraph") or "none"
+        if r.get("cudagraph_note"):
+            notes.append(f"{r['variant']}: {r['cudagraph_note']}")
+            graphs += "*"
+        print(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
               f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
               f"{r['h2d_per_step']:8.0f}")
     print("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
-          "(includes one-off stalls); TPOT: mean time between outputs")
+          "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run")
+    for n in notes:
+        print(f"* {n}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from labkit.cli import resolve_run_options
+
     args = build_parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench engine")
     kind = resolve_kind(args.device)
-    if args.quick and args.full:
-        raise UsageError("choose --quick or --full, not both")
-    size = "full" if args.full else "quick"
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]
     model = args.model or model
     workload = args.workload or workload
@@ -275,27 +316,30 @@ def main(argv: list[str] | None = None) -> int:
     get_model_config(model)
     get_workload_spec(workload)
     variants = variant_list(args)
+    if kind == "cpu" and any(v[4] != "none" for v in variants):
+        raise UsageError("--cudagraph piecewise/full needs a CUDA GPU (--device cuda) or the simulated device")
     profile = load_profile(args.profile or default_profile_name()) if kind == "sim" else None
     rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                 warmup=warmup, profile=profile, trace_dir=args.trace_dir)
     from labkit.device import describe_machine
-    from labkit.results import make_result, save_result
+    from labkit.results import make_result, save_result, sized_name
 
     source = "simulated" if kind == "sim" else ("measured-gpu" if kind == "cuda" else "measured-cpu")
     params = {"device": kind, "size": size, "model": model, "workload": workload, "num_requests": nreq,
-              "steps": steps, "warmup": warmup, "start_in_decode": True}
+              "steps": steps, "warmup": warmup, "start_in_decode": True,
+              "cudagraph": cudagraph_modes(args.cudagraph)}
     if profile is not None:
         params.update(profile.describe())
-    result = make_result(args.name, rows, params=params, source=source,
+    result = make_result(sized_name(args.name, size), rows, params=params, source=source, size=size,
                          machine=describe_machine("cuda" if kind == "cuda" else "cpu"))
     print_table(rows)
     print(f"source: {source}" + (f" ({profile.label()})" if profile is not None else ""))
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:
-        from labkit.fileio import write_atomic
+        from labkit.fileio import write_json
 
-        write_atomic(Path(args.json), json.dumps(result.to_json(), indent=1, default=str) + "\n")
+        write_json(args.json, result.to_json())
     for t in traces:
         print(f"trace {t}")
     if args.write_profile:
@@ -317,10 +361,9 @@ def _write_profile(path: str, model_name: str) -> None:
     prof = record_profile(model, name=desc["slug"], gpu_name=desc["gpu_name"] or "GPU")
     del model
     torch.cuda.empty_cache()
-    print(f"profile {save_profile(prof, path)} ({len(prof.ops)} ops, launch {prof.launch_overhead_ns / 1e3:.1f} us)")
+    print(f"profile {save_profile(prof, path)} ({len(prof.ops)} ops, launch {prof.launch_overhead_ns / 1e3:.1f} us, "
+          f"graph replay {prof.replay_overhead_ns / 1e3:.1f} us)")
 
-
-from pathlib import Path  # noqa: E402
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

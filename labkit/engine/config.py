@@ -14,7 +14,8 @@ Presets:
 
 ``EngineConfig`` picks the workload, the placeholder variant (#40143), the scheduling strategy,
 the prefix-range strategy (#38794; ``"none"`` for a model without bidirectional image
-attention), async or sync scheduling and the device.
+attention), async or sync scheduling and the CUDA-graph mode (``CUDAGRAPH_MODES``; see
+``labkit.engine.graphs``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def get_model_config(name: str) -> ModelConfig:
 #: prefix-range choice meaning "not a prefix-LM model: no image ranges, no copies"
 NO_PREFIX = "none"
 
+#: CUDA-graph modes, as vLLM's ``cudagraph_mode``: ``none`` (eager), ``piecewise`` (graphs split
+#: at attention), ``full`` (vLLM's FULL_AND_PIECEWISE: one graph per uniform decode step,
+#: piecewise for prefill and mixed steps)
+CUDAGRAPH_MODES = ("none", "piecewise", "full")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -102,7 +108,8 @@ class EngineConfig:
     ``prefix_ranges``: a prefix-range strategy or ``"none"``. ``async_scheduling``: the host
     schedules step n+1 while the device runs step n. ``start_in_decode``: requests begin with
     their prompt already computed (steady decode, as in the long tail of #40143's benchmark).
-    ``max_num_batched_tokens``/``max_num_seqs``: scheduler budgets.
+    ``max_num_batched_tokens``/``max_num_seqs``: scheduler budgets. ``cudagraph``: one of
+    ``CUDAGRAPH_MODES``.
     """
 
     model: str = "tiny"
@@ -116,10 +123,17 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     seed: int = 0
+    cudagraph: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.cudagraph not in CUDAGRAPH_MODES:
+            raise UsageError(f"unknown cudagraph mode {self.cudagraph!r}: choose from {', '.join(CUDAGRAPH_MODES)}")
 
     def with_(self, **changes) -> "EngineConfig":
         return replace(self, **changes)
 
     def variant_name(self) -> str:
-        """Short label: ``tensor/loop/none/async``."""
-        return f"{self.placeholder}/{self.scheduling}/{self.prefix_ranges}/{'async' if self.async_scheduling else 'sync'}"
+        """Short label: ``tensor/loop/none/async``, with ``/piecewise`` or ``/full`` under CUDA graphs."""
+        mode = "async" if self.async_scheduling else "sync"
+        name = f"{self.placeholder}/{self.scheduling}/{self.prefix_ranges}/{mode}"
+        return name if self.cudagraph == "none" else f"{name}/{self.cudagraph}"

@@ -3,8 +3,9 @@
 The engine talks to a device only through ``launch``, ``copy_h2d``, ``copy_d2h``,
 ``record_event``/``wait_event``, ``synchronize`` and ``annotate``:
 
-- ``TorchDevice`` runs the real ops (``fn``) on CUDA (or on the CPU, for the tiny model in tests);
-  copies are real copies and phases are ``torch.profiler.record_function`` ranges.
+- ``TorchDevice`` (``labkit.engine.torch_device``, re-exported here) runs the real ops (``fn``) on
+  CUDA (or on the CPU, for the tiny model in tests); copies are real copies and phases are
+  ``torch.profiler.record_function`` ranges.
 - ``SimDevice`` is a deterministic in-order stream: each launched op gets a device duration from a
   ``DeviceProfile`` (or the caller), starts when both the stream is free and its launch call has
   returned, and costs the host the profile's launch overhead. A synchronising copy (pageable H2D, or
@@ -12,7 +13,11 @@ The engine talks to a device only through ``launch``, ``copy_h2d``, ``copy_d2h``
   between device calls is the REAL Python time (``clock``, ``perf_counter_ns`` by default), while the
   device calls' own bookkeeping is excluded and replaced by the modelled runtime cost, so the
   simulated timeline does not depend on whether it is being recorded. The clock is injectable so
-  tests can drive hand-worked schedules exactly.
+  tests can drive hand-worked schedules exactly (``FROZEN_CLOCK`` plus ``spend``: host time only
+  from a fixed cost model).
+- CUDA graphs: ``replay(graph, ops)`` is ONE host call (the profile's ``replay_overhead_ns``)
+  that queues the graph's captured ops back to back, so its device time is the sum of theirs;
+  ``capture(graph, ops)`` is the one-off capture (host time only, before any measured step).
 
 All simulated times are nanoseconds from the device's creation.
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from labkit.engine.profiles import DeviceProfile, parametric_profile
+from labkit.engine.torch_device import TorchDevice  # noqa: F401  (re-exported: one place for both devices)
 
 #: Kineto-style names of the copy kinds, keyed by (direction, pinned)
 MEMCPY_NAMES = {
@@ -33,6 +39,21 @@ MEMCPY_NAMES = {
     ("d2h", False): "Memcpy DtoH (Device -> Pageable)",
     ("d2h", True): "Memcpy DtoH (Device -> Pinned)",
 }
+
+
+def FROZEN_CLOCK() -> int:  # noqa: N802 (a constant-like clock)
+    """A host clock that never moves: the simulated host time is then only modelled costs."""
+    return 0
+
+
+#: the CUDA runtime call's own share of an op's host cost (ns): the rest of a profile's per-op
+#: host cost is Python and torch dispatch BEFORE the call, and shows in traces as such (a bare
+#: launch costs a few us; ``calibration`` measures it)
+RUNTIME_CALL_NS = 5_000
+
+
+def _rt_start(h: int, ret: int) -> int:
+    return max(h, ret - RUNTIME_CALL_NS)
 
 
 @dataclass(frozen=True)
@@ -96,6 +117,10 @@ class SimDevice:
         self.busy_ns = 0
         self.num_ops = 0
         self.host_wait_ns = 0  # host time spent blocked in synchronising calls
+        self.num_replays = 0  # CUDA-graph replays queued
+        self.num_launches = 0  # host calls that queued device work (kernels, copies, replays)
+        self.captured: dict[str, int] = {}  # graph name -> number of captured ops
+        self.copy_prep_ns = 0  # modelled host work before each copy ``produce`` replays (fixed cost models)
         self.intervals: list[tuple[int, int]] = []  # device busy intervals in stream order
         self.host_spans: list[HostSpan] = []
         self.device_ops: list[DeviceOp] = []
@@ -145,9 +170,10 @@ class SimDevice:
         dur = duration_ns if duration_ns is not None else self.profile.duration_ns(op, tokens, kv_tokens)
         ret = h + int(self.profile.launch_overhead_ns)
         corr = self._next_corr()
+        self.num_launches += 1
         self._enqueue(op, "kernel", ret, dur, corr)
         self._span(op, "cpu_op", h, ret)
-        self._span("cudaLaunchKernel", "cuda_runtime", h, ret, corr)
+        self._span("cudaLaunchKernel", "cuda_runtime", _rt_start(h, ret), ret, corr)
         self._leave(ret)
 
     def _copy(self, direction: str, op: str, nbytes: int, pinned: bool, non_blocking: bool) -> None:
@@ -158,23 +184,24 @@ class SimDevice:
         dur = cost.duration_ns(nbytes)
         ret = h + int(p.launch_overhead_ns)
         corr = self._next_corr()
+        self.num_launches += 1
         end = self._enqueue(MEMCPY_NAMES[(direction, pinned)], "gpu_memcpy", ret, dur, corr, nbytes)
         if pinned and non_blocking:
             # truly asynchronous: the host only pays the call
             self._span(op, "cpu_op", h, ret)
-            self._span("cudaMemcpyAsync", "cuda_runtime", h, ret, corr)
+            self._span("cudaMemcpyAsync", "cuda_runtime", _rt_start(h, ret), ret, corr)
             self._leave(ret)
         elif not pinned:
             # pageable: the driver syncs the stream first and the call returns when the copy is done
             self.host_wait_ns += end - ret
             self._span(op, "cpu_op", h, end)
-            self._span("cudaMemcpyAsync", "cuda_runtime", h, end, corr)
+            self._span("cudaMemcpyAsync", "cuda_runtime", _rt_start(h, ret), end, corr)
             self._leave(end)
         else:
             # pinned but blocking: async copy then a stream synchronize
             self.host_wait_ns += end - ret
             self._span(op, "cpu_op", h, end)
-            self._span("cudaMemcpyAsync", "cuda_runtime", h, ret, corr)
+            self._span("cudaMemcpyAsync", "cuda_runtime", _rt_start(h, ret), ret, corr)
             self._span("cudaStreamSynchronize", "cuda_runtime", ret, end, self._next_corr())
             self._leave(end)
 
@@ -190,6 +217,44 @@ class SimDevice:
         """Device-to-host copy of ``nbytes`` (or of tensor ``src``); returns None."""
         self._copy("d2h", op, _nbytes(src, nbytes), pinned, non_blocking)
         return None
+
+    def replay(self, graph: str, ops) -> int:
+        """Replay captured graph ``graph``: one host call, its ``ops`` queued back to back.
+
+        ``ops``: ``(op, tokens, kv_tokens)`` per captured kernel, at this replay's (padded)
+        shapes. The host pays ``profile.replay_overhead_ns`` once; the device runs the ops
+        without gaps, so the replay's device time is the sum of their durations. Returns that
+        sum (ns).
+        """
+        if graph not in self.captured:
+            raise RuntimeError(f"graph {graph!r} replayed before it was captured")
+        h = self._enter()
+        ret = h + int(self.profile.replay_overhead_ns)
+        corr = self._next_corr()
+        total = 0
+        for op, tokens, kv_tokens in ops:
+            dur = self.profile.duration_ns(op, tokens, kv_tokens)
+            self._enqueue(op, "kernel", ret, dur, corr)  # after the first, the stream is never free between ops
+            total += dur
+        self.num_replays += 1
+        self.num_launches += 1
+        self._span(f"cudagraph_replay:{graph}", "cpu_op", h, ret)
+        self._span("cudaGraphLaunch", "cuda_runtime", _rt_start(h, ret), ret, corr)
+        self._leave(ret)
+        return total
+
+    def capture(self, graph: str, ops) -> None:
+        """Capture ``graph`` (``ops`` as for ``replay``): host time only, one launch cost per op."""
+        h = self._enter()
+        ret = h + int(self.profile.launch_overhead_ns) * len(ops) + int(self.profile.replay_overhead_ns)
+        self.captured[graph] = len(ops)
+        self._span(f"cudagraph_capture:{graph}", "cpu_op", h, ret)
+        self._leave(ret)
+
+    def spend(self, ns: float) -> None:
+        """Advance the host by ``ns`` of modelled work (a fixed host cost model's charge)."""
+        h = self._enter()
+        self._leave(h + int(ns))
 
     def record_event(self) -> SimEvent:
         """Queue an event; it completes when everything queued before it has run."""
@@ -220,7 +285,8 @@ class SimDevice:
 
         The code runs for real on the CPU (its Python time is measured) and its copies are then
         replayed on the simulated stream, interleaved as they happened: the measured host time is
-        split evenly before each copy, so a synchronising copy sees the queue as it would have.
+        split evenly before each copy (plus ``copy_prep_ns`` each, a fixed cost model's host work
+        per copy), so a synchronising copy sees the queue as it would have.
         ``ledger`` is a ``labkit.attn.ledger.TransferLedger`` (its open step's ``copies``).
         """
         steps = ledger.all_steps()
@@ -235,7 +301,7 @@ class SimDevice:
             self._leave(t1)
             return out
         self._leave(t0)  # rewind: the host time is re-spent between the replayed copies
-        share = (t1 - t0) // len(new)
+        share = (t1 - t0) // len(new) + int(self.copy_prep_ns)
         for rec in new:
             self._leave(self.now_ns() + share)
             self._copy("h2d", f"h2d:{rec.what}", rec.nbytes, rec.pinned, not rec.synchronizing)
@@ -275,118 +341,6 @@ class SimDevice:
         """Forget recorded spans/ops (statistics and clocks keep running)."""
         self.host_spans.clear()
         self.device_ops.clear()
-
-
-class TorchDevice:
-    """The real device: ops run as torch calls on ``cuda`` (asynchronously) or ``cpu``.
-
-    With ``time_ops=True`` each new op shape is also timed in isolation with CUDA events (see
-    ``_time_op``) and read back with ``op_times_ns()`` (for recording a simulated-device profile).
-    """
-
-    kind = "torch"
-
-    def __init__(self, device: str = "cuda", *, time_ops: bool = False) -> None:
-        import torch
-
-        self.torch = torch
-        self.device = torch.device(device)
-        self.is_cuda = self.device.type == "cuda"
-        self.source = "measured-gpu" if self.is_cuda else "measured-cpu"
-        self.time_ops = bool(time_ops and self.is_cuda)
-        self._op_events: list[tuple[str, int, int, object, object]] = []
-        self._timed: set = set()
-        self._t0 = time.perf_counter_ns()
-
-    def now_ns(self) -> int:
-        """Host time (ns) since the device was created."""
-        return time.perf_counter_ns() - self._t0
-
-    def launch(self, op: str, duration_ns: int | None = None, *, tokens: int = 0, kv_tokens: int = 0,
-               fn: Callable[[], object] | None = None):
-        """Run ``fn`` (which queues the real kernels) and return its result."""
-        if fn is None:
-            return None
-        if self.time_ops and (op, tokens, kv_tokens) not in self._timed:
-            self._time_op(op, tokens, kv_tokens, fn)
-        return fn()
-
-    #: calls per timed op; few enough that the launch queue never fills while the GPU sleeps
-    TIMED_REPEATS = 5
-
-    def _time_op(self, op, tokens, kv_tokens, fn) -> None:
-        # Each op shape once: behind a short sleep kernel (so the calls are queued before the GPU
-        # gets to them) run it TIMED_REPEATS times between two events: pure device time per call.
-        # Repeating an op is harmless here (idempotent writes, in-place scaling by ones).
-        torch = self.torch
-        self._timed.add((op, tokens, kv_tokens))
-        torch.cuda.synchronize(self.device)
-        torch.cuda._sleep(5_000_000)  # a few ms of GPU time
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(self.TIMED_REPEATS):
-            fn()
-        end.record()
-        self._op_events.append((op, tokens, kv_tokens, start, end))
-
-    def begin_timing(self) -> None:
-        """Time every op shape again from here on (``time_ops`` mode)."""
-        self._timed = set()
-
-    def copy_h2d(self, op: str, src=None, *, nbytes: int | None = None, pinned: bool = False,
-                 non_blocking: bool = False):
-        """Copy CPU tensor ``src`` to the device (through pinned memory when ``pinned``)."""
-        if src is None:
-            raise ValueError("TorchDevice.copy_h2d needs the source tensor")
-        if pinned and self.is_cuda and not src.is_pinned():
-            src = src.pin_memory()
-        return src.to(self.device, non_blocking=non_blocking)
-
-    def copy_d2h(self, op: str, src=None, *, nbytes: int | None = None, pinned: bool = True,
-                 non_blocking: bool = True):
-        """Copy device tensor ``src`` to the host (into pinned memory when ``pinned``)."""
-        if src is None:
-            raise ValueError("TorchDevice.copy_d2h needs the source tensor")
-        if not self.is_cuda:
-            return src.clone()
-        dst = self.torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=pinned)
-        dst.copy_(src, non_blocking=non_blocking)
-        return dst
-
-    def record_event(self):
-        """A CUDA event recorded on the current stream (None on CPU)."""
-        if not self.is_cuda:
-            return None
-        ev = self.torch.cuda.Event()
-        ev.record()
-        return ev
-
-    def wait_event(self, event) -> None:
-        """Block the host until ``event`` has completed."""
-        if event is not None:
-            event.synchronize()
-
-    def synchronize(self) -> None:
-        """Block the host until the device is idle."""
-        if self.is_cuda:
-            self.torch.cuda.synchronize(self.device)
-
-    def produce(self, fn: Callable, arg, ledger):
-        """Run ``fn(arg)``: its copies are real here (``ledger`` is only read by ``SimDevice``)."""
-        return fn(arg)
-
-    def annotate(self, name: str):
-        """A ``torch.profiler.record_function`` range (cheap when no profiler is active)."""
-        return self.torch.profiler.record_function(name)
-
-    def op_times_ns(self) -> list[tuple[str, int, int, float]]:
-        """``(op, tokens, kv_tokens, device_ns)`` for every timed launch (synchronises first)."""
-        self.synchronize()
-        n = self.TIMED_REPEATS
-        out = [(op, t, kv, s.elapsed_time(e) * 1e6 / n) for op, t, kv, s, e in self._op_events]
-        self._op_events.clear()
-        return out
 
 
 def _nbytes(src, nbytes: int | None) -> int:

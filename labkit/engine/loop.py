@@ -13,6 +13,10 @@
 4. ``sample``: final norm, LM head, greedy sampling, a non-blocking D2H copy of the ids and an
    event.
 
+Under CUDA graphs (``EngineConfig.cudagraph``, see ``labkit.engine.graphs``) steps 3 and 4
+replay captured graphs instead of launching op by op; graphs are captured by ``capture_graphs``
+before the first step, so never inside a measured window.
+
 Async scheduling (vLLM's default): after launching step n the host waits only for step n-1's
 event (its sampled tokens), then schedules step n+1 while the device still runs step n. Sync
 scheduling waits for step n's own event before scheduling again, so host work never overlaps
@@ -30,7 +34,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
-from labkit.engine.model import StepBatch, TransformerStack
+from labkit.engine.graphs import effective_mode
+from labkit.engine.model import StepBatch, TransformerStack, make_batch  # noqa: F401  (make_batch: public here too)
 from labkit.errors import UsageError
 from labkit.timing import summarize
 
@@ -57,6 +62,8 @@ class EngineStep:
     wait_ns: int
     output_ns: int
     h2d_count: int
+    graph_mode: str = "eager"
+    replays: int = 0
 
 
 class Engine:
@@ -64,9 +71,15 @@ class Engine:
 
     ``model`` may be given (e.g. a prebuilt real stack reused across variants); otherwise a
     weightless stack (simulated device) or a random-weight one (real device) is built.
+    ``host_costs`` (a ``labkit.engine.hostcost.FixedHostCosts``, simulated device only) charges
+    fixed host times per phase instead of measuring Python time: use it with a frozen clock.
+    ``graph_mode`` is the CUDA-graph mode actually run and ``graph_note`` says why it differs
+    from the configured one (None when it does not). ``graph_runner``: a runner with graphs
+    already captured for the same model, mode and workload (shared across variants on a GPU).
     """
 
-    def __init__(self, config: EngineConfig, device, *, model: TransformerStack | None = None) -> None:
+    def __init__(self, config: EngineConfig, device, *, model: TransformerStack | None = None,
+                 host_costs=None, graph_runner=None) -> None:
         from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES, make_strategy
         from labkit.mm.scheduler import SCHEDULING_STRATEGIES
         from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
@@ -108,9 +121,68 @@ class Engine:
         else:
             self.prefix = make_strategy(config.prefix_ranges, self.torch_device, validate=False)
             self._ranges_for_layer = self._layer_ranges
+        self.host_costs = host_costs
+        if host_costs is not None and not real:
+            self._schedule_cost = host_costs.schedule_cost(config.placeholder, config.scheduling)
+            device.copy_prep_ns = host_costs.range_copy_ns
+        elif host_costs is not None:
+            raise UsageError("a fixed host cost model only applies to the simulated device")
+        self.graph_mode, self.graph_note = effective_mode(config.cudagraph, config.prefix_ranges)
+        self.runner = graph_runner if graph_runner is not None else self._make_runner(real)
         self.steps: list[EngineStep] = []
         self._pending = None  # (event, step record fields) of the step whose tokens are not yet read
         self._output_tokens = 0
+
+    def _make_runner(self, real: bool):
+        if self.graph_mode == "none":
+            return None
+        with_ranges = self.prefix is not None
+        if not real:
+            from labkit.engine.graphs import SimGraphRunner
+
+            return SimGraphRunner(self.model, self.graph_mode, with_ranges=with_ranges)
+        if not self.dev.is_cuda:
+            raise UsageError(f"cudagraph {self.config.cudagraph!r} needs a CUDA GPU or the simulated device")
+        from labkit.engine.cudagraph_torch import CudaGraphRunner
+
+        return CudaGraphRunner(self.model, self.graph_mode, with_ranges=with_ranges,
+                               max_ranges=self._max_ranges(), kv_reserve=self._kv_reserve())
+
+    def _max_seqs(self) -> int:
+        return min(len(self.requests), self.config.max_num_seqs)
+
+    def _max_tokens(self) -> int:
+        from labkit.engine.graphs import MAX_CAPTURE_SIZE
+
+        if self.config.start_in_decode:
+            return self._max_seqs()  # every step is a uniform decode step
+        return min(self.config.max_num_batched_tokens, MAX_CAPTURE_SIZE)
+
+    def _max_ranges(self) -> int:
+        return max((len(r.mm_features) for r in self.requests), default=0)
+
+    def _kv_reserve(self) -> int:
+        # every key any step can hold, plus one per padded row: graphs keep the KV buffers' addresses
+        from labkit.engine.graphs import MAX_CAPTURE_SIZE
+
+        return sum(r.prompt_len + r.output_len for r in self.requests) + MAX_CAPTURE_SIZE
+
+    @property
+    def graphs_captured(self) -> int:
+        """Number of CUDA graphs captured so far (0 when eager)."""
+        return 0 if self.runner is None else self.runner.captured
+
+    def capture_graphs(self) -> int:
+        """Capture the CUDA graphs of the configured mode (once; before any step); returns their count."""
+        if self.runner is not None and not self.runner.captured:
+            self.runner.capture(self.dev, self._max_tokens(), self._max_seqs(),
+                                decode_only=self.config.start_in_decode)
+        return self.graphs_captured
+
+    def _replays(self) -> int:
+        if self.runner is None:
+            return 0
+        return getattr(self.dev, "num_replays", None) if self.dev.kind == "sim" else self.runner.replays
 
     # -- phases ---------------------------------------------------------------------------------
     def _layer_ranges(self, layer: int):
@@ -127,26 +199,34 @@ class Engine:
     def step(self) -> EngineStep | None:
         """Run one engine step; returns the record of the step whose tokens just arrived (if any)."""
         dev = self.dev
+        if self.runner is not None and not self.graphs_captured:
+            self.capture_graphs()
         t0 = dev.now_ns()
         with dev.annotate("schedule"):
             plan = self.scheduler.schedule()
+            if self.host_costs is not None:
+                dev.spend(self._schedule_cost)
         t1 = dev.now_ns()
         if not plan.scheduled:
             return self._drain()
         copies0 = self._copies_so_far()
         with dev.annotate("prepare_metadata"):
             batch = self._prepare(plan)
+            if self.host_costs is not None:
+                dev.spend(self.host_costs.prepare_ns)  # building inputs and ranges, before their copy
             if self.prefix is not None:
                 from labkit.attn.prefix_ranges import ranges_for_batch
 
                 ranges = ranges_for_batch(self.scheduler.batch_requests(plan))
                 dev.produce(lambda r: self.prefix.begin_step(r, batch.num_seqs), ranges, self.prefix.ledger)
         t2 = dev.now_ns()
+        fwd = self.runner or self.model
+        replays0 = self._replays()
         with dev.annotate("forward"):
-            h = self.model.forward(dev, batch, self._ranges_for_layer)
+            h = fwd.forward(dev, batch, self._ranges_for_layer)
         t3 = dev.now_ns()
         with dev.annotate("sample"):
-            sampled = self.model.sample(dev, batch, h)
+            sampled = fwd.sample(dev, batch, h)
             dev.copy_d2h("d2h:sampled", sampled, nbytes=8 * batch.num_seqs, pinned=True, non_blocking=True)
             event = dev.record_event()
         if self.prefix is not None:
@@ -155,7 +235,9 @@ class Engine:
         fields = dict(step=plan.step, num_seqs=batch.num_seqs, num_tokens=batch.num_tokens,
                       num_prefill=plan.num_prefill, start_ns=t0, schedule_ns=t1 - t0, prepare_ns=t2 - t1,
                       forward_ns=t3 - t2, sample_ns=t4 - t3,
-                      h2d_count=self._copies_so_far() - copies0)
+                      h2d_count=self._copies_so_far() - copies0,
+                      graph_mode=self.runner.last.mode if self.runner is not None else "eager",
+                      replays=self._replays() - replays0)
         if self.config.async_scheduling:
             done = self._finish(self._pending)
             self._pending = (event, fields)
@@ -202,44 +284,6 @@ class Engine:
         return self.steps
 
 
-def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> StepBatch:
-    """Build a step's inputs from per-row query and KV lengths and copy them to ``dev``.
-
-    ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds input ids, positions,
-    ``cu_seqlens`` and KV slots on the host and copies each with a pinned non-blocking H2D copy
-    (vLLM's persistent pinned input buffers).
-    """
-    import torch
-
-    q_lens = np.asarray(q_lens, dtype=np.int64)
-    kv_lens = np.asarray(kv_lens, dtype=np.int64)
-    n = len(q_lens)
-    cu_q = np.zeros(n + 1, dtype=np.int64)
-    cu_k = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(q_lens, out=cu_q[1:])
-    np.cumsum(kv_lens, out=cu_k[1:])
-    total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
-    # position of every query token: (kv_len - q_len) + j for j < q_len, row by row
-    row_of_tok = np.repeat(np.arange(n), q_lens)  # (T,)
-    j = np.arange(total_q) - cu_q[row_of_tok]
-    positions = (kv_lens - q_lens)[row_of_tok] + j  # (T,)
-    slots = cu_k[row_of_tok] + positions  # (T,) packed KV index of each new key
-    window = model.cfg.sliding_window
-    kv_window = int(np.minimum(kv_lens, window).sum()) if window else total_k
-    host = {
-        "input_ids": torch.zeros(total_q, dtype=torch.int64),
-        "positions": torch.from_numpy(positions),
-        "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
-        "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)),
-        "slots": torch.from_numpy(slots),
-        "last_idx": torch.from_numpy(cu_q[1:] - 1),
-    }
-    tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
-    model.ensure_kv_capacity(total_k)
-    seq_lens = list(zip(q_lens.tolist(), kv_lens.tolist()))
-    return StepBatch(n, total_q, total_k, kv_window, tensors, seq_lens)
-
-
 def _no_ranges(layer: int):
     return None
 
@@ -259,8 +303,12 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     outputs (= TPOT in steady decode); ``tpot_mean_ms`` is their mean and ``tpot_median_ms`` their
     median; ``stall_ns``: window time beyond ``steps x median`` (0 for steady steps, large when
     one step stalled). ``device_idle_frac``: device idle share of the window (simulated device
-    only; None on a real device, where the trace analysis measures it). Host phase times are
-    medians in ns.
+    only; None on a real device, where the trace analysis measures it);
+    ``device_busy_per_step_ns``: device busy time per measured step (simulated device only).
+    ``cudagraph``: the configured mode, ``cudagraph_run``: the mode run (``piecewise`` where
+    ``full`` cannot hold the variant), ``cudagraph_note``: why they differ (None when equal),
+    ``graph_steps``: ``mode:count`` of the measured steps (``full``/``piecewise``/``eager``),
+    ``replays_per_step``: median graph replays per step. Host phase times are medians in ns.
     """
     steps = engine.steps
     if measured_steps is not None:
@@ -287,6 +335,10 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     def med(key):
         return float(np.median([getattr(s, key) for s in measured]))
 
+    modes: dict[str, int] = {}
+    for s in measured:
+        modes[s.graph_mode] = modes.get(s.graph_mode, 0) + 1
+
     return {
         "variant": cfg.variant_name(),
         "placeholder": cfg.placeholder,
@@ -311,7 +363,13 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         "window_ns": window,
         "stall_ns": max(0.0, window - len(measured) * timing.median_ns),
         "device_busy_ns": busy,
+        "device_busy_per_step_ns": None if busy is None else busy / len(measured),
         "device_idle_frac": idle,
+        "cudagraph": cfg.cudagraph,
+        "cudagraph_run": engine.graph_mode,
+        "cudagraph_note": engine.graph_note,
+        "graph_steps": ",".join(f"{k}:{v}" for k, v in sorted(modes.items())),
+        "replays_per_step": med("replays"),
         "host_schedule_ns": med("schedule_ns"),
         "host_prepare_ns": med("prepare_ns"),
         "host_forward_ns": med("forward_ns"),

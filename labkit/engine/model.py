@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from labkit.engine.config import ModelConfig
 from labkit.trace.capture import layer_phase
 
@@ -94,7 +96,8 @@ class TransformerStack:
             })
         self.embed = rand(cfg.vocab_size, h, fan_in=1)  # (vocab, hidden), tied with the LM head
         self.final_norm = torch.ones(h, device=self.device, dtype=dtype)
-        self.rope_scale = None
+        # made here, not on first use: a tensor first made inside a CUDA-graph capture is never filled
+        self.rope_scale = torch.ones((cfg.num_heads + cfg.num_kv_heads) * d, device=self.device, dtype=dtype)
         if self.attention_fn is None:
             self.attention_fn = default_attention(self.device)
 
@@ -118,11 +121,17 @@ class TransformerStack:
         # Rotary embedding stand-in: one elementwise kernel over the q and k columns, as vLLM's
         # fused rotary kernel is one launch (positions only shape its cost, not the values here).
         cfg = self.cfg
-        t = qkv.shape[0]
         nq, nk = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         if self.rope_scale is None:
             self.rope_scale = self.torch.ones(nq + nk, device=qkv.device, dtype=qkv.dtype)
         qkv[:, :nq + nk].mul_(self.rope_scale)
+        return self._split_qkv(qkv)
+
+    def _split_qkv(self, qkv):
+        # qkv: (T, (H + 2 KV) * D) -> views q (T, H, D), k (T, KV, D), v (T, KV, D)
+        cfg = self.cfg
+        t = qkv.shape[0]
+        nq, nk = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         q = qkv[:, :nq].view(t, cfg.num_heads, cfg.head_dim)
         k = qkv[:, nq:nq + nk].view(t, cfg.num_kv_heads, cfg.head_dim)
         v = qkv[:, nq + nk:].view(t, cfg.num_kv_heads, cfg.head_dim)
@@ -189,6 +198,56 @@ class TransformerStack:
     def _post_attn(self, h, o, w):
         h2 = h + self._rms_norm(o, w["post_attn"])
         return h2, self._rms_norm(h2, w["pre_mlp"])
+
+
+def host_inputs(q_lens, kv_lens) -> dict:
+    """A step's input tensors on the host from per-row query and KV lengths.
+
+    ``q_lens``/``kv_lens``: int arrays ``(num_seqs,)``. Returns CPU tensors ``input_ids`` (T,),
+    ``positions`` (T,), ``cu_seqlens_q``/``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` (T,)
+    (packed KV index of each new key) and ``last_idx`` (num_seqs,) (each row's last token).
+    """
+    import torch
+
+    q_lens = np.asarray(q_lens, dtype=np.int64)
+    kv_lens = np.asarray(kv_lens, dtype=np.int64)
+    n = len(q_lens)
+    cu_q = np.zeros(n + 1, dtype=np.int64)
+    cu_k = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(q_lens, out=cu_q[1:])
+    np.cumsum(kv_lens, out=cu_k[1:])
+    total_q = int(cu_q[-1])
+    # position of every query token: (kv_len - q_len) + j for j < q_len, row by row
+    row_of_tok = np.repeat(np.arange(n), q_lens)  # (T,)
+    j = np.arange(total_q) - cu_q[row_of_tok]
+    positions = (kv_lens - q_lens)[row_of_tok] + j  # (T,)
+    slots = cu_k[row_of_tok] + positions  # (T,) packed KV index of each new key
+    return {
+        "input_ids": torch.zeros(total_q, dtype=torch.int64),
+        "positions": torch.from_numpy(positions),
+        "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
+        "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)),
+        "slots": torch.from_numpy(slots),
+        "last_idx": torch.from_numpy(cu_q[1:] - 1),
+    }
+
+
+def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> StepBatch:
+    """Build a step's inputs from per-row query and KV lengths and copy them to ``dev``.
+
+    ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds the ``host_inputs`` and copies
+    each with a pinned non-blocking H2D copy (vLLM's persistent pinned input buffers).
+    """
+    q_lens = np.asarray(q_lens, dtype=np.int64)
+    kv_lens = np.asarray(kv_lens, dtype=np.int64)
+    host = host_inputs(q_lens, kv_lens)
+    total_q, total_k = int(q_lens.sum()), int(kv_lens.sum())
+    window = model.cfg.sliding_window
+    kv_window = int(np.minimum(kv_lens, window).sum()) if window else total_k
+    tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
+    model.ensure_kv_capacity(total_k)
+    seq_lens = list(zip(q_lens.tolist(), kv_lens.tolist()))
+    return StepBatch(len(q_lens), total_q, total_k, kv_window, tensors, seq_lens)
 
 
 def default_attention(device) -> Callable:

@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from labkit.errors import UsageError
-from labkit.fileio import write_atomic
+from labkit.fileio import write_json
 from labkit.results import REPO_ROOT
 
 logger = logging.getLogger(__name__)
 
 PROFILE_SCHEMA = 1
 PARAMETRIC_NAME = "parametric"
+#: host cost of one CUDA-graph replay (``cudaGraphLaunch`` and the Python around it) when a
+#: profile has not recorded one: a round parametric value, labelled so wherever it is used
+PARAMETRIC_REPLAY_NS = 10_000.0
 
 
 def profiles_root() -> Path:
@@ -68,6 +71,8 @@ class DeviceProfile:
     profile it is the mini engine's whole eager host cost per op (Python, torch dispatch of the
     op's 1-4 kernels, the launches; host time of one forward / its op count), not device time and
     not a bare ``cudaLaunchKernel``; the simulator replaces the real forward's host work with it.
+    ``graph_replay_ns`` is the HOST time of one CUDA-graph replay (recorded with
+    ``--write-profile``); None means not recorded, and ``PARAMETRIC_REPLAY_NS`` stands in.
     """
 
     name: str
@@ -83,7 +88,18 @@ class DeviceProfile:
     default_op: OpCost = OpCost(base_ns=3_000.0)
     gpu_name: str | None = None
     model: str | None = None
+    graph_replay_ns: float | None = None
     path: str | None = field(default=None, compare=False)
+
+    @property
+    def replay_overhead_ns(self) -> float:
+        """Host ns per graph replay: the recorded value, else ``PARAMETRIC_REPLAY_NS``."""
+        return PARAMETRIC_REPLAY_NS if self.graph_replay_ns is None else float(self.graph_replay_ns)
+
+    @property
+    def replay_origin(self) -> str:
+        """Where the replay cost comes from: ``recorded`` or ``parametric, not measured``."""
+        return "parametric, not measured" if self.graph_replay_ns is None else "recorded"
 
     def op_cost(self, op: str) -> OpCost:
         """Cost model of ``op`` (``default_op`` for names the profile does not know)."""
@@ -100,7 +116,8 @@ class DeviceProfile:
     def describe(self) -> dict:
         """Flat fields naming the profile, for results params and trace metadata."""
         return {"profile": self.name, "profile_origin": self.origin, "profile_parametric": self.parametric,
-                "profile_file": _repo_relative(self.path)}
+                "profile_file": _repo_relative(self.path), "graph_replay_ns": self.replay_overhead_ns,
+                "graph_replay_origin": self.replay_origin}
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -175,6 +192,7 @@ def profile_from_json(data: Mapping, path: str | None = None) -> DeviceProfile:
             default_op=OpCost(**data["default_op"]) if data.get("default_op") else base.default_op,
             gpu_name=data.get("gpu_name"),
             model=data.get("model"),
+            graph_replay_ns=None if data.get("graph_replay_ns") is None else float(data["graph_replay_ns"]),
             path=path,
         )
     except UsageError:
@@ -212,7 +230,7 @@ def list_profiles(root: Path | None = None) -> list[str]:
 def save_profile(profile: DeviceProfile, path: str | Path) -> Path:
     """Write ``profile`` as JSON to ``path`` atomically."""
     path = Path(path)
-    write_atomic(path, json.dumps(profile.to_json(), indent=1) + "\n")
+    write_json(path, profile.to_json())
     return path
 
 

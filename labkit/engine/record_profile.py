@@ -5,8 +5,8 @@ batch shapes (decode at two batch sizes and two context lengths, plus a prefill 
 shape is timed in isolation (a few calls queued behind a short ``torch.cuda._sleep``, between CUDA
 events), so host launch gaps never enter the device times. A linear cost per op
 (``base + per_token * tokens + per_kv_token * kv_tokens``) is fitted over the shapes. Host costs
-(launch overhead per op, synchronisation, event record) and copy costs (pageable and pinned H2D
-latency and bandwidth) are timed with ``labkit.timing``. GPU only.
+(launch overhead per op, synchronisation, event record, one CUDA-graph replay) and copy costs
+(pageable and pinned H2D latency and bandwidth) are timed with ``labkit.timing``. GPU only.
 """
 
 from __future__ import annotations
@@ -56,6 +56,34 @@ def _ranges_tensor(n: int, kv_lens, device):
     return torch.from_numpy(r).to(device)
 
 
+def replay_host_ns(model: TransformerStack, num_seqs: int = 128) -> float:
+    """Host time (ns) of one ``CUDAGraph.replay()``: a captured decode-size layer piece, replayed.
+
+    The replays are only queued while timing (the GPU runs them behind), so this is the host's
+    ``cudaGraphLaunch`` plus the Python around it, what the simulated device charges per replay.
+    """
+    import torch
+
+    w = model.weights[0]
+    x = torch.zeros(num_seqs, model.cfg.hidden_size, device=model.device, dtype=model.dtype)
+
+    def piece():
+        return model._rms_norm(x, w["in_norm"]) @ w["qkv"]  # (num_seqs, qkv_size)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        piece()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        piece()
+    torch.cuda.synchronize()
+    t = time_host(graph.replay, warmup=5, repeats=40)
+    torch.cuda.synchronize()
+    return t.median_ns
+
+
 def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seqs: int = 128,
                    context: int = 9280, with_ranges: bool = False) -> DeviceProfile:
     """Measure ``model``'s per-op device durations and the runtime's host costs on this GPU."""
@@ -94,6 +122,8 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
     pinned_small = time_host(lambda: pinned_copy(pin_small), warmup=3, repeats=30).median_ns - sync_ns
     pinned_big = time_host(lambda: pinned_copy(pin_big), warmup=2, repeats=5).median_ns - sync_ns
 
+    replay_ns = replay_host_ns(model, num_seqs)
+
     def copy_cost(t_small, t_big):
         bw = big.numel() * 4 / max(t_big - t_small, 1.0)  # bytes per ns
         return CopyCost(latency_ns=max(t_small - launch_ns, 500.0), bytes_per_ns=bw)
@@ -113,4 +143,5 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
         default_op=OpCost(base_ns=float(np.median([c.base_ns for c in ops.values()])) if ops else 3000.0),
         gpu_name=gpu_name,
         model=model.cfg.name,
+        graph_replay_ns=replay_ns,
     )

@@ -68,6 +68,7 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
         events.append({"ph": "X", "cat": s.cat, "name": s.name, "pid": HOST_PID, "tid": HOST_TID,
                        "ts": _us(s.start_ns), "dur": _dur_us(s.start_ns, s.end_ns), "args": args})
     launch_ts = {s.correlation: s.start_ns for s in host if s.cat == "cuda_runtime" and s.correlation}
+    flowed: set[int] = set()
     for o in ops:
         args = {"device": device.device_index, "stream": device.stream, "correlation": o.correlation,
                 "External id": o.correlation, "simulated": True}
@@ -82,6 +83,9 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
         events.append({"ph": "X", "cat": o.kind, "name": o.name, "pid": device.device_index,
                        "tid": device.stream, "ts": _us(o.start_ns), "dur": _dur_us(o.start_ns, o.end_ns),
                        "args": args})
+        if o.correlation in flowed:
+            continue  # a graph replay: one flow from its cudaGraphLaunch to its first kernel
+        flowed.add(o.correlation)
         events.append({"ph": "s", "id": o.correlation, "pid": HOST_PID, "tid": HOST_TID,
                        "ts": _us(launch_ts[o.correlation]), "cat": "ac2g", "name": "ac2g"})
         events.append({"ph": "f", "id": o.correlation, "pid": device.device_index, "tid": device.stream,

@@ -15,10 +15,9 @@ Results (through the results store, under ``data/results/<machine>/``):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-from pathlib import Path
 
+from labkit.cli import add_run_options, resolve_run_options
 from labkit.errors import UsageError
 from labkit.mm.measure import (AFTER, BEFORE, DEFAULT_COMBOS, measure_decode_grid, measure_placeholder_calls,
                                measure_workload, sweep_decode_steps)
@@ -27,7 +26,8 @@ from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES
 from labkit.mm.step_scheduler import SchedulerConfig
 from labkit.mm.workload import WORKLOAD_PRESETS, get_workload_spec
-from labkit.results import load_results, make_result, results_rows, save_result
+from labkit.results import (commit_status, load_results, make_result, report_saved, results_rows, save_result,
+                            sized_name)
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ SOURCE = "measured-cpu"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit bench mm",
                                 description="Placeholder and encoder-scheduling host costs (vLLM #40143 and beyond).")
-    p.add_argument("--quick", action="store_true", help="fewer repeats, smaller sweep and workload (seconds)")
     p.add_argument("--sweep", action="store_true", help="also sweep requests (1-256) and images per request (1-64)")
     p.add_argument("--requests", type=int, default=128, help="requests in the decode step (default 128)")
     p.add_argument("--images", type=int, default=32, help="images per request in the decode step (default 32)")
@@ -49,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                         ",".join(f"{v}+{s}" for v, s in DEFAULT_COMBOS) + ")")
     p.add_argument("--host-scale", type=float, default=1.0,
                    help="published machine's host slowness relative to this one, for mm_overlap (default 1)")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write all results as one JSON file")
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
+    add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT",
+                    size_help="quick (default: fewer repeats, smaller sweep and workload, seconds) or full")
     return p
 
 
@@ -125,9 +124,11 @@ def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int
     reps = 7 if quick else 15
     results = {}
 
+    size = "quick" if quick else "full"
+
     def record(name, rows, params, source=SOURCE):
         # quick runs never overwrite full recordings: they are filed as <name>_quick
-        res = make_result(name + ("_quick" if quick else ""), rows, params={"quick": quick, **params}, source=source)
+        res = make_result(sized_name(name, size), rows, params={"size": size, **params}, source=source, size=size)
         if save:
             save_result(res)
         results[name] = res
@@ -161,13 +162,20 @@ def recorded_rows(name: str) -> list[dict]:
     return results_rows(load_results(name=name))
 
 
+def _commit_note(commit: str) -> str:
+    status = commit_status(commit)
+    return {"clean": f"commit {commit}", "dirty": f"commit {commit}: UNCOMMITTED CHANGES"}.get(status,
+                                                                                           "commit UNKNOWN")
+
+
 def recorded_note(name: str) -> str:
-    """One line saying which machines recorded ``name`` and whether any of them has a GPU."""
+    """One line saying which machines recorded ``name`` (source, GPU, size, commit; an unknown or
+    dirty commit flagged) and whether any of them has a GPU."""
     found = load_results(name=name)
     if not found:
-        return f"no recorded {name} result on any machine yet (run: labkit bench mm --sweep)"
-    where = ", ".join(f"{r.slug} ({r.source}{', ' + r.machine['gpu_name'] if r.machine.get('gpu_name') else ''})"
-                      for r in found)
+        return f"no recorded {name} result on any machine yet (run: labkit bench mm --size full --sweep)"
+    where = ", ".join(f"{r.slug} ({r.source}{', ' + r.machine['gpu_name'] if r.machine.get('gpu_name') else ''}, "
+                      f"size {r.size}, {_commit_note(r.labkit_commit)})" for r in found)
     gpu = any(r.machine.get("gpu_name") for r in found)
     return f"{name} recorded on: {where}" + ("" if gpu else "; no GPU machine's result yet")
 
@@ -196,24 +204,17 @@ def _print_summary(results: dict) -> None:
           f"{100 * m['explained_fraction']:.0f}% of the published {m['published_tpot_saving_ms']:.2f} ms; "
           f"predicted TPOT after {m['predicted_tpot_after_async_ms']:.2f} ms vs published "
           f"{m['published_tpot_after_ms']:.2f} ms ({m['error_async_pct']:+.1f}%)")
-    for r in results.values():
-        if r.path:
-            print(f"saved {r.path}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``labkit bench mm``."""
-    args = _parser().parse_args(argv)
+    p = _parser()
+    args = p.parse_args(argv)
+    size = resolve_run_options(args, p.prog)
     combos = parse_combos(args.combos)
-    results = run_benchmarks(quick=args.quick, sweep=args.sweep, num_requests=args.requests,
+    results = run_benchmarks(quick=size == "quick", sweep=args.sweep, num_requests=args.requests,
                              images_per_request=args.images, workload=args.workload, combos=combos,
                              host_scale=args.host_scale, save=not args.no_save)
     _print_summary(results)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({k: v.to_json() for k, v in results.items()}, indent=1, default=str) + "\n",
-                       encoding="utf-8")
-        tmp.replace(path)
+    report_saved(results, args.json)
     return 0

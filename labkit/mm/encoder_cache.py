@@ -9,6 +9,10 @@ Same semantics as vLLM's ``EncoderCacheManager`` (v0.20.0), counted in embedding
   ``num_freeable_slots``: free slots plus the slots of freeable entries.
 - Evicted identifiers are queued in ``freed`` and reported once by ``get_freed_mm_hashes()``
   (the workers drop those encoder outputs).
+- ``free(request)`` releases the request's cached items in the iteration order of the Python
+  set ``get_cached_input_ids`` returns, as vLLM does; that order (not index order once a
+  request has eight or more items) decides the order of the freeable queue, hence which
+  entry is evicted first. E.g. items 3 and 8 cached: the set iterates 8, 3.
 
 Requests need ``request_id``, ``mm_features`` (each with ``identifier`` and ``mm_position``)
 and ``get_num_encoder_embeds(input_id)``.
@@ -93,8 +97,13 @@ class EncoderCacheManager:
         self.num_freeable_slots -= num_embeds
 
     def get_cached_input_ids(self, request) -> set[int]:
-        """Indices of ``request``'s items whose outputs are cached."""
-        return {i for i, f in enumerate(request.mm_features) if f.identifier in self.cached}
+        """Indices of ``request``'s items whose outputs are cached.
+
+        Built by inserting indices in ascending order into a set, exactly as vLLM builds it,
+        so that iterating it yields vLLM's order (callers rely on that order).
+        """
+        cached = self.cached
+        return {i for i, f in enumerate(request.mm_features) if f.identifier in cached}
 
     def free_encoder_input(self, request, input_id: int) -> None:
         """Drop ``request``'s reference to item ``input_id``; unreferenced entries become freeable."""
@@ -109,8 +118,11 @@ class EncoderCacheManager:
             self.num_freeable_slots += num_embeds
 
     def free(self, request) -> None:
-        """Drop every reference ``request`` holds (finished or preempted)."""
-        for input_id in sorted(self.get_cached_input_ids(request)):
+        """Drop every reference ``request`` holds (finished, preempted or not admitted).
+
+        Items are released in the set's iteration order (not sorted), as in vLLM.
+        """
+        for input_id in self.get_cached_input_ids(request):
             self.free_encoder_input(request, input_id)
 
     def get_freed_mm_hashes(self) -> list[str]:

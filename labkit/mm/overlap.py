@@ -13,6 +13,10 @@ output throughput = batch size / step time.
 :func:`compare_with_published` asks whether a measured per-step host saving explains a
 published before/after result (by default #40143's: mean TPOT 33.81 -> 24.58 ms, output
 2478.5 -> 3146.8 tok/s), inferring the device and host time per step the numbers imply.
+
+:func:`graph_device_step` takes the device step from the lab's own engine instead, from a run
+under CUDA graphs (vLLM's regime, where the device time of a step is not hidden behind launch
+overhead) when one is recorded: measured on a GPU first, then simulated.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ __all__ = [
     "sweep_host_time",
     "PublishedComparison",
     "compare_with_published",
+    "DeviceStep",
+    "device_step_ms",
+    "graph_device_step",
 ]
 
 MODES = ("sync", "async")
@@ -219,3 +226,64 @@ def compare_with_published(host_saving_ms: float, *, published: PublishedResult 
         published_throughput_gain=p.throughput_gain,
         predicted_throughput_gain=pred_tok_s / p.output_tok_s_before,
     )
+
+
+@dataclass(frozen=True)
+class DeviceStep:
+    """A device time per decode step (ms) and where it comes from.
+
+    ``source``: ``measured-gpu``, ``simulated`` or ``published`` (implied by the PR's table);
+    ``origin``: result name, machine, variant and CUDA-graph mode, or the fallback's reason.
+    """
+
+    device_ms: float
+    source: str
+    origin: str
+
+
+def device_step_ms(row: dict) -> float | None:
+    """Device busy time per step (ms) of one ``labkit bench engine`` row, or None if unknown.
+
+    Simulated rows carry it (``device_busy_per_step_ns``); measured rows give it as the median
+    step times the busy share of their profiled steps (``1 - device_idle_frac``).
+    """
+    if row.get("device_busy_per_step_ns") is not None:
+        return float(row["device_busy_per_step_ns"]) / 1e6
+    idle = row.get("device_idle_frac")
+    if idle is None or row.get("median_ns") is None:
+        return None
+    return float(row["median_ns"]) / 1e6 * (1.0 - float(idle))
+
+
+#: preferred variants for the device step: the after-fix ones (no host work inside the forward)
+_PREFERRED = ("fast/cursor/none/async", "list/loop/none/async", "fast/cursor/cached/async")
+
+
+def graph_device_step(results, fallback_ms: float, *, fallback_origin: str = "implied by the published TPOT after",
+                      include_quick: bool = False) -> DeviceStep:
+    """The device step (ms) of a recorded graph-mode engine run, else ``fallback_ms``.
+
+    ``results``: ``labkit.results.BenchResult`` objects of engine runs (any machines); quick-size
+    runs (never committed) only count with ``include_quick``. Rows run with a full graph
+    (``cudagraph_run == "full"``) are preferred over piecewise ones, measured GPUs over simulated
+    runs, and the after-fix variants over the others.
+    """
+    best = None
+    for res in results:
+        if not include_quick and getattr(res, "size", None) == "quick":
+            continue
+        for row in res.rows:
+            run = row.get("cudagraph_run")
+            ms = device_step_ms(row)
+            if run not in ("full", "piecewise") or ms is None or ms <= 0:
+                continue
+            base = row.get("variant", "").rsplit("/", 1)[0] if row.get("cudagraph", "none") != "none" else ""
+            rank = (run == "full", res.source == "measured-gpu", base in _PREFERRED,
+                    -_PREFERRED.index(base) if base in _PREFERRED else -len(_PREFERRED))
+            if best is None or rank > best[0]:
+                machine = (res.machine or {}).get("slug") or (res.machine or {}).get("gpu_name") or "?"
+                origin = f"{res.name} on {machine}: {row.get('variant')} ({run} graph)"
+                best = (rank, DeviceStep(ms, res.source, origin))
+    if best is None:
+        return DeviceStep(float(fallback_ms), "published", fallback_origin)
+    return best[1]

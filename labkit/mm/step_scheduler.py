@@ -3,14 +3,19 @@
 A compact model of vLLM v1's ``Scheduler.schedule()`` (FCFS, chunked prefill, no prefix
 caching, no speculative decoding beyond the EAGLE shift):
 
-1. Bookkeeping for the previous step (what vLLM does in ``update_from_output``): requests
-   that produced their last token leave the batch (KV blocks and encoder-cache references
-   freed); encoder outputs whose placeholder is now fully in the KV cache are released.
+1. Bookkeeping for the previous step, as vLLM 0.20.0's ``update_from_output`` does it: for
+   each row of that step, in row order, the request's encoder outputs whose placeholder is
+   now wholly in the KV cache are released (:func:`free_encoder_inputs`, vLLM's
+   ``_free_encoder_inputs``: it walks every cached item of the request, so an image repeated
+   in the request is released when its *first* copy is passed), then, if the request
+   produced its last token, it leaves the batch (KV blocks and its remaining encoder-cache
+   references freed, in the cache's set order).
 2. Running requests, in order, each get their remaining tokens (1 in decode, the rest of
    the prompt in a chunked prefill) clamped to the token budget, then encoder inputs through
-   the chosen strategy. If KV blocks run out, the most recently admitted running request is
-   preempted (back to the front of the waiting queue, ``num_computed_tokens`` reset to 0, its
-   encoder-cache references freed); if that is the request itself, the loop stops.
+   the chosen strategy (with EAGLE's shift, for waiting requests too, as vLLM passes it).
+   If KV blocks run out, the most recently admitted running request is preempted (back to
+   the front of the waiting queue, ``num_computed_tokens`` reset to 0, its encoder-cache
+   references freed); if that is the request itself, the loop stops.
 3. If nothing was preempted, waiting requests are admitted while the token budget, the
    ``max_num_seqs`` limit, the encoder budget and the KV capacity allow.
 4. ``num_computed_tokens`` advances at once (vLLM's ``_update_after_schedule``, what lets
@@ -32,7 +37,7 @@ from labkit.errors import UsageError
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.scheduler import SchedulingStrategy, make_strategy
 
-__all__ = ["SchedulerConfig", "ScheduledRequest", "StepPlan", "StepScheduler", "run_workload"]
+__all__ = ["SchedulerConfig", "ScheduledRequest", "StepPlan", "StepScheduler", "free_encoder_inputs", "run_workload"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +51,8 @@ class SchedulerConfig:
     vLLM sets it). ``max_tokens_per_mm_item``: the model's largest item in embeddings; the
     encoder budget and cache are at least this. ``kv_capacity_tokens``: KV-cache size in
     tokens (None: unlimited), allocated in blocks of ``block_size`` tokens.
-    ``shift_computed_tokens``: EAGLE look-ahead for running requests (0 or 1).
+    ``shift_computed_tokens``: EAGLE look-ahead (0 or 1), passed for running and waiting
+    requests alike.
     """
 
     max_num_batched_tokens: int = 8192
@@ -137,6 +143,28 @@ class StepPlan:
         return {s.request_id: s.encoder_inputs for s in self.scheduled if s.encoder_inputs}
 
 
+def free_encoder_inputs(cache: EncoderCacheManager, request) -> None:
+    """Release ``request``'s cached items whose placeholder is wholly in the KV cache.
+
+    vLLM 0.20.0's ``Scheduler._free_encoder_inputs`` (decoder-only models), called after each
+    step for every request the step scheduled: it walks *all* of the request's cached items
+    (``get_cached_input_ids``, in the set's iteration order) and frees each one with
+    ``offset + length <= num_computed_tokens``. An identifier that occurs twice in the request
+    is therefore released as soon as its first copy is passed, even while a later copy is
+    still to be read (a later step's cache hit rescues it from the freeable queue, or, once
+    evicted, it is encoded again).
+    """
+    cached_ids = cache.get_cached_input_ids(request)
+    if not cached_ids:
+        return
+    computed = request.num_computed_tokens
+    feats = request.mm_features
+    for input_id in list(cached_ids):
+        pos = feats[input_id].mm_position
+        if pos.offset + pos.length <= computed:
+            cache.free_encoder_input(request, input_id)
+
+
 class StepScheduler:
     """Plans engine steps for a set of requests (any placeholder variant, any strategy).
 
@@ -158,8 +186,8 @@ class StepScheduler:
         self.step_index = 0
         self._kv_blocks: dict[str, int] = {}
         self._kv_used = 0
-        self._free_cursor: dict[str, int] = {}  # first item not yet released after use
         self._just_finished: list = []
+        self._outputs_processed = 0  # plans whose bookkeeping (update_from_output) is done
 
     # -- input -------------------------------------------------------------------------
     def add_request(self, request) -> None:
@@ -215,58 +243,49 @@ class StepScheduler:
         self._kv_used -= self._kv_blocks.pop(request.request_id, 0)
 
     # -- bookkeeping -------------------------------------------------------------------
-    def _release_consumed_encoder_inputs(self, request) -> None:
-        # Release references to items now wholly in the KV cache (each item passed once).
-        feats = request.mm_features
-        rid = request.request_id
-        i = self._free_cursor.get(rid, 0)
-        n = len(feats)
-        computed = request.num_computed_tokens
-        start = i
-        while i < n:
-            pos = feats[i].mm_position
-            if pos.offset + pos.length > computed:
-                break
-            self.cache.free_encoder_input(request, i)
-            i += 1
-        if i != start:
-            self._free_cursor[rid] = i
-
     def _preempt(self, request) -> None:
         self.cache.free(request)
         self._free_kv(request)
-        self._free_cursor.pop(request.request_id, None)
         request.num_computed_tokens = 0
         self.waiting.appendleft(request)
 
     def collect_finished(self) -> tuple[str, ...]:
-        """Remove requests that produced their last token in the latest step; returns their ids.
+        """Bookkeeping for the latest step (vLLM's ``update_from_output``); returns the ids of
+        the requests that produced their last token in it.
 
-        ``schedule()`` does this first (and reports the ids in its plan); call it after the
-        last step to release their KV blocks and encoder-cache references.
+        For each row of the latest plan, in row order: release the request's consumed encoder
+        inputs (:func:`free_encoder_inputs`), then, if it finished, remove it from the batch
+        and free its KV blocks and encoder-cache references. ``schedule()`` does this first
+        (and reports the ids in its plan); call it after the last step to release what the
+        finished requests hold. Runs once per plan.
         """
-        if not self._just_finished:
+        if self._outputs_processed >= len(self.log):
             return ()
-        done = self._just_finished
+        plan = self.log[-1]
+        self._outputs_processed = len(self.log)
+        done = {id(r) for r in self._just_finished}
         self._just_finished = []
-        gone = set(id(r) for r in done)
-        self.running = [r for r in self.running if id(r) not in gone]
-        for r in done:
-            self.cache.free(r)
-            self._free_kv(r)
-            self._free_cursor.pop(r.request_id, None)
-            self.strategy.forget(r.request_id)
-            self.finished.append(r.request_id)
-        return tuple(r.request_id for r in done)
+        cache = self.cache
+        finished_ids = []
+        for row in plan.scheduled:
+            req = self.requests[row.request_id]
+            if req.has_encoder_inputs:
+                free_encoder_inputs(cache, req)
+            if id(req) in done:
+                cache.free(req)
+                self._free_kv(req)
+                self.strategy.forget(req.request_id)
+                self.finished.append(req.request_id)
+                finished_ids.append(req.request_id)
+        if done:
+            self.running = [r for r in self.running if id(r) not in done]
+        return tuple(finished_ids)
 
     # -- one step ----------------------------------------------------------------------
     def schedule(self) -> StepPlan:
         """Plan the next engine step, advance the requests' counters and log the plan."""
         cfg = self.config
         finished_ids = self.collect_finished()
-        for r in self.running:
-            if r.has_encoder_inputs:
-                self._release_consumed_encoder_inputs(r)
 
         token_budget = cfg.max_num_batched_tokens
         encoder_budget = cfg.encoder_compute_budget
@@ -316,7 +335,7 @@ class StepScheduler:
                 new_budget = encoder_budget
                 if req.has_encoder_inputs:
                     enc, num_new, new_budget = strategy.schedule(
-                        req, req.num_computed_tokens, num_new, encoder_budget, cache, 0, no_chunk)
+                        req, req.num_computed_tokens, num_new, encoder_budget, cache, shift, no_chunk)
                     if num_new == 0:
                         break
                 if not self._allocate_kv(req, num_new):

@@ -5,39 +5,43 @@ converts it to a notebook in memory, injects the ``device`` and ``size`` paramet
 after the cell tagged ``parameters``, executes it with nbclient (kernel working
 directory: the notebooks folder, as in JupyterLab; widget state stored), and exports
 one standalone HTML page per notebook plus ``index.html``. Pages load nothing from the
-network: plotly.js is embedded by the notebooks' renderer, the widget renderer and
-require.js are copied from ``node_modules`` into ``<out>/_static/``, MathJax and
-mermaid are left out. A failing notebook is reported (cell index, first line, error)
+network: the pages are written by the ``labkit_html`` nbconvert exporter
+(:mod:`labkit.report.exporter`, also in JupyterLab's export menu), linking the widget
+renderer and require.js that are copied from ``node_modules`` into ``<out>/_static/``.
+A failing notebook is reported (cell index, first line, error)
 on stderr and in the index, its partial page is still written, the others still run,
 and the command exits 1 at the end.
+
+The notebooks run under :class:`labkit.report.client.ReportClient` (a reply the kernel
+sent is never waited on until the cell timeout; SIGINT and SIGTERM stop the run). Each
+notebook's kernel records which recorded results it reads (:mod:`labkit.report.provenance`),
+so the index shows where each notebook ran and which labkit commits its results come
+from; the run itself is saved in the results store (:mod:`labkit.report.runs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import logging
 import os
-import re
-import shutil
+import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.fileio import write_atomic
-from labkit.report.index import render_index
+from labkit.fileio import copy_atomic, write_atomic
+from labkit.report.execute import CellError, ReportStopped, execute_notebook
+from labkit.report.exporter import export_page, notebook_sources, strip_remote_scripts  # noqa: F401 (re-exported)
+from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
 
 logger = logging.getLogger(__name__)
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
-SOURCES_METADATA_KEY = "labkit_sources"  # same key as labkit.viz.notebook (not imported: no plotly here)
 SIZES = ("quick", "full")
-MANIFEST = "report.json"
 STATIC = "_static"
 
 #: files copied from node_modules into <out>/_static (source dir -> target subdir)
@@ -45,44 +49,6 @@ _VENDOR = {
     "@jupyter-widgets/html-manager/dist": "html-manager",
     "requirejs": "requirejs",
 }
-WIDGET_RENDERER = f"{STATIC}/html-manager/embed-amd.js"
-REQUIRE_JS = f"{STATIC}/requirejs/require.js"
-
-# The lab template without MathJax and mermaid (both would load from a CDN).
-_TEMPLATE_NAME = "labkit_offline.html.j2"
-_TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-"""
-
-
-@dataclass
-class CellError:
-    """Where and why a notebook stopped: ``cell`` counts the notebook's own cells from 0."""
-
-    cell: int | None
-    first_line: str
-    error: str
-
-    def describe(self) -> str:
-        where = f"cell {self.cell}" if self.cell is not None else "kernel"
-        line = f" `{self.first_line}`" if self.first_line else ""
-        return f"{where}{line}: {self.error}"
-
-
-@dataclass
-class NotebookRun:
-    """The outcome of one notebook: page written, seconds taken, sources it declared."""
-
-    name: str
-    title: str
-    html: str | None
-    ok: bool
-    seconds: float
-    sources: list[str] = field(default_factory=list)
-    error: CellError | None = None
-    has_widgets: bool = False
-
 
 def find_notebooks(notebooks_dir: Path | str = NOTEBOOKS_DIR, only: list[str] | None = None) -> list[Path]:
     """The ``NN_*.py`` notebooks in order; ``only`` keeps names given with or without ``.py``."""
@@ -137,121 +103,6 @@ def inject_parameters(nb, params: dict) -> int:
     return at
 
 
-def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            return line.strip()[:120]
-    return ""
-
-
-def _failed_cell(nb, exc: BaseException) -> tuple[int | None, str]:
-    """Index and first line of the cell that failed: the one with an error output, else
-    the last cell the kernel started (a timeout or a dead kernel)."""
-    for i, c in enumerate(nb.cells):
-        if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", [])):
-            return i, _first_line(c.source)
-    started = [
-        i for i, c in enumerate(nb.cells)
-        if c.cell_type == "code" and "iopub.execute_input" in c.get("metadata", {}).get("execution", {})
-    ]
-    if started:
-        return started[-1], _first_line(nb.cells[started[-1]].source)
-    return None, ""
-
-
-def _error_text(nb, exc: BaseException) -> str:
-    for c in nb.cells:
-        for o in c.get("outputs", []):
-            if o.get("output_type") == "error":
-                return f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip()[:300]
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
-
-
-def execute_notebook(nb, *, cwd: Path, timeout: int, env: dict | None = None, injected_at: int | None = None):
-    """Run ``nb`` in place with a fresh python3 kernel; return a ``CellError`` or None.
-
-    ``injected_at``: index of an injected parameters cell, so that error positions
-    are given in the source notebook's own cell numbering.
-    """
-    from nbclient import NotebookClient
-
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(cwd)}},
-        store_widget_state=True,
-        record_timing=True,
-        allow_errors=False,
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no transport warnings in the progress log
-    )
-    try:
-        client.execute(env=env)
-    except Exception as exc:  # noqa: BLE001 - any failure is reported, never raised
-        index, first = _failed_cell(nb, exc)
-        if index is not None and injected_at is not None and index > injected_at:
-            index -= 1
-        return CellError(cell=index, first_line=first, error=_error_text(nb, exc))
-    return None
-
-
-def notebook_sources(nb) -> list[str]:
-    """Sources declared with ``declare_sources`` (output metadata), in order, unique."""
-    seen: list[str] = []
-    for c in nb.cells:
-        for o in c.get("outputs", []):
-            for s in o.get("metadata", {}).get(SOURCES_METADATA_KEY, []) or []:
-                if s not in seen:
-                    seen.append(s)
-    return seen
-
-
-_REMOTE_SCRIPT = re.compile(r"""<script[^>]*\ssrc=["']?(?:https?:)?//[^>]*>\s*</script>""", re.I)
-
-
-def strip_remote_scripts(nb) -> int:
-    """Remove ``<script src="http...">`` tags from HTML outputs and saved widget state
-    (figures shown in an Output widget live there); return how many.
-
-    plotly's notebook renderer adds a MathJax script from a CDN to every figure
-    (hard-coded); offline it only fails to load, so the exported page drops it.
-    """
-    counter = [0]
-
-    def scrub(obj):
-        if isinstance(obj, str):
-            if "<script" not in obj:
-                return obj
-            new, n = _REMOTE_SCRIPT.subn("", obj)
-            counter[0] += n
-            return new
-        if isinstance(obj, list):
-            return [scrub(x) for x in obj]
-        if isinstance(obj, dict):
-            return {k: scrub(v) for k, v in obj.items()}
-        return obj
-
-    widgets = nb.metadata.get("widgets")
-    if widgets:
-        import nbformat
-
-        nb.metadata["widgets"] = nbformat.from_dict(scrub(dict(widgets)))
-    removed = counter[0]
-    for c in nb.cells:
-        for o in c.get("outputs", []):
-            data = o.get("data", {})
-            html = data.get("text/html")
-            if html is None:
-                continue
-            text = "".join(html) if isinstance(html, list) else html
-            new, n = _REMOTE_SCRIPT.subn("", text)
-            if n:
-                data["text/html"] = new
-                removed += n
-    return removed
-
-
 def _error_banner(nb, name: str, err: CellError) -> None:
     import html
 
@@ -263,24 +114,6 @@ def _error_banner(nb, name: str, err: CellError) -> None:
         "The page shows the outputs up to that cell.</div>"
     )
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
-
-
-def export_html(nb, path: Path) -> None:
-    """Write ``nb`` as a standalone offline HTML page (atomically)."""
-    from jinja2 import DictLoader
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(
-        template_name="lab",
-        extra_loaders=[DictLoader({_TEMPLATE_NAME: _TEMPLATE})],
-        template_file=_TEMPLATE_NAME,
-        require_js_url=REQUIRE_JS,
-        widget_renderer_url=WIDGET_RENDERER,
-        mathjax_url="",
-    )
-    strip_remote_scripts(nb)
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
-    write_atomic(path, body)
 
 
 def vendor_static(out_dir: Path, node_modules: Path | None = None) -> bool:
@@ -301,35 +134,10 @@ def vendor_static(out_dir: Path, node_modules: Path | None = None) -> bool:
         for f in src.iterdir():
             if f.is_file() and not f.name.endswith(".map") and f.name not in ("embed.js", "libembed-amd.js"):
                 if f.suffix in (".js", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".txt") or f.name == "LICENSE":
-                    shutil.copyfile(f, dst / f.name)
+                    copy_atomic(f, dst / f.name)
     if not ok:
         logger.warning("report assets missing under %s: run `npm ci` (widgets will not render)", node_modules)
     return ok
-
-
-def _public_machine(device: str) -> dict:
-    from labkit.device import describe_machine
-
-    keys = ("slug", "device", "gpu_name", "gpu_memory_gib", "gpu_sm_count", "gpu_capability", "driver",
-            "cuda", "torch", "triton", "python", "cpu_model", "cpu_cores", "os", "kernel_mode")
-    desc = describe_machine(device)
-    return {k: desc.get(k) for k in keys}
-
-
-def _load_manifest(out_dir: Path) -> dict:
-    try:
-        return json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def _run_from_json(d: dict) -> NotebookRun:
-    err = d.get("error")
-    return NotebookRun(
-        name=d["name"], title=d.get("title", d["name"]), html=d.get("html"), ok=bool(d.get("ok")),
-        seconds=float(d.get("seconds", 0.0)), sources=list(d.get("sources", [])),
-        error=CellError(**err) if err else None, has_widgets=bool(d.get("has_widgets")),
-    )
 
 
 def build_report(
@@ -341,11 +149,17 @@ def build_report(
     notebooks_dir: Path | str = NOTEBOOKS_DIR,
     timeout: int = 1800,
     log=None,
+    save: bool = True,
+    plotly: str = "inline",
 ) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
-    ``log`` (default: print to stderr) gets one progress line per notebook.
-    ``--only`` runs keep the other notebooks' earlier entries in the index.
+    ``log`` (default: print to stderr) gets one progress line per notebook, and a line for
+    any reply the client had to be woken for. ``--only`` runs keep the other notebooks'
+    earlier entries in the index. ``save`` records the run in the results store
+    (:func:`save_report_result`). ``plotly``: ``inline`` (each page standalone) or ``shared`` (one
+    ``_static/plotly.min.js`` for all pages; :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the
+    index is written for the notebooks done.
     """
     from labkit.device import resolve_device
 
@@ -362,42 +176,64 @@ def build_report(
     vendor_static(out_dir)
     env = dict(os.environ, LABKIT_DEVICE=resolved)
 
+    slug = public_machine(resolved).get("slug") or "unknown"
     runs: list[NotebookRun] = []
-    for i, path in enumerate(paths, 1):
-        t0 = time.perf_counter()
-        log(f"[{i}/{len(paths)}] {path.stem} ...")
-        nb = read_notebook(path)
-        title = notebook_title(nb, path.stem)
-        at = inject_parameters(nb, {"device": resolved, "size": size})
-        err = execute_notebook(nb, cwd=notebooks_dir, timeout=timeout, env=env, injected_at=at)
-        seconds = time.perf_counter() - t0
-        if err is not None:
-            _error_banner(nb, path.stem, err)
-        html_name = f"{path.stem}.html"
-        export_html(nb, out_dir / html_name)
-        run = NotebookRun(
-            name=path.stem, title=title, html=html_name, ok=err is None, seconds=round(seconds, 1),
-            sources=notebook_sources(nb), error=err, has_widgets="widgets" in nb.metadata,
-        )
-        runs.append(run)
-        status = "ok" if run.ok else f"FAILED at {err.describe()}"
-        log(f"[{i}/{len(paths)}] {path.stem}: {status} ({seconds:.1f} s)")
-
-    previous = _load_manifest(out_dir).get("notebooks", []) if only else []
-    names = {r.name for r in runs}
-    kept = [_run_from_json(d) for d in previous if d.get("name") not in names and (out_dir / str(d.get("html"))).is_file()]
-    all_runs = sorted(runs + kept, key=lambda r: r.name)
-    meta = {
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "labkit_commit": labkit_commit(),
-        "size": size,
-        "device": resolved,
-        "machine": _public_machine(resolved),
-        "notebooks": [asdict(r) for r in all_runs],
-    }
-    write_atomic(out_dir / MANIFEST, json.dumps(meta, indent=1) + "\n")
-    write_atomic(out_dir / "index.html", render_index(meta))
+    try:
+        for i, path in enumerate(paths, 1):
+            tag = f"[{i}/{len(paths)}] {path.stem}"
+            log(f"{tag} ...")
+            run = _run_notebook(path, out_dir, size=size, device=resolved, slug=slug, notebooks_dir=notebooks_dir,
+                                timeout=timeout, env=env, log=lambda msg, tag=tag: log(f"{tag}: {msg}"),
+                                plotly=plotly)
+            runs.append(run)
+            status = "ok" if run.ok else f"FAILED at {run.error.describe()}"
+            log(f"{tag}: {status} ({run.seconds:.1f} s)")
+    finally:
+        # also when stopped by a signal: the pages written so far get their index
+        write_index(out_dir, runs, size=size, device=resolved, keep_previous=bool(only) or len(runs) < len(paths))
+    if save and runs:
+        save_report_result(runs, size=size, device=resolved, only=only)
     return runs
+
+
+def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: str, notebooks_dir: Path,
+                  timeout: int, env: dict, log, plotly: str = "inline") -> NotebookRun:
+    """Execute one notebook, export its page and say how it went (``log`` gets stall lines)."""
+    import tempfile
+
+    from labkit.report.provenance import KERNEL_SETUP, READS_ENV, results_read
+
+    t0 = time.perf_counter()
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    nb = read_notebook(path)
+    title = notebook_title(nb, path.stem)
+    at = inject_parameters(nb, {"device": device, "size": size})
+
+    def stalled(cell: int, waited: float) -> None:
+        log(f"cell {cell} had replied and the kernel was idle, but the reply was not delivered to the "
+            f"client for {waited:.1f} s (lost socket wakeup); read it and went on")
+
+    with tempfile.TemporaryDirectory(prefix="labkit-report-") as tmp:
+        reads = Path(tmp) / "results-read.txt"
+        execution = execute_notebook(
+            nb, cwd=notebooks_dir, timeout=timeout, env=dict(env, **{READS_ENV: str(reads)}), injected_at=at,
+            on_stall=stalled, extra_arguments=[f"--IPKernelApp.exec_lines={KERNEL_SETUP}"],
+        )
+        results = results_read(reads)
+    err = execution.error
+    seconds = time.perf_counter() - t0
+    if err is not None:
+        _error_banner(nb, path.stem, err)
+    html_name = f"{path.stem}.html"
+    commit = labkit_commit()
+    export_page(nb, out_dir / html_name, static_url=STATIC, plotly=plotly,
+                run={"machine": slug, "device": device, "labkit_commit": commit, "results": results})
+    return NotebookRun(
+        name=path.stem, title=title, html=html_name, ok=err is None, seconds=round(seconds, 1),
+        sources=notebook_sources(nb), error=err, has_widgets="widgets" in nb.metadata,
+        machine=slug, device=device, labkit_commit=commit, created=created,
+        results=results, stalled_replies=len(execution.stalls),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -412,7 +248,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", default=str(NOTEBOOKS_DIR), help="folder of NN_*.py notebooks")
     p.add_argument("--timeout", type=int, default=None,
                    help="seconds allowed per cell (default 300 in quick size, 1800 in full)")
+    p.add_argument("--plotly", default="inline", choices=("inline", "shared"),
+                   help="inline (default): every page standalone, plotly.js compressed inside; "
+                        "shared: one _static/plotly.min.js next to the pages (smaller, keep the folder together)")
+    p.add_argument("--no-save", action="store_true",
+                   help="do not record the run (report.json / report_quick.json) in the results store")
     return p
+
+
+def _raise_stopped(signum, _frame):
+    raise ReportStopped(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -423,10 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout < 1:
         raise UsageError("--timeout must be at least 1 second")
     t0 = time.perf_counter()
-    runs = build_report(
-        args.out, size=args.size, device=args.device, only=args.only,
-        notebooks_dir=args.notebooks, timeout=args.timeout,
-    )
+    # SIGTERM stops the run as Ctrl-C does (while a notebook runs, the client handles both)
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        runs = build_report(
+            args.out, size=args.size, device=args.device, only=args.only,
+            notebooks_dir=args.notebooks, timeout=args.timeout, save=not args.no_save, plotly=args.plotly,
+        )
+    except (ReportStopped, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, ReportStopped) else signal.SIGINT
+        print(f"report: stopped by {signal.Signals(signum).name} after {time.perf_counter() - t0:.0f} s; "
+              f"the pages finished so far are in {Path(args.out) / 'index.html'}", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     failed = [r for r in runs if not r.ok]
     print(f"report: {len(runs) - len(failed)}/{len(runs)} notebooks ok in {time.perf_counter() - t0:.0f} s "
           f"-> {Path(args.out) / 'index.html'}")

@@ -1,8 +1,10 @@
 """The report index page: machine, date, device, commit and one row per notebook.
 
 Each row says whether the notebook's numbers were measured on a GPU, measured on a
-CPU, simulated or interpreted (the sources it declared), and where it failed if it did.
-Plain HTML with inline CSS: it loads nothing.
+CPU, simulated or interpreted (the sources it declared), where it executed (machine,
+device, labkit commit), which labkit commits the recorded results it read come from
+(an unknown commit or one with uncommitted changes is flagged), and where it failed if
+it did. Plain HTML with inline CSS: it loads nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ _COLOURS = {
     "interpreted": "#6b4c9a",
 }
 
-_MEANING = {
+#: what each source means (the legend of the index and of every page)
+SOURCE_MEANINGS = {
     "measured-gpu": "timed on a real GPU: this machine's, or recorded on the machine a result names",
     "measured-cpu": "timed on a real CPU: this machine's, or recorded on the machine a result names",
     "simulated": "produced by a model of the hardware, not a measurement",
@@ -32,6 +35,8 @@ th { background: #f4f4f4; }
 .ok { color: #1b7f3a; font-weight: bold; }
 .failed { color: #b00020; font-weight: bold; }
 code { background: #f4f4f4; padding: 0 3px; }
+.flag { color: #b00020; font-weight: bold; }
+.results { font-size: 90%; }
 .muted { color: #777; }
 """
 
@@ -46,6 +51,43 @@ def source_badge(source: str) -> str:
     return f'<span class="badge" data-source="{_e(source)}" style="background:{colour}">{_e(source)}</span>'
 
 
+def commit_label(commit: str | None) -> str:
+    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words."""
+    from labkit.results import commit_status
+
+    status = commit_status(commit)
+    if status == "unknown":
+        return '<span class="flag" data-commit="unknown">commit unknown</span>'
+    label = f'<code data-commit="{_e(status)}">{_e(commit)}</code>'
+    if status == "dirty":
+        label += ' <span class="flag">uncommitted changes</span>'
+    return label
+
+
+def _ran_on(nb: dict) -> str:
+    if not nb.get("machine") and not nb.get("device"):
+        return '<span class="muted">not recorded</span>'
+    created = str(nb.get("created") or "")[:16].replace("T", " ")
+    when = f'<br><span class="muted">{_e(created)}</span>' if created else ""
+    return (f'<b>{_e(nb.get("device"))}</b> on <code>{_e(nb.get("machine"))}</code><br>'
+            f'labkit {commit_label(nb.get("labkit_commit"))}{when}')
+
+
+def _results_from(nb: dict) -> str:
+    results = nb.get("results")
+    if results is None or (not results and not nb.get("machine")):
+        return '<span class="muted">not recorded</span>'
+    if not results:
+        return '<span class="muted">none read</span>'
+    by_commit: dict[str, list[str]] = {}
+    for r in results:
+        by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
+    items = "".join(
+        f'<li>{commit_label(commit)}: {_e(", ".join(names))}</li>' for commit, names in by_commit.items()
+    )
+    return f'<ul class="results">{items}</ul>'
+
+
 def _notebook_row(nb: dict) -> str:
     link = f'<a href="{_e(nb["html"])}">{_e(nb["title"])}</a>' if nb.get("html") else _e(nb["title"])
     if nb.get("ok"):
@@ -58,7 +100,8 @@ def _notebook_row(nb: dict) -> str:
     sources = "".join(source_badge(s) for s in nb.get("sources", [])) or '<span class="muted">not declared</span>'
     return (
         f'<tr data-notebook="{_e(nb["name"])}"><td><code>{_e(nb["name"])}</code></td><td>{link}</td>'
-        f"<td>{sources}</td><td>{status}</td><td>{float(nb.get('seconds', 0)):.1f}</td></tr>"
+        f"<td>{sources}</td><td>{_ran_on(nb)}</td><td>{_results_from(nb)}</td>"
+        f"<td>{status}</td><td>{float(nb.get('seconds', 0)):.1f}</td></tr>"
     )
 
 
@@ -71,7 +114,7 @@ def render_index(meta: dict) -> str:
     notebooks = meta.get("notebooks", [])
     n_ok = sum(1 for nb in notebooks if nb.get("ok"))
     rows = "".join(_notebook_row(nb) for nb in notebooks)
-    legend = "".join(f"<li>{source_badge(s)} {_e(m)}</li>" for s, m in _MEANING.items())
+    legend = "".join(f"<li>{source_badge(s)} {_e(m)}</li>" for s, m in SOURCE_MEANINGS.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
@@ -79,11 +122,13 @@ def render_index(meta: dict) -> str:
 <body>
 <h1>labkit report</h1>
 <p>Every lab notebook executed headless on <b>{_e(machine.get('slug'))}</b> (device <b>{_e(meta.get('device'))}</b>,
-size <b>{_e(meta.get('size'))}</b>) on {_e(meta.get('created'))}, labkit commit <code>{_e(meta.get('labkit_commit'))}</code>.
+size <b>{_e(meta.get('size'))}</b>) on {_e(meta.get('created'))},
+labkit commit {commit_label(meta.get('labkit_commit'))}.
 {n_ok} of {len(notebooks)} notebooks ran to the end.</p>
 <h2>Notebooks</h2>
 <table id="notebooks">
-<tr><th>notebook</th><th>title</th><th>numbers on the page</th><th>status</th><th>seconds</th></tr>
+<tr><th>notebook</th><th>title</th><th>numbers on the page</th><th>executed on</th>
+<th>recorded results read, by labkit commit</th><th>status</th><th>seconds</th></tr>
 {rows}
 </table>
 <ul class="legend">{legend}</ul>

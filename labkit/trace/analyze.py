@@ -18,17 +18,17 @@ import pandas as pd
 
 from labkit.trace.bubbles import (
     DEFAULT_KERNEL_WAIT_US,
-    DEFAULT_STEP_PATTERN,
     device_ops,
     find_bubbles,
-    find_steps,
     host_starvation,
     hta_idle_breakdown,
     steps_table,
     stream_idle,
 )
+from labkit.trace.graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
 from labkit.trace.load import BUSY_CATS, DEVICE_CATS, Trace, as_trace
+from labkit.trace.steps import detect_steps, step_phases
 
 SCHEMA = 1
 
@@ -50,6 +50,11 @@ class Analysis:
     params: dict = field(default_factory=dict)
     trace: Trace | None = field(default=None, repr=False)
     ops: pd.DataFrame | None = field(default=None, repr=False)
+    replays: pd.DataFrame | None = None  #: CUDA-graph replays, one row per launch (labkit.trace.graphs)
+    devices: pd.DataFrame | None = None  #: idle per device, real gaps only (labkit.trace.graphs)
+    device_gaps: pd.DataFrame | None = field(default=None, repr=False)
+    step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.steps.detect_steps)
+    step_phases: pd.DataFrame | None = None  #: host time per annotated phase per step
 
     @property
     def h2d(self) -> pd.DataFrame:
@@ -85,17 +90,52 @@ class Analysis:
                                          .agg(count=("bytes", "size"), total_bytes=("bytes", "sum"))),
             },
             "steps": _records(self.steps),
+            "step_detection": self.step_info,
+            "step_phases": _records(self.step_phases) if self.step_phases is not None else [],
+            "devices": _records(self.devices) if self.devices is not None else [],
+            "graphs": self._graphs_json(top),
             "hta_compatible": _records(self.hta_compatible),
             "host_threads": _records(self.host_threads),
             "kernels": _records(self.kernels.head(top)),
         })
+
+    def _graphs_json(self, top: int) -> dict:
+        r = self.replays
+        if r is None or len(r) == 0:
+            return {"launches_count": 0, "recorded_count": 0, "unrecorded_count": 0, "ops_count": 0, "replays": []}
+        rec = r[r["recorded"]]
+        return {"launches_count": int(len(r)), "recorded_count": int(len(rec)),
+                "unrecorded_count": int(len(r) - len(rec)), "ops_count": int(r["ops_count"].sum()),
+                "busy_us": float(rec["busy_us"].sum()), "gaps_us": float(rec["gaps_us"].sum()),
+                "launch_to_start_us_median": float(rec["launch_to_start_us"].median()) if len(rec) else None,
+                "replays": _records(r.sort_values("span_us", ascending=False, kind="stable").head(top))}
+
+    def _step_lines(self, top: int) -> list[str]:
+        info = self.step_info or {}
+        if info.get("note"):
+            return [f"note: {info['note']}"]
+        if len(self.steps) == 0:
+            return []
+        runner = f", model runner {info['model_runner']}" if info.get("model_runner") else ""
+        shown = min(top, len(self.steps))
+        out = [f"steps: {len(self.steps)} from {info.get('source')} markers{runner} (first {shown}):",
+               f"{'step':>5} {'host_ms':>9} {'ops':>6} {'busy_ms':>9} {'host_wait':>9} {'kern_wait':>9} {'other':>9}"
+               "  phases (host ms)"]
+        ph = self.step_phases if self.step_phases is not None else pd.DataFrame(columns=["step", "phase", "host_us"])
+        for r in self.steps.head(top).itertuples():
+            p = ph[ph["step"] == r.step].sort_values("host_us", ascending=False, kind="stable").head(4)
+            phases = ", ".join(f"{x.phase[:28]} {x.host_us / 1e3:.2f}" for x in p.itertuples())
+            out.append(f"{r.step:>5} {r.dur_us / 1e3:>9.3f} {r.ops_count:>6} {r.device_busy_us / 1e3:>9.3f} "
+                       f"{r.idle_host_wait_us / 1e3:>9.3f} {r.idle_kernel_wait_us / 1e3:>9.3f} "
+                       f"{r.idle_other_us / 1e3:>9.3f}  {phases}")
+        return out
 
     def summary_lines(self, top: int = 5) -> list[str]:
         """A short human summary (for the CLI)."""
         s = self.source
         out = [f"trace: {s['file']}  ({s['kind']}; GPU: {s.get('gpu') or 'none recorded'})"]
         if s.get("skipped_events"):
-            out.append(f"warning: skipped {s['skipped_events']} malformed events ({s['skip_reasons']})")
+            out.append(f"malformed events skipped: {s['skipped_events']} of {s['events']} ({s['skip_reasons']})")
         if not s["has_device_events"]:
             out.append("no device events in this trace: host time only")
         for r in self.host_threads.head(top).itertuples():
@@ -107,6 +147,18 @@ class Analysis:
                 out.append(f"{r.device:>6} {r.stream:>6} {r.ops_count:>7} {r.busy_us / 1e3:>10.3f} {r.idle_us / 1e3:>10.3f} "
                            f"{r.idle_host_wait_us / 1e3:>10.3f} {r.idle_kernel_wait_us / 1e3:>10.3f} "
                            f"{r.idle_other_us / 1e3:>10.3f} {100 * r.idle_fraction:>6.1f}")
+        if self.devices is not None and len(self.devices) and (self.replays is not None and len(self.replays)
+                                                                or (self.devices["streams_count"] > 1).any()):
+            out.append("per device (real gaps only: no stream busy; unrecorded = where unrecorded graph replays ran):")
+            for r in self.devices.itertuples():
+                out.append(f"  device {r.device}: busy {r.busy_us / 1e3:.3f} ms, idle {r.idle_us / 1e3:.3f} ms "
+                           f"({100 * r.idle_fraction:.1f}%), unrecorded {r.unrecorded_us / 1e3:.3f} ms; "
+                           f"per-stream idle summed would say {r.per_stream_idle_sum_us / 1e3:.3f} ms")
+        if self.replays is not None and len(self.replays):
+            g = self._graphs_json(top)
+            out.append(f"CUDA graphs: {g['launches_count']} replays ({g['unrecorded_count']} without recorded ops), "
+                       f"{g['ops_count']} ops, idle inside replays {g['gaps_us'] / 1e3:.3f} ms")
+        out.extend(self._step_lines(top))
         if len(self.host_starvation):
             out.append(f"host call sites during host-wait idle (top {top}):")
             for r in self.host_starvation.head(top).itertuples():
@@ -210,25 +262,33 @@ def describe_source(trace: Trace, ops: pd.DataFrame) -> dict:
 
 
 def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US,
-                  step_pattern: str = DEFAULT_STEP_PATTERN, small_bytes: int = SMALL_BYTES,
+                  step_pattern: str | None = None, small_bytes: int = SMALL_BYTES,
                   min_count: int = MIN_COUNT, include_last_profiler_step: bool = False,
-                  top: int | None = None) -> Analysis:
+                  top: int | None = None, skip_malformed: bool = False) -> Analysis:
     """Analyse a Kineto trace (path or ``Trace``): idle bubbles, causes, host call sites, copies, steps.
 
     ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
-    ``step_pattern``: regex for step spans (default ``ProfilerStep#N``; for vLLM traces without
-    them, e.g. ``^execute_context``). ``small_bytes``/``min_count``: the small pageable copy rule.
+    ``step_pattern``: regex for step spans (None: ``ProfilerStep#N``, else vLLM's
+    ``execute_context_*`` / ``execute_model`` markers, see ``labkit.trace.steps``).
+    ``small_bytes``/``min_count``: the small pageable copy rule.
     ``top``: keep only the top call sites in ``host_starvation`` (None: all).
+    ``skip_malformed``: read a trace even when more than 0.1% of its events are malformed
+    (``labkit.trace.load``); ``summary["malformed_events"]`` counts the skipped ones.
     """
-    trace = as_trace(path_or_trace)
+    trace = as_trace(path_or_trace, skip_malformed=skip_malformed)
     ops = device_ops(trace)
-    steps = find_steps(trace, step_pattern)
+    steps, step_info = detect_steps(trace, step_pattern)
     bubbles = find_bubbles(trace, ops=ops, steps=steps, kernel_wait_us=kernel_wait_us)
     starvation, top_site = host_starvation(trace, bubbles, top=top)
     site = top_site.to_dict()
     bubbles = bubbles.assign(call_site=np.array([site.get(i, "") for i in bubbles.index], dtype=object)) \
         .reset_index(drop=True)
     streams = stream_idle(ops, bubbles)
+    replays = graph_replays(trace, ops)
+    ops = ops.assign(replay=replay_index(ops, replays))  # each device op's graph replay (-1: none)
+    gaps = device_gaps(ops, replays, kernel_wait_us=kernel_wait_us)
+    per_stream = streams.groupby("device")["idle_us"].sum().to_dict() if len(streams) else {}
+    devices = device_idle(ops, gaps, per_stream)
     copies = copy_report(trace, ops, steps, small_bytes=small_bytes, min_count=min_count)
     hta = hta_idle_breakdown(trace, consecutive_kernel_delay=kernel_wait_us,
                              include_last_profiler_step=include_last_profiler_step)
@@ -244,13 +304,19 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
         "bubbles_count": int(len(bubbles)),
         "host_busy_us": float(threads["busy_us"].sum()) if len(threads) else 0.0,
         "steps_count": int(len(steps)),
+        "steps_source": step_info["source"],
         "h2d_count": int(len(copies.h2d)),
         "pageable_h2d_count": int((copies.h2d["kind"] == "pageable").sum()),
         "flags_count": len(copies.flags),
+        "malformed_events": int(trace.stats.skipped),
+        "device_idle_us": float(devices["idle_us"].sum()) if len(devices) else 0.0,
+        "graph_launches_count": int(len(replays)),
+        "graph_ops_count": int(replays["ops_count"].sum()) if len(replays) else 0,
     }
-    params = {"kernel_wait_us": kernel_wait_us, "step_pattern": step_pattern, "small_bytes": small_bytes,
+    params = {"kernel_wait_us": kernel_wait_us, "step_pattern": step_info["pattern"], "small_bytes": small_bytes,
               "min_count": min_count, "include_last_profiler_step": include_last_profiler_step}
     return Analysis(source=describe_source(trace, ops), streams=streams, bubbles=bubbles,
                     host_starvation=starvation, copies=copies, steps=steps_table(steps, ops, bubbles),
                     hta_compatible=hta, host_threads=threads, kernels=kernel_stats(ops), summary=summary,
-                    params=params, trace=trace, ops=ops)
+                    params=params, trace=trace, ops=ops, replays=replays, devices=devices, device_gaps=gaps,
+                    step_info=step_info, step_phases=step_phases(trace, steps))

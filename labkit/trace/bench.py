@@ -1,6 +1,6 @@
 """``labkit bench trace``: load and analyse a big trace, time and peak memory, side by side with HTA.
 
-A trace of at least ``--size-mb`` (default 100) MB is built in a temp folder by repeating the
+A trace of at least ``--size-mb`` MB (``--size full``: 100, quick: 20) is built in a temp folder by repeating the
 steps of a real trace (every copy shifted in time past the previous one, with correlation,
 flow and external ids and ``ProfilerStep`` numbers offset so copies stay distinct). Each tool
 then runs in a fresh subprocess: the lab's ``analyze_trace`` (streaming loader + full analysis)
@@ -34,6 +34,8 @@ DEFAULT_BASES = [
     REPO_ROOT.parent / "shared" / "traces" / "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
     REPO_ROOT / "tests" / "data" / "tracelens-h100-bert-small-inference.pt.trace.json.gz",
 ]
+#: synthetic trace size in MB per run size
+TRACE_MB = {"quick": 20.0, "full": 100.0}
 _STEP = re.compile(r"^(ProfilerStep#)(\d+)$")
 
 
@@ -109,6 +111,7 @@ base_rss = rss_now()
 if kind == "baseline":
     print(json.dumps({"base_rss": base_rss})); sys.exit(0)
 t0 = time.perf_counter_ns()
+c0 = time.process_time_ns()
 decoder = None
 if kind == "hta":
     import os, shutil
@@ -122,8 +125,18 @@ else:
     df = an.hta_compatible
     totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()}
 t1 = time.perf_counter_ns()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"wall_ns": t1 - t0, "peak_rss": peak, "base_rss": base_rss, "totals": totals,
+cpu_ns = time.process_time_ns() - c0
+def peak_rss():  # VmHWM belongs to this program's memory map; ru_maxrss can carry the parent's over fork+exec
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_rss()
+print(json.dumps({"wall_ns": t1 - t0, "cpu_ns": cpu_ns, "peak_rss": peak, "base_rss": base_rss, "totals": totals,
                   "decoder": decoder}))
 """
 
@@ -139,6 +152,61 @@ def _run_worker(kind: str, path: Path, timeout: float, decoder: str = "auto") ->
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def decompressed_bytes(path: Path) -> int:
+    """Size of the JSON text of a trace file (gunzipped where it is gzip'ed), in bytes."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    if not gz:
+        return path.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            n += len(chunk)
+    return n
+
+
+def _tool_row(tool: str, runs: list[dict], json_bytes: int, extra: dict) -> dict:
+    """One result row from a tool's worker runs: wall and CPU time, MB/s of JSON text, peak memory."""
+    from labkit.timing import summarize
+
+    tm = summarize([r["wall_ns"] for r in runs], method="perf_counter_ns (subprocess)")
+    peak = max(r["peak_rss"] for r in runs)
+    base = max(r["base_rss"] for r in runs)
+    cpu = sorted(r.get("cpu_ns", 0) for r in runs)[len(runs) // 2]
+    return {"variant": tool, **extra, "json_bytes": json_bytes, "median_ns": tm.median_ns, "p20_ns": tm.p20_ns,
+            "p80_ns": tm.p80_ns, "cpu_ns": cpu, "mb_per_s": json_bytes / 1e6 / (tm.median_ns / 1e9),
+            "mb_per_cpu_s": json_bytes / 1e6 / (cpu / 1e9) if cpu else None,
+            "peak_rss_bytes": peak, "import_rss_bytes": base, "analysis_rss_bytes": max(peak - base, 0),
+            "rss_over_json": max(peak - base, 0) / json_bytes, "idle_total_us": sum(runs[0]["totals"].values()),
+            **({"decoder": runs[0]["decoder"]} if runs[0].get("decoder") else {})}
+
+
+def per_trace_rows(files: list[Path], *, timeout: float, decoder: str = "auto", repeats: int = 1,
+                   hta: bool = True) -> list[dict]:
+    """One row per real trace file (variant ``labkit-file``): time, MB/s and peak memory of a fresh
+    process analysing it; plus HTA on the largest file (``hta-file``, the file alone in a temp folder)."""
+    import shutil
+
+    rows = []
+    sizes = {f: decompressed_bytes(f) for f in files}
+    for f in files:
+        runs = [_run_worker("labkit", f, timeout, decoder) for _ in range(repeats)]
+        bad = [r["error"] for r in runs if "error" in r]
+        extra = {"trace": f.name, "file_bytes": f.stat().st_size}
+        rows.append({"variant": "labkit-file", **extra, "error": bad[0]} if bad
+                    else _tool_row("labkit-file", runs, sizes[f], extra))
+    if hta and files:
+        big = max(files, key=lambda f: sizes[f])
+        with tempfile.TemporaryDirectory(prefix="labkit-trace-bench-hta-") as tmp:
+            copy = Path(tmp) / big.name
+            shutil.copyfile(big, copy)
+            runs = [_run_worker("hta", copy, timeout) for _ in range(repeats)]
+        bad = [r["error"] for r in runs if "error" in r]
+        extra = {"trace": big.name, "file_bytes": big.stat().st_size}
+        rows.append({"variant": "hta-file", **extra, "error": bad[0]} if bad else _tool_row("hta-file", runs, sizes[big], extra))
+    return rows
+
+
 def _load_avg() -> float | None:
     """The 1-minute load average of this machine (None where the OS does not tell)."""
     try:
@@ -150,26 +218,38 @@ def _load_avg() -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from labkit.cli import add_run_options, resolve_run_options
+
     ap = argparse.ArgumentParser(prog="labkit bench trace",
-                                 description="Time and peak memory of the trace analyzer on a >= 100 MB trace, vs HTA.")
-    ap.add_argument("--size-mb", type=float, default=100.0, help="size of the synthetic trace (default 100 MB)")
+                                 description="Time and peak memory of the trace analyzer on a big trace "
+                                             "(full: >= 100 MB), vs HTA.")
+    ap.add_argument("--size-mb", type=float, default=None,
+                    help=f"size of the synthetic trace (default by --size: quick {TRACE_MB['quick']:.0f} MB, "
+                         f"full {TRACE_MB['full']:.0f} MB)")
     ap.add_argument("--base", type=Path, default=None, help="real trace whose steps are repeated "
                     "(default: the vLLM GB10 trace of ../shared/traces, else a tests/data trace)")
     ap.add_argument("--repeats", type=int, default=1, help="runs per tool (median reported; default 1)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (e.g. where traceinsight is not installed)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per tool run (default 900)")
+    ap.add_argument("--traces", nargs="+", type=Path, default=None, metavar="PATH",
+                    help="also time each real trace file (or every trace below a folder) on its own: "
+                         "MB/s and peak memory per trace, HTA on the largest")
     ap.add_argument("--decoder", choices=["auto", "json"], default="auto",
                     help="batch decoder of the lab's loader: auto (msgspec when installed) or json (stdlib only)")
-    ap.add_argument("--json", type=Path, default=None, help="also write the result JSON here")
-    ap.add_argument("--no-save", action="store_true", help="do not save into the results store")
+    add_run_options(ap, json_help="also write the result JSON to OUT",
+                    size_help="quick (default; saved as trace_bench_quick) or full (the recorded 100 MB run)")
     args = ap.parse_args(argv)
+    size = resolve_run_options(args, ap.prog)
+    if args.size_mb is None:
+        args.size_mb = TRACE_MB[size]
     if args.size_mb <= 0 or args.repeats < 1:
         raise UsageError("--size-mb must be > 0 and --repeats >= 1")
     base = args.base or next((p for p in DEFAULT_BASES if p.is_file()), None)
     if base is None or not base.is_file():
         raise UsageError(f"base trace not found: {base}")
     from labkit.device import measured_source
-    from labkit.results import make_result, save_result
+    from labkit.fileio import write_json
+    from labkit.results import make_result, save_result, sized_name
     from labkit.timing import summarize
 
     tools = ["labkit"] + ([] if args.no_hta else ["hta"])
@@ -194,15 +274,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{tool}: {bad[0]}")
                 rows.append({"variant": tool, "error": bad[0], "file_bytes": info["file_bytes"]})
                 continue
-            tm = summarize([r["wall_ns"] for r in runs], method="perf_counter_ns (subprocess)")
-            peak = max(r["peak_rss"] for r in runs)
-            extra = max(peak - max(r["base_rss"] for r in runs), 0)
             totals[tool] = runs[0]["totals"]
-            rows.append({"variant": tool, "file_bytes": info["file_bytes"], "copies": info["copies"],
-                         "median_ns": tm.median_ns, "p20_ns": tm.p20_ns, "p80_ns": tm.p80_ns,
-                         "peak_rss_bytes": peak, "import_rss_bytes": max(r["base_rss"] for r in runs), "analysis_rss_bytes": extra,
-                         "rss_over_file": extra / info["file_bytes"], "idle_total_us": sum(runs[0]["totals"].values()),
-                         **({"decoder": runs[0]["decoder"]} if runs[0].get("decoder") else {})})
+            row = _tool_row(tool, runs, info["file_bytes"], {"file_bytes": info["file_bytes"], "copies": info["copies"]})
+            rows.append({**row, "rss_over_file": row["rss_over_json"]})
+        if args.traces:
+            from labkit.trace.many import expand_paths
+
+            rows += per_trace_rows(expand_paths([str(p) for p in args.traces]), timeout=args.timeout,
+                                   decoder=args.decoder, repeats=args.repeats, hta="hta" in tools)
     ok = {r["variant"]: r for r in rows if "median_ns" in r}
     if "labkit" in ok and "hta" in ok:
         ok["labkit"]["speedup_vs_hta"] = ok["hta"]["median_ns"] / ok["labkit"]["median_ns"]
@@ -210,23 +289,26 @@ def main(argv: list[str] | None = None) -> int:
         diffs = [abs(totals["labkit"].get(s, 0.0) - v) / max(abs(v), 1.0) for s, v in ref.items()]
         ok["labkit"]["idle_max_rel_diff_vs_hta"] = max(diffs) if diffs else 0.0
     print(f"decoder: {ok.get('labkit', {}).get('decoder') or 'n/a'}; load average (1 min): {load_start} at start, {_load_avg()} at end")
-    print(f"{'tool':<8} {'wall_s':>8} {'peak_rss_MB':>12} {'analysis_MB':>12} {'x file':>7} {'speedup':>8}")
+    print(f"{'tool':<12} {'wall_s':>8} {'MB/s':>7} {'MB/cpu_s':>8} {'peak_rss_MB':>12} {'analysis_MB':>12} "
+          f"{'x json':>7} {'speedup':>8}  trace")
     for r in rows:
         if "median_ns" not in r:
             continue
         sp = r.get("speedup_vs_hta")
-        print(f"{r['variant']:<8} {r['median_ns'] / 1e9:>8.2f} {r['peak_rss_bytes'] / 1e6:>12.1f} "
-              f"{r['analysis_rss_bytes'] / 1e6:>12.1f} {r['rss_over_file']:>7.2f} {'' if sp is None else f'{sp:.1f}x':>8}")
-    params = {"size_mb": args.size_mb, "base": base.name, "repeats": args.repeats, "tools": tools,
+        print(f"{r['variant']:<12} {r['median_ns'] / 1e9:>8.2f} {r['mb_per_s']:>7.1f} {r['mb_per_cpu_s'] or 0:>8.1f} "
+              f"{r['peak_rss_bytes'] / 1e6:>12.1f} {r['analysis_rss_bytes'] / 1e6:>12.1f} {r['rss_over_json']:>7.2f} "
+              f"{'' if sp is None else f'{sp:.1f}x':>8}  {r.get('trace', '(synthetic)')}")
+    params = {"size": size, "size_mb": args.size_mb, "base": base.name, "repeats": args.repeats, "tools": tools,
+              "traces": [str(p) for p in args.traces] if args.traces else None,
               "decoder": ok.get("labkit", {}).get("decoder"), "load_avg_1m_start": load_start,
               "load_avg_1m_end": _load_avg()}
-    result = make_result("trace_bench", rows, source=measured_source("cpu"), params=params)
+    result = make_result(sized_name("trace_bench", size), rows, source=measured_source("cpu"), params=params,
+                         size=size)
     if not args.no_save:
         print(f"saved {save_result(result)}")
     if args.json:
-        from labkit.trace.cli import write_atomic
-
-        write_atomic(args.json, json.dumps(result.to_json(), indent=1) + "\n")
+        write_json(args.json, result.to_json())
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -1,8 +1,13 @@
-"""``labkit analyze TRACE [--vs OTHER] [--json OUT] [--html OUT] [--top N]``: the trace analyzer's command line.
+"""``labkit analyze PATH... [--vs OTHER] [--json OUT] [--html OUT]``: the trace analyzer's command line.
 
-Prints a short summary (per-stream idle split by cause, host call sites starving the GPU,
-copies), optionally writes the JSON result and a single offline HTML report. Outputs are
-written atomically: on bad input nothing is left behind, one line goes to stderr, exit 2.
+One trace: a short summary (per-stream idle split by cause, host call sites starving the GPU,
+copies), optionally the JSON result and a single offline HTML report. Several traces (or a
+folder of them): one analysis per trace on ``--jobs`` local processes or a Dask cluster
+(``--dask``), then a combined view across ranks (``labkit.trace.many``).
+
+Output paths are checked before any work (a folder, a missing parent folder, two outputs to
+one path or an output that is an input are errors), and outputs are written only when every
+one of them was built: on bad input nothing is left behind, one line goes to stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 
 from labkit import fileio
@@ -19,68 +25,151 @@ from labkit.errors import UsageError
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit analyze",
-                                description="Analyse a PyTorch/vLLM profiler trace: idle bubbles, causes, copies.")
-    p.add_argument("trace", help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz")
+                                description="Analyse PyTorch/vLLM profiler traces: idle bubbles, causes, copies.")
+    p.add_argument("trace", nargs="+", metavar="PATH",
+                   help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz, or a folder "
+                        "(every *.json / *.json.gz below it); several traces get a combined view")
     p.add_argument("--vs", metavar="OTHER", help="a second trace to compare against (TRACE = before, OTHER = after)")
     p.add_argument("--json", metavar="OUT", help="write the analysis as JSON to OUT")
-    p.add_argument("--html", metavar="OUT", help="write a single offline HTML report to OUT (needs plotly)")
+    p.add_argument("--html", metavar="OUT", help="write a single offline HTML report to OUT (one trace; needs plotly)")
     p.add_argument("--top", type=int, default=10, help="how many call sites / bubbles to list (default 10)")
     p.add_argument("--steps", default=None, metavar="REGEX",
-                   help="regex naming step spans (default ProfilerStep#N; e.g. '^execute_context' for vLLM)")
+                   help="regex naming step spans (default: ProfilerStep#N, else vLLM's execute_context_* / "
+                        "execute_model, found automatically)")
     p.add_argument("--kernel-wait-us", type=float, default=None,
                    help="gaps shorter than this with work queued count as kernel wait (default 30, like HTA)")
+    p.add_argument("--skip-malformed", action="store_true",
+                   help="skip malformed events even when they are more than 0.1%% of a trace")
+    p.add_argument("--jobs", type=int, default=None, help="local processes for several traces (default: core count)")
+    p.add_argument("--dask", metavar="ADDRESS", default=None,
+                   help="run the per-trace work on an existing Dask distributed scheduler (needs labkit[scale])")
     return p
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a user-named output atomically; a missing folder or a folder as target is a ``UsageError``."""
+def check_output(path: str | os.PathLike) -> Path:
+    """A user-named output path that can be written: not a folder, in an existing folder."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"output {str(path)!r} is a folder")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"output folder {str(parent)!r} does not exist")
-    return fileio.write_atomic(path, text, make_parents=False)
+    return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.top < 1:
-        raise UsageError("--top must be >= 1")
-    kw = {}
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write a user-named output atomically; a missing folder or a folder as target is a ``UsageError``."""
+    return fileio.write_atomic(check_output(path), text, make_parents=False)
+
+
+def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[str, Path]:
+    """Check every named output before any work: writable, pairwise distinct, not an input.
+
+    ``outputs``: option name -> path (None when not given). Returns the given ones as Paths."""
+    given = {k: check_output(v) for k, v in outputs.items() if v}
+    seen: dict = {}
+    for opt, p in given.items():
+        key = p.resolve()
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {opt} name the same file {str(p)!r}")
+        seen[key] = opt
+    ins = {p.resolve() for p in inputs}
+    for opt, p in given.items():
+        if p.resolve() in ins:
+            raise UsageError(f"{opt} {str(p)!r} is one of the input traces")
+    return given
+
+
+def write_all(outputs: dict[Path, str]) -> None:
+    """Write every output or none: all go to temporary files first, then each replaces its target."""
+    temps: list[tuple[str, Path]] = []
+    done: list[Path] = []
+    try:
+        for path, text in outputs.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+            temps.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, fileio._default_mode())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+            done.append(path)
+    except OSError as exc:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        for path in done:
+            path.unlink(missing_ok=True)
+        raise UsageError(f"cannot write outputs: {exc.strerror or exc}") from None
+
+
+def _options(args) -> dict:
+    kw: dict = {}
     if args.steps is not None:
         kw["step_pattern"] = args.steps
     if args.kernel_wait_us is not None:
         if not math.isfinite(args.kernel_wait_us) or args.kernel_wait_us < 0:
             raise UsageError("--kernel-wait-us must be a finite number >= 0")
         kw["kernel_wait_us"] = args.kernel_wait_us
-    for p in (args.trace, args.vs):
-        if p is not None and not Path(p).is_file():
-            raise UsageError(f"no such trace file: {p}")
+    if args.skip_malformed:
+        kw["skip_malformed"] = True
+    if args.steps is not None:
+        import re
+
+        try:
+            re.compile(args.steps)
+        except re.error as exc:
+            raise UsageError(f"bad step pattern {args.steps!r}: {exc}") from None
+    return kw
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.top < 1:
+        raise UsageError("--top must be >= 1")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    kw = _options(args)
+    from labkit.trace.many import expand_paths
+
+    traces = expand_paths(args.trace)
+    if args.vs is not None and not Path(args.vs).is_file():
+        raise UsageError(f"no such trace file: {args.vs}")
+    several = len(traces) > 1
+    if several and (args.vs or args.html):
+        raise UsageError("--vs and --html take one trace; give a single PATH")
+    outs = check_outputs({"--json": args.json, "--html": args.html},
+                         traces + ([Path(args.vs)] if args.vs else []))
     if args.html:
         try:
             import plotly  # noqa: F401
         except ImportError:
             raise UsageError("--html needs plotly, which is not installed (pip install 'labkit[notebook]')") from None
+    if several or args.dask:
+        return _main_many(args, traces, kw, outs)
+    return _main_one(args, traces[0], kw, outs)
+
+
+def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path]) -> int:
     from labkit.trace.analyze import analyze_trace
 
-    before = analyze_trace(args.trace, **kw)
+    before = analyze_trace(trace, **kw)
     diff = None
     if args.vs:
         from labkit.trace.diff import diff_analyses
 
         diff = diff_analyses(before, analyze_trace(args.vs, **kw))
     # Build every output first, then write: a failure leaves no partial file behind.
-    outputs = {}
-    if args.json:
+    texts: dict[Path, str] = {}
+    if "--json" in outs:
         payload = before.to_json(top=args.top)
         if diff is not None:
             payload = {"before": payload, "after": diff.after.to_json(top=args.top), "diff": diff.to_json(top=args.top)}
-        outputs[args.json] = json.dumps(payload, indent=1, allow_nan=False) + "\n"
-    if args.html:
+        texts[outs["--json"]] = json.dumps(payload, indent=1, allow_nan=False) + "\n"
+    if "--html" in outs:
         from labkit.trace.html import render_report
 
-        outputs[args.html] = render_report(before, other=diff.after if diff is not None else None, top=args.top)
+        texts[outs["--html"]] = render_report(before, other=diff.after if diff is not None else None, top=args.top)
     for line in before.summary_lines(top=min(args.top, 10)):
         print(line)
     if diff is not None:
@@ -90,7 +179,30 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for line in diff.summary_lines(top=min(args.top, 10)):
             print(line)
-    for path, text in outputs.items():
-        write_atomic(path, text)
+    write_all(texts)
+    for path in texts:
+        print(f"wrote {path}")
+    return 0
+
+
+def _main_many(args, traces: list[Path], kw: dict, outs: dict[str, Path]) -> int:
+    from labkit.trace.many import analyze_many, combine, combined_lines
+
+    records = analyze_many(traces, options=kw, top=args.top, jobs=args.jobs, dask_address=args.dask)
+    comb = combine(records)
+    texts: dict[Path, str] = {}
+    if "--json" in outs:
+        payload = ({"traces": [{"trace": r["trace"], **r["json"]} for r in records], "combined": comb}
+                   if len(records) > 1 else records[0]["json"])
+        texts[outs["--json"]] = json.dumps(payload, indent=1, allow_nan=False) + "\n"
+    for r in records:
+        for line in r["lines"]:
+            print(line)
+        print()
+    if len(records) > 1:
+        for line in combined_lines(comb):
+            print(line)
+    write_all(texts)
+    for path in texts:
         print(f"wrote {path}")
     return 0

@@ -45,12 +45,14 @@ class LoadStats:
     n_complete: int = 0  #: kept ``X`` events
     n_flows: int = 0
     n_other: int = 0  #: instant, counter and other phases (counted, not kept)
-    skipped: int = 0
+    skipped: int = 0  #: malformed events (see ``labkit.trace.load`` for the policy)
+    non_objects: int = 0  #: entries of traceEvents that are not JSON objects
     skip_reasons: Counter = field(default_factory=Counter)
     first_skipped: list = field(default_factory=list)  #: up to 5 ``(index, reason)``
     ts_float: bool = False  #: some ``ts`` was written as a float (sub-microsecond)
     ts_missing: bool = False  #: some event had no ``ts``
     bytes_read: int = 0  #: uncompressed characters read
+    found: bool = False  #: a traceEvents array was read
 
     def skip(self, index: int, reason: str) -> None:
         self.skipped += 1
@@ -142,6 +144,7 @@ class ColumnStore:
     def add_event(self, i: int, e, stats: LoadStats) -> None:
         """Add one decoded traceEvents entry (any phase); malformed ones are counted in ``stats``."""
         if type(e) is not dict:
+            stats.non_objects += 1
             stats.skip(i, "event is not an object")
             return
         ph = e.get("ph")
@@ -156,6 +159,11 @@ class ColumnStore:
             if not ((tt is float or tt is int) and type(dur) in _NUM and 0 <= dur < _BIG and -_BIG < ts < _BIG):
                 stats.skip(i, _bad_x_reason(ts, dur))
                 return
+            args = e.get("args")
+            if type(e.get("name")) is not str or (args is not None and type(args) is not dict):
+                stats.skip(i, "complete event without a string name" if type(e.get("name")) is not str
+                           else "args is not an object")
+                return
             cat = e.get("cat")
             if cat == "Trace":  # the profiler's own span: counted, not kept
                 stats.n_other += 1
@@ -163,9 +171,8 @@ class ColumnStore:
             c, k = self.cat_code(cat)
             pid = int_or(e.get("pid"))
             tid = int_or(e.get("tid"))
-            name = self.names(e.get("name"))
-            args = e.get("args")
-            if type(args) is not dict:
+            name = self.names(e["name"])
+            if args is None:
                 args = {}
             if k == KIND_HOST:
                 self.rows.append((c, name, pid, tid, ts, dur, -1, -1, -1, int_or(args.get("External id", -1)),
@@ -210,8 +217,8 @@ class ColumnStore:
         """``(events, flows, threads)`` DataFrames (see ``labkit.trace.load`` for the columns)."""
         import pandas as pd
 
-        def col(a, dtype):
-            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+        def col(a, dtype):  # a view: the DataFrame copies what it keeps, so no second copy here
+            return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
 
         (cat, name, pid, tid, ts, dur, stream, device, corr, ext, nbytes, grid, block, index) = self.cols
         data = {

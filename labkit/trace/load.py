@@ -11,10 +11,15 @@ Policy for bad input:
 
 * a file that is not (gzip'ed) UTF-8 JSON, is truncated, or has no ``traceEvents`` array is
   rejected with a ``UsageError`` whose one-line message names the problem and, where it
-  applies, the index of the event being read;
+  applies, the index of the event being read; so is a document whose events are not JSON
+  objects (e.g. ``[1, 2, 3]``): it is not a trace;
 * single events that are malformed (not an object, ``X`` events without a numeric finite
-  ``ts``/``dur``, negative durations) are skipped and counted in ``Trace.stats``
-  (``skipped`` and the first few reasons), and a warning is logged.
+  ``ts``/``dur``, a negative duration, a name that is not a string, ``args`` that is not an
+  object; flow events without a numeric ``ts``) are counted in ``Trace.stats`` (``skipped``
+  and the first few reasons). When they are more than ``MALFORMED_LIMIT`` (0.1%) of the
+  events the trace is rejected with a ``UsageError`` naming the count and the first bad
+  event, unless ``skip_malformed=True``; at or below the limit they are skipped and a
+  warning is logged.
 
 Columns of ``Trace.events`` (one row per complete ``ph: "X"`` event, file order):
 ``cat``, ``name`` (categoricals), ``pid``, ``tid`` (int64; -1 where the trace used a
@@ -36,9 +41,13 @@ from labkit.errors import UsageError
 from labkit.trace.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats
 from labkit.trace.reader import read_document
 
-__all__ = ["BUSY_CATS", "DEVICE_CATS", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace", "load_trace"]
+__all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
+           "check_malformed", "load_trace", "trace_from_document"]
 
 logger = logging.getLogger(__name__)
+
+#: largest share of malformed events a trace may have and still be read without ``skip_malformed``
+MALFORMED_LIMIT = 0.001
 
 
 @dataclass
@@ -81,31 +90,72 @@ class Trace:
         return bool(cats.isin(BUSY_CATS).any())
 
 
-def load_trace(path: str | os.PathLike) -> Trace:
+def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:
+    """Apply the malformed-event policy (module docstring) to what the loader counted.
+
+    Raises ``UsageError`` when no event is a JSON object (not a trace), or when more than
+    ``MALFORMED_LIMIT`` of the events are malformed and ``skip_malformed`` is False."""
+    if stats.n_events and stats.non_objects == stats.n_events:
+        raise UsageError(f"not a trace: {name} has no event objects in traceEvents (first entry is not an object)")
+    if not stats.skipped:
+        return
+    first = stats.first_skipped[0] if stats.first_skipped else (-1, "?")
+    share = stats.skipped / max(stats.n_events, 1)
+    if share > MALFORMED_LIMIT and not skip_malformed:
+        raise UsageError(f"{name}: {stats.skipped} of {stats.n_events} events are malformed ({100 * share:.2f}%, "
+                         f"over the {100 * MALFORMED_LIMIT:g}% limit); first: event {first[0]}: {first[1]} "
+                         f"(--skip-malformed skips them)")
+    logger.warning("%s: skipped %d malformed events (first: event %d: %s)", name, stats.skipped, first[0], first[1])
+
+
+def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None) -> Trace:
     """Load a Kineto trace file (``.json`` or gzip'ed) into a ``Trace``.
 
     Raises ``UsageError`` with a one-line reason when the file is unreadable, truncated,
-    not JSON, or has no ``traceEvents`` array. Malformed single events are skipped and
-    counted (``Trace.stats``).
+    not JSON, has no ``traceEvents`` array or no event objects, or has more than
+    ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
+    below the limit are skipped and counted (``Trace.stats``). ``progress``: show a bar on
+    stderr (None: for files over 50 MB when stderr is a terminal).
     """
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{str(path)!r} is a folder, not a trace file")
     cols = ColumnStore()
     stats = LoadStats()
-    metadata, found = read_document(path, cols, stats)
+    metadata, found = read_document(path, cols, stats, progress=progress)
     if not found:
         raise UsageError(f"not a trace: {path.name} has no traceEvents array")
-    if stats.skipped:
-        logger.warning("%s: skipped %d malformed events (first: %s)", path.name, stats.skipped, stats.first_skipped[:1])
+    check_malformed(stats, path.name, skip_malformed=skip_malformed)
     events, flows, threads = cols.frames()
     return Trace(events=events, flows=flows, threads=threads, metadata=metadata, stats=stats, path=str(path))
 
 
-def as_trace(obj) -> Trace:
-    """A ``Trace`` from a path or a ``Trace`` (returned as is)."""
+def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool = False) -> Trace:
+    """A ``Trace`` from an already decoded Chrome-trace document (a dict with ``traceEvents``, or a
+    list of events), with the same rules as ``load_trace``."""
+    if isinstance(doc, dict):
+        events = doc.get("traceEvents")
+        metadata = {k: v for k, v in doc.items() if k != "traceEvents"}
+    else:
+        events, metadata = doc, {}
+    if not isinstance(events, list):
+        raise UsageError(f"not a trace: {name} has no traceEvents array")
+    cols, stats = ColumnStore(), LoadStats()
+    for i, e in enumerate(events):
+        cols.add_event(i, e, stats)
+    cols.flush(stats)
+    stats.n_events, stats.found = len(events), True
+    check_malformed(stats, name, skip_malformed=skip_malformed)
+    ev, flows, threads = cols.frames()
+    return Trace(events=ev, flows=flows, threads=threads, metadata=metadata, stats=stats, path=None)
+
+
+def as_trace(obj, *, skip_malformed: bool = False) -> Trace:
+    """A ``Trace`` from a path, a decoded document (dict or event list) or a ``Trace`` (returned as is)."""
     if isinstance(obj, Trace):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        return load_trace(obj)
+        return load_trace(obj, skip_malformed=skip_malformed)
+    if isinstance(obj, (dict, list)):
+        return trace_from_document(obj, skip_malformed=skip_malformed)
     raise UsageError(f"expected a trace path or Trace, got {type(obj).__name__}")

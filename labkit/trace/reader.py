@@ -17,7 +17,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import queue
 import re
+import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -43,11 +48,41 @@ _SLACK = 1 << 16  #: a decode error this far before the end of the buffer is not
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 
 
+PROGRESS_MIN_BYTES = 50_000_000  #: files larger than this get a progress bar (on a terminal)
+
+
+class Progress:
+    """A one-line progress bar on stderr over the bytes of a file read so far (no dependency)."""
+
+    def __init__(self, raw, total: int, label: str) -> None:
+        self.raw, self.total, self.label = raw, max(total, 1), label
+        self.last = 0.0
+
+    def update(self) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        try:
+            done = self.raw.tell()
+        except (OSError, ValueError):
+            return
+        frac = min(done / self.total, 1.0)
+        bar = "#" * int(30 * frac)
+        sys.stderr.write(f"\r{self.label}: [{bar:<30}] {100 * frac:5.1f}% of {self.total / 1e6:.0f} MB")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r" + " " * (len(self.label) + 60) + "\r")
+        sys.stderr.flush()
+
+
 class TextReader:
     """A text buffer over a (possibly gzip'ed) file, refilled in chunks."""
 
-    def __init__(self, fh: io.TextIOBase) -> None:
+    def __init__(self, fh: io.TextIOBase, progress: Progress | None = None) -> None:
         self.fh = fh
+        self.progress = progress
         self.buf = ""
         self.pos = 0
         self.eof = False
@@ -75,6 +110,8 @@ class TextReader:
             return False
         self.nread += len(data)
         self.buf += data
+        if self.progress is not None:
+            self.progress.update()
         return True
 
     def peek(self) -> str:
@@ -118,17 +155,83 @@ class TextReader:
             return obj
 
 
+class Prefetch(io.RawIOBase):
+    """A binary stream read a few chunks ahead on a background thread.
+
+    Over a ``GzipFile`` this moves decompression off the parsing thread (zlib releases the
+    GIL), so on a machine with a free core the two overlap. Errors of the source (corrupt or
+    truncated gzip data) are raised by ``readinto`` in the reading thread."""
+
+    def __init__(self, src, chunk: int = 1 << 20, depth: int = 4, *, also_close=None) -> None:
+        super().__init__()
+        self.fileobj = src  #: the source stream (the progress bar walks down to the file)
+        self._also_close = also_close  #: closed with the source (the file under a GzipFile)
+        self._chunk = chunk
+        self._q: queue.Queue = queue.Queue(depth)
+        self._buf = b""
+        self._pos = 0
+        self._eof = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="labkit-trace-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self.fileobj.read(self._chunk)
+                self._q.put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            self._q.put(exc)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self._pos >= len(self._buf):
+            if self._eof:
+                return 0
+            item = self._q.get()
+            if isinstance(item, BaseException):
+                self._eof = True
+                raise item
+            if not item:
+                self._eof = True
+                return 0
+            self._buf, self._pos = item, 0
+        n = min(len(b), len(self._buf) - self._pos)
+        b[:n] = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stop.set()
+            while self._thread.is_alive():  # unblock a pending put, then let the thread finish
+                try:
+                    self._q.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            self.fileobj.close()
+            if self._also_close is not None:
+                self._also_close.close()
+        super().close()
+
+
 def open_text(path: Path) -> io.TextIOBase:
-    """A UTF-8 text stream over ``path``, gunzipped when it starts with the gzip magic bytes."""
+    """A UTF-8 text stream over ``path``, gunzipped (on a prefetch thread) when it starts with the
+    gzip magic bytes."""
     try:
         raw = open(path, "rb")
     except OSError as exc:
         raise UsageError(f"cannot open trace {str(path)!r}: {exc.strerror or exc}") from None
     head = raw.read(2)
     raw.seek(0)
-    binary = gzip.GzipFile(fileobj=raw, mode="rb") if head == b"\x1f\x8b" else raw
-    return io.TextIOWrapper(io.BufferedReader(binary, 1 << 20) if binary is not raw else binary,
-                            encoding="utf-8", errors="strict")
+    if head != b"\x1f\x8b":
+        return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+    binary = Prefetch(gzip.GzipFile(fileobj=raw, mode="rb"), also_close=raw)
+    return io.TextIOWrapper(io.BufferedReader(binary, 1 << 20), encoding="utf-8", errors="strict")
 
 
 def _loads_batch(text: str):
@@ -221,34 +324,62 @@ def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
     stats.n_events = i
 
 
-def read_document(path: Path, cols: ColumnStore, stats: LoadStats) -> tuple[dict, bool]:
-    """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``."""
+def _want_progress(path: Path, progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    try:
+        return os.path.getsize(path) > PROGRESS_MIN_BYTES and sys.stderr.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
+                  progress: bool | None = None) -> tuple[dict, bool]:
+    """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
+
+    ``progress``: a bar on stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
     metadata: dict = {}
     decoder = json.JSONDecoder()
-    found = False
+    bar = None
     with open_text(path) as fh:
-        rd = TextReader(fh)
-        first = rd.expect("{[", "a JSON object")
-        if first == "[":  # a bare array of events is also a valid Chrome trace
-            read_events(rd, cols, stats)
-            found = True
-        elif rd.peek() == "}":
-            rd.pos += 1
-        else:
-            while True:
-                key = rd.value(decoder, "a top-level key")
-                if not isinstance(key, str):
-                    raise UsageError("not a trace: top-level keys must be strings")
-                rd.expect(":", "':' after a top-level key")
-                if key == "traceEvents" and rd.peek() == "[":
-                    rd.pos += 1
-                    read_events(rd, cols, stats)
-                    found = True
-                else:
-                    metadata[key] = rd.value(decoder, f"top-level key {key!r}")
-                if rd.expect(",}", "',' or '}' between top-level keys") == "}":
-                    break
-        if rd.peek() != "":
-            raise UsageError("not a trace: extra data after the JSON document")
-        stats.bytes_read = rd.nread
-    return metadata, found
+        if _want_progress(path, progress):
+            raw = fh.buffer
+            while hasattr(raw, "raw") or hasattr(raw, "fileobj"):  # down to the file on disk
+                raw = getattr(raw, "fileobj", None) or raw.raw
+            bar = Progress(raw, os.path.getsize(path), path.name)
+        try:
+            _read_body(fh, cols, stats, metadata, decoder, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    return metadata, stats.found
+
+
+def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
+    """Parse the document from ``fh``: metadata keys into ``metadata``, events into ``cols``."""
+    found = False
+    rd = TextReader(fh, bar)
+    first = rd.expect("{[", "a JSON object")
+    if first == "[":  # a bare array of events is also a valid Chrome trace
+        read_events(rd, cols, stats)
+        found = True
+    elif rd.peek() == "}":
+        rd.pos += 1
+    else:
+        while True:
+            key = rd.value(decoder, "a top-level key")
+            if not isinstance(key, str):
+                raise UsageError("not a trace: top-level keys must be strings")
+            rd.expect(":", "':' after a top-level key")
+            if key == "traceEvents" and rd.peek() == "[":
+                rd.pos += 1
+                read_events(rd, cols, stats)
+                found = True
+            else:
+                metadata[key] = rd.value(decoder, f"top-level key {key!r}")
+            if rd.expect(",}", "',' or '}' between top-level keys") == "}":
+                break
+    if rd.peek() != "":
+        raise UsageError("not a trace: extra data after the JSON document")
+    stats.bytes_read = rd.nread
+    stats.found = found

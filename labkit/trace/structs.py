@@ -133,6 +133,8 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         if not (np.all(a_dur >= 0) and np.all(a_dur < _BIG) and np.all(np.abs(a_ts) < _BIG)):
             return False
     x_cats = [e.cat for e in xs]
+    if None in [e.name for e in xs]:  # a complete event without a name is malformed: the json path counts it
+        return False
     n_other = 0
     if "Trace" in x_cats:  # the profiler's own span: counted, not kept
         keep = [c != "Trace" for c in x_cats]

@@ -63,7 +63,7 @@ def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
         labels.append(_machine_label(r))
         groups.append([len(fig.data) - 1])
     if not fig.data:
-        return _empty(title, "no calibration recorded yet: run `labkit calibrate`")
+        return _empty(title, "no calibration recorded yet: run `labkit calibrate --size full`")
     fig.update_layout(
         title=title, barmode="group", yaxis_type="log", yaxis_title="ns per element (median, p20-p80)",
         updatemenus=_visibility_menu(labels, groups, len(fig.data)), legend_title="machine",
@@ -72,7 +72,7 @@ def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
 
 
 def plot_gpu_calibration(results: list[BenchResult]) -> go.Figure:
-    """H2D copy (pageable vs pinned; host incl. sync and device) and launch costs in us."""
+    """H2D copy (pageable vs pinned) and launch costs in us: host time, CUDA-event span, profiler device time."""
     title = "GPU unit costs: host-to-device copies and kernel launches (median)"
     fig = go.Figure()
     labels, groups = [], []
@@ -81,22 +81,26 @@ def plot_gpu_calibration(results: list[BenchResult]) -> go.Figure:
         if not rows:
             continue
         idx = []
+        # results recorded before the event-span/device split called the CUDA-event span device_ns
+        legacy = not any(row["metric"] == "event_span_ns" for row in rows)
+        names = {"host_ns": "host", "event_span_ns": "event span (incl. host blocking)",
+                 "device_ns": "event span (incl. host blocking)" if legacy else "device (profiler)"}
         for variant in sorted({row["variant"] for row in rows}):
-            for metric in ("host_ns", "device_ns"):
+            for metric in ("host_ns", "event_span_ns", "device_ns"):
                 sel = [row for row in rows if row["variant"] == variant and row["metric"] == metric]
                 if not sel:
                     continue
                 x = [f"{row['size_bytes']} B copy" if row.get("size_bytes") else "launch" for row in sel]
                 fig.add_bar(
                     x=x, y=[row["median_ns"] / 1e3 for row in sel],
-                    name=f"{r.slug}: {variant} {metric.replace('_ns', '')}",
+                    name=f"{r.slug}: {variant} {names[metric]}",
                     hovertemplate="%{x}: %{y:.2f} us<extra>%{fullData.name}</extra>",
                 )
                 idx.append(len(fig.data) - 1)
         labels.append(_machine_label(r))
         groups.append(idx)
     if not fig.data:
-        return _empty(title, "no GPU calibration recorded yet: run `labkit calibrate` on a GPU machine")
+        return _empty(title, "no GPU calibration recorded yet: run `labkit calibrate --size full` on a GPU machine")
     fig.update_layout(
         title=title, barmode="group", yaxis_type="log", yaxis_title="us per copy / launch",
         updatemenus=_visibility_menu(labels, groups, len(fig.data)),

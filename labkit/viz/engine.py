@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from labkit.viz.labels import add_full_names, shorten
+
 #: metric key -> (axis label, scale applied to the row value)
 METRICS = {
     "tokens_per_s_median": ("output tokens/s (tokens per step / median step)", 1.0),
@@ -20,12 +22,16 @@ METRICS = {
 }
 
 
+#: longest profile description left whole in a title (the rest goes to a hover caption)
+PROFILE_CHARS = 40
+
+
 def _source_note(rows) -> str:
     sources = sorted({str(r.get("source")) for r in rows})
     note = ", ".join(sources)
     if "simulated" in sources:
         profiles = sorted({str(r.get("profile_origin") or r.get("profile") or "?") for r in rows})
-        note += f" (profile: {'; '.join(profiles)})"
+        note += f" (profile: {shorten('; '.join(profiles), PROFILE_CHARS)})"
     return note
 
 
@@ -59,6 +65,8 @@ def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", met
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, x=0, y=1.15, xanchor="left")],
         yaxis_title=METRICS[metric][0], xaxis_tickangle=-30, margin=dict(t=110), showlegend=False,
     )
+    add_full_names(fig, {"; ".join(sorted({str(r.get("profile_origin") or r.get("profile") or "?") for r in rows}))},
+                   PROFILE_CHARS, label="profile")
     return fig
 
 
@@ -132,4 +140,75 @@ def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time
     fig.update_layout(title=f"{title} (simulated bars: simulated device)", barmode="group",
                       yaxis_title="median step time (ms)", yaxis_type="log", xaxis_tickangle=-30,
                       margin=dict(t=80))
+    return fig
+
+
+def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("eager", "CUDA graphs"),
+                        max_events: int = 4_000, title: str = "Eager vs CUDA graphs") -> go.Figure:
+    """Two timelines stacked (eager above, graphs below) per run; a dropdown picks the run.
+
+    ``runs``: label -> ``(eager trace, graph trace)`` (paths or analyses). Every run's bars are
+    precomputed into the figure and the dropdown (plotly ``updatemenus``) only switches their
+    visibility, so it works in an exported page. Each panel draws at most ``max_events`` bars
+    (merged at a resolution, ``labkit.viz.timeline.decimate``). Simulated traces say so in the title.
+    """
+    from plotly.subplots import make_subplots
+
+    from labkit.viz.timeline import _as_analysis, _bars, _cap, _lanes, max_resolution_ms
+
+    if not runs:
+        raise ValueError("no runs to show")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=False, vertical_spacing=0.12,
+                        subplot_titles=(labels[0], labels[1]))
+    spans, lanes_all, simulated = [], [set(), set()], False
+    for name, pair in runs.items():
+        start = len(fig.data)
+        for row, trace in enumerate(pair, start=1):
+            an = _as_analysis(trace)
+            simulated = simulated or bool(an.source.get("simulated"))
+            lanes, rows = _lanes(an)
+            lanes_all[row - 1].update(lanes)
+            for tr in _bars(_cap(rows, max_events, max_resolution_ms(an)), showlegend=(row == 1)):  # one run shows
+                fig.add_trace(tr, row=row, col=1)
+        spans.append((name, start, len(fig.data)))
+    n = len(fig.data)
+    for i, tr in enumerate(fig.data):
+        tr.visible = spans[0][1] <= i < spans[0][2]
+    suffix = " - SIMULATED device timeline" if simulated else ""
+    buttons = [dict(label=name, method="update",
+                    args=[{"visible": [a <= i < b for i in range(n)]}, {"title": {"text": f"{title}: {name}{suffix}"}}])
+               for name, a, b in spans]
+    for row in (1, 2):
+        lanes = sorted(lanes_all[row - 1], key=lambda s: (not s.startswith("host"), s))
+        fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), automargin=True, row=row, col=1)
+        fig.update_xaxes(title_text="time since trace start (ms)", row=row, col=1)
+    fig.update_layout(title=f"{title}: {spans[0][0]}{suffix}", barmode="overlay", height=520,
+                      legend=dict(orientation="h", y=-0.12), margin=dict(l=10, r=10, t=110),
+                      updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.22, xanchor="left")])
+    return fig
+
+
+def plot_mode_ratios(table, *, title: str = "After / before throughput per CUDA-graph mode") -> go.Figure:
+    """Grouped bars of after/before throughput ratios per PR pair, one group per CUDA-graph mode.
+
+    ``table``: ``labkit.engine.recorded.before_after_ratios``. The PR's published ratio (where it
+    published one) is drawn as a dashed line and named in the legend; the source of the ratios is
+    in the title.
+    """
+    if table is None or not len(table):
+        raise ValueError("no before/after pairs to show")
+    fig = go.Figure()
+    for mode in dict.fromkeys(table["cudagraph"]):
+        t = table[table["cudagraph"] == mode]
+        fig.add_trace(go.Bar(x=list(t["pair"]), y=list(t["ratio"]), name=f"cudagraph={mode}",
+                             text=[f"x{v:.2f}" for v in t["ratio"]], textposition="outside"))
+    published = table.dropna(subset=["published_ratio"])
+    if len(published):
+        p = float(published["published_ratio"].iloc[0])
+        fig.add_trace(go.Scatter(x=list(dict.fromkeys(published["pair"])), y=[p] * published["pair"].nunique(),
+                                 mode="lines+markers", line=dict(dash="dash", color="black"),
+                                 name=f"published #40143: x{p:.2f} (output tok/s)"))
+    sources = ", ".join(sorted({str(s) for s in table["source"]}))
+    fig.update_layout(title=f"{title} ({sources})", barmode="group", yaxis_title="after / before tokens/s",
+                      xaxis_tickangle=-15, margin=dict(t=80))
     return fig

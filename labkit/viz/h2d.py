@@ -60,7 +60,7 @@ def plot_before_after(results: list[BenchResult]) -> go.Figure:
     title = "Prefix-range tensor per decode step: before vs after #38794"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no h2d_step result recorded yet: run `labkit bench h2d`")
+        return _empty(title, "no h2d_step result recorded yet: run `labkit bench h2d --size full`")
     metrics = [("host time per step (ms)", lambda r: r["median_ns"] / 1e6, "log"),
                ("H2D copies per step", lambda r: r["h2d_per_step"], "log"),
                ("synchronizing copies per step", lambda r: r["sync_per_step"], "log")]
@@ -111,7 +111,7 @@ def plot_sweep(results: list[BenchResult]) -> go.Figure:
     title = "Host time per decode step vs sequences in the batch"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no h2d_sweep result recorded yet: run `labkit bench h2d`")
+        return _empty(title, "no h2d_sweep result recorded yet: run `labkit bench h2d --size full`")
     layer_values = sorted({row["layers"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_layers = []
@@ -148,7 +148,7 @@ def plot_gpu_idle(results: list[BenchResult]) -> go.Figure:
     title = "GPU idle time per decode step (profiler trace)"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no GPU result recorded yet (h2d_gpu_idle): run `labkit bench h2d` on a CUDA GPU")
+        return _empty(title, "no GPU result recorded yet (h2d_gpu_idle): run `labkit bench h2d --size full` on a CUDA GPU")
     layer_values = sorted({row["layers"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_layers = []
@@ -185,7 +185,7 @@ def plot_ranges_sweep(results: list[BenchResult]) -> go.Figure:
     title = "Building the batch's image ranges every step"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no ranges_sweep result recorded yet: run `labkit bench ranges`")
+        return _empty(title, "no ranges_sweep result recorded yet: run `labkit bench ranges --size full`")
     per_req = sorted({row["images_per_request"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_imgs = []

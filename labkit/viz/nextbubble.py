@@ -1,6 +1,6 @@
 """Figures for the next bubble: vLLM's per-step ``compute_mm_prefix_ranges``, installed vs patched.
 
-All functions take rows as ``labkit.nextbubble.recorded_rows()`` returns them and return a
+All functions take rows as ``labkit.vllm.nextbubble.recorded_rows()`` returns them and return a
 ``go.Figure`` (never shown here). Host times measured on a CPU say so in the title.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.nextbubble import expected_effect, side_by_side
+from labkit.vllm.nextbubble import expected_effect, side_by_side
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
 
@@ -48,7 +48,7 @@ def plot_installed_vs_patched(rows: list[dict]) -> go.Figure:
     title = "compute_mm_prefix_ranges per step: installed vLLM vs cached embedding runs"
     table = [r for r in side_by_side(rows) if "speedup" in r]
     if not table:
-        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges`")
+        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges --size full`")
     machines = sorted({r["machine"] for r in table})
     images = sorted({r["images"] for r in table})
     fig, tags = go.Figure(), []

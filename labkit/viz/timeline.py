@@ -6,6 +6,12 @@ fast) and the device idle gaps on each stream (host-wait gaps in red, others gre
 zooms to each ``ProfilerStep`` (host span extended to the end of the device work it launched).
 ``plot_timeline_pair(before, after)`` stacks two runs for a before/after view. Times are in ms
 from the start of each trace. Simulated traces say so in the title.
+
+A figure draws at most ``max_events`` bars. Over that, ``decimate`` merges each lane's bars of
+one kind that lie closer than a resolution into one bar (hover: how many, the longest, the busy
+share; the bar's opacity is that share), at the finest resolution that fits, never coarser
+than ``STEP_FRACTION`` of the median step: every gap at least that long between a lane's
+bars is drawn exactly, and so is every idle gap at least that long.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ from plotly.subplots import make_subplots
 
 from labkit.trace.analyze import Analysis, analyze_trace
 from labkit.trace.load import Trace
+from labkit.viz.labels import add_full_names, short_name
 
-MAX_EVENTS = 20_000  #: most bars drawn per figure (largest first); gaps are always drawn first
+MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see ``decimate``)
+STEP_FRACTION = 0.01  #: coarsest merge resolution, as a fraction of the median step (or of the trace)
+FINEST_GAP_US = 1.0  #: the first resolution tried when bars must be merged (doubled until they fit)
 
 _STYLE = {
     "kernel": ("#1f77b4", "kernel"),
@@ -83,10 +92,95 @@ def _lanes(an: Analysis) -> tuple[list[str], pd.DataFrame]:
     return lanes, rows
 
 
-def _cap(rows: pd.DataFrame, max_events: int) -> pd.DataFrame:
+def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
+    """Bars of one lane and kind that lie less than ``min_gap_ms`` apart merged into one bar.
+
+    Bars (``lane``, ``kind``, ``start_ms``, ``dur_ms``, ``label``, ``prio``) chain while the next
+    one starts less than ``min_gap_ms`` after the furthest end so far (overlaps always chain).
+    A merged bar spans its chain; ``n`` counts its bars, ``busy_frac`` is their summed duration
+    over its span (at most 1), ``label`` names the count and the longest bar. Every gap of at
+    least ``min_gap_ms`` between the union of a lane's bars is left exactly as it was.
+    """
+    if not len(rows):
+        return rows.assign(n=pd.Series(dtype=int), busy_frac=pd.Series(dtype=float))
+    df = rows.sort_values(["lane", "kind", "start_ms"], kind="stable").reset_index(drop=True)
+    start = df["start_ms"].to_numpy(float)
+    end = start + df["dur_ms"].to_numpy(float)
+    key = (df["lane"].astype(str) + "\x00" + df["kind"].astype(str)).to_numpy()
+    reach = pd.Series(end).groupby(key).cummax()  # furthest end so far within the lane and kind
+    prev = reach.groupby(key).shift().to_numpy(float)
+    new_chain = np.isnan(prev) | (start - prev >= min_gap_ms)
+    chain = np.cumsum(new_chain)
+    df["end_ms"] = end
+    g = df.groupby(chain, sort=False)
+    longest = df.loc[g["dur_ms"].idxmax().to_numpy()]
+    out = pd.DataFrame({
+        "lane": g["lane"].first().to_numpy(), "kind": g["kind"].first().to_numpy(),
+        "start_ms": g["start_ms"].min().to_numpy(), "end_ms": g["end_ms"].max().to_numpy(),
+        "busy_ms": g["dur_ms"].sum().to_numpy(), "n": g.size().to_numpy(),
+        "label": longest["label"].astype(str).to_numpy(), "prio": g["prio"].first().to_numpy(),
+    })
+    out["dur_ms"] = out["end_ms"] - out["start_ms"]
+    span = out["dur_ms"].where(out["dur_ms"] > 0)
+    out["busy_frac"] = (out["busy_ms"] / span).clip(upper=1.0).fillna(1.0)
+    many = out["n"] > 1
+    noun = np.where(out["prio"] == 0, "gaps", "ops")
+    out.loc[many, "label"] = (out["n"].astype(str) + " " + noun + " merged (" +
+                              (100 * out["busy_frac"]).round().astype(int).astype(str) + "% of the span); longest: " +
+                              out["label"].str.slice(0, 60))[many]
+    return out[["lane", "kind", "start_ms", "dur_ms", "label", "prio", "n", "busy_frac"]]
+
+
+def decimate(rows: pd.DataFrame, max_bars: int, max_gap_ms: float) -> tuple[pd.DataFrame, float]:
+    """At most about ``max_bars`` bars, merged at the finest resolution that fits; returns ``(rows, ms)``.
+
+    Resolutions from ``FINEST_GAP_US`` doubling up to ``max_gap_ms`` are tried. Idle-gap bars
+    (``prio`` 0) at least as long as the resolution are kept as they are; shorter ones merge
+    among themselves, as busy bars do (``merge_close``). The resolution is 0.0 when nothing had
+    to merge. Where even ``max_gap_ms`` leaves too many bars, all of them are returned (the
+    caller's cap drops the shortest).
+    """
+    if len(rows) <= max_bars or max_gap_ms <= 0:
+        return rows, 0.0
+    gaps = rows["prio"] == 0
+    res = min(FINEST_GAP_US / 1e3, max_gap_ms)
+    while True:
+        long_gap = gaps & (rows["dur_ms"] >= res)
+        kept = rows[long_gap].assign(n=1, busy_frac=1.0)
+        out = pd.concat([kept, merge_close(rows[~long_gap], res)], ignore_index=True)
+        if len(out) <= max_bars or res >= max_gap_ms:
+            return out, res
+        res = min(2 * res, max_gap_ms)
+
+
+def max_resolution_ms(an: Analysis) -> float:
+    """The coarsest merge resolution for ``an``: ``STEP_FRACTION`` of its median step span, in ms
+    (of the whole trace when it has no steps)."""
+    steps = step_ranges(an)
+    if steps:
+        return STEP_FRACTION * float(np.median([b - a for _, a, b in steps]))
+    ev = an.trace.events
+    if not len(ev):
+        return 0.0
+    return STEP_FRACTION * float((ev["ts_us"] + ev["dur_us"].fillna(0)).max() - ev["ts_us"].min()) / 1e3
+
+
+def _cap(rows: pd.DataFrame, max_events: int, max_gap_ms: float = 0.0) -> pd.DataFrame:
+    """Rows merged (``decimate``) then, if still too many, the longest kept (idle gaps first)."""
+    rows, _ = decimate(rows, max_events, max_gap_ms)
     if len(rows) <= max_events:
         return rows
     return rows.sort_values(["prio", "dur_ms"], ascending=[True, False], kind="stable").head(max_events)
+
+
+def _subtitle(n_all: int, n_merged: int, n_drawn: int, res_ms: float) -> str:
+    """Says how ``n_all`` bars became ``n_merged`` (at ``res_ms``) and then ``n_drawn`` (longest kept)."""
+    if n_drawn >= n_all:
+        return ""
+    how = f"merged at {res_ms * 1e3:.3g} us: every gap of at least that is drawn" if res_ms else ""
+    if n_drawn < n_merged:
+        how += ("; then " if how else "") + f"the {n_drawn} longest of {n_merged} kept"
+    return f"<br><sup>{n_all} bars drawn as {n_drawn} ({how})</sup>"
 
 
 def _bars(rows: pd.DataFrame, showlegend: bool = True) -> list[go.Bar]:
@@ -95,10 +189,13 @@ def _bars(rows: pd.DataFrame, showlegend: bool = True) -> list[go.Bar]:
         r = rows[rows["kind"] == kind]
         if len(r) == 0:
             continue
+        marker = dict(color=colour, line=dict(width=0))
+        if "busy_frac" in r and (r["busy_frac"] < 1).any():  # a merged bar is as opaque as it is full
+            marker["opacity"] = (0.3 + 0.7 * r["busy_frac"].to_numpy(float)).round(2)
         out.append(go.Bar(
             x=r["dur_ms"].to_numpy(), base=r["start_ms"].to_numpy(), y=r["lane"].to_numpy(), orientation="h",
-            marker=dict(color=colour, line=dict(width=0)), name=name, legendgroup=name, showlegend=showlegend,
-            text=r["label"].str.slice(0, 120).to_numpy(), textposition="none",
+            marker=marker, name=name, legendgroup=name, showlegend=showlegend,
+            text=r["label"].astype(str).str.slice(0, 120).to_numpy(), textposition="none",
             hovertemplate="%{text}<br>start %{base:.3f} ms, %{x:.4f} ms<extra>" + name + "</extra>"))
     return out
 
@@ -121,7 +218,7 @@ def step_ranges(an: Analysis) -> list[tuple[str, float, float]]:
 
 def _title(an: Analysis, title: str | None) -> str:
     s = an.source
-    base = title or f"{s.get('file') or 'trace'} ({s.get('gpu') or 'no GPU recorded'})"
+    base = title or f"{short_name(s.get('file'))} ({s.get('gpu') or 'no GPU recorded'})"
     if s.get("simulated"):
         base += " - SIMULATED device timeline"
     return base
@@ -130,11 +227,11 @@ def _title(an: Analysis, title: str | None) -> str:
 def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
     """Lanes for host threads and device streams with idle gaps highlighted and a step dropdown."""
     an = _as_analysis(trace_or_analysis)
-    lanes, rows = _lanes(an)
-    rows = _cap(rows, max_events)
+    lanes, all_rows = _lanes(an)
+    merged, res = decimate(all_rows, max_events, max_resolution_ms(an))
+    rows = _cap(merged, max_events)
     fig = go.Figure(_bars(rows))
-    n_shown, n_all = len(rows), len(_lanes(an)[1]) if len(rows) >= max_events else len(rows)
-    sub = f"<br><sup>{n_shown} of {n_all} bars drawn (largest first)</sup>" if n_shown < n_all else ""
+    sub = _subtitle(len(all_rows), len(merged), len(rows), res)
     fig.update_layout(
         title=_title(an, title) + sub, barmode="overlay", bargap=0.25, height=160 + 28 * max(len(lanes), 1),
         xaxis_title="time since trace start (ms)", legend=dict(orientation="h", y=-0.15), margin=dict(l=10, r=10, t=70),
@@ -150,7 +247,7 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
     if an.source.get("simulated"):
         fig.add_annotation(text="simulated", xref="paper", yref="paper", x=0, y=1.08, showarrow=False,
                            font=dict(color="#b35900"))
-    return fig
+    return add_full_names(fig, [] if title else [an.source.get("file")])
 
 
 def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "after"),
@@ -163,9 +260,9 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     subtitles = [f"{labels[0]}: {_title(a, None)}", f"{labels[1]}: {_title(b, None)}"]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
-    for tr in _bars(_cap(ra, max_events // 2)):
+    for tr in _bars(_cap(ra, max_events // 2, max_resolution_ms(a))):
         fig.add_trace(tr, row=1, col=1)
-    for tr in _bars(_cap(rb, max_events // 2), showlegend=False):
+    for tr in _bars(_cap(rb, max_events // 2, max_resolution_ms(b)), showlegend=False):
         fig.add_trace(tr, row=2, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(la)), automargin=True, row=1, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lb)), automargin=True, row=2, col=1)
@@ -175,6 +272,7 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     fig.update_layout(title=full, barmode="overlay", height=220 + 28 * (len(la) + len(lb)),
                       legend=dict(orientation="h", y=-0.1), margin=dict(l=10, r=10, t=80))
     fig.update_xaxes(title_text="time since trace start (ms)", row=2, col=1)
+    add_full_names(fig, [a.source.get("file"), b.source.get("file")])
     return fig
 
 

@@ -12,15 +12,17 @@ from labkit.viz.engine import plot_engine_bars
 PLACEHOLDERS = ("tensor", "list", "fast")
 SCHEDULING = ("loop", "cursor")
 PREFIX = ("none", "per_layer", "per_step", "pinned", "cached")
+CUDAGRAPH = ("none", "piecewise", "full")
 
 
 def run_selection(placeholders, scheduling, prefix_ranges, *, num_requests: int = 128, steps: int = 4,
                   warmup: int = 2, async_scheduling: bool = True, model: str = "gemma4-e4b-like",
-                  workload: str = "pr40143", profile=None):
-    """Run every combination on the simulated device; returns ``(rows, figure)``."""
+                  workload: str = "pr40143", profile=None, cudagraph: str = "none"):
+    """Run every combination on the simulated device (in CUDA-graph mode ``cudagraph``); returns ``(rows, figure)``."""
     from labkit.engine.bench import run_variants
 
-    variants = [(p, s, r, async_scheduling) for p in placeholders for s in scheduling for r in prefix_ranges]
+    variants = [(p, s, r, async_scheduling, cudagraph) for p in placeholders for s in scheduling
+                for r in prefix_ranges]
     if not variants:
         raise ValueError("choose at least one placeholder, scheduling strategy and prefix-range strategy")
     rows, _ = run_variants("sim", variants, model=model, workload=workload, num_requests=num_requests,
@@ -37,6 +39,7 @@ def make_engine_widget(*, profile=None):
     pr = w.SelectMultiple(options=PREFIX, value=("none",), description="prefix ranges")
     nreq = w.IntSlider(value=64, min=8, max=128, step=8, description="requests")
     is_async = w.Checkbox(value=True, description="async scheduling")
+    graphs = w.Dropdown(options=CUDAGRAPH, value="none", description="CUDA graphs")
     run = w.Button(description="Run (simulated)", button_style="primary")
     status = w.HTML("")
     out = w.Output()
@@ -45,7 +48,7 @@ def make_engine_widget(*, profile=None):
         status.value = "running..."
         try:
             rows, figure = run_selection(ph.value, sc.value, pr.value, num_requests=nreq.value,
-                                         async_scheduling=is_async.value, profile=profile)
+                                         async_scheduling=is_async.value, profile=profile, cudagraph=graphs.value)
         except ValueError as exc:
             status.value = f"<b>{exc}</b>"
             return
@@ -55,4 +58,4 @@ def make_engine_widget(*, profile=None):
             figure.show()
 
     run.on_click(on_click)
-    return w.VBox([w.HBox([ph, sc, pr]), w.HBox([nreq, is_async, run]), status, out])
+    return w.VBox([w.HBox([ph, sc, pr]), w.HBox([nreq, is_async, graphs, run]), status, out])

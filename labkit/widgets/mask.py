@@ -1,7 +1,9 @@
 """Live prefix-LM mask explorer: choose sequence lengths, image ranges and the sliding window.
 
 ``make_mask_widget()`` returns an ipywidgets box; its callback is the plain function
-:func:`mask_figure`, testable without a kernel. Exported HTML keeps no Python callbacks:
+:func:`mask_figure`, testable without a kernel. The heatmap is put in the box's Output
+widget as its state (``outputs``), never displayed inside it, so no client has to answer
+the kernel while the cell runs. Exported HTML keeps no Python callbacks:
 use :func:`labkit.viz.mask.plot_mask_window_slider` for a control that survives export.
 """
 
@@ -37,7 +39,6 @@ def mask_figure(q_len: int, kv_len: int, ranges_text: str, sliding_window: int =
 def make_mask_widget(q_len: int = 24, kv_len: int = 24, ranges: str = "2-7, 12-17", sliding_window: int = 0):
     """An ipywidgets VBox: sliders for keys, queries and window, a text box for ranges, the heatmap below."""
     import ipywidgets as w
-    from IPython.display import display
 
     kv = w.IntSlider(value=kv_len, min=1, max=96, description="keys")
     ql = w.IntSlider(value=q_len, min=1, max=96, description="queries")
@@ -53,9 +54,12 @@ def make_mask_widget(q_len: int = 24, kv_len: int = 24, ranges: str = "2-7, 12-1
             note.value = f"<span style='color:#b00'>{exc}</span>"
             return
         note.value = ""
-        out.clear_output(wait=True)
-        with out:
-            display(fig)
+        # Set the Output widget's outputs (a state update sent by the kernel) instead of
+        # displaying inside it: a headless client that mimics Output capture (nbclient) answers
+        # such a display on the shell socket while it waits for the cell's reply, which can
+        # cost it the reply's wakeup (see labkit.report.client). The data is the figure's own
+        # mime bundle (IPython's display protocol), what display() would have sent.
+        out.outputs = ({"output_type": "display_data", "data": fig._repr_mimebundle_(), "metadata": {}},)
 
     for control in (kv, ql, win, text):
         control.observe(redraw, names="value")

@@ -20,7 +20,7 @@ import vllm.utils.torch_utils as vtu  # noqa: E402
 from vllm.multimodal.inputs import PlaceholderRange  # noqa: E402
 from vllm.v1.attention.backends.utils import compute_mm_prefix_range_tensor, compute_mm_prefix_ranges  # noqa: E402
 
-from labkit import nextbubble  # noqa: E402
+from labkit.vllm import nextbubble  # noqa: E402
 from labkit.attn.prefix_ranges import build_prefix_range_tensor  # noqa: E402
 
 
@@ -66,6 +66,82 @@ def test_build_prefix_range_tensor_matches_vllm():
         assert ours.shape == theirs.shape
         assert torch.equal(ours, theirs), (ranges, num_seqs)
     assert nonnull > 200
+
+
+def _edge_ranges(rng: random.Random, num_seqs: int):
+    """Inputs vLLM's function takes beyond what its runner builds: keys outside the batch,
+    end < start (an empty placeholder), negative positions, floats, tuple rows, lists of
+    lists, odd pair lengths, values beyond int32."""
+    out = {}
+    for key in range(-2, max(num_seqs, 0) + 3):
+        if rng.random() < 0.4:
+            continue
+        row = []
+        for _ in range(rng.randint(0, 4)):
+            kind = rng.random()
+            a = rng.randint(-5, 60)
+            if kind < 0.15:
+                pair = (a, a - rng.randint(1, 3))  # end before start
+            elif kind < 0.2:
+                pair = (float(a), a + 2)
+            elif kind < 0.25:
+                pair = [a, a + 1]
+            elif kind < 0.28:
+                pair = (a, a + 1, a + 2)
+            elif kind < 0.3:
+                pair = (2**31 + a, 0)
+            else:
+                pair = (a, a + rng.randint(0, 20))
+            row.append(pair)
+        out[key] = tuple(row) if rng.random() < 0.1 else row
+    return out
+
+
+def _outcome(fn, *args):
+    try:
+        t = fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return ("raise", type(exc))
+    return ("none",) if t is None else ("ok", t.dtype, tuple(t.shape), t.tolist())
+
+
+def test_same_result_or_same_exception_on_vllms_whole_input_domain():
+    rng = random.Random(11)
+    kinds = {}
+    for _ in range(600):
+        num_seqs = rng.randint(-1, 10)
+        ranges = _edge_ranges(rng, num_seqs)
+        theirs = _outcome(compute_mm_prefix_range_tensor, ranges, num_seqs, torch.device("cpu"))
+        ours = _outcome(build_prefix_range_tensor, ranges, num_seqs, "cpu")
+        assert ours == theirs, (ranges, num_seqs)
+        kinds[theirs[0]] = kinds.get(theirs[0], 0) + 1
+    assert kinds.get("ok", 0) > 200 and kinds.get("raise", 0) > 20 and kinds.get("none", 0) > 10, kinds
+
+
+def test_ranges_for_batch_sliding_window_drop_matches_vllm():
+    # the drop rule of vLLM 0.20.0's runner (#40534) lives on in compute_mm_prefix_ranges
+    from labkit.attn.prefix_ranges import ranges_for_batch
+    from labkit.mm.placeholder import ListPlaceholderRange
+    from labkit.mm.workload import MMFeature, Request
+
+    rng = random.Random(12)
+    for _ in range(200):
+        lab_reqs, vllm_feats = [], []
+        for r in range(rng.randint(1, 5)):
+            lab_row, vl_row, pos = [], [], rng.randint(0, 9)
+            for k in range(rng.randint(0, 4)):
+                length = rng.randint(1, 40)
+                mask = None if rng.random() < 0.3 else torch.tensor([rng.random() < 0.8 for _ in range(length)])
+                lab_row.append(MMFeature(f"i{r}-{k}", ListPlaceholderRange(pos, length, mask)))
+                vl_row.append(nextbubble._vllm_feature(modality="image", identifier=f"i{r}-{k}",
+                                                       mm_position=PlaceholderRange(pos, length, mask)))
+                pos += length + rng.randint(0, 6)
+            lab_reqs.append(Request(f"r{r}", pos + 2, 1, lab_row))
+            vllm_feats.append(vl_row)
+        window = rng.choice((None, 1, 4, 16, 33))
+        theirs = compute_mm_prefix_ranges(vllm_feats, sliding_window=window)
+        ours = ranges_for_batch(lab_reqs, sliding_window=window)
+        assert {i: row for i, row in enumerate(ours)} == theirs
 
 
 def test_none_ranges_give_none_on_both_sides():

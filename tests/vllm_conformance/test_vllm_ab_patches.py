@@ -1,4 +1,4 @@
-"""``labkit.vllm_ab`` patches the installed vLLM into the lab's baseline variants.
+"""``labkit.vllm.ab`` patches the installed vLLM into the lab's baseline variants.
 
 - ``placeholder="tensor"``: the patched ``PlaceholderRange`` behaves exactly like the
   lab's ``"tensor"`` variant (pre-#40143), edge cases included.
@@ -24,7 +24,7 @@ from vllm.v1.attention.backends import triton_attn  # noqa: E402
 from vllm.v1.attention.backends.utils import compute_mm_prefix_range_tensor  # noqa: E402
 from vllm_helpers import random_mask  # noqa: E402
 
-from labkit import vllm_ab  # noqa: E402
+from labkit.vllm import ab as vllm_ab  # noqa: E402
 from labkit.attn.prefix_ranges import make_strategy  # noqa: E402
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS  # noqa: E402
 from test_prefix_ranges_vllm import random_ranges  # noqa: E402

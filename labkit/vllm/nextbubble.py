@@ -17,7 +17,7 @@ side and compared on randomized inputs.
 
 Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
 and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
-The workload builder and the patch (:mod:`labkit.vllm_ranges`) need only torch.
+The workload builder and the patch (:mod:`labkit.vllm.ranges`) need only torch.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Sequence
 import torch
 
 from labkit.errors import UsageError
-from labkit.vllm_ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
+from labkit.vllm.ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
     CACHE_ATTR,
     GEMMA_PLACEHOLDER_LEN,
     SimpleFeature,
@@ -272,6 +272,45 @@ def expected_effect(host_installed_ms: float, host_patched_ms: float, device_ste
     return out
 
 
+def published_device_step_ms(root=None) -> tuple[float, str]:
+    """The device step the GPU bounds assume, and where it was read.
+
+    #40143's published mean TPOT after the change (Gemma-4-E4B, 128 x 32): read from the
+    recorded ``mm_overlap`` result's ``published_tpot_after_ms``, else from
+    ``labkit.mm.overlap.PR40143`` (the published figures the lab carries).
+    """
+    from labkit.mm.overlap import PR40143
+    from labkit.results import load_results
+
+    for res in load_results(root, name="mm_overlap"):
+        for r in res.rows:
+            if r.get("published_tpot_after_ms"):
+                return float(r["published_tpot_after_ms"]), f"{res.slug}/mm_overlap.json"
+    return PR40143.mean_tpot_ms_after, "labkit.mm.overlap.PR40143"
+
+
+def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
+    """Per machine, the recorded host time of one range build at ``num_requests`` x ``images``.
+
+    Rows: ``machine``, ``what`` (``vllm installed`` from ``vllm_prefix_ranges``, or the lab's
+    ``v033`` builder from ``ranges_step``, the same algorithm), ``median_ms``, ``source``.
+    """
+    from labkit.results import load_results
+
+    out = []
+    for r in recorded_rows(root=root):
+        if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:
+            out.append({"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6,
+                        "source": r["source"]})
+    for res in load_results(root, name="ranges_step"):
+        for r in res.rows:
+            if (r.get("variant") == "v033" and r.get("num_requests") == num_requests
+                    and r.get("images_per_request") == images):
+                out.append({"machine": res.slug, "what": "lab v033 builder", "median_ms": r["median_ns"] / 1e6,
+                            "source": res.source})
+    return sorted(out, key=lambda d: (d["what"], d["machine"]))
+
+
 def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
     """The cProfile rows and aten-op counts saved with the most recent ``--profile`` run (or empty)."""
     from labkit.results import load_results
@@ -292,14 +331,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="labkit bench vllm-ranges",
         description="Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
     )
-    p.add_argument("--quick", action="store_true", help="small grid (3 x 3) and fewer checks")
     p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
     p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
-    p.add_argument("--no-save", action="store_true", help="do not write the results store")
-    p.add_argument("--json", default=None, help="also write the result JSON here")
+    from labkit.cli import add_run_options
+
+    add_run_options(p, json_help="also write the result JSON to OUT",
+                    size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     return p
 
 
@@ -307,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from labkit.cli import resolve_run_options
+
         args = _parser().parse_args(argv)
-        grid = dict(QUICK_GRID if args.quick else FULL_GRID)
+        size = resolve_run_options(args, "labkit bench vllm-ranges")
+        quick = size == "quick"
+        grid = dict(QUICK_GRID if quick else FULL_GRID)
         if args.requests:
             grid["requests"] = tuple(args.requests)
         if args.images:
@@ -317,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("requests must be in 1..256 and images in 1..64")
         if args.repeats < 1:
             raise UsageError("--repeats must be >= 1")
-        checks = args.checks if args.checks is not None else (60 if args.quick else 300)
+        checks = args.checks if args.checks is not None else (60 if quick else 300)
         if checks < 1:
             raise UsageError("--checks must be >= 1")
         version = vllm_version()
@@ -335,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
         for a, b in zip(rows[::2], rows[1::2]):
             print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
-        from labkit.fileio import write_atomic
-        from labkit.results import make_result, save_result
+        from labkit.fileio import write_json
+        from labkit.results import make_result, save_result, sized_name
 
         params = {
             "vllm_version": version,
@@ -352,14 +396,15 @@ def main(argv: list[str] | None = None) -> int:
             params["aten_ops_128x32"] = ops
             params["aten_ops_128x32_total"] = sum(ops.values())
         # host (CPU) time, also on a GPU machine: the function never touches the device
-        result = make_result(RESULT_NAME, rows, params=params, source="measured-cpu")
+        result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
+                             source="measured-cpu", size=size)
         if not args.no_save:
             print(f"saved {save_result(result)}")
         if args.json:
-            write_atomic(args.json, json.dumps(result.to_json(), indent=1) + "\n")
+            write_json(args.json, result.to_json())
         return 0
     except UsageError as exc:
-        print(f"labkit.nextbubble: error: {exc}", file=sys.stderr)
+        print(f"labkit.vllm.nextbubble: error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2

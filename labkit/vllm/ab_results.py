@@ -4,18 +4,18 @@
 keys: ``duration``, ``completed``, throughputs, ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``),
 turns it into one flat row per variant (latencies in ``_us``) and saves it under
 ``data/results/<gpu>/vllm_ab.json`` with source ``measured-gpu``; profiler traces are copied
-beside it. :func:`ab_table` adds ratios to the baseline. ``python -m labkit.vllm_ab ingest``
+beside it. :func:`ab_table` adds ratios to the baseline. ``python -m labkit.vllm.ab ingest``
 is the command line.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.vllm_ab import ENV_VAR, RESULT_NAME, get_variant
+from labkit.fileio import copy_atomic
+from labkit.vllm.variants import ENV_VAR, RESULT_NAME, get_variant
 
 
 #: keys every ``vllm bench serve --save-result`` JSON has (facts F.2)
@@ -131,7 +131,7 @@ def ingest(
         dest.mkdir(parents=True, exist_ok=True)
         row["trace_files"] = []
         for t in traces:
-            shutil.copy2(t, dest / t.name)
+            copy_atomic(t, dest / t.name)
             row["trace_files"].append(str(dest / t.name))
     key = ("variant", "model", "num_prompts", "images_per_request")
     previous = load_result(RESULT_NAME, machine=slug, root=results_root)

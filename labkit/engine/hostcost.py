@@ -1,0 +1,45 @@
+"""A fixed host cost model for the simulated device: deterministic runs, no wall clock.
+
+By default the simulated device's host time is the real Python time of the scheduler and the
+metadata code on this machine (``labkit.engine.devices``). For checks that must not depend on how
+fast or how loaded the machine is, ``FixedHostCosts`` states the host time of each engine phase
+instead, and ``make_fixed_cost_device`` builds a ``SimDevice`` on a clock that never moves: every
+host nanosecond then comes from this model or from the profile's runtime costs (launch, replay,
+copy, sync), so the same run always gives the same timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from labkit.engine.devices import FROZEN_CLOCK, SimDevice
+from labkit.engine.profiles import DeviceProfile
+
+
+@dataclass(frozen=True)
+class FixedHostCosts:
+    """Host time per engine step phase, in ns.
+
+    ``schedule_ns``: keyed ``"placeholder/scheduling"`` (e.g. ``"tensor/loop"``), or by
+    placeholder alone, or ``"*"`` (looked up in that order); ``prepare_ns``: input metadata and
+    prefix-range bookkeeping per step (the copies themselves cost what the profile says);
+    ``range_copy_ns``: host work before each prefix-range copy (a small host tensor built per
+    sequence, before the runtime call), paid wherever the strategy copies.
+    """
+
+    schedule_ns: Mapping[str, float] = field(default_factory=lambda: {"*": 0.0})
+    prepare_ns: float = 0.0
+    range_copy_ns: float = 0.0
+
+    def schedule_cost(self, placeholder: str, scheduling: str) -> float:
+        """Host ns of one ``schedule()`` for a placeholder variant and scheduling strategy."""
+        for key in (f"{placeholder}/{scheduling}", placeholder, "*"):
+            if key in self.schedule_ns:
+                return float(self.schedule_ns[key])
+        raise KeyError(f"no schedule cost for {placeholder}/{scheduling} (and no '*' default)")
+
+
+def make_fixed_cost_device(profile: DeviceProfile | None = None, *, record: bool = False) -> SimDevice:
+    """A ``SimDevice`` whose host clock never moves (use with an engine given ``FixedHostCosts``)."""
+    return SimDevice(profile, clock=FROZEN_CLOCK, record=record)

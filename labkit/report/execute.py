@@ -1,0 +1,140 @@
+"""Executing one notebook for the report, and saying where it stopped if it did.
+
+:func:`execute_notebook` runs a notebook in place with :class:`labkit.report.client.ReportClient`
+(kernel working directory as given, widget state stored, per-cell timing recorded) and
+returns a :class:`CellError` naming the cell that failed, or None. A stop signal
+(SIGINT, SIGTERM) is not a failure: :class:`ReportStopped` propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+logger = logging.getLogger(__name__)
+
+
+class ReportStopped(Exception):
+    """The run was stopped by a signal (SIGINT, SIGTERM); ``signum`` names it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+@dataclass
+class CellError:
+    """Where and why a notebook stopped: ``cell`` counts the notebook's own cells from 0."""
+
+    cell: int | None
+    first_line: str
+    error: str
+
+    def describe(self) -> str:
+        where = f"cell {self.cell}" if self.cell is not None else "kernel"
+        line = f" `{self.first_line}`" if self.first_line else ""
+        return f"{where}{line}: {self.error}"
+
+
+@dataclass
+class Execution:
+    """How a run went: the error (None when every cell ran) and the replies the watch had to
+    read (``(cell, waited_s)``, cells in the source notebook's numbering)."""
+
+    error: CellError | None
+    stalls: list[tuple[int, float]] = field(default_factory=list)
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip():
+            return line.strip()[:120]
+    return ""
+
+
+def _failed_cell(nb) -> tuple[int | None, str]:
+    """Index and first line of the cell that failed: the one with an error output, else
+    the last cell the kernel started (a timeout or a dead kernel)."""
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", [])):
+            return i, _first_line(c.source)
+    started = [
+        i for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and "iopub.execute_input" in c.get("metadata", {}).get("execution", {})
+    ]
+    if started:
+        return started[-1], _first_line(nb.cells[started[-1]].source)
+    return None, ""
+
+
+def _error_text(nb, exc: BaseException) -> str:
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            if o.get("output_type") == "error":
+                return f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip()[:300]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
+
+
+def execute_notebook(
+    nb,
+    *,
+    cwd: Path,
+    timeout: int,
+    env: dict | None = None,
+    injected_at: int | None = None,
+    on_stall: Callable[[int, float], None] | None = None,
+    extra_arguments: list[str] | None = None,
+) -> Execution:
+    """Run ``nb`` in place with a fresh python3 kernel.
+
+    ``injected_at``: index of an injected parameters cell, so that cell positions are
+    given in the source notebook's own numbering. ``on_stall(cell, waited_s)`` hears of
+    each reply that was ready but not delivered (see :mod:`labkit.report.client`).
+    ``extra_arguments`` go to the kernel's command line.
+    """
+    from labkit.report.client import ReportClient
+
+    def own_index(index: int | None) -> int | None:
+        if index is not None and injected_at is not None and index > injected_at:
+            return index - 1
+        return index
+
+    stalls: list[tuple[int, float]] = []
+
+    def stalled(index: int, waited: float) -> None:
+        stalls.append((own_index(index), waited))
+        if on_stall is not None:
+            on_stall(own_index(index), waited)
+
+    client = ReportClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        store_widget_state=True,
+        record_timing=True,
+        allow_errors=False,
+        # no transport noise (nor the shutdown's "KeyboardInterrupt caught") in the progress log
+        extra_arguments=["--IPKernelApp.log_level=CRITICAL", *(extra_arguments or [])],
+        on_stall=stalled,
+    )
+    # nbclient restores the default SIGINT / SIGTERM handlers when a run ends: keep ours
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        client.execute(**({} if env is None else {"env": env}))  # env=None would mean an empty one
+    except ReportStopped:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure is reported, never raised
+        index, first = _failed_cell(nb)
+        return Execution(CellError(cell=own_index(index), first_line=first, error=_error_text(nb, exc)), stalls)
+    finally:
+        for s, handler in saved.items():
+            try:
+                signal.signal(s, handler)
+            except (ValueError, TypeError):  # not the main thread, or a handler set outside Python
+                pass
+    return Execution(None, stalls)

@@ -1,0 +1,103 @@
+"""Which recorded results a notebook read, and which labkit commits they come from.
+
+The report starts each kernel with :func:`track_result_reads`: a Python audit hook that
+appends the path of every ``.json`` file opened under the results store to a file named
+by ``LABKIT_REPORT_READS``. It sees every read, however a notebook loads its results.
+After the run, :func:`results_read` turns that list into one record per result
+(machine, name, ``labkit_commit`` and its status, size) for the index, which flags
+``unknown`` and ``+dirty`` commits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from labkit.results import commit_status, parse_result
+
+logger = logging.getLogger(__name__)
+
+READS_ENV = "LABKIT_REPORT_READS"
+#: run in the kernel at start-up (IPython ``exec_lines``): no name is left in the user namespace
+KERNEL_SETUP = "__import__('labkit.report.provenance', fromlist=['x']).track_result_reads()"
+
+
+def track_result_reads(log_path: str | None = None, root: Path | str | None = None) -> bool:
+    """Record every ``.json`` opened under ``root`` (default: the results store) in ``log_path``
+    (default: ``$LABKIT_REPORT_READS``), one path per line; False when there is no log path."""
+    from labkit.results import results_root
+
+    log_path = log_path or os.environ.get(READS_ENV)
+    if not log_path:
+        return False
+    prefix = str(Path(root if root is not None else results_root()).resolve()) + os.sep
+    busy = [False]
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "open" or busy[0] or not args:
+            return
+        path = args[0]
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        elif not isinstance(path, str):
+            path = getattr(path, "__fspath__", lambda: None)()
+            if not isinstance(path, str):
+                return  # a file descriptor
+        if not path.endswith(".json"):
+            return
+        full = os.path.abspath(path)
+        if not full.startswith(prefix):
+            return
+        busy[0] = True  # our own write below opens a file too
+        try:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(full + "\n")
+        except OSError:
+            pass
+        finally:
+            busy[0] = False
+
+    sys.addaudithook(hook)
+    return True
+
+
+def results_read(log_path: Path | str) -> list[dict]:
+    """The results listed in ``log_path``, each once, in reading order: ``machine`` (folder),
+    ``name``, ``labkit_commit``, ``commit_status`` (``clean``, ``dirty`` or ``unknown``, see
+    :func:`labkit.results.commit_status`), ``size``. Files that are gone or not results are
+    skipped."""
+    try:
+        lines = Path(log_path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out: list[dict] = []
+    seen: set[str] = set()
+    for line in lines:
+        if not line or line in seen:
+            continue
+        seen.add(line)
+        path = Path(line)
+        try:
+            result = parse_result(json.loads(path.read_text(encoding="utf-8")), str(path))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        commit = (result.labkit_commit or "").strip() or "unknown"
+        out.append({
+            "machine": path.parent.name,
+            "name": result.name,
+            "labkit_commit": commit,
+            "commit_status": commit_status(commit),
+            "size": result.size,
+        })
+    return out
+
+
+def commits_of(results: list[dict]) -> dict[str, list[str]]:
+    """``commit -> ["machine/name", ...]`` in first-seen order."""
+    by_commit: dict[str, list[str]] = {}
+    for r in results:
+        by_commit.setdefault(r["labkit_commit"], []).append(f"{r['machine']}/{r['name']}")
+    return by_commit

@@ -1,0 +1,95 @@
+"""``labkit results [--machine SLUG] [NAME]``: what the results store holds, at a glance.
+
+Without a name: one line per recorded result (machine, name, size, source, commit, date), a
+commit that cannot be traced to a clean labkit version marked as such. With a name: that
+result's provenance and its rows as a table (every machine that recorded it, or ``--machine``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from labkit.errors import UsageError
+from labkit.results import BenchResult, commit_status, load_results, provenance, results_root
+
+#: columns of the overview table
+OVERVIEW_COLUMNS = ("machine", "name", "size", "source", "commit", "date")
+
+
+def overview_rows(results: list[BenchResult]) -> list[dict]:
+    """One row per result: the overview table's columns (``commit`` flagged when unknown or dirty)."""
+    rows = []
+    for r in results:
+        status = commit_status(r.labkit_commit)
+        commit = {"clean": r.labkit_commit, "dirty": f"{r.labkit_commit} (uncommitted changes)"}.get(status, "UNKNOWN")
+        rows.append({"machine": r.slug, "name": r.name, "size": r.size, "source": r.source, "commit": commit,
+                     "date": r.created[:10] if r.created else "-"})
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return "..." if value else "-"
+    return str(value)
+
+
+def format_table(rows: list[dict], columns=None) -> str:
+    """A fixed-width text table of ``rows`` (columns: ``columns`` or every key, in first-seen order)."""
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [k for k in row if k not in columns]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(str(c))] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
+    return "\n".join(lines)
+
+
+def _load(name: str | None, machine: str | None) -> list[BenchResult]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = load_results(name=name, machine=machine)
+    for w in caught:
+        print(f"labkit results: {w.message}", file=sys.stderr)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``labkit results``."""
+    p = argparse.ArgumentParser(prog="labkit results", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("name", nargs="?", default=None, help="a result name (e.g. calibration): show its rows")
+    p.add_argument("--machine", metavar="SLUG", default=None, help="only this machine's folder (e.g. h200)")
+    args = p.parse_args(argv)
+    root = results_root()
+    if args.machine is not None and not (root / args.machine).is_dir():
+        known = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+        raise UsageError(f"no machine {args.machine!r} in {root} (recorded: {', '.join(known) or 'none'})")
+    found = _load(args.name, args.machine)
+    if args.name is None:
+        if not found:
+            print(f"no results recorded under {root}")
+            return 0
+        print(format_table(overview_rows(found), OVERVIEW_COLUMNS))
+        return 0
+    if not found:
+        where = f" for machine {args.machine!r}" if args.machine else ""
+        raise UsageError(f"no result named {args.name!r}{where} under {root} (labkit results lists them)")
+    for i, res in enumerate(found):
+        if i:
+            print()
+        print(provenance(res))
+        if res.command:
+            print(f"command: {res.command}")
+        print(format_table(res.rows) if res.rows else "(no rows)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Many traces at once: one analysis per trace on worker processes (or a Dask cluster), then a combined view.
+
+vLLM with tensor or pipeline parallelism writes one trace per rank per run. ``analyze_many``
+runs ``analyze_one`` for every trace on ``jobs`` local processes, or on an existing Dask
+distributed cluster (``dask_address``; optional extra ``labkit[scale]``). Each worker loads
+and analyses one trace and hands back only its JSON record (the same schema as a single
+``labkit analyze --json``), its printed summary and its peak resident memory, so the
+coordinating process never holds a loaded trace. ``combine`` then builds the cross-rank
+view from those records:
+
+* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.graphs``; rank
+  from ``distributedInfo`` where present);
+* ``per_step``: for each step index found in the traces, the slowest rank and the spread;
+* ``stragglers``: ranks whose total step time exceeds the median over the ranks with steps by
+  more than ``STRAGGLER_FRAC`` (the device span where no trace has steps).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+#: a rank is a straggler when its step time exceeds the median over ranks by more than this fraction
+STRAGGLER_FRAC = 0.10
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    """Trace files named by ``paths``; a folder stands for every ``*.json`` / ``*.json.gz`` below it.
+
+    Raises ``UsageError`` for a path that does not exist or a folder with no trace in it.
+    Order: as given, each folder's files sorted; duplicates are kept once."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise UsageError(f"no *.json or *.json.gz trace below folder {str(p)!r}")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UsageError(f"no such trace file: {p}")
+    seen: set = set()
+    return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS counter (Linux ``clear_refs``); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_bytes(reset_ok: bool) -> int:
+    if reset_ok:
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
+    """Analyse one trace file in this process: ``{"trace", "json", "lines", "peak_rss_bytes", "wall_s"}``.
+
+    ``options``: keyword arguments of ``analyze_trace``. ``peak_rss_bytes`` is this process's
+    peak resident memory while it analysed the trace (reset before it where Linux allows)."""
+    from labkit.trace.analyze import analyze_trace
+
+    reset_ok = _reset_peak_rss()
+    t0 = time.perf_counter()
+    try:
+        an = analyze_trace(path, **(options or {}))
+    except UsageError as exc:  # name the file: with many traces the message alone does not say which
+        name = Path(path).name
+        raise UsageError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
+    doc = an.to_json(top=top)
+    lines = an.summary_lines(top=min(top, 10))
+    del an
+    return {"trace": str(path), "json": doc, "lines": lines, "peak_rss_bytes": _peak_rss_bytes(reset_ok),
+            "wall_s": time.perf_counter() - t0, "peak_rss_reset": reset_ok}
+
+
+def _run_local(paths: list[str], options: dict, top: int, jobs: int) -> list[dict]:
+    if jobs <= 1 or len(paths) == 1:
+        return [analyze_one(p, options, top) for p in paths]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: workers start clean (no copy of the coordinator's memory) and the same on every OS
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(analyze_one, p, options, top) for p in paths]
+        return [f.result() for f in futures]
+
+
+def _run_dask(paths: list[str], options: dict, top: int, address: str) -> list[dict]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--dask needs dask distributed, which is not installed (pip install 'labkit[scale]')") from None
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"cannot reach the Dask scheduler at {address!r}: {exc}") from None
+    try:
+        futures = client.map(analyze_one, paths, options=options, top=top, pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+
+
+def analyze_many(paths: list, *, options: dict | None = None, top: int = 10, jobs: int | None = None,
+                 dask_address: str | None = None) -> list[dict]:
+    """``analyze_one`` for every trace, in the order given: on ``jobs`` local processes (default:
+    the core count) or on the Dask cluster at ``dask_address``. A bad trace raises its ``UsageError``."""
+    paths = [str(p) for p in paths]
+    options = dict(options or {})
+    if dask_address:
+        return _run_dask(paths, options, top, dask_address)
+    return _run_local(paths, options, top, jobs or os.cpu_count() or 1)
+
+
+def _rank_label(rec: dict, i: int):
+    rank = rec["json"]["source"].get("rank")
+    return rank if isinstance(rank, int) else None
+
+
+def combine(records: list[dict]) -> dict:
+    """The cross-rank view of several ``analyze_one`` records (see the module docstring)."""
+    per_rank = []
+    step_durs: dict[int, list[tuple[float, int]]] = {}
+    for i, rec in enumerate(records):
+        doc = rec["json"]
+        s = doc["summary"]
+        devices = doc.get("devices") or []
+        if devices:  # real gaps only: a device is idle when none of its streams runs anything
+            busy = float(sum(d["busy_us"] or 0.0 for d in devices))
+            idle = float(sum(d["idle_us"] or 0.0 for d in devices))
+        else:
+            busy, idle = float(s.get("busy_us") or 0.0), float(s.get("idle_us") or 0.0)
+        steps = doc.get("steps") or []
+        step_total = float(sum(st.get("dur_us") or 0.0 for st in steps))
+        per_rank.append({"index": i, "trace": rec["trace"], "rank": _rank_label(rec, i),
+                         "busy_us": busy, "idle_us": idle,
+                         "idle_fraction": idle / (busy + idle) if busy + idle > 0 else 0.0,
+                         "steps_count": len(steps), "step_total_us": step_total,
+                         "peak_rss_bytes": int(rec.get("peak_rss_bytes") or 0)})
+        for st in steps:
+            step_durs.setdefault(int(st["step"]), []).append((float(st.get("dur_us") or 0.0), i))
+    per_step = []
+    slowest_count: dict[int, int] = {}
+    for k in sorted(step_durs):
+        durs = step_durs[k]
+        if len(durs) < 2:
+            continue
+        d_max, i_max = max(durs)
+        d_min = min(d for d, _ in durs)
+        slowest_count[i_max] = slowest_count.get(i_max, 0) + 1
+        per_step.append({"step": k, "ranks_count": len(durs), "slowest_index": i_max,
+                         "slowest_rank": per_rank[i_max]["rank"], "max_dur_us": d_max, "min_dur_us": d_min,
+                         "spread_us": d_max - d_min})
+    use_steps = any(r["steps_count"] for r in per_rank)
+    ranked = [r for r in per_rank if r["steps_count"]] if use_steps else per_rank
+    values = [r["step_total_us"] if use_steps else r["busy_us"] + r["idle_us"] for r in ranked]
+    stragglers = []
+    if len(values) >= 2:
+        med = statistics.median(values)
+        for r, v in zip(ranked, values):
+            if med > 0 and v > med * (1 + STRAGGLER_FRAC):
+                stragglers.append({"index": r["index"], "rank": r["rank"], "trace": r["trace"], "time_us": v,
+                                   "over_median": v / med - 1, "slowest_steps_count": slowest_count.get(r["index"], 0)})
+    return {"traces_count": len(records), "measure": "step time" if use_steps else "device span",
+            "straggler_frac": STRAGGLER_FRAC, "per_rank": per_rank, "per_step": per_step, "stragglers": stragglers}
+
+
+def combined_lines(comb: dict) -> list[str]:
+    """A short table of the combined view (for the CLI)."""
+    out = [f"combined: {comb['traces_count']} traces (stragglers by {comb['measure']}, "
+           f"> {100 * comb['straggler_frac']:.0f}% over the median)"]
+    out.append(f"{'rank':>5} {'busy_ms':>10} {'idle_ms':>10} {'idle%':>6} {'steps':>6} {'step_ms':>10} "
+               f"{'peak_MB':>8}  trace")
+    for r in comb["per_rank"]:
+        rank = "-" if r["rank"] is None else r["rank"]
+        out.append(f"{rank:>5} {r['busy_us'] / 1e3:>10.3f} {r['idle_us'] / 1e3:>10.3f} {100 * r['idle_fraction']:>6.1f} "
+                   f"{r['steps_count']:>6} {r['step_total_us'] / 1e3:>10.3f} {r['peak_rss_bytes'] / 1e6:>8.1f}  "
+                   f"{Path(r['trace']).name}")
+    if comb["per_step"]:
+        slow = {}
+        for s in comb["per_step"]:
+            slow[s["slowest_index"]] = slow.get(s["slowest_index"], 0) + 1
+        parts = [f"{Path(comb['per_rank'][i]['trace']).name}: {n}" for i, n in sorted(slow.items())]
+        out.append("slowest in how many steps: " + ", ".join(parts))
+    for s in comb["stragglers"]:
+        out.append(f"STRAGGLER {Path(s['trace']).name} (rank {s['rank']}): {100 * s['over_median']:.1f}% over the median")
+    return out

@@ -1,0 +1,389 @@
+"""``labkit whatif``: what would a cheaper host call, or a copy that does not synchronize, buy?
+
+``predict(trace, changes)`` builds the run's dependency graph (``whatif_graph``), replays it
+unchanged (the self-check: it must reproduce the measured step times) and with the changes
+(``whatif_replay``), and returns a ``WhatIf``: measured and predicted median step time,
+tokens/s where the step names carry token counts (vLLM's
+``execute_context_N(T)_generation_M(U)``), device busy and idle per stream, and the device gaps
+that close and the ones that remain.
+
+Steps are ``ProfilerStep#N`` spans, else vLLM's ``execute_model``/``execute_context`` spans, or
+the spans matching ``steps=REGEX``; a trace with none is replayed as one window (first event to
+last) and says so. A step completes when its span has ended and the device has finished the work
+launched in it; step time runs from one completion to the next (measured and predicted alike), so
+a change that lets the host run ahead of the device still shows the device's pace. Times in the JSON are milliseconds (``_ms``) or microseconds (``_us``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from labkit.errors import UsageError
+from labkit.trace.whatif_graph import Graph, Records, build_graph, records_from_trace
+from labkit.trace.whatif_replay import Change, Replay, closest_names, parse_changes, replay
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = 1
+#: the unchanged replay must reproduce every measured step within this fraction
+REPLAY_TOLERANCE = 0.02
+#: device gaps at least this long (us) count as bubbles; one that shrinks below it has closed
+GAP_MIN_US = 10.0
+STEP_PATTERNS = (r"^ProfilerStep\s*#\s*\d+", r"^execute_(model|context)")
+_TOKENS = re.compile(r"execute_context_\d+\((\d+)\)_generation_\d+\((\d+)\)")
+
+__all__ = ["Change", "WhatIf", "parse_changes", "predict", "main"]
+
+
+@dataclass
+class WhatIf:
+    """Measured vs predicted for one trace and a list of changes (see ``to_json`` for the fields)."""
+
+    source: dict
+    steps: dict
+    measured: dict
+    predicted: dict
+    changes: list
+    replay_check: dict
+    gaps: dict
+    assumptions: dict
+    notes: list = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        m, p = self.measured["step_ms_median"], self.predicted["step_ms_median"]
+        return m / p if m and p else None
+
+    def to_json(self) -> dict:
+        """``{"measured": {"step_ms_median", "device_idle_frac", ...}, "predicted": {...}, "changes": [...],
+        "replay_check": {"step_ms_error", ...}, ...}`` (stable keys)."""
+        return _clean({"schema": SCHEMA, "source": self.source, "steps": self.steps, "measured": self.measured,
+                       "predicted": self.predicted, "speedup": self.speedup, "changes": self.changes,
+                       "replay_check": self.replay_check, "gaps": self.gaps, "assumptions": self.assumptions,
+                       "notes": self.notes})
+
+    def summary_lines(self) -> list[str]:
+        s, m, p, rc = self.source, self.measured, self.predicted, self.replay_check
+        out = [f"trace: {s['file']}  ({s['kind']}; GPU: {s.get('gpu') or 'none recorded'})",
+               f"steps: {self.steps['count']} x {self.steps['what']}"]
+        for c in self.changes:
+            out.append(f"change: {c['describe']}  ({c['matched']} matched)")
+        if not self.changes:
+            out.append("change: none (replay only)")
+        out.append(f"{'':24s} {'measured':>10s} {'predicted':>10s}")
+        out.append(f"{'step ms (median)':24s} {_f(m['step_ms_median']):>10s} {_f(p['step_ms_median']):>10s}")
+        if m.get("tokens_per_s") is not None:
+            out.append(f"{'tokens/s':24s} {_f(m['tokens_per_s'], 0):>10s} {_f(p['tokens_per_s'], 0):>10s}")
+        out.append(f"{'device idle fraction':24s} {_f(m['device_idle_frac'])  :>10s} {_f(p['device_idle_frac']):>10s}")
+        for ms, ps in zip(m["streams"], p["streams"]):
+            out.append(f"  stream {ms['device']}/{ms['stream']}: busy {ms['busy_ms']:.3f} ms, idle "
+                       f"{ms['idle_ms']:.3f} -> {ps['idle_ms']:.3f} ms")
+        g = self.gaps
+        out.append(f"gaps >= {g['threshold_us']:g} us: {g['measured_count']} measured "
+                   f"({g['measured_us'] / 1e3:.3f} ms, shrinking by {g['shrunk_us'] / 1e3:.3f} ms), "
+                   f"{g['closed_count']} close ({g['closed_us'] / 1e3:.3f} ms), "
+                   f"{g['remaining_count']} remain ({g['remaining_us'] / 1e3:.3f} ms)")
+        for r in g["largest_remaining"][:5]:
+            out.append(f"  remains {r['predicted_us']:9.1f} us before {r['next_op'][:40]}  "
+                       f"(launched in {r['launched_in']})")
+        ok = "ok" if rc["ok"] else "FAILED"
+        out.append(f"self-check: unchanged replay reproduces the measured steps within "
+                   f"{100 * rc['step_ms_error']:.2f}% (tolerance {100 * rc['tolerance']:.0f}%): {ok}")
+        for n in self.notes:
+            out.append(f"note: {n}")
+        return out
+
+
+def _f(x, nd: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+# -- steps ------------------------------------------------------------------------------------------
+def find_step_spans(rec: Records, pattern: str | None = None) -> tuple[list, str | None]:
+    """``[(thread key, Span)]`` of the outermost spans matching ``pattern`` (default: ProfilerStep,
+    then vLLM's execute spans), sorted by start; and the pattern used (None: no steps)."""
+    for pat in ([pattern] if pattern else STEP_PATTERNS):
+        try:
+            rx = re.compile(pat)
+        except re.error as exc:
+            raise UsageError(f"--steps {pat!r} is not a valid regex: {exc}") from None
+        found = []
+        for key, spans in rec.threads.items():
+            last_end = -math.inf
+            for s in spans:
+                if s.corr < 0 and rx.search(s.name) and s.start >= last_end:
+                    found.append((key, s))
+                    last_end = s.end
+        if found:
+            return sorted(found, key=lambda x: x[1].start), pat
+        if pattern:
+            names = {s.name for spans in rec.threads.values() for s in spans}
+            raise UsageError(f"--steps {pattern!r} matches no host span; closest: {closest_names(pattern, names)}")
+    return [], None
+
+
+def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tokens) -> dict:
+    lo, hi = win
+    length = hi - lo
+    streams = []
+    all_iv = []
+    by: dict = {}
+    for i, o in enumerate(rec.ops):
+        by.setdefault(o.stream, []).append(i)
+    for st, idx in by.items():
+        iv = [(max(starts[i], lo), min(ends[i], hi)) for i in idx if ends[i] > lo and starts[i] < hi]
+        busy = _union(iv)
+        all_iv.extend(iv)
+        streams.append({"device": st[0], "stream": st[1], "ops_count": len(idx), "busy_ms": busy / 1e3,
+                        "idle_ms": max(0.0, length - busy) / 1e3,
+                        "idle_frac": (1 - busy / length) if length > 0 else None})
+    med = float(np.median(step_times)) if step_times else None
+    busy_all = _union(all_iv)
+    return {"step_ms_median": med / 1e3 if med is not None else None,
+            "step_ms": [t / 1e3 for t in step_times],
+            "device_idle_frac": (1 - busy_all / length) if rec.ops and length > 0 else None,
+            "device_busy_ms": busy_all / 1e3, "window_ms": length / 1e3,
+            "tokens_per_s": (float(np.median(tokens)) / (med / 1e6)) if tokens and med else None,
+            "streams": streams}
+
+
+def _union(iv: list) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for a, z in sorted(iv):
+        if cur_e is None or a > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = a, z
+        else:
+            cur_e = max(cur_e, z)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
+
+
+def _step_of_ops(g: Graph, steps: list) -> dict:
+    """Op index -> step index, by when its launch call started (measured)."""
+    starts = [s.start for _, s in steps]
+    out = {}
+    for i, (key, lt) in g.launch_of.items():
+        j = bisect_right(starts, lt) - 1
+        if j >= 0 and lt < steps[j][1].end:
+            out[i] = j
+    return out
+
+
+def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict):
+    """Per step (measured, or replayed with ``rep``) durations and the whole window (us).
+
+    A step completes when its host span has ended and the device has finished the work launched
+    in it; a step's time runs from the previous step's completion (the first: from its start), so
+    a host that runs ahead of the device cannot hide the device's pace."""
+    rec = g.rec
+    ends = np.array([o.end for o in rec.ops]) if rep is None else rep.end
+    if steps:
+        if rep is None:
+            host = [(s.start, s.end) for _, s in steps]
+        else:
+            host = [(rep.host_time(k, s.start), rep.host_time(k, s.end)) for k, s in steps]
+        done = [z for _, z in host]
+        for i, j in step_of.items():
+            done[j] = max(done[j], float(ends[i]))
+        times, prev = [], host[0][0]
+        for c in done:
+            c = max(c, prev)
+            times.append(c - prev)
+            prev = c
+        return times, (host[0][0], prev)
+    firsts = [sp[0].start for sp in rec.threads.values() if sp] + [o.start for o in rec.ops]
+    lo = min(firsts) if firsts else 0.0
+    if rep is None:
+        hi = max([max(s.end for s in sp) for sp in rec.threads.values() if sp] + [o.end for o in rec.ops] or [lo])
+    else:
+        hi = max([rep.host_end()] + ([float(rep.end.max())] if len(rep.end) else []))
+    return [hi - lo], (lo, hi)
+
+
+def _gaps(rec: Records, pred: Replay, win_m, launched_in) -> dict:
+    rows = []
+    prev: dict = {}
+    for i, o in enumerate(rec.ops):
+        p = prev.get(o.stream)
+        prev[o.stream] = i
+        if p is None or not (win_m[0] <= o.start <= win_m[1]):
+            continue
+        m = o.start - rec.ops[p].end
+        q = pred.start[i] - pred.end[p]
+        if m >= GAP_MIN_US or q >= GAP_MIN_US:
+            rows.append((m, q, i))
+    closed = [(m, q) for m, q, _ in rows if m >= GAP_MIN_US and q < GAP_MIN_US]
+    remain = sorted((r for r in rows if r[1] >= GAP_MIN_US), key=lambda r: -r[1])
+    return {"threshold_us": GAP_MIN_US,
+            "measured_count": sum(1 for m, _, _ in rows if m >= GAP_MIN_US),
+            "measured_us": sum(m for m, _, _ in rows if m >= GAP_MIN_US),
+            "closed_count": len(closed), "closed_us": sum(m for m, _ in closed),
+            "shrunk_us": sum(max(0.0, m - q) for m, q, _ in rows if m >= GAP_MIN_US),
+            "remaining_count": len(remain), "remaining_us": sum(q for _, q, _ in remain),
+            "largest_remaining": [{"stream": list(rec.ops[i].stream), "measured_us": m, "predicted_us": q,
+                                   "next_op": rec.ops[i].name, "launched_in": launched_in(i)}
+                                  for m, q, i in remain[:10]]}
+
+
+def _launched_in(g: Graph):
+    def f(i: int) -> str:
+        li = g.launch_of.get(i)
+        if li is None:
+            return "no launch call in trace"
+        spans = g.rec.threads[li[0]]
+        inner = [s.name for s in spans if s.corr < 0 and s.start <= li[1] <= s.end]
+        return inner[-1] if inner else "(top level)"
+    return f
+
+
+# -- the facade -------------------------------------------------------------------------------------
+def _async_hint(meta: dict):
+    lab = meta.get("labkit")
+    if isinstance(lab, str):
+        try:
+            lab = json.loads(lab)
+        except ValueError:
+            lab = None
+    v = lab.get("async_scheduling") if isinstance(lab, dict) else None
+    return v if isinstance(v, bool) else None
+
+
+def _check_changes(g: Graph, changes: list[Change]) -> list[dict]:
+    names = {s.name for spans in g.rec.threads.values() for s in spans}
+    sync_names = {c.name for calls in g.syncs.values() for c in calls}
+    out = []
+    for ch in changes:
+        rx = re.compile(ch.pattern)
+        if ch.kind == "scale":
+            n = sum(1 for spans in g.rec.threads.values() for s in spans if rx.search(s.name))
+            if not n:
+                raise UsageError(f"--scale {ch.pattern!r} matches no host span; closest: "
+                                 f"{closest_names(ch.pattern, names)}")
+        else:
+            n = sum(1 for calls in g.syncs.values() for c in calls if any(rx.search(x) for x in c.labels))
+            if not n:
+                raise UsageError(f"--unsync {ch.pattern!r} matches no synchronizing call; closest: "
+                                 f"{closest_names(ch.pattern, sync_names)}")
+        out.append({"kind": ch.kind, "pattern": ch.pattern, "factor": ch.factor if ch.kind == "scale" else None,
+                    "matched": n, "describe": ch.describe()})
+    return out
+
+
+def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None) -> WhatIf:
+    """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see the module docstring."""
+    from labkit.results import labkit_commit
+    from labkit.trace.load import as_trace
+
+    trace = as_trace(path_or_trace)
+    rec = records_from_trace(trace)
+    if not any(rec.threads.values()):
+        raise UsageError(f"{Path(rec.file or 'trace').name} has no host events: nothing to replay")
+    g = build_graph(rec, async_hint=_async_hint(rec.metadata))
+    step_spans, pat = find_step_spans(rec, steps)
+    changes = list(changes)
+    matched = _check_changes(g, changes)
+    base = replay(g, [], step_spans)
+    pred = replay(g, changes, step_spans) if changes else base
+    step_of = _step_of_ops(g, step_spans) if step_spans else {}
+    m_times, win_m = _windows(g, step_spans, None, step_of)
+    b_times, _ = _windows(g, step_spans, base, step_of)
+    p_times, win_p = _windows(g, step_spans, pred, step_of)
+    tokens = None
+    if step_spans:
+        toks = [_TOKENS.search(s.name) for _, s in step_spans]
+        if all(toks):
+            tokens = [int(t.group(1)) + int(t.group(2)) for t in toks]
+    starts = np.array([o.start for o in rec.ops]) if rec.ops else np.zeros(0)
+    ends = np.array([o.end for o in rec.ops]) if rec.ops else np.zeros(0)
+    measured = _metrics(rec, step_spans, starts, ends, win_m, m_times, tokens)
+    predicted = _metrics(rec, step_spans, pred.start, pred.end, win_p, p_times, tokens)
+    errs = [abs(b - m) / m for b, m in zip(b_times, m_times) if m > 0]
+    err = max(errs) if errs else 0.0
+    check = {"step_ms_error": err, "tolerance": REPLAY_TOLERANCE, "ok": err <= REPLAY_TOLERANCE,
+             "replayed_step_ms": [t / 1e3 for t in b_times]}
+    notes = list(g.notes)
+    if not step_spans:
+        notes.append("no step spans (ProfilerStep#N or vLLM execute_*): the whole trace is one window")
+    if not rec.ops:
+        notes.append("no device events in this trace: host time only")
+    if step_spans and tokens is None:
+        notes.append("step names carry no token counts: no tokens/s")
+    n_sync = sum(len(c) for c in g.syncs.values())
+    kind = "simulated" if rec.simulated else ("measured-gpu" if rec.ops else "host-only")
+    return WhatIf(
+        source={"file": Path(rec.file).name if rec.file else None, "gpu": rec.gpu, "simulated": rec.simulated,
+                "kind": kind, "labkit": rec.metadata.get("labkit"), "labkit_commit": labkit_commit()},
+        steps={"pattern": pat, "count": len(step_spans) if step_spans else 1,
+               "what": f"spans matching {pat!r}" if pat else "whole-trace window"},
+        measured=measured, predicted=predicted, changes=matched, replay_check=check,
+        gaps=_gaps(rec, pred, win_m, _launched_in(g)),
+        assumptions={"synchronizing_calls": n_sync, "graph_replays": g.graph_units, "event_sync_lag": g.event_lag,
+                     "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5},
+        notes=notes)
+
+
+# -- command line -----------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit whatif", description="Predict the step time if some host work "
+                                "were cheaper or some copies did not synchronize, by replaying a profiler trace.")
+    p.add_argument("trace", help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz")
+    p.add_argument("--scale", action="append", metavar="NAME=FACTOR", default=[],
+                   help="multiply the time of host spans matching regex NAME (and the work inside) by FACTOR")
+    p.add_argument("--unsync", action="append", metavar="NAME", default=[],
+                   help="make synchronizing calls matching regex NAME (own, copy or enclosing span name) non-blocking")
+    p.add_argument("--steps", default=None, metavar="REGEX",
+                   help="regex naming step spans (default ProfilerStep#N, then vLLM's execute_model/execute_context)")
+    p.add_argument("--json", metavar="OUT", help="write the answer as JSON to OUT")
+    p.add_argument("--html", metavar="OUT", help="write a small offline HTML page to OUT")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from labkit.trace.cli import write_atomic
+    from labkit.trace.whatif_html import render_whatif
+
+    args = _parser().parse_args(argv)
+    changes = parse_changes(args.scale, args.unsync)
+    if not Path(args.trace).is_file():
+        raise UsageError(f"no such trace file: {args.trace}")
+    for out in (args.json, args.html):
+        if out is not None:
+            o = Path(out)
+            if o.is_dir():
+                raise UsageError(f"output {out!r} is a folder")
+            if not (o.parent if str(o.parent) else Path(".")).is_dir():
+                raise UsageError(f"output folder {str(o.parent)!r} does not exist")
+    w = predict(args.trace, changes, steps=args.steps)
+    outputs = {}
+    if args.json:
+        outputs[args.json] = json.dumps(w.to_json(), indent=1, allow_nan=False) + "\n"
+    if args.html:
+        outputs[args.html] = render_whatif(w)
+    for line in w.summary_lines():
+        print(line)
+    for path, text in outputs.items():
+        write_atomic(path, text)
+        print(f"wrote {path}")
+    return 0

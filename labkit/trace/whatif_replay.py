@@ -1,0 +1,270 @@
+"""Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs.
+
+``Change("scale", "^schedule$", 0.1)``: every host span whose name matches the regex, with the
+host work nested in it, takes 0.1 of its measured time. ``Change("unsync", "Pageable")``: the
+synchronizing calls that match (by their own name, their copy's name, or the name of a span
+around them) no longer wait for the device; a copy stays on its stream. ``replay(graph,
+changes)`` visits host boundaries and device ops in dependency order (Kahn) and returns every
+replayed time (``Replay``); with no change it reproduces the trace (the self-check of
+``labkit whatif``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.errors import UsageError
+from labkit.trace.whatif_graph import Graph
+
+logger = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class Change:
+    """One what-if change: ``kind`` ``scale`` (host spans matching ``pattern`` x ``factor``) or ``unsync``."""
+
+    kind: str
+    pattern: str
+    factor: float = 1.0
+
+    def describe(self) -> str:
+        return f"scale {self.pattern!r} x {self.factor:g}" if self.kind == "scale" else f"unsync {self.pattern!r}"
+
+
+def parse_changes(scale: list[str] | None = None, unsync: list[str] | None = None) -> list[Change]:
+    """``NAME=FACTOR`` strings and ``NAME`` strings -> ``Change`` list (``UsageError`` on bad input)."""
+    out = []
+    for item in scale or []:
+        name, sep, fac = item.rpartition("=")
+        if not sep or not name:
+            raise UsageError(f"--scale needs NAME=FACTOR, got {item!r}")
+        try:
+            f = float(fac)
+        except ValueError:
+            raise UsageError(f"--scale {item!r}: factor {fac!r} is not a number") from None
+        if not math.isfinite(f) or f < 0:
+            raise UsageError(f"--scale {item!r}: factor must be a finite number >= 0")
+        out.append(Change("scale", _regex(name, "--scale"), f))
+    for name in unsync or []:
+        out.append(Change("unsync", _regex(name, "--unsync")))
+    return out
+
+
+def _regex(pattern: str, what: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"{what} {pattern!r} is not a valid regex: {exc}") from None
+    return pattern
+
+
+def closest_names(pattern: str, names) -> str:
+    plain = re.sub(r"[\^\$\\\[\]\(\)\*\+\?\{\}\|]", "", pattern)
+    names = sorted(set(names))
+    hits = difflib.get_close_matches(plain, names, n=5, cutoff=0.3)
+    if not hits:
+        low = plain.lower()
+        hits = [n for n in names if low and (low in n.lower() or n.lower() in low)][:5]
+    if not hits:
+        hits = names[:5]
+        return ("none close; present: " + ", ".join(repr(h) for h in hits)) if hits else "none present"
+    return ", ".join(repr(h) for h in hits)
+
+
+# -- replay -----------------------------------------------------------------------------------------
+@dataclass
+class Replay:
+    """Replayed times: per thread boundary values, op starts and ends (us)."""
+
+    bounds: dict  #: thread key -> ((boundary times, segment scales, sync segments), replayed values)
+    start: np.ndarray
+    end: np.ndarray
+
+    def host_time(self, key, t: float) -> float:
+        """Replayed time of the measured host time ``t`` on thread ``key``."""
+        thread, v = self.bounds[key]
+        if t < thread[0][0]:
+            return float(v[0] - (thread[0][0] - t))
+        return _map(thread, v, t)
+
+    def host_end(self) -> float:
+        """The latest replayed host time on any thread."""
+        return max((float(v[-1]) for _, v in self.bounds.values()), default=-math.inf)
+
+
+def _boundaries(g: Graph, key, spans, changes, steps, unsynced):
+    """Boundary times of a thread, segment scales, and which segments are synchronizing calls."""
+    syncs = g.syncs.get(key, [])
+    pts = {spans[0].start, max(s.end for s in spans)}
+    for c in syncs:
+        pts.update((c.start, c.end))
+    for tk, lt in g.launch_of.values():
+        if tk == key:
+            pts.add(lt)
+    for tk, s in steps:
+        if tk == key:
+            pts.update((s.start, s.end))
+    scaled = []
+    for ch in changes:
+        if ch.kind != "scale":
+            continue
+        rx = re.compile(ch.pattern)
+        hit = [(s.start, s.end) for s in spans if rx.search(s.name)]
+        scaled.append((ch.factor, hit))
+        for a, z in hit:
+            pts.update((a, z))
+    b = np.array(sorted(pts))
+    # drop boundaries strictly inside a synchronizing call (the call is one unit)
+    keep = np.ones(len(b), bool)
+    seg_sync = {}
+    for c in syncs:
+        lo, hi = np.searchsorted(b, c.start, "right"), np.searchsorted(b, c.end, "left")
+        keep[lo:hi] = False
+    b = b[keep]
+    for ci, c in enumerate(syncs):
+        k = int(np.searchsorted(b, c.start))
+        if k < len(b) - 1 and b[k] == c.start and b[k + 1] == c.end and k not in seg_sync:
+            seg_sync[k] = (c, ci in unsynced.get(key, ()))
+    scale = np.ones(max(len(b) - 1, 1))
+    for factor, hit in scaled:
+        cover = np.zeros(len(scale) + 1)
+        for a, z in hit:
+            cover[np.searchsorted(b, a)] += 1
+            cover[np.searchsorted(b, z)] -= 1
+        scale[np.cumsum(cover)[:len(scale)] > 0] *= factor
+    return b, scale, seg_sync
+
+
+def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
+    """Replay ``g`` with ``changes``: Kahn order over host boundaries and device ops."""
+    ops = g.rec.ops
+    unsynced = _unsynced(g, changes)
+    threads = {}
+    base, n = {}, 0
+    for key, spans in g.rec.threads.items():
+        if not spans:
+            continue
+        threads[key] = _boundaries(g, key, spans, changes, steps, unsynced)
+        base[key] = n
+        n += len(threads[key][0])
+    n_host = n
+    n_all = n_host + len(ops)
+    deps: list = [[] for _ in range(n_all)]
+    for key, (b, scale, seg_sync) in threads.items():
+        o = base[key]
+        for k in range(1, len(b)):
+            deps[o + k].append(o + k - 1)
+            sc = seg_sync.get(k - 1)
+            if sc is not None and not sc[1]:
+                deps[o + k].extend(n_host + j for j in sc[0].deps)
+    launch_node = {}
+    for i, (key, lt) in g.launch_of.items():
+        b = threads[key][0]
+        launch_node[i] = base[key] + max(0, bisect_right(b, lt) - 1)
+        deps[n_host + i].append(launch_node[i])
+    for i in range(len(ops)):
+        p = g.stream_prev[i][0]
+        if p >= 0:
+            deps[n_host + i].append(n_host + p)
+        a = g.anchor[i]
+        if a is not None and a[0] == "unit":
+            deps[n_host + i].append(n_host + a[1])
+    order = _topo(deps)
+    start = np.array([o.start for o in ops], dtype=float)
+    end = np.array([o.end for o in ops], dtype=float)
+    thread_of: list = [None] * n_host
+    for key, o in base.items():
+        thread_of[o:o + len(threads[key][0])] = [key] * len(threads[key][0])
+    vals = {k: v[0].astype(float) for k, v in threads.items()}  # measured until replayed
+    for node in order:
+        if node < n_host:
+            key = thread_of[node]
+            k = node - base[key]
+            b, scale, seg_sync = threads[key]
+            v = vals[key]
+            if k == 0:
+                v[0] = b[0]
+                continue
+            sc = seg_sync.get(k - 1)
+            if sc is None:
+                v[k] = v[k - 1] + scale[k - 1] * (b[k] - b[k - 1])
+            else:
+                c, off = sc
+                t = v[k - 1] + scale[k - 1] * c.cost
+                if not off and c.deps:
+                    dev = max((start if c.on_start else end)[j] for j in c.deps)
+                    t = max(t, dev + c.lat)
+                v[k] = t
+        else:
+            i = node - n_host
+            op = ops[i]
+            t = -math.inf
+            a = g.anchor[i]
+            if a is not None:
+                if a[0] == "launch":
+                    key, lt = g.launch_of[i]
+                    t = _map(threads[key], vals[key], lt) + a[1]
+                elif a[0] == "unit":
+                    t = start[a[1]] + a[2]
+                else:
+                    t = a[1]
+            p, gap = g.stream_prev[i]
+            if p >= 0:
+                t = max(t, end[p] + gap)
+            start[i] = t
+            end[i] = t + (op.end - op.start)
+    return Replay({k: (threads[k], vals[k]) for k in threads}, start, end)
+
+
+def _map(thread, v, t: float) -> float:
+    """Replayed time of measured host time ``t`` on a thread (a point inside a sync call: its start)."""
+    b, scale, seg_sync = thread
+    k = max(0, bisect_right(b, t) - 1)
+    if k >= len(b) - 1:
+        return float(v[k] + (t - b[k]))
+    if k in seg_sync:
+        return float(v[k])
+    return float(v[k] + scale[k] * (t - b[k]))
+
+
+def _topo(deps: list) -> list:
+    n = len(deps)
+    indeg = [len(d) for d in deps]
+    out: list = [[] for _ in range(n)]
+    for j, d in enumerate(deps):
+        for i in d:
+            out[i].append(j)
+    stack = [j for j in range(n) if indeg[j] == 0]
+    stack.reverse()
+    order = []
+    while stack:
+        j = stack.pop()
+        order.append(j)
+        for m in out[j]:
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                stack.append(m)
+    if len(order) < n:  # a cycle (clock skew between host and device timelines)
+        left = [j for j in range(n) if indeg[j] > 0]
+        logger.warning("whatif: %d nodes in dependency cycles; their inputs keep measured times", len(left))
+        order.extend(left)
+    return order
+
+
+def _unsynced(g: Graph, changes) -> dict:
+    out: dict = {}
+    for ch in changes:
+        if ch.kind != "unsync":
+            continue
+        rx = re.compile(ch.pattern)
+        for key, calls in g.syncs.items():
+            for ci, c in enumerate(calls):
+                if any(rx.search(x) for x in c.labels):
+                    out.setdefault(key, set()).add(ci)
+    return out

@@ -1,0 +1,14 @@
+"""The lab's vLLM-facing code: what runs against (or files results from) an installed vLLM.
+
+- :mod:`labkit.vllm.variants` – the A/B variants (which side of #40143 / #38794).
+- :mod:`labkit.vllm.ab` – the in-process A/B switch, vLLM's plugin hook and its command line
+  (``python -m labkit.vllm.ab``); :mod:`labkit.vllm.sched020` – vLLM 0.20's per-image
+  scheduling loop that the pre-#40143 variants put back on vLLM >= 0.21.
+- :mod:`labkit.vllm.ab_results` – filing ``vllm bench serve`` results as ``vllm_ab``.
+- :mod:`labkit.vllm.ranges` and :mod:`labkit.vllm.nextbubble` – the next bubble: cached
+  embedding runs and ``labkit bench vllm-ranges``.
+
+Imports run one way (ab -> ab_results -> variants; nextbubble -> ranges); importing this
+package never imports vLLM: each module imports it inside functions. ``labkit.vllm_ab`` stays
+as the old path of the plugin hook that vLLM's entry point names.
+"""

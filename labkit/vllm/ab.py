@@ -1,0 +1,403 @@
+"""A/B switch for an installed vLLM: the behaviour before and after PRs #40143 and #38794.
+
+An installed vLLM (0.20 or later) carries both merged changes. This module puts either one
+back the way it was, in-process, so that one vLLM build serves the baseline and the
+merged variant and nothing else differs between the two runs:
+
+``placeholder="tensor"`` (before #40143)
+    ``PlaceholderRange.embeds_cumsum`` is a cached CPU int64 tensor again, and
+    ``get_num_embeds()`` / ``get_embeds_indices_in_range()`` index it and call ``int()``
+    (the pre-#40143 code, including its edge cases: an empty mask raises ``IndexError``,
+    ``end_idx == 0`` wraps to the last element). On vLLM >= 0.21, whose scheduler no longer
+    visits the images already in the KV cache, ``Scheduler._try_schedule_encoder_inputs``
+    also becomes vLLM 0.20's loop again (:mod:`labkit.vllm.sched020`: every image visited,
+    ``get_num_embeds()`` first), so a decode step pays the per-image reads #40143 removed.
+    Applying or undoing this clears the ``embeds_cumsum`` that live placeholder objects
+    cached under the other definition (a stale tensor would break the list code, and a
+    stale list the tensor code).
+``prefix_range="per-layer"`` (before #38794)
+    ``TritonAttentionMetadata.mm_prefix_range_tensor`` becomes a property rebuilt from
+    ``mm_prefix_range`` on every read, i.e. once per attention layer per step, the old
+    way: one small ``torch.tensor(..., device=...)`` per sequence (a synchronizing
+    pageable copy on a GPU) plus a nested-tensor pad. The per-step build (vLLM 0.20: the
+    model runner's call of ``TritonAttentionMetadata.compute_mm_prefix_range_tensor``;
+    >= 0.21: ``triton_attn.compute_mm_prefix_range_tensor`` in the metadata builder) is
+    switched off so only the per-layer cost remains.
+
+Variants (:data:`VARIANTS`): ``baseline`` (both reverted), ``pr40143`` (only #40143
+applied), ``pr38794`` (only #38794 applied), ``merged`` (vLLM as installed), and one step
+beyond: ``early-return`` (as installed, plus ``patches/vllm-0.33.0-encoder-early-return.diff``
+applied in-process: the scheduler skips its window bisects once a request's last item is in
+the KV cache; see :mod:`labkit.vllm.sched_census`).
+
+How a run picks a variant: ``LABKIT_VLLM_AB=<variant>`` in the environment of
+``vllm serve``. labkit registers :func:`load_plugin` in vLLM's ``vllm.general_plugins``
+entry-point group, which vLLM loads in every process it starts (API server, engine core,
+workers), so the patch reaches the scheduler and the model runner. In-process use:
+``with patched_vllm("baseline"): ...``; launcher: ``python -m labkit.vllm.ab run --variant
+baseline -- serve MODEL ...`` (sets the variable, then runs vLLM's CLI).
+
+The per-layer patch lives in the Triton backend (``TRITON_ATTN``); on Hopper vLLM 0.33
+prefers a FlashAttention composite for mm-prefix models, so pass ``--attention-backend
+TRITON_ATTN`` to every variant (``scripts/vllm_ab.sh`` does). The per-layer cost appears
+only where attention runs eagerly: under full CUDA graphs a decode step replays the
+captured kernels.
+
+Importing this module never imports vLLM; everything vLLM-specific happens inside
+functions. ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
+(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``;
+see :mod:`labkit.vllm.ab_results`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterator
+
+from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_variant  # noqa: F401
+
+
+# --------------------------------------------------------------------------------------
+# Pre-#40143 PlaceholderRange members (assigned onto vLLM's class by the patch)
+# --------------------------------------------------------------------------------------
+
+
+def _tensor_embeds_cumsum(self):
+    """Inclusive cumsum of ``is_embed`` as a CPU int64 tensor of shape ``(length,)``, or None."""
+    return None if self.is_embed is None else self.is_embed.cumsum(dim=0)
+
+
+def _tensor_get_num_embeds(self) -> int:
+    """Number of embeddings: a tensor index plus ``int()`` on each call (pre-#40143)."""
+    if self.embeds_cumsum is None:
+        return self.length
+    return int(self.embeds_cumsum[-1])
+
+
+def _tensor_get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
+    """Encoder-output slice for placeholder-relative ``[start_idx, end_idx)`` (pre-#40143 rules)."""
+    if self.embeds_cumsum is None:
+        return start_idx, end_idx
+    embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
+    embeds_end = int(self.embeds_cumsum[end_idx - 1])  # end_idx == 0 wraps, as it did
+    return embeds_start, embeds_end
+
+
+def per_layer_prefix_range_tensor(mm_prefix_range, num_seqs: int, device):
+    """Pre-#38794 build of the prefix-range tensor, as one attention layer did it.
+
+    ``mm_prefix_range``: ``{batch_row: [(start, end), ...]}`` (inclusive, absolute) or None.
+    Returns int32 ``(num_seqs, max_ranges, 2)`` padded with ``(0, 0)``, or None when no
+    row has a range. Costs one ``torch.tensor(..., device=device)`` per sequence (a
+    synchronizing pageable H2D copy on a GPU) and a nested-tensor pad.
+    """
+    import torch
+
+    if mm_prefix_range is None:
+        return None
+    range_lists = [mm_prefix_range.get(i, [(0, 0)]) or [(0, 0)] for i in range(num_seqs)]
+    if all(r == [(0, 0)] for r in range_lists):
+        return None
+    per_seq = [torch.tensor(r, dtype=torch.int32, device=device).view(-1, 2) for r in range_lists]
+    nested = torch.nested.nested_tensor(per_seq, layout=torch.jagged)
+    return nested.to_padded_tensor(0)  # (num_seqs, max_ranges, 2)
+
+
+def _per_layer_getter(self):
+    seq_lens = self.seq_lens  # (num_seqs,)
+    return per_layer_prefix_range_tensor(self.mm_prefix_range, seq_lens.shape[0], seq_lens.device)
+
+
+def _per_layer_setter(self, value) -> None:
+    # The tensor is derived from ``mm_prefix_range`` on every read; stored values are ignored
+    # (vLLM only ever stores the per-step tensor or None next to a None ``mm_prefix_range``).
+    return None
+
+
+def _skip_per_step_build(mm_prefix_range, num_seqs, device):
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Applying and undoing
+# --------------------------------------------------------------------------------------
+
+_applied: str | None = None
+_restore: Callable[[], None] | None = None
+
+
+def _set_attr(undo: list, owner, attr: str, value) -> None:
+    had = attr in vars(owner)
+    old = vars(owner).get(attr)
+    setattr(owner, attr, value)
+    undo.append((owner, attr, had, old))
+
+
+def clear_cached_cumsums(keep: type | None) -> int:
+    """Drop ``embeds_cumsum`` cached on live ``PlaceholderRange`` objects unless it is a ``keep``.
+
+    ``keep`` is the type the active definition caches (``torch.Tensor`` for the pre-#40143
+    variant, ``list`` for vLLM's); None clears all. Returns how many were cleared. Walks the
+    objects the garbage collector tracks (once per apply or undo).
+    """
+    import gc
+
+    from vllm.multimodal.inputs import PlaceholderRange
+
+    cleared = 0
+    for obj in gc.get_objects():
+        if issubclass(type(obj), PlaceholderRange):
+            cached = obj.__dict__.get("embeds_cumsum", _MISSING)
+            if cached is _MISSING or cached is None or (keep is not None and isinstance(cached, keep)):
+                continue
+            del obj.__dict__["embeds_cumsum"]
+            cleared += 1
+    if cleared:
+        logger.info("labkit vllm_ab: cleared %d cached embeds_cumsum of the other type", cleared)
+    return cleared
+
+
+_MISSING = object()
+
+
+def scheduler_has_window() -> bool:
+    """True when the installed scheduler bisects to the images in the step (vLLM >= 0.21)."""
+    import vllm.v1.core.sched.scheduler as vsched
+
+    return hasattr(vsched, "get_mm_features_in_window")
+
+
+def _patch_placeholder(undo: list) -> None:
+    import torch
+    from vllm.multimodal.inputs import PlaceholderRange
+
+    prop = cached_property(_tensor_embeds_cumsum)
+    prop.__set_name__(PlaceholderRange, "embeds_cumsum")
+    _set_attr(undo, PlaceholderRange, "embeds_cumsum", prop)
+    _set_attr(undo, PlaceholderRange, "get_num_embeds", _tensor_get_num_embeds)
+    _set_attr(undo, PlaceholderRange, "get_embeds_indices_in_range", _tensor_get_embeds_indices_in_range)
+    # on undo (runs in reverse order) drop the tensors cached while the patch was active
+    undo.append(_Call(lambda: clear_cached_cumsums(list)))
+    clear_cached_cumsums(torch.Tensor)
+    if scheduler_has_window():
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        from labkit.vllm.sched020 import try_schedule_encoder_inputs_v020
+
+        _set_attr(undo, Scheduler, "_try_schedule_encoder_inputs", try_schedule_encoder_inputs_v020)
+
+
+def _patch_early_return(undo: list) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from labkit.vllm.sched_census import _make_early_return
+
+    if not scheduler_has_window():
+        raise RuntimeError("the early-return patch is written for vLLM >= 0.21 (bisect window scheduler)")
+    installed = Scheduler.__dict__["_try_schedule_encoder_inputs"]
+    _set_attr(undo, Scheduler, "_try_schedule_encoder_inputs", _make_early_return(installed))
+
+
+class _Call:
+    """An undo entry that runs a function instead of restoring an attribute."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+
+
+def _patch_prefix_range(undo: list) -> None:
+    from vllm.v1.attention.backends import triton_attn
+
+    if hasattr(triton_attn, "compute_mm_prefix_range_tensor"):
+        # vLLM >= 0.21: the metadata builder calls the module-level function once per step
+        _set_attr(undo, triton_attn, "compute_mm_prefix_range_tensor", _skip_per_step_build)
+    elif "compute_mm_prefix_range_tensor" in vars(triton_attn.TritonAttentionMetadata):
+        # vLLM 0.20: the model runner calls the metadata class's static method once per step
+        _set_attr(undo, triton_attn.TritonAttentionMetadata, "compute_mm_prefix_range_tensor",
+                  staticmethod(_skip_per_step_build))
+    else:
+        raise RuntimeError(
+            "this vLLM builds no per-step prefix-range tensor (neither triton_attn."
+            "compute_mm_prefix_range_tensor nor TritonAttentionMetadata.compute_mm_prefix_range_tensor): "
+            "it predates #38794 (vLLM < 0.20), so it already has the per-layer build"
+        )
+    _set_attr(
+        undo, triton_attn.TritonAttentionMetadata, "mm_prefix_range_tensor",
+        property(_per_layer_getter, _per_layer_setter),
+    )
+
+
+def apply_variant(name: str) -> Callable[[], None]:
+    """Patch the imported vLLM to behave as variant ``name``; returns a function that undoes it.
+
+    Only one variant can be active at a time (``RuntimeError`` otherwise). Placeholder
+    objects that cached a cumsum of the other type are cleared, on apply and on undo.
+    Works on vLLM 0.20 and later (the per-step prefix-range build is found in either place).
+    """
+    global _applied
+    variant = get_variant(name)
+    if _applied is not None:
+        raise RuntimeError(f"vLLM A/B variant {_applied!r} is already applied in this process")
+    undo: list = []
+    try:
+        if variant.placeholder == "tensor":
+            _patch_placeholder(undo)
+        if variant.prefix_range == "per-layer":
+            _patch_prefix_range(undo)
+        if variant.early_return:
+            _patch_early_return(undo)
+    except BaseException:
+        _undo(undo)
+        raise
+    _applied = variant.name
+    logger.warning("labkit vllm_ab: variant %s applied (%s)", variant.name, variant.description)
+
+    def restore() -> None:
+        global _applied, _restore
+        _undo(undo)
+        _applied = None
+        _restore = None
+
+    global _restore
+    _restore = restore
+    return restore
+
+
+def _undo(undo: list) -> None:
+    for entry in reversed(undo):
+        if isinstance(entry, _Call):
+            entry.fn()
+            continue
+        owner, attr, had, old = entry
+        if had:
+            setattr(owner, attr, old)
+        else:
+            delattr(owner, attr)
+    undo.clear()
+
+
+def reset_variant() -> None:
+    """Undo whatever variant is applied in this process (no-op when none is)."""
+    if _restore is not None:
+        _restore()
+
+
+def applied_variant() -> str | None:
+    """The variant applied in this process by :func:`apply_variant`, or None."""
+    return _applied
+
+
+@contextlib.contextmanager
+def patched_vllm(name: str) -> Iterator[Variant]:
+    """Context manager: vLLM behaves as variant ``name`` inside the block."""
+    restore = apply_variant(name)
+    try:
+        yield VARIANTS[name]
+    finally:
+        restore()
+
+
+def load_plugin() -> None:
+    """vLLM general plugin: apply the variant named by ``$LABKIT_VLLM_AB`` (no-op when unset).
+
+    Registered under the ``vllm.general_plugins`` entry-point group; vLLM may call it
+    several times per process, so a second call with the same variant does nothing.
+    """
+    name = os.environ.get(ENV_VAR, "").strip()
+    if not name:
+        return
+    if _applied == name:
+        return
+    apply_variant(name)
+
+
+# --------------------------------------------------------------------------------------
+# Command line: `python -m labkit.vllm.ab {variants,ingest,serve}`
+# --------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m labkit.vllm.ab", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("variants", help="list the A/B variants")
+    ing = sub.add_parser("ingest", help="file a `vllm bench serve` JSON under results/<gpu>/vllm_ab.json")
+    ing.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
+    ing.add_argument("--bench-json", required=True, help="the file `vllm bench serve --save-result` wrote")
+    ing.add_argument("--images", type=int, default=None, help="images per request in the run")
+    ing.add_argument("--model", default=None, help="model name (default: the bench file's model_id)")
+    ing.add_argument("--trace-dir", default=None, help="profiler output folder to copy traces from")
+    ing.add_argument("--gpu-name", default=None, help="GPU the run used, when ingesting elsewhere")
+    ing.add_argument("--results-root", default=None, help="results folder (default data/results)")
+    ing.add_argument("--json", default=None, help="also write the filed row as JSON here")
+    srv = sub.add_parser(
+        "run",
+        help="run a vLLM CLI command with a variant applied (e.g. run --variant baseline -- serve MODEL)",
+        description="Sets $LABKIT_VLLM_AB for every vLLM process and runs vLLM's CLI in-process.",
+    )
+    srv.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
+    srv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for the `vllm` command")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+        if args.cmd == "variants":
+            for v in VARIANTS.values():
+                print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
+            return 0
+        if args.cmd == "ingest":
+            if args.images is not None and args.images < 0:
+                raise UsageError("--images must be >= 0")
+            from labkit.vllm.ab_results import ingest
+
+            out = ingest(
+                args.bench_json, variant=args.variant, images=args.images, model=args.model,
+                trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
+            )
+            from labkit.results import parse_result
+
+            result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
+            row = result.rows[-1]
+            if args.json:
+                from labkit.fileio import write_json
+
+                write_json(args.json, row)
+            print(f"filed {row['variant']}: output {row.get('output_throughput_tok_s', float('nan')):.1f} tok/s, "
+                  f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
+            return 0
+        # run: wrap vLLM's own CLI
+        get_variant(args.variant)
+        os.environ[ENV_VAR] = args.variant
+        # apply through the importable module (not this ``__main__`` copy), the one vLLM's
+        # plugin loader calls, so the variant is applied once per process
+        from labkit.vllm import ab as plugin_module
+
+        plugin_module.load_plugin()
+        from vllm.entrypoints.cli.main import main as vllm_main
+
+        rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+        sys.argv = ["vllm", *rest]
+        return int(vllm_main() or 0)
+    except UsageError as exc:
+        print(f"labkit.vllm.ab: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

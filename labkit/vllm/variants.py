@@ -1,0 +1,52 @@
+"""The vLLM A/B variants: which side of #40143 and #38794 an installed vLLM runs.
+
+Shared by the switch (:mod:`labkit.vllm.ab`) and the results filing
+(:mod:`labkit.vllm.ab_results`); imports neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.errors import UsageError
+
+__all__ = ["ENV_VAR", "RESULT_NAME", "Variant", "VARIANTS", "get_variant"]
+
+#: environment variable read by :func:`load_plugin` in every vLLM process
+ENV_VAR = "LABKIT_VLLM_AB"
+#: results-store name of the serving A/B
+RESULT_NAME = "vllm_ab"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One A/B arm: which side of each PR the installed vLLM runs."""
+
+    name: str
+    placeholder: str  # "tensor" (before #40143) or "list" (after)
+    prefix_range: str  # "per-layer" (before #38794) or "per-step" (after)
+    description: str
+    #: beyond both PRs: the scheduler's early return once every item is computed
+    #: (patches/vllm-0.33.0-encoder-early-return.diff, vLLM >= 0.21)
+    early_return: bool = False
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("baseline", "tensor", "per-layer", "before both PRs (tensor cumsum, per-layer prefix ranges)"),
+        Variant("pr40143", "list", "per-layer", "#40143 only (list cumsum, per-layer prefix ranges)"),
+        Variant("pr38794", "tensor", "per-step", "#38794 only (tensor cumsum, per-step prefix ranges)"),
+        Variant("merged", "list", "per-step", "vLLM as installed (both PRs)"),
+        Variant("early-return", "list", "per-step", "as installed + the scheduler's early return (next step)",
+                early_return=True),
+    )
+}
+
+
+def get_variant(name: str) -> Variant:
+    """The variant registered as ``name``; ``UsageError`` lists the choices."""
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        raise UsageError(f"unknown vLLM A/B variant {name!r}: choose from {', '.join(VARIANTS)}") from None

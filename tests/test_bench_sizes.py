@@ -1,0 +1,75 @@
+"""``--size`` on the bench verbs without a test file of their own: quick runs are filed as ``<name>_quick``."""
+
+from __future__ import annotations
+
+import json
+
+from labkit.cli import main as cli_main
+from labkit.results import load_results
+
+
+def test_trace_bench_quick_is_filed_as_quick_with_its_command(results_store, repo_root, tmp_path, capsys):
+    base = repo_root / "tests" / "data" / "hta-triton-example-a100.pt.trace.json.gz"
+    out = tmp_path / "tb.json"
+    argv = ["bench", "trace", "--size-mb", "0.2", "--no-hta", "--base", str(base), "--json", str(out)]
+    assert cli_main(argv) == 0
+    (res,) = load_results()
+    assert (res.name, res.size, res.params["size"]) == ("trace_bench_quick", "quick", "quick")
+    assert res.params["size_mb"] == 0.2
+    assert res.command == "labkit " + " ".join(argv)
+    (row,) = res.rows
+    assert row["variant"] == "labkit" and row["file_bytes"] >= 0.2e6
+    assert json.loads(out.read_text())["name"] == "trace_bench_quick"
+    assert "saved" in capsys.readouterr().out
+
+
+def test_trace_bench_sizes_pick_the_trace_size(results_store, monkeypatch, capsys):
+    from labkit.trace import bench
+
+    seen = []
+
+    def stop(base, out, size_mb):  # record the size asked for, then stop before any real work
+        seen.append(size_mb)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "build_big_trace", stop)
+    assert cli_main(["bench", "trace", "--no-hta"]) == 130
+    assert cli_main(["bench", "trace", "--no-hta", "--size", "full"]) == 130
+    assert seen == [bench.TRACE_MB["quick"], bench.TRACE_MB["full"]] == [20.0, 100.0]
+    assert not results_store.exists()
+
+
+def test_engine_size_full_is_filed_under_the_full_name(results_store, capsys):
+    argv = ["bench", "engine", "--size", "full", "--device", "sim", "--model", "tiny", "--num-requests", "4",
+            "--steps", "2", "--warmup", "1", "--placeholders", "fast", "--scheduling", "cursor",
+            "--prefix-ranges", "none", "--profile", "parametric", "--name", "engine_t"]
+    assert cli_main(argv) == 0
+    (res,) = load_results()
+    assert (res.name, res.size, res.params["size"], res.source) == ("engine_t", "full", "full", "simulated")
+
+
+def test_ranges_full_and_quick_names(results_store, capsys):
+    small = ["--device", "cpu", "--requests", "2", "--images", "1", "--layers", "1", "--repeats", "1",
+             "--no-sweep", "--builders", "v033"]
+    assert cli_main(["bench", "ranges", "--size", "full", *small]) == 0
+    assert cli_main(["bench", "ranges", *small]) == 0
+    assert sorted((r.name, r.size) for r in load_results()) == [("ranges_step", "full"), ("ranges_step_quick", "quick")]
+
+
+def test_mm_and_h2d_default_to_quick(results_store, monkeypatch, capsys):
+    from labkit.attn import bench_h2d
+    from labkit.mm import bench as mm_bench
+
+    seen = []
+
+    def stop(*args, **kw):
+        seen.append(kw.get("quick", args[1] if len(args) > 1 else None))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mm_bench, "run_benchmarks", stop)
+    monkeypatch.setattr(bench_h2d, "run_benchmarks", stop)
+    for argv in (["mm"], ["mm", "--size", "full"], ["mm", "--quick"], ["h2d", "--device", "cpu"],
+                 ["h2d", "--device", "cpu", "--size", "full"]):
+        assert cli_main(["bench", *argv]) == 130
+    assert seen == [True, False, True, "quick", "full"]
+    assert "--quick is deprecated" in capsys.readouterr().err

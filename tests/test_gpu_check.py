@@ -1,0 +1,246 @@
+"""The GPU run's packing and filing: scripts/pack_gpu_check.py and scripts/ingest_gpu_check.sh,
+and gpu_check.sh's answers to bad input (the run itself needs a GPU, or a dry run on CPU)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from labkit.device import has_cuda
+from labkit.engine.recorded import recorded_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = ROOT / "scripts" / "pack_gpu_check.py"
+INGEST = ROOT / "scripts" / "ingest_gpu_check.sh"
+GPU_CHECK = ROOT / "scripts" / "gpu_check.sh"
+H200 = ROOT / "data" / "traces" / "h200"
+BIG = next(iter(sorted((H200 / "fast-cursor-per_layer-async").glob("*.pt.trace.json.gz"))), None)
+SMALL = next(iter(sorted((H200 / "tensor-loop-none-async").glob("*.pt.trace.json.gz"))), None)
+needs_traces = pytest.mark.skipif(BIG is None or SMALL is None, reason="recorded H200 traces missing")
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def _one_line_exit_2(run: subprocess.CompletedProcess) -> None:
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert run.stderr.strip() and run.stderr.strip().count("\n") == 0, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def _work(tmp_path: Path) -> Path:
+    """A gpu_check work folder: one result, logs, a profile, a report, engine + h2d traces."""
+    work = tmp_path / "work"
+    (work / "results" / "h200").mkdir(parents=True)
+    (work / "results" / "h200" / "engine.json").write_text(json.dumps({"name": "engine", "rows": []}))
+    (work / "logs").mkdir()
+    (work / "logs" / "engine.log").write_text("ran\n")
+    (work / "profile.json").write_text("{}")
+    (work / "summary.txt").write_text("gpu_check: test\n")
+    (work / "report").mkdir()
+    (work / "report" / "index.html").write_text("<html>index</html>")
+    page = "<html>" + "plotly.js stand-in " * 20000 + "</html>"
+    for n in ("00_environment", "06_compare_gpus"):
+        (work / "report" / f"{n}.html").write_text(page)  # the same bulk twice: one solid xz copy
+    for run, src in (("fast-cursor-per_layer-async", BIG), ("tensor-loop-none-async", SMALL)):
+        (work / "traces" / "engine" / run).mkdir(parents=True)
+        shutil.copy(src, work / "traces" / "engine" / run / src.name)
+    (work / "traces" / "h2d").mkdir()
+    shutil.copy(SMALL, work / "traces" / "h2d" / "h2d-per_layer-S128-L34.pt.trace.json.gz")
+    return work
+
+
+def _pack(work: Path, out: Path, max_mb: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PACK), str(work), str(out), "--max-mb", str(max_mb)],
+                          capture_output=True, text=True, env=_env(), cwd=ROOT)
+
+
+def _members(tarball: Path) -> dict[str, int]:
+    with tarfile.open(tarball) as tar:
+        return {m.name: m.size for m in tar.getmembers() if m.isfile()}
+
+
+@needs_traces
+def test_pack_keeps_everything_when_it_fits(tmp_path):
+    work = _work(tmp_path)
+    out = tmp_path / "gpu_check.tar.gz"
+    run = _pack(work, out, 16)
+    assert run.returncode == 0, run.stderr
+    names = _members(out)
+    for name in ("results/h200/engine.json", "logs/engine.log", "profile.json", "summary.txt", "MANIFEST.txt",
+                 "report.tar.xz", f"traces/engine/fast-cursor-per_layer-async/{BIG.name}",
+                 f"traces/h2d/h2d-per_layer-S128-L34.pt.trace.json.gz"):
+        assert name in names, name
+    assert names[f"traces/engine/fast-cursor-per_layer-async/{BIG.name}"] == BIG.stat().st_size  # untouched
+    # the two identical page bodies compress to about one copy
+    assert names["report.tar.xz"] < len((work / "report" / "00_environment.html").read_text()) / 20
+    with tarfile.open(out) as tar:
+        inner = tar.extractfile("report.tar.xz").read()
+    (tmp_path / "r.tar.xz").write_bytes(inner)
+    with tarfile.open(tmp_path / "r.tar.xz") as rep:
+        assert {"report/index.html", "report/00_environment.html", "report/06_compare_gpus.html"} <= set(rep.getnames())
+
+
+@needs_traces
+def test_pack_trims_the_largest_trace_to_fit(tmp_path):
+    work = _work(tmp_path)
+    out = tmp_path / "gpu_check.tar.gz"
+    total = BIG.stat().st_size + 2 * SMALL.stat().st_size
+    cap_mb = (total - BIG.stat().st_size // 3) / 1e6  # needs about a third of the big trace gone
+    run = _pack(work, out, cap_mb)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert out.stat().st_size <= cap_mb * 1e6
+    names = _members(out)
+    big = f"traces/engine/fast-cursor-per_layer-async/{BIG.name}"
+    assert big in names and names[big] < BIG.stat().st_size
+    with tarfile.open(out) as tar:
+        doc = json.loads(gzip.decompress(tar.extractfile(big).read()))
+        manifest = tar.extractfile("MANIFEST.txt").read().decode()
+    steps = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == 1
+    assert "trimmed traces/engine/fast-cursor-per_layer-async" in manifest
+
+
+@needs_traces
+def test_pack_leaves_out_h2d_traces_before_engine_traces(tmp_path):
+    work = _work(tmp_path)
+    out = tmp_path / "gpu_check.tar.gz"
+    run = _pack(work, out, 0.6)  # room for the fixed parts and a trimmed small trace at most
+    assert out.stat().st_size <= 0.6e6, run.stdout
+    names = _members(out)
+    assert not any(n.startswith("traces/h2d/") for n in names)
+    with tarfile.open(out) as tar:
+        manifest = tar.extractfile("MANIFEST.txt").read().decode()
+    left_out = [line for line in manifest.splitlines() if "left out" in line]
+    assert left_out and "traces/h2d/" in left_out[0]
+    assert "results/h200/engine.json" in names and run.returncode == 0
+
+
+def test_pack_bad_input(tmp_path):
+    _one_line_exit_2(_pack(tmp_path / "missing", tmp_path / "o.tar.gz", 16))
+    (tmp_path / "w").mkdir()
+    _one_line_exit_2(_pack(tmp_path / "w", tmp_path / "o.tar.gz", 0))
+    assert not (tmp_path / "o.tar.gz").exists()
+
+
+def _tarball(tmp_path: Path, runs=("tensor-loop-none-async", "list-loop-none-async"), slugs=("h200",)) -> Path:
+    src = tmp_path / "src"
+    for slug in slugs:
+        (src / "results" / slug).mkdir(parents=True)
+        (src / "results" / slug / "engine.json").write_text('{"name": "engine"}')
+        (src / "results" / slug / "report.json").write_text('{"name": "report"}')
+    for run in runs:
+        (src / "traces" / "engine" / run).mkdir(parents=True)
+        (src / "traces" / "engine" / run / "labkit.1.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (src / "traces" / "h2d").mkdir(parents=True)
+    (src / "traces" / "h2d" / "h2d-x.pt.trace.json.gz").write_bytes(b"x")
+    (src / "profile.json").write_text('{"ops": {}}')
+    (src / "logs").mkdir()
+    (src / "logs" / "engine.log").write_text("ok\n")
+    (src / "summary.txt").write_text("summary\n")
+    out = tmp_path / "gpu_check.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for child in sorted(src.iterdir()):
+            tar.add(child, arcname=child.name)
+    return out
+
+
+def _ingest(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(INGEST), *map(str, args)], capture_output=True, text=True)
+
+
+def test_ingest_files_traces_where_the_notebooks_look(tmp_path):
+    dest = tmp_path / "repo"
+    stale = dest / "data" / "traces" / "h200" / "fast-cursor-none-async"
+    stale.mkdir(parents=True)
+    (stale / "labkit.0.pt.trace.json.gz").write_bytes(b"old")
+    run = _ingest(_tarball(tmp_path), "--into", dest)
+    assert run.returncode == 0, run.stderr
+    # the reader the notebooks use finds exactly the new runs (the stale one is replaced)
+    found = recorded_traces("h200", root=dest / "data" / "traces")
+    assert set(found) == {"tensor/loop/none/async", "list/loop/none/async"}
+    assert json.loads((dest / "data" / "results" / "h200" / "engine.json").read_text()) == {"name": "engine"}
+    assert (dest / "data" / "results" / "h200" / "report.json").is_file()
+    assert (dest / "data" / "profiles" / "h200.json").read_text() == '{"ops": {}}'
+    logs = dest / "data" / "results" / "h200" / "gpu_check_logs"
+    assert (logs / "engine.log").is_file() and (logs / "summary.txt").is_file()
+    assert not (dest / "data" / "traces" / "h200" / "engine").exists()
+    assert not list((dest / "data").rglob("h2d-x.pt.trace.json.gz"))
+
+
+def test_ingest_bad_input(tmp_path):
+    _one_line_exit_2(_ingest())
+    _one_line_exit_2(_ingest(tmp_path / "missing.tar.gz"))
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_text("not a tarball")
+    _one_line_exit_2(_ingest(junk))
+    _one_line_exit_2(_ingest(_tarball(tmp_path / "two", slugs=("h200", "a100")), "--into", tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with tarfile.open(tmp_path / "empty.tar.gz", "w:gz") as tar:
+        tar.add(empty, arcname="logs")
+    _one_line_exit_2(_ingest(tmp_path / "empty.tar.gz", "--into", tmp_path))
+
+
+def _gpu_check(tmp_path, timeout_s: int = 120, **env) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k not in ("OUT", "GPU_CHECK_ALLOW_CPU", "LABKIT_RESULTS")}
+    full.update(env)
+    return subprocess.run(["bash", str(GPU_CHECK)], capture_output=True, text=True, env=full, cwd=tmp_path,
+                          timeout=timeout_s)
+
+
+def test_gpu_check_bad_input(tmp_path):
+    _one_line_exit_2(_gpu_check(tmp_path))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_SIZE="huge"))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_BUDGET="9m"))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(tmp_path / "no-python")))
+
+
+@pytest.mark.skipif(has_cuda(), reason="checks the refusal on a machine without a GPU")
+def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
+    run = _gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=sys.executable)
+    _one_line_exit_2(run)
+    assert "GPU_CHECK_ALLOW_CPU" in run.stderr
+    assert not (tmp_path / "o" / "gpu_check.tar.gz").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(has_cuda(), reason="a dry run is for machines without a GPU (with one, run the script itself)")
+def test_gpu_check_dry_run_on_cpu_packs_and_ingests(tmp_path):
+    """The whole script on CPU (quick size, one report page): every step runs, results pin the
+    commit the summary names, and the tarball ingests into the layout the notebooks read."""
+    out = tmp_path / "out"
+    run = _gpu_check(tmp_path, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_ALLOW_CPU="1", GPU_CHECK_SIZE="quick",
+                     GPU_CHECK_BUDGET="400", GPU_CHECK_REPORT_RESERVE="60", GPU_CHECK_REPORT_ONLY="06",
+                     timeout_s=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = (out / "summary.txt").read_text()
+    head = summary.splitlines()[0]
+    commit = head.split("commit=")[1].strip()
+    steps = {line.split()[0]: line.split()[1] for line in summary.splitlines()
+             if line and not line.startswith((" ", "gpu_check:", "machine:", "total:", "pack:", "NOTE", "WARNING"))
+             and len(line.split()) > 1 and line.split()[1].startswith(("rc=", "SKIPPED"))}
+    for name in ("calibrate", "attn", "h2d", "ranges", "engine", "mm", "report"):
+        assert steps.get(name) == "rc=0", (name, summary[:3000])
+    dest = tmp_path / "repo"
+    dest.mkdir()
+    ingest = _ingest(out / "gpu_check.tar.gz", "--into", dest)
+    assert ingest.returncode == 0, ingest.stderr
+    (slug_dir,) = (dest / "data" / "results").iterdir()
+    results = {p.name: json.loads(p.read_text()) for p in slug_dir.glob("*.json")}
+    assert {"engine_quick.json", "calibration_quick.json", "mm_sweep_quick.json"} <= set(results)
+    assert {r["labkit_commit"] for r in results.values()} == {commit}
+    assert all(r["size"] == "quick" for r in results.values())
+    traces = recorded_traces(slug_dir.name, root=dest / "data" / "traces")
+    engine_rows = results["engine_quick.json"]["rows"]
+    assert traces and len(traces) == len(engine_rows)  # one trace folder per engine row (variant x mode)
+    assert (dest / "reports" / f"gpu_check-{slug_dir.name}" / "06_compare_gpus.html").is_file()

@@ -1,0 +1,116 @@
+"""The ``labkit_html`` nbconvert exporter: found by name, and its page works offline.
+
+A notebook with a plotly figure and the lab's mask widget is executed with nbclient (widget
+state stored, as JupyterLab saves it), exported with ``jupyter nbconvert --to labkit_html``
+(the name resolved through the ``nbconvert.exporters`` entry point, as JupyterLab's export
+menu does), then opened in Chromium with every network request blocked.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+
+from labkit.report.exporter import LabkitHTMLExporter, provenance_html  # noqa: E402
+from labkit.report.pagesize import page_report  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+CELLS = [
+    "from labkit.viz.notebook import setup_notebook, declare_sources\nsetup_notebook()\n"
+    "declare_sources('simulated')",
+    "from labkit.viz.mask import plot_mask\nplot_mask(12, 12, [(2, 5)])",
+    "from labkit.widgets.mask import make_mask_widget\nmake_mask_widget(q_len=8, kv_len=8, ranges='1-3')",
+]
+
+
+def _executed_notebook(folder: Path) -> Path:
+    from labkit.report.execute import execute_notebook
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    result = execute_notebook(nb, cwd=folder, timeout=300)
+    assert result.error is None, result.error
+    path = folder / "mask.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_provenance_header_without_a_report_run():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"text/html": "x"},
+                                                  metadata={"labkit_sources": ["interpreted"]})]
+    nb.cells[0].metadata["execution"] = {"iopub.execute_input": "2026-01-02T03:04:05.000Z",
+                                         "shell.execute_reply": "2026-01-02T03:09:00.000Z"}
+    header = provenance_html(nb)
+    assert 'data-source="interpreted"' in header and "correctness only" in header
+    assert "between 2026-01-02 03:04 and 2026-01-02 03:09" in header
+    assert "exported on" in header and "labkit" in header
+    run = {"machine": "h200", "device": "cuda", "labkit_commit": "unknown",
+           "results": [{"machine": "h200", "name": "engine", "labkit_commit": "0123456789ab+dirty"}]}
+    header = provenance_html(nb, run)
+    assert "<b>cuda</b> on <code>h200</code>" in header and "commit unknown" in header
+    assert "h200/engine" in header and "uncommitted changes" in header
+
+
+def test_exporter_inlines_its_assets_or_links_them(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T")])
+    single, _ = LabkitHTMLExporter().from_notebook_node(nb)
+    linked, _ = LabkitHTMLExporter(static_url="_static").from_notebook_node(nb)
+    for page in (single, linked):
+        assert not re.search(r"""src=["']?(https?:)?//""", page)  # no CDN script
+        assert "mathjax" not in page.lower()
+    assert '<script src="_static/requirejs/require.js"></script>' in linked
+    if (REPO / "node_modules" / "requirejs" / "require.js").is_file():
+        assert '<script src="data:text/javascript;base64,' in single
+    assert nb.cells[0].source == "# T"  # the caller's notebook is left as it was
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_export_by_name_opens_offline_with_figures_and_widget(tmp_path, browser):
+    path = _executed_notebook(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "labkit_html", str(path), "--output-dir", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page_path = tmp_path / "mask.html"
+    assert page_path.is_file()
+    size = page_report(page_path.read_text(encoding="utf-8"))  # plotly.js compressed, as in the report
+    assert size.plotly_bundles == 0 and size.mathjax_refs == 0
+
+    page = browser.new_page()
+    external: list[str] = []
+    failed: list[str] = []
+
+    def block(route):
+        external.append(route.request.url[:120])
+        route.abort()
+
+    page.route(re.compile(r"^(https?|wss?|ftp)://"), block)
+    page.on("requestfailed", lambda r: failed.append(r.url[:120]))
+    try:
+        page.goto(page_path.resolve().as_uri(), wait_until="load")
+        page.wait_for_load_state("networkidle")
+        graphs = page.locator(".plotly-graph-div")
+        page.wait_for_function(
+            "() => { const g = document.querySelectorAll('.plotly-graph-div');"
+            " return g.length >= 2 && Array.from(g).every(x => x.querySelector('.main-svg')); }",
+            timeout=60_000)
+        page.wait_for_selector(".widget-slider", timeout=60_000)
+        n_graphs = graphs.count()  # the figure, and the widget's heatmap in its static view
+        sliders = page.locator(".widget-slider").count()
+        header = page.inner_text(".labkit-provenance")
+    finally:
+        page.close()
+    assert external == [] and failed == []
+    assert n_graphs == 2
+    assert sliders == 3  # keys, queries, window
+    assert "simulated" in header and "exported on" in header

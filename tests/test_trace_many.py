@@ -1,0 +1,136 @@
+"""Many traces: a folder run on local processes and on a Dask LocalCluster gives the single-run figures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.cli import main as labkit_main
+from labkit.errors import UsageError
+from labkit.trace.many import analyze_one, combine, expand_paths
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+DATA = Path(__file__).resolve().parent / "data"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not present")
+
+
+@pytest.fixture(scope="module")
+def single_runs():
+    """Each shared trace analysed alone, in this process."""
+    return {str(p): analyze_one(str(p))["json"] for p in expand_paths([str(SHARED)])}
+
+
+def _per_trace(doc: dict) -> dict:
+    return {t["trace"]: {k: v for k, v in t.items() if k != "trace"} for t in doc["traces"]}
+
+
+@needs_shared
+def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, single_runs):
+    out = tmp_path / "many.json"
+    rc = labkit_main(["analyze", str(SHARED), "--jobs", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"traces", "combined"}
+    assert _per_trace(doc) == json.loads(json.dumps(single_runs))
+    assert "combined: " in printed and len(doc["combined"]["per_rank"]) == len(single_runs)
+    ranks = {Path(r["trace"]).name: r["rank"] for r in doc["combined"]["per_rank"]}
+    assert ranks["hta-trace-diff-control-a100-rank3.pt.trace.json.gz"] == 3  # from distributedInfo
+    assert ranks["tracelens-h100-bert-small-inference.pt.trace.json.gz"] is None  # none recorded
+    assert all(r["peak_rss_bytes"] > 0 for r in doc["combined"]["per_rank"])
+
+
+@needs_shared
+def test_dask_local_cluster_equals_single_runs(single_runs):
+    distributed = pytest.importorskip("distributed")
+    from labkit.trace.many import analyze_many
+
+    paths = list(single_runs)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        recs = analyze_many(paths, dask_address=cluster.scheduler_address)
+    assert [r["trace"] for r in recs] == paths
+    assert {r["trace"]: r["json"] for r in recs} == json.loads(json.dumps(single_runs))
+
+
+def test_dask_unreachable_is_a_usage_error(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    rc = labkit_main(["analyze", str(DATA / "hta-triton-example-a100.pt.trace.json.gz"),
+                      "--dask", "tcp://127.0.0.1:9", "--json", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Dask scheduler" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def _rank_trace(path: Path, rank: int, step_durs: list[float], busy_gap: float) -> Path:
+    """A hand-made rank trace: steps of the given lengths, one kernel per step."""
+    ev, t = [], 0.0
+    for k, d in enumerate(step_durs):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+                   "ts": t, "dur": d})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": t + 1, "dur": 2, "args": {"correlation": k + 1}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t + busy_gap, "dur": d / 2,
+                   "args": {"correlation": k + 1, "stream": 7, "device": 0}})
+        t += d
+    path.write_text(json.dumps({"distributedInfo": {"rank": rank, "world_size": 3}, "traceEvents": ev}))
+    return path
+
+
+def test_combined_view_hand_counted(tmp_path):
+    recs = [analyze_one(str(_rank_trace(tmp_path / f"r{r}.json", r, durs, 5)))
+            for r, durs in [(0, [100, 100, 100]), (1, [100, 140, 100]), (2, [150, 100, 160])]]
+    comb = combine(recs)
+    assert [s["slowest_rank"] for s in comb["per_step"]] == [2, 1, 2]
+    assert [s["spread_us"] for s in comb["per_step"]] == [50, 40, 60]
+    # step totals 300 / 340 / 410: median 340, only rank 2 is more than 10% over it
+    assert [(s["rank"], round(s["over_median"], 4)) for s in comb["stragglers"]] == [(2, round(410 / 340 - 1, 4))]
+    assert comb["stragglers"][0]["slowest_steps_count"] == 2
+
+
+def test_expand_paths(tmp_path):
+    (tmp_path / "a").mkdir()
+    g = tmp_path / "a" / "x.pt.trace.json.gz"
+    g.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (tmp_path / "a" / "notes.txt").write_text("x")
+    j = tmp_path / "y.json"
+    j.write_text('{"traceEvents": []}')
+    assert expand_paths([str(tmp_path), str(j)]) == [g, j]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no \\*.json"):
+        expand_paths([str(tmp_path / "empty")])
+    with pytest.raises(UsageError, match="no such trace"):
+        expand_paths([str(tmp_path / "missing.json")])
+
+
+def test_bad_trace_among_many_exit_2_nothing_written(tmp_path, capsys):
+    bad = tmp_path / "in" / "bad.json"
+    bad.parent.mkdir()
+    bad.write_text("[1, 2, 3]")
+    (tmp_path / "in" / "good.json.gz").write_bytes((DATA / "hta-triton-example-a100.pt.trace.json.gz").read_bytes())
+    out = tmp_path / "o.json"
+    rc = labkit_main(["analyze", str(tmp_path / "in"), "--jobs", "1", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not a trace" in err and not out.exists()
+    rc = labkit_main(["analyze", str(tmp_path / "in"), "--html", str(tmp_path / "r.html")])
+    assert rc == 2 and "one trace" in capsys.readouterr().err
+
+
+def test_combined_uses_device_idle_and_ranks_with_steps(tmp_path):
+    """Per-rank idle is the device's real gaps; a trace without steps does not pull the median down."""
+    recs = [analyze_one(str(_rank_trace(tmp_path / f"r{r}.json", r, durs, 5)))
+            for r, durs in [(0, [100, 100]), (1, [100, 130])]]
+    two_streams = tmp_path / "r2.json"  # two kernels on two streams that overlap: no device idle
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": s, "ts": t, "dur": 10,
+           "args": {"stream": s, "device": 0, "correlation": -1}} for s, t in ((7, 0), (8, 5), (7, 20), (8, 12))]
+    two_streams.write_text(json.dumps({"distributedInfo": {"rank": 2}, "traceEvents": ev}))
+    recs.append(analyze_one(str(two_streams)))
+    comb = combine(recs)
+    r2 = comb["per_rank"][2]
+    # stream 7: [0,10] [20,30], stream 8: [5,15] [12,22]: per stream 10 + 0 us idle, the device none
+    assert (r2["rank"], r2["busy_us"], r2["idle_us"], r2["steps_count"]) == (2, 30, 0, 0)
+    assert recs[2]["json"]["summary"]["idle_us"] == 10
+    # step totals 200 and 230 (rank 2 has no steps): median 215, nobody is 10% over it
+    assert comb["stragglers"] == [] and comb["measure"] == "step time"
