@@ -111,7 +111,7 @@ plot_timeline_choice({r["variant"]: traces[r["variant"]] for r in eager_rows}, t
 # its inputs copied into persistent buffers first. A replay costs the host one call, so the
 # per-op launch cost that makes the eager engine host-bound nearly vanishes: the device step
 # becomes the longer side, and what is left of the host's step (the scheduler, synchronising
-# copies) shows as idle. `per_layer` cannot be captured whole (its copies sit inside attention),
+# copies) shows as idle wherever it is longer than the device step. `per_layer` cannot be captured whole (its copies sit inside attention),
 # so it runs piecewise in `full` mode, as the table's note says. The simulated replay costs the
 # host the profile's replay cost (below); its device time is the sum of the captured ops.
 
@@ -124,8 +124,9 @@ plot_engine_bars([r for r in rows if r["cudagraph"] == "full"], metric="device_i
 # ## Eager and CUDA graphs side by side
 # Each run eagerly (top) and under full CUDA graphs (bottom); the dropdown picks the variant (it
 # works in the exported page). Eagerly, the device lane is mostly gaps whatever the variant: the
-# host launches op by op. Under graphs the after-fix variants keep the device busy, while the
-# `tensor` scheduler (#40143 before) and `per_layer` copies (#38794 before) still open gaps.
+# host launches op by op. Under graphs the after-fix variants keep the device busy and the
+# `per_layer` copies (#38794 before) still open gaps; the `tensor` scheduler (#40143 before)
+# opens them only where its host time is longer than the device step (next section).
 
 # %%
 from labkit.viz.engine import plot_mode_timelines
@@ -164,11 +165,14 @@ reading
 # share with the PR's machine. The **device step**: the lab's text stack (random weights, the
 # H200 profile's op times, no vision encoder, no sampling extras) is shorter than the real
 # Gemma-4-E4B serving step that the published TPOT after implies (`device_ms` vs
-# `published_device_ms` above); a shorter device step exposes more of the scheduler, so the
-# lab's ratio runs above the published one. Fed the published device step, the same host times
-# give `ratio_with_published_device`. The **host**: the scheduler's time is this CPU's Python
-# time (`host_before_ms`, `host_after_ms`); the PR machine's host speed is not known. The
-# comparison checks the mechanism, not the PR's number.
+# `published_device_ms` above). The **host**: the lab's host side of a step is its scheduler,
+# metadata, replay and sampling only, timed in this CPU's Python (`host_before_ms`,
+# `host_after_ms`); a real server's host also prepares inputs and processes outputs, and the PR
+# machine's host speed is not known. So: where `host_before_ms` stays under `device_ms`, async
+# scheduling hides the `tensor` scheduler completely and the lab's ratio under graphs is 1;
+# where it is longer, the ratio shows the difference, and a device step shorter than the real
+# one exposes more of it than the PR saw. Fed the published device step, the same host times
+# give `ratio_with_published_device`. The comparison checks the mechanism, not the PR's number.
 
 # %% [markdown]
 # ## Measured on a GPU: recorded results
