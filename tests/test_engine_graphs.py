@@ -318,7 +318,11 @@ def test_cuda_graphs_replay_the_eager_forward(mode):
     runner = CudaGraphRunner(model, mode, kv_reserve=4096)
     assert runner.capture(dev, max_tokens=n, max_seqs=n) > 0
     batch = make_batch(dev, model, q_lens, kv_lens)
+    gen = torch.Generator().manual_seed(7)  # distinct tokens per row, so the comparison tells rows apart
+    vocab = get_model_config("small").vocab_size
+    batch.tensors["input_ids"].copy_(torch.randint(0, vocab, (n,), generator=gen))
     ids_eager = model.sample(dev, batch, model.forward(dev, batch, lambda i: None))
+    assert len(set(ids_eager.cpu().tolist())) > 1
     h = runner.forward(dev, batch, lambda i: None)
     ids_graph = runner.sample(dev, batch, h)
     torch.cuda.synchronize()
@@ -327,6 +331,7 @@ def test_cuda_graphs_replay_the_eager_forward(mode):
     assert torch.equal(ids_graph.cpu(), ids_eager.cpu())
     # a second step with other lengths replays the same graphs and still agrees
     batch2 = make_batch(dev, model, q_lens, kv_lens + 3)
+    batch2.tensors["input_ids"].copy_(torch.randint(0, vocab, (n,), generator=gen))
     ids2_eager = model.sample(dev, batch2, model.forward(dev, batch2, lambda i: None))
     ids2_graph = runner.sample(dev, batch2, runner.forward(dev, batch2, lambda i: None))
     assert torch.equal(ids2_graph.cpu(), ids2_eager.cpu())

@@ -111,8 +111,10 @@ def test_recorded_engine_rows_are_internally_consistent(result):
     assert result.source in ("measured-gpu", "measured-cpu", "simulated") and result.rows
     for r in with_robust_metrics(result.rows):
         assert r["source"] == result.source
-        assert len(r["variant"].split("/")) == 4 and r["variant"].split("/")[:3] == [
-            r["placeholder"], r["scheduling"], r["prefix_ranges"]]
+        parts = r["variant"].split("/")
+        assert parts[:3] == [r["placeholder"], r["scheduling"], r["prefix_ranges"]]
+        mode = r.get("cudagraph", "none")  # graph-mode runs name their mode last
+        assert parts[4:] == ([] if mode == "none" else [mode]) and parts[3] in ("async", "sync")
         assert 0 < r["p20_ns"] <= r["median_ns"] <= r["p80_ns"]
         # TPOT is the mean time between outputs over the measured window
         assert r["tpot_mean_ms"] == pytest.approx(r["window_ns"] / r["steps"] / 1e6, rel=1e-6)

@@ -183,13 +183,16 @@ def test_report_says_so_when_a_reply_is_not_delivered(tmp_path, monkeypatch):
         return kc
 
     monkeypatch.setattr(client.ReportClient, "async_start_new_kernel_client", deaf)
-    write_notebook(tmp_path, "00_deaf", "Deaf client", ["x = 1", "print(x + 1)"])
+    # the two cells sleep, so their replies cannot be in the socket yet when the wait begins,
+    # however loaded the machine is
+    write_notebook(tmp_path, "00_deaf", "Deaf client", ["import time\ntime.sleep(1.5)\nx = 1",
+                                                         "time.sleep(1.5)\nprint(x + 1)"])
     lines: list[str] = []
     runs = build.build_report(tmp_path / "out", notebooks_dir=tmp_path, device="cpu", timeout=600,
                               log=lines.append, save=False)
     assert runs[0].ok, runs[0].error
-    # four code cells (parameters, injected parameters, two cells): each reply waits for the watch,
-    # unless it was already in the socket when the wait began
+    # four code cells (parameters, injected parameters, two sleeping cells): each reply waits for
+    # the watch, unless it was already in the socket when the wait began (not so for the sleepers)
     assert runs[0].stalled_replies >= 2
     stall_lines = [line for line in lines if "not delivered" in line]
     assert len(stall_lines) == runs[0].stalled_replies
