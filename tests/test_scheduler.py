@@ -430,6 +430,29 @@ def test_eagle_shift_stall(strategy):
         run(1)
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_eagle_shift_livelock_is_reported_not_looped(strategy):
+    # Found by the property test above: with the EAGLE shift, unchunked images and a tight KV
+    # cache, requests are scheduled, preempted and rescheduled forever without sampling a token.
+    # run() must end with the stall error, not loop (and the same workload without the shift runs).
+    spec = WorkloadSpec(num_requests=6, images_per_request=(3, 3), tokens_per_image=(16, 28),
+                        text_tokens_between_images=6, prefix_text_tokens=5, suffix_text_tokens=1,
+                        output_len=(1, 4), model="gemma", seed=3588)
+
+    def run(shift):
+        cfg = SchedulerConfig(max_num_batched_tokens=30, max_num_seqs=6, encoder_cache_size=81,
+                              max_tokens_per_mm_item=28, kv_capacity_tokens=112, block_size=4,
+                              disable_chunked_mm_input=True, shift_computed_tokens=shift)
+        s = StepScheduler(cfg, strategy)
+        s.add_requests(make_requests(spec, "list"))
+        s.run()
+        return s
+
+    assert not run(0).has_unfinished()
+    with pytest.raises(RuntimeError, match="no token sampled"):
+        run(1)
+
+
 def test_randomized_runs_cover_the_interesting_paths():
     # the generator above must reach preemption, eviction and duplicates; check on fixed seeds
     seen = {"preempt": False, "evict": False, "dup_hit": False, "chunked": False}

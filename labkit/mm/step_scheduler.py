@@ -367,17 +367,33 @@ class StepScheduler:
         self.log.append(plan)
         return plan
 
+    def _outputs_sampled(self) -> int:
+        return sum(r.num_output_tokens for r in self.requests.values())
+
     def run(self, max_steps: int | None = None) -> list[StepPlan]:
         """Schedule until every request finished (or ``max_steps``); returns this run's plans.
 
         Raises RuntimeError when two steps in a row schedule nothing while work remains (a
-        stall: e.g. vLLM 0.20's EAGLE-shift rule can trim a request to 0 tokens forever).
+        stall: e.g. vLLM 0.20's EAGLE-shift rule can trim a request to 0 tokens forever), or
+        when no request samples a token for longer than recomputing every token of every
+        request several times over would take (a livelock: the same rule, with preemption,
+        can schedule, preempt and reschedule the same prefix forever).
         """
         plans = []
         idle = 0
+        outputs = self._outputs_sampled()
+        patience = 8 * sum(r.prompt_len + r.output_len for r in self.requests.values()) + 64
+        since_output = 0
         while self.has_unfinished() and (max_steps is None or len(plans) < max_steps):
             plan = self.schedule()
             plans.append(plan)
+            now = self._outputs_sampled()
+            since_output = 0 if now > outputs else since_output + 1
+            outputs = max(outputs, now)
+            if since_output > patience:
+                raise RuntimeError(f"scheduler stalled at step {plan.step}: no token sampled in "
+                                   f"{since_output} steps of work ({len(self.running)} running, "
+                                   f"{len(self.waiting)} waiting)")
             if plan.scheduled or plan.finished_request_ids or plan.preempted_request_ids:
                 idle = 0
                 continue
