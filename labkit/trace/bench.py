@@ -98,16 +98,16 @@ else:
     import labkit.trace.reader as lab_reader
     if want_decoder != "auto":
         lab_reader.DECODER = want_decoder
-def rss_now():
+def status_bytes(key):  # VmRSS now, VmHWM peak: this program's own map (ru_maxrss can carry the parent's)
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-base_rss = rss_now()
+base_rss = status_bytes("VmRSS")
 if kind == "baseline":
     print(json.dumps({"base_rss": base_rss})); sys.exit(0)
 t0 = time.perf_counter_ns()
@@ -126,16 +126,7 @@ else:
     totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()}
 t1 = time.perf_counter_ns()
 cpu_ns = time.process_time_ns() - c0
-def peak_rss():  # VmHWM belongs to this program's memory map; ru_maxrss can carry the parent's over fork+exec
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-peak = peak_rss()
+peak = status_bytes("VmHWM")
 print(json.dumps({"wall_ns": t1 - t0, "cpu_ns": cpu_ns, "peak_rss": peak, "base_rss": base_rss, "totals": totals,
                   "decoder": decoder}))
 """

@@ -140,6 +140,19 @@ def _assign_step(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(ok, steps["step"].to_numpy()[np.maximum(j, 0)], -1)
 
 
+def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gaps between ops sorted by start within contiguous groups (``same[i]``: op ``i`` is in
+    ``i - 1``'s group). Returns the indices of the ops that end a gap, each op's previous end
+    in its group (the running max, so overlaps close no gap; NaN at a group's start) and
+    ``ts - prev_end``, all in microseconds."""
+    grp = np.cumsum(~same) - 1
+    run_end = pd.Series(end).groupby(grp).cummax().to_numpy()
+    prev_end = np.full(len(ts), np.nan)
+    prev_end[1:] = np.where(same[1:], run_end[:-1], np.nan)
+    gap = ts - prev_end
+    return np.flatnonzero(gap > 0), prev_end, gap
+
+
 def find_bubbles(trace: Trace, *, ops: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US) -> pd.DataFrame:
     """Every positive idle gap on every device stream (lab convention: overlaps clipped).
@@ -158,13 +171,7 @@ def find_bubbles(trace: Trace, *, ops: pd.DataFrame | None = None, steps: pd.Dat
     ts, end = ops["ts_us"].to_numpy(), ops["end_us"].to_numpy()
     same = np.zeros(len(ops), bool)
     same[1:] = (dev[1:] == dev[:-1]) & (stm[1:] == stm[:-1])
-    # running max of end within each stream (groups are contiguous after sorting)
-    grp = np.cumsum(~same) - 1
-    run_end = pd.Series(end).groupby(grp).cummax().to_numpy()
-    prev_end = np.full(len(ops), np.nan)
-    prev_end[1:] = np.where(same[1:], run_end[:-1], np.nan)
-    gap = ts - prev_end
-    idx = np.flatnonzero(gap > 0)
+    idx, prev_end, gap = gaps_in_runs(ts, end, same)
     launch = ops["launch_ts_us"].to_numpy()[idx]
     g_start, g_end, g_dur = prev_end[idx], ts[idx], gap[idx]
     host_wait = launch > g_start  # NaN compares False

@@ -29,6 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from labkit.trace.bubbles import gaps_in_runs
 from labkit.trace.load import Trace
 
 GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?$")
@@ -135,12 +136,7 @@ def device_gaps(ops: pd.DataFrame, replays: pd.DataFrame | None = None, *,
     dev, ts, end = o["device"].to_numpy(), o["ts_us"].to_numpy(), o["end_us"].to_numpy()
     same = np.zeros(len(o), bool)
     same[1:] = dev[1:] == dev[:-1]
-    grp = np.cumsum(~same) - 1
-    run_end = pd.Series(end).groupby(grp).cummax().to_numpy()
-    prev_end = np.full(len(o), np.nan)
-    prev_end[1:] = np.where(same[1:], run_end[:-1], np.nan)
-    gap = ts - prev_end
-    idx = np.flatnonzero(gap > 0)
+    idx, prev_end, gap = gaps_in_runs(ts, end, same)
     launch = o["launch_ts_us"].to_numpy()[idx]
     g0, g1, gd = prev_end[idx], ts[idx], gap[idx]
     host_wait = launch > g0
