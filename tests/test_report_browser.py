@@ -162,13 +162,21 @@ def test_lab_report_builds(lab_report):
 
 
 def test_lab_report_within_page_budget(lab_report):
-    from labkit.report.pagesize import PAGE_BUDGET_BYTES, REPORT_BUDGET_BYTES
+    """Every page (notebook 02's timelines the largest) within the page budget, the report within its
+    budget; no page inlines an uncompressed plotly.js or loads MathJax (notebook 02 not even plotly's
+    MathJax configuration snippet)."""
+    from labkit.report.pagesize import PAGE_BUDGET_BYTES, REPORT_BUDGET_BYTES, page_report
 
     out, _, _ = lab_report
     sizes = {p.name: p.stat().st_size for p in out.glob("*.html")}
     assert len(sizes) > 1, "no pages exported"
     assert {n: b for n, b in sizes.items() if b > PAGE_BUDGET_BYTES} == {}
     assert sum(sizes.values()) <= REPORT_BUDGET_BYTES, sizes
+    for page in sorted(out.glob("[0-9][0-9]_*.html")):
+        facts = page_report(page.read_text(encoding="utf-8"))
+        assert facts.plotly_bundles == 0 and facts.mathjax_refs == 0, (page.name, facts)
+    timelines = (out / "02_idle_bubbles.html").read_text(encoding="utf-8")
+    assert "MathJax.Hub" not in timelines and "plotly-graph-div" in timelines
 
 
 def test_lab_report_pages_render_offline(browser, lab_report):

@@ -1,19 +1,14 @@
-"""The report page budget: plotly.js compressed or shared, big figure scripts compressed, no MathJax."""
+"""The report page budget: plotly.js compressed or shared, big figure scripts compressed, no MathJax
+(the lab's own pages against the budget: ``test_report_browser.test_lab_report_within_page_budget``)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from labkit.report.pagesize import (
-    COMPRESS_OVER_BYTES, PAGE_BUDGET_BYTES, REPORT_BUDGET_BYTES, SHARED_NAME, page_report, shrink_page, unpack,
-)
+from labkit.report.pagesize import COMPRESS_OVER_BYTES, SHARED_NAME, page_report, shrink_page, unpack
 
 REPO = Path(__file__).resolve().parents[1]
 HUB = ('if (window.MathJax && window.MathJax.Hub && window.MathJax.Hub.Config) '
@@ -120,28 +115,6 @@ def test_shrunk_pages_draw_every_figure_offline(browser, tmp_path, mode):
         assert not outside and not errors
     finally:
         tab.close()
-
-
-@pytest.mark.slow
-def test_idle_bubbles_page_fits_the_budget(tmp_path):
-    """Notebook 02 (the timelines) built by ``labkit report``: within the page budget, no MathJax."""
-    results = tmp_path / "results"
-    if (REPO / "data" / "results").is_dir():
-        shutil.copytree(REPO / "data" / "results", results)
-    env = dict(os.environ, LABKIT_RESULTS=str(results))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "labkit", "report", "--only", "02_idle_bubbles", "--device", "cpu",
-                           "--out", str(out), "--no-save"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    pages = sorted(out.glob("[0-9][0-9]_*.html"))
-    assert [p.name for p in pages] == ["02_idle_bubbles.html"]
-    text = pages[0].read_text(encoding="utf-8")
-    facts = page_report(text)
-    assert facts.total_bytes <= PAGE_BUDGET_BYTES, facts
-    assert facts.plotly_bundles == 0 and facts.mathjax_refs == 0
-    assert "MathJax.Hub" not in text and "plotly-graph-div" in text
-    assert sum(p.stat().st_size for p in out.glob("*.html")) <= REPORT_BUDGET_BYTES
 
 
 def test_notebook_texts_use_no_formulas():

@@ -194,3 +194,48 @@ def test_hta_include_last_step_changes_window(tmp_path_factory):
     # HTA's own numbers for this trace (traceinsight 0.6.1, ranks=[3]): stream 7 total idle
     assert without[7] == pytest.approx(102154 + 14226 + 32183)
     assert with_last[7] == pytest.approx(133311 + 17152 + 32751)
+
+
+def test_host_thread_time_per_thread_by_hand(tmp_path):
+    """Busy time is the union of a thread's events (nested and overlapping ones counted once);
+    device events are not host threads; threads sort by busy time."""
+    p = tmp_path / "threads.json"
+    p.write_text(json.dumps({"traceEvents": [
+        # thread (1, 1): [0, 10] with [2, 4] nested, [8, 15] overlapping, then [20, 25]: busy 15 + 5
+        X("cpu_op", "a", 0, 10), X("python_function", "b", 2, 2), X("cpu_op", "c", 8, 7), X("cpu_op", "d", 20, 5),
+        # thread (1, 2), listed out of order: [30, 31], [0, 3] -> busy 4, span 31
+        X("cpu_op", "e", 30, 1, tid=2), X("cuda_runtime", "f", 0, 3, tid=2),
+        # thread (2, 1): one long event
+        X("user_annotation", "g", 5, 40, pid=2),
+        K("k", 1, 100, corr=1),  # a kernel: device time, not a host thread
+    ]}))
+    th = analyze_trace(p).host_threads
+    assert th[["pid", "tid"]].values.tolist() == [[2, 1], [1, 1], [1, 2]]
+    assert th["busy_us"].tolist() == [40.0, 20.0, 4.0]
+    assert th["span_us"].tolist() == [40.0, 25.0, 31.0]
+    assert th["events"].tolist() == [1, 4, 2]
+
+
+def test_analyses_of_a_path_are_reused_until_the_file_changes(tmp_path):
+    from labkit.trace import load
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), K("k", 20, 5, corr=1)]}))
+    a1 = analyze_trace(p)
+    assert analyze_trace(p) is a1 and load.as_trace(p) is a1.trace
+    assert analyze_trace(p, kernel_wait_us=1.0) is not a1  # other options: analysed again
+    assert analyze_trace(p, cache=False) is not a1 and load.as_trace(p, cache=False) is not a1.trace
+    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), X("cpu_op", "b", 12, 3), K("k", 20, 5, corr=1)]}))
+    a2 = analyze_trace(p)
+    assert a2 is not a1 and a2.host_threads["events"].tolist() == [2]
+
+
+def test_big_traces_are_not_kept(tmp_path, monkeypatch):
+    from labkit.trace import analyze, load
+
+    monkeypatch.setattr(load, "CACHE_MAX_EVENTS", 1)
+    monkeypatch.setattr(analyze, "CACHE_MAX_EVENTS", 1)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), X("cpu_op", "b", 12, 3)]}))
+    assert load.as_trace(p) is not load.as_trace(p)
+    assert analyze_trace(p) is not analyze_trace(p)

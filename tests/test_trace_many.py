@@ -55,8 +55,11 @@ def test_dask_local_cluster_equals_single_runs(single_runs):
     assert {r["trace"]: r["json"] for r in recs} == json.loads(json.dumps(single_runs))
 
 
-def test_dask_unreachable_is_a_usage_error(tmp_path, capsys):
+def test_dask_unreachable_is_a_usage_error(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
+    import labkit.trace.many as many
+
+    monkeypatch.setattr(many, "DASK_CONNECT_TIMEOUT_S", 2)  # nothing listens there: no need to wait 10 s
     rc = labkit_main(["analyze", str(DATA / "hta-triton-example-a100.pt.trace.json.gz"),
                       "--dask", "tcp://127.0.0.1:9", "--json", str(tmp_path / "o.json")])
     err = capsys.readouterr().err

@@ -140,3 +140,27 @@ def test_mmfeature_defaults():
     assert f.modality == "image"
     m = make_request("r", 10, [(0, 3)], is_embed=[torch.tensor([True, False, True])])
     assert m.get_num_encoder_embeds(0) == 2
+
+
+@pytest.mark.parametrize("variant", sorted(PLACEHOLDER_VARIANTS))
+def test_every_call_gives_fresh_requests_with_unread_placeholders(variant):
+    """Requests are built once per spec and variant, but every call hands out new request objects
+    (the engine mutates them) and placeholders whose lazy caches were never filled."""
+    spec = WorkloadSpec(num_requests=3, images_per_request=(1, 3), tokens_per_image=(4, 9), seed=5,
+                        duplicate_image_prob=0.3)
+    a = make_requests(spec, variant)
+    a[0].num_computed_tokens = 7
+    for r in a:
+        for f in r.mm_features:
+            f.mm_position.get_num_embeds()  # fills a lazy cache where the class has one
+    b = make_requests(spec, variant)
+    assert all(x is not y for x, y in zip(a, b)) and b[0].num_computed_tokens == 0
+    for ra, rb in zip(a, b):
+        assert (ra.request_id, ra.prompt_len, ra.output_len) == (rb.request_id, rb.prompt_len, rb.output_len)
+        for fa, fb in zip(ra.mm_features, rb.mm_features):
+            assert fa.identifier == fb.identifier
+            pa, pb = fa.mm_position, fb.mm_position
+            assert (pa.offset, pa.length, pa.get_num_embeds()) == (pb.offset, pb.length, pb.get_num_embeds())
+            if hasattr(pb, "__dict__"):  # dataclasses with cached_property: a copy, its cache empty
+                assert pa is not pb and "embeds_cumsum" not in vars(make_requests(spec, variant)[0]
+                                                                      .mm_features[0].mm_position)

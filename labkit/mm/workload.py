@@ -247,12 +247,45 @@ def get_workload_spec(name: str) -> WorkloadSpec:
         raise UsageError(f"unknown workload {name!r}: choose from {', '.join(WORKLOAD_PRESETS)}") from None
 
 
+_TEMPLATES: dict = {}  #: (spec, placeholder class) -> requests built once and never handed out
+_TEMPLATES_MAX = 8
+
+
 def make_requests(spec: WorkloadSpec, variant: str = "list") -> list[Request]:
     """Build the workload's requests (ids ``req-0``, ``req-1``, ...) with ``variant`` placeholders.
 
-    The same spec gives the same layout and identifiers for every variant.
+    The same spec gives the same layout and identifiers for every variant. Every call returns
+    fresh requests; the placeholders are built once per spec and variant (see ``_fresh``).
     """
     cls = get_placeholder_class(variant)
+    try:
+        tpl = _TEMPLATES.get((spec, cls))
+    except TypeError:  # an unhashable field value: build without the cache
+        return _build_requests(spec, cls)
+    if tpl is None:
+        tpl = _build_requests(spec, cls)
+        if len(_TEMPLATES) >= _TEMPLATES_MAX:
+            _TEMPLATES.pop(next(iter(_TEMPLATES)))
+        _TEMPLATES[(spec, cls)] = tpl
+    return [Request(r.request_id, r.prompt_len, r.output_len,
+                    [MMFeature(f.identifier, _fresh(f.mm_position), f.modality) for f in r.mm_features])
+            for r in tpl]
+
+
+def _fresh(p):
+    """A placeholder for a new set of requests. Classes with an instance ``__dict__`` (the
+    dataclasses modelled on vLLM's, whose ``cached_property`` fills it on first use) get a shallow copy of the
+    template, which was never read, so their caches start empty; ``__slots__`` classes compute
+    everything in ``__init__`` and keep no lazy state, so the template itself is shared."""
+    d = getattr(p, "__dict__", None)
+    if d is None:
+        return p
+    new = object.__new__(type(p))
+    new.__dict__.update(d)
+    return new
+
+
+def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
     preset = _model(spec.model)
     rng = random.Random(spec.seed)
     seen: list[tuple[str, int]] = []  # (identifier, soft tokens) of every image so far

@@ -21,6 +21,7 @@ the lab's figures use no formulas) are dropped. ``page_report`` says what a page
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import logging
 import re
@@ -104,6 +105,7 @@ class PageSize:
     mathjax_refs: int
 
 
+@functools.lru_cache(maxsize=4)  # the same plotly.js bundle on every page of a report
 def _pack(text: str) -> str:
     """``text`` gzip-compressed (mtime 0: the same text always gives the same page) as base64."""
     return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")

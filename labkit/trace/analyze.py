@@ -10,12 +10,15 @@ Real and simulated traces take the same path; ``source["simulated"]`` tells them
 from __future__ import annotations
 
 import math
+import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from labkit.trace import load as _load
 from labkit.trace.bubbles import (
     DEFAULT_KERNEL_WAIT_US,
     device_ops,
@@ -198,22 +201,31 @@ def _clean(obj):
 def host_thread_time(trace: Trace) -> pd.DataFrame:
     """Per host thread: event count, span and busy time (union of its events, us)."""
     ev = trace.events
-    host = ev[~ev["cat"].isin(list(DEVICE_CATS))]
     cols = ["pid", "tid", "events", "span_us", "busy_us"]
-    if len(host) == 0:
+    cat = ev["cat"]
+    if isinstance(cat.dtype, pd.CategoricalDtype):  # the loader's table: test the few categories once
+        dev = np.array([c in DEVICE_CATS for c in cat.cat.categories], dtype=bool)
+        codes = cat.cat.codes.to_numpy()
+        keep = ~dev[codes] if len(dev) else np.ones(len(ev), bool)
+        keep[codes < 0] = True  # no category: not a device one
+    else:
+        keep = ~cat.isin(list(DEVICE_CATS)).to_numpy()
+    pid, tid = ev["pid"].to_numpy()[keep], ev["tid"].to_numpy()[keep]
+    if len(pid) == 0:
         return pd.DataFrame({c: [] for c in cols})
-    h = pd.DataFrame({"pid": host["pid"].to_numpy(), "tid": host["tid"].to_numpy(),
-                      "ts": host["ts_us"].to_numpy(), "end": (host["ts_us"] + host["dur_us"]).to_numpy()})
-    h = h.sort_values(["pid", "tid", "ts"], kind="stable").reset_index(drop=True)
-    key = h.groupby(["pid", "tid"], sort=False).ngroup()
-    run_end = h.groupby(key, sort=False)["end"].cummax()
-    prev = run_end.groupby(key, sort=False).shift(1)
-    gap = (h["ts"] - prev).clip(lower=0).fillna(0.0)
-    g = h.assign(gap=gap).groupby(["pid", "tid"], as_index=False).agg(
-        events=("ts", "size"), first=("ts", "min"), last=("end", "max"), gaps=("gap", "sum"))
-    g["span_us"] = g["last"] - g["first"]
-    g["busy_us"] = g["span_us"] - g["gaps"]
-    return g.sort_values("busy_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
+    ts = ev["ts_us"].to_numpy()[keep]
+    end = ts + ev["dur_us"].to_numpy()[keep]
+    order = np.lexsort((ts, tid, pid))  # by thread, then start (stable)
+    pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
+    cut = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
+    rows = []
+    for a, b in zip(np.r_[0, cut], np.r_[cut, len(ts)]):
+        run_end = np.maximum.accumulate(end[a:b])  # the end of the busy run so far
+        gaps = float(np.clip(ts[a + 1:b] - run_end[:-1], 0, None).sum())
+        span = float(run_end[-1] - ts[a])
+        rows.append((int(pid[a]), int(tid[a]), int(b - a), span, span - gaps))
+    g = pd.DataFrame(rows, columns=cols)
+    return g.sort_values("busy_us", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def kernel_stats(ops: pd.DataFrame) -> pd.DataFrame:
@@ -264,7 +276,7 @@ def describe_source(trace: Trace, ops: pd.DataFrame) -> dict:
 def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US,
                   step_pattern: str | None = None, small_bytes: int = SMALL_BYTES,
                   min_count: int = MIN_COUNT, include_last_profiler_step: bool = False,
-                  top: int | None = None, skip_malformed: bool = False) -> Analysis:
+                  top: int | None = None, skip_malformed: bool = False, cache: bool = True) -> Analysis:
     """Analyse a Kineto trace (path or ``Trace``): idle bubbles, causes, host call sites, copies, steps.
 
     ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
@@ -274,8 +286,43 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
     ``top``: keep only the top call sites in ``host_starvation`` (None: all).
     ``skip_malformed``: read a trace even when more than 0.1% of its events are malformed
     (``labkit.trace.load``); ``summary["malformed_events"]`` counts the skipped ones.
+    ``cache``: for a path, reuse the analysis of the same unchanged file with the same options
+    from earlier in this process (a notebook draws one trace in several figures); traces of more
+    than ``CACHE_MAX_EVENTS`` events are never kept. Treat a returned ``Analysis`` as read-only.
     """
-    trace = as_trace(path_or_trace, skip_malformed=skip_malformed)
+    key = _cache_key(path_or_trace, (kernel_wait_us, step_pattern, small_bytes, min_count,
+                                     include_last_profiler_step, top, skip_malformed)) if cache else None
+    if key is not None and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    an = _analyze(path_or_trace, kernel_wait_us=kernel_wait_us, step_pattern=step_pattern, small_bytes=small_bytes,
+                  min_count=min_count, include_last_profiler_step=include_last_profiler_step, top=top,
+                  skip_malformed=skip_malformed, cache=cache)
+    if key is not None and len(an.trace.events) <= CACHE_MAX_EVENTS:
+        _CACHE[key] = an
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return an
+
+
+# analyses kept per process, and the largest trace kept: the loader's limits (``labkit.trace.load``)
+CACHE_SIZE, CACHE_MAX_EVENTS = _load.CACHE_SIZE, _load.CACHE_MAX_EVENTS
+_CACHE: OrderedDict = OrderedDict()
+
+
+def _cache_key(path_or_trace, options: tuple):
+    if not isinstance(path_or_trace, (str, os.PathLike)):
+        return None
+    try:
+        st = os.stat(path_or_trace)
+        return (os.path.realpath(path_or_trace), st.st_mtime_ns, st.st_size, options)
+    except OSError:
+        return None  # the loader says what is wrong
+
+
+def _analyze(path_or_trace, *, kernel_wait_us, step_pattern, small_bytes, min_count, include_last_profiler_step,
+             top, skip_malformed, cache) -> Analysis:
+    trace = as_trace(path_or_trace, skip_malformed=skip_malformed, cache=cache)
     ops = device_ops(trace)
     steps, step_info = detect_steps(trace, step_pattern)
     bubbles = find_bubbles(trace, ops=ops, steps=steps, kernel_wait_us=kernel_wait_us)

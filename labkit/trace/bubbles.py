@@ -223,6 +223,24 @@ def _host_events(trace: Trace) -> pd.DataFrame:
     return ev[ev["cat"].isin(list(LAYERS))]
 
 
+_THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
+
+
+def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
+    """``thread_host_events`` of a trace's call-site layers for ``(pid, tid)``, computed once per
+    loaded trace and thread (the copies and the starvation ranking both ask for the same threads)."""
+    owner, cache = trace.__dict__.get("_thread_events", (None, None))
+    if owner is not trace.events:  # first call, or the events table was replaced
+        cache = {}
+        trace.__dict__["_thread_events"] = (trace.events, cache)
+    key = (int(pid), int(tid))
+    if key not in cache:
+        if None not in cache:
+            cache[None] = _host_events(trace)[_THREAD_COLUMNS]
+        cache[key] = thread_host_events(cache[None], pid, tid)
+    return cache[key]
+
+
 def thread_host_events(host: pd.DataFrame, pid: int, tid: int) -> pd.DataFrame:
     """Host events of thread ``(pid, tid)``; Python frames recorded under another thread id
     (some exporters write them on pid/tid 0) are borrowed when the thread has none of its own."""
@@ -248,11 +266,10 @@ def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     (window, call site): ``id``, the ``LAYER_NAMES`` columns and ``overlap_us``; time with no
     recorded host event becomes a row with all layers empty.
     """
-    host = _host_events(trace)
     parts = []
     for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
         ws, we = merge_windows(w["start_us"].to_numpy(), w["end_us"].to_numpy())
-        seg = thread_segments(thread_host_events(host, pid, tid), ws, we)
+        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
         wid, sidx, ov = overlap_by_segment(seg, w["start_us"].to_numpy(), w["end_us"].to_numpy(), w["id"].to_numpy())
         part = pd.DataFrame({"id": wid, "overlap_us": ov})
         for layer in LAYER_NAMES:

@@ -67,7 +67,8 @@ def write_trace(trace: dict, root: str | Path, run: str, worker: str = "labkit")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / trace_file_name(worker)
     body = json.dumps(trace, separators=(",", ":")).encode("utf-8")
-    write_atomic(path, gzip.compress(body, mtime=0))
+    # level 6: a ~9% larger file than level 9 for a fifth of the time (traces of tens of MB)
+    write_atomic(path, gzip.compress(body, compresslevel=6, mtime=0))
     logger.info("wrote trace %s", path)
     return path
 

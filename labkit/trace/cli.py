@@ -153,12 +153,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path]) -> int:
     from labkit.trace.analyze import analyze_trace
 
-    before = analyze_trace(trace, **kw)
+    before = analyze_trace(trace, cache=False, **kw)
     diff = None
     if args.vs:
         from labkit.trace.diff import diff_analyses
 
-        diff = diff_analyses(before, analyze_trace(args.vs, **kw))
+        diff = diff_analyses(before, analyze_trace(args.vs, cache=False, **kw))
     # Build every output first, then write: a failure leaves no partial file behind.
     texts: dict[Path, str] = {}
     if "--json" in outs:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labkit.trace.bubbles import _assign_step, _host_events, runtime_calls, thread_host_events
+from labkit.trace.bubbles import _assign_step, runtime_calls, thread_events
 from labkit.trace.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
 from labkit.trace.load import Trace
 
@@ -99,7 +99,6 @@ def find_copies(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, sync_ga
     sync_name = np.full(len(cp), "", dtype=object)
     sync_us = np.zeros(len(cp))
     layers = {k: np.full(len(cp), "", dtype=object) for k in LAYER_NAMES}
-    host = _host_events(trace)
     launched = cp["launch_tid"].to_numpy() >= 0
     for (pid, tid), grp in cp[launched].groupby(["launch_pid", "launch_tid"], sort=False):
         r = rt[(rt["pid"].to_numpy() == pid) & (rt["tid"].to_numpy() == tid)]
@@ -116,7 +115,7 @@ def find_copies(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, sync_ga
             sync_us[idx[is_sync]] = (r["end_us"].to_numpy() - starts)[nxt][is_sync]
         t = grp["launch_ts_us"].to_numpy()
         ws, we = merge_windows(t, t)
-        seg = thread_segments(thread_host_events(host, pid, tid), ws, we)
+        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
         lab = innermost_at(seg, t)
         for k in LAYER_NAMES:
             layers[k][grp.index.to_numpy()] = lab[k]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,12 +151,37 @@ def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool =
     return Trace(events=ev, flows=flows, threads=threads, metadata=metadata, stats=stats, path=None)
 
 
-def as_trace(obj, *, skip_malformed: bool = False) -> Trace:
-    """A ``Trace`` from a path, a decoded document (dict or event list) or a ``Trace`` (returned as is)."""
+CACHE_SIZE = 6  #: traces loaded by path that ``as_trace`` keeps per process
+CACHE_MAX_EVENTS = 300_000  #: larger traces are not kept
+_CACHE: OrderedDict = OrderedDict()
+
+
+def as_trace(obj, *, skip_malformed: bool = False, cache: bool = True) -> Trace:
+    """A ``Trace`` from a path, a decoded document (dict or event list) or a ``Trace`` (returned as is).
+
+    ``cache``: a path whose file is unchanged since an earlier call in this process gives the same
+    ``Trace`` again (a notebook reads one trace in several cells); traces of more than
+    ``CACHE_MAX_EVENTS`` complete events are never kept. Treat a returned ``Trace`` as read-only.
+    ``load_trace`` never caches."""
     if isinstance(obj, Trace):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        return load_trace(obj, skip_malformed=skip_malformed)
+        key = None
+        if cache:
+            try:
+                st = os.stat(obj)
+                key = (os.path.realpath(obj), st.st_mtime_ns, st.st_size, skip_malformed)
+            except OSError:
+                key = None  # load_trace says what is wrong
+        if key is not None and key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        trace = load_trace(obj, skip_malformed=skip_malformed)
+        if key is not None and len(trace.events) <= CACHE_MAX_EVENTS:
+            _CACHE[key] = trace
+            while len(_CACHE) > CACHE_SIZE:
+                _CACHE.popitem(last=False)
+        return trace
     if isinstance(obj, (dict, list)):
         return trace_from_document(obj, skip_malformed=skip_malformed)
     raise UsageError(f"expected a trace path or Trace, got {type(obj).__name__}")

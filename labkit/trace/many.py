@@ -85,7 +85,7 @@ def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()
     try:
-        an = analyze_trace(path, **(options or {}))
+        an = analyze_trace(path, cache=False, **(options or {}))
     except UsageError as exc:  # name the file: with many traces the message alone does not say which
         name = Path(path).name
         raise UsageError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
@@ -108,13 +108,16 @@ def _run_local(paths: list[str], options: dict, top: int, jobs: int) -> list[dic
         return [f.result() for f in futures]
 
 
+DASK_CONNECT_TIMEOUT_S = 10  #: how long ``--dask`` waits for the scheduler before it gives up
+
+
 def _run_dask(paths: list[str], options: dict, top: int, address: str) -> list[dict]:
     try:
         from distributed import Client
     except ImportError:
         raise UsageError("--dask needs dask distributed, which is not installed (pip install 'labkit[scale]')") from None
     try:
-        client = Client(address, timeout="10s")
+        client = Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise UsageError(f"cannot reach the Dask scheduler at {address!r}: {exc}") from None
     try:

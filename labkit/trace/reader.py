@@ -219,6 +219,65 @@ class Prefetch(io.RawIOBase):
         super().close()
 
 
+class Gunzip:
+    """The decompressed bytes of a (multi-member) gzip stream, inflated by ``zlib`` in large steps.
+
+    ``gzip.GzipFile`` inflates 8 KiB of input per call, and each call gives the GIL back and
+    takes it again; on a background thread that competes with a busy parsing thread, those
+    hand-overs, not the inflating, set the pace. Here one call inflates up to ``in_chunk`` bytes of
+    input (at most ``out_max`` bytes of output). Errors are those of ``gzip``: ``zlib.error`` for
+    corrupt data, ``EOFError`` for a stream cut short, ``gzip.BadGzipFile`` for trailing bytes that
+    do not start another member."""
+
+    _MAGIC = b"\x1f\x8b"
+
+    def __init__(self, fileobj, in_chunk: int = 1 << 20, out_max: int = 4 << 20) -> None:
+        self.fileobj = fileobj  #: the compressed source (the progress bar walks down to it)
+        self._in_chunk, self._out_max = in_chunk, out_max
+        self._d = None  # the member being inflated (None between members)
+        self._pending = b""  # input not yet given to a decompressor
+
+    def read(self, size: int = -1) -> bytes:
+        while True:
+            if not self._pending:
+                self._pending = self.fileobj.read(self._in_chunk)
+            if not self._pending:  # end of the compressed input
+                if self._d is None:
+                    return b""
+                out = self._d.decompress(b"", self._out_max)  # output zlib may still hold
+                if self._d.eof:
+                    self._d = None
+                if out:
+                    return out
+                if self._d is not None:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                continue
+            if self._d is None:  # between members: zero padding, then another member or the end
+                self._pending = self._pending.lstrip(b"\x00")
+                if not self._pending:
+                    continue
+                if len(self._pending) < 2:
+                    more = self.fileobj.read(self._in_chunk)
+                    if more:
+                        self._pending += more
+                        continue
+                if self._pending[:2] != self._MAGIC:
+                    raise gzip.BadGzipFile(f"Not a gzipped file ({self._pending[:2]!r})")
+                self._d = zlib.decompressobj(31)
+            d = self._d
+            out = d.decompress(self._pending, self._out_max)
+            if d.eof:  # what follows this member (its unconsumed tail is the same bytes)
+                self._pending = d.unused_data
+                self._d = None
+            else:
+                self._pending = d.unconsumed_tail
+            if out:
+                return out
+
+    def close(self) -> None:
+        self.fileobj.close()
+
+
 def open_text(path: Path) -> io.TextIOBase:
     """A UTF-8 text stream over ``path``, gunzipped (on a prefetch thread) when it starts with the
     gzip magic bytes."""
@@ -230,7 +289,7 @@ def open_text(path: Path) -> io.TextIOBase:
     raw.seek(0)
     if head != b"\x1f\x8b":
         return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
-    binary = Prefetch(gzip.GzipFile(fileobj=raw, mode="rb"), also_close=raw)
+    binary = Prefetch(Gunzip(raw))
     return io.TextIOWrapper(io.BufferedReader(binary, 1 << 20), encoding="utf-8", errors="strict")
 
 

@@ -87,10 +87,10 @@ def _int_col(values: list) -> np.ndarray:
     """int64 column of ``int_or(v)`` for each value (-1 where it is not an int64-sized integer)."""
     if not values:
         return np.zeros(0, np.int64)
-    a = np.array(values)
-    if a.dtype == np.int64:  # all plain ints (msgspec never gives bools here)
-        return a
-    return np.array([int_or(v) for v in values], dtype=np.int64)
+    try:  # ints, and numeric strings as int() reads them (msgspec gives only int, str or None here)
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # None, other strings, out of int64
+        return np.array([int_or(v) for v in values], dtype=np.int64)
 
 
 def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) -> bool:
@@ -133,7 +133,8 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         if not (np.all(a_dur >= 0) and np.all(a_dur < _BIG) and np.all(np.abs(a_ts) < _BIG)):
             return False
     x_cats = [e.cat for e in xs]
-    if None in [e.name for e in xs]:  # a complete event without a name is malformed: the json path counts it
+    x_names = [e.name for e in xs]
+    if None in x_names:  # a complete event without a name is malformed: the json path counts it
         return False
     n_other = 0
     if "Trace" in x_cats:  # the profiler's own span: counted, not kept
@@ -143,10 +144,17 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         xs = list(compress(xs, keep))
         x_idx = list(compress(x_idx if x_idx is not None else range(len(batch)), keep))
         x_cats = list(compress(x_cats, keep))
+        x_names = list(compress(x_names, keep))
         a_ts, a_dur = a_ts[mask], a_dur[mask]
         n_x = len(xs)
-    kind_of = {c: category_kind(c) for c in set(x_cats)}
-    kinds = np.array([kind_of[c] for c in x_cats], dtype=np.int8)
+    # categories as indices into this batch's distinct ones (one pass), then lookup tables
+    ucats = list(dict.fromkeys(x_cats))
+    if len(ucats) == 1:
+        cat_ix = np.zeros(n_x, np.intp)
+    else:
+        where = {c: j for j, c in enumerate(ucats)}
+        cat_ix = np.array(list(map(where.__getitem__, x_cats)), dtype=np.intp)
+    kinds = np.array([category_kind(c) for c in ucats], dtype=np.int8)[cat_ix]
     host_k = kinds == KIND_HOST
     dev_k = kinds == KIND_DEVICE
     args = [e.args for e in xs]
@@ -157,7 +165,10 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
     try:
         pid = _int_col([e.pid for e in xs])
         tid = _int_col([e.tid for e in xs])
-        corr_a = np.where(host_k, -1, _int_col([a.correlation for a in args]))
+        corr_a = np.full(n_x, -1, np.int64)  # host events carry none (as in ColumnStore.add_event)
+        not_host = np.flatnonzero(~host_k)
+        corr_a[not_host] = _int_col([args[k].correlation for k in not_host.tolist()]) \
+            if len(not_host) < n_x else _int_col([a.correlation for a in args])
         ext_a = _int_col([a.external_id for a in args])
         stream_a = np.full(n_x, -1, np.int64)
         stream_a[dev_at] = _int_col([a.stream for a in dargs])
@@ -186,7 +197,6 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         cat_seq = x_cats
     cat_code = {c: cols.cat_code(c)[0] for c in dict.fromkeys(cat_seq)}
     interner = cols.names
-    x_names = [e.name for e in xs]
     name_c = list(map(interner.codes.get, x_names))
     if None in name_c:
         name_c = [c if c is not None else interner(n) for c, n in zip(name_c, x_names)]
@@ -228,7 +238,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
                 n_other += 1
 
     # 3. append
-    new = [np.array([cat_code[c] for c in x_cats], dtype=np.int32), np.array(name_c, dtype=np.int32),
+    new = [np.array([cat_code[c] for c in ucats], dtype=np.int32)[cat_ix], np.array(name_c, dtype=np.int32),
            pid, tid, a_ts, a_dur, stream_a, device_a, corr_a, ext_a, bytes_a, grid_c, block_c, index_a]
     for col, a in zip(cols.cols, new):
         col.frombytes(np.ascontiguousarray(a, dtype=_DTYPES[col.typecode]).view(np.uint8))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.errors import UsageError
-from labkit.trace.whatif_graph import Graph, Records, build_graph, records_from_trace
+from labkit.trace.whatif_graph import Graph, Records, trace_graph, trace_records
 from labkit.trace.whatif_replay import Change, Replay, closest_names, parse_changes, replay
 
 logger = logging.getLogger(__name__)
@@ -259,17 +259,6 @@ def _launched_in(g: Graph):
 
 
 # -- the facade -------------------------------------------------------------------------------------
-def _async_hint(meta: dict):
-    lab = meta.get("labkit")
-    if isinstance(lab, str):
-        try:
-            lab = json.loads(lab)
-        except ValueError:
-            lab = None
-    v = lab.get("async_scheduling") if isinstance(lab, dict) else None
-    return v if isinstance(v, bool) else None
-
-
 def _check_changes(g: Graph, changes: list[Change]) -> list[dict]:
     names = {s.name for spans in g.rec.threads.values() for s in spans}
     sync_names = {c.name for calls in g.syncs.values() for c in calls}
@@ -297,10 +286,10 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
     from labkit.trace.load import as_trace
 
     trace = as_trace(path_or_trace)
-    rec = records_from_trace(trace)
+    rec = trace_records(trace)
     if not any(rec.threads.values()):
         raise UsageError(f"{Path(rec.file or 'trace').name} has no host events: nothing to replay")
-    g = build_graph(rec, async_hint=_async_hint(rec.metadata))
+    rec, g = trace_graph(trace)
     step_spans, pat = find_step_spans(rec, steps)
     changes = list(changes)
     matched = _check_changes(g, changes)

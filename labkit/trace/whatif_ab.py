@@ -63,9 +63,9 @@ def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
 def span_durations_us(trace, pattern: str) -> list[float]:
     """Durations (us) of the host spans of ``trace`` (path or Trace) whose name matches ``pattern``."""
     from labkit.trace.load import as_trace
-    from labkit.trace.whatif_graph import records_from_trace
+    from labkit.trace.whatif_graph import trace_records
 
-    rec = records_from_trace(as_trace(trace))
+    rec = trace_records(as_trace(trace))
     rx = re.compile(pattern)
     d = [s.end - s.start for spans in rec.threads.values() for s in spans if s.corr < 0 and rx.search(s.name)]
     if not d:
@@ -75,12 +75,12 @@ def span_durations_us(trace, pattern: str) -> list[float]:
 
 def host_work_us(trace, pattern: str) -> list[float]:
     """Per host span matching ``pattern``: its duration minus the time synchronizing calls inside it
-    spent waiting for the device (us): the span's own host cost, the quantity ``--scale`` scales."""
+    spent waiting for the device (us): the span's own host cost, the quantity ``--scale`` scales
+    (waits from the same dependency graph the replay uses)."""
     from labkit.trace.load import as_trace
-    from labkit.trace.whatif_graph import build_graph, records_from_trace
+    from labkit.trace.whatif_graph import trace_graph
 
-    rec = records_from_trace(as_trace(trace))
-    g = build_graph(rec)
+    rec, g = trace_graph(as_trace(trace))
     rx = re.compile(pattern)
     out = []
     for key, spans in rec.threads.items():

@@ -31,6 +31,7 @@ the device.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from bisect import bisect_right
@@ -158,6 +159,40 @@ class Graph:
 
 def _is_pageable_copy(op_name: str) -> bool:
     return "Pageable" in op_name and "Memcpy" in op_name
+
+
+def trace_records(trace) -> Records:
+    """``records_from_trace(trace)``, built once per loaded trace (kept on the ``Trace`` object;
+    the whatif treats traces, records and graphs as read-only)."""
+    owner, cache = trace.__dict__.get("_whatif_graphs", (None, None))
+    if owner is not trace.events:  # first call, or the events table was replaced
+        cache = {}
+        trace.__dict__["_whatif_graphs"] = (trace.events, cache)
+    if "records" not in cache:
+        cache["records"] = records_from_trace(trace)
+    return cache["records"]
+
+
+def async_hint(meta: dict) -> bool | None:
+    """The run's ``async_scheduling`` from the lab's trace metadata (None when it does not say)."""
+    lab = meta.get("labkit")
+    if isinstance(lab, str):
+        try:
+            lab = json.loads(lab)
+        except ValueError:
+            lab = None
+    v = lab.get("async_scheduling") if isinstance(lab, dict) else None
+    return v if isinstance(v, bool) else None
+
+
+def trace_graph(trace) -> tuple[Records, Graph]:
+    """``(trace_records(trace), build_graph(...))`` with the scheduling hint of the trace's own
+    metadata, built once per loaded trace: the graph every replay of the trace uses."""
+    rec = trace_records(trace)
+    cache = trace.__dict__["_whatif_graphs"][1]
+    if "graph" not in cache:
+        cache["graph"] = build_graph(rec, async_hint=async_hint(rec.metadata))
+    return rec, cache["graph"]
 
 
 def build_graph(rec: Records, *, async_hint: bool | None = None) -> Graph:
