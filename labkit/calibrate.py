@@ -269,7 +269,7 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
-    from labkit.cli import add_run_options, resolve_run_options
+    from labkit.cli import add_run_options, emit_result, resolve_run_options
 
     p = argparse.ArgumentParser(
         prog="labkit calibrate",
@@ -282,19 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     size = resolve_run_options(args, p.prog)
 
-    from labkit.fileio import write_json
-    from labkit.results import save_result
 
     rows, source = run_calibration(args.device, quick=size == "quick")
     result = make_calibration_result(rows, source, size=size)
     print(format_table(rows))
     for key, value in summary(rows).items():
         print(f"{key}: {value:.1f}x")
-    if not args.no_save:
-        print(f"saved {save_result(result)}")
-    if args.json:
-        write_json(args.json, result.to_json())
-        print(f"wrote {args.json}")
+    emit_result(result, args)
     return 0
 
 

@@ -86,6 +86,19 @@ def resolve_run_options(args: argparse.Namespace, prog: str) -> str:
     return size
 
 
+def emit_result(result, args: argparse.Namespace) -> None:
+    """Save ``result`` to the results store unless ``--no-save``, and write it to ``--json OUT``."""
+    if not args.no_save:
+        from labkit.results import save_result
+
+        print(f"saved {save_result(result)}")
+    if args.json:
+        from labkit.fileio import write_json
+
+        write_json(args.json, result.to_json())
+        print(f"wrote {args.json}")
+
+
 def set_verbose(on: bool = True) -> None:
     """Log the lab's progress (INFO) to stderr."""
     root = logging.getLogger()

@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
-from labkit.cli import add_run_options, resolve_run_options
+from labkit.cli import add_run_options, emit_result, resolve_run_options
 from labkit.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -356,8 +356,7 @@ def _names(text: str | None, known, what: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from labkit.device import resolve_device
-    from labkit.fileio import write_json
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import make_result, sized_name
 
     p = _parser()
     args = p.parse_args(argv)
@@ -382,11 +381,7 @@ def main(argv: list[str] | None = None) -> int:
               "case_notes": {n: CASES[n].note for n in cases}}
     result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source=source, size=size)
     print(format_table(rows))
-    if not args.no_save:
-        print(f"saved {save_result(result)}")
-    if args.json:
-        write_json(args.json, result.to_json())
-        print(f"wrote {args.json}")
+    emit_result(result, args)
     failed = [r for r in rows if r["variant"].startswith("triton_prefix") and
               ("error" in r or not math.isfinite(r.get("max_abs_err", float("nan"))))]
     return 1 if failed else 0

@@ -292,7 +292,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.cli import resolve_run_options
+    from labkit.cli import emit_result, resolve_run_options
 
     args = build_parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench engine")
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                 warmup=warmup, profile=profile, trace_dir=args.trace_dir)
     from labkit.device import describe_machine
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import make_result, sized_name
 
     source = "simulated" if kind == "sim" else ("measured-gpu" if kind == "cuda" else "measured-cpu")
     params = {"device": kind, "size": size, "model": model, "workload": workload, "num_requests": nreq,
@@ -334,12 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                          machine=describe_machine("cuda" if kind == "cuda" else "cpu"))
     print_table(rows)
     print(f"source: {source}" + (f" ({profile.label()})" if profile is not None else ""))
-    if not args.no_save:
-        print(f"saved {save_result(result)}")
-    if args.json:
-        from labkit.fileio import write_json
-
-        write_json(args.json, result.to_json())
+    emit_result(result, args)
     for t in traces:
         print(f"trace {t}")
     if args.write_profile:

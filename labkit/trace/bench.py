@@ -209,7 +209,7 @@ def _load_avg() -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.cli import add_run_options, resolve_run_options
+    from labkit.cli import add_run_options, emit_result, resolve_run_options
 
     ap = argparse.ArgumentParser(prog="labkit bench trace",
                                  description="Time and peak memory of the trace analyzer on a big trace "
@@ -239,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if base is None or not base.is_file():
         raise UsageError(f"base trace not found: {base}")
     from labkit.device import measured_source
-    from labkit.fileio import write_json
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import make_result, sized_name
     from labkit.timing import summarize
 
     tools = ["labkit"] + ([] if args.no_hta else ["hta"])
@@ -295,11 +294,7 @@ def main(argv: list[str] | None = None) -> int:
               "load_avg_1m_end": _load_avg()}
     result = make_result(sized_name("trace_bench", size), rows, source=measured_source("cpu"), params=params,
                          size=size)
-    if not args.no_save:
-        print(f"saved {save_result(result)}")
-    if args.json:
-        write_json(args.json, result.to_json())
-        print(f"wrote {args.json}")
+    emit_result(result, args)
     return 0
 
 

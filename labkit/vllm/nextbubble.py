@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import cProfile
 import gc
-import json
 import logging
 import pstats
 import random
@@ -326,13 +325,30 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 # --------------------------------------------------------------------------------------
 
 
+def add_grid_options(p: argparse.ArgumentParser) -> None:
+    """``--requests`` and ``--images``: the sweep grid of the vLLM bench verbs."""
+    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
+    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
+
+
+def grid_from_args(args: argparse.Namespace, grid: dict) -> dict:
+    """A copy of ``grid`` (the size's default) with ``--requests``/``--images`` applied and checked."""
+    grid = dict(grid)
+    if args.requests:
+        grid["requests"] = tuple(args.requests)
+    if args.images:
+        grid["images"] = tuple(args.images)
+    if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
+        raise UsageError("requests must be in 1..256 and images in 1..64")
+    return grid
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="labkit bench vllm-ranges",
         description="Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
     )
-    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
-    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
+    add_grid_options(p)
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
@@ -347,18 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from labkit.cli import resolve_run_options
+        from labkit.cli import emit_result, resolve_run_options
 
         args = _parser().parse_args(argv)
         size = resolve_run_options(args, "labkit bench vllm-ranges")
         quick = size == "quick"
-        grid = dict(QUICK_GRID if quick else FULL_GRID)
-        if args.requests:
-            grid["requests"] = tuple(args.requests)
-        if args.images:
-            grid["images"] = tuple(args.images)
-        if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
-            raise UsageError("requests must be in 1..256 and images in 1..64")
+        grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
         if args.repeats < 1:
             raise UsageError("--repeats must be >= 1")
         checks = args.checks if args.checks is not None else (60 if quick else 300)
@@ -379,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
         for a, b in zip(rows[::2], rows[1::2]):
             print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
-        from labkit.fileio import write_json
-        from labkit.results import make_result, save_result, sized_name
+        from labkit.results import make_result, sized_name
 
         params = {
             "vllm_version": version,
@@ -398,10 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         # host (CPU) time, also on a GPU machine: the function never touches the device
         result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
                              source="measured-cpu", size=size)
-        if not args.no_save:
-            print(f"saved {save_result(result)}")
-        if args.json:
-            write_json(args.json, result.to_json())
+        emit_result(result, args)
         return 0
     except UsageError as exc:
         print(f"labkit.vllm.nextbubble: error: {exc}", file=sys.stderr)

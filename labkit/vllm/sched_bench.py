@@ -85,13 +85,13 @@ def recorded_rows(root=None) -> list[dict]:
 
 def _parser() -> argparse.ArgumentParser:
     from labkit.cli import add_run_options
+    from labkit.vllm.nextbubble import add_grid_options
 
     p = argparse.ArgumentParser(
         prog="labkit bench vllm-sched",
         description="Time vLLM's real Scheduler per decode step (text-only vs images, installed vs early return).",
     )
-    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
-    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
+    add_grid_options(p)
     p.add_argument("--steps", type=int, default=None, help="timed decode steps per variant (quick 10, full 30)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one installed 128 x 32 schedule()")
     add_run_options(p, json_help="also write the result JSON to OUT",
@@ -103,23 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     """Measure, print a table, save; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        from labkit.cli import resolve_run_options
+        from labkit.cli import emit_result, resolve_run_options
 
         args = _parser().parse_args(argv)
         size = resolve_run_options(args, "labkit bench vllm-sched")
-        grid = dict(QUICK_GRID if size == "quick" else FULL_GRID)
-        if args.requests:
-            grid["requests"] = tuple(args.requests)
-        if args.images:
-            grid["images"] = tuple(args.images)
+        from labkit.vllm.nextbubble import grid_from_args, vllm_version
+
+        grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
         if args.steps is not None:
             grid["steps"] = args.steps
-        if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
-            raise UsageError("requests must be in 1..256 and images in 1..64")
         if grid["steps"] < 1:
             raise UsageError("--steps must be >= 1")
-        from labkit.vllm.nextbubble import vllm_version
-
         version = vllm_version()  # UsageError without vLLM
         from labkit.vllm.sched_census import profile_step, temporary_model_dir
 
@@ -139,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 cut = e.get("overhead_cut")
                 print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
                       f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
-        from labkit.fileio import write_json
-        from labkit.results import make_result, save_result, sized_name
+        from labkit.results import make_result, sized_name
 
         params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
                                                                    for k, v in grid.items()},
@@ -150,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         if profile is not None:
             params["profile_128x32"] = profile
         result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
-        if not args.no_save:
-            print(f"saved {save_result(result)}")
-        if args.json:
-            write_json(args.json, result.to_json())
+        emit_result(result, args)
         return 0
     except UsageError as exc:
         print(f"labkit bench vllm-sched: error: {exc}", file=sys.stderr)
