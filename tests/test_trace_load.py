@@ -175,7 +175,7 @@ def test_batches_cross_chunk_boundaries(tmp_path, monkeypatch):
 
     path = DATA / "tracelens-h100-bert-small-inference.pt.trace.json.gz"
     ref = load_trace(path)
-    monkeypatch.setattr(reader, "CHUNK_CHARS", 257)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 257)
     small = load_trace(path)
     assert small.events.equals(ref.events)
     assert small.stats.n_events == ref.stats.n_events
@@ -224,3 +224,109 @@ def test_gunzip_agrees_with_the_gzip_module():
         assert outcome(lambda: ours(data, **kw)) == want, (mode, kw)
         kinds[want == "error"] += 1
     assert kinds[True] and kinds[False]  # both outcomes were exercised
+
+
+def _non_ascii_doc(n: int = 400) -> dict:
+    """Events whose names, categories and args hold multi-byte UTF-8 (2, 3 and 4 bytes a character)."""
+    names = ["kérnel", "ядро", "カーネル", "k😀", "plain"]
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "スレッド"}}]
+    for i in range(n):
+        events.append({"ph": "X", "cat": "cpu_op" if i % 3 else "kernel", "name": f"{names[i % 5]}#{i}",
+                       "pid": 1, "tid": 2, "ts": 10.5 * i, "dur": 3,
+                       "args": {"External id": i, "correlation": i, "stream": 7, "note": "ü" * (i % 7),
+                                "grid": [i % 4 + 1, 1, 1], "block": [128, 1, 1]}})
+    return {"schemaVersion": 1, "displayTimeUnit": "ms", "labkit": {"machine": "prüfstand"}, "traceEvents": events}
+
+
+@pytest.mark.parametrize("chunk", [None, 64, 257, 4093])
+@pytest.mark.parametrize("gz", [False, True])
+def test_non_ascii_text_reads_like_the_json_module(tmp_path, monkeypatch, chunk, gz):
+    """Multi-byte characters cut by every buffer size: the same tables and metadata as decoding the
+    whole document with ``json`` (``trace_from_document``, the per-event rules)."""
+    import labkit.trace.reader as reader
+    from labkit.trace.load import trace_from_document
+
+    doc = _non_ascii_doc()
+    path = _write(tmp_path, json.dumps(doc, ensure_ascii=False, indent=1), "u.json" + (".gz" if gz else ""), gz=gz)
+    if chunk is not None:
+        monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(reader, "VALUE_WINDOW", max(chunk // 4, 2))
+    tr = load_trace(path)
+    ref = trace_from_document(json.loads(json.dumps(doc)))
+    assert tr.events.equals(ref.events)
+    assert tr.threads.equals(ref.threads)
+    assert tr.metadata == {k: v for k, v in doc.items() if k != "traceEvents"}
+    assert tr.stats.n_events == len(doc["traceEvents"]) and tr.stats.skipped == 0
+    assert tr.stats.bytes_read == len(json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8"))
+
+
+@pytest.mark.parametrize("where", ["ignored key", "ignored arg", "name", "metadata", "between events"])
+def test_bytes_that_are_not_utf8_reject_the_file(tmp_path, monkeypatch, where):
+    """Invalid UTF-8 anywhere -- even in a key or argument the loader never keeps -- is not a trace file
+    (a small value window, so the batch path, not a look-ahead, meets the bad byte)."""
+    import labkit.trace.reader as reader
+
+    monkeypatch.setattr(reader, "VALUE_WINDOW", 16)
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "unused": "MARK" if where == "ignored key" and i == 150 else "x",
+               "args": {"unused": "MARK" if where == "ignored arg" and i == 160 else "x"}} for i in range(300)]
+    if where == "name":
+        events[200]["name"] = "MARK"
+    doc = {"traceEvents": events, "meta": "MARK" if where == "metadata" else "m"}
+    text = json.dumps(doc).encode()
+    if where == "between events":
+        text = text.replace(b'}, {"ph"', b'}, \xff{"ph"', 1)
+    else:
+        text = text.replace(b"MARK", b"a\xffb")
+    p = tmp_path / "bad.json"
+    p.write_bytes(text)
+    with pytest.raises(UsageError, match="not a UTF-8|expected"):
+        load_trace(p)
+
+
+def test_a_number_cut_by_the_value_window_is_read_whole(tmp_path, monkeypatch):
+    import labkit.trace.reader as reader
+
+    monkeypatch.setattr(reader, "VALUE_WINDOW", 3)
+    p = _write(tmp_path, '{"schemaVersion": 1234567, "ratio": -12.5e3, "traceEvents": [], "last": 98765}')
+    tr = load_trace(p)
+    assert tr.metadata == {"schemaVersion": 1234567, "ratio": -12.5e3, "last": 98765}
+
+
+def test_switch_interval_is_restored_after_gzip_loads(tmp_path):
+    """Reading a gzip'ed trace lowers the interpreter's switch interval only while it reads: after
+    a good file, a corrupt one, and two loads on two threads at once, the caller's value is back."""
+    import sys
+    import threading
+
+    import labkit.trace.reader as reader
+
+    good = DATA / "hta-triton-example-a100.pt.trace.json.gz"
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        seen = []
+        real = reader._read_body
+
+        def spy(*a):
+            seen.append(sys.getswitchinterval())
+            return real(*a)
+
+        reader._read_body = spy
+        load_trace(good)
+        assert seen and seen[-1] == pytest.approx(reader.PREFETCH_SWITCH_S)
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+        with pytest.raises(UsageError):
+            load_trace(bad)
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+        threads = [threading.Thread(target=load_trace, args=(good,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+    finally:
+        reader._read_body = real
+        sys.setswitchinterval(before)

@@ -138,7 +138,7 @@ def test_declined_batches_match_stdlib(tmp_path, monkeypatch, bad):
 
 def test_mixed_batches_keep_interning_order(tmp_path, monkeypatch):
     """A declined batch between clean ones: codes and categories stay in file order."""
-    monkeypatch.setattr(reader, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
     events = CLEAN * 30 + [_ev(dur=-1, name="late")] + [_ev(name=f"n{i}", cat=f"c{i % 7}") for i in range(300)]
     ref, fast, taken = _load_both(_write(tmp_path, events), monkeypatch)
     _assert_same(ref, fast)

@@ -218,12 +218,21 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
     return out[STREAM_COLUMNS]
 
 
-def _host_events(trace: Trace) -> pd.DataFrame:
-    ev = trace.events
-    return ev[ev["cat"].isin(list(LAYERS))]
-
-
 _THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
+
+
+def cat_mask(cats: pd.Series, wanted) -> np.ndarray:
+    """Boolean mask of the rows whose category is in ``wanted`` (by the codes of a categorical column)."""
+    if isinstance(cats.dtype, pd.CategoricalDtype):
+        hit = np.append(np.asarray(cats.cat.categories.isin(list(wanted)), bool), False)  # code -1: no category
+        return hit[cats.cat.codes.to_numpy()]
+    return cats.isin(list(wanted)).to_numpy()
+
+
+def _host_events(trace: Trace) -> pd.DataFrame:
+    """The call-site layers' events of a trace, only the columns the call-site code reads."""
+    ev = trace.events
+    return ev[_THREAD_COLUMNS][cat_mask(ev["cat"], LAYERS)]
 
 
 def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
@@ -236,7 +245,7 @@ def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
     key = (int(pid), int(tid))
     if key not in cache:
         if None not in cache:
-            cache[None] = _host_events(trace)[_THREAD_COLUMNS]
+            cache[None] = _host_events(trace)
         cache[key] = thread_host_events(cache[None], pid, tid)
     return cache[key]
 
@@ -293,9 +302,14 @@ def label_call_sites(df: pd.DataFrame) -> np.ndarray:
     """``call_site_label`` for every row of a table with the layer columns (computed per unique combo)."""
     if len(df) == 0:
         return np.zeros(0, object)
-    combos = df[list(LAYER_NAMES)].drop_duplicates()
-    combos = combos.assign(call_site=[call_site_label(*r) for r in combos.itertuples(index=False)])
-    return df[list(LAYER_NAMES)].merge(combos, on=list(LAYER_NAMES), how="left")["call_site"].to_numpy()
+    labels: dict = {}
+    out = np.empty(len(df), dtype=object)
+    for i, key in enumerate(zip(*(df[c].to_numpy() for c in LAYER_NAMES))):
+        label = labels.get(key)
+        if label is None:
+            label = labels[key] = call_site_label(*key)
+        out[i] = label
+    return out
 
 
 def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = None) -> tuple[pd.DataFrame, pd.Series]:
@@ -317,8 +331,10 @@ def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = No
     pairs["call_site"] = label_call_sites(pairs)
     best = pairs.sort_values("overlap_us", ascending=False, kind="stable").drop_duplicates("id")
     top_site = best.set_index("id")["call_site"]
+    # ``pairs`` has one row per (bubble, layers) and the call site follows from the layers, so a
+    # group's row count is its number of distinct bubbles
     rank = pairs.groupby(["call_site", *LAYER_NAMES], as_index=False, sort=False).agg(
-        idle_overlap_us=("overlap_us", "sum"), bubble_count=("id", "nunique"))
+        idle_overlap_us=("overlap_us", "sum"), bubble_count=("id", "size"))
     total = float(hw["dur_us"].sum())
     rank["share"] = rank["idle_overlap_us"] / total if total > 0 else 0.0
     rank = rank.sort_values("idle_overlap_us", ascending=False, kind="stable").reset_index(drop=True)

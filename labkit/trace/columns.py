@@ -51,7 +51,7 @@ class LoadStats:
     first_skipped: list = field(default_factory=list)  #: up to 5 ``(index, reason)``
     ts_float: bool = False  #: some ``ts`` was written as a float (sub-microsecond)
     ts_missing: bool = False  #: some event had no ``ts``
-    bytes_read: int = 0  #: uncompressed characters read
+    bytes_read: int = 0  #: bytes of (gunzipped) JSON read
     found: bool = False  #: a traceEvents array was read
 
     def skip(self, index: int, reason: str) -> None:

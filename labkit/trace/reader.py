@@ -1,19 +1,25 @@
-"""Streaming reader of Kineto Chrome-trace JSON text: a chunked buffer and batch decoding.
+"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer and batch decoding.
 
 The ``traceEvents`` array is never decoded as a whole. The reader keeps about
-``CHUNK_CHARS`` characters of text in memory, cuts the buffer at the last event boundary
-and decodes the complete events before it as one JSON array: with ``msgspec`` into typed
-structs that fill the columns directly when it is installed (optional, see
-``labkit.trace.structs``), else with ``orjson`` (optional) or ``json`` into dicts. A batch
-msgspec declines (NaN, a type the structs do not declare, anything the per-event rules would
-skip) is decoded again with ``json``, and so is one orjson declines. ``DECODER`` names the choice and can be set to ``"json"`` to force the
-stdlib path. Where no clean cut exists it decodes one event at a
-time with ``json.JSONDecoder.raw_decode``. Errors in the text become ``UsageError`` with a
-one-line message (see ``labkit.trace.load`` for the policy).
+``CHUNK_BYTES`` bytes of (gunzipped) JSON in a ``bytearray``, cuts it at the last event
+boundary and decodes the complete events before it as one JSON array: with ``msgspec`` into
+typed structs that fill the columns directly when it is installed (optional, see
+``labkit.trace.structs``), else with ``orjson`` (optional) or ``json`` into dicts. The text is
+never turned into one big ``str``: msgspec reads the batch in place (the bytes just before and
+after it are briefly set to ``[`` and ``]``), and a batch is decoded from UTF-8 only where it
+has to be (a chunk with non-ASCII bytes, which is then checked strictly, or a batch msgspec
+declines). A batch msgspec declines (NaN, a type the structs do not declare, anything the
+per-event rules would skip) is decoded again with ``json``, and so is one orjson declines.
+``DECODER`` names the choice and can be set to ``"json"`` to force the stdlib path. Where no
+clean cut exists it decodes one event at a time with ``json.JSONDecoder.raw_decode``. Errors
+in the input become ``UsageError`` with a one-line message (see ``labkit.trace.load`` for the
+policy).
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import gzip
 import io
 import json
@@ -41,11 +47,14 @@ except ImportError:  # pragma: no cover - depends on the environment
 #: "orjson" or "json" (dicts added event by event); set it to "json" to force the stdlib path
 DECODER = "msgspec" if _HAVE_MSGSPEC else "orjson" if _orjson is not None else "json"
 
-CHUNK_CHARS = 1 << 20  #: text read per refill (characters)
-MAX_EVENT_CHARS = 64 << 20  #: a single JSON value larger than this is treated as corrupt
+CHUNK_BYTES = 1 << 20  #: bytes read per refill
+MAX_EVENT_BYTES = 64 << 20  #: a single JSON value larger than this is treated as corrupt
+VALUE_WINDOW = 1 << 16  #: bytes decoded to text first when one value is read on its own
 _SLACK = 1 << 16  #: a decode error this far before the end of the buffer is not a truncation
 
-_BOUNDARY = re.compile(r"\}\s*,\s*\{")
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_OPEN, _CLOSE = ord("["), ord("]")
 
 
 PROGRESS_MIN_BYTES = 50_000_000  #: files larger than this get a progress bar (on a terminal)
@@ -77,53 +86,77 @@ class Progress:
         sys.stderr.flush()
 
 
-class TextReader:
-    """A text buffer over a (possibly gzip'ed) file, refilled in chunks."""
+def _not_utf8(exc: UnicodeDecodeError, offset: int) -> UsageError:
+    return UsageError(f"not a UTF-8 text file ({exc.reason} after ~{offset + exc.start} bytes)")
 
-    def __init__(self, fh: io.TextIOBase, progress: Progress | None = None) -> None:
+
+class ByteReader:
+    """A byte buffer over a (possibly gunzipped) stream, refilled in chunks.
+
+    ``buf[pos:]`` is unread; ``base`` counts the bytes dropped from the front. A refill keeps the
+    byte just before ``pos`` (the batch decoder borrows it for the opening ``[``).
+    ``dirty_end``: the end (absolute offset) of the last chunk that held non-ASCII bytes; the
+    bytes from there on are ASCII and need no UTF-8 check."""
+
+    def __init__(self, fh, progress: Progress | None = None) -> None:
         self.fh = fh
         self.progress = progress
-        self.buf = ""
+        self.buf = bytearray()
         self.pos = 0
         self.eof = False
         self.nread = 0
-        self.base = 0  #: characters dropped from the front of ``buf``
+        self.base = 0
+        self.dirty_end = 0
 
     def fill(self, want: int = 0) -> bool:
-        """Read at least ``want`` more characters (fewer at EOF); False when nothing came."""
+        """Read at least ``want`` more bytes (fewer at EOF); False when nothing came."""
         if self.eof:
             return False
-        if self.pos > 0:
-            self.buf = self.buf[self.pos:]
-            self.base += self.pos
-            self.pos = 0
-        try:
-            data = self.fh.read(max(want, CHUNK_CHARS))
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"not a UTF-8 text file ({exc.reason} after ~{self.nread} characters)") from None
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise UsageError(f"corrupt or truncated gzip data ({exc})") from None
-        except OSError as exc:
-            raise UsageError(f"cannot read trace: {exc}") from None
-        if not data:
-            self.eof = True
-            return False
-        self.nread += len(data)
-        self.buf += data
+        if self.pos > 1:
+            drop = self.pos - 1
+            del self.buf[:drop]
+            self.base += drop
+            self.pos = 1
+        want = max(want, CHUNK_BYTES)
+        got = 0
+        while got < want:
+            try:
+                data = self.fh.read(want - got)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise UsageError(f"corrupt or truncated gzip data ({exc})") from None
+            except OSError as exc:
+                raise UsageError(f"cannot read trace: {exc}") from None
+            if not data:
+                self.eof = True
+                break
+            if not data.isascii():
+                self.dirty_end = self.base + len(self.buf) + len(data)
+            self.buf += data
+            self.nread += len(data)
+            got += len(data)
         if self.progress is not None:
             self.progress.update()
-        return True
+        return got > 0
+
+    def ascii_from(self, pos: int) -> bool:
+        """True when ``buf[pos:]`` is known to be ASCII."""
+        return self.base + pos >= self.dirty_end
+
+    def text(self, start: int, end: int) -> str:
+        """``buf[start:end]`` as text (strict UTF-8)."""
+        try:
+            return self.buf[start:end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, self.base + start) from None
 
     def peek(self) -> str:
         """The next non-whitespace character ('' at end of input)."""
         while True:
-            buf, n = self.buf, len(self.buf)
-            p = self.pos
-            while p < n and buf[p] in " \t\r\n":
-                p += 1
+            buf = self.buf
+            p = _SPACE.match(buf, self.pos).end()
             self.pos = p
-            if p < n:
-                return buf[p]
+            if p < len(buf):
+                return chr(buf[p])
             if not self.fill():
                 return ""
 
@@ -136,22 +169,45 @@ class TextReader:
         return c
 
     def value(self, decoder: json.JSONDecoder, what: str):
-        """Decode one JSON value at the cursor, reading more text as needed."""
+        """Decode one JSON value at the cursor, reading more input as needed.
+
+        The value is decoded from a window of ``VALUE_WINDOW`` bytes first; on any error the
+        window grows to the whole buffer, and near its end (a value cut by the buffer) more is
+        read, so truncation and malformed JSON are told apart as on the whole input."""
         self.peek()
+        window = VALUE_WINDOW
         while True:
+            buf, pos = self.buf, self.pos
+            end = min(len(buf), pos + window)
+            whole = end == len(buf)
             try:
-                obj, end = decoder.raw_decode(self.buf, self.pos)
+                s, _ = codecs.utf_8_decode(bytes(buf[pos:end]), "strict", self.eof and whole)
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(exc, self.base + pos) from None
+            try:
+                obj, cend = decoder.raw_decode(s, 0)
             except json.JSONDecodeError as exc:
-                truncated_here = exc.pos >= len(self.buf) - _SLACK
-                if truncated_here and not self.eof and len(self.buf) - self.pos < MAX_EVENT_CHARS:
-                    if self.fill(len(self.buf) - self.pos):
+                if not whole:
+                    window = len(buf) - pos
+                    continue
+                truncated_here = exc.pos >= len(s) - _SLACK
+                if truncated_here and not self.eof and len(buf) - pos < MAX_EVENT_BYTES:
+                    if self.fill(len(buf) - pos):
+                        window = len(self.buf) - self.pos
                         continue
-                if self.eof and (exc.pos >= len(self.buf.rstrip()) - 1 or exc.msg.startswith("Unterminated")):
+                if self.eof and (exc.pos >= len(s.rstrip()) - 1 or exc.msg.startswith("Unterminated")):
                     raise UsageError(f"truncated JSON in {what}") from None
                 raise UsageError(f"malformed JSON in {what}: {exc.msg}") from None
             except RecursionError:
                 raise UsageError(f"malformed JSON in {what}: nesting too deep") from None
-            self.pos = end
+            if cend == len(s) and not (self.eof and whole):  # a number may go on past the window
+                if not whole:
+                    window = len(buf) - pos
+                    continue
+                if self.fill(len(buf) - pos):
+                    window = len(self.buf) - self.pos
+                    continue
+            self.pos = pos + (cend if s.isascii() else len(s[:cend].encode("utf-8")))
             return obj
 
 
@@ -187,6 +243,28 @@ class Prefetch(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all of the next chunk for -1); b"" at the end."""
+        if self._pos >= len(self._buf):
+            if self._eof:
+                return b""
+            item = self._q.get()
+            if isinstance(item, BaseException):
+                self._eof = True
+                raise item
+            if not item:
+                self._eof = True
+                return b""
+            self._buf, self._pos = item, 0
+        left = len(self._buf) - self._pos
+        if self._pos == 0 and (size < 0 or size >= left):
+            self._pos = left
+            return self._buf
+        n = left if size < 0 else min(size, left)
+        out = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return out
 
     def readinto(self, b) -> int:
         if self._pos >= len(self._buf):
@@ -278,19 +356,22 @@ class Gunzip:
         self.fileobj.close()
 
 
-def open_text(path: Path) -> io.TextIOBase:
-    """A UTF-8 text stream over ``path``, gunzipped (on a prefetch thread) when it starts with the
-    gzip magic bytes."""
+def open_binary(path: Path):
+    """A binary stream over ``path``: the file itself, or its gunzipped bytes (inflated on a prefetch
+    thread) when it starts with the gzip magic bytes."""
     try:
-        raw = open(path, "rb")
+        raw = open(path, "rb", buffering=0)
     except OSError as exc:
         raise UsageError(f"cannot open trace {str(path)!r}: {exc.strerror or exc}") from None
-    head = raw.read(2)
-    raw.seek(0)
+    try:
+        head = raw.read(2)
+        raw.seek(0)
+    except OSError as exc:
+        raw.close()
+        raise UsageError(f"cannot read trace: {exc}") from None
     if head != b"\x1f\x8b":
-        return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
-    binary = Prefetch(Gunzip(raw))
-    return io.TextIOWrapper(io.BufferedReader(binary, 1 << 20), encoding="utf-8", errors="strict")
+        return raw
+    return Prefetch(Gunzip(raw))
 
 
 def _loads_batch(text: str):
@@ -312,26 +393,54 @@ def _decode_batch(text: str):
     return "dicts", _loads_batch(text)
 
 
-def _try_batch(rd: TextReader, bad_until: int):
+def _batch_text(rd: ByteReader, start: int, j: int) -> str:
+    return "[" + rd.text(start, j + 1) + "]"
+
+
+def _decode_in_place(rd: ByteReader, start: int, j: int):
+    """msgspec structs of the events in ``buf[start:j + 1]``, read in place: the byte before
+    ``start`` and the one after ``j`` (a separator and a byte of the boundary) are set to ``[``
+    and ``]`` for the call and put back after it. None when msgspec declines the batch."""
+    buf = rd.buf
+    left, right = buf[start - 1], buf[j + 1]
+    buf[start - 1], buf[j + 1] = _OPEN, _CLOSE
+    try:
+        with memoryview(buf) as mv, mv[start - 1:j + 2] as view:
+            return decode_batch(view)
+    finally:
+        buf[start - 1], buf[j + 1] = left, right
+
+
+def _try_batch(rd: ByteReader, bad_until: int):
     """Decode the complete events in the buffer from the cursor as one array.
 
     Returns ``(decoded, cut, bad_until)``; ``decoded`` is ``(kind, events, text)`` or None when
     no clean cut was found (a cut falling inside a string fails to parse; after a few failures
-    the caller goes one event at a time up to ``bad_until``)."""
+    the caller goes one event at a time up to ``bad_until``). ``text`` is the batch as a JSON
+    array in a ``str``, or a function that makes it (not needed when msgspec takes the batch)."""
     buf, start = rd.buf, rd.pos
     if rd.base + start <= bad_until:
         return None, -1, bad_until
+    clean = rd.ascii_from(start) and DECODER == "msgspec" and start > 0
     probe, attempts = len(buf), 0
     for _ in range(64):
-        j = buf.rfind("}", start, probe)
+        j = buf.rfind(b"}", start, probe)
         if j < start + 256:
             break
         probe = j
         if not _BOUNDARY.match(buf, j):
             continue
-        text = "[" + buf[start:j + 1] + "]"
         try:
+            if clean:
+                batch = _decode_in_place(rd, start, j)
+                if batch is not None:
+                    return ("structs", batch, lambda: _batch_text(rd, start, j)), j, bad_until
+                text = _batch_text(rd, start, j)
+                return ("dicts", _loads_batch(text), text), j, bad_until
+            text = _batch_text(rd, start, j)
             return (*_decode_batch(text), text), j, bad_until
+        except UsageError:  # not UTF-8: no cut helps
+            raise
         except (ValueError, RecursionError):
             bad_until = rd.base + j
             attempts += 1
@@ -340,7 +449,7 @@ def _try_batch(rd: TextReader, bad_until: int):
     return None, -1, bad_until
 
 
-def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
+def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     """Parse the traceEvents array starting just after its '['.
 
     Batches: the buffer is cut at the last event boundary ('}' ',' '{' with optional
@@ -356,7 +465,7 @@ def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
     decoder = json.JSONDecoder()
     bad_until = -1  # absolute offset up to which batches failed: go one event at a time
     while True:
-        if len(rd.buf) - rd.pos < CHUNK_CHARS and not rd.eof:
+        if len(rd.buf) - rd.pos < CHUNK_BYTES and not rd.eof:
             rd.fill()
         decoded, cut, bad_until = _try_batch(rd, bad_until)
         if decoded is not None:
@@ -365,7 +474,7 @@ def read_events(rd: TextReader, cols: ColumnStore, stats: LoadStats) -> None:
                 i += len(batch)
             else:
                 if kind == "structs":
-                    batch = _loads_batch(text)
+                    batch = _loads_batch(text() if callable(text) else text)
                 add = cols.add_event
                 for e in batch:
                     add(i, e, stats)
@@ -392,6 +501,37 @@ def _want_progress(path: Path, progress: bool | None) -> bool:
         return False
 
 
+#: the interpreter's thread switch interval (s) while a gzip'ed trace is read (see ``_prompt_handover``)
+PREFETCH_SWITCH_S = 0.001
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved = 0.005
+
+
+@contextlib.contextmanager
+def _prompt_handover():
+    """Hand the GIL over every ``PREFETCH_SWITCH_S`` instead of the default 5 ms while a gzip'ed trace is read.
+
+    The prefetch thread needs the GIL briefly around each inflate call; with the default interval
+    it waits up to 5 ms each time while the parser holds it, falls behind, and the parser then
+    waits for data (about a tenth of the load time on a 61 MB trace). Nested and concurrent
+    loads share one saved value: the first one in lowers the interval, the last one out restores it."""
+    global _switch_users, _switch_saved
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_saved = sys.getswitchinterval()
+            if _switch_saved > PREFETCH_SWITCH_S:
+                sys.setswitchinterval(PREFETCH_SWITCH_S)
+        _switch_users += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_users -= 1
+            if _switch_users == 0:
+                sys.setswitchinterval(_switch_saved)
+
+
 def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
                   progress: bool | None = None) -> tuple[dict, bool]:
     """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
@@ -400,14 +540,15 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
     metadata: dict = {}
     decoder = json.JSONDecoder()
     bar = None
-    with open_text(path) as fh:
+    with open_binary(path) as fh:
         if _want_progress(path, progress):
-            raw = fh.buffer
+            raw = fh
             while hasattr(raw, "raw") or hasattr(raw, "fileobj"):  # down to the file on disk
                 raw = getattr(raw, "fileobj", None) or raw.raw
             bar = Progress(raw, os.path.getsize(path), path.name)
         try:
-            _read_body(fh, cols, stats, metadata, decoder, bar)
+            with _prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
+                _read_body(fh, cols, stats, metadata, decoder, bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -417,7 +558,7 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
 def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
     """Parse the document from ``fh``: metadata keys into ``metadata``, events into ``cols``."""
     found = False
-    rd = TextReader(fh, bar)
+    rd = ByteReader(fh, bar)
     first = rd.expect("{[", "a JSON object")
     if first == "[":  # a bare array of events is also a valid Chrome trace
         read_events(rd, cols, stats)
