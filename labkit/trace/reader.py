@@ -214,14 +214,13 @@ class ByteReader:
 class Prefetch(io.RawIOBase):
     """A binary stream read a few chunks ahead on a background thread.
 
-    Over a ``GzipFile`` this moves decompression off the parsing thread (zlib releases the
+    Over a ``Gunzip`` this moves decompression off the parsing thread (zlib releases the
     GIL), so on a machine with a free core the two overlap. Errors of the source (corrupt or
-    truncated gzip data) are raised by ``readinto`` in the reading thread."""
+    truncated gzip data) are raised by ``read`` in the reading thread."""
 
-    def __init__(self, src, chunk: int = 1 << 20, depth: int = 4, *, also_close=None) -> None:
+    def __init__(self, src, chunk: int = 1 << 20, depth: int = 4) -> None:
         super().__init__()
         self.fileobj = src  #: the source stream (the progress bar walks down to the file)
-        self._also_close = also_close  #: closed with the source (the file under a GzipFile)
         self._chunk = chunk
         self._q: queue.Queue = queue.Queue(depth)
         self._buf = b""
@@ -267,21 +266,9 @@ class Prefetch(io.RawIOBase):
         return out
 
     def readinto(self, b) -> int:
-        if self._pos >= len(self._buf):
-            if self._eof:
-                return 0
-            item = self._q.get()
-            if isinstance(item, BaseException):
-                self._eof = True
-                raise item
-            if not item:
-                self._eof = True
-                return 0
-            self._buf, self._pos = item, 0
-        n = min(len(b), len(self._buf) - self._pos)
-        b[:n] = self._buf[self._pos:self._pos + n]
-        self._pos += n
-        return n
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
 
     def close(self) -> None:
         if not self.closed:
@@ -292,8 +279,6 @@ class Prefetch(io.RawIOBase):
                 except queue.Empty:
                     pass
             self.fileobj.close()
-            if self._also_close is not None:
-                self._also_close.close()
         super().close()
 
 
