@@ -47,15 +47,28 @@ print(f"host cost per op: {profile.launch_overhead_ns / 1e3:.1f} us; "
       f"qkv_proj at 128 tokens: {profile.duration_ns('qkv_proj', tokens=128) / 1e3:.1f} us on the device")
 
 # %% [markdown]
-# **What the profile's "launch overhead" is.** The recorded H200 profile charges the host
-# ~60 us per engine op. That is not device time and not the bare CUDA launch (a plain
-# `torch.add` launch costs ~7 us on that machine, see `calibration.json`): it is the mini
-# engine's whole eager host cost per op group (Python, several torch dispatches, 1-4 kernel
-# launches), measured as the host time of one forward divided by its 466 ops. The real H200
-# runs pay exactly this: their host forward takes 19-27 ms per step while the GPU is busy ~10 ms.
-# The simulator replaces the real forward's host work by this cost, so it keeps it: with the bare
-# 7 us launch it would predict a device-bound engine, which the H200 traces contradict. (vLLM
-# itself replays decode steps as CUDA graphs, where this cost nearly vanishes.)
+# **What the profile's "launch overhead" is.** The recorded H200 profile charges the host a
+# fixed cost per engine op (printed below with the recorded figures it rests on). That is not
+# device time and not the bare CUDA launch (a plain `torch.add` launch on that machine, from its
+# `calibration.json`, costs several times less): it is the mini engine's whole eager host cost
+# per op group (Python, several torch dispatches, 1-4 kernel launches), measured as the host time
+# of one forward divided by its op count. The real H200 runs pay exactly this: their host forward
+# per step takes longer than the GPU is busy per step. The simulator replaces the real forward's
+# host work by this cost, so it keeps it: with the bare launch cost it would predict a
+# device-bound engine, which the H200 traces contradict. (vLLM itself replays decode steps as
+# CUDA graphs, where this cost nearly vanishes.)
+
+# %%
+from labkit.engine.recorded import (analyze_recorded, describe_host_cost, host_cost_figures, measured_result,
+                                    with_robust_metrics)
+gpu = measured_result()  # the recorded GPU run and its traces, read once (the second half uses them too)
+gpu_rows = with_robust_metrics(gpu.rows) if gpu else []
+measured = analyze_recorded("h200")
+if gpu:
+    declare_sources("measured-gpu")
+    print(describe_host_cost(host_cost_figures(profile, gpu_rows, measured)))
+else:
+    print("No GPU result recorded yet: the figures behind the profile's host cost need one.")
 
 # %% [markdown]
 # ## Rerun the variants here (simulated device)
@@ -182,19 +195,17 @@ reading
 # **Throughput from the median step.** The bars use *decode tokens per step / median step time*
 # (every step samples one token per sequence; both fields are in the recorded rows). The
 # recorded window-based throughput (button "over the measured window") of the H200 run's first
-# variant, `tensor/loop/none/async`, is ~200 tok/s with a mean TPOT of 623 ms although its median
-# step is 45 ms: one step of its window held a one-off ~4.6 s stall (column `stall_ns`). The
-# recorded trace of that run does not contain it (it covers two later steps, both ~50 ms); the
-# benchmark then started `torch.profiler` right before the last measured output was collected,
-# and the first profiler start in a process initialises Kineto/CUPTI, which holds the host for
-# seconds (about 2.7 s even on this CPU without CUPTI). Later variants paid only milliseconds.
+# variant, `tensor/loop/none/async`, is far below its median-step throughput, and its mean TPOT far
+# above its median step (table below): one step of its window held a one-off stall of seconds
+# (column `stall_ns`). The recorded trace of that run does not contain it (it covers two later
+# steps of ordinary length); the benchmark then started `torch.profiler` right before the last
+# measured output was collected, and the first profiler start in a process initialises
+# Kineto/CUPTI, which holds the host for seconds (even on a CPU without CUPTI). Later variants
+# paid only milliseconds.
 # The benchmark now measures first, profiles in a separate run afterwards, and starts the
 # profiler once up front; it reports both throughputs. Recorded numbers are shown as recorded.
 
 # %%
-from labkit.engine.recorded import measured_result, with_robust_metrics
-gpu = measured_result()
-gpu_rows = with_robust_metrics(gpu.rows) if gpu else []
 if gpu:
     declare_sources("measured-gpu")
     from labkit.results import provenance
@@ -215,12 +226,10 @@ plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} 
 # ## Measured H200 timelines (measured-gpu)
 # The profiler traces of the H200 run (`data/traces/h200/<variant>/`), through the same analyzer
 # and timeline as the simulated ones. Blue bars are real kernels; red gaps are the GPU waiting
-# for the host. #40143: with `tensor` placeholders each step's scheduling (16-23 ms on that host)
-# leaves the GPU idle; `list` cuts it to ~2 ms.
+# for the host. #40143: with `tensor` placeholders each step's scheduling (`host_schedule_ns` in
+# the table above) leaves the GPU idle; `list` cuts it several-fold.
 
 # %%
-from labkit.engine.recorded import analyze_recorded
-measured = analyze_recorded("h200")
 print(f"{len(measured)} measured-gpu traces" if measured else "no recorded GPU traces under data/traces/h200")
 
 # %%
@@ -231,7 +240,7 @@ print(f"{len(measured)} measured-gpu traces" if measured else "no recorded GPU t
 
 # %% [markdown]
 # PR #38794 on the H200: with `per_layer` every attention layer makes 128 synchronising pageable
-# copies, so the GPU drains between layers (a 600 ms step with ~15 ms of kernels); `per_step`
+# copies, so the GPU drains between layers (a step many times longer than its kernels); `per_step`
 # makes one copy per step. Zoom into a step with the dropdown.
 
 # %%
@@ -288,13 +297,13 @@ if table is not None and len(table):
 plot_sim_vs_measured(table, title="Simulated (h200 profile) vs measured H200") if table is not None else None
 
 # %% [markdown]
-# Reading the ratios: the device side is close (busy time per step within ~10% of the trace),
-# so the differences come from host time. The simulator uses *this* CPU's real Python time for
-# scheduling and metadata and the profile's per-op host cost for the forward, so it is only as
-# close as this CPU is to the H200 machine's host (the `tensor` scheduler costs about the same
-# here; the measured H200 host forward itself varied between 19 and 27 ms per step across
-# variants). The `per_layer` run is furthest off: its step is thousands of small synchronising
-# copies, and the simulator charges each the full per-op host cost.
+# Reading the ratios: the device side is close (the busy ratio printed above), so the differences
+# come from host time. The simulator uses *this* CPU's real Python time for scheduling and
+# metadata and the profile's per-op host cost for the forward, so it is only as close as this CPU
+# is to the H200 machine's host (the `tensor` scheduler costs about the same here; the measured
+# H200 host forward itself varied across variants, see the range printed near the top). The
+# `per_layer` run is furthest off: its step is thousands of small synchronising copies, and the
+# simulator charges each the full per-op host cost.
 
 # %% [markdown]
 # ## Try it live

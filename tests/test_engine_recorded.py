@@ -185,3 +185,40 @@ def test_simulated_device_time_per_step_matches_the_h200_trace():
     simulated_us = dev.busy_ns / 3 / 1e3
     assert 0.75 < simulated_us / measured_us < 1.33, (simulated_us, measured_us)
     assert REPO_ROOT.joinpath("data", "profiles", "h200.json").is_file()
+
+
+def test_host_cost_figures_come_from_the_recorded_files(tmp_path, monkeypatch):
+    """Notebook 02's host-cost figures, from a results folder written here: the profile's charge per
+    op, the op count of a 2-layer forward, the calibrated torch.add launch, the eager host forward
+    range (per_layer and graph-mode rows left out) and the median busy time per traced step."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
+    from labkit.engine.recorded import describe_host_cost, host_cost_figures
+    from labkit.results import make_result, save_result
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
+    cal = make_result("calibration", [
+        {"kind": "gpu", "variant": "launch_torch_add1", "metric": "device_ns", "median_ns": 9000.0},
+        {"kind": "gpu", "variant": "launch_torch_add1", "metric": "host_ns", "median_ns": 7500.0},
+    ], source="measured-gpu", machine={"slug": "h200", "device": "cuda"})
+    save_result(cal, tmp_path)
+    profile = SimpleNamespace(launch_overhead_ns=60_000.0, model="tiny")
+    rows = [{"variant": "a/none", "host_forward_ns": 20e6}, {"variant": "b/none", "host_forward_ns": 26e6},
+            {"variant": "x/per_layer/async", "host_forward_ns": 400e6},
+            {"variant": "a/none", "cudagraph": "full", "host_forward_ns": 1e6}, {"variant": "c", "host_forward_ns": None}]
+    an = {v: SimpleNamespace(steps=pd.DataFrame({"device_busy_us": b})) for v, b in
+          {"a": [9_000.0, 11_000.0], "b": [12_000.0], "c": [8_000.0, 8_000.0, 30_000.0]}.items()}
+    fig = host_cost_figures(profile, rows, an)
+    assert fig == {"host_per_op_us": 60.0, "ops_per_forward": len(HEAD_OPS) + 2 * len(LAYER_OPS) + len(TAIL_OPS),
+                   "launch_add_us": 7.5, "host_forward_ms": (20.0, 26.0), "busy_per_step_ms": 10.0}
+    text = describe_host_cost(fig)
+    assert "60.0 us" in text and "7.5 us" in text and "20.0-26.0 ms" in text and "10.0 ms" in text
+    # nothing recorded: every figure says so, none is made up
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "empty"))
+    bare = host_cost_figures(SimpleNamespace(launch_overhead_ns=5_000.0, model=None), [], {})
+    assert bare == {"host_per_op_us": 5.0, "ops_per_forward": None, "launch_add_us": None,
+                    "host_forward_ms": None, "busy_per_step_ms": None}
+    assert describe_host_cost(bare).count("not recorded") == 4

@@ -226,3 +226,62 @@ def ratio_reading(rows: list[dict], mode: str = "full", non_overlap_ms: float = 
             "lab_ratio": after["tokens_per_s_median"] / before["tokens_per_s_median"],
             "published_ratio": PR40143.throughput_gain, "published_device_ms": pub_dev,
             "ratio_with_lab_device": ratio(device_ms), "ratio_with_published_device": ratio(pub_dev)}
+
+
+def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float | None:
+    """Median of a recorded calibration row of ``machine`` (None when it is not recorded)."""
+    from labkit.results import load_result
+
+    cal = load_result("calibration", machine=machine)
+    vals = [r["median_ns"] for r in (cal.rows if cal else [])
+            if r.get("variant") == variant and r.get("metric") == metric and r.get("median_ns") is not None]
+    return float(vals[0]) if vals else None
+
+
+def host_cost_figures(profile, gpu_rows: list[dict], analyses: dict | None = None, machine: str = "h200") -> dict:
+    """The figures behind "what the profile's host cost per op is", read from the recorded files.
+
+    ``profile``: the ``DeviceProfile`` the simulator uses; ``gpu_rows``: the measured engine rows;
+    ``analyses``: variant -> analysis of the measured traces (``analyze_recorded``). Returns
+    ``host_per_op_us`` (the profile's charge per engine op), ``ops_per_forward`` (engine ops of one
+    forward of the profile's model), ``launch_add_us`` (a bare ``torch.add`` launch on that
+    machine, from its ``calibration`` result), ``host_forward_ms`` (min, max of the measured
+    eager rows' host forward per step, ``per_layer`` left out: its forward holds the copies) and
+    ``busy_per_step_ms`` (median over the measured traces of the device busy time per step); a
+    figure that is not recorded is None."""
+    from labkit.engine.config import get_model_config
+    from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
+    from labkit.errors import UsageError
+
+    try:
+        n_ops = len(LAYER_OPS) * get_model_config(profile.model).num_layers + len(HEAD_OPS) + len(TAIL_OPS)
+    except (UsageError, TypeError):
+        n_ops = None
+    fwd = [r["host_forward_ns"] / 1e6 for r in gpu_rows
+           if r.get("host_forward_ns") is not None and "per_layer" not in r["variant"]
+           and r.get("cudagraph", "none") == "none"]
+    busy = [b for b in (_busy_per_step_us(a) for a in (analyses or {}).values()) if b is not None]
+    add = _calibrated_ns(machine, "launch_torch_add1")
+    return {
+        "host_per_op_us": profile.launch_overhead_ns / 1e3,
+        "ops_per_forward": n_ops,
+        "launch_add_us": None if add is None else add / 1e3,
+        "host_forward_ms": (min(fwd), max(fwd)) if fwd else None,
+        "busy_per_step_ms": sorted(busy)[len(busy) // 2] / 1e3 if busy else None,
+    }
+
+
+def describe_host_cost(fig: dict) -> str:
+    """``host_cost_figures`` as the lines notebook 02 prints (a figure not recorded says so)."""
+    def val(v, fmt, unit):
+        return "not recorded" if v is None else f"{v:{fmt}} {unit}"
+
+    fwd = fig["host_forward_ms"]
+    return "\n".join([
+        f"host cost per engine op in the profile: {val(fig['host_per_op_us'], '.1f', 'us')} "
+        f"(host time of one forward / its {val(fig['ops_per_forward'], 'd', 'ops')})",
+        f"bare torch.add launch on that machine (calibration): {val(fig['launch_add_us'], '.1f', 'us')}",
+        "measured host forward per step (eager runs, per_layer aside): "
+        + ("not recorded" if fwd is None else f"{fwd[0]:.1f}-{fwd[1]:.1f} ms"),
+        f"measured device busy per step (median over the traces): {val(fig['busy_per_step_ms'], '.1f', 'ms')}",
+    ])
