@@ -61,9 +61,9 @@ pd.DataFrame(ledger_demo(device)).drop(columns=["device"])
 # | `pinned` | #41434: pinned staging + `non_blocking=True` | 1, asynchronous |
 # | `cached` | this lab: upload only when the batch's ranges change | 0 in steady decode |
 #
-# `cached` compares the rows with a snapshot of the last upload (exact, a few microseconds when the
-# range lists are reused, ~0.1 ms when rebuilt from scratch) and builds a *fresh* device tensor on
-# change, so no kernel can read a tensor that a later upload overwrites.
+# `cached` compares the rows with a snapshot of the last upload (exact; a pointer compare per range
+# when the range tuples are reused, a value compare when they are rebuilt from scratch) and builds a
+# *fresh* device tensor on change, so no kernel can read a tensor that a later upload overwrites.
 #
 # Now measure host time per decode step on this machine at the PR's scale (128 sequences x 32
 # images) for Gemma 3 layer counts (4B: 34, 27B: 62 layers), and a sweep over batch size. Results go
