@@ -21,6 +21,7 @@ import pandas as pd
 from labkit.trace import load as _load
 from labkit.trace.bubbles import (
     DEFAULT_KERNEL_WAIT_US,
+    cat_mask,
     device_ops,
     find_bubbles,
     host_starvation,
@@ -202,14 +203,7 @@ def host_thread_time(trace: Trace) -> pd.DataFrame:
     """Per host thread: event count, span and busy time (union of its events, us)."""
     ev = trace.events
     cols = ["pid", "tid", "events", "span_us", "busy_us"]
-    cat = ev["cat"]
-    if isinstance(cat.dtype, pd.CategoricalDtype):  # the loader's table: test the few categories once
-        dev = np.array([c in DEVICE_CATS for c in cat.cat.categories], dtype=bool)
-        codes = cat.cat.codes.to_numpy()
-        keep = ~dev[codes] if len(dev) else np.ones(len(ev), bool)
-        keep[codes < 0] = True  # no category: not a device one
-    else:
-        keep = ~cat.isin(list(DEVICE_CATS)).to_numpy()
+    keep = ~cat_mask(ev["cat"], DEVICE_CATS)  # an event without a category is not a device one
     pid, tid = ev["pid"].to_numpy()[keep], ev["tid"].to_numpy()[keep]
     if len(pid) == 0:
         return pd.DataFrame({c: [] for c in cols})
