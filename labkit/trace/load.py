@@ -2,8 +2,9 @@
 
 ``load_trace(path)`` reads ``.json`` or ``.json.gz`` (gzip is detected by its magic bytes)
 without decoding the whole document at once: ``labkit.trace.reader`` walks the
-``traceEvents`` array about 1 MiB of text at a time with a fast scanner for the common Kineto
-event shapes and an exact JSON path for everything else, and ``labkit.trace.columns`` keeps
+``traceEvents`` array about 1 MiB of bytes at a time, decoding the complete events in it as one
+batch (typed structs where ``msgspec`` is installed, ``json`` for anything unusual), and
+``labkit.trace.columns`` keeps
 only the fields the analyses need in compact column arrays with interned strings. Memory
 stays bounded by the kept columns plus one buffer, not by the size of the file.
 
