@@ -6,7 +6,7 @@
 #   make wheelhouse   wheels for an offline GPU node (WHEELS=wheelhouse, WHEELS_PY=3.12)
 #
 # Variables: SIZE=quick|full  DEVICE=auto|cpu|cuda  PYTHON=python3  LAB_PORT=8888
-#            PYTEST_ARGS="-k something"  ONLY="00_environment 06_compare_gpus"
+#            PYTEST_ARGS="-k something"  JOBS=cores+1 (test workers; 0: in one process)  ONLY="00_environment 06_compare_gpus"
 #            LABKIT_WHEELHOUSE=DIR: set up from that wheelhouse, without network
 
 SHELL  := /bin/bash
@@ -18,6 +18,7 @@ DEVICE ?= auto
 OUT    ?= reports
 ONLY   ?=
 PYTEST_ARGS ?=
+JOBS   ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 WHEELS ?= wheelhouse
 WHEELS_PY ?=
 STAMP  := $(VENV)/.labkit-setup.stamp
@@ -40,7 +41,7 @@ report: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/setup_browser.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-vllm:
 	bash scripts/test_vllm.sh

@@ -28,6 +28,16 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
 
+#: the test files that take longest (a whole report build, the GPU script's dry run): run first, so a
+#: parallel run (``make test``: pytest-xdist, one file per worker at a time) does not end waiting on one
+LONGEST_FIRST = ("test_report_browser.py", "test_gpu_check.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
+
+
 collect_ignore_glob: list[str] = []
 if os.environ.get("LABKIT_VLLM_CONFORMANCE") != "1":
     collect_ignore_glob += ["vllm_conformance", "vllm_conformance/*"]

@@ -53,6 +53,27 @@ def test_bench_engine_cudagraph_modes_in_rows_and_trace_metadata(tmp_path, monke
     assert meta["cudagraph"] == "full" and meta["cudagraph_run"] == "piecewise" and meta["source"] == "simulated"
 
 
+def test_bench_engine_fallback_mode_shares_the_run_it_falls_back_to(tmp_path, monkeypatch, capsys):
+    """per_layer cannot run under full graphs: with piecewise already in the set, its full row is
+    that piecewise run (same figures, same trace), not a second run; other variants still run per mode."""
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    rc = main(["bench", "engine", "--device", "sim", "--model", "tiny", "--num-requests", "8", "--steps", "2",
+               "--warmup", "1", "--placeholders", "fast", "--scheduling", "cursor", "--prefix-ranges", "none,per_layer",
+               "--cudagraph", "none,piecewise,full", "--trace-dir", str(tmp_path / "tr"),
+               "--json", str(tmp_path / "e.json"), "--profile", "parametric", "--no-save"])
+    assert rc == 0, capsys.readouterr().out
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "e.json").read_text())["rows"]}
+    assert len(rows) == 6
+    full, pw = rows["fast/cursor/per_layer/async/full"], rows["fast/cursor/per_layer/async/piecewise"]
+    assert full["same_run_as"] == "fast/cursor/per_layer/async/piecewise"
+    assert full["cudagraph"] == "full" and full["cudagraph_run"] == "piecewise" and "per_layer" in full["cudagraph_note"]
+    assert full["median_ns"] == pw["median_ns"] and full["trace"] == pw["trace"]
+    assert all("same_run_as" not in r for v, r in rows.items() if v != "fast/cursor/per_layer/async/full")
+    assert rows["fast/cursor/none/async/full"]["cudagraph_run"] == "full"
+    folders = {p.parent.name for p in (tmp_path / "tr").glob("*/*.pt.trace.json.gz")}
+    assert len(folders) == 5 and "fast-cursor-per_layer-async-full" not in folders
+
+
 @pytest.mark.parametrize("argv", [
     ["--device", "sim", "--cudagraph", "bogus"],
     ["--device", "cpu", "--cudagraph", "full"],

@@ -74,9 +74,13 @@ def test_measurement_api_shapes():
     assert grid[1]["speedup_vs_pr"] == pytest.approx(1.0)
     calls = measure_placeholder_calls(["list"], tokens_per_image=4, repeats=2)
     assert {r["method"] for r in calls} == {"get_num_embeds", "get_embeds_indices_in_range", "extract_embeds_range"}
+    import gc
+
+    frozen = gc.get_freeze_count()
     wl = measure_workload(get_workload_spec("tiny"), combos=[("list", "loop"), ("fast", "cursor")], repeats=1)
     assert [r["identical_decisions"] for r in wl] == [True, True]
     assert wl[0]["steps"] == wl[1]["steps"] > 0
+    assert gc.get_freeze_count() == frozen and gc.isenabled()  # the objects frozen for the rounds are back
 
 
 # --- figures and the live widget (built from hand-made rows) --------------------------------

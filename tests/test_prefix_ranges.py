@@ -321,3 +321,41 @@ def test_every_layer_gets_reference_tensor_on_gpu(name):
         strategy.end_step()
     if name == "per_layer":
         assert strategy.nested_ok, "jagged nested path fell back to the direct pad on this GPU"
+
+
+_FIRST_USE = """
+import sys
+from labkit.attn.prefix_ranges import make_strategy, warm_up
+from labkit.trace.whatif_ab import HostCostClock
+if sys.argv[1] == "warm":
+    warm_up()
+calls = []
+for _ in range(2):
+    s = make_strategy("per_layer", validate=False)
+    clock = HostCostClock(call_ns=1.0)  # counts Python calls: deterministic
+    with clock.active():
+        s.begin_step({0: [(0, 3)], 1: [(1, 2), (5, 6)], 2: []}, 3)
+        s.tensor_for_layer(0)
+        s.end_step()
+    calls.append(clock())
+print(calls[0], calls[1])
+"""
+
+
+@pytest.mark.parametrize("warm", ["warm", "cold"])
+def test_warm_up_keeps_torch_first_use_imports_out_of_the_first_step(warm):
+    """In a fresh interpreter the first per_layer step imports torch's jagged nested tensor
+    (thousands of Python calls a fixed-cost host model would charge); after ``warm_up`` the
+    first step makes exactly the calls of the second."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE, warm], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = map(int, out.stdout.split()[-2:])
+    if warm == "warm":
+        assert first == second
+    elif first == second:
+        pytest.skip("this torch build imports nothing on the first nested-tensor use")
+    else:  # what warm_up is for: without it the first step carries the imports
+        assert first > second

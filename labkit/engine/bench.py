@@ -10,7 +10,10 @@ stories with the fewest runs::
 ``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``;
 ``--cudagraph none,piecewise,full`` runs every variant in each CUDA-graph mode (see
 ``labkit.engine.graphs``; default ``none``, eager). Rows name the mode (``cudagraph``), the mode
-actually run (``cudagraph_run``) and why they differ (``cudagraph_note``).
+actually run (``cudagraph_run``) and why they differ (``cudagraph_note``); a mode that falls back
+to one the same variant already ran in (``full`` -> ``piecewise`` for ``per_layer``) is not run
+twice on the simulated device: its row repeats that run's figures and trace and names it
+(``same_run_as``). A real device runs every row and writes one trace folder per row.
 On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
 GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
 variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
@@ -153,15 +156,17 @@ def default_profile_name() -> str:
 
 def run_variants(kind: str, variants, *, model: str, workload: str, num_requests, steps: int, warmup: int,
                  profile=None, trace_dir=None, progress_desc: str = "engine") -> tuple[list[dict], list[str]]:
-    """Run each variant; returns (summary rows, trace paths). Real models are built once and shared."""
+    """Run each variant; returns (summary rows, trace paths). Real models are built once and shared;
+    the variants run with the heap alive before them frozen out of the collector, as in vLLM
+    (``labkit.engine.loop.frozen_gc_heap``)."""
+    from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig, get_model_config
     from labkit.engine.devices import make_device
-    from labkit.engine.loop import Engine, summarize_run
+    from labkit.engine.loop import Engine, frozen_gc_heap
     from labkit.engine.model import TransformerStack
-    from labkit.progress import progress
-    from labkit.trace.capture import make_capture
 
     shared_model = None
+    warm_up("cuda" if kind == "cuda" else "cpu")  # torch's first-use imports, before any variant runs
     if trace_dir and kind in ("cuda", "cpu"):
         from labkit.trace.capture import warm_up_profiler
 
@@ -174,12 +179,34 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
                                        placeholder="fast", scheduling="cursor", prefix_ranges=pr),
                           make_device(kind), model=shared_model)
             warm.run(3)
+    with frozen_gc_heap():  # as vLLM's engine core, once started
+        return _run_each(kind, variants, model=model, workload=workload, num_requests=num_requests, steps=steps,
+                         warmup=warmup, profile=profile, trace_dir=trace_dir, progress_desc=progress_desc,
+                         shared_model=shared_model)
+
+
+def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, profile, trace_dir, progress_desc,
+              shared_model) -> tuple[list[dict], list[str]]:
+    from labkit.engine.config import EngineConfig
+    from labkit.engine.devices import make_device
+    from labkit.engine.graphs import effective_mode
+    from labkit.engine.loop import Engine, summarize_run
+    from labkit.progress import progress
+    from labkit.trace.capture import make_capture
+
     rows, traces = [], []
     runners: dict = {}  # real GPU: graphs captured once per (mode, ranges) and shared by the variants
+    ran: dict = {}  # simulated device: (variant, mode run) -> its row, shared by a mode that falls back to it
     for ph, sc, pr, is_async, graph in progress([_with_graph(v) for v in variants], total=len(variants),
                                                 desc=progress_desc):
         cfg = EngineConfig(model=model, workload=workload, num_requests=num_requests, placeholder=ph,
                            scheduling=sc, prefix_ranges=pr, async_scheduling=is_async, cudagraph=graph)
+        mode_run, note = effective_mode(graph, pr)
+        same = ran.get((ph, sc, pr, is_async, mode_run)) if kind == "sim" else None
+        if same is not None:
+            rows.append(dict(same, variant=cfg.variant_name(), cudagraph=graph, cudagraph_note=note,
+                             same_run_as=same["variant"]))
+            continue
         dev = make_device(kind, profile=profile)
         engine = Engine(cfg, dev, model=shared_model,
                         graph_runner=runners.get(_runner_key(cfg)) if kind == "cuda" else None)
@@ -215,6 +242,7 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
                 row.update(_trace_idle(paths[0]))
         traces.extend(paths)
         rows.append(row)
+        ran[(ph, sc, pr, is_async, mode_run)] = row
         logger.info("%s: %.0f tok/s (median step)", cfg.variant_name(), row["tokens_per_s_median"])
     return rows, traces
 
@@ -280,7 +308,8 @@ def print_table(rows: list[dict]) -> None:
         idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
         graphs = r.get("cudagraph_run") or r.get("cudagraph") or "none"
         if r.get("cudagraph_note"):
-            notes.append(f"{r['variant']}: {r['cudagraph_note']}")
+            same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
+            notes.append(f"{r['variant']}: {r['cudagraph_note']}{same}")
             graphs += "*"
         print(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
               f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "

@@ -24,10 +24,17 @@ the device.
 
 Each step gives an ``EngineStep`` (host times per phase, output time, tokens); ``summarize_run``
 turns a run into one flat result row (tokens/s, step time quantiles, TPOT, device idle fraction).
+
+``frozen_gc_heap()`` does what vLLM's engine core does once it has started
+(``vllm.utils.gc_utils.freeze_gc_heap``): collect, then freeze every object alive so far out
+of the cyclic collector, so collections while serving walk only what serving creates (the
+bench runs its variants inside it; requests, built per run, stay collectable).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from dataclasses import asdict, dataclass
 
@@ -40,6 +47,22 @@ from labkit.errors import UsageError
 from labkit.timing import summarize
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def frozen_gc_heap():
+    """Everything alive on entry collected and frozen out of the cyclic collector until exit, as
+    vLLM's engine core does after start-up. A heap the caller has frozen already is left alone."""
+    if gc.get_freeze_count():
+        yield
+        return
+    for generation in (0, 1, 2):
+        gc.collect(generation)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass(frozen=True)

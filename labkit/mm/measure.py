@@ -209,7 +209,8 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
                      repeats: int = 3) -> list[dict]:
     """Host time of the whole step scheduler over ``spec`` run to completion, per (variant, strategy).
 
-    Combos run round-robin, garbage collection paused while timed. Each row: ``steps``,
+    Combos run round-robin, garbage collection paused while timed (the objects that exist before
+    the rounds frozen out of the collector meanwhile, ``gc.freeze``). Each row: ``steps``,
     ``total_ns`` quantiles (``median_ns`` ...), ``per_step_ns``,
     ``decode_step_median_ns`` / ``prefill_step_median_ns`` (from one extra instrumented
     run), and ``identical_decisions``: whether its plans equal those of the first combo.
@@ -228,8 +229,18 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
 
         setups.append(setup)
         runs.append(lambda state=state: _run_without_gc(state["s"]))
-    timings = _interleaved(runs, rounds=max(1, repeats), per_round=1, warmup=0, setups=setups,
-                           desc="mm workload")
+    # What exists now lives through every round: frozen out of the collector (as vLLM freezes its
+    # start-up objects), each setup's collection walks only what the rounds create.
+    # (Where the caller has frozen objects already, its freeze is left as it is.)
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    try:
+        timings = _interleaved(runs, rounds=max(1, repeats), per_round=1, warmup=0, setups=setups,
+                               desc="mm workload")
+    finally:
+        if freeze:
+            gc.unfreeze()
     rows = []
     reference = None
     for (variant, strategy), setup, state, t in zip(combos, setups, states, timings):

@@ -202,8 +202,11 @@ def make_sim_pairs(out_dir: str | Path, cases=tuple(AB_CASES), *, model: str = "
     from labkit.engine.profiles import load_profile
     from labkit.trace.capture import make_capture
 
+    from labkit.attn.prefix_ranges import warm_up
+
     prof = load_profile(profile)
     extra = placeholder_read_costs_ns()
+    warm_up()  # torch's first-use imports stay outside the clock (each call there is charged)
     out = {}
     paths: dict = {}
     for name in cases:

@@ -92,6 +92,28 @@ def _lanes(an: Analysis) -> tuple[list[str], pd.DataFrame]:
     return lanes, rows
 
 
+def _sorted_keys(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, key)``: the row order by lane, kind and start (stable) and each sorted row's
+    integer (lane, kind) group (codes follow the sorted lane and kind names)."""
+    lane = pd.factorize(rows["lane"].to_numpy(object), sort=True)[0]
+    kind = pd.factorize(rows["kind"].to_numpy(object), sort=True)[0]
+    key = lane.astype(np.int64) * (int(kind.max()) + 1) + kind
+    order = np.lexsort((rows["start_ms"].to_numpy(float), key))
+    return order, key[order]
+
+
+def _chain_ids(start: np.ndarray, end: np.ndarray, key: np.ndarray, min_gap_ms: float) -> np.ndarray:
+    """Chain number of each sorted bar: a bar starts a new chain when it is its group's first or
+    starts at least ``min_gap_ms`` after the furthest end of the earlier bars of its group."""
+    reach = pd.Series(end).groupby(key).cummax().to_numpy(float)
+    prev = np.empty_like(reach)
+    prev[0] = np.nan
+    prev[1:] = reach[:-1]
+    prev[1:][key[1:] != key[:-1]] = np.nan
+    new_chain = np.isnan(prev) | (start - prev >= min_gap_ms)
+    return np.cumsum(new_chain)
+
+
 def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
     """Bars of one lane and kind that lie less than ``min_gap_ms`` apart merged into one bar.
 
@@ -103,31 +125,31 @@ def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
     """
     if not len(rows):
         return rows.assign(n=pd.Series(dtype=int), busy_frac=pd.Series(dtype=float))
-    df = rows.sort_values(["lane", "kind", "start_ms"], kind="stable").reset_index(drop=True)
+    order, key = _sorted_keys(rows)
+    df = rows.iloc[order].reset_index(drop=True)
     start = df["start_ms"].to_numpy(float)
     end = start + df["dur_ms"].to_numpy(float)
-    key = (df["lane"].astype(str) + "\x00" + df["kind"].astype(str)).to_numpy()
-    reach = pd.Series(end).groupby(key).cummax()  # furthest end so far within the lane and kind
-    prev = reach.groupby(key).shift().to_numpy(float)
-    new_chain = np.isnan(prev) | (start - prev >= min_gap_ms)
-    chain = np.cumsum(new_chain)
+    chain = _chain_ids(start, end, key, min_gap_ms)
     df["end_ms"] = end
     g = df.groupby(chain, sort=False)
-    longest = df.loc[g["dur_ms"].idxmax().to_numpy()]
+    longest = df["label"].to_numpy(object)[g["dur_ms"].idxmax().to_numpy()]
+    firsts = np.flatnonzero(np.r_[True, chain[1:] != chain[:-1]])
     out = pd.DataFrame({
-        "lane": g["lane"].first().to_numpy(), "kind": g["kind"].first().to_numpy(),
+        "lane": df["lane"].to_numpy(object)[firsts], "kind": df["kind"].to_numpy(object)[firsts],
         "start_ms": g["start_ms"].min().to_numpy(), "end_ms": g["end_ms"].max().to_numpy(),
-        "busy_ms": g["dur_ms"].sum().to_numpy(), "n": g.size().to_numpy(),
-        "label": longest["label"].astype(str).to_numpy(), "prio": g["prio"].first().to_numpy(),
+        "busy_ms": g["dur_ms"].sum().to_numpy(), "n": np.diff(np.r_[firsts, len(df)]),
+        "label": [str(x) for x in longest], "prio": df["prio"].to_numpy()[firsts],
     })
     out["dur_ms"] = out["end_ms"] - out["start_ms"]
     span = out["dur_ms"].where(out["dur_ms"] > 0)
     out["busy_frac"] = (out["busy_ms"] / span).clip(upper=1.0).fillna(1.0)
-    many = out["n"] > 1
-    noun = np.where(out["prio"] == 0, "gaps", "ops")
-    out.loc[many, "label"] = (out["n"].astype(str) + " " + noun + " merged (" +
-                              (100 * out["busy_frac"]).round().astype(int).astype(str) + "% of the span); longest: " +
-                              out["label"].str.slice(0, 60))[many]
+    many = (out["n"] > 1).to_numpy()
+    if many.any():
+        m = out[many]
+        noun = np.where(m["prio"] == 0, "gaps", "ops")
+        pct = (100 * m["busy_frac"]).round().astype(int).to_numpy()
+        out.loc[many, "label"] = [f"{n} {w} merged ({p}% of the span); longest: {lab[:60]}"
+                                  for n, w, p, lab in zip(m["n"].tolist(), noun, pct.tolist(), m["label"].tolist())]
     return out[["lane", "kind", "start_ms", "dur_ms", "label", "prio", "n", "busy_frac"]]
 
 
@@ -142,15 +164,23 @@ def decimate(rows: pd.DataFrame, max_bars: int, max_gap_ms: float) -> tuple[pd.D
     """
     if len(rows) <= max_bars or max_gap_ms <= 0:
         return rows, 0.0
-    gaps = rows["prio"] == 0
+    # the bar count at each resolution from the sorted columns; the bars are built once, at the end
+    order, key = _sorted_keys(rows)
+    start = rows["start_ms"].to_numpy(float)[order]
+    dur = rows["dur_ms"].to_numpy(float)[order]
+    end = start + dur
+    gaps = (rows["prio"] == 0).to_numpy()[order]
     res = min(FINEST_GAP_US / 1e3, max_gap_ms)
     while True:
-        long_gap = gaps & (rows["dur_ms"] >= res)
-        kept = rows[long_gap].assign(n=1, busy_frac=1.0)
-        out = pd.concat([kept, merge_close(rows[~long_gap], res)], ignore_index=True)
-        if len(out) <= max_bars or res >= max_gap_ms:
-            return out, res
+        rest = ~(gaps & (dur >= res))
+        n = int(len(rest) - rest.sum()) + (int(_chain_ids(start[rest], end[rest], key[rest], res)[-1])
+                                           if rest.any() else 0)
+        if n <= max_bars or res >= max_gap_ms:
+            break
         res = min(2 * res, max_gap_ms)
+    long_gap = (rows["prio"] == 0) & (rows["dur_ms"] >= res)
+    kept = rows[long_gap].assign(n=1, busy_frac=1.0)
+    return pd.concat([kept, merge_close(rows[~long_gap], res)], ignore_index=True), res
 
 
 def max_resolution_ms(an: Analysis) -> float:
