@@ -124,9 +124,10 @@ plot_timeline_choice({r["variant"]: traces[r["variant"]] for r in eager_rows}, t
 # its inputs copied into persistent buffers first. A replay costs the host one call, so the
 # per-op launch cost that makes the eager engine host-bound nearly vanishes: the device step
 # becomes the longer side, and what is left of the host's step (the scheduler, synchronising
-# copies) shows as idle wherever it is longer than the device step. `per_layer` cannot be captured whole (its copies sit inside attention),
-# so it runs piecewise in `full` mode, as the table's note says. The simulated replay costs the
-# host the profile's replay cost (below); its device time is the sum of the captured ops.
+# copies) shows as idle wherever it is longer than the device step. `per_layer` cannot be
+# captured whole (its copies sit inside attention), so it runs piecewise in `full` mode, as the
+# table's note says: its `full` row is its `piecewise` run, not a second one. The simulated replay
+# costs the host the profile's replay cost (below); its device time is the sum of the captured ops.
 
 # %%
 print(f"host cost per replay: {profile.replay_overhead_ns / 1e3:.1f} us ({profile.replay_origin})")
