@@ -196,13 +196,12 @@ def make_sim_pairs(out_dir: str | Path, cases=tuple(AB_CASES), *, model: str = "
                    profile: str = "h200", steps: int = 4, call_ns: float = 100.0) -> dict:
     """Record each case's two variants on the simulated device under ``HostCostClock``;
     returns ``{case: (before trace, after trace)}``. ``steps`` profiled steps after 2 waiting and 1 warm-up."""
+    from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig
     from labkit.engine.devices import SimDevice
     from labkit.engine.loop import Engine
     from labkit.engine.profiles import load_profile
     from labkit.trace.capture import make_capture
-
-    from labkit.attn.prefix_ranges import warm_up
 
     prof = load_profile(profile)
     extra = placeholder_read_costs_ns()
