@@ -198,3 +198,38 @@ def test_report_bad_input_exits_2(tmp_path, capsys):
     assert cli_main(["report", "--notebooks", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     assert "no notebooks folder" in capsys.readouterr().err
     assert not (tmp_path / "o" / "index.html").exists()
+
+
+def test_nothing_a_notebook_started_outlives_its_run(tmp_path):
+    """The report kills the kernel's process group once the last cell replied: a process a
+    notebook left running is gone when ``execute_notebook`` returns."""
+    import os
+    import time
+
+    from labkit.report.execute import execute_notebook
+
+    pid_file = tmp_path / "child.pid"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))")]
+    t0 = time.monotonic()
+    run = execute_notebook(nb, cwd=tmp_path, timeout=60, env=dict(os.environ))
+    assert run.error is None
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became our zombie (it is not our child: normally nothing to do)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the notebook's child process outlived the report's kernel")
+    assert time.monotonic() - t0 < 60

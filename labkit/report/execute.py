@@ -117,6 +117,10 @@ def execute_notebook(
         resources={"metadata": {"path": str(cwd)}},
         store_widget_state=True,
         record_timing=True,
+        # once the last cell has replied the kernel's process group is killed: everything a notebook
+        # writes is written and closed inside its cells, and a graceful shutdown only waited for the
+        # interpreter's teardown (seconds after a notebook that holds a lot); nothing it started lives on
+        shutdown_kernel="immediate",
         allow_errors=False,
         # no transport noise (nor the shutdown's "KeyboardInterrupt caught") in the progress log
         extra_arguments=["--IPKernelApp.log_level=CRITICAL", *(extra_arguments or [])],
