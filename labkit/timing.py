@@ -8,6 +8,8 @@ are measurable; ``repeats`` samples give the quantiles.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -146,3 +148,21 @@ def time_fn(fn: Callable[[], object], device: str = "cpu", **kwargs) -> Timing:
     if str(device).startswith("cuda"):
         return time_cuda(fn, **kwargs)
     return time_host(fn, **kwargs)
+
+
+@contextlib.contextmanager
+def frozen_gc_heap():
+    """Everything alive on entry collected and frozen out of the cyclic collector until exit, as
+    vLLM's engine core does after start-up (``vllm.utils.gc_utils.freeze_gc_heap``), so the
+    collections meanwhile walk only what is created inside. A heap the caller has frozen already
+    is left alone."""
+    if gc.get_freeze_count():
+        yield
+        return
+    for generation in (0, 1, 2):
+        gc.collect(generation)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

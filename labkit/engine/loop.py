@@ -25,16 +25,14 @@ the device.
 Each step gives an ``EngineStep`` (host times per phase, output time, tokens); ``summarize_run``
 turns a run into one flat result row (tokens/s, step time quantiles, TPOT, device idle fraction).
 
-``frozen_gc_heap()`` does what vLLM's engine core does once it has started
-(``vllm.utils.gc_utils.freeze_gc_heap``): collect, then freeze every object alive so far out
-of the cyclic collector, so collections while serving walk only what serving creates (the
+``frozen_gc_heap()`` (from ``labkit.timing``) does what vLLM's engine core does once it has
+started (``vllm.utils.gc_utils.freeze_gc_heap``): collect, then freeze every object alive so far
+out of the cyclic collector, so collections while serving walk only what serving creates (the
 bench runs its variants inside it; requests, built per run, stay collectable).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 from dataclasses import asdict, dataclass
 
@@ -44,25 +42,9 @@ from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
 from labkit.engine.graphs import effective_mode
 from labkit.engine.model import StepBatch, TransformerStack, make_batch  # noqa: F401  (make_batch: public here too)
 from labkit.errors import UsageError
-from labkit.timing import summarize
+from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
 
 logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def frozen_gc_heap():
-    """Everything alive on entry collected and frozen out of the cyclic collector until exit, as
-    vLLM's engine core does after start-up. A heap the caller has frozen already is left alone."""
-    if gc.get_freeze_count():
-        yield
-        return
-    for generation in (0, 1, 2):
-        gc.collect(generation)
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
 from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
 from labkit.mm.workload import WorkloadSpec, make_requests, placeholder_layout
 from labkit.progress import progress
-from labkit.timing import Timing, auto_number, summarize, time_host
+from labkit.timing import Timing, auto_number, frozen_gc_heap, summarize, time_host
 
 __all__ = [
     "BEFORE", "AFTER", "DEFAULT_COMBOS",
@@ -210,7 +210,7 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
     """Host time of the whole step scheduler over ``spec`` run to completion, per (variant, strategy).
 
     Combos run round-robin, garbage collection paused while timed (the objects that exist before
-    the rounds frozen out of the collector meanwhile, ``gc.freeze``). Each row: ``steps``,
+    the rounds frozen out of the collector meanwhile, ``labkit.timing.frozen_gc_heap``). Each row: ``steps``,
     ``total_ns`` quantiles (``median_ns`` ...), ``per_step_ns``,
     ``decode_step_median_ns`` / ``prefill_step_median_ns`` (from one extra instrumented
     run), and ``identical_decisions``: whether its plans equal those of the first combo.
@@ -229,18 +229,10 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
 
         setups.append(setup)
         runs.append(lambda state=state: _run_without_gc(state["s"]))
-    # What exists now lives through every round: frozen out of the collector (as vLLM freezes its
-    # start-up objects), each setup's collection walks only what the rounds create.
-    # (Where the caller has frozen objects already, its freeze is left as it is.)
-    freeze = gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    try:
+    # what exists now lives through every round: each setup's collection walks only what the rounds create
+    with frozen_gc_heap():
         timings = _interleaved(runs, rounds=max(1, repeats), per_round=1, warmup=0, setups=setups,
                                desc="mm workload")
-    finally:
-        if freeze:
-            gc.unfreeze()
     rows = []
     reference = None
     for (variant, strategy), setup, state, t in zip(combos, setups, states, timings):
