@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             return _env(args.rest)
         if args.verb == "bench":
             return _bench(args.rest)
+        if args.verb == "report":
+            from labkit.report.startup import skip_unused_imports
+
+            skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
         module = importlib.import_module(VERBS[args.verb])
         return int(module.main(args.rest) or 0)
     except UsageError as exc:

@@ -233,3 +233,41 @@ def test_nothing_a_notebook_started_outlives_its_run(tmp_path):
         os.kill(pid, 9)
         raise AssertionError("the notebook's child process outlived the report's kernel")
     assert time.monotonic() - t0 < 60
+
+
+def test_report_kernels_skip_the_optional_parser_and_still_validate_notebooks(tmp_path):
+    """A report kernel starts with ``rfc3987_syntax`` blocked (labkit.report.startup): importing
+    nbformat and plotly's renderers does not import it, notebooks still validate, and jsonschema's
+    other format checks still work."""
+    import os
+
+    from labkit.report.execute import execute_notebook
+
+    out = tmp_path / "seen.txt"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import sys, nbformat, jsonschema, plotly.io as pio\n"
+        "pio.renderers.default = 'plotly_mimetype+notebook'\n"
+        "nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')]))\n"
+        "check = jsonschema.FormatChecker()\n"
+        "ok = check.conforms('1.2.3.4', 'ipv4') and not check.conforms('1.2.3', 'ipv4')\n"
+        f"open({str(out)!r}, 'w').write(repr((sys.modules.get('rfc3987_syntax', 'absent'), ok)))")]
+    run = execute_notebook(nb, cwd=tmp_path, timeout=60, env=dict(os.environ))
+    assert run.error is None
+    assert out.read_text() == "(None, True)"
+
+
+def test_report_command_blocks_the_optional_parser_before_nbformat():
+    """``labkit report`` blocks the import in its own process before its module imports nbformat."""
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    code = ("import sys, labkit.cli as c\n"
+            "try:\n    c.main(['report', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sys.modules.get('rfc3987_syntax', 'absent'), 'nbformat' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "None True"

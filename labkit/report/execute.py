@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from labkit.report.startup import KERNEL_EXEC_LINES
+
 logger = logging.getLogger(__name__)
 
 
@@ -123,7 +125,9 @@ def execute_notebook(
         shutdown_kernel="immediate",
         allow_errors=False,
         # no transport noise (nor the shutdown's "KeyboardInterrupt caught") in the progress log
-        extra_arguments=["--IPKernelApp.log_level=CRITICAL", *(extra_arguments or [])],
+        extra_arguments=["--IPKernelApp.log_level=CRITICAL",
+                         *(f"--IPKernelApp.exec_lines={line}" for line in KERNEL_EXEC_LINES),  # start-up: lean
+                         *(extra_arguments or [])],
         on_stall=stalled,
     )
     # nbclient restores the default SIGINT / SIGTERM handlers when a run ends: keep ours
