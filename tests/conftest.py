@@ -31,11 +31,17 @@ CHROMIUM_ARGS = [
 #: the test files that take longest (a whole report build, the GPU script's dry run): run first, so a
 #: parallel run (``make test``: pytest-xdist, one file per worker at a time) does not end waiting on one
 LONGEST_FIRST = ("test_report_browser.py", "test_gpu_check.py")
+#: the longest tests of those files, first in their file: pytest-xdist queues another file on a worker
+#: once two or fewer of its tests are left, and that file would wait behind a long test run last
+LONGEST_TESTS_FIRST = ("test_gpu_check_dry_run_on_cpu_packs_and_ingests", "test_lab_report_builds",
+                       "test_lab_report_pages_render_offline")
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
+    first = {name: i for i, name in enumerate(LONGEST_TESTS_FIRST)}
+    # stable: file order, and test order within a file, kept otherwise
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), first.get(item.originalname, len(first))))
 
 
 collect_ignore_glob: list[str] = []
