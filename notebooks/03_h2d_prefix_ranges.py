@@ -72,7 +72,7 @@ pd.DataFrame(ledger_demo(device)).drop(columns=["device"])
 # %%
 from labkit.results import load_results
 results = run_benchmarks(device, size)
-declare_sources(*sorted({r.source for r in load_results(name="h2d_step")}))
+declare_sources(*sorted({r.source for r in load_results(name="h2d_step")} | {results["h2d_step"].source}))
 pd.DataFrame(results["h2d_step"].rows)[["variant", "layers", "model", "median_ns", "h2d_per_step",
                                         "sync_per_step", "speedup_vs_per_layer"]]
 
