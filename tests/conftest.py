@@ -2,6 +2,7 @@
 
 - ``TRITON_INTERPRET=1`` is set before any test module imports a kernel module when
   there is no GPU, so tests never depend on import order.
+- The optional imports the report's processes skip (``labkit.report.startup``) are skipped here too.
 - ``tests/vllm_conformance/`` runs only in the vLLM environment
   (``LABKIT_VLLM_CONFORMANCE=1``, see ``make test-vllm``).
 """
@@ -15,9 +16,13 @@ from pathlib import Path
 import pytest
 
 from labkit.device import has_cuda
+from labkit.report.startup import skip_unused_imports
 
 if not has_cuda():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# the test processes start as the report's do: without an optional import that only costs time
+# (jsonschema's rfc3987_syntax, see labkit.report.startup; nbformat is imported by many tests)
+skip_unused_imports()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: real GPU traces live in shared/ beside the repository (also in CI's clone)
