@@ -43,7 +43,19 @@ case "$SIZE" in quick|full) ;; *) echo "gpu_check: GPU_CHECK_SIZE must be quick 
 [[ "${GPU_CHECK_REPORT_RESERVE:-0}" =~ ^[0-9]+$ ]] || { echo "gpu_check: GPU_CHECK_REPORT_RESERVE must be whole seconds" >&2; exit 2; }
 command -v "$PY" >/dev/null 2>&1 || { echo "gpu_check: no python at PYTHON=$PY" >&2; exit 2; }
 
-if "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/results" "$WORK/traces" "$WORK/logs"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+# The machine as the lab describes it: its device decides the run, its slug names the results.
+"$PY" -m labkit env --json > "$WORK/logs/env.json" 2> "$WORK/logs/env.log"
+env_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$WORK/logs/env.json" "$1" 2>/dev/null; }
+found=$(env_field device)
+if [ -z "$found" ]; then  # labkit env failed (logs/env.log says why): ask torch itself
+  "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && found=cuda
+fi
+if [ "$found" = cuda ]; then
   DEVICE=cuda ENGINE_DEVICE=cuda
 elif [ "${GPU_CHECK_ALLOW_CPU:-0}" = 1 ]; then
   DEVICE=cpu ENGINE_DEVICE=sim
@@ -62,11 +74,6 @@ if [ -z "${LABKIT_COMMIT:-}" ]; then
 fi
 export LABKIT_COMMIT
 
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/results" "$WORK/traces" "$WORK/logs"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
 export LABKIT_RESULTS="$WORK/results"
 SUMMARY="$OUT/summary.txt"
 START=$(date +%s)
@@ -99,8 +106,7 @@ step() {  # step NAME SECONDS CMD...: run with its own limit (capped by the budg
 skip() { printf '%-12s SKIPPED       %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
 
 nvidia-smi > "$WORK/logs/nvidia-smi.txt" 2>&1 || true
-"$PY" -m labkit env --json > "$WORK/logs/env.json" 2> "$WORK/logs/env.log"
-SLUG=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["slug"])' "$WORK/logs/env.json" 2>/dev/null || echo unknown)
+SLUG=$(env_field slug); SLUG=${SLUG:-unknown}
 echo "machine: $SLUG" >> "$SUMMARY"
 
 # 0. Jupyter's stack for the report: PYTHON's own, else a venv from the wheelhouse (offline).
