@@ -112,12 +112,16 @@ def records_from_trace(trace) -> Records:
     skip = np.isin(cat, SKIP_HOST_CATS)
     threads: dict = defaultdict(list)
     ops: list = []
-    for i in np.flatnonzero(is_dev & (stream >= 0)):
-        ops.append(Op(name[i], cat[i], (int(device[i]), int(stream[i])), float(ts[i]), float(end[i]),
-                      int(corr[i]), int(nbytes[i])))
-    for i in np.flatnonzero(~is_dev & ~skip):
-        threads[(int(pid[i]), int(tid[i]))].append(
-            Span(name[i], cat[i], float(ts[i]), float(end[i]), int(corr[i]) if is_rt[i] else -1))
+    # columns as Python lists first (``tolist`` gives int, float and str): one conversion per column
+    d = np.flatnonzero(is_dev & (stream >= 0))
+    for n, c, dev, st, a, z, k, b in zip(name[d].tolist(), cat[d].tolist(), device[d].tolist(), stream[d].tolist(),
+                                          ts[d].tolist(), end[d].tolist(), corr[d].tolist(), nbytes[d].tolist()):
+        ops.append(Op(n, c, (dev, st), a, z, k, b))
+    h = np.flatnonzero(~is_dev & ~skip)
+    host_corr = np.where(is_rt[h], corr[h], -1)
+    for p, t, n, c, a, z, k in zip(pid[h].tolist(), tid[h].tolist(), name[h].tolist(), cat[h].tolist(),
+                                   ts[h].tolist(), end[h].tolist(), host_corr.tolist()):
+        threads[(p, t)].append(Span(n, c, a, z, k))
     for spans in threads.values():
         spans.sort(key=lambda s: (s.start, -s.end))
     ops.sort(key=lambda o: (o.stream, o.start, o.end))
