@@ -261,7 +261,6 @@ def test_report_command_blocks_the_optional_parser_before_nbformat():
     """``labkit report`` blocks the import in its own process before its module imports nbformat."""
     import subprocess
     import sys
-
     from pathlib import Path
 
     code = ("import sys, labkit.cli as c\n"
