@@ -112,7 +112,9 @@ echo "machine: $SLUG" >> "$SUMMARY"
 # 0. Jupyter's stack for the report: PYTHON's own, else a venv from the wheelhouse (offline).
 REPORT_PY=""
 WHEELHOUSE=${LABKIT_WHEELHOUSE:-$ROOT/wheelhouse}
-report_mods="import nbclient, nbconvert, nbformat, jupytext, ipykernel, ipywidgets, plotly, pandas"
+# the modules the report imports, loaded as a report process loads them (labkit/report/startup.py)
+report_mods="from labkit.report.startup import skip_unused_imports; skip_unused_imports()
+import nbclient, nbconvert, nbformat, jupytext, ipykernel, ipywidgets, plotly, pandas"
 if "$PY" -c "$report_mods" 2>/dev/null; then
   REPORT_PY=$PY
 elif [ -d "$WHEELHOUSE" ]; then
