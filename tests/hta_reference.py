@@ -30,7 +30,7 @@ SHARED = HERE.parents[1] / "shared" / "traces"
 #: the traces HTA is slowest on (several seconds each): their figures come from the recording
 RECORDED = ("hta-ns-resolution-v100-rank0.pt.trace.json.gz", "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
             "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz",
-            "param-linear-kineto-rtx2080ti.pt.trace.json.gz")
+            "param-linear-kineto-rtx2080ti.pt.trace.json.gz", "tracelens-h100-timesformer-k400-inference.pt.trace.json.gz")
 #: recorded as well, small enough to run live in every test run (the recording's check)
 CHECKED = ("tracelens-h100-bert-small-inference.pt.trace.json.gz",
            "tracelens-h100-qwen1.5-0.5b-chat-inference.pt.trace.json.gz")

@@ -17,8 +17,8 @@ DATA = Path(__file__).resolve().parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 LOCAL = sorted(DATA.glob("*.pt.trace.json.gz"))
 SHARED_FILES = sorted(SHARED.glob("*.pt.trace.json.gz")) if SHARED.is_dir() else []
-#: the whole analysis takes a second or more on these: marked slow (HTA's figures for them are
-#: recorded, see tests/hta_reference.py)
+#: the whole analysis takes a second or more on these: marked slow (HTA's figures for the larger
+#: traces are recorded, see tests/hta_reference.py)
 BIG = {"nvllm", "hta-trace-diff-control", "param-linear", "hta-ns-resolution"}
 
 
