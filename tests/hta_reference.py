@@ -27,7 +27,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "data" / "hta_idle_reference.json"
 SHARED = HERE.parents[1] / "shared" / "traces"
-#: the traces HTA is slowest on (several seconds each): their figures come from the recording
+#: the traces HTA is slowest on (a second to several each): their figures come from the recording
 RECORDED = ("hta-ns-resolution-v100-rank0.pt.trace.json.gz", "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
             "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz",
             "param-linear-kineto-rtx2080ti.pt.trace.json.gz", "tracelens-h100-timesformer-k400-inference.pt.trace.json.gz")
