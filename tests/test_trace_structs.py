@@ -75,7 +75,7 @@ CLEAN = [  # unusual but well-typed: the struct path must handle these itself
     _ev(cat="cpu_op", name="aten::mm", pid="host", args={"External id": 3, "correlation": 99}),
     _ev(cat=None, name="anon", args={"grid": "weird", "stream": None}),
     _ev(cat="", name="n2", ts=2 ** 60, dur=0),
-    _ev(cat="kernel", name="k", args={"grid": [[1, 2], 3], "block": {"a": 1}, "device": "1"}),
+    _ev(cat="kernel", name="k", args={"grid": 96, "block": [], "device": "1"}),
     {"ph": "s", "id": 5, "pid": 1, "tid": 2, "ts": 11, "cat": "ac2g", "name": "launch"},
     {"ph": "f", "id": "5", "pid": 0, "tid": 7, "ts": 12.5, "cat": "ac2g", "bp": "e"},
     {"ph": "t", "id": 2 ** 70, "pid": 0, "tid": 7, "ts": 13, "cat": "new_flow_cat"},
@@ -103,6 +103,9 @@ DECLINED = [  # anything the stdlib path skips or reads differently: the batch g
     [_ev(args={"stream": {"nested": 1}})],
     [_ev(cat="kernel", args={"stream": 7.0, "External id": 3.5})],  # floats in integer fields
     [_ev(tid=2.0)],
+    [_ev(cat="kernel", args={"grid": [[1, 2], 3], "block": {"a": 1}})],  # launch dimensions Kineto never writes
+    [_ev(cat="kernel", args={"grid": [1.0, 1, 1]})],  # would print as "1.0,1,1", not "1,1,1"
+    [_ev(cat="kernel", args={"block": [True, 1, 1]})],
 ]
 
 

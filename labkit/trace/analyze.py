@@ -31,7 +31,7 @@ from labkit.trace.bubbles import (
 )
 from labkit.trace.graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
-from labkit.trace.load import BUSY_CATS, DEVICE_CATS, Trace, as_trace
+from labkit.trace.load import DEVICE_CATS, Trace, as_trace
 from labkit.trace.steps import detect_steps, step_phases
 
 SCHEMA = 1
@@ -226,7 +226,14 @@ def kernel_stats(ops: pd.DataFrame) -> pd.DataFrame:
     """Per device-op name: ``count``, ``total_us``, ``mean_us`` (sorted by total time)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in ["name", "cat", "count", "total_us", "mean_us"]})
-    k = ops.groupby(["name", "cat"], as_index=False, sort=False).agg(count=("dur_us", "size"), total_us=("dur_us", "sum"))
+    # groups numbered in order of first appearance with a dict (kernel names run to hundreds of characters, and
+    # pandas hashes a string column far slower than Python, which caches each string's hash)
+    groups: dict = {}
+    code = np.array([groups.setdefault(p, len(groups)) for p in zip(ops["name"].tolist(), ops["cat"].tolist())],
+                    dtype=np.int64)
+    total = pd.Series(ops["dur_us"].to_numpy()).groupby(code, sort=False).sum()  # same sum as grouping by name, cat
+    k = pd.DataFrame({"name": [n for n, _ in groups], "cat": [c for _, c in groups],
+                      "count": np.bincount(code, minlength=len(groups)), "total_us": total.to_numpy()})
     k["mean_us"] = k["total_us"] / k["count"]
     return k.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -245,7 +252,7 @@ def describe_source(trace: Trace, ops: pd.DataFrame) -> dict:
     if gpu is None and names:
         gpu = names[0]
     simulated = trace.is_simulated
-    has_dev = bool(trace.events["cat"].isin(BUSY_CATS).any())
+    has_dev = trace.has_device_events()
     dist = trace.metadata.get("distributedInfo")
     st = trace.stats
     return {

@@ -37,6 +37,7 @@ from labkit.trace.callsite import (
     overlap_by_segment,
     thread_segments,
 )
+from labkit.trace.columns import cat_mask
 from labkit.trace.load import BUSY_CATS, RUNTIME_CATS, Trace
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ STARVATION_COLUMNS = ["call_site", *LAYER_NAMES, "idle_overlap_us", "bubble_coun
 def runtime_calls(trace: Trace) -> pd.DataFrame:
     """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...)."""
     ev = trace.events
-    rt = ev[ev["cat"].isin(RUNTIME_CATS)]
+    rt = ev[cat_mask(ev["cat"], RUNTIME_CATS)]
     out = pd.DataFrame({
         "row": rt.index.to_numpy(),
         "name": rt["name"].astype(str).to_numpy(),
@@ -77,7 +78,7 @@ def device_ops(trace: Trace) -> pd.DataFrame:
     ``launch_tid`` (-1 where none), ``launch_name``.
     """
     ev = trace.events
-    m = ev["cat"].isin(BUSY_CATS).to_numpy() & (ev["stream"].to_numpy() >= 0)
+    m = cat_mask(ev["cat"], BUSY_CATS) & (ev["stream"].to_numpy() >= 0)
     d = ev[m]
     ops = pd.DataFrame({
         "row": d.index.to_numpy(),
@@ -115,10 +116,10 @@ def find_steps(trace: Trace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.DataFram
 
         raise UsageError(f"bad step pattern {pattern!r}: {exc}") from None
     ev = trace.events
-    host = ev[ev["cat"].isin(["user_annotation", "cpu_op"])]
+    host = ev[cat_mask(ev["cat"], ["user_annotation", "cpu_op"])]
     names = pd.Series(host["name"].cat.categories if hasattr(host["name"], "cat") else [])
     wanted = [n for n in names if rx.search(str(n))]
-    s = host[host["name"].isin(wanted)].sort_values("ts_us", kind="stable")
+    s = host[cat_mask(host["name"], wanted)].sort_values("ts_us", kind="stable")
     s = s.drop_duplicates("name", keep="first")
     out = pd.DataFrame({
         "step": np.arange(len(s)),
@@ -219,14 +220,6 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
 
 
 _THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
-
-
-def cat_mask(cats: pd.Series, wanted) -> np.ndarray:
-    """Boolean mask of the rows whose category is in ``wanted`` (by the codes of a categorical column)."""
-    if isinstance(cats.dtype, pd.CategoricalDtype):
-        hit = np.append(np.asarray(cats.cat.categories.isin(list(wanted)), bool), False)  # code -1: no category
-        return hit[cats.cat.codes.to_numpy()]
-    return cats.isin(list(wanted)).to_numpy()
 
 
 def _host_events(trace: Trace) -> pd.DataFrame:
@@ -395,7 +388,7 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
     stream = ev["stream"].to_numpy()
     corr = ev["correlation"].to_numpy()
     names = ev["name"]
-    is_sync = names.isin(list(_HTA_SYNC_NAMES)).to_numpy()
+    is_sync = cat_mask(names, _HTA_SYNC_NAMES)
     is_gpu = ((stream >= 0) & (corr >= 0)) | is_sync
     is_cpu = ~is_gpu
     index = ev["index"].to_numpy()
@@ -409,7 +402,7 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
     mult = np.ones(n, np.int64)
     step_names = [c for c in names.cat.categories if _HTA_STEP.match(str(c))]
     if len(step_names) >= 2:
-        is_step = names.isin(step_names).to_numpy() & is_cpu
+        is_step = cat_mask(names, step_names) & is_cpu
         if is_step.any():
             last_start, last_end = ts[is_step].max(), end[is_step].max()
         else:
@@ -419,7 +412,7 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
         mult = np.where(is_gpu, pd.Series(corr).map(counts).fillna(0).to_numpy().astype(np.int64), 1)
         kept = cpu_kept | (is_gpu & (mult > 0))
 
-    sel = kept & (stream != -1) & ev["cat"].isin(list(_HTA_KERNEL_CATS)).to_numpy()
+    sel = kept & (stream != -1) & cat_mask(ev["cat"], _HTA_KERNEL_CATS)
     rows = np.flatnonzero(sel)
     rows = np.repeat(rows, mult[rows])
     # ts of the launching event; unmatched GPU events point at label min(corr, 0) like HTA does

@@ -17,7 +17,6 @@ the trace are -1. Flow rows are ``(id, ord(ph), ts_us, pid, tid, cat)``.
 from __future__ import annotations
 
 import math
-from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -33,8 +32,10 @@ RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 KIND_HOST, KIND_RUNTIME, KIND_DEVICE, KIND_IGNORED = 0, 1, 2, 3
 _NUM = (int, float)
 _BIG = 1e308  #: |ts|, dur at or beyond this are not finite floats (huge ints included)
-_EVENT_TYPES = ("i", "i", "q", "q", "d", "d", "q", "q", "q", "q", "q", "i", "i", "q")
-_FLOW_TYPES = ("q", "b", "d", "q", "q", "i")
+_I4, _I8, _F8, _I1 = np.int32, np.int64, np.float64, np.int8
+#: dtype of each event column (the row layout above) and flow column
+EVENT_DTYPES = (_I4, _I4, _I8, _I8, _F8, _F8, _I8, _I8, _I8, _I8, _I8, _I4, _I4, _I8)
+FLOW_DTYPES = (_I8, _I1, _F8, _I8, _I8, _I4)
 
 
 @dataclass
@@ -111,6 +112,17 @@ def _dims(v) -> str:
     return "" if v is None else str(v)
 
 
+def cat_mask(values, wanted) -> np.ndarray:
+    """Boolean mask of the rows of a Series whose value is in ``wanted``; for a categorical column (the
+    loader's ``cat`` and ``name``) by a lookup of its codes, far faster than ``Series.isin``."""
+    import pandas as pd
+
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        hit = np.append(np.asarray(values.cat.categories.isin(list(wanted)), bool), False)  # code -1: missing
+        return hit[values.cat.codes.to_numpy()]
+    return values.isin(list(wanted)).to_numpy()
+
+
 def category_kind(cat) -> int:
     """Which row layout a category gets: host, runtime (correlation), device (stream, bytes...) or ignored."""
     if cat == "Trace":
@@ -119,16 +131,20 @@ def category_kind(cat) -> int:
 
 
 class ColumnStore:
-    """Append-only column store: rows gather in ``rows``/``flows`` lists, ``flush()`` moves them into typed arrays."""
+    """Append-only column store: rows gather in ``rows``/``flows`` lists, ``flush()`` moves them into typed
+    arrays. Each column is a list of numpy chunks (``chunks``/``flow_chunks``) joined once by ``frames()``;
+    ``append_chunks`` adds a batch of whole columns (the struct path, ``labkit.trace.structs``)."""
 
     def __init__(self) -> None:
-        self.cols = [array(t) for t in _EVENT_TYPES]
-        self.flow_cols = [array(t) for t in _FLOW_TYPES]
+        self.chunks: list[list[np.ndarray]] = [[] for _ in EVENT_DTYPES]
+        self.flow_chunks: list[list[np.ndarray]] = [[] for _ in FLOW_DTYPES]
         self.cats = Interner()
         self.names = Interner()
         self.dims = Interner()
         self.dims("")
         self.kind: dict[int, int] = {}  # cat code -> KIND_*
+        self._kind_lut = np.zeros(0, np.int8)
+        self._dim_cache: dict = {}  # launch dimensions as decoded (list as tuple, str, int, None) -> dims code
         self.threads: list[tuple] = []
         self.rows: list[tuple] = []
         self.flows: list[tuple] = []
@@ -140,6 +156,27 @@ class ColumnStore:
         if k is None:
             k = self.kind[c] = category_kind(cat)
         return c, k
+
+    def kinds_by_code(self) -> np.ndarray:
+        """``KIND_*`` of every interned category, indexed by its code."""
+        if len(self._kind_lut) != len(self.cats.values):
+            self._kind_lut = np.array([self.kind[c] if c in self.kind else category_kind(v)
+                                       for c, v in enumerate(self.cats.values)], dtype=np.int8)
+        return self._kind_lut
+
+    def dims_codes(self, values: list) -> list[int]:
+        """Codes of launch dimensions as the struct path decodes them (lists of ints, strings, ints, None)."""
+        keys = [tuple(v) if type(v) is list else v for v in values]
+        cache = self._dim_cache
+        codes = list(map(cache.get, keys))
+        if None in codes:
+            for j, c in enumerate(codes):
+                if c is None:
+                    c = cache.get(keys[j])
+                    if c is None:
+                        c = cache[keys[j]] = self.dims(_dims(values[j]))
+                    codes[j] = c
+        return codes
 
     def add_event(self, i: int, e, stats: LoadStats) -> None:
         """Add one decoded traceEvents entry (any phase); malformed ones are counted in ``stats``."""
@@ -200,60 +237,59 @@ class ColumnStore:
         else:
             stats.n_other += 1
 
+    @staticmethod
+    def append_chunks(chunks: list, arrays, dtypes) -> None:
+        """Append one array per column (equal lengths), each converted to its column's dtype."""
+        for col, a, dt in zip(chunks, arrays, dtypes):
+            col.append(np.asarray(a, dtype=dt))
+
     def flush(self, stats: LoadStats) -> None:
-        """Move pending rows into the typed column arrays."""
+        """Move pending rows into the typed column chunks."""
         if self.rows:
             stats.n_complete += len(self.rows)
-            for col, vals in zip(self.cols, zip(*self.rows)):
-                col.extend(vals)
+            self.append_chunks(self.chunks, zip(*self.rows), EVENT_DTYPES)
             self.rows = []
         if self.flows:
             stats.n_flows += len(self.flows)
-            for col, vals in zip(self.flow_cols, zip(*self.flows)):
-                col.extend(vals)
+            self.append_chunks(self.flow_chunks, zip(*self.flows), FLOW_DTYPES)
             self.flows = []
+
+    @staticmethod
+    def _joined(chunks: list, dtypes) -> list[np.ndarray]:
+        return [np.concatenate(c) if len(c) > 1 else c[0] if c else np.zeros(0, dt) for c, dt in zip(chunks, dtypes)]
 
     def frames(self):
         """``(events, flows, threads)`` DataFrames (see ``labkit.trace.load`` for the columns)."""
         import pandas as pd
 
-        def col(a, dtype):  # a view: the DataFrame copies what it keeps, so no second copy here
-            return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype)
-
-        (cat, name, pid, tid, ts, dur, stream, device, corr, ext, nbytes, grid, block, index) = self.cols
-        data = {
-            "cat": col(cat, np.int32), "name": col(name, np.int32), "pid": col(pid, np.int64),
-            "tid": col(tid, np.int64), "ts": col(ts, np.float64), "dur": col(dur, np.float64),
-            "stream": col(stream, np.int64), "device": col(device, np.int64), "correlation": col(corr, np.int64),
-            "external_id": col(ext, np.int64), "bytes": col(nbytes, np.int64), "grid": col(grid, np.int32),
-            "block": col(block, np.int32), "index": col(index, np.int64),
-        }
+        (cat, name, pid, tid, ts, dur, stream, device, corr, ext, nbytes, grid, block,
+         index) = self._joined(self.chunks, EVENT_DTYPES)
         dims = np.asarray(self.dims.values, dtype=object)
         events = pd.DataFrame({
-            "cat": pd.Categorical.from_codes(data["cat"], categories=self.cats.values),
-            "name": pd.Categorical.from_codes(data["name"], categories=self.names.values),
-            "pid": data["pid"],
-            "tid": data["tid"],
-            "ts_us": data["ts"],
-            "dur_us": data["dur"],
-            "stream": data["stream"],
-            "device": data["device"],
-            "correlation": data["correlation"],
-            "external_id": data["external_id"],
-            "bytes": data["bytes"],
-            "grid": dims[data["grid"]],
-            "block": dims[data["block"]],
-            "index": data["index"],
+            "cat": pd.Categorical.from_codes(cat, categories=self.cats.values),
+            "name": pd.Categorical.from_codes(name, categories=self.names.values),
+            "pid": pid,
+            "tid": tid,
+            "ts_us": ts,
+            "dur_us": dur,
+            "stream": stream,
+            "device": device,
+            "correlation": corr,
+            "external_id": ext,
+            "bytes": nbytes,
+            "grid": dims[grid],
+            "block": dims[block],
+            "index": index,
         })
-        f_id, f_ph, f_ts, f_pid, f_tid, f_cat = self.flow_cols
+        f_id, f_ph, f_ts, f_pid, f_tid, f_cat = self._joined(self.flow_chunks, FLOW_DTYPES)
         flow_cats = np.asarray(self.cats.values, dtype=object)
         flows = pd.DataFrame({
-            "id": col(f_id, np.int64),
-            "ph": pd.Categorical(np.array([chr(x) for x in f_ph], dtype=object)),
-            "cat": pd.Categorical(flow_cats[col(f_cat, np.int32)]),
-            "pid": col(f_pid, np.int64),
-            "tid": col(f_tid, np.int64),
-            "ts_us": col(f_ts, np.float64),
+            "id": f_id,
+            "ph": pd.Categorical(np.array([chr(x) for x in f_ph.tolist()], dtype=object)),
+            "cat": pd.Categorical(flow_cats[f_cat]),
+            "pid": f_pid,
+            "tid": f_tid,
+            "ts_us": f_ts,
         })
         threads = pd.DataFrame(self.threads, columns=["pid", "tid", "kind", "label"])
         return events, flows, threads

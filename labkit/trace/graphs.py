@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.trace.bubbles import gaps_in_runs
+from labkit.trace.columns import cat_mask
 from labkit.trace.load import Trace
 
 GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?$")
@@ -51,7 +52,7 @@ def graph_launches(trace: Trace) -> pd.DataFrame:
     names = ev["name"]
     cats = names.cat.categories if hasattr(names, "cat") else pd.Index(pd.unique(names.astype(str)))
     wanted = [c for c in cats if GRAPH_LAUNCH.match(str(c))]
-    g = ev[names.isin(wanted).to_numpy()]
+    g = ev[cat_mask(names, wanted)]
     return pd.DataFrame({
         "row": g.index.to_numpy(), "name": g["name"].astype(str).to_numpy(), "pid": g["pid"].to_numpy(),
         "tid": g["tid"].to_numpy(), "ts_us": g["ts_us"].to_numpy(), "end_us": (g["ts_us"] + g["dur_us"]).to_numpy(),

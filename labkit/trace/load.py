@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats
+from labkit.trace.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
 from labkit.trace.reader import read_document
 
 __all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
@@ -88,8 +88,7 @@ class Trace:
         return any("simulated" in str(x).lower() for x in labels)
 
     def has_device_events(self) -> bool:
-        cats = self.events["cat"]
-        return bool(cats.isin(BUSY_CATS).any())
+        return bool(cat_mask(self.events["cat"], BUSY_CATS).any())
 
 
 def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:

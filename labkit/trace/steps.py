@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import UsageError
+from labkit.trace.columns import cat_mask
 from labkit.trace.load import Trace
 
 PROFILER_STEP = r"^ProfilerStep\s*#\s*\d+"
@@ -56,11 +57,11 @@ def _compile(pattern: str) -> re.Pattern:
 
 def _matching(trace: Trace, rx: re.Pattern, cats) -> pd.DataFrame:
     ev = trace.events
-    host = ev[ev["cat"].isin(list(cats)).to_numpy()]
+    host = ev[cat_mask(ev["cat"], cats)]
     names = host["name"]
     cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
     wanted = [n for n in cands if rx.search(str(n))]
-    return host[names.isin(wanted).to_numpy()]
+    return host[cat_mask(names, wanted)]
 
 
 def top_level_spans(spans: pd.DataFrame) -> pd.DataFrame:
@@ -127,7 +128,7 @@ def step_phases(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
     frames = {str(c): m.group(1) for c in cands if (m := _PHASE.search(str(c)))}
     is_ann = (ev["cat"] == "user_annotation").to_numpy()
-    is_frame = ((ev["cat"] == "python_function") & names.isin(list(frames))).to_numpy()
+    is_frame = (ev["cat"] == "python_function").to_numpy() & cat_mask(names, frames)
     cand = ev[is_ann | is_frame]
     label = np.where(cand["cat"].to_numpy() == "python_function",
                      cand["name"].astype(str).map(frames).to_numpy(), cand["name"].astype(str).to_numpy())

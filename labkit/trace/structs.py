@@ -17,12 +17,13 @@ skipped event, an overflow -- makes ``decode_batch`` or ``add_struct_batch`` dec
 from __future__ import annotations
 
 from itertools import compress
+from operator import not_
 from typing import Any
 
 import numpy as np
 
-from labkit.trace.columns import (_BIG, KIND_DEVICE, KIND_HOST, ColumnStore, LoadStats, _dims,
-                                  category_kind, int_or)
+from labkit.trace.columns import (_BIG, EVENT_DTYPES, FLOW_DTYPES, KIND_DEVICE, KIND_HOST, KIND_IGNORED, ColumnStore,
+                                  LoadStats, category_kind, int_or)
 
 try:  # optional: typed decoding without per-event dicts
     import msgspec as _msgspec
@@ -35,7 +36,10 @@ if AVAILABLE:
     _UNSET = _msgspec.UNSET
     _IntLike = int | str | None  # int_or reads these; a float or anything else declines the batch
 
-    class Args(_msgspec.Struct, gc=False):
+    #: launch dimensions as Kineto writes them; anything else (floats, nested lists, objects) declines the batch
+    _DimsLike = list[int] | str | int | None
+
+    class Args(_msgspec.Struct, gc=False, frozen=True):
         """The ``args`` keys the column store reads (others are skipped by the decoder)."""
 
         correlation: _IntLike = -1
@@ -43,10 +47,12 @@ if AVAILABLE:
         stream: _IntLike = -1
         device: _IntLike = None
         bytes: _IntLike = -1
-        grid: Any = None
-        block: Any = None
+        grid: _DimsLike = None
+        block: _DimsLike = None
         name: Any = _UNSET  # metadata events: thread/process name
         sort_index: Any = _UNSET
+
+    _EMPTY_ARGS = Args()
 
     class Event(_msgspec.Struct, gc=False):
         """One traceEvents entry, only the fields the column store reads."""
@@ -59,16 +65,16 @@ if AVAILABLE:
         ts: int | float | None = None
         dur: int | float | None = None
         id: _IntLike = None
-        args: Args | None = None
+        args: Args | None = _EMPTY_ARGS  # None only for an explicit "args": null
 
-    _EMPTY_ARGS = Args()
+
     _DECODER = _msgspec.json.Decoder(list[Event])
     _DECODE_ERRORS = (_msgspec.DecodeError,)  # ValidationError is a subclass
 else:  # pragma: no cover - depends on the environment
     _DECODER = None
     _DECODE_ERRORS = ()
 
-_DTYPES = {"b": np.int8, "i": np.int32, "q": np.int64, "d": np.float64}
+_FLOW_PHASES = frozenset(("s", "f", "t"))
 
 
 def decode_batch(text: str):
@@ -100,21 +106,23 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
     module docstring): the caller then adds it event by event from ``json``-decoded dicts. Strings
     are interned in the same order as the per-event path, so the tables are identical. The
     per-row rules of ``ColumnStore.add_event`` are applied column-wise (list comprehensions over
-    attributes, then numpy)."""
+    attributes, then numpy); categories, names and launch dimensions the store already knows are
+    looked up, not interned again."""
     if not batch:
         return True
+    n = len(batch)
     # 1. checks that may decline the batch (nothing is modified before they pass)
     phs = [e.ph for e in batch]
     n_x = phs.count("X")
-    if n_x == len(batch):
-        xs, x_idx, others = batch, None, []
+    if n_x == n:
+        xs, x_pos, others = batch, None, []
     else:
-        x_idx = [k for k, p in enumerate(phs) if p == "X"]
-        xs = [batch[k] for k in x_idx]
-        others = [k for k, p in enumerate(phs) if p != "X"]
-    ts_o = [batch[k].ts for k in others]
-    ts_types = set(map(type, ts_o))
-    flow_idx = [k for k in others if phs[k] in ("s", "f", "t")]
+        is_x = [p == "X" for p in phs]
+        xs = list(compress(batch, is_x))
+        x_pos = list(compress(range(n), is_x))
+        others = list(compress(range(n), map(not_, is_x)))
+    ts_types = {type(batch[k].ts) for k in others}
+    flow_idx = [k for k in others if phs[k] in _FLOW_PHASES]
     for k in flow_idx:
         v = batch[k].ts
         if v is None or not -_BIG < v < _BIG:
@@ -129,47 +137,58 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
             return False
         if a_dur.dtype != np.float64 and a_dur.dtype != np.int64:
             return False
-        a_ts, a_dur = a_ts.astype(np.float64), a_dur.astype(np.float64)
+        a_ts, a_dur = a_ts.astype(np.float64, copy=False), a_dur.astype(np.float64, copy=False)
         if not (np.all(a_dur >= 0) and np.all(a_dur < _BIG) and np.all(np.abs(a_ts) < _BIG)):
             return False
-    x_cats = [e.cat for e in xs]
     x_names = [e.name for e in xs]
-    if None in x_names:  # a complete event without a name is malformed: the json path counts it
+    name_c = list(map(cols.names.codes.get, x_names))
+    new_names = None in name_c
+    if new_names and None in x_names:  # a complete event without a name is malformed: the json path counts it
         return False
-    n_other = 0
-    if "Trace" in x_cats:  # the profiler's own span: counted, not kept
-        keep = [c != "Trace" for c in x_cats]
-        n_other = len(keep) - sum(keep)
-        mask = np.array(keep)
-        xs = list(compress(xs, keep))
-        x_idx = list(compress(x_idx if x_idx is not None else range(len(batch)), keep))
-        x_cats = list(compress(x_cats, keep))
-        x_names = list(compress(x_names, keep))
-        a_ts, a_dur = a_ts[mask], a_dur[mask]
-        n_x = len(xs)
-    # categories as indices into this batch's distinct ones (one pass), then lookup tables
-    ucats = list(dict.fromkeys(x_cats))
-    if len(ucats) == 1:
-        cat_ix = np.zeros(n_x, np.intp)
-    else:
+    x_cats = [e.cat for e in xs]
+    cat_c = list(map(cols.cats.codes.get, x_cats))
+    if None in cat_c:  # a category the store has not seen (or "Trace"): kinds from the names
+        cat_c = None
+        ucats = list(dict.fromkeys(x_cats))
         where = {c: j for j, c in enumerate(ucats)}
         cat_ix = np.array(list(map(where.__getitem__, x_cats)), dtype=np.intp)
-    kinds = np.array([category_kind(c) for c in ucats], dtype=np.int8)[cat_ix]
+        kinds = np.array([category_kind(c) for c in ucats], dtype=np.int8)[cat_ix]
+    else:
+        cat_ix = np.array(cat_c, dtype=np.intp)
+        kinds = cols.kinds_by_code()[cat_ix]
+    n_other = 0
+    ignored = kinds == KIND_IGNORED
+    if ignored.any():  # the profiler's own span ("Trace"): counted, not kept
+        keep = (~ignored).tolist()
+        n_other = n_x - sum(keep)
+        xs = list(compress(xs, keep))
+        x_pos = list(compress(x_pos if x_pos is not None else range(n), keep))
+        x_cats = list(compress(x_cats, keep))
+        x_names = list(compress(x_names, keep))
+        name_c = list(compress(name_c, keep))
+        a_ts, a_dur, cat_ix, kinds = a_ts[~ignored], a_dur[~ignored], cat_ix[~ignored], kinds[~ignored]
+        n_x = len(xs)
     host_k = kinds == KIND_HOST
-    dev_k = kinds == KIND_DEVICE
-    args = [e.args for e in xs]
-    if None in args:
-        args = [a or _EMPTY_ARGS for a in args]
-    dev_at = np.flatnonzero(dev_k)
-    dargs = [args[k] for k in dev_at.tolist()] if len(dev_at) < n_x else args
+    dev_at = np.flatnonzero(kinds == KIND_DEVICE)
     try:
+        ext_a = [e.args.external_id for e in xs]
+        args = None
+    except AttributeError:  # "args": null somewhere: read as {}
+        args = [e.args or _EMPTY_ARGS for e in xs]
+        ext_a = [a.external_id for a in args]
+    not_host = np.flatnonzero(~host_k)
+    if args is None:
+        nh_args = [xs[k].args for k in not_host.tolist()] if len(not_host) < n_x else [e.args for e in xs]
+    else:
+        nh_args = [args[k] for k in not_host.tolist()] if len(not_host) < n_x else args
+    dargs = nh_args if len(dev_at) == len(not_host) else [a for a, k in zip(nh_args, kinds[not_host].tolist())
+                                                           if k == KIND_DEVICE]
+    try:
+        ext_a = _int_col(ext_a)
         pid = _int_col([e.pid for e in xs])
         tid = _int_col([e.tid for e in xs])
         corr_a = np.full(n_x, -1, np.int64)  # host events carry none (as in ColumnStore.add_event)
-        not_host = np.flatnonzero(~host_k)
-        corr_a[not_host] = _int_col([args[k].correlation for k in not_host.tolist()]) \
-            if len(not_host) < n_x else _int_col([a.correlation for a in args])
-        ext_a = _int_col([a.external_id for a in args])
+        corr_a[not_host] = _int_col([a.correlation for a in nh_args])
         stream_a = np.full(n_x, -1, np.int64)
         stream_a[dev_at] = _int_col([a.stream for a in dargs])
         device_a = np.full(n_x, -1, np.int64)
@@ -186,43 +205,30 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         f_id, f_pid, f_tid = _int_col([e.id for e in fl]), _int_col([e.pid for e in fl]), _int_col([e.tid for e in fl])
     except OverflowError:
         return False
-    index_a = (np.arange(i0, i0 + len(batch), dtype=np.int64) if x_idx is None
-               else np.array(x_idx, dtype=np.int64) + i0)
+    index_a = (np.arange(i0, i0 + n, dtype=np.int64) if x_pos is None
+               else np.array(x_pos, dtype=np.int64) + i0)
 
     # 2. interning, in event order like ColumnStore.add_event
-    if flow_idx:
-        order = sorted((x_idx if x_idx is not None else list(range(len(batch)))) + flow_idx)
-        cat_seq = [batch[k].cat for k in order]
-    else:
-        cat_seq = x_cats
-    cat_code = {c: cols.cat_code(c)[0] for c in dict.fromkeys(cat_seq)}
-    interner = cols.names
-    name_c = list(map(interner.codes.get, x_names))
-    if None in name_c:
-        name_c = [c if c is not None else interner(n) for c, n in zip(name_c, x_names)]
+    f_cats = [e.cat for e in fl]
+    f_cat_c = list(map(cols.cats.codes.get, f_cats))
+    if cat_c is None or None in f_cat_c:
+        if cat_c is None and flow_idx:
+            order = sorted((x_pos if x_pos is not None else list(range(n))) + flow_idx)
+            cat_seq = [batch[k].cat for k in order]
+        else:
+            cat_seq = x_cats if cat_c is None else f_cats
+        cat_code = {c: cols.cat_code(c)[0] for c in dict.fromkeys(cat_seq)}
+        if cat_c is None:
+            cat_ix = np.array([cat_code.get(c, -1) for c in ucats], dtype=np.intp)[cat_ix]  # -1: dropped above
+        f_cat_c = [cat_code[c] if k is None else k for c, k in zip(f_cats, f_cat_c)]
+    if new_names:
+        interner = cols.names
+        name_c = [c if c is not None else interner(s) for c, s in zip(name_c, x_names)]
     grid_c = np.zeros(n_x, dtype=np.int32)
     block_c = np.zeros(n_x, dtype=np.int32)
     if len(dev_at):
-        dims = cols.dims
-        cache: dict = {}
-
-        def dim_code(v) -> int:
-            key = tuple(v) if type(v) is list else v
-            try:
-                code = cache.get(key)
-            except TypeError:  # unhashable (nested lists, objects): no cache
-                return dims(_dims(v))
-            if code is None:
-                code = cache[key] = dims(_dims(v))
-            return code
-
-        codes = [(dim_code(a.grid), dim_code(a.block)) for a in dargs]
-        g, b = zip(*codes)
-        grid_c[dev_at] = g
-        block_c[dev_at] = b
-    if flow_idx:
-        flow_new = [f_id, np.array([ord(e.ph) for e in fl], dtype=np.int8), np.array([e.ts for e in fl], dtype=np.float64),
-                    f_pid, f_tid, np.array([cat_code[e.cat] for e in fl], dtype=np.int32)]
+        grid_c[dev_at] = cols.dims_codes([a.grid for a in dargs])
+        block_c[dev_at] = cols.dims_codes([a.block for a in dargs])
     threads = []
     if len(others) > len(flow_idx):
         flow_set = set(flow_idx)
@@ -238,13 +244,11 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
                 n_other += 1
 
     # 3. append
-    new = [np.array([cat_code[c] for c in ucats], dtype=np.int32)[cat_ix], np.array(name_c, dtype=np.int32),
-           pid, tid, a_ts, a_dur, stream_a, device_a, corr_a, ext_a, bytes_a, grid_c, block_c, index_a]
-    for col, a in zip(cols.cols, new):
-        col.frombytes(np.ascontiguousarray(a, dtype=_DTYPES[col.typecode]).view(np.uint8))
+    cols.append_chunks(cols.chunks, (cat_ix, name_c, pid, tid, a_ts, a_dur, stream_a, device_a, corr_a, ext_a,
+                                     bytes_a, grid_c, block_c, index_a), EVENT_DTYPES)
     if flow_idx:
-        for col, a in zip(cols.flow_cols, flow_new):
-            col.frombytes(np.ascontiguousarray(a, dtype=_DTYPES[col.typecode]).view(np.uint8))
+        cols.append_chunks(cols.flow_chunks, (f_id, [ord(e.ph) for e in fl], [e.ts for e in fl], f_pid, f_tid,
+                                              f_cat_c), FLOW_DTYPES)
     cols.threads.extend(threads)
     stats.n_complete += n_x
     stats.n_flows += len(flow_idx)
