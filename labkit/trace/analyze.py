@@ -31,6 +31,7 @@ from labkit.trace.bubbles import (
 )
 from labkit.trace.graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.columns import group_codes
 from labkit.trace.load import DEVICE_CATS, Trace, as_trace
 from labkit.trace.steps import detect_steps, step_phases
 
@@ -226,14 +227,10 @@ def kernel_stats(ops: pd.DataFrame) -> pd.DataFrame:
     """Per device-op name: ``count``, ``total_us``, ``mean_us`` (sorted by total time)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in ["name", "cat", "count", "total_us", "mean_us"]})
-    # groups numbered in order of first appearance with a dict (kernel names run to hundreds of characters, and
-    # pandas hashes a string column far slower than Python, which caches each string's hash)
-    groups: dict = {}
-    code = np.array([groups.setdefault(p, len(groups)) for p in zip(ops["name"].tolist(), ops["cat"].tolist())],
-                    dtype=np.int64)
-    total = pd.Series(ops["dur_us"].to_numpy()).groupby(code, sort=False).sum()  # same sum as grouping by name, cat
+    code, groups = group_codes(ops["name"].tolist(), ops["cat"].tolist())  # kernel names are long strings
+    total = pd.Series(ops["dur_us"].to_numpy()).groupby(code, sort=False).sum()
     k = pd.DataFrame({"name": [n for n, _ in groups], "cat": [c for _, c in groups],
-                      "count": np.bincount(code, minlength=len(groups)), "total_us": total.to_numpy()})
+                      "count": np.bincount(code, minlength=len(groups)).astype(np.int64), "total_us": total.to_numpy()})
     k["mean_us"] = k["total_us"] / k["count"]
     return k.sort_values("total_us", ascending=False, kind="stable").reset_index(drop=True)
 

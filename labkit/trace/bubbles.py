@@ -37,7 +37,7 @@ from labkit.trace.callsite import (
     overlap_by_segment,
     thread_segments,
 )
-from labkit.trace.columns import cat_mask
+from labkit.trace.columns import cat_mask, group_codes
 from labkit.trace.load import BUSY_CATS, RUNTIME_CATS, Trace
 
 logger = logging.getLogger(__name__)
@@ -208,11 +208,14 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in STREAM_COLUMNS})
     g = ops.groupby(["device", "stream"], sort=True)
-    out = g.agg(ops_count=("ts_us", "size"), first=("ts_us", "min"), last=("end_us", "max")).reset_index()
+    out = g.size().rename("ops_count").reset_index()
+    out["first"] = g["ts_us"].min().to_numpy()
+    out["last"] = g["end_us"].max().to_numpy()
     out["span_us"] = out["last"] - out["first"]
+    idle = bubbles.groupby(["category", "device", "stream"])["dur_us"].sum().to_dict()  # one pass for all causes
+    keys = list(zip(out["device"].tolist(), out["stream"].tolist()))
     for cat in CATEGORIES:
-        b = bubbles[bubbles["category"] == cat].groupby(["device", "stream"])["dur_us"].sum()
-        out[f"idle_{cat}_us"] = [float(b.get((d, s), 0.0)) for d, s in zip(out["device"], out["stream"])]
+        out[f"idle_{cat}_us"] = [float(idle.get((cat, d, s), 0.0)) for d, s in keys]
     out["idle_us"] = out["idle_host_wait_us"] + out["idle_kernel_wait_us"] + out["idle_other_us"]
     out["busy_us"] = out["span_us"] - out["idle_us"]
     out["idle_fraction"] = np.where(out["span_us"] > 0, out["idle_us"] / out["span_us"].where(out["span_us"] > 0, 1), 0.0)
@@ -288,7 +291,10 @@ def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame({c: [] for c in ["id", *LAYER_NAMES, "overlap_us"]})
     out = pd.concat(parts, ignore_index=True)
-    return out.groupby(["id", *LAYER_NAMES], sort=False, as_index=False)["overlap_us"].sum()
+    code, keys = group_codes(out["id"].tolist(), *(out[c].tolist() for c in LAYER_NAMES))
+    res = pd.DataFrame(keys, columns=["id", *LAYER_NAMES])
+    res["overlap_us"] = pd.Series(out["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
+    return res
 
 
 def label_call_sites(df: pd.DataFrame) -> np.ndarray:
@@ -326,8 +332,10 @@ def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = No
     top_site = best.set_index("id")["call_site"]
     # ``pairs`` has one row per (bubble, layers) and the call site follows from the layers, so a
     # group's row count is its number of distinct bubbles
-    rank = pairs.groupby(["call_site", *LAYER_NAMES], as_index=False, sort=False).agg(
-        idle_overlap_us=("overlap_us", "sum"), bubble_count=("id", "size"))
+    code, keys = group_codes(pairs["call_site"].tolist(), *(pairs[c].tolist() for c in LAYER_NAMES))
+    rank = pd.DataFrame(keys, columns=["call_site", *LAYER_NAMES])
+    rank["idle_overlap_us"] = pd.Series(pairs["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
+    rank["bubble_count"] = np.bincount(code, minlength=len(keys)).astype(np.int64)
     total = float(hw["dur_us"].sum())
     rank["share"] = rank["idle_overlap_us"] / total if total > 0 else 0.0
     rank = rank.sort_values("idle_overlap_us", ascending=False, kind="stable").reset_index(drop=True)

@@ -123,6 +123,23 @@ def cat_mask(values, wanted) -> np.ndarray:
     return values.isin(list(wanted)).to_numpy()
 
 
+def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
+    """Group rows by equal values of ``columns`` (sequences of hashable, non-missing values) with a dict:
+    ``(code of each row, key of each group)``, groups numbered in order of first appearance (``sort``: in
+    key order), as pandas' ``groupby`` numbers them. Python caches a string's hash, so this is far faster
+    than pandas' grouping on columns of long strings (kernel names, call sites); aggregate values with
+    ``pd.Series(values).groupby(codes, sort=False)`` for the same sums."""
+    groups: dict = {}
+    code = np.array([groups.setdefault(k, len(groups)) for k in zip(*columns)], dtype=np.intp)
+    keys = list(groups)
+    if sort and keys:
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        rank = np.empty(len(keys), np.intp)
+        rank[order] = np.arange(len(keys))
+        code, keys = rank[code], [keys[i] for i in order]
+    return code, keys
+
+
 def category_kind(cat) -> int:
     """Which row layout a category gets: host, runtime (correlation), device (stream, bytes...) or ignored."""
     if cat == "Trace":

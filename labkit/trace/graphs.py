@@ -167,13 +167,16 @@ def device_idle(ops: pd.DataFrame, gaps: pd.DataFrame, stream_idle_us: dict | No
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in DEVICE_COLUMNS})
     g = ops.groupby("device", sort=True)
-    out = g.agg(ops_count=("ts_us", "size"), first=("ts_us", "min"), last=("end_us", "max")).reset_index()
+    out = g.size().rename("ops_count").reset_index()
+    out["first"] = g["ts_us"].min().to_numpy()
+    out["last"] = g["end_us"].max().to_numpy()
     out["streams_count"] = g["stream"].nunique().to_numpy()
     out["span_us"] = out["last"] - out["first"]
+    idle = gaps.groupby(["category", "device"])["dur_us"].sum().to_dict()  # one pass for all causes
+    devices = out["device"].tolist()
     for cat in GAP_CATEGORIES:
-        b = gaps[gaps["category"] == cat].groupby("device")["dur_us"].sum()
         col = "unrecorded_us" if cat == "unrecorded" else f"idle_{cat}_us"
-        out[col] = out["device"].map(b).fillna(0.0).astype(float)
+        out[col] = [float(idle.get((cat, d), 0.0)) for d in devices]
     out["idle_us"] = out["idle_host_wait_us"] + out["idle_kernel_wait_us"] + out["idle_other_us"]
     out["busy_us"] = out["span_us"] - out["idle_us"] - out["unrecorded_us"]
     out["idle_fraction"] = np.where(out["span_us"] > 0, out["idle_us"] / out["span_us"].where(out["span_us"] > 0, 1), 0.0)

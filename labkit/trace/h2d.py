@@ -24,6 +24,7 @@ import pandas as pd
 
 from labkit.trace.bubbles import _assign_step, runtime_calls, thread_events
 from labkit.trace.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
+from labkit.trace.columns import group_codes
 from labkit.trace.load import Trace
 
 SMALL_BYTES = 64 * 1024
@@ -136,13 +137,25 @@ def copy_report(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, small_b
     copies = find_copies(trace, ops, steps, sync_gap_us=sync_gap_us)
     h2d = copies[copies["direction"] == "HtoD"]
     small_pg = (h2d["kind"] == "pageable") & (h2d["bytes"] <= small_bytes) & (h2d["bytes"] >= 0)
-    by_step = h2d.assign(pageable=(h2d["kind"] == "pageable").astype(int), pinned=(h2d["kind"] == "pinned").astype(int),
-                         small_pageable=small_pg.astype(int)).groupby("step", as_index=False).agg(
-        h2d_count=("bytes", "size"), pageable_count=("pageable", "sum"), pinned_count=("pinned", "sum"),
-        small_pageable_count=("small_pageable", "sum"), h2d_bytes=("bytes", "sum"), host_stall_us=("host_stall_us", "sum"))
-    by_site = h2d.assign(small_pageable=small_pg.astype(int)).groupby(["call_site", "kind"], as_index=False).agg(
-        count=("bytes", "size"), bytes=("bytes", "sum"), small_pageable_count=("small_pageable", "sum"),
-        host_stall_us=("host_stall_us", "sum")).sort_values(["host_stall_us", "count"], ascending=False, kind="stable")
+    kind, nbytes, stall = h2d["kind"].to_numpy(), h2d["bytes"].to_numpy(), h2d["host_stall_us"].to_numpy()
+    small = small_pg.to_numpy().astype(np.int64)
+    # grouped once, summed column by column as pandas' ``groupby(...).agg`` does (same sums, far less overhead)
+    code, keys = group_codes(h2d["step"].tolist(), sort=True)
+    sums = pd.DataFrame({"pageable": (kind == "pageable").astype(np.int64), "pinned": (kind == "pinned").astype(np.int64),
+                         "small": small, "bytes": nbytes, "stall": stall}).groupby(code, sort=True).sum()
+    by_step = pd.DataFrame({"step": np.array([k for k, in keys], dtype=h2d["step"].dtype),
+                            "h2d_count": np.bincount(code, minlength=len(keys)).astype(np.int64),
+                            "pageable_count": sums["pageable"].to_numpy(), "pinned_count": sums["pinned"].to_numpy(),
+                            "small_pageable_count": sums["small"].to_numpy(), "h2d_bytes": sums["bytes"].to_numpy(),
+                            "host_stall_us": sums["stall"].to_numpy()})
+    code, keys = group_codes(h2d["call_site"].tolist(), kind.tolist(), sort=True)
+    sums = pd.DataFrame({"bytes": nbytes, "small": small, "stall": stall}).groupby(code, sort=True).sum()
+    by_site = pd.DataFrame({"call_site": pd.array([s for s, _ in keys], dtype=h2d["call_site"].dtype),
+                            "kind": pd.array([k for _, k in keys], dtype=h2d["kind"].dtype),
+                            "count": np.bincount(code, minlength=len(keys)).astype(np.int64),
+                            "bytes": sums["bytes"].to_numpy(), "small_pageable_count": sums["small"].to_numpy(),
+                            "host_stall_us": sums["stall"].to_numpy()}) \
+        .sort_values(["host_stall_us", "count"], ascending=False, kind="stable")
     flags = []
     sp = h2d[small_pg]
     if len(sp):

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import UsageError
-from labkit.trace.columns import cat_mask
+from labkit.trace.columns import cat_mask, group_codes
 from labkit.trace.load import Trace
 
 PROFILER_STEP = r"^ProfilerStep\s*#\s*\d+"
@@ -134,15 +134,18 @@ def step_phases(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
                      cand["name"].astype(str).map(frames).to_numpy(), cand["name"].astype(str).to_numpy())
     ts, end = cand["ts_us"].to_numpy(), (cand["ts_us"] + cand["dur_us"]).to_numpy()
     pid = cand["pid"].to_numpy()
-    rows = []
+    step_of, phase, host_us = [], [], []
     for st in steps.itertuples():
         inside = (pid == st.pid) & (ts >= st.start_us) & (ts < st.end_us)
         inside &= ~((ts == st.start_us) & (label == st.name))  # the step's own span
         if not inside.any():
             continue
-        dur = np.minimum(end[inside], st.end_us) - ts[inside]
-        df = pd.DataFrame({"phase": label[inside], "host_us": dur})
-        g = df.groupby("phase", sort=False)["host_us"].agg(["size", "sum"]).reset_index()
-        for r in g.itertuples(index=False):
-            rows.append((int(st.step), r.phase, int(r.size), float(r.sum)))
-    return pd.DataFrame(rows, columns=cols)
+        step_of += [int(st.step)] * int(inside.sum())
+        phase += label[inside].tolist()
+        host_us.append(np.minimum(end[inside], st.end_us) - ts[inside])
+    if not host_us:
+        return pd.DataFrame([], columns=cols)
+    code, keys = group_codes(step_of, phase)  # per step, phases in order of first appearance
+    sums = pd.Series(np.concatenate(host_us)).groupby(code, sort=False).sum().to_numpy()
+    counts = np.bincount(code, minlength=len(keys))
+    return pd.DataFrame([(s, p, int(c), float(x)) for (s, p), c, x in zip(keys, counts, sums)], columns=cols)
