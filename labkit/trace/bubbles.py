@@ -54,7 +54,16 @@ STARVATION_COLUMNS = ["call_site", *LAYER_NAMES, "idle_overlap_us", "bubble_coun
 
 
 def runtime_calls(trace: Trace) -> pd.DataFrame:
-    """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...)."""
+    """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...), computed once
+    per loaded trace (the device ops and the copies both read them); treat the table as read-only."""
+    owner, table = trace.__dict__.get("_runtime_calls", (None, None))
+    if owner is not trace.events:  # first call, or the events table was replaced
+        table = _runtime_calls(trace)
+        trace.__dict__["_runtime_calls"] = (trace.events, table)
+    return table
+
+
+def _runtime_calls(trace: Trace) -> pd.DataFrame:
     ev = trace.events
     rt = ev[cat_mask(ev["cat"], RUNTIME_CATS)]
     out = pd.DataFrame({

@@ -126,8 +126,15 @@ def thread_segments(host, win_s, win_e) -> Segments:
     m = overlaps_windows(s, e, win_s, win_e)
     sub = host[m]
     layer_of = {name: LAYER_NAMES.index(layer) for name, layer in LAYERS.items()}
-    layer_idx = sub["cat"].astype(str).map(layer_of).to_numpy()
-    return sweep(s[m], e[m], layer_idx, sub["name"].astype(str).to_numpy())
+    cat, name = sub["cat"], sub["name"]
+    if hasattr(cat, "cat") and hasattr(name, "cat"):  # the loader's categoricals: by their codes
+        lut = np.array([layer_of.get(str(c), -1) for c in cat.cat.categories], dtype=np.int64)
+        layer_idx = lut[cat.cat.codes.to_numpy()]
+        names = np.asarray(name.cat.categories, dtype=object)[name.cat.codes.to_numpy()]
+        if (layer_idx >= 0).all():
+            return sweep(s[m], e[m], layer_idx, names)
+    layer_idx = cat.astype(str).map(layer_of).to_numpy()
+    return sweep(s[m], e[m], layer_idx, name.astype(str).to_numpy())
 
 
 def call_site_label(annotation: str, python_frame: str, cpu_op: str, runtime: str) -> str:
