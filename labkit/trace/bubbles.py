@@ -365,9 +365,10 @@ def steps_table(steps: pd.DataFrame, ops: pd.DataFrame, bubbles: pd.DataFrame) -
     c = pd.Series(ops["dur_us"].to_numpy()).groupby(s)
     out["ops_count"] = out["step"].map(c.size()).fillna(0).astype(np.int64)
     out["device_busy_us"] = out["step"].map(c.sum()).fillna(0.0)
+    idle = bubbles.groupby(["category", "step"])["dur_us"].sum().to_dict()  # one pass for all causes
+    step_l = out["step"].tolist()
     for cat in CATEGORIES:
-        b = bubbles[bubbles["category"] == cat].groupby("step")["dur_us"].sum()
-        out[f"idle_{cat}_us"] = out["step"].map(b).fillna(0.0)
+        out[f"idle_{cat}_us"] = np.array([idle.get((cat, k), 0.0) for k in step_l], dtype=np.float64)
     out["idle_us"] = out["idle_host_wait_us"] + out["idle_kernel_wait_us"] + out["idle_other_us"]
     return out[["step", "name", "start_us", "dur_us", "ops_count", "device_busy_us", "idle_us",
                 "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us"]]
@@ -434,7 +435,8 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
     rows = np.repeat(rows, mult[rows])
     # ts of the launching event; unmatched GPU events point at label min(corr, 0) like HTA does
     rt_pos = pd.Series(corr[rows]).map(last_cpu_for_corr).to_numpy()
-    pos_of_index = pd.Series(np.arange(n), index=index)
+    low = np.flatnonzero(index <= 0)  # the labels a fallback (<= 0) can name
+    pos_of_index = pd.Series(low, index=index[low])
     fallback = np.minimum(corr[rows], 0)
     fb_pos = pd.Series(fallback).map(pos_of_index[~pos_of_index.index.duplicated()]).to_numpy()
     rt = np.where(np.isnan(rt_pos), fb_pos, rt_pos)

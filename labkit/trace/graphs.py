@@ -73,15 +73,6 @@ def replay_index(ops: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
     return np.where(np.isnan(out), -1, out).astype(np.int64)
 
 
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum.accumulate(ends[order])
-    gaps = s[1:] - e[:-1]
-    return float(e[-1] - s[0] - np.clip(gaps, 0, None).sum())
-
-
 def graph_replays(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """One row per graph launch with its recorded device ops (``REPLAY_COLUMNS``; times in us).
 
@@ -102,14 +93,28 @@ def graph_replays(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     busy = np.zeros(n)
     device = np.full(n, -1, np.int64)
     streams = [""] * n
-    order = np.argsort(r, kind="stable")
-    bounds = np.searchsorted(r[order], np.arange(n + 1))
-    for k in np.flatnonzero(count):
-        sel = order[bounds[k]:bounds[k + 1]]
-        first[k], last[k] = ts[sel].min(), end[sel].max()
-        busy[k] = _union_length(ts[sel], end[sel])
-        device[k] = int(dev[sel][0])
-        streams[k] = ",".join(str(int(s)) for s in sorted(set(stm[sel].tolist())))
+    has = np.flatnonzero(count)
+    if len(has):
+        # busy = union of a replay's ops, for all replays at once: ops by start (stable) within a replay,
+        # the running end, and the gaps between a start and the running end before it summed per replay
+        order = np.lexsort((ts, r))
+        rs, s, e = r[order], ts[order], end[order]
+        head = np.searchsorted(rs, has)  # each replay's first op in ``order``
+        first[has] = np.minimum.reduceat(s, head)
+        last[has] = np.maximum.reduceat(e, head)
+        run_end = pd.Series(e).groupby(rs).cummax().to_numpy()
+        inner = rs[1:] == rs[:-1]
+        gaps = np.clip((s[1:] - run_end[:-1])[inner], 0, None)
+        multi = has[count[has] > 1]
+        gap_sum = np.zeros(n)
+        if len(multi):
+            gap_sum[multi] = np.add.reduceat(gaps, np.cumsum(count[multi] - 1) - (count[multi] - 1))
+        busy[has] = last[has] - first[has] - gap_sum[has]
+        by_r = np.argsort(r, kind="stable")  # file order within a replay: its first op names the device
+        device[has] = dev[by_r][np.searchsorted(r[by_r], has)]
+        stm_l = stm[order].tolist()
+        for k, a, b in zip(has.tolist(), head.tolist(), (head + count[has]).tolist()):
+            streams[k] = ",".join(str(int(x)) for x in sorted(set(stm_l[a:b])))
     span = last - first
     return pd.DataFrame({
         "replay": np.arange(n), "launch_row": launches["row"].to_numpy(), "name": launches["name"].to_numpy(),
