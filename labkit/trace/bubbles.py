@@ -103,13 +103,23 @@ def device_ops(trace: Trace) -> pd.DataFrame:
     })
     rt = runtime_calls(trace)
     rt = rt[rt["correlation"] >= 0].drop_duplicates("correlation", keep="last")
-    rt = rt.rename(columns={"ts_us": "launch_ts_us", "end_us": "launch_end_us", "pid": "launch_pid",
-                            "tid": "launch_tid", "name": "launch_name", "row": "launch_row"})
-    ops = ops.merge(rt, on="correlation", how="left", sort=False)
-    ops.loc[ops["correlation"] < 0, ["launch_ts_us", "launch_end_us"]] = np.nan
-    for col in ("launch_pid", "launch_tid", "launch_row"):
-        ops[col] = ops[col].fillna(-1).astype(np.int64)
-    ops["launch_name"] = ops["launch_name"].fillna("").astype(object)
+    # the launching call of each op: the last runtime call with its (non-negative) correlation id
+    pos = pd.Index(rt["correlation"].to_numpy()).get_indexer(ops["correlation"].to_numpy())
+    hit = pos >= 0
+    at = np.where(hit, pos, 0)
+
+    def launch(col: str, missing, dtype):
+        values = rt[col].to_numpy()
+        if len(values) == 0:
+            return np.full(len(pos), missing, dtype=dtype)
+        return np.where(hit, values[at], missing).astype(dtype)
+
+    ops["launch_row"] = launch("row", -1, np.int64)
+    ops["launch_name"] = pd.Series(launch("name", "", object), index=ops.index, dtype=object)  # object, not str
+    ops["launch_pid"] = launch("pid", -1, np.int64)
+    ops["launch_tid"] = launch("tid", -1, np.int64)
+    ops["launch_ts_us"] = launch("ts_us", np.nan, np.float64)
+    ops["launch_end_us"] = launch("end_us", np.nan, np.float64)
     return ops.sort_values(["device", "stream", "ts_us"], kind="stable").reset_index(drop=True)
 
 

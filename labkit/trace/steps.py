@@ -57,11 +57,10 @@ def _compile(pattern: str) -> re.Pattern:
 
 def _matching(trace: Trace, rx: re.Pattern, cats) -> pd.DataFrame:
     ev = trace.events
-    host = ev[cat_mask(ev["cat"], cats)]
-    names = host["name"]
+    names = ev["name"]
     cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
     wanted = [n for n in cands if rx.search(str(n))]
-    return host[cat_mask(names, wanted)]
+    return ev[cat_mask(ev["cat"], cats) & cat_mask(names, wanted)]
 
 
 def top_level_spans(spans: pd.DataFrame) -> pd.DataFrame:
