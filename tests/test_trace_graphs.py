@@ -128,3 +128,27 @@ def test_analysis_ops_carry_their_replay(tmp_path):
     assert dict(zip(an.ops["name"], an.ops["replay"])) == {"a": 0, "e": -1, "b": 1, "c": 1}
     unit = an.ops[an.ops["replay"] == 1]
     assert unit["name"].tolist() == ["b", "c"] and an.replays.loc[1, "gaps_us"] == 5
+
+
+def test_many_replays_interleaved_against_a_brute_force_union(tmp_path):
+    """Several replays whose ops arrive interleaved, out of start order, nested and on two streams: each
+    replay's first/last/busy/device/streams equal a per-microsecond count of the time its ops cover."""
+    # (replay launch correlation, kernel name, start, duration, stream); replay 4 has a single op, 5 none
+    ops = [(1, "a", 100, 30, 7), (2, "b", 105, 10, 8), (1, "c", 90, 5, 7), (1, "d", 110, 5, 8),
+           (3, "e", 300, 50, 7), (2, "f", 140, 20, 8), (3, "g", 310, 10, 8), (1, "h", 160, 10, 7),
+           (3, "i", 360, 5, 7), (4, "j", 500, 7, 8), (2, "k", 150, 5, 7), (3, "l", 349, 3, 8)]
+    ev = [_rt("cudaGraphLaunch", 10 * c, 2, c) for c in (1, 2, 3, 4, 5)]
+    ev += [_k(name, ts, dur, corr, stream) for corr, name, ts, dur, stream in ops]
+    tr = load_trace(_write(tmp_path, ev))
+    r = graph_replays(tr, device_ops(tr)).set_index("correlation")
+    for corr in (1, 2, 3, 4):
+        mine = [(ts, ts + dur, stream) for c, _, ts, dur, stream in ops if c == corr]
+        covered = {t for s, e, _ in mine for t in range(s, e)}  # integer us: every op starts and ends on one
+        row = r.loc[corr]
+        assert row["ops_count"] == len(mine)
+        assert (row["first_ts_us"], row["last_end_us"]) == (min(s for s, _, _ in mine), max(e for _, e, _ in mine))
+        assert row["busy_us"] == len(covered)
+        assert row["gaps_us"] == row["span_us"] - len(covered)
+        assert row["streams"] == ",".join(str(s) for s in sorted({s for _, _, s in mine}))
+        assert row["device"] == 0
+    assert r.loc[5, "ops_count"] == 0 and not r.loc[5, "recorded"] and r.loc[5, "busy_us"] == 0
