@@ -248,13 +248,22 @@ def _gaps(rec: Records, pred: Replay, win_m, launched_in) -> dict:
 
 
 def _launched_in(g: Graph):
+    starts: dict = {}  # thread key -> its spans' starts (the spans are sorted by start)
+
     def f(i: int) -> str:
         li = g.launch_of.get(i)
         if li is None:
             return "no launch call in trace"
         spans = g.rec.threads[li[0]]
-        inner = [s.name for s in spans if s.corr < 0 and s.start <= li[1] <= s.end]
-        return inner[-1] if inner else "(top level)"
+        if li[0] not in starts:
+            starts[li[0]] = [s.start for s in spans]
+        t = li[1]
+        # the last span (in start order) around the launch: walk back from the last one starting by then
+        for k in range(bisect_right(starts[li[0]], t) - 1, -1, -1):
+            s = spans[k]
+            if s.corr < 0 and s.end >= t:
+                return s.name
+        return "(top level)"
     return f
 
 

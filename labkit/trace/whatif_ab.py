@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from bisect import bisect_left
 import re
 import sys
 from dataclasses import dataclass
@@ -82,14 +83,20 @@ def host_work_us(trace, pattern: str) -> list[float]:
 
     rec, g = trace_graph(as_trace(trace))
     rx = re.compile(pattern)
+    hit: dict = {}  # span name -> matches (names repeat thousands of times)
     out = []
     for key, spans in rec.threads.items():
         syncs = g.syncs.get(key, [])
-        starts = np.array([c.start for c in syncs])
-        waits = np.cumsum([0.0] + [(c.end - c.start) - c.cost for c in syncs])
+        starts = [c.start for c in syncs]
+        waits = np.cumsum([0.0] + [(c.end - c.start) - c.cost for c in syncs]).tolist()
         for s in spans:
-            if s.corr < 0 and rx.search(s.name):
-                lo, hi = np.searchsorted(starts, s.start, "left"), np.searchsorted(starts, s.end, "left")
+            if s.corr >= 0:
+                continue
+            m = hit.get(s.name)
+            if m is None:
+                m = hit[s.name] = rx.search(s.name) is not None
+            if m:
+                lo, hi = bisect_left(starts, s.start), bisect_left(starts, s.end)
                 out.append(s.end - s.start - float(waits[hi] - waits[lo]))
     if not out:
         raise UsageError(f"no host span matches {pattern!r} in {rec.file}")

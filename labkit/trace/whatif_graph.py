@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.trace.columns import cat_mask
+
 logger = logging.getLogger(__name__)
 
 #: a device op that started within this many us of its predecessor's end was held by the stream
@@ -100,16 +102,15 @@ def records_from_trace(trace) -> Records:
     works on ``Span``/``Op`` records.
     """
     ev = trace.events
-    cat = ev["cat"].astype(str).to_numpy()
-    name = ev["name"].astype(str).to_numpy()
+    cat, name = _strings(ev["cat"]), _strings(ev["name"])
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     ts = ev["ts_us"].to_numpy(dtype=float)
     end = ts + ev["dur_us"].to_numpy(dtype=float)
     corr = ev["correlation"].to_numpy()
     stream, device, nbytes = ev["stream"].to_numpy(), ev["device"].to_numpy(), ev["bytes"].to_numpy()
-    is_dev = np.isin(cat, DEVICE_CATS)
-    is_rt = np.isin(cat, RUNTIME_CATS)
-    skip = np.isin(cat, SKIP_HOST_CATS)
+    is_dev = cat_mask(ev["cat"], DEVICE_CATS)
+    is_rt = cat_mask(ev["cat"], RUNTIME_CATS)
+    skip = cat_mask(ev["cat"], SKIP_HOST_CATS)
     threads: dict = defaultdict(list)
     ops: list = []
     # columns as Python lists first (``tolist`` gives int, float and str): one conversion per column
@@ -128,6 +129,13 @@ def records_from_trace(trace) -> Records:
     names = trace.device_names
     return Records(threads=dict(threads), ops=ops, metadata=dict(trace.metadata), file=trace.path,
                    gpu=names[0] if names else None, simulated=bool(trace.is_simulated))
+
+
+def _strings(col) -> np.ndarray:
+    """A column of the events table as an object array of str (a categorical's own strings, by its codes)."""
+    if hasattr(col, "cat") and not (col.cat.codes.to_numpy() < 0).any():
+        return np.asarray(col.cat.categories, dtype=object)[col.cat.codes.to_numpy()]
+    return col.astype(str).to_numpy()
 
 
 # -- the graph ------------------------------------------------------------------------------------

@@ -121,24 +121,32 @@ def _boundaries(g: Graph, key, spans, changes, steps, unsynced):
             pts.update((a, z))
     b = np.array(sorted(pts))
     # drop boundaries strictly inside a synchronizing call (the call is one unit)
-    keep = np.ones(len(b), bool)
     seg_sync = {}
-    for c in syncs:
-        lo, hi = np.searchsorted(b, c.start, "right"), np.searchsorted(b, c.end, "left")
-        keep[lo:hi] = False
-    b = b[keep]
-    for ci, c in enumerate(syncs):
-        k = int(np.searchsorted(b, c.start))
-        if k < len(b) - 1 and b[k] == c.start and b[k + 1] == c.end and k not in seg_sync:
-            seg_sync[k] = (c, ci in unsynced.get(key, ()))
+    if syncs:
+        s_start = np.array([c.start for c in syncs])
+        lo, hi = np.searchsorted(b, s_start, "right"), np.searchsorted(b, [c.end for c in syncs], "left")
+        b = b[_covered(len(b), lo, hi) == 0]
+        ks = np.searchsorted(b, s_start).tolist()
+        bl = b.tolist()
+        off = unsynced.get(key, ())
+        for ci, (c, k) in enumerate(zip(syncs, ks)):
+            if k < len(bl) - 1 and bl[k] == c.start and bl[k + 1] == c.end and k not in seg_sync:
+                seg_sync[k] = (c, ci in off)
     scale = np.ones(max(len(b) - 1, 1))
     for factor, hit in scaled:
-        cover = np.zeros(len(scale) + 1)
-        for a, z in hit:
-            cover[np.searchsorted(b, a)] += 1
-            cover[np.searchsorted(b, z)] -= 1
-        scale[np.cumsum(cover)[:len(scale)] > 0] *= factor
+        if hit:
+            a, z = np.searchsorted(b, [a for a, _ in hit]), np.searchsorted(b, [z for _, z in hit])
+            scale[_covered(len(scale), a, z) > 0] *= factor
     return b, scale, seg_sync
+
+
+def _covered(n: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How many of the index ranges ``[lo, hi)`` cover each of ``0 .. n - 1`` (empty ranges cover nothing)."""
+    real = lo < hi
+    cover = np.zeros(n + 1, np.int64)
+    np.add.at(cover, np.minimum(lo[real], n), 1)
+    np.add.at(cover, np.minimum(hi[real], n), -1)
+    return np.cumsum(cover)[:n]
 
 
 def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
@@ -176,17 +184,19 @@ def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
         if a is not None and a[0] == "unit":
             deps[n_host + i].append(n_host + a[1])
     order = _topo(deps)
-    start = np.array([o.start for o in ops], dtype=float)
-    end = np.array([o.end for o in ops], dtype=float)
+    # the walk reads and writes plain lists of floats (numpy scalars cost far more one at a time)
+    start = [float(o.start) for o in ops]
+    end = [float(o.end) for o in ops]
     thread_of: list = [None] * n_host
     for key, o in base.items():
         thread_of[o:o + len(threads[key][0])] = [key] * len(threads[key][0])
-    vals = {k: v[0].astype(float) for k, v in threads.items()}  # measured until replayed
+    lists = {k: (v[0].tolist(), v[1].tolist(), v[2]) for k, v in threads.items()}
+    vals = {k: v[0].astype(float).tolist() for k, v in threads.items()}  # measured until replayed
     for node in order:
         if node < n_host:
             key = thread_of[node]
             k = node - base[key]
-            b, scale, seg_sync = threads[key]
+            b, scale, seg_sync = lists[key]
             v = vals[key]
             if k == 0:
                 v[0] = b[0]
@@ -209,7 +219,7 @@ def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
             if a is not None:
                 if a[0] == "launch":
                     key, lt = g.launch_of[i]
-                    t = _map(threads[key], vals[key], lt) + a[1]
+                    t = _map(lists[key], vals[key], lt) + a[1]
                 elif a[0] == "unit":
                     t = start[a[1]] + a[2]
                 else:
@@ -219,7 +229,8 @@ def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
                 t = max(t, end[p] + gap)
             start[i] = t
             end[i] = t + (op.end - op.start)
-    return Replay({k: (threads[k], vals[k]) for k in threads}, start, end)
+    return Replay({k: (threads[k], np.array(vals[k], dtype=float)) for k in threads},
+                  np.array(start, dtype=float), np.array(end, dtype=float))
 
 
 def _map(thread, v, t: float) -> float:
