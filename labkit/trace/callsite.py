@@ -129,9 +129,11 @@ def thread_segments(host, win_s, win_e) -> Segments:
     cat, name = sub["cat"], sub["name"]
     if hasattr(cat, "cat") and hasattr(name, "cat"):  # the loader's categoricals: by their codes
         lut = np.array([layer_of.get(str(c), -1) for c in cat.cat.categories], dtype=np.int64)
-        layer_idx = lut[cat.cat.codes.to_numpy()]
-        names = np.asarray(name.cat.categories, dtype=object)[name.cat.codes.to_numpy()]
-        if (layer_idx >= 0).all():
+        codes = cat.cat.codes.to_numpy()
+        name_codes = name.cat.codes.to_numpy()
+        layer_idx = lut[codes]
+        if (codes >= 0).all() and (name_codes >= 0).all() and (layer_idx >= 0).all():
+            names = np.asarray(name.cat.categories, dtype=object)[name_codes]
             return sweep(s[m], e[m], layer_idx, names)
     layer_idx = cat.astype(str).map(layer_of).to_numpy()
     return sweep(s[m], e[m], layer_idx, name.astype(str).to_numpy())

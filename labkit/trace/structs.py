@@ -67,7 +67,6 @@ if AVAILABLE:
         id: _IntLike = None
         args: Args | None = _EMPTY_ARGS  # None only for an explicit "args": null
 
-
     _DECODER = _msgspec.json.Decoder(list[Event])
     _DECODE_ERRORS = (_msgspec.DecodeError,)  # ValidationError is a subclass
 else:  # pragma: no cover - depends on the environment
@@ -147,7 +146,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         return False
     x_cats = [e.cat for e in xs]
     cat_c = list(map(cols.cats.codes.get, x_cats))
-    if None in cat_c:  # a category the store has not seen (or "Trace"): kinds from the names
+    if None in cat_c:  # a category the store has not seen (or "Trace"): kinds from the category names
         cat_c = None
         ucats = list(dict.fromkeys(x_cats))
         where = {c: j for j, c in enumerate(ucats)}

@@ -135,8 +135,8 @@ def _boundaries(g: Graph, key, spans, changes, steps, unsynced):
     scale = np.ones(max(len(b) - 1, 1))
     for factor, hit in scaled:
         if hit:
-            a, z = np.searchsorted(b, [a for a, _ in hit]), np.searchsorted(b, [z for _, z in hit])
-            scale[_covered(len(scale), a, z) > 0] *= factor
+            first, last = np.searchsorted(b, [s for s, _ in hit]), np.searchsorted(b, [e for _, e in hit])
+            scale[_covered(len(scale), first, last) > 0] *= factor
     return b, scale, seg_sync
 
 
