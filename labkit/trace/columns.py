@@ -273,7 +273,14 @@ class ColumnStore:
 
     @staticmethod
     def _joined(chunks: list, dtypes) -> list[np.ndarray]:
-        return [np.concatenate(c) if len(c) > 1 else c[0] if c else np.zeros(0, dt) for c, dt in zip(chunks, dtypes)]
+        """Each column as one array; a column's chunks are replaced by it as soon as it is joined, so
+        only one column is held twice at a time."""
+        out = []
+        for c, dt in zip(chunks, dtypes):
+            if len(c) > 1:
+                c[:] = [np.concatenate(c)]
+            out.append(c[0] if c else np.zeros(0, dt))
+        return out
 
     def frames(self):
         """``(events, flows, threads)`` DataFrames (see ``labkit.trace.load`` for the columns)."""
