@@ -222,3 +222,5 @@ def test_host_cost_figures_come_from_the_recorded_files(tmp_path, monkeypatch):
     assert bare == {"host_per_op_us": 5.0, "ops_per_forward": None, "launch_add_us": None,
                     "host_forward_ms": None, "busy_per_step_ms": None}
     assert describe_host_cost(bare).count("not recorded") == 4
+    assert "/ its op count, not recorded)" in describe_host_cost(bare)
+    assert f"/ its {len(HEAD_OPS) + 2 * len(LAYER_OPS) + len(TAIL_OPS)} ops)" in text

@@ -277,9 +277,10 @@ def describe_host_cost(fig: dict) -> str:
         return "not recorded" if v is None else f"{v:{fmt}} {unit}"
 
     fwd = fig["host_forward_ms"]
+    ops = fig["ops_per_forward"]
     return "\n".join([
         f"host cost per engine op in the profile: {val(fig['host_per_op_us'], '.1f', 'us')} "
-        f"(host time of one forward / its {val(fig['ops_per_forward'], 'd', 'ops')})",
+        f"(host time of one forward / {'its op count, not recorded' if ops is None else f'its {ops:d} ops'})",
         f"bare torch.add launch on that machine (calibration): {val(fig['launch_add_us'], '.1f', 'us')}",
         "measured host forward per step (eager runs, per_layer aside): "
         + ("not recorded" if fwd is None else f"{fwd[0]:.1f}-{fwd[1]:.1f} ms"),
