@@ -56,11 +56,16 @@ STARVATION_COLUMNS = ["call_site", *LAYER_NAMES, "idle_overlap_us", "bubble_coun
 def runtime_calls(trace: Trace) -> pd.DataFrame:
     """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...), computed once
     per loaded trace (the device ops and the copies both read them); treat the table as read-only."""
-    owner, table = trace.__dict__.get("_runtime_calls", (None, None))
-    if owner is not trace.events:  # first call, or the events table was replaced
-        table = _runtime_calls(trace)
-        trace.__dict__["_runtime_calls"] = (trace.events, table)
-    return table
+    return _once_per_trace(trace, "_runtime_calls", lambda: _runtime_calls(trace))
+
+
+def _once_per_trace(trace: Trace, key: str, build):
+    """``build()``, computed once per loaded trace and kept on it (again if its events table was replaced)."""
+    owner, value = trace.__dict__.get(key, (None, None))
+    if owner is not trace.events:
+        value = build()
+        trace.__dict__[key] = (trace.events, value)
+    return value
 
 
 def _runtime_calls(trace: Trace) -> pd.DataFrame:
@@ -253,10 +258,7 @@ def _host_events(trace: Trace) -> pd.DataFrame:
 def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
     """``thread_host_events`` of a trace's call-site layers for ``(pid, tid)``, computed once per
     loaded trace and thread (the copies and the starvation ranking both ask for the same threads)."""
-    owner, cache = trace.__dict__.get("_thread_events", (None, None))
-    if owner is not trace.events:  # first call, or the events table was replaced
-        cache = {}
-        trace.__dict__["_thread_events"] = (trace.events, cache)
+    cache = _once_per_trace(trace, "_thread_events", dict)
     key = (int(pid), int(tid))
     if key not in cache:
         if None not in cache:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.trace.columns import column_strings
+
 #: event category -> layer (column in the call-site tables)
 LAYERS = {
     "user_annotation": "annotation",
@@ -126,17 +128,8 @@ def thread_segments(host, win_s, win_e) -> Segments:
     m = overlaps_windows(s, e, win_s, win_e)
     sub = host[m]
     layer_of = {name: LAYER_NAMES.index(layer) for name, layer in LAYERS.items()}
-    cat, name = sub["cat"], sub["name"]
-    if hasattr(cat, "cat") and hasattr(name, "cat"):  # the loader's categoricals: by their codes
-        lut = np.array([layer_of.get(str(c), -1) for c in cat.cat.categories], dtype=np.int64)
-        codes = cat.cat.codes.to_numpy()
-        name_codes = name.cat.codes.to_numpy()
-        layer_idx = lut[codes]
-        if (codes >= 0).all() and (name_codes >= 0).all() and (layer_idx >= 0).all():
-            names = np.asarray(name.cat.categories, dtype=object)[name_codes]
-            return sweep(s[m], e[m], layer_idx, names)
-    layer_idx = cat.astype(str).map(layer_of).to_numpy()
-    return sweep(s[m], e[m], layer_idx, name.astype(str).to_numpy())
+    layer_idx = np.array([layer_of[c] for c in column_strings(sub["cat"]).tolist()], dtype=np.int64)
+    return sweep(s[m], e[m], layer_idx, column_strings(sub["name"]))
 
 
 def call_site_label(annotation: str, python_frame: str, cpu_op: str, runtime: str) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.trace.columns import cat_mask
+from labkit.trace.columns import cat_mask, column_strings
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def records_from_trace(trace) -> Records:
     works on ``Span``/``Op`` records.
     """
     ev = trace.events
-    cat, name = _strings(ev["cat"]), _strings(ev["name"])
+    cat, name = column_strings(ev["cat"]), column_strings(ev["name"])
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     ts = ev["ts_us"].to_numpy(dtype=float)
     end = ts + ev["dur_us"].to_numpy(dtype=float)
@@ -129,13 +129,6 @@ def records_from_trace(trace) -> Records:
     names = trace.device_names
     return Records(threads=dict(threads), ops=ops, metadata=dict(trace.metadata), file=trace.path,
                    gpu=names[0] if names else None, simulated=bool(trace.is_simulated))
-
-
-def _strings(col) -> np.ndarray:
-    """A column of the events table as an object array of str (a categorical's own strings, by its codes)."""
-    if hasattr(col, "cat") and not (col.cat.codes.to_numpy() < 0).any():
-        return np.asarray(col.cat.categories, dtype=object)[col.cat.codes.to_numpy()]
-    return col.astype(str).to_numpy()
 
 
 # -- the graph ------------------------------------------------------------------------------------
