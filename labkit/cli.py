@@ -25,8 +25,8 @@ from labkit.errors import UsageError
 VERBS = {
     "calibrate": "labkit.calibrate",
     "results": "labkit.results_cli",
-    "analyze": "labkit.trace.cli",
-    "whatif": "labkit.trace.whatif",
+    "analyze": "labkit.trace.analysis.cli",
+    "whatif": "labkit.trace.whatif.cli",
     "report": "labkit.report.build",
 }
 
@@ -37,7 +37,7 @@ BENCH_TARGETS = {
     "ranges": "labkit.attn.bench_ranges",
     "attn": "labkit.attn.bench_attn",
     "engine": "labkit.engine.bench",
-    "trace": "labkit.trace.bench",
+    "trace": "labkit.trace.analysis.bench",
     "vllm-ranges": "labkit.vllm.nextbubble",  # needs vLLM: run it in .venv-vllm
     "vllm-sched": "labkit.vllm.sched_bench",  # needs vLLM: run it in .venv-vllm
 }

@@ -40,7 +40,7 @@ setup_notebook()
 # exported page stays small; the analysis always uses every event.
 
 # %%
-from labkit.trace.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, lab_analyses, missing_lab_traces
+from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, lab_analyses, missing_lab_traces
 lab = lab_analyses()
 declare_sources(*analyses_sources(*lab.values()))
 max_bars = 3000 if size == "quick" else 20000
@@ -54,7 +54,7 @@ print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_o
 # before: busy and idle time by cause in us, copies, host stall).
 
 # %%
-from labkit.trace.diff import diff_analyses
+from labkit.trace.analysis.diff import diff_analyses
 d = diff_analyses(lab[PER_LAYER], lab[PER_STEP]) if PER_LAYER in lab and PER_STEP in lab else None
 print("\n".join(d.summary_lines()) if d else "per_layer / per_step traces not recorded")
 
@@ -74,11 +74,11 @@ from labkit.viz.timeline import plot_timeline_pair
 
 # %% [markdown]
 # ## The flagged pageable copies of `per_layer`
-# The rule in `labkit.trace.h2d` flags a call site issuing >= 4 pageable host-to-device copies of
+# The rule in `labkit.trace.analysis.h2d` flags a call site issuing >= 4 pageable host-to-device copies of
 # <= 64 KiB in one step. Every flag should name a layer's forward (`forward/layer_N`).
 
 # %%
-from labkit.trace.notebook import flags_table
+from labkit.trace.analysis.notebook import flags_table
 flags_table(lab[PER_LAYER]).head(10) if PER_LAYER in lab else None
 
 # %%
@@ -105,8 +105,8 @@ plot_idle_breakdown(lab[TENSOR_LOOP]) if TENSOR_LOOP in lab else None
 # zooms to each step, and its pageable copies are each followed by a `cudaStreamSynchronize`.
 
 # %%
-from labkit.trace.analyze import analyze_trace
-from labkit.trace.notebook import fixture_trace
+from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace.analysis.notebook import fixture_trace
 ex = analyze_trace(fixture_trace(size))
 ex.source
 
@@ -152,7 +152,7 @@ ex.hta_compatible
 # on the same file, with peak memory. These are host (CPU) timings, not GPU measurements.
 
 # %%
-from labkit.trace.notebook import recorded_bench
+from labkit.trace.analysis.notebook import recorded_bench
 declare_sources("measured-cpu")
 recorded_bench()
 
@@ -166,8 +166,8 @@ recorded_bench()
 # steps (within 2%). Here: the H200 `tensor` run with its scheduler ten times cheaper.
 
 # %%
-from labkit.trace.whatif import parse_changes, predict
-from labkit.trace.whatif_ab import bubble_model_rows, lab_pairs, plot_ab, ab_table
+from labkit.trace.whatif.predict import parse_changes, predict
+from labkit.trace.whatif.ab_pairs import bubble_model_rows, lab_pairs, plot_ab, ab_table
 from labkit.results import data_root
 h200 = data_root() / "traces" / "h200"
 pairs = lab_pairs(h200)

@@ -6,7 +6,7 @@ WORK holds results/, logs/, traces/ (engine/<run>/*.pt.trace.json.gz, h2d/*), pr
 summary.txt and report/ (the report's pages). Always packed: results, logs, profile, summary.
 The report's pages go in as report.tar.xz (one solid xz stream: the plotly.js every page
 embeds compresses to one copy). Traces go in whole while they fit; when they do not, the
-largest are trimmed to their first profiled step (labkit.trace.trim), then h2d traces and
+largest are trimmed to their first profiled step (labkit.trace.read.trim), then h2d traces and
 finally engine traces are left out, largest first. MANIFEST.txt in the tarball lists every
 file with its size and what was trimmed or left out. Exit 0 when the tarball fits, 1 when even
 the fixed parts exceed the cap (it is written anyway), 2 on bad input.
@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from labkit.trace.trim import trim_trace
+from labkit.trace.read.trim import trim_trace
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz")
 FIXED = ("results", "logs", "profile.json", "summary.txt")

@@ -24,7 +24,7 @@ def test_trace_bench_quick_is_filed_as_quick_with_its_command(results_store, rep
 
 
 def test_trace_bench_sizes_pick_the_trace_size(results_store, monkeypatch, capsys):
-    from labkit.trace import bench
+    from labkit.trace.analysis import bench
 
     seen = []
 

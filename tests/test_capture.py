@@ -95,7 +95,7 @@ def test_hand_schedule_idle_agrees_with_hta_and_the_lab(tmp_path):
     ta = TraceAnalysis(trace_dir=str(paths[0].parent), include_last_profiler_step=True)
     df, _ = ta.get_idle_time_breakdown(visualize=False)
     assert df["idle_time"].sum() == pytest.approx(expected_us)
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
 
     a = analyze_trace(paths[0], include_last_profiler_step=True)
     assert a.summary["idle_us"] == pytest.approx(expected_us)

@@ -47,7 +47,7 @@ def _traced(tmp_path, device_step_ns, **cfg):
     cap = make_capture(dev, tmp_path, config.variant_name().replace("/", "-"), wait=2, warmup=1, active=3)
     with cap:
         eng.run(6, capture=cap)
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
 
     a = analyze_trace(cap.paths[0], include_last_profiler_step=True)
     busy, idle = a.summary["busy_us"], a.summary["idle_us"]

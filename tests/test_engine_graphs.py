@@ -190,7 +190,7 @@ def test_per_layer_keeps_its_bubbles_and_says_it_ran_piecewise():
 
 
 def test_analyzer_puts_host_wait_on_the_scheduler_and_the_prefix_range_copies(tmp_path):
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
     from labkit.trace.capture import make_capture
 
     def traced(placeholder, scheduling, prefix_ranges):

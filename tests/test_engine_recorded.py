@@ -174,7 +174,7 @@ def test_simulated_device_time_per_step_matches_the_h200_trace():
     from labkit.engine.devices import SimDevice
     from labkit.engine.loop import Engine
     from labkit.engine.profiles import load_profile
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
 
     trace = recorded_traces("h200")["fast/cursor/per_step/async"]
     measured_us = float(analyze_trace(trace).steps["device_busy_us"].median())

@@ -143,7 +143,7 @@ def _trace_with_long_name(tmp_path, name):
 
 
 def test_timeline_titles_are_bounded_and_full_names_go_to_hover(tmp_path):
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
     from labkit.viz.labels import CAPTION_NAME, NAME_CHARS
     from labkit.viz.timeline import plot_timeline, plot_timeline_pair
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from labkit.trace.bench import decompressed_bytes, per_trace_rows
+from labkit.trace.analysis.bench import decompressed_bytes, per_trace_rows
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from hta_reference import CHECKED, COLUMNS, RECORDED, hta_live, hta_version, raw_trace, recorded
 
-from labkit.trace.analyze import analyze_trace
-from labkit.trace.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
-from labkit.trace.load import load_trace
+from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace.analysis.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
+from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -217,7 +217,7 @@ def test_host_thread_time_per_thread_by_hand(tmp_path):
 
 
 def test_analyses_of_a_path_are_reused_until_the_file_changes(tmp_path):
-    from labkit.trace import load
+    from labkit.trace.read import load
 
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), K("k", 20, 5, corr=1)]}))
@@ -231,7 +231,8 @@ def test_analyses_of_a_path_are_reused_until_the_file_changes(tmp_path):
 
 
 def test_big_traces_are_not_kept(tmp_path, monkeypatch):
-    from labkit.trace import analyze, load
+    from labkit.trace.analysis import analyze
+    from labkit.trace.read import load
 
     monkeypatch.setattr(load, "CACHE_MAX_EVENTS", 1)
     monkeypatch.setattr(analyze, "CACHE_MAX_EVENTS", 1)

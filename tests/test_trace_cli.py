@@ -202,7 +202,7 @@ def test_not_a_trace_exit_2(tmp_path, capsys, content):
 
 
 def test_output_paths_checked_before_work(tmp_path, capsys, monkeypatch):
-    import labkit.trace.analyze as analyze
+    import labkit.trace.analysis.analyze as analyze
 
     def boom(*a, **k):
         raise AssertionError("analysis ran before the outputs were checked")
@@ -236,7 +236,7 @@ def test_failed_write_leaves_no_output(tmp_path, capsys, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(src, dst)
 
-    monkeypatch.setattr("labkit.trace.cli.os.replace", flaky)
+    monkeypatch.setattr("labkit.trace.outputs.os.replace", flaky)
     rc, _, err = run([SMALL, "--json", tmp_path / "a.json", "--html", tmp_path / "a.html"], capsys)
     assert rc == 2 and "No space left" in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []

@@ -1,11 +1,11 @@
-"""Grouping and masking helpers of the trace tables (``labkit.trace.columns``), against hand-worked cases."""
+"""Grouping and masking helpers of the trace tables (``labkit.trace.read.columns``), against hand-worked cases."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from labkit.trace.columns import cat_mask, group_codes
+from labkit.trace.read.columns import cat_mask, group_codes
 
 
 def test_group_codes_number_groups_by_first_appearance():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analyze import analyze_trace
-from labkit.trace.bubbles import device_ops, find_steps
-from labkit.trace.h2d import classify_copy, copy_report
+from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace.analysis.bubbles import device_ops, find_steps
+from labkit.trace.analysis.h2d import classify_copy, copy_report
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -101,7 +101,7 @@ def test_real_trace_pageable_copies_are_followed_by_sync():
 
 
 def test_copy_report_rejects_bad_rule(tmp_path):
-    from labkit.trace.load import load_trace
+    from labkit.trace.read.load import load_trace
 
     tr = load_trace(_copy_trace(tmp_path, 1))
     with pytest.raises(ValueError):

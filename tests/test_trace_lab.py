@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 
-from labkit.trace.analyze import analyze_trace
+from labkit.trace.analysis.analyze import analyze_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 PER_LAYER = DATA / "labkit-h200-fast-cursor-per_layer-async.trimmed.pt.trace.json.gz"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.trace.load import load_trace
+from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -124,16 +124,16 @@ def test_events_that_are_not_objects_are_not_a_trace(tmp_path, doc):
 def test_progress_bar_only_on_a_terminal_for_big_files(capsys, monkeypatch):
     import sys
 
-    import labkit.trace.reader as reader
+    import labkit.trace.read.streams as streams
 
     path = DATA / "hta-triton-example-a100.pt.trace.json.gz"
-    monkeypatch.setattr(reader, "PROGRESS_MIN_BYTES", 0)  # every file counts as big
+    monkeypatch.setattr(streams, "PROGRESS_MIN_BYTES", 0)  # every file counts as big
     load_trace(path)  # stderr is not a terminal here: silent
     assert capsys.readouterr().err == ""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     load_trace(path)
     assert "hta-triton-example-a100" in capsys.readouterr().err
-    monkeypatch.setattr(reader, "PROGRESS_MIN_BYTES", 50_000_000)
+    monkeypatch.setattr(streams, "PROGRESS_MIN_BYTES", 50_000_000)
     load_trace(path)  # a terminal, but a small file: silent
     assert capsys.readouterr().err == ""
     load_trace(path, progress=True)
@@ -171,7 +171,7 @@ def test_bad_gzip_and_binary(tmp_path):
 
 def test_batches_cross_chunk_boundaries(tmp_path, monkeypatch):
     """Tiny refills force every event to straddle buffer ends; results must not change."""
-    import labkit.trace.reader as reader
+    import labkit.trace.read.reader as reader
 
     path = DATA / "tracelens-h100-bert-small-inference.pt.trace.json.gz"
     ref = load_trace(path)
@@ -188,7 +188,7 @@ def test_gunzip_agrees_with_the_gzip_module():
     import random
     import zlib
 
-    from labkit.trace.reader import Gunzip
+    from labkit.trace.read.streams import Gunzip
 
     def ours(data, **kw):
         g, out = Gunzip(io.BytesIO(data), **kw), []
@@ -243,8 +243,8 @@ def _non_ascii_doc(n: int = 400) -> dict:
 def test_non_ascii_text_reads_like_the_json_module(tmp_path, monkeypatch, chunk, gz):
     """Multi-byte characters cut by every buffer size: the same tables and metadata as decoding the
     whole document with ``json`` (``trace_from_document``, the per-event rules)."""
-    import labkit.trace.reader as reader
-    from labkit.trace.load import trace_from_document
+    import labkit.trace.read.reader as reader
+    from labkit.trace.read.load import trace_from_document
 
     doc = _non_ascii_doc()
     path = _write(tmp_path, json.dumps(doc, ensure_ascii=False, indent=1), "u.json" + (".gz" if gz else ""), gz=gz)
@@ -264,7 +264,7 @@ def test_non_ascii_text_reads_like_the_json_module(tmp_path, monkeypatch, chunk,
 def test_bytes_that_are_not_utf8_reject_the_file(tmp_path, monkeypatch, where):
     """Invalid UTF-8 anywhere -- even in a key or argument the loader never keeps -- is not a trace file
     (a small value window, so the batch path, not a look-ahead, meets the bad byte)."""
-    import labkit.trace.reader as reader
+    import labkit.trace.read.reader as reader
 
     monkeypatch.setattr(reader, "VALUE_WINDOW", 16)
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
@@ -285,7 +285,7 @@ def test_bytes_that_are_not_utf8_reject_the_file(tmp_path, monkeypatch, where):
 
 
 def test_a_number_cut_by_the_value_window_is_read_whole(tmp_path, monkeypatch):
-    import labkit.trace.reader as reader
+    import labkit.trace.read.reader as reader
 
     monkeypatch.setattr(reader, "VALUE_WINDOW", 3)
     p = _write(tmp_path, '{"schemaVersion": 1234567, "ratio": -12.5e3, "traceEvents": [], "last": 98765}')
@@ -299,7 +299,8 @@ def test_switch_interval_is_restored_after_gzip_loads(tmp_path):
     import sys
     import threading
 
-    import labkit.trace.reader as reader
+    import labkit.trace.read.reader as reader
+    import labkit.trace.read.streams as streams
 
     good = DATA / "hta-triton-example-a100.pt.trace.json.gz"
     bad = tmp_path / "cut.json.gz"
@@ -316,7 +317,7 @@ def test_switch_interval_is_restored_after_gzip_loads(tmp_path):
 
         reader._read_body = spy
         load_trace(good)
-        assert seen and seen[-1] == pytest.approx(reader.PREFETCH_SWITCH_S)
+        assert seen and seen[-1] == pytest.approx(streams.PREFETCH_SWITCH_S)
         assert sys.getswitchinterval() == pytest.approx(0.004)
         with pytest.raises(UsageError):
             load_trace(bad)

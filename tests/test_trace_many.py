@@ -10,7 +10,7 @@ import pytest
 
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
-from labkit.trace.many import analyze_one, combine, expand_paths
+from labkit.trace.analysis.many import analyze_one, combine, expand_paths
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"
@@ -46,7 +46,7 @@ def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, single_runs):
 @needs_shared
 def test_dask_local_cluster_equals_single_runs(single_runs):
     distributed = pytest.importorskip("distributed")
-    from labkit.trace.many import analyze_many
+    from labkit.trace.analysis.many import analyze_many
 
     paths = list(single_runs)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
@@ -57,7 +57,7 @@ def test_dask_local_cluster_equals_single_runs(single_runs):
 
 def test_dask_unreachable_is_a_usage_error(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
-    import labkit.trace.many as many
+    import labkit.trace.analysis.many as many
 
     monkeypatch.setattr(many, "DASK_CONNECT_TIMEOUT_S", 2)  # nothing listens there: no need to wait 10 s
     rc = labkit_main(["analyze", str(DATA / "hta-triton-example-a100.pt.trace.json.gz"),

@@ -1,4 +1,4 @@
-"""The msgspec batch path (``labkit.trace.structs``) gives exactly the tables of the stdlib json path."""
+"""The msgspec batch path (``labkit.trace.read.structs``) gives exactly the tables of the stdlib json path."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import labkit.trace.reader as reader
-from labkit.trace import structs
-from labkit.trace.load import load_trace
+import labkit.trace.read.reader as reader
+from labkit.trace.read import structs
+from labkit.trace.read.load import load_trace
 
 pytestmark = pytest.mark.skipif(not structs.AVAILABLE, reason="msgspec is not installed (optional decoder)")
 

@@ -1,4 +1,4 @@
-"""labkit.trace.trim: a hand-worked trace, a recorded H200 trace, and the command's bad input."""
+"""labkit.trace.read.trim: a hand-worked trace, a recorded H200 trace, and the command's bad input."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.trace.load import load_trace
-from labkit.trace.trim import step_starts, trim_events, trim_trace
+from labkit.trace.read.load import load_trace
+from labkit.trace.read.trim import step_starts, trim_events, trim_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_TRACE = next(iter(sorted((ROOT / "data" / "traces" / "h200" / "tensor-loop-none-async").glob("*.pt.trace.json.gz"))), None)
@@ -100,12 +100,12 @@ def test_recorded_h200_trace_trims_to_one_loadable_step(tmp_path):
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.trim", str(tmp_path / "missing.json"), str(tmp_path / "o.json")],
+    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(tmp_path / "missing.json"), str(tmp_path / "o.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.trim", str(bad), str(tmp_path / "o.json")],
+    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(bad), str(tmp_path / "o.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and not (tmp_path / "o.json").exists()
 
@@ -113,6 +113,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
 def test_cli_without_steps_exits_1_and_writes_nothing(tmp_path):
     src = tmp_path / "plain.json"
     src.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}]}))
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.trim", str(src), str(tmp_path / "o.json")],
+    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(src), str(tmp_path / "o.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1 and not (tmp_path / "o.json").exists()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analyze import analyze_trace
-from labkit.trace.diff import diff_analyses
-from labkit.trace.load import load_trace
+from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace.analysis.diff import diff_analyses
+from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 GP100 = DATA / "hta-step-based-gpu-annotation-gp100.pt.trace.json.gz"
@@ -80,7 +80,7 @@ def test_diff_of_identical_and_different():
 
 
 def test_notebook_helpers():
-    from labkit.trace.notebook import find_notebook_trace, trace_sources
+    from labkit.trace.analysis.notebook import find_notebook_trace, trace_sources
 
     p = find_notebook_trace("quick")
     assert p.is_file() and trace_sources(p) in (["measured-gpu"], ["simulated"])
@@ -89,8 +89,8 @@ def test_notebook_helpers():
 
 
 def test_build_big_trace_repeats_steps(tmp_path):
-    from labkit.trace.bench import build_big_trace
-    from labkit.trace.bubbles import hta_idle_breakdown, hta_idle_totals
+    from labkit.trace.analysis.bench import build_big_trace
+    from labkit.trace.analysis.bubbles import hta_idle_breakdown, hta_idle_totals
 
     info = build_big_trace(BERT, tmp_path / "big.json", size_mb=2.0)
     assert info["copies"] >= 2
@@ -107,7 +107,7 @@ def test_build_big_trace_repeats_steps(tmp_path):
 
 
 def test_lesson_trace_helpers():
-    from labkit.trace.notebook import PER_LAYER, analyses_sources, fixture_trace, missing_lab_traces
+    from labkit.trace.analysis.notebook import PER_LAYER, analyses_sources, fixture_trace, missing_lab_traces
 
     p = fixture_trace("quick")
     assert p.name.startswith("hta-step-based") and p.is_file()

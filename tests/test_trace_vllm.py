@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from labkit.cli import main as labkit_main
-from labkit.trace.analyze import analyze_trace
-from labkit.trace.load import load_trace
-from labkit.trace.steps import NO_STEPS_NOTE, detect_steps
+from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace.read.load import load_trace
+from labkit.trace.analysis.steps import NO_STEPS_NOTE, detect_steps
 
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -13,10 +13,10 @@ import pytest
 
 from labkit.cli import main
 from labkit.errors import UsageError
-from labkit.trace.whatif import Change, parse_changes, predict
-from labkit.trace.whatif_ab import AB_CASES, bubble_model_rows, lab_pairs, make_sim_pairs, predict_pair
-from labkit.trace.whatif_graph import build_graph, records_from_trace
-from labkit.trace.whatif_replay import replay
+from labkit.trace.whatif.predict import Change, parse_changes, predict
+from labkit.trace.whatif.ab_pairs import AB_CASES, bubble_model_rows, lab_pairs, make_sim_pairs, predict_pair
+from labkit.trace.whatif.dependency_graph import build_graph, records_from_trace
+from labkit.trace.whatif.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
@@ -146,7 +146,7 @@ def test_graph_replay_moves_as_one_unit(tmp_path):
           X("cudaGraphLaunch", "cuda_runtime", 100, 10, correlation=2),
           K("g1", 160, 30, 2), K("g2", 192, 30, 2), K("g3", 230, 20, 2),
           X("cudaDeviceSynchronize", "cuda_runtime", 200, 55, correlation=3)]
-    rec = records_from_trace(__import__("labkit.trace.load", fromlist=["load_trace"]).load_trace(
+    rec = records_from_trace(__import__("labkit.trace.read.load", fromlist=["load_trace"]).load_trace(
         write_trace(tmp_path / "graph.json.gz", ev)))
     g = build_graph(rec)
     assert g.graph_units == 1

@@ -95,7 +95,7 @@ def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: d
 
     Columns: ``variant``; ``measured_step_ms`` / ``simulated_step_ms`` (median time between
     outputs) and ``step_ratio`` (simulated / measured); ``measured_busy_ms`` (median device busy
-    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.analyze.Analysis`` of
+    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.analysis.analyze.Analysis`` of
     the measured trace) / ``simulated_busy_ms`` (device busy per measured step) and
     ``busy_ratio``; ``measured_idle_frac`` (profiled steps' trace) / ``simulated_idle_frac``;
     ``measured_tok_s`` / ``simulated_tok_s`` (tokens per step over the median step). Only
@@ -132,8 +132,8 @@ def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: d
 
 
 def analyze_recorded(machine: str = "h200", variants=None, root: str | Path | None = None) -> dict:
-    """Variant -> ``labkit.trace.analyze.Analysis`` of each recorded trace (``variants``: a subset)."""
-    from labkit.trace.analyze import analyze_trace
+    """Variant -> ``labkit.trace.analysis.analyze.Analysis`` of each recorded trace (``variants``: a subset)."""
+    from labkit.trace.analysis.analyze import analyze_trace
 
     traces = recorded_traces(machine, root)
     wanted = traces if variants is None else {v: traces[v] for v in variants if v in traces}

@@ -21,8 +21,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.trace.analyze import Analysis, analyze_trace
-from labkit.trace.load import Trace
+from labkit.trace.analysis.analyze import Analysis, analyze_trace
+from labkit.trace.read.load import Trace
 from labkit.viz.labels import add_full_names, short_name
 
 MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see ``decimate``)

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labkit.trace.bubbles import _assign_step, runtime_calls, thread_events
-from labkit.trace.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
-from labkit.trace.columns import group_codes
-from labkit.trace.load import Trace
+from labkit.trace.analysis.bubbles import _assign_step, runtime_calls, thread_events
+from labkit.trace.analysis.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
+from labkit.trace.read.columns import group_codes
+from labkit.trace.read.load import Trace
 
 SMALL_BYTES = 64 * 1024
 MIN_COUNT = 4

@@ -11,7 +11,7 @@ correlation id. ``build_graph`` then derives the constraints the replay honours:
   after the previous op on its stream. Which of the two held it back in the trace decides
   which one keeps its measured slack: an op that started right after its predecessor keeps
   that gap and gets the typical launch latency, an op that waited for its launch keeps its own
-  launch latency. CUDA-graph replays (ops whose correlation id is a ``cudaGraphLaunch``) move as
+  launch latency. CUDA-graph replays (grouped by ``labkit.trace.analysis.cuda_graphs``) move as
   one unit: the first op follows the launch, the others keep their offsets from it;
 * a synchronizing call (stream/device/event synchronize, a pageable host-to-device copy, a
   copy to pageable host memory, a plain ``cudaMemcpy``) holds its thread until the device
@@ -40,7 +40,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.trace.columns import cat_mask, column_strings
+import pandas as pd
+
+from labkit.trace.analysis.cuda_graphs import graph_launches, replay_index
+from labkit.trace.read.columns import cat_mask, column_strings
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,6 @@ SYNC_MATCH_US = 2.0
 SYNC_NAMES = re.compile(r"(Stream|Device|Event|Ctx)Synchronize$")
 BLOCKING_COPY_NAMES = re.compile(r"^(cudaMemcpy|cudaMemcpy2D|cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?)$")
 EVENT_RECORD_NAMES = re.compile(r"^(cudaEventRecord|cuEventRecord)")
-GRAPH_LAUNCH_NAMES = re.compile(r"^(cudaGraphLaunch|cuGraphLaunch)")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 #: host categories that are not work (instant markers, the profiler's own spans, overheads)
@@ -81,6 +83,7 @@ class Op:
     end: float
     corr: int
     nbytes: int = -1
+    replay: int = -1  #: the CUDA-graph replay it belongs to (``labkit.trace.analysis.cuda_graphs``; -1: none)
 
 
 @dataclass
@@ -96,7 +99,7 @@ class Records:
 
 
 def records_from_trace(trace) -> Records:
-    """The adapter: a loaded trace (``labkit.trace.load.Trace``) -> ``Records``.
+    """The adapter: a loaded trace (``labkit.trace.read.load.Trace``) -> ``Records``.
 
     It is the only place that knows the loader's representation; everything else in whatif
     works on ``Span``/``Op`` records.
@@ -115,9 +118,11 @@ def records_from_trace(trace) -> Records:
     ops: list = []
     # columns as Python lists first (``tolist`` gives int, float and str): one conversion per column
     d = np.flatnonzero(is_dev & (stream >= 0))
-    for n, c, dev, st, a, z, k, b in zip(name[d].tolist(), cat[d].tolist(), device[d].tolist(), stream[d].tolist(),
-                                          ts[d].tolist(), end[d].tolist(), corr[d].tolist(), nbytes[d].tolist()):
-        ops.append(Op(n, c, (dev, st), a, z, k, b))
+    replay = replay_index(pd.DataFrame({"correlation": corr[d]}), graph_launches(trace))
+    for n, c, dev, st, a, z, k, b, r in zip(name[d].tolist(), cat[d].tolist(), device[d].tolist(), stream[d].tolist(),
+                                             ts[d].tolist(), end[d].tolist(), corr[d].tolist(), nbytes[d].tolist(),
+                                             replay.tolist()):
+        ops.append(Op(n, c, (dev, st), a, z, k, b, r))
     h = np.flatnonzero(~is_dev & ~skip)
     host_corr = np.where(is_rt[h], corr[h], -1)
     for p, t, n, c, a, z, k in zip(pid[h].tolist(), tid[h].tolist(), name[h].tolist(), cat[h].tolist(),
@@ -212,10 +217,10 @@ def build_graph(rec: Records, *, async_hint: bool | None = None) -> Graph:
     for i, o in enumerate(ops):
         hit = runtime.get(o.corr) if o.corr >= 0 else None
         if hit is not None:
-            launch_of[i] = (hit[0], hit[1].start, hit[1].name)
+            launch_of[i] = (hit[0], hit[1].start)
     anchor, stream_prev, units = _device_constraints(ops, launch_of)
     syncs, lag, lag_from = _sync_calls(rec, ops, launch_of, runtime, async_hint)
-    g = Graph(rec=rec, launch_of={i: v[:2] for i, v in launch_of.items()}, anchor=anchor,
+    g = Graph(rec=rec, launch_of=launch_of, anchor=anchor,
               stream_prev=stream_prev, syncs=syncs, graph_units=units, event_lag=lag, event_lag_from=lag_from)
     missing = sum(1 for i in range(len(ops)) if i not in launch_of)
     if missing:
@@ -228,14 +233,14 @@ def _device_constraints(ops: list, launch_of: dict):
     anchor: list = [None] * len(ops)
     stream_prev: list = [(-1, 0.0)] * len(ops)
     prev_by_stream: dict = {}
-    # graph units: ops sharing the correlation id of a cudaGraphLaunch; the first by start leads
+    # graph units: the ops of one CUDA-graph replay (``Op.replay``) whose launch is in the trace;
+    # the first by start leads
     unit_lead: dict = {}
     for i, o in enumerate(ops):
-        li = launch_of.get(i)
-        if li is not None and GRAPH_LAUNCH_NAMES.match(li[2]):
-            lead = unit_lead.get(o.corr)
+        if o.replay >= 0 and i in launch_of:
+            lead = unit_lead.get(o.replay)
             if lead is None or o.start < ops[lead].start:
-                unit_lead[o.corr] = i
+                unit_lead[o.replay] = i
     lats, gaps = [], []
     kinds = []
     for i, o in enumerate(ops):
@@ -243,7 +248,7 @@ def _device_constraints(ops: list, launch_of: dict):
         prev_by_stream[o.stream] = i
         gap = o.start - ops[p].end if p >= 0 else None
         li = launch_of.get(i)
-        lead = unit_lead.get(o.corr) if li is not None else None
+        lead = unit_lead.get(o.replay) if li is not None else None
         if lead is not None and lead != i:
             kinds.append(("unit", lead, p, gap))
         elif li is not None:

@@ -23,7 +23,7 @@ def find_notebook_trace(size: str = "quick") -> Path:
     """A real GPU trace to analyse: a lab trace under ``data/traces/`` recorded on a GPU if any
     (at most 20 MB in quick mode), else the vLLM trace of the shared collection (full) or a small
     fixture (quick)."""
-    from labkit.trace.load import load_trace
+    from labkit.trace.read.load import load_trace
 
     if size not in ("quick", "full"):
         raise ValueError(f"size must be 'quick' or 'full', got {size!r}")
@@ -94,7 +94,7 @@ def flags_table(analysis):
 
 def trace_sources(path) -> list[str]:
     """The source badge for a trace: ``simulated`` or ``measured-gpu``."""
-    from labkit.trace.load import load_trace
+    from labkit.trace.read.load import load_trace
 
     return ["simulated"] if load_trace(path).is_simulated else ["measured-gpu"]
 

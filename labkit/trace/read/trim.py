@@ -8,7 +8,7 @@ or to the end of the trace when no later step exists. Flow events (``ph`` ``s``/
 are kept only when both ends are, so no arrow points into removed events. Event contents are
 never changed. A trace without ``ProfilerStep`` annotations is left untrimmed (``None``).
 
-    python -m labkit.trace.trim SRC DST [--steps N]
+    python -m labkit.trace.read.trim SRC DST [--steps N]
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def trim_trace(src: str | Path, dst: str | Path, steps: int = 1) -> TrimStats | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m labkit.trace.trim SRC DST [--steps N]``: exit 0 trimmed, 1 nothing to trim, 2 bad input."""
-    p = argparse.ArgumentParser(prog="python -m labkit.trace.trim", description=__doc__.splitlines()[0])
+    """``python -m labkit.trace.read.trim SRC DST [--steps N]``: exit 0 trimmed, 1 nothing to trim, 2 bad input."""
+    p = argparse.ArgumentParser(prog="python -m labkit.trace.read.trim", description=__doc__.splitlines()[0])
     p.add_argument("src", help="Kineto trace (.json or .json.gz)")
     p.add_argument("dst", help="output file (.json.gz is gzip'ed)")
     p.add_argument("--steps", type=int, default=1, help="profiled steps to keep (default 1)")

@@ -29,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from labkit.trace.callsite import (
+from labkit.trace.analysis.callsite import (
     LAYER_NAMES,
     LAYERS,
     call_site_label,
@@ -37,8 +37,8 @@ from labkit.trace.callsite import (
     overlap_by_segment,
     thread_segments,
 )
-from labkit.trace.columns import cat_mask, group_codes
-from labkit.trace.load import BUSY_CATS, RUNTIME_CATS, Trace
+from labkit.trace.read.columns import cat_mask, group_codes
+from labkit.trace.read.load import BUSY_CATS, RUNTIME_CATS, Trace
 
 logger = logging.getLogger(__name__)
 

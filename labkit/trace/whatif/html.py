@@ -24,7 +24,7 @@ def _row(cells, left: int = 1) -> str:
 
 
 def render_whatif(w) -> str:
-    """The page for ``w`` (a ``labkit.trace.whatif.WhatIf``) as a string."""
+    """The page for ``w`` (a ``labkit.trace.whatif.predict.WhatIf``) as a string."""
     j = w.to_json()
     s, m, p, rc, g = j["source"], j["measured"], j["predicted"], j["replay_check"], j["gaps"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>labkit whatif</title><style>{_CSS}</style>"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.errors import UsageError
-from labkit.trace.whatif_graph import Graph
+from labkit.trace.whatif.dependency_graph import Graph
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The ``traceEvents`` array is never decoded as a whole. The reader keeps about
 ``CHUNK_BYTES`` bytes of (gunzipped) JSON in a ``bytearray``, cuts it at the last event
 boundary and decodes the complete events before it as one JSON array: with ``msgspec`` into
 typed structs that fill the columns directly when it is installed (optional, see
-``labkit.trace.structs``), else with ``orjson`` (optional) or ``json`` into dicts. The text is
+``labkit.trace.read.structs``), else with ``orjson`` (optional) or ``json`` into dicts. The text is
 never turned into one big ``str``: msgspec reads the batch in place (the bytes just before and
 after it are briefly set to ``[`` and ``]``), and a batch is decoded from UTF-8 only where it
 has to be (a chunk with non-ASCII bytes, which is then checked strictly, or a batch msgspec
@@ -12,8 +12,9 @@ declines). A batch msgspec declines (NaN, a type the structs do not declare, any
 per-event rules would skip) is decoded again with ``json``, and so is one orjson declines.
 ``DECODER`` names the choice and can be set to ``"json"`` to force the stdlib path. Where no
 clean cut exists it decodes one event at a time with ``json.JSONDecoder.raw_decode``. Errors
-in the input become ``UsageError`` with a one-line message (see ``labkit.trace.load`` for the
-policy).
+in the input become ``UsageError`` with a one-line message (see ``labkit.trace.read.load`` for the
+policy). The bytes come from ``labkit.trace.read.streams`` (the file, or its gunzipped bytes
+inflated on a prefetch thread).
 """
 
 from __future__ import annotations
@@ -21,22 +22,17 @@ from __future__ import annotations
 import codecs
 import contextlib
 import gzip
-import io
 import json
 import os
-import queue
 import re
-import sys
-import threading
-import time
 import zlib
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.columns import ColumnStore, LoadStats
-
-from labkit.trace.structs import AVAILABLE as _HAVE_MSGSPEC
-from labkit.trace.structs import add_struct_batch, decode_batch
+from labkit.trace.read.columns import ColumnStore, LoadStats
+from labkit.trace.read.streams import Prefetch, Progress, open_binary, prompt_handover, want_progress
+from labkit.trace.read.structs import AVAILABLE as _HAVE_MSGSPEC
+from labkit.trace.read.structs import add_struct_batch, decode_batch
 
 try:  # optional: a faster dict decoder for the batch path
     import orjson as _orjson
@@ -55,35 +51,6 @@ _SLACK = 1 << 16  #: a decode error this far before the end of the buffer is not
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _SPACE = re.compile(rb"[ \t\r\n]*")
 _OPEN, _CLOSE = ord("["), ord("]")
-
-
-PROGRESS_MIN_BYTES = 50_000_000  #: files larger than this get a progress bar (on a terminal)
-
-
-class Progress:
-    """A one-line progress bar on stderr over the bytes of a file read so far (no dependency)."""
-
-    def __init__(self, raw, total: int, label: str) -> None:
-        self.raw, self.total, self.label = raw, max(total, 1), label
-        self.last = 0.0
-
-    def update(self) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2:
-            return
-        self.last = now
-        try:
-            done = self.raw.tell()
-        except (OSError, ValueError):
-            return
-        frac = min(done / self.total, 1.0)
-        bar = "#" * int(30 * frac)
-        sys.stderr.write(f"\r{self.label}: [{bar:<30}] {100 * frac:5.1f}% of {self.total / 1e6:.0f} MB")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\r" + " " * (len(self.label) + 60) + "\r")
-        sys.stderr.flush()
 
 
 def _not_utf8(exc: UnicodeDecodeError, offset: int) -> UsageError:
@@ -211,154 +178,6 @@ class ByteReader:
             return obj
 
 
-class Prefetch(io.RawIOBase):
-    """A binary stream read a few chunks ahead on a background thread.
-
-    Over a ``Gunzip`` this moves decompression off the parsing thread (zlib releases the
-    GIL), so on a machine with a free core the two overlap. Errors of the source (corrupt or
-    truncated gzip data) are raised by ``read`` in the reading thread."""
-
-    def __init__(self, src, chunk: int = 1 << 20, depth: int = 4) -> None:
-        super().__init__()
-        self.fileobj = src  #: the source stream (the progress bar walks down to the file)
-        self._chunk = chunk
-        self._q: queue.Queue = queue.Queue(depth)
-        self._buf = b""
-        self._pos = 0
-        self._eof = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="labkit-trace-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                data = self.fileobj.read(self._chunk)
-                self._q.put(data)
-                if not data:
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
-            self._q.put(exc)
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` bytes (all of the next chunk for -1); b"" at the end."""
-        if self._pos >= len(self._buf):
-            if self._eof:
-                return b""
-            item = self._q.get()
-            if isinstance(item, BaseException):
-                self._eof = True
-                raise item
-            if not item:
-                self._eof = True
-                return b""
-            self._buf, self._pos = item, 0
-        left = len(self._buf) - self._pos
-        if self._pos == 0 and (size < 0 or size >= left):
-            self._pos = left
-            return self._buf
-        n = left if size < 0 else min(size, left)
-        out = self._buf[self._pos:self._pos + n]
-        self._pos += n
-        return out
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._stop.set()
-            while self._thread.is_alive():  # unblock a pending put, then let the thread finish
-                try:
-                    self._q.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-            self.fileobj.close()
-        super().close()
-
-
-class Gunzip:
-    """The decompressed bytes of a (multi-member) gzip stream, inflated by ``zlib`` in large steps.
-
-    ``gzip.GzipFile`` inflates 8 KiB of input per call, and each call gives the GIL back and
-    takes it again; on a background thread that competes with a busy parsing thread, those
-    hand-overs, not the inflating, set the pace. Here one call inflates up to ``in_chunk`` bytes of
-    input (at most ``out_max`` bytes of output). Errors are those of ``gzip``: ``zlib.error`` for
-    corrupt data, ``EOFError`` for a stream cut short, ``gzip.BadGzipFile`` for trailing bytes that
-    do not start another member."""
-
-    _MAGIC = b"\x1f\x8b"
-
-    def __init__(self, fileobj, in_chunk: int = 1 << 20, out_max: int = 4 << 20) -> None:
-        self.fileobj = fileobj  #: the compressed source (the progress bar walks down to it)
-        self._in_chunk, self._out_max = in_chunk, out_max
-        self._d = None  # the member being inflated (None between members)
-        self._pending = b""  # input not yet given to a decompressor
-
-    def read(self, size: int = -1) -> bytes:
-        while True:
-            if not self._pending:
-                self._pending = self.fileobj.read(self._in_chunk)
-            if not self._pending:  # end of the compressed input
-                if self._d is None:
-                    return b""
-                out = self._d.decompress(b"", self._out_max)  # output zlib may still hold
-                if self._d.eof:
-                    self._d = None
-                if out:
-                    return out
-                if self._d is not None:
-                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
-                continue
-            if self._d is None:  # between members: zero padding, then another member or the end
-                self._pending = self._pending.lstrip(b"\x00")
-                if not self._pending:
-                    continue
-                if len(self._pending) < 2:
-                    more = self.fileobj.read(self._in_chunk)
-                    if more:
-                        self._pending += more
-                        continue
-                if self._pending[:2] != self._MAGIC:
-                    raise gzip.BadGzipFile(f"Not a gzipped file ({self._pending[:2]!r})")
-                self._d = zlib.decompressobj(31)
-            d = self._d
-            out = d.decompress(self._pending, self._out_max)
-            if d.eof:  # what follows this member (its unconsumed tail is the same bytes)
-                self._pending = d.unused_data
-                self._d = None
-            else:
-                self._pending = d.unconsumed_tail
-            if out:
-                return out
-
-    def close(self) -> None:
-        self.fileobj.close()
-
-
-def open_binary(path: Path):
-    """A binary stream over ``path``: the file itself, or its gunzipped bytes (inflated on a prefetch
-    thread) when it starts with the gzip magic bytes."""
-    try:
-        raw = open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise UsageError(f"cannot open trace {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        head = raw.read(2)
-        raw.seek(0)
-    except OSError as exc:
-        raw.close()
-        raise UsageError(f"cannot read trace: {exc}") from None
-    if head != b"\x1f\x8b":
-        return raw
-    return Prefetch(Gunzip(raw))
-
-
 def _loads_batch(text: str):
     if DECODER == "orjson":
         try:
@@ -441,7 +260,7 @@ def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     whitespace) and the part before it is decoded as one array. A cut that falls inside a
     string fails to parse; then earlier boundaries are tried, and after a few failures the
     reader goes one event at a time up to the failed cut. Batches decoded by msgspec go
-    straight into the columns (``labkit.trace.structs``) unless they hold anything unusual, in
+    straight into the columns (``labkit.trace.read.structs``) unless they hold anything unusual, in
     which case they are decoded again with json and added event by event."""
     i = 0
     if rd.peek() == "]":
@@ -477,46 +296,6 @@ def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     stats.n_events = i
 
 
-def _want_progress(path: Path, progress: bool | None) -> bool:
-    if progress is not None:
-        return progress
-    try:
-        return os.path.getsize(path) > PROGRESS_MIN_BYTES and sys.stderr.isatty()
-    except (OSError, ValueError):
-        return False
-
-
-#: the interpreter's thread switch interval (s) while a gzip'ed trace is read (see ``_prompt_handover``)
-PREFETCH_SWITCH_S = 0.001
-_switch_lock = threading.Lock()
-_switch_users = 0
-_switch_saved = 0.005
-
-
-@contextlib.contextmanager
-def _prompt_handover():
-    """Hand the GIL over every ``PREFETCH_SWITCH_S`` instead of the default 5 ms while a gzip'ed trace is read.
-
-    The prefetch thread needs the GIL briefly around each inflate call; with the default interval
-    it waits up to 5 ms each time while the parser holds it, falls behind, and the parser then
-    waits for data (about a tenth of the load time on a 61 MB trace). Nested and concurrent
-    loads share one saved value: the first one in lowers the interval, the last one out restores it."""
-    global _switch_users, _switch_saved
-    with _switch_lock:
-        if _switch_users == 0:
-            _switch_saved = sys.getswitchinterval()
-            if _switch_saved > PREFETCH_SWITCH_S:
-                sys.setswitchinterval(PREFETCH_SWITCH_S)
-        _switch_users += 1
-    try:
-        yield
-    finally:
-        with _switch_lock:
-            _switch_users -= 1
-            if _switch_users == 0:
-                sys.setswitchinterval(_switch_saved)
-
-
 def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
                   progress: bool | None = None) -> tuple[dict, bool]:
     """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
@@ -526,13 +305,13 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
     decoder = json.JSONDecoder()
     bar = None
     with open_binary(path) as fh:
-        if _want_progress(path, progress):
+        if want_progress(path, progress):
             raw = fh
             while hasattr(raw, "raw") or hasattr(raw, "fileobj"):  # down to the file on disk
                 raw = getattr(raw, "fileobj", None) or raw.raw
             bar = Progress(raw, os.path.getsize(path), path.name)
         try:
-            with _prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
+            with prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
                 _read_body(fh, cols, stats, metadata, decoder, bar)
         finally:
             if bar is not None:

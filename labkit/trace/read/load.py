@@ -1,10 +1,10 @@
 """Streaming loader for PyTorch profiler (Kineto) Chrome-trace JSON into tidy tables.
 
 ``load_trace(path)`` reads ``.json`` or ``.json.gz`` (gzip is detected by its magic bytes)
-without decoding the whole document at once: ``labkit.trace.reader`` walks the
+without decoding the whole document at once: ``labkit.trace.read.reader`` walks the
 ``traceEvents`` array about 1 MiB of bytes at a time, decoding the complete events in it as one
 batch (typed structs where ``msgspec`` is installed, ``json`` for anything unusual), and
-``labkit.trace.columns`` keeps
+``labkit.trace.read.columns`` keeps
 only the fields the analyses need in compact column arrays with interned strings. Memory
 stays bounded by the kept columns plus one buffer, not by the size of the file.
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
-from labkit.trace.reader import read_document
+from labkit.trace.read.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
+from labkit.trace.read.reader import read_document
 
 __all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
            "check_malformed", "load_trace", "trace_from_document"]

@@ -3,7 +3,7 @@
 One trace: a short summary (per-stream idle split by cause, host call sites starving the GPU,
 copies), optionally the JSON result and a single offline HTML report. Several traces (or a
 folder of them): one analysis per trace on ``--jobs`` local processes or a Dask cluster
-(``--dask``), then a combined view across ranks (``labkit.trace.many``).
+(``--dask``), then a combined view across ranks (``labkit.trace.analysis.many``).
 
 Output paths are checked before any work (a folder, a missing parent folder, two outputs to
 one path or an output that is an input are errors), and outputs are written only when every
@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
-from labkit import fileio
 from labkit.errors import UsageError
+from labkit.trace.outputs import check_outputs, write_all
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,63 +42,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", metavar="ADDRESS", default=None,
                    help="run the per-trace work on an existing Dask distributed scheduler (needs labkit[scale])")
     return p
-
-
-def check_output(path: str | os.PathLike) -> Path:
-    """A user-named output path that can be written: not a folder, in an existing folder."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"output {str(path)!r} is a folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"output folder {str(parent)!r} does not exist")
-    return path
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a user-named output atomically; a missing folder or a folder as target is a ``UsageError``."""
-    return fileio.write_atomic(check_output(path), text, make_parents=False)
-
-
-def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[str, Path]:
-    """Check every named output before any work: writable, pairwise distinct, not an input.
-
-    ``outputs``: option name -> path (None when not given). Returns the given ones as Paths."""
-    given = {k: check_output(v) for k, v in outputs.items() if v}
-    seen: dict = {}
-    for opt, p in given.items():
-        key = p.resolve()
-        if key in seen:
-            raise UsageError(f"{seen[key]} and {opt} name the same file {str(p)!r}")
-        seen[key] = opt
-    ins = {p.resolve() for p in inputs}
-    for opt, p in given.items():
-        if p.resolve() in ins:
-            raise UsageError(f"{opt} {str(p)!r} is one of the input traces")
-    return given
-
-
-def write_all(outputs: dict[Path, str]) -> None:
-    """Write every output or none: all go to temporary files first, then each replaces its target."""
-    temps: list[tuple[str, Path]] = []
-    done: list[Path] = []
-    try:
-        for path, text in outputs.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-            temps.append((tmp, path))
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, fileio._default_mode())
-        for tmp, path in temps:
-            os.replace(tmp, path)
-            done.append(path)
-    except OSError as exc:
-        for tmp, _ in temps:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        for path in done:
-            path.unlink(missing_ok=True)
-        raise UsageError(f"cannot write outputs: {exc.strerror or exc}") from None
 
 
 def _options(args) -> dict:
@@ -130,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
     kw = _options(args)
-    from labkit.trace.many import expand_paths
+    from labkit.trace.analysis.many import expand_paths
 
     traces = expand_paths(args.trace)
     if args.vs is not None and not Path(args.vs).is_file():
@@ -151,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path]) -> int:
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
 
     before = analyze_trace(trace, cache=False, **kw)
     diff = None
     if args.vs:
-        from labkit.trace.diff import diff_analyses
+        from labkit.trace.analysis.diff import diff_analyses
 
         diff = diff_analyses(before, analyze_trace(args.vs, cache=False, **kw))
     # Build every output first, then write: a failure leaves no partial file behind.
@@ -167,7 +108,7 @@ def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path]) -> int:
             payload = {"before": payload, "after": diff.after.to_json(top=args.top), "diff": diff.to_json(top=args.top)}
         texts[outs["--json"]] = json.dumps(payload, indent=1, allow_nan=False) + "\n"
     if "--html" in outs:
-        from labkit.trace.html import render_report
+        from labkit.trace.analysis.html import render_report
 
         texts[outs["--html"]] = render_report(before, other=diff.after if diff is not None else None, top=args.top)
     for line in before.summary_lines(top=min(args.top, 10)):
@@ -186,7 +127,7 @@ def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path]) -> int:
 
 
 def _main_many(args, traces: list[Path], kw: dict, outs: dict[str, Path]) -> int:
-    from labkit.trace.many import analyze_many, combine, combined_lines
+    from labkit.trace.analysis.many import analyze_many, combine, combined_lines
 
     records = analyze_many(traces, options=kw, top=args.top, jobs=args.jobs, dask_address=args.dask)
     comb = combine(records)

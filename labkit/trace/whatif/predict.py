@@ -1,8 +1,8 @@
-"""``labkit whatif``: what would a cheaper host call, or a copy that does not synchronize, buy?
+"""What would a cheaper host call, or a copy that does not synchronize, buy? (``labkit whatif``)
 
-``predict(trace, changes)`` builds the run's dependency graph (``whatif_graph``), replays it
+``predict(trace, changes)`` builds the run's dependency graph (``dependency_graph``), replays it
 unchanged (the self-check: it must reproduce the measured step times) and with the changes
-(``whatif_replay``), and returns a ``WhatIf``: measured and predicted median step time,
+(``replay``), and returns a ``WhatIf``: measured and predicted median step time,
 tokens/s where the step names carry token counts (vLLM's
 ``execute_context_N(T)_generation_M(U)``), device busy and idle per stream, and the device gaps
 that close and the ones that remain.
@@ -16,8 +16,6 @@ a change that lets the host run ahead of the device still shows the device's pac
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
 import re
@@ -28,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from labkit.errors import UsageError
-from labkit.trace.whatif_graph import Graph, Records, trace_graph, trace_records
-from labkit.trace.whatif_replay import Change, Replay, closest_names, parse_changes, replay
+from labkit.trace.whatif.dependency_graph import Graph, Records, trace_graph, trace_records
+from labkit.trace.whatif.replay import Change, Replay, closest_names, parse_changes, replay
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ GAP_MIN_US = 10.0
 STEP_PATTERNS = (r"^ProfilerStep\s*#\s*\d+", r"^execute_(model|context)")
 _TOKENS = re.compile(r"execute_context_\d+\((\d+)\)_generation_\d+\((\d+)\)")
 
-__all__ = ["Change", "WhatIf", "parse_changes", "predict", "main"]
+__all__ = ["Change", "WhatIf", "parse_changes", "predict"]
 
 
 @dataclass
@@ -292,7 +290,7 @@ def _check_changes(g: Graph, changes: list[Change]) -> list[dict]:
 def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None) -> WhatIf:
     """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see the module docstring."""
     from labkit.results import labkit_commit
-    from labkit.trace.load import as_trace
+    from labkit.trace.read.load import as_trace
 
     trace = as_trace(path_or_trace)
     rec = trace_records(trace)
@@ -340,48 +338,3 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
         assumptions={"synchronizing_calls": n_sync, "graph_replays": g.graph_units, "event_sync_lag": g.event_lag,
                      "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5},
         notes=notes)
-
-
-# -- command line -----------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit whatif", description="Predict the step time if some host work "
-                                "were cheaper or some copies did not synchronize, by replaying a profiler trace.")
-    p.add_argument("trace", help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz")
-    p.add_argument("--scale", action="append", metavar="NAME=FACTOR", default=[],
-                   help="multiply the time of host spans matching regex NAME (and the work inside) by FACTOR")
-    p.add_argument("--unsync", action="append", metavar="NAME", default=[],
-                   help="make synchronizing calls matching regex NAME (own, copy or enclosing span name) non-blocking")
-    p.add_argument("--steps", default=None, metavar="REGEX",
-                   help="regex naming step spans (default ProfilerStep#N, then vLLM's execute_model/execute_context)")
-    p.add_argument("--json", metavar="OUT", help="write the answer as JSON to OUT")
-    p.add_argument("--html", metavar="OUT", help="write a small offline HTML page to OUT")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    from labkit.trace.cli import write_atomic
-    from labkit.trace.whatif_html import render_whatif
-
-    args = _parser().parse_args(argv)
-    changes = parse_changes(args.scale, args.unsync)
-    if not Path(args.trace).is_file():
-        raise UsageError(f"no such trace file: {args.trace}")
-    for out in (args.json, args.html):
-        if out is not None:
-            o = Path(out)
-            if o.is_dir():
-                raise UsageError(f"output {out!r} is a folder")
-            if not (o.parent if str(o.parent) else Path(".")).is_dir():
-                raise UsageError(f"output folder {str(o.parent)!r} does not exist")
-    w = predict(args.trace, changes, steps=args.steps)
-    outputs = {}
-    if args.json:
-        outputs[args.json] = json.dumps(w.to_json(), indent=1, allow_nan=False) + "\n"
-    if args.html:
-        outputs[args.html] = render_whatif(w)
-    for line in w.summary_lines():
-        print(line)
-    for path, text in outputs.items():
-        write_atomic(path, text)
-        print(f"wrote {path}")
-    return 0

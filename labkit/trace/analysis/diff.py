@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from labkit.trace.analyze import Analysis, _clean, _records, analyze_trace
+from labkit.trace.analysis.analyze import Analysis, _clean, _records, analyze_trace
 
 CAUSES = ("idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us")
 

@@ -18,8 +18,9 @@ ops (count, first start, last end, busy time, gaps inside it, launch-to-start la
 ``replay_index`` ties every device op to its launch. ``device_gaps`` finds idle per *device*
 (no stream of the device busy) and puts a gap that an unrecorded replay would have filled
 (the first device gap ending after that launch) in category ``unrecorded`` instead of idle;
-``device_idle`` sums them per device. A whatif-style analysis can take ``graph_replays`` as
-its list of launch units (move, shorten or drop one and its ops move with it).
+``device_idle`` sums them per device. The what-if replay groups its graph units with
+``graph_launches`` and ``replay_index`` too (``labkit.trace.whatif.dependency_graph``): a replay
+moves as one unit there.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from labkit.trace.bubbles import gaps_in_runs
-from labkit.trace.columns import cat_mask
-from labkit.trace.load import Trace
+from labkit.trace.analysis.bubbles import gaps_in_runs
+from labkit.trace.read.columns import cat_mask
+from labkit.trace.read.load import Trace
 
 GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?$")
 GAP_CATEGORIES = ("host_wait", "kernel_wait", "other", "unrecorded")

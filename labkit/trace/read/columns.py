@@ -1,6 +1,6 @@
 """Column store for loaded trace events: typed append-only arrays with interned strings.
 
-The reader (``labkit.trace.reader``) hands decoded JSON events to a ``ColumnStore``
+The reader (``labkit.trace.read.reader``) hands decoded JSON events to a ``ColumnStore``
 (``add_event``); ``frames()`` turns the
 columns into the ``events``, ``flows`` and ``threads`` DataFrames of a ``Trace``. Also holds
 the category groups the analyses use and ``LoadStats`` (what the loader saw and skipped).
@@ -46,7 +46,7 @@ class LoadStats:
     n_complete: int = 0  #: kept ``X`` events
     n_flows: int = 0
     n_other: int = 0  #: instant, counter and other phases (counted, not kept)
-    skipped: int = 0  #: malformed events (see ``labkit.trace.load`` for the policy)
+    skipped: int = 0  #: malformed events (see ``labkit.trace.read.load`` for the policy)
     non_objects: int = 0  #: entries of traceEvents that are not JSON objects
     skip_reasons: Counter = field(default_factory=Counter)
     first_skipped: list = field(default_factory=list)  #: up to 5 ``(index, reason)``
@@ -158,7 +158,7 @@ def category_kind(cat) -> int:
 class ColumnStore:
     """Append-only column store: rows gather in ``rows``/``flows`` lists, ``flush()`` moves them into typed
     arrays. Each column is a list of numpy chunks (``chunks``/``flow_chunks``) joined once by ``frames()``;
-    ``append_chunks`` adds a batch of whole columns (the struct path, ``labkit.trace.structs``)."""
+    ``append_chunks`` adds a batch of whole columns (the struct path, ``labkit.trace.read.structs``)."""
 
     def __init__(self) -> None:
         self.chunks: list[list[np.ndarray]] = [[] for _ in EVENT_DTYPES]
@@ -291,7 +291,7 @@ class ColumnStore:
         return out
 
     def frames(self):
-        """``(events, flows, threads)`` DataFrames (see ``labkit.trace.load`` for the columns)."""
+        """``(events, flows, threads)`` DataFrames (see ``labkit.trace.read.load`` for the columns)."""
         import pandas as pd
 
         (cat, name, pid, tid, ts, dur, stream, device, corr, ext, nbytes, grid, block,

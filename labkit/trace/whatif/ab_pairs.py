@@ -63,8 +63,8 @@ def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
 
 def span_durations_us(trace, pattern: str) -> list[float]:
     """Durations (us) of the host spans of ``trace`` (path or Trace) whose name matches ``pattern``."""
-    from labkit.trace.load import as_trace
-    from labkit.trace.whatif_graph import trace_records
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.dependency_graph import trace_records
 
     rec = trace_records(as_trace(trace))
     rx = re.compile(pattern)
@@ -78,8 +78,8 @@ def host_work_us(trace, pattern: str) -> list[float]:
     """Per host span matching ``pattern``: its duration minus the time synchronizing calls inside it
     spent waiting for the device (us): the span's own host cost, the quantity ``--scale`` scales
     (waits from the same dependency graph the replay uses)."""
-    from labkit.trace.load import as_trace
-    from labkit.trace.whatif_graph import trace_graph
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.dependency_graph import trace_graph
 
     rec, g = trace_graph(as_trace(trace))
     rx = re.compile(pattern)
@@ -111,8 +111,8 @@ def median_span_us(trace, pattern: str) -> float:
 def predict_pair(before, after, case: str | ABCase) -> dict:
     """Replay ``before`` (path or Trace) with ``case``'s change; return one row with the prediction
     beside ``after``'s measured median step (``error`` = predicted / measured - 1)."""
-    from labkit.trace.load import as_trace
-    from labkit.trace.whatif import Change, predict
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.predict import Change, predict
 
     c = AB_CASES[case] if isinstance(case, str) else case
     tb, ta = as_trace(before), as_trace(after)

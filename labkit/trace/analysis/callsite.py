@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.trace.columns import column_strings
+from labkit.trace.read.columns import column_strings
 
 #: event category -> layer (column in the call-site tables)
 LAYERS = {

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import UsageError
-from labkit.trace.columns import cat_mask, group_codes
-from labkit.trace.load import Trace
+from labkit.trace.read.columns import cat_mask, group_codes
+from labkit.trace.read.load import Trace
 
 PROFILER_STEP = r"^ProfilerStep\s*#\s*\d+"
 VLLM_CONTEXT = r"^execute_context"

@@ -8,7 +8,7 @@ and analyses one trace and hands back only its JSON record (the same schema as a
 coordinating process never holds a loaded trace. ``combine`` then builds the cross-rank
 view from those records:
 
-* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.graphs``; rank
+* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.analysis.cuda_graphs``; rank
   from ``distributedInfo`` where present);
 * ``per_step``: for each step index found in the traces, the slowest rank and the spread;
 * ``stragglers``: ranks whose total step time exceeds the median over the ranks with steps by
@@ -80,7 +80,7 @@ def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
 
     ``options``: keyword arguments of ``analyze_trace``. ``peak_rss_bytes`` is this process's
     peak resident memory while it analysed the trace (reset before it where Linux allows)."""
-    from labkit.trace.analyze import analyze_trace
+    from labkit.trace.analysis.analyze import analyze_trace
 
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()

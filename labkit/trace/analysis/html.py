@@ -12,7 +12,7 @@ import html
 
 import pandas as pd
 
-from labkit.trace.analyze import Analysis
+from labkit.trace.analysis.analyze import Analysis
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:20px;color:#222}
@@ -106,7 +106,7 @@ def render_report(analysis: Analysis, *, other: Analysis | None = None, top: int
     if other is None:
         body.append(_section(analysis, top))
     else:
-        from labkit.trace.diff import diff_analyses
+        from labkit.trace.analysis.diff import diff_analyses
 
         d = diff_analyses(analysis, other)
         body.append("<h2>Before / after totals</h2>" + _table(d.totals))

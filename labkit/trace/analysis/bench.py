@@ -28,7 +28,7 @@ from labkit.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_BASES = [
     REPO_ROOT.parent / "shared" / "traces" / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz",
     REPO_ROOT.parent / "shared" / "traces" / "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
@@ -94,8 +94,8 @@ import numpy, pandas
 if kind == "hta":
     import hta.trace_analysis as hta_ta
 else:
-    import labkit.trace.analyze as lab
-    import labkit.trace.reader as lab_reader
+    import labkit.trace.analysis.analyze as lab
+    import labkit.trace.read.reader as lab_reader
     if want_decoder != "auto":
         lab_reader.DECODER = want_decoder
 def status_bytes(key):  # VmRSS now, VmHWM peak: this program's own map (ru_maxrss can carry the parent's)
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             row = _tool_row(tool, runs, info["file_bytes"], {"file_bytes": info["file_bytes"], "copies": info["copies"]})
             rows.append({**row, "rss_over_file": row["rss_over_json"]})
         if args.traces:
-            from labkit.trace.many import expand_paths
+            from labkit.trace.analysis.many import expand_paths
 
             rows += per_trace_rows(expand_paths([str(p) for p in args.traces]), timeout=args.timeout,
                                    decoder=args.decoder, repeats=args.repeats, hta="hta" in tools)

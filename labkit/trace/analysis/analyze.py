@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from labkit.trace import load as _load
-from labkit.trace.bubbles import (
+from labkit.trace.read import load as _load
+from labkit.trace.analysis.bubbles import (
     DEFAULT_KERNEL_WAIT_US,
     cat_mask,
     device_ops,
@@ -29,11 +29,11 @@ from labkit.trace.bubbles import (
     steps_table,
     stream_idle,
 )
-from labkit.trace.graphs import device_gaps, device_idle, graph_replays, replay_index
-from labkit.trace.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
-from labkit.trace.columns import group_codes
-from labkit.trace.load import DEVICE_CATS, Trace, as_trace
-from labkit.trace.steps import detect_steps, step_phases
+from labkit.trace.analysis.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
+from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.read.columns import group_codes
+from labkit.trace.read.load import DEVICE_CATS, Trace, as_trace
+from labkit.trace.analysis.steps import detect_steps, step_phases
 
 SCHEMA = 1
 
@@ -55,10 +55,10 @@ class Analysis:
     params: dict = field(default_factory=dict)
     trace: Trace | None = field(default=None, repr=False)
     ops: pd.DataFrame | None = field(default=None, repr=False)
-    replays: pd.DataFrame | None = None  #: CUDA-graph replays, one row per launch (labkit.trace.graphs)
-    devices: pd.DataFrame | None = None  #: idle per device, real gaps only (labkit.trace.graphs)
+    replays: pd.DataFrame | None = None  #: CUDA-graph replays, one row per launch (labkit.trace.analysis.cuda_graphs)
+    devices: pd.DataFrame | None = None  #: idle per device, real gaps only (labkit.trace.analysis.cuda_graphs)
     device_gaps: pd.DataFrame | None = field(default=None, repr=False)
-    step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.steps.detect_steps)
+    step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.analysis.steps.detect_steps)
     step_phases: pd.DataFrame | None = None  #: host time per annotated phase per step
 
     @property
@@ -279,11 +279,11 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
 
     ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
     ``step_pattern``: regex for step spans (None: ``ProfilerStep#N``, else vLLM's
-    ``execute_context_*`` / ``execute_model`` markers, see ``labkit.trace.steps``).
+    ``execute_context_*`` / ``execute_model`` markers, see ``labkit.trace.analysis.steps``).
     ``small_bytes``/``min_count``: the small pageable copy rule.
     ``top``: keep only the top call sites in ``host_starvation`` (None: all).
     ``skip_malformed``: read a trace even when more than 0.1% of its events are malformed
-    (``labkit.trace.load``); ``summary["malformed_events"]`` counts the skipped ones.
+    (``labkit.trace.read.load``); ``summary["malformed_events"]`` counts the skipped ones.
     ``cache``: for a path, reuse the analysis of the same unchanged file with the same options
     from earlier in this process (a notebook draws one trace in several figures); traces of more
     than ``CACHE_MAX_EVENTS`` events are never kept. Treat a returned ``Analysis`` as read-only.
@@ -303,7 +303,7 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
     return an
 
 
-# analyses kept per process, and the largest trace kept: the loader's limits (``labkit.trace.load``)
+# analyses kept per process, and the largest trace kept: the loader's limits (``labkit.trace.read.load``)
 CACHE_SIZE, CACHE_MAX_EVENTS = _load.CACHE_SIZE, _load.CACHE_MAX_EVENTS
 _CACHE: OrderedDict = OrderedDict()
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.trace.columns import (_BIG, EVENT_DTYPES, FLOW_DTYPES, KIND_DEVICE, KIND_HOST, KIND_IGNORED, ColumnStore,
+from labkit.trace.read.columns import (_BIG, EVENT_DTYPES, FLOW_DTYPES, KIND_DEVICE, KIND_HOST, KIND_IGNORED, ColumnStore,
                                   LoadStats, category_kind, int_or)
 
 try:  # optional: typed decoding without per-event dicts
