@@ -206,7 +206,8 @@ def _decode(value) -> list:
     """A trace array as plotly.js holds it (a list, nested lists, or plotly's typed-array form
     ``{"dtype", "bdata"[, "shape"]}``) as a flat list of its items."""
     if isinstance(value, dict) and "bdata" in value:
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]).newbyteorder("<")).tolist()
+        dtype = np.dtype(value["dtype"]).newbyteorder("<")  # plotly writes little-endian
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=dtype).tolist()
     if isinstance(value, (list, tuple)):
         return [item for v in value for item in _decode(v)]
     return [] if value is None else [value]

@@ -243,7 +243,8 @@ def test_lab_report_pages_show_their_content(browser, lab_report):
     absent = sorted(set(PAGES) - set(pages))
     assert not absent, f"expected pages not in the report: {absent} ({lab_report.proc.stderr[-1500:]})"
     rec = Recorded(lab_report.recorded)
-    problems = [p for name, path in pages.items() for p in page_problems(name, _page_facts(browser, path), PAGES[name], rec)]
+    problems = [p for name, path in pages.items()
+                for p in page_problems(name, _page_facts(browser, path), PAGES[name], rec)]
     assert not problems, "\n".join(problems)
 
 
