@@ -74,11 +74,15 @@ class Recorded:
 
 # -- key numbers per page, read from the recorded results --------------------------------------
 
+def _tensor_reads(rec: Recorded) -> list[KeyNumber]:
+    """Per machine its calibrated tensor read, ``int(tensor[i])`` (ns per element, as drawn)."""
+    return [KeyNumber(f"{r.slug} calibration: int(tensor[i]) ns/element", row["median_ns"])
+            for r, row in rec.rows("calibration", kind="cpu", variant="tensor_index_int")]
+
+
 def calibration_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 00: per machine the tensor read (ns per element, as drawn); the GPU machines'
-    pageable 256 B copy, host time (drawn in us)."""
-    out = [KeyNumber(f"{r.slug} calibration: int(tensor[i]) ns/element", row["median_ns"])
-           for r, row in rec.rows("calibration", kind="cpu", variant="tensor_index_int")]
+    """Notebook 00: per machine the tensor read; the GPU machines' pageable 256 B copy, host time (drawn in us)."""
+    out = _tensor_reads(rec)
     out += [KeyNumber(f"{r.slug} calibration: pageable 256 B copy, host us", row["median_ns"] / NS_PER_US)
             for r, row in rec.rows("calibration", kind="gpu", variant="h2d_pageable", metric="host_ns", size_bytes=256)]
     return out
@@ -126,8 +130,7 @@ def trace_numbers(rec: Recorded) -> list[KeyNumber]:
 
 def compare_numbers(rec: Recorded) -> list[KeyNumber]:
     """Notebook 06: every machine's tensor read (calibration) and the GPU kernel's TFLOP/s."""
-    out = [KeyNumber(f"{r.slug} calibration: int(tensor[i]) ns/element", row["median_ns"])
-           for r, row in rec.rows("calibration", kind="cpu", variant="tensor_index_int")]
+    out = _tensor_reads(rec)
     out += [KeyNumber(f"{r.slug} attn_bench {row['variant']} {row['case']}: TFLOP/s", row["tflops"])
             for r, row in rec.rows("attn_bench", source="measured-gpu", variant="triton_prefix")]
     return out
@@ -150,32 +153,33 @@ class PageExpectation:
 
 PAGES: dict[str, PageExpectation] = {
     "00_environment": PageExpectation(
-        ("The machine and its unit costs", "Calibrate this machine", "This machine beside the recorded ones"),
-        2, calibration_numbers),
+        headings=("The machine and its unit costs", "Calibrate this machine", "This machine beside the recorded ones"),
+        min_figures=2, numbers=calibration_numbers),
     "01_placeholder_scheduler": PageExpectation(
-        ("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
-         "Does the saving explain the PR's table?"),
-        7, placeholder_numbers),
+        headings=("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
+                  "Does the saving explain the PR's table?"),
+        min_figures=7, numbers=placeholder_numbers),
     "02_idle_bubbles": PageExpectation(
-        ("Idle bubbles", "Under CUDA graphs", "Measured on a GPU: recorded results",
-         "How far is the simulator from the H200?"),
-        13, engine_numbers),
+        headings=("Idle bubbles", "Under CUDA graphs", "Measured on a GPU: recorded results",
+                  "How far is the simulator from the H200?"),
+        min_figures=13, numbers=engine_numbers),
     "03_h2d_prefix_ranges": PageExpectation(
-        ("Prefix ranges and host-to-device copies", "The four strategies", "On a GPU: idle time between layers"),
-        4, h2d_numbers),
+        headings=("Prefix ranges and host-to-device copies", "The four strategies",
+                  "On a GPU: idle time between layers"),
+        min_figures=4, numbers=h2d_numbers),
     "04_prefix_attention_kernel": PageExpectation(
-        ("A Triton prefix-LM attention kernel", "The rule", "Speed on a GPU"),
-        5, attention_numbers),
+        headings=("A Triton prefix-LM attention kernel", "The rule", "Speed on a GPU"),
+        min_figures=5, numbers=attention_numbers),
     "05_trace_analysis": PageExpectation(
-        ("Trace analysis", "A second real trace, from outside the lab", "How fast the analyzer is",
-         "What would a fix buy?"),
-        4, trace_numbers),
+        headings=("Trace analysis", "A second real trace, from outside the lab", "How fast the analyzer is",
+                  "What would a fix buy?"),
+        min_figures=4, numbers=trace_numbers),
     "06_compare_gpus": PageExpectation(
-        ("Machines side by side", "What is missing", "Side by side"),
-        1, compare_numbers),
+        headings=("Machines side by side", "What is missing", "Side by side"),
+        min_figures=1, numbers=compare_numbers),
     "07_next_bubble": PageExpectation(
-        ("The next bubble", "Before and after the patch", "What a GPU run would show"),
-        4, next_bubble_numbers),
+        headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
+        min_figures=4, numbers=next_bubble_numbers),
 }
 
 
