@@ -252,6 +252,8 @@ def check(root: Path, mutations, *, log=print) -> list[Outcome]:
     mutations = list(mutations)
     if not mutations:
         raise MutationError("no mutations selected")
+    if not (root / PACKAGE).is_dir():
+        raise MutationError(f"no {PACKAGE}/ package under {root}")
     with tempfile.TemporaryDirectory(prefix="labkit-mutation-") as tmp:
         tree = copy_tree(root, Path(tmp))
         targets = [locate(tree, m) for m in mutations]  # every mutation must apply before anything runs

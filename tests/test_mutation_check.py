@@ -96,6 +96,8 @@ def test_missing_tests_failing_baseline_and_bad_usage_are_errors(tiny, capsys):
     assert "does not compile" in capsys.readouterr().err
     assert mc.main(["--root", str(tiny), "--only", "nope"], mutations=(CAUGHT,)) == 2
     assert "unknown mutation nope" in capsys.readouterr().err
+    assert mc.main(["--root", str(tiny / "tests")], mutations=(CAUGHT,)) == 2
+    assert f"no {mc.PACKAGE}/ package under" in capsys.readouterr().err
     (tiny / "tests" / "test_core.py").write_text(
         f"from {mc.PACKAGE}.sub.core import add\n\n\ndef test_add():\n    assert add(2, 3) == 6\n")
     assert mc.main(["--root", str(tiny)], mutations=(CAUGHT,)) == 2

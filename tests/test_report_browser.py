@@ -61,15 +61,21 @@ def _open(browser, path: Path):
     return page, bad
 
 
+def _wait_for_figures(page) -> int:
+    """Wait until every plotly figure of the page is drawn; returns how many there are."""
+    n_graphs = page.locator(".plotly-graph-div").count()
+    if n_graphs:
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
+            ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+    return n_graphs
+
+
 def _check_page(browser, path: Path) -> dict:
     """Every assertion a page must pass; returns counts for the caller's own checks."""
     page, bad = _open(browser, path)
     try:
-        n_graphs = page.locator(".plotly-graph-div").count()
-        if n_graphs:
-            page.wait_for_function(
-                "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+        n_graphs = _wait_for_figures(page)
         html = path.read_text(encoding="utf-8")
         n_widgets = 0
         if "application/vnd.jupyter.widget-state+json" in html and "application/vnd.jupyter.widget-view+json" in html:
@@ -237,10 +243,7 @@ def _page_facts(browser, path: Path) -> dict:
     """Headings, text and every figure's data of a page, once its figures are drawn."""
     page, _ = _open(browser, path)
     try:
-        if page.locator(".plotly-graph-div").count():
-            page.wait_for_function(
-                "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+        _wait_for_figures(page)
         return page.evaluate(PAGE_FACTS_JS)
     finally:
         page.close()
