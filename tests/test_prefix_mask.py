@@ -161,8 +161,7 @@ FLEX_RANGES = [[(1, 3)], [(2, 4)], [(0, 5)], [(0, 1), (5, 8), (6, 7)], [(0, 0)]]
 
 
 def _flex():
-    fa = pytest.importorskip("torch.nn.attention.flex_attention")
-    return fa
+    return pytest.importorskip("torch.nn.attention.flex_attention")
 
 
 def _flex_call(fn, *args, **kwargs):
