@@ -23,7 +23,7 @@ WHEELS ?= wheelhouse
 WHEELS_PY ?=
 STAMP  := $(VENV)/.labkit-setup.stamp
 
-.PHONY: help setup report test test-vllm lab calibrate wheelhouse offline-check clean
+.PHONY: help setup report test mutation-check test-vllm lab calibrate wheelhouse offline-check clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -42,6 +42,11 @@ report: $(STAMP)
 test: $(STAMP)
 	@bash scripts/setup_browser.sh
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+# Planted bugs in the core, each in a temporary copy of the tree with only its own test files
+# (about 2 minutes): the tests must catch every one.
+mutation-check: $(STAMP)
+	$(PY) scripts/mutation_check.py
 
 test-vllm:
 	bash scripts/test_vllm.sh

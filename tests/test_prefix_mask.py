@@ -2,6 +2,7 @@
 
 import math
 import random
+import warnings
 
 import pytest
 import torch
@@ -149,18 +150,79 @@ def test_flex_mask_mod_on_index_grids_matches_mask(window):
         assert padded[b, 0].any(dim=-1).all()  # no empty row, padded rows included
 
 
-def test_flex_create_mask_on_cpu_matches_mask():
-    fa = pytest.importorskip("torch.nn.attention.flex_attention")
-    lens = [(6, 6), (3, 6), (1, 7)]
-    ranges = [[(1, 3)], [(2, 4)], [(0, 5)]]
-    mask_mod = make_prefix_lm_mask_mod(lens, ranges, 0)
+#: what a torch build raises for a FlexAttention feature it lacks on this device (an operator
+#: without a kernel here): only this may skip the vmapped checks below, anything else is a failure
+FLEX_UNSUPPORTED = (NotImplementedError,)
+
+# rows of a padded batch: decode, chunked prefill, full prefill, ranges at both ends, overlapping
+# ranges and padding, so every branch of the mask_mod and every padding rule is reached
+FLEX_LENS = [(6, 6), (3, 6), (1, 7), (5, 9), (2, 4)]
+FLEX_RANGES = [[(1, 3)], [(2, 4)], [(0, 5)], [(0, 1), (5, 8), (6, 7)], [(0, 0)]]
+
+
+def _flex():
+    return pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+def _flex_call(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; a FlexAttention feature this build lacks on CPU skips, any other error fails."""
     try:
-        dense = fa.create_mask(mask_mod, len(lens), 1, 6, 7, device="cpu")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"create_mask does not run on this CPU build: {type(exc).__name__}: {exc}")
-    assert torch.equal(dense[0, 0, :6, :6], _m(HAND_CASES[1][5]))
-    assert torch.equal(dense[1, 0, :3, :6], _m(HAND_CASES[3][5]))
-    assert dense[2, 0, 0, :7].all()
+        return fn(*args, **kwargs)
+    except FLEX_UNSUPPORTED as exc:
+        pytest.skip(f"{fn.__name__} is not supported on this CPU build: {type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_flex_create_mask_on_cpu_matches_mask(window):
+    """``create_mask`` evaluates the mask_mod under ``torch.vmap`` over batch, head, query and key
+    (as FlexAttention does): every row equals the rule written out element by element."""
+    fa = _flex()
+    mask_mod = make_prefix_lm_mask_mod(FLEX_LENS, FLEX_RANGES, window)
+    q_pad, kv_pad = max(a for a, _ in FLEX_LENS), max(b for _, b in FLEX_LENS)
+    dense = _flex_call(fa.create_mask, mask_mod, len(FLEX_LENS), 2, q_pad, kv_pad, device="cpu")
+    assert dense.shape == (len(FLEX_LENS), 2, q_pad, kv_pad) and dense.dtype == torch.bool
+    for b, (q_len, kv_len) in enumerate(FLEX_LENS):
+        want = _brute_mask(q_len, kv_len, FLEX_RANGES[b], window)
+        for h in range(2):
+            assert torch.equal(dense[b, h, :q_len, :kv_len], want), (b, h)
+        assert not dense[b, :, :, kv_len:].any()  # padded keys are never seen
+        assert torch.equal(dense[b, :, q_len:], dense[b, :, q_len - 1:q_len].expand(-1, q_pad - q_len, -1))
+    if window == 0:  # the hand-worked matrices, as a second independent expectation
+        assert torch.equal(dense[0, 0, :6, :6], _m(HAND_CASES[1][5]))
+        assert torch.equal(dense[1, 0, :3, :6], _m(HAND_CASES[3][5]))
+        assert dense[2, 0, 0, :7].all()
+
+
+def test_flex_attention_on_cpu_matches_reference():
+    """The block mask built from the mask_mod (vmapped, small blocks: empty, partial and full ones)
+    drives eager FlexAttention on CPU; each row's output equals the float64 reference."""
+    fa = _flex()
+    lens, ranges, window, heads, kv_heads, dim = FLEX_LENS, FLEX_RANGES, 4, 4, 2, 16
+    mask_mod = make_prefix_lm_mask_mod(lens, ranges, window)
+    q_pad, kv_pad = max(a for a, _ in lens), max(b for _, b in lens)
+    block_mask = _flex_call(fa.create_block_mask, mask_mod, len(lens), None, q_pad, kv_pad, device="cpu",
+                            BLOCK_SIZE=2)
+    q, k, v, cu_q, cu_k = _packed(lens, heads, kv_heads, dim, seed=5)
+    qp = torch.zeros(len(lens), heads, q_pad, dim, dtype=q.dtype)
+    kp = torch.zeros(len(lens), kv_heads, kv_pad, dim, dtype=q.dtype)
+    vp = torch.zeros_like(kp)
+    qs = ks = 0
+    for b, (q_len, kv_len) in enumerate(lens):
+        qp[b, :, :q_len] = q[qs:qs + q_len].transpose(0, 1)
+        kp[b, :, :kv_len] = k[ks:ks + kv_len].transpose(0, 1)
+        vp[b, :, :kv_len] = v[ks:ks + kv_len].transpose(0, 1)
+        qs, ks = qs + q_len, ks + kv_len
+    rng = torch.zeros(len(lens), max(len(r) for r in ranges), 2, dtype=torch.int32)
+    for b, row in enumerate(ranges):
+        rng[b, :len(row)] = torch.tensor(row, dtype=torch.int32)
+    want = prefix_attention_ref(q, k, v, cu_q, cu_k, rng, sliding_window=window)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*without torch.compile.*")  # eager: the unfused path
+        got = _flex_call(fa.flex_attention, qp, kp, vp, block_mask=block_mask, enable_gqa=True)
+    qs = 0
+    for b, (q_len, _) in enumerate(lens):
+        assert torch.allclose(got[b, :, :q_len].transpose(0, 1), want[qs:qs + q_len], atol=1e-12), b
+        qs += q_len
 
 
 # -- the reference ---------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 Two builds: a small one from notebooks written here (a plotly figure with buttons, one with
 a dropdown, an ipywidgets slider), and the lab's real report (``labkit report --size quick``
 over ``notebooks/``, run on this machine's CPU into a temporary folder, with a secret
-planted in the environment that must not appear on any page).
+planted in the environment that must not appear on any page). Each real page is also held
+to what it must show (``report_pages.PAGES``: headings, figures with data, key numbers of the
+recorded results it read); two pages built against a store whose results do not load show
+that this check fails on such pages.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import secrets
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from report_helpers import TOGGLE_CELLS, write_notebook
+from report_pages import PAGE_FACTS_JS, PAGES, Recorded, page_problems
 
 from labkit.report.build import build_report
+from labkit.results import load_results
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,15 +61,21 @@ def _open(browser, path: Path):
     return page, bad
 
 
+def _wait_for_figures(page) -> int:
+    """Wait until every plotly figure of the page is drawn; returns how many there are."""
+    n_graphs = page.locator(".plotly-graph-div").count()
+    if n_graphs:
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
+            ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+    return n_graphs
+
+
 def _check_page(browser, path: Path) -> dict:
     """Every assertion a page must pass; returns counts for the caller's own checks."""
     page, bad = _open(browser, path)
     try:
-        n_graphs = page.locator(".plotly-graph-div").count()
-        if n_graphs:
-            page.wait_for_function(
-                "() => Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                ".every(g => g.querySelector('.main-svg'))", timeout=30_000)
+        n_graphs = _wait_for_figures(page)
         html = path.read_text(encoding="utf-8")
         n_widgets = 0
         if "application/vnd.jupyter.widget-state+json" in html and "application/vnd.jupyter.widget-view+json" in html:
@@ -139,24 +151,50 @@ def test_index_page_offline_and_links(browser, small_report):
         page.close()
 
 
+def _recorded(store: Path) -> list:
+    """The results in ``store`` (a copy of data/results) that the repository records: the files git
+    tracks under data/results (a checkout's own quick runs, which git ignores, left out), or every
+    file where git is not available."""
+    proc = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", "data/results"], capture_output=True,
+                          check=False)
+    results = load_results(store)
+    if proc.returncode != 0 or not proc.stdout:
+        return results
+    tracked = {Path(n).relative_to("data/results") for n in proc.stdout.decode().split("\0") if n}
+    return [r for r in results if Path(r.path).relative_to(store) in tracked]
+
+
+@dataclass
+class LabReport:
+    out: Path  # the pages
+    secret: str  # planted in the environment; must appear nowhere
+    proc: subprocess.CompletedProcess
+    recorded: list  # the recorded results in the store before the build (what the pages read)
+
+
+def _run_report(out: Path, results: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LABKIT_RESULTS=str(results), **(env_extra or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "labkit", "report", "--size", "quick", "--device", "cpu", "--out", str(out), *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
+    )
+
+
 @pytest.fixture(scope="session")
-def lab_report(tmp_path_factory):
+def lab_report(tmp_path_factory) -> LabReport:
     """The lab's own report, built on this machine's CPU with a planted secret."""
     root = tmp_path_factory.mktemp("lab_report")
     results = root / "results"
     if (REPO / "data" / "results").is_dir():
         shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
+    recorded = _recorded(results)
     secret = "labkit-secret-" + secrets.token_hex(8)
-    env = dict(os.environ, LABKIT_TEST_SECRET=secret, LABKIT_RESULTS=str(results))
-    proc = subprocess.run(
-        [sys.executable, "-m", "labkit", "report", "--size", "quick", "--device", "cpu", "--out", str(root / "out")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
-    )
-    return root / "out", secret, proc
+    proc = _run_report(root / "out", results, env_extra={"LABKIT_TEST_SECRET": secret})
+    return LabReport(root / "out", secret, proc, recorded)
 
 
 def test_lab_report_builds(lab_report):
-    out, _, proc = lab_report
+    out, proc = lab_report.out, lab_report.proc
     assert (out / "index.html").is_file(), proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -167,7 +205,7 @@ def test_lab_report_within_page_budget(lab_report):
     MathJax configuration snippet)."""
     from labkit.report.pagesize import PAGE_BUDGET_BYTES, REPORT_BUDGET_BYTES, page_report
 
-    out, _, _ = lab_report
+    out = lab_report.out
     sizes = {p.name: p.stat().st_size for p in out.glob("*.html")}
     assert len(sizes) > 1, "no pages exported"
     assert {n: b for n, b in sizes.items() if b > PAGE_BUDGET_BYTES} == {}
@@ -180,7 +218,7 @@ def test_lab_report_within_page_budget(lab_report):
 
 
 def test_lab_report_pages_render_offline(browser, lab_report):
-    out, _, _ = lab_report
+    out = lab_report.out
     pages = sorted(out.glob("[0-9][0-9]_*.html"))
     assert pages, "no notebook pages exported"
     for path in pages:
@@ -189,7 +227,7 @@ def test_lab_report_pages_render_offline(browser, lab_report):
 
 
 def test_lab_report_leaks_no_secret_or_identity(lab_report):
-    out, secret, _ = lab_report
+    out, secret = lab_report.out, lab_report.secret
     import getpass
     import socket
 
@@ -199,3 +237,55 @@ def test_lab_report_leaks_no_secret_or_identity(lab_report):
         text = path.read_text(encoding="utf-8")
         for needle in needles:
             assert needle not in text, f"{path.name} contains {needle!r}"
+
+
+def _page_facts(browser, path: Path) -> dict:
+    """Headings, text and every figure's data of a page, once its figures are drawn."""
+    page, _ = _open(browser, path)
+    try:
+        _wait_for_figures(page)
+        return page.evaluate(PAGE_FACTS_JS)
+    finally:
+        page.close()
+
+
+def test_lab_report_pages_show_their_content(browser, lab_report):
+    """Every page has its defining headings, its figures drawn with data (no "no result"
+    placeholder) and the key numbers of the recorded results it read (report_pages.PAGES)."""
+    pages = {p.stem: p for p in sorted(lab_report.out.glob("[0-9][0-9]_*.html"))}
+    assert pages, "no notebook pages exported"
+    unlisted = sorted(set(pages) - set(PAGES))
+    assert not unlisted, f"pages without expectations: {unlisted} (add an entry to tests/report_pages.py PAGES)"
+    absent = sorted(set(PAGES) - set(pages))
+    assert not absent, f"expected pages not in the report: {absent} ({lab_report.proc.stderr[-1500:]})"
+    rec = Recorded(lab_report.recorded)
+    problems = [p for name, path in pages.items()
+                for p in page_problems(name, _page_facts(browser, path), PAGES[name], rec)]
+    assert not problems, "\n".join(problems)
+
+
+#: the pages rebuilt against a store whose results do not load (both read only recorded results, and fast)
+UNLOADED_PAGES = ("06_compare_gpus", "07_next_bubble")
+
+
+def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
+    """Pages built against a results store whose files do not load (each file cut short: invalid
+    JSON, skipped with a warning) draw only "no result" placeholders; the content check fails on
+    each of them, for its figures and for its key numbers."""
+    broken = tmp_path / "results"
+    shutil.copytree(REPO / "data" / "results", broken)
+    for path in broken.glob("*/*.json"):
+        path.write_text(path.read_text(encoding="utf-8")[:40], encoding="utf-8")
+    with pytest.warns(UserWarning, match="skipping"):
+        assert load_results(broken) == []
+    proc = _run_report(tmp_path / "out", broken, "--no-save", "--only", *UNLOADED_PAGES)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = Recorded(_recorded(REPO / "data" / "results"))  # what the pages should have shown
+    for name in UNLOADED_PAGES:
+        facts = _page_facts(browser, tmp_path / "out" / f"{name}.html")
+        assert facts["figures"], f"{name}: no figure at all"
+        problems = page_problems(name, facts, PAGES[name], rec)
+        assert any("figures with data, expected at least" in p for p in problems), problems
+        assert any("figures without data" in p for p in problems), problems
+        assert any("key numbers of the recorded results not shown" in p for p in problems), problems
+        assert not any("no heading" in p for p in problems), problems  # the page itself was built

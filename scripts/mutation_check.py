@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Mutation check: plant known bugs in labkit's core, one at a time, and make sure the tests catch each.
+
+Each mutation replaces one exact source snippet with a wrong one. The snippet is searched in
+every module under ``labkit/`` (so a module may move to another package without this list
+changing) and must occur exactly once there. Everything happens in a temporary copy of the
+tree (the files git tracks plus untracked ones it does not ignore); the working tree is never
+written. For each mutation only its own test files run, stopping at the first failure.
+
+Then the tests that caught them run once more on the unmutated copy and must pass there: a
+test that fails anyway proves nothing about the mutation.
+
+    python scripts/mutation_check.py            # every mutation (make mutation-check)
+    python scripts/mutation_check.py --list     # what each one plants, and where
+    python scripts/mutation_check.py --only prefix-mask-range-end whatif-scale-ignored
+
+Exit status: 0 every mutation caught; 1 a mutation survived (the tests passed with the bug in
+place); 2 a mutation does not apply (its snippet is not found exactly once), a test path is
+missing, the unmutated tests fail, or bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "labkit"
+#: seconds one pytest run may take before it counts as hanging
+RUN_TIMEOUT_S = 300
+#: never copied (environments, caches, build outputs); git's own ignore rules apply where git is present
+SKIP_DIRS = {".git", ".venv", ".venv-vllm", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis",
+             "reports", "build", "dist", "wheelhouse"}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One planted bug: ``old`` (exact source text under labkit/) becomes ``new``; ``tests`` must catch it."""
+
+    name: str
+    what: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "placeholder-cumsum-prefix",
+        "the fast placeholder's zero-prefixed cumsum loses its leading 0 (every slice end off by one)",
+        "self._cum0 = [0, *cumsum]",
+        "self._cum0 = list(cumsum)",
+        ("tests/test_placeholder.py",),
+    ),
+    Mutation(
+        "placeholder-list-cumsum-start",
+        "the #40143 list placeholder reads the slice start one position late",
+        "embeds_start = self.embeds_cumsum[start_idx - 1] if start_idx > 0 else 0",
+        "embeds_start = self.embeds_cumsum[start_idx] if start_idx > 0 else 0",
+        ("tests/test_placeholder.py",),
+    ),
+    Mutation(
+        "idle-kernel-wait-flipped",
+        "idle classification: gaps longer than the kernel-wait threshold counted as kernel wait",
+        "kernel_wait = ~host_wait & (g_dur < kernel_wait_us)",
+        "kernel_wait = ~host_wait & (g_dur > kernel_wait_us)",
+        ("tests/test_trace_bubbles.py",),
+    ),
+    Mutation(
+        "idle-total-drops-kernel-wait",
+        "a stream's idle total leaves out its kernel-wait gaps",
+        'out["idle_us"] = out["idle_host_wait_us"] + out["idle_kernel_wait_us"] + out["idle_other_us"]\n'
+        '    out["busy_us"] = out["span_us"] - out["idle_us"]\n',
+        'out["idle_us"] = out["idle_host_wait_us"] + out["idle_other_us"]\n'
+        '    out["busy_us"] = out["span_us"] - out["idle_us"]\n',
+        ("tests/test_trace_bubbles.py",),
+    ),
+    Mutation(
+        "idle-h2d-kind",
+        "the trace's pinned host-to-device copies counted as pageable",
+        '"Memcpy HtoD (Pinned -> Device)": "pinned",',
+        '"Memcpy HtoD (Pinned -> Device)": "pageable",',
+        ("tests/test_ledger.py",),
+    ),
+    Mutation(
+        "prefix-mask-range-end",
+        "prefix-LM mask: an image range's last key left out of the bidirectional block",
+        "mask |= (s <= q) & (q <= e) & (s <= k) & (k <= e)",
+        "mask |= (s <= q) & (q <= e) & (s <= k) & (k < e)",
+        ("tests/test_prefix_mask.py",),
+    ),
+    Mutation(
+        "flex-mask-mod-int-index",
+        "FlexAttention mask_mod indexes kv_lens with a Python int (breaks under vmap)",
+        "(kv_idx < kv_lens[b])",
+        "(kv_idx < kv_lens[int(b)])",
+        ("tests/test_prefix_mask.py",),
+    ),
+    Mutation(
+        "range-builder-window-off-by-one",
+        "range builder: a range exactly one token longer than the sliding window is kept",
+        "if window is not None and not clamp and end - start + 1 > window:",
+        "if window is not None and not clamp and end - start > window:",
+        ("tests/test_range_builders.py",),
+    ),
+    Mutation(
+        "whatif-scale-ignored",
+        "whatif replay: scaled host segments keep their measured length",
+        "v[k] = v[k - 1] + scale[k - 1] * (b[k] - b[k - 1])",
+        "v[k] = v[k - 1] + (b[k] - b[k - 1])",
+        ("tests/test_whatif.py",),
+    ),
+    Mutation(
+        "profile-fit-base-without-kv",
+        "device-profile fit: ops without a kv term get base_ns = 0",
+        'fields["base_ns"] = max(0.0, fields["base_ns"])',
+        'fields["base_ns"] = max(0.0, fields["base_ns"]) if "per_kv_token_ns" in fields else 0.0',
+        ("tests/test_sim_device.py",),
+    ),
+)
+
+
+class MutationError(Exception):
+    """The check cannot be run as asked (a mutation that does not apply, a missing test, a failing baseline)."""
+
+
+@dataclass
+class Outcome:
+    mutation: Mutation
+    path: str  # the file it was planted in, relative to the tree
+    caught: bool
+    seconds: float
+    detail: str  # the first failing test, or the end of pytest's output
+
+
+# -- the tree --------------------------------------------------------------------------------
+
+def tree_files(root: Path) -> list[Path]:
+    """The files of ``root`` to copy, relative: git's tracked and untracked-but-not-ignored files, or
+    (without git) every file outside ``SKIP_DIRS``."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                              capture_output=True, timeout=60, check=False)
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        proc = top = None
+    if proc is not None and proc.returncode == 0 and top.returncode == 0 \
+            and Path(top.stdout.strip()).resolve() == root.resolve():
+        names = [Path(n) for n in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+        return [n for n in names if (root / n).is_file()]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        out.extend(Path(dirpath, f).relative_to(root) for f in filenames if not f.endswith(".pyc"))
+    return out
+
+
+def copy_tree(root: Path, dest: Path) -> Path:
+    """A copy of ``root``'s files in ``dest/<root name>``, beside a link to ``root``'s sibling
+    ``shared/`` (the real traces some tests read) where there is one."""
+    tree = dest / root.name
+    for rel in tree_files(root):
+        target = tree / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+    shared = root.parent / "shared"
+    if shared.is_dir():
+        (dest / "shared").symlink_to(shared, target_is_directory=True)
+    return tree
+
+
+def locate(tree: Path, mutation: Mutation) -> Path:
+    """The one module under ``tree/labkit`` holding ``mutation.old`` exactly once; MutationError otherwise."""
+    hits = []
+    for path in sorted((tree / PACKAGE).rglob("*.py")):
+        n = path.read_text(encoding="utf-8").count(mutation.old)
+        if n:
+            hits.append((path, n))
+    if len(hits) != 1 or hits[0][1] != 1:
+        where = ", ".join(f"{p.relative_to(tree)} ({n}x)" for p, n in hits) or "nowhere"
+        raise MutationError(f"mutation {mutation.name!r} does not apply: its snippet {mutation.old!r} must occur "
+                            f"exactly once under {PACKAGE}/, found {where}")
+    return hits[0][0]
+
+
+def mutated_source(path: Path, mutation: Mutation) -> str:
+    """The module's text with the mutation applied; MutationError if the result does not compile."""
+    source = path.read_text(encoding="utf-8")
+    text = source.replace(mutation.old, mutation.new, 1)
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        raise MutationError(f"mutation {mutation.name!r} does not compile: {exc}") from None
+    return text
+
+
+# -- running the tests -------------------------------------------------------------------------
+
+def _env(tree: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutated module is never served from a stale .pyc
+    env["PYTHONHASHSEED"] = "0"
+    env.pop("LABKIT_RESULTS", None)
+    env.pop("LABKIT_DATA", None)
+    return env
+
+
+def check_imports_from(tree: Path) -> None:
+    """Make sure the copy's labkit is the one imported (not an installed or editable one elsewhere)."""
+    proc = subprocess.run([sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"], cwd=tree,
+                          env=_env(tree), capture_output=True, text=True, timeout=120, check=False)
+    got = Path(proc.stdout.strip() or "?").resolve()
+    if proc.returncode != 0 or tree.resolve() not in got.parents:
+        raise MutationError(f"the copy's {PACKAGE} is not the one imported ({got}): {proc.stderr.strip()[-300:]}")
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], *, first_failure: bool) -> tuple[int | None, float, str]:
+    """``(pytest exit status or None when it hung, seconds, detail)`` for ``tests`` in ``tree``."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
+           "--no-header", "-rfE", *(["-x"] if first_failure else []), *tests]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return None, time.perf_counter() - t0, f"no result within {RUN_TIMEOUT_S} s"
+    seconds = time.perf_counter() - t0
+    out = proc.stdout + proc.stderr
+    failed = [ln for ln in out.splitlines() if re.match(r"(FAILED|ERROR) ", ln)]
+    detail = failed[0] if failed else (out.strip().splitlines() or [""])[-1]
+    return proc.returncode, seconds, detail
+
+
+def failed_test(detail: str) -> str | None:
+    """The test id of a ``FAILED <id> - <message>`` / ``ERROR <id>`` line, else None."""
+    m = re.match(r"(?:FAILED|ERROR) (.+?)(?: - .*)?$", detail)
+    return m.group(1) if m else None
+
+
+def check(root: Path, mutations, *, log=print) -> list[Outcome]:
+    """Run every mutation in a temporary copy of ``root``; MutationError when the check cannot run."""
+    mutations = list(mutations)
+    if not mutations:
+        raise MutationError("no mutations selected")
+    if not (root / PACKAGE).is_dir():
+        raise MutationError(f"no {PACKAGE}/ package under {root}")
+    with tempfile.TemporaryDirectory(prefix="labkit-mutation-") as tmp:
+        tree = copy_tree(root, Path(tmp))
+        targets = [locate(tree, m) for m in mutations]  # every mutation must apply before anything runs
+        for m in mutations:
+            absent = [t for t in m.tests if not (tree / t.split("::")[0]).is_file()]
+            if absent:
+                raise MutationError(f"mutation {m.name!r}: no test file {', '.join(absent)}")
+        for m, path in zip(mutations, targets):
+            mutated_source(path, m)
+        check_imports_from(tree)
+        outcomes = []
+        for m, path in zip(mutations, targets):
+            original = path.read_text(encoding="utf-8")
+            path.write_text(mutated_source(path, m), encoding="utf-8")
+            try:
+                rc, seconds, detail = run_tests(tree, m.tests, first_failure=True)
+            finally:
+                path.write_text(original, encoding="utf-8")
+            if rc in (4, 5):  # pytest: usage error, nothing collected
+                raise MutationError(f"mutation {m.name!r}: pytest could not run {' '.join(m.tests)}: {detail}")
+            outcome = Outcome(m, str(path.relative_to(tree)), rc != 0, seconds, detail)
+            log(f"{'caught  ' if outcome.caught else 'SURVIVED'} {m.name} ({outcome.path}, {seconds:.1f} s): "
+                f"{detail if outcome.caught else m.what}")
+            outcomes.append(outcome)
+        # the tests that caught a mutation (a hang or crash: all of its files) must pass without it
+        confirm = tuple(dict.fromkeys(t for o in outcomes if o.caught
+                                      for t in ([failed_test(o.detail)] if failed_test(o.detail) else o.mutation.tests)))
+        if confirm:
+            rc, seconds, detail = run_tests(tree, confirm, first_failure=False)
+            log(f"unmutated: the {len(confirm)} catching tests {'pass' if rc == 0 else 'FAIL'} ({seconds:.1f} s)")
+            if rc != 0:
+                raise MutationError(f"the tests fail without any mutation (exit {rc}), so they prove nothing: {detail}")
+        return outcomes
+
+
+def main(argv: list[str] | None = None, mutations=MUTATIONS) -> int:
+    parser = argparse.ArgumentParser(description="Plant known bugs in labkit one at a time; the tests must catch each.")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
+    parser.add_argument("--root", type=Path, default=REPO, help="the tree to copy (default: this repository)")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in mutations}
+    unknown = [n for n in args.only or () if n not in by_name]
+    if unknown:
+        print(f"mutation_check: unknown mutation {', '.join(unknown)} (--list shows them)", file=sys.stderr)
+        return 2
+    chosen = [by_name[n] for n in args.only] if args.only else list(mutations)
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.what}\n    {m.old!r} -> {m.new!r}\n    caught by {' '.join(m.tests)}")
+        return 0
+    t0 = time.perf_counter()
+    try:
+        outcomes = check(args.root.resolve(), chosen, log=lambda s: print(s, flush=True))
+    except MutationError as exc:
+        print(f"mutation_check: {exc}", file=sys.stderr)
+        return 2
+    survived = [o.mutation.name for o in outcomes if not o.caught]
+    print(f"{len(outcomes) - len(survived)} of {len(outcomes)} mutations caught in {time.perf_counter() - t0:.0f} s"
+          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""What each notebook's page in the lab report must show, and the check that compares a page with it.
+
+``PAGES`` has one entry per notebook (``notebooks/NN_name.py`` -> page ``NN_name.html``):
+
+- ``headings``: text that defines the page, each found in one of its h1-h3 headings;
+- ``min_figures``: how many plotly figures with data it draws at least (a "no result"
+  placeholder, the empty figure a plot function returns when its results are missing, does
+  not count, and no page may show one unless ``placeholders`` allows it);
+- ``numbers``: a reader that takes the results recorded in the store the page was built
+  from (before the build) and returns key numbers the page must show, picked by meaning
+  (result name, machine, variant), never typed here. A ``figure`` number must be among the
+  data of the page's figures (converted to the unit the figure draws); a ``text`` number
+  must be printed on the page (rounded as printed, at least four significant digits).
+
+Adding a notebook: one ``PAGES`` entry, and a reader below for its key numbers. A report page
+without an entry fails the content test, so a new page is never left unchecked.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from labkit.results import QUICK_SUFFIX, BenchResult, base_name
+
+NS_PER_US, NS_PER_MS = 1e3, 1e6
+
+
+@dataclass(frozen=True)
+class KeyNumber:
+    """A number the page must show: where (``figure`` data or printed ``text``) and what it is."""
+
+    what: str
+    value: float
+    where: str = "figure"
+
+
+class Recorded:
+    """The recorded results a page read, one per (machine, result): the full recording where
+    there is one, else the quick one."""
+
+    def __init__(self, results: Iterable[BenchResult]):
+        best: dict[tuple[str, str], BenchResult] = {}
+        for r in results:
+            key = (r.slug, base_name(r.name))
+            if key not in best or best[key].name.endswith(QUICK_SUFFIX):
+                best[key] = r
+        self.results = [best[k] for k in sorted(best)]
+
+    def find(self, name: str, *, machine: str | None = None, source: str | None = None) -> list[BenchResult]:
+        """Every recorded ``name`` result (of ``machine`` / ``source``); LookupError when there is none,
+        so an expectation that no longer matches the store says so instead of checking nothing."""
+        hits = [r for r in self.results if base_name(r.name) == name and machine in (None, r.slug)
+                and source in (None, r.source)]
+        if not hits:
+            where = "".join(f" {k}={v}" for k, v in (("machine", machine), ("source", source)) if v)
+            raise LookupError(f"no recorded {name!r} result{where} in the store: update tests/report_pages.py")
+        return hits
+
+    def rows(self, name: str, *, machine: str | None = None, source: str | None = None,
+             **match) -> list[tuple[BenchResult, dict]]:
+        """``(result, row)`` for every row of the ``name`` results whose columns equal ``match``."""
+        out = [(r, row) for r in self.find(name, machine=machine, source=source) for row in r.rows
+               if all(row.get(k) == v for k, v in match.items())]
+        if not out:
+            raise LookupError(f"no row {match} in the recorded {name!r} results: update tests/report_pages.py")
+        return out
+
+
+# -- key numbers per page, read from the recorded results --------------------------------------
+
+def _tensor_reads(rec: Recorded) -> list[KeyNumber]:
+    """Per machine its calibrated tensor read, ``int(tensor[i])`` (ns per element, as drawn)."""
+    return [KeyNumber(f"{r.slug} calibration: int(tensor[i]) ns/element", row["median_ns"])
+            for r, row in rec.rows("calibration", kind="cpu", variant="tensor_index_int")]
+
+
+def calibration_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 00: per machine the tensor read; the GPU machines' pageable 256 B copy, host time (drawn in us)."""
+    out = _tensor_reads(rec)
+    out += [KeyNumber(f"{r.slug} calibration: pageable 256 B copy, host us", row["median_ns"] / NS_PER_US)
+            for r, row in rec.rows("calibration", kind="gpu", variant="h2d_pageable", metric="host_ns", size_bytes=256)]
+    return out
+
+
+def placeholder_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 01: every recorded decode-step combination (ms per step, as drawn)."""
+    return [KeyNumber(f"{r.slug} mm_decode_step {row['combo']}: ms", row["median_ns"] / NS_PER_MS)
+            for r, row in rec.rows("mm_decode_step")]
+
+
+def engine_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 02: the engine measured on a GPU, per variant: output tokens/s and median step (ms)."""
+    out = []
+    for r, row in rec.rows("engine", source="measured-gpu"):
+        out.append(KeyNumber(f"{r.slug} engine {row['variant']}: tokens/s", row["tokens_per_s"]))
+        out.append(KeyNumber(f"{r.slug} engine {row['variant']}: median step ms", row["median_ns"] / NS_PER_MS))
+    return out
+
+
+def h2d_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 03: per machine the per-layer step (ms, as drawn); the GPU's idle us per step per strategy."""
+    out = [KeyNumber(f"{r.slug} h2d_step per_layer {row['model']}: ms", row["median_ns"] / NS_PER_MS)
+           for r, row in rec.rows("h2d_step", variant="per_layer")]
+    out += [KeyNumber(f"{r.slug} h2d_gpu_idle {row['variant']} {row['model']}: idle us/step", row["idle_us_per_step"])
+            for r, row in rec.rows("h2d_gpu_idle")]
+    return out
+
+
+def attention_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 04: the GPU benchmark's TFLOP/s per case and variant (sweep configurations left out)."""
+    return [KeyNumber(f"{r.slug} attn_bench {row['variant']} {row['case']}: TFLOP/s", row["tflops"])
+            for r, row in rec.rows("attn_bench", source="measured-gpu")
+            if "[" not in row["variant"] and row.get("tflops") is not None]
+
+
+def trace_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 05: the analyzer benchmark's table, as printed (median ns and peak memory per variant)."""
+    out = []
+    for r, row in rec.rows("trace_bench"):
+        out.append(KeyNumber(f"{r.slug} trace_bench {row['variant']}: median ns", row["median_ns"], "text"))
+        out.append(KeyNumber(f"{r.slug} trace_bench {row['variant']}: peak RSS bytes", row["peak_rss_bytes"], "text"))
+    return out
+
+
+def compare_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 06: every machine's tensor read (calibration) and the GPU kernel's TFLOP/s."""
+    out = _tensor_reads(rec)
+    out += [KeyNumber(f"{r.slug} attn_bench {row['variant']} {row['case']}: TFLOP/s", row["tflops"])
+            for r, row in rec.rows("attn_bench", source="measured-gpu", variant="triton_prefix")]
+    return out
+
+
+def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 07: installed vs patched ``compute_mm_prefix_ranges`` per batch shape (ms, as drawn)."""
+    return [KeyNumber(f"{r.slug} vllm_prefix_ranges {row['variant']} {row['num_requests']}x{row['images']}: ms",
+                      row["median_ns"] / NS_PER_MS)
+            for r, row in rec.rows("vllm_prefix_ranges")]
+
+
+@dataclass(frozen=True)
+class PageExpectation:
+    headings: tuple[str, ...]
+    min_figures: int
+    numbers: Callable[[Recorded], list[KeyNumber]]
+    placeholders: int = 0  # "no result" figures allowed (results not recorded anywhere yet)
+
+
+PAGES: dict[str, PageExpectation] = {
+    "00_environment": PageExpectation(
+        headings=("The machine and its unit costs", "Calibrate this machine", "This machine beside the recorded ones"),
+        min_figures=2, numbers=calibration_numbers),
+    "01_placeholder_scheduler": PageExpectation(
+        headings=("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
+                  "Does the saving explain the PR's table?"),
+        min_figures=7, numbers=placeholder_numbers),
+    "02_idle_bubbles": PageExpectation(
+        headings=("Idle bubbles", "Under CUDA graphs", "Measured on a GPU: recorded results",
+                  "How far is the simulator from the H200?"),
+        min_figures=13, numbers=engine_numbers),
+    "03_h2d_prefix_ranges": PageExpectation(
+        headings=("Prefix ranges and host-to-device copies", "The four strategies",
+                  "On a GPU: idle time between layers"),
+        min_figures=4, numbers=h2d_numbers),
+    "04_prefix_attention_kernel": PageExpectation(
+        headings=("A Triton prefix-LM attention kernel", "The rule", "Speed on a GPU"),
+        min_figures=5, numbers=attention_numbers),
+    "05_trace_analysis": PageExpectation(
+        headings=("Trace analysis", "A second real trace, from outside the lab", "How fast the analyzer is",
+                  "What would a fix buy?"),
+        min_figures=4, numbers=trace_numbers),
+    "06_compare_gpus": PageExpectation(
+        headings=("Machines side by side", "What is missing", "Side by side"),
+        min_figures=1, numbers=compare_numbers),
+    "07_next_bubble": PageExpectation(
+        headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
+        min_figures=4, numbers=next_bubble_numbers),
+}
+
+
+# -- comparing a page with its expectation -------------------------------------------------------
+
+#: in the browser: the page's headings, text, and per figure its title, notes and trace data
+PAGE_FACTS_JS = """
+() => ({
+  headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.innerText.replace(/\\u00b6/g, '').trim()),
+  text: document.body.innerText,
+  figures: Array.from(document.querySelectorAll('.plotly-graph-div')).map(gd => {
+    const layout = gd.layout || {};
+    const title = layout.title && (layout.title.text !== undefined ? layout.title.text : layout.title);
+    return {
+      title: String(title || ''),
+      notes: (layout.annotations || []).map(a => String(a.text || '')),
+      traces: (gd.data || []).map(t => ({x: t.x, y: t.y, z: t.z, base: t.base, values: t.values})),
+    };
+  }),
+})
+"""
+
+_ARRAY_KEYS = ("x", "y", "z", "base", "values")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(\d+(?:\.(\d+))?)(?:e([-+]?\d+))?(?![\w.])", re.IGNORECASE)
+
+
+def _decode(value) -> list:
+    """A trace array as plotly.js holds it (a list, nested lists, or plotly's typed-array form
+    ``{"dtype", "bdata"[, "shape"]}``) as a flat list of its items."""
+    if isinstance(value, dict) and "bdata" in value:
+        dtype = np.dtype(value["dtype"]).newbyteorder("<")  # plotly writes little-endian
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=dtype).tolist()
+    if isinstance(value, (list, tuple)):
+        return [item for v in value for item in _decode(v)]
+    return [] if value is None else [value]
+
+
+def figure_numbers(figure: dict) -> np.ndarray:
+    """Every finite number in a figure's trace data (strings and categories left out)."""
+    vals = [v for t in figure["traces"] for k in _ARRAY_KEYS for v in _decode(t.get(k))
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    return np.array(vals, dtype=float)
+
+
+def has_data(figure: dict) -> bool:
+    """Whether any trace of the figure holds points (a "no result" placeholder has no trace at all)."""
+    return any(_decode(t.get(k)) for t in figure["traces"] for k in _ARRAY_KEYS)
+
+
+def printed(value: float, text: str) -> bool:
+    """Whether ``value`` is printed in ``text``: a number there with at least four significant digits
+    that equals ``value`` rounded to the digits printed (``8.113911e+08``, ``207282176``, ``1.221861``)."""
+    for m in _NUMBER.finditer(text):
+        digits, decimals, exp = m.group(1), m.group(2) or "", int(m.group(3) or 0)
+        if len(digits.replace(".", "").lstrip("0")) < 4:
+            continue
+        shown = float(m.group(0))
+        if abs(shown - value) <= 0.5 * 10.0 ** (exp - len(decimals)) * (1 + 1e-9):
+            return True
+    return False
+
+
+def page_problems(name: str, facts: dict, expect: PageExpectation, rec: Recorded) -> list[str]:
+    """What the page lacks against its expectation (empty: the page shows its content)."""
+    problems = []
+    headings = facts["headings"]
+    for h in expect.headings:
+        if not any(h in got for got in headings):
+            problems.append(f"{name}: no heading with {h!r} (headings: {headings})")
+    drawn = [f for f in facts["figures"] if has_data(f)]
+    empty = [f for f in facts["figures"] if not has_data(f)]
+    if len(drawn) < expect.min_figures:
+        problems.append(f"{name}: {len(drawn)} figures with data, expected at least {expect.min_figures}")
+    if len(empty) > expect.placeholders:
+        problems.append(f"{name}: {len(empty)} figures without data (allowed {expect.placeholders}): "
+                        + "; ".join(f"{f['title'][:60]!r}: {' / '.join(f['notes'])[:100]!r}" for f in empty))
+    pool = np.concatenate([figure_numbers(f) for f in drawn]) if drawn else np.array([])
+    try:
+        numbers = expect.numbers(rec)
+    except LookupError as exc:
+        return [*problems, f"{name}: {exc}"]
+    if not numbers:
+        problems.append(f"{name}: its reader found no key number in the recorded results")
+    missing = []
+    for key in numbers:
+        if key.where == "figure":
+            found = bool(np.isclose(pool, key.value, rtol=1e-9, atol=0.0).any())
+        else:
+            found = printed(key.value, facts["text"])
+        if not found:
+            missing.append(f"{key.what} = {key.value!r} ({key.where})")
+    if missing:
+        problems.append(f"{name}: {len(missing)} of {len(numbers)} key numbers of the recorded results not shown, "
+                        f"e.g. {'; '.join(missing[:4])}")
+    return problems
