@@ -35,6 +35,7 @@ from labkit.errors import UsageError
 from labkit.fileio import write_atomic
 from labkit.report import assets
 from labkit.report.execute import CellError, ReportStopped, execute_notebook
+from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources, strip_remote_scripts  # noqa: F401 (re-exported)
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
@@ -189,6 +190,7 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     nb = read_notebook(path)
     title = notebook_title(nb, path.stem)
+    summary = notebook_summary(nb)
     at = inject_parameters(nb, {"device": device, "size": size})
 
     def stalled(cell: int, waited: float) -> None:
@@ -214,7 +216,7 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
         name=path.stem, title=title, html=html_name, ok=err is None, seconds=round(seconds, 1),
         sources=notebook_sources(nb), error=err, has_widgets="widgets" in nb.metadata,
         machine=slug, device=device, labkit_commit=commit, created=created,
-        results=results, stalled_replies=len(execution.stalls),
+        results=results, stalled_replies=len(execution.stalls), summary=summary,
     )
 
 
