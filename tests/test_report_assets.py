@@ -157,3 +157,30 @@ def test_report_refuses_before_running_a_notebook(only, tmp_path):
         build_report(tmp_path / "out", device="cpu", notebooks_dir=nbdir, log=lambda m: None, save=False)
     assert not (tmp_path / "out").exists()
 
+
+
+@pytest.mark.slow
+def test_a_checkout_without_node_modules_still_builds_a_wheel_without_assets(tmp_path):
+    """The wheel builds; it carries no page assets and the build says so (an export from it refuses)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    repo = Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(repo / name, src / name)
+    shutil.copytree(repo / "labkit", src / "labkit", ignore=shutil.ignore_patterns("__pycache__", "vendor"))
+    env = {k: v for k, v in os.environ.items() if k != assets.NODE_MODULES_ENV}
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(tmp_path / "dist"), str(src)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "this wheel carries no page assets" in proc.stdout + proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("labkit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("labkit/report/vendor/")]
+    assert "labkit/report/assets.py" in names and "labkit/viz/gpu_peaks.json" in names
