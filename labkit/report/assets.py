@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import functools
 import gzip
-import logging
 import os
 from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.report import bundle
-
-logger = logging.getLogger(__name__)
 
 NODE_MODULES_ENV = "LABKIT_NODE_MODULES"
 PACKAGE_ASSETS = Path(__file__).resolve().parent / "vendor"
@@ -60,12 +57,6 @@ def check(with_renderer: bool = True) -> None:
     if lacking:
         verb = "is" if len(lacking) == 1 else "are"
         raise MissingAssetError(f"{' and '.join(lacking)} {verb} missing from labkit's page assets: {FIX}")
-
-
-def where() -> dict[str, str | None]:
-    """Asset -> the file it is read from (None when missing), for ``labkit env``-style reports."""
-    found = {n: _locate(n) for n in (bundle.REQUIRE_JS, bundle.RENDERER_GZ)}
-    return {n: str(f[0]) if f else None for n, f in found.items()}
 
 
 @functools.lru_cache(maxsize=4)

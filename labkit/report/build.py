@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.fileio import write_atomic
 from labkit.report import assets
 from labkit.report.execute import CellError, ReportStopped, execute_notebook
 from labkit.report.index import notebook_summary

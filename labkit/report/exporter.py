@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import copy
 import html
-import logging
 import re
 import sys
 from pathlib import Path
@@ -32,8 +31,6 @@ from traitlets import Unicode
 
 from labkit.report import assets
 from labkit.report.index import SOURCE_MEANINGS, commit_label, source_badge
-
-logger = logging.getLogger(__name__)
 
 SOURCES_METADATA_KEY = "labkit_sources"  # same key as labkit.viz.notebook (not imported: no plotly here)
 
@@ -187,13 +184,9 @@ def provenance_html(nb, run: dict | None = None) -> str:
 def _refuse(exc: assets.MissingAssetError):
     """From ``jupyter nbconvert``: the one line and exit status 2 (nbconvert would print a
     traceback); elsewhere (``labkit report``, JupyterLab's server, Python) raise it."""
-    try:
-        from nbconvert.nbconvertapp import NbConvertApp
+    from nbconvert.nbconvertapp import NbConvertApp
 
-        in_cli = NbConvertApp.initialized()
-    except ImportError:  # pragma: no cover - nbconvert is imported above
-        in_cli = False
-    if in_cli:
+    if NbConvertApp.initialized():
         print(f"labkit_html: {exc}", file=sys.stderr)
         raise SystemExit(2)
     raise exc
