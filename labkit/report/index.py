@@ -89,16 +89,21 @@ def source_badge(source: str) -> str:
     return f'<span class="badge" data-source="{_e(source)}" style="background:{colour}">{_e(source)}</span>'
 
 
-def commit_label(commit: str | None) -> str:
-    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words."""
-    from labkit.results import commit_status
+def commit_label(commit: str | None, *, short: bool = False) -> str:
+    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words.
 
-    status = commit_status(commit)
+    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags.
+    """
+    status = _status(commit)
+    flag = "chip" if short else "flag"
     if status == "unknown":
-        return '<span class="flag" data-commit="unknown">commit unknown</span>'
-    label = f'<code data-commit="{_e(status)}">{_e(commit)}</code>'
+        return f'<span class="{flag}" data-commit="unknown">commit unknown</span>'
+    if short:
+        label = f'<code class="small" title="{_e(commit)}" data-commit="{_e(status)}">{_e(str(commit)[:7])}</code>'
+    else:
+        label = f'<code data-commit="{_e(status)}">{_e(commit)}</code>'
     if status == "dirty":
-        label += ' <span class="flag">uncommitted changes</span>'
+        label += f' <span class="{flag}">{"uncommitted" if short else "uncommitted changes"}</span>'
     return label
 
 
@@ -214,22 +219,13 @@ def _title_cell(nb: dict) -> str:
     return f'<td class="nb">{link}{shows}</td>'
 
 
-def _short_commit(commit: str | None) -> str:
-    """A commit in a few characters for a row: ``0123456``, ``0123456 uncommitted``, ``commit unknown``."""
-    status = _status(commit)
-    if status == "unknown":
-        return '<span class="chip" data-commit="unknown">commit unknown</span>'
-    code = f'<code class="small" title="{_e(commit)}" data-commit="{_e(status)}">{_e(str(commit)[:7])}</code>'
-    return code + (' <span class="chip">uncommitted</span>' if status == "dirty" else "")
-
-
 def _ran_cell(nb: dict, report_commit: str | None) -> str:
     if not nb.get("machine") and not nb.get("device"):
         return '<td class="ran"><span class="muted">not recorded</span></td>'
     text = f'<b>{_e(nb.get("device"))}</b> on<br><code class="machine">{_e(nb.get("machine"))}</code>'
     commit = nb.get("labkit_commit")
     if commit != report_commit:  # the report's own commit is in the header
-        text += f"<br>{_short_commit(commit)}"
+        text += f"<br>{commit_label(commit, short=True)}"
     return f'<td class="ran">{text}</td>'
 
 
