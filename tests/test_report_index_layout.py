@@ -4,7 +4,7 @@ three lines tall and nothing is clipped or pushed out of its cell.
 The index is rendered from a manifest as ``labkit report`` writes it for the lab's own notebooks:
 their real titles and summary lines, every recorded result under ``data/results`` read by the
 notebooks that read that kind of result (notebook 06 reads them all, as it does), one failed
-notebook with a long error, all four sources on one row. A full-page screenshot is kept under
+notebook with a long error, all four sources on the last rows, in several orders. A full-page screenshot is kept under
 pytest's tmp path (its path is printed and recorded as the test's ``screenshot`` property).
 """
 
@@ -23,6 +23,10 @@ READS = {"00": ["calibration"], "01": ["mm_", "calibration"], "02": ["engine", "
          "03": ["h2d", "ranges"], "04": ["attn"], "05": ["trace", "engine"], "06": [""],
          "07": ["vllm", "mm_overlap", "ranges"]}
 SOURCES = ["measured-gpu", "measured-cpu", "simulated", "interpreted"]
+#: every source on one row, in the orders that pack worst (long badges side by side)
+ALL_FOUR = [["interpreted", "measured-cpu", "measured-gpu", "simulated"],
+            ["measured-cpu", "measured-gpu", "interpreted", "simulated"],
+            ["simulated", "interpreted", "measured-cpu", "measured-gpu"]]
 
 _ROWS_JS = """
 () => Array.from(document.querySelectorAll('tr[data-notebook]')).map(tr => {
@@ -65,7 +69,7 @@ def _manifest() -> dict:
         entry = {
             "name": path.stem, "title": notebook_title(nb, path.stem), "summary": notebook_summary(nb),
             "html": f"{path.stem}.html", "ok": True, "seconds": 1234.5 if i == 1 else 12.0 * (i + 1),
-            "sources": SOURCES if num == "06" else SOURCES[i % 3:i % 3 + 2], "error": None,
+            "sources": ALL_FOUR[i - 5] if i >= 5 else SOURCES[i % 3:i % 3 + 2], "error": None,
             "machine": "cpu-epyc-2c", "device": "cpu", "labkit_commit": "0123456789ab+dirty",
             "created": "2026-12-01T21:00:00+00:00",
             "results": [r for r in recorded if any(r["name"].startswith(k) for k in READS.get(num, [""]))],

@@ -179,9 +179,11 @@ def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) ->
 def recorded_attn_results(root=None) -> list:
     """The ``attn_bench`` results measured on a GPU, one per machine: the full run where one is
     recorded, else the quick one (``attn_bench_quick``)."""
-    from labkit.results import base_name, load_results
+    from labkit.results import load_results, sized_name
 
-    found = [r for r in load_results(root) if base_name(r.name) == RESULT_NAME and r.source == "measured-gpu"]
+    # only these files are opened (the report lists every result a page reads)
+    found = [r for name in (RESULT_NAME, sized_name(RESULT_NAME, "quick"))
+             for r in load_results(root, name=name) if r.source == "measured-gpu"]
     best: dict[str, object] = {}
     for r in found:
         kept = best.get(r.slug)
