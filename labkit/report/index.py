@@ -39,11 +39,8 @@ RESULT_FLAGS = {
     "unknown": ("commit unknown", "read recorded results whose labkit commit is unknown (not traceable)"),
     "dirty": ("uncommitted", "read recorded results made with uncommitted changes"),
 }
-#: the flags of the run of a page itself
-RUN_FLAGS = {
-    "unknown": ("ran at commit unknown", "ran at an unknown labkit commit"),
-    "dirty": ("ran uncommitted", "ran with uncommitted changes to labkit"),
-}
+#: the flags of the run of a page itself, as the top line says them
+RUN_FLAGS = {"unknown": "ran at an unknown labkit commit", "dirty": "ran with uncommitted changes to labkit"}
 
 _CSS = """
 body { font-family: system-ui, sans-serif; font-size: 14px; line-height: 1.4; margin: 1.5em auto;
@@ -202,7 +199,7 @@ def _flag_line(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
                          f'<span class="small">{_e(", ".join(files))}</span>)')
         else:
             commits = sorted({str(nb.get("labkit_commit")) for nb in notebooks if nb.get("machine") or nb.get("device")})
-            parts.append(f'{RUN_FLAGS[status][1]} (<code>{_e(", ".join(commits))}</code>)')
+            parts.append(f'{RUN_FLAGS[status]} (<code>{_e(", ".join(commits))}</code>)')
     return (f'<p id="flags"><span class="flag">Every page</span> {"; ".join(parts)}. '
             'The results each page read are listed in its row.</p>')
 
