@@ -29,15 +29,12 @@ draws them, one roof per GPU.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
 from labkit.viz.peaks import GpuPeak, peak_for
-
-logger = logging.getLogger(__name__)
 
 RESULT_NAME = "attn_bench"
 #: the variants drawn: the lab's kernel and FlexAttention (SDPA's masked run is far below both)

@@ -11,11 +11,9 @@ why; an exported page keeps the static roofline drawn above the widget.
 
 from __future__ import annotations
 
-import logging
+import html
 
 from labkit.viz.roofline import SHOWN_VARIANTS, Roofline, plot_roofline, roofline_points
-
-logger = logging.getLogger(__name__)
 
 #: case kind -> (description, sliding window)
 KINDS = {
@@ -65,7 +63,7 @@ def measured_roofline(kind: str, num_images: int, decode_rows: int, *, recorded:
     case = make_case(kind, num_images, decode_rows)
     rows = measure(case)
     live = roofline_points(rows, cases={case.name: case})
-    recorded = recorded or Roofline()
+    recorded = recorded if recorded is not None else Roofline()
     gpus = {p["gpu_name"] for p in live.points}
     points = [p for p in recorded.points if p["gpu_name"] in gpus] + live.points
     peaks = {g: recorded.peaks.get(g) or live.peaks[g] for g in gpus}
@@ -82,7 +80,7 @@ def _summary(rows: list[dict], roof: Roofline) -> str:
                          f"{p['pct_of_roof']:.0f}% of the roof ({p['bound']}-bound)")
         else:
             parts.append(f"{row.get('variant')}: {row.get('error', 'not placed')}")
-    return "<br>".join(parts + roof.skipped)
+    return "<br>".join(html.escape(part) for part in parts + roof.skipped)
 
 
 def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = None, repeats: int = 20):
@@ -105,8 +103,12 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
 
     def on_measure(_button=None):
         note.value = "measuring..."
-        roof, new = measured_roofline(kind.value, images.value, rows.value, recorded=recorded,
-                                      measure=lambda case: measure_case(case, repeats=repeats))
+        try:
+            roof, new = measured_roofline(kind.value, images.value, rows.value, recorded=recorded,
+                                          measure=lambda case: measure_case(case, repeats=repeats))
+        except (RuntimeError, ValueError) as exc:  # e.g. the GPU out of memory on a large shape
+            note.value = f"<span style='color:#b00'>{html.escape(str(exc).splitlines()[0] if str(exc) else repr(exc))}</span>"
+            return
         note.value = _summary(new, roof)
         fig = plot_roofline(roof, title=f"{new[0]['case'] if new else kind.value}: measured now, with the recorded runs")
         # the Output widget's state, not a display inside it (see labkit.widgets.mask)
