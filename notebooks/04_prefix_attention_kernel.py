@@ -16,8 +16,9 @@
 # In prefix-LM multimodal models (Gemma 3 and friends) the tokens of one image attend to each other
 # in both directions, while text stays causal. vLLM's Triton backend reads the image ranges from an
 # int32 tensor `(num_seqs, max_ranges, 2)` (the tensor #38794 stopped rebuilding on every layer).
-# This page draws the mask rule, checks this lab's own kernel against a plain-torch reference, and
-# compares it with FlexAttention and masked SDPA where a GPU result is recorded.
+# This page draws the mask rule, tests the kernel, and puts its GPU runs on a roofline. It checks
+# this lab's own kernel against a plain-torch reference, compares it with FlexAttention and masked
+# SDPA where a GPU result is recorded, and places those runs on their GPU's roofline.
 
 # %% tags=["parameters"]
 device = "auto"
@@ -110,6 +111,40 @@ fig
 # %%
 cols = ["machine", "case", "variant", "median_ms", "tflops", "max_abs_err", "first_call_s"]
 pd.DataFrame(results_rows(recorded)).reindex(columns=cols) if recorded else "no GPU result recorded yet"
+
+# %% [markdown]
+# ## On the roofline
+#
+# A kernel is read against its GPU's roofline: it can go no faster than the GPU's peak compute,
+# nor than its peak memory bandwidth times the FLOPs it does per byte it moves (its arithmetic
+# intensity). The ridge point, peak compute over peak bandwidth, splits the memory-bound cases
+# from the compute-bound ones. The peaks are datasheet figures (dense bf16 tensor cores, HBM),
+# from a table with its sources (`labkit/viz/gpu_peaks.json`). Each recorded case's FLOPs and
+# bytes follow from its shapes: FLOPs as above; bytes as the traffic no kernel can avoid (Q read
+# and the output written once, K and V read once for every key some query may attend to), so
+# the intensity is an upper bound and the share of the roof a lower bound
+# (`labkit.viz.roofline`). A decode row has one query, so per byte of K and V it reads it does
+# only `num_heads / num_kv_heads` FLOPs (grouped-query heads share K and V): it can only be
+# memory-bound, while a prefill over thousands of tokens lands far right of the ridge.
+
+# %%
+from labkit.viz.roofline import describe, plot_roofline, recorded_roofline, roofline_table
+roof = recorded_roofline()
+print(describe(roof))
+plot_roofline(roof)
+
+# %%
+roofline_table(roof).round(2) if roof.points else "no GPU result recorded yet"
+
+# %% [markdown]
+# On a GPU, pick a case and a shape (images in the prompt, decode rows) and measure it here: the
+# kernel and FlexAttention are timed as `labkit bench attn` times them and land on the same
+# roofline as the recorded runs. (Without a GPU, and in an exported page, the button is off; the
+# figure above is the static version.)
+
+# %%
+from labkit.widgets.roofline import make_roofline_widget
+make_roofline_widget(device, recorded=roof)
 
 # %% [markdown]
 # ## Try it live

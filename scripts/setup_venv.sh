@@ -12,8 +12,8 @@
 # scripts/wheelhouse.sh on a machine with network. Then nothing is downloaded: the venv
 # sees PYTHON's own packages (--system-site-packages, and PYTHON's venv when it is one),
 # so the node's torch, triton and numpy are used; labkit[$LABKIT_EXTRAS] (default: report)
-# installs with `pip --no-index --find-links DIR`, and the report's browser assets come
-# from DIR/report-assets.tar.gz.
+# installs with `pip --no-index --find-links DIR`, and the page assets (widget renderer,
+# require.js) come out of DIR's labkit wheel, which carries them (labkit/report/vendor).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,8 +24,9 @@ WHEELHOUSE="${LABKIT_WHEELHOUSE:-}"
 say() { echo "[setup] $*" >&2; }
 die() { echo "setup_venv: $*" >&2; exit 2; }
 
-assets_present() {
-  [ -f node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js ] && [ -f node_modules/requirejs/require.js ]
+assets_present() {  # what labkit.report.assets reads: the package's copy, else npm's
+  { [ -f labkit/report/vendor/embed-amd.js.gz ] && [ -f labkit/report/vendor/require.js ]; } ||
+    { [ -f node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js ] && [ -f node_modules/requirejs/require.js ]; }
 }
 
 if [ -n "$WHEELHOUSE" ]; then
@@ -59,9 +60,17 @@ if sys.prefix != sys.base_prefix:
   PIP_NO_INDEX=1 "${pip_of_venv[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" -e ".[$extras]" \
     || die "offline install failed: the wheelhouse misses a package (built for another Python or platform? a node without numpy/pandas needs wheelhouse.sh --with-base)"
   if ! assets_present; then
-    [ -f "$WHEELHOUSE/report-assets.tar.gz" ] || die "no report-assets.tar.gz in $WHEELHOUSE"
-    say "unpacking the report assets from the wheelhouse"
-    tar -xzf "$WHEELHOUSE/report-assets.tar.gz"
+    say "taking the page assets out of the labkit wheel"
+    "$VENV/bin/python" - "$(ls "$WHEELHOUSE"/labkit-*.whl | head -n 1)" <<'EOF' \
+      || die "the labkit wheel in $WHEELHOUSE carries no page assets (built without node_modules): rebuild it with scripts/wheelhouse.sh where npm is installed"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    names = [n for n in wheel.namelist() if n.startswith("labkit/report/vendor/")]
+    if not {"embed-amd.js.gz", "require.js"} <= {n.rsplit("/", 1)[-1] for n in names}:
+        sys.exit(1)
+    for n in names:
+        wheel.extract(n, ".")
+EOF
   fi
   say "ready (offline): $("$VENV/bin/python" -c 'import torch, sys; import os; print(f"python {sys.version.split()[0]}, torch {torch.__version__} from {os.path.dirname(os.path.dirname(torch.__file__))}")')"
   exit 0

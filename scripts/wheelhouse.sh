@@ -5,11 +5,11 @@
 #   scripts/wheelhouse.sh --out DIR [--python 3.12] [--platform TAG ...] [--with-base]
 #
 # Run it where pip reaches an index. DIR receives:
-#   - the labkit wheel and the wheels of labkit's `report` extra with all their
-#     dependencies (binary wheels only, for the target Python and platform);
+#   - the labkit wheel, carrying the page assets (widget renderer, require.js) built from
+#     node_modules (npm ci runs first where they are missing), and the wheels of labkit's
+#     `report` extra with all their dependencies (binary wheels only, for the target Python
+#     and platform);
 #   - the build backend of pyproject.toml (so `pip install -e .` of a checkout works offline);
-#   - report-assets.tar.gz: the browser assets the report vendors from node_modules
-#     (widget renderer, require.js), unpacked by scripts/setup_venv.sh;
 #   - MANIFEST.txt: every file with its size, and the total.
 # Not included: torch, triton, nvidia-*/cuda-* (the node's own are used) and, unless
 # --with-base, numpy and pandas (present wherever torch and a data stack are: on a node
@@ -65,15 +65,25 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-# 1. The labkit wheel, built from a copy of the sources (no build/ left in the checkout).
+# 1. The labkit wheel, built from a copy of the sources (no build/ left in the checkout), with
+#    the page assets from node_modules (setup.py's build step; labkit/report/bundle.py).
+if [ ! -f "$ROOT/node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js" ] || [ ! -f "$ROOT/node_modules/requirejs/require.js" ]; then
+  command -v npm >/dev/null 2>&1 || die "node_modules lacks the page assets and npm is not installed"
+  say "installing the page assets with npm"
+  (cd "$ROOT" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
+fi
 say "building the labkit wheel"
 mkdir -p "$tmp/src"
-cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/labkit" "$tmp/src/"
+cp -r "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/README.md" "$ROOT/labkit" "$tmp/src/"
 [ -f "$ROOT/LICENSE" ] && cp "$ROOT/LICENSE" "$tmp/src/"
 find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
+rm -rf "$tmp/src/labkit/report/vendor"  # built afresh from node_modules
 rm -f "$out"/*.whl "$out/report-assets.tar.gz" "$out/MANIFEST.txt"  # a fresh set each time
-"$PYTHON" -m pip wheel --quiet --no-deps -w "$out" "$tmp/src" >&2
+LABKIT_NODE_MODULES="$ROOT/node_modules" "$PYTHON" -m pip wheel --quiet --no-deps -w "$out" "$tmp/src" >&2
 wheel=$(ls "$out"/labkit-*.whl)
+"$PYTHON" -c 'import sys, zipfile; names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+sys.exit(not {"labkit/report/vendor/embed-amd.js.gz", "labkit/report/vendor/require.js"} <= names)' "$wheel" \
+  || die "the labkit wheel was built without its page assets"
 
 # 2. What to download: the report extra (from the wheel's own metadata) + the build backend.
 "$PYTHON" - "$wheel" "$ROOT/pyproject.toml" > "$tmp/reqs.txt" <<'EOF'
@@ -106,17 +116,7 @@ fi
 # Never carry the compute stack (nothing above asks for it; a stale file could linger).
 rm -f "$out"/torch-*.whl "$out"/triton-*.whl "$out"/nvidia_*.whl "$out"/cuda_*.whl
 
-# 4. The report's browser assets (the files labkit.report.build vendors from node_modules).
-assets=(node_modules/@jupyter-widgets/html-manager/dist node_modules/@jupyter-widgets/html-manager/package.json
-        node_modules/requirejs/require.js node_modules/requirejs/package.json)
-if [ ! -f "$ROOT/node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js" ] || [ ! -f "$ROOT/node_modules/requirejs/require.js" ]; then
-  command -v npm >/dev/null 2>&1 || die "node_modules lacks the report assets and npm is not installed"
-  say "installing the report assets with npm"
-  (cd "$ROOT" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-fi
-tar -C "$ROOT" -czf "$out/report-assets.tar.gz" --exclude='*.map' --exclude=embed.js --exclude=libembed-amd.js "${assets[@]}"
-
-# 5. The list, with sizes.
+# 4. The list, with sizes.
 (
   cd "$out"
   echo "# labkit wheelhouse for Python $target_py${platforms:+ (${platforms[*]})}; base packages included: $([ "$with_base" = 1 ] && echo yes || echo 'no (numpy, pandas expected on the node)')"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import copy
+import html
+import re
 import subprocess
 import sys
 
-from labkit.report.index import commit_label, render_index
+from labkit.report.index import commit_label, notebook_summary, render_index, shorten_words
 from labkit.report.provenance import results_read
 from labkit.results import make_result, save_result
 
@@ -65,12 +67,18 @@ def test_commit_labels_flag_unknown_and_dirty():
     assert "0123456789ab" in clean and "uncommitted" not in clean and "unknown" not in clean
 
 
-def test_index_shows_where_each_notebook_ran_and_its_results_commits():
-    meta = {
+def _text(fragment: str) -> str:
+    """The words of an HTML fragment (tags dropped, line breaks and list items as spaces)."""
+    spaced = re.sub(r"<(br|li)\b[^>]*>", " ", fragment)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", spaced))).strip()
+
+
+def _index_meta() -> dict:
+    return {
         "created": "2026-01-01T00:00:00+00:00", "labkit_commit": "fedcba987654", "size": "full", "device": "cuda",
         "machine": {"slug": "h200"},
         "notebooks": [
-            {"name": "00_a", "title": "A", "html": "00_a.html", "ok": True, "seconds": 1.0, "sources": [],
+            {"name": "00_a", "title": "00 · A", "html": "00_a.html", "ok": True, "seconds": 1.0, "sources": [],
              "machine": "h200", "device": "cuda", "labkit_commit": "fedcba987654", "created": "2026-01-01T00:00:00",
              "results": [
                  {"machine": "h200", "name": "calibration", "labkit_commit": "unknown"},
@@ -78,22 +86,81 @@ def test_index_shows_where_each_notebook_ran_and_its_results_commits():
                  {"machine": "a100", "name": "engine", "labkit_commit": "unknown"},
              ]},
             {"name": "01_b", "title": "B", "html": "01_b.html", "ok": True, "seconds": 1.0, "sources": [],
-             "machine": "cpu-x", "device": "cpu", "labkit_commit": "fedcba987654+dirty", "results": []},
+             "machine": "cpu-x", "device": "cpu", "labkit_commit": "fedcba987654+dirty",
+             "results": [{"machine": "a100", "name": "engine", "labkit_commit": "unknown"}]},
+            {"name": "02_c", "title": "C", "html": "02_c.html", "ok": True, "seconds": 1.0, "sources": [],
+             "machine": "cpu-x", "device": "cpu", "labkit_commit": "fedcba987654", "results": []},
             # an entry from before the lab recorded any of this
-            {"name": "02_c", "title": "C", "html": "02_c.html", "ok": True, "seconds": 1.0, "sources": []},
+            {"name": "03_d", "title": "D", "html": "03_d.html", "ok": True, "seconds": 1.0, "sources": []},
         ],
     }
+
+
+def test_index_folds_each_notebooks_results_and_says_shared_flags_once():
+    meta = _index_meta()
+    before = copy.deepcopy(meta)
     page = render_index(meta)
 
     def row(name):
         start = page.index(f'data-notebook="{name}"')
         return page[start:page.index("</tr>", start)]
 
-    a, b, c = row("00_a"), row("01_b"), row("02_c")
-    assert "<b>cuda</b> on <code>h200</code>" in a
-    unknown = a[a.index("commit unknown"):]
-    assert unknown.index("h200/calibration") < unknown.index("a100/engine")  # grouped under one commit
-    assert "111111111111+dirty" in a and "uncommitted changes" in a and "h200/engine" in a
-    assert "<b>cpu</b> on <code>cpu-x</code>" in b and "uncommitted changes" in b and "none read" in b
-    assert c.count("not recorded") == 2
-    assert json.dumps(meta)  # the manifest stays plain JSON
+    a, b, c, d = row("00_a"), row("01_b"), row("02_c"), row("03_d")
+    # both pages that read results read one with an unknown commit: said once, above the table,
+    # naming each such file once; the uncommitted result only 00_a read stays on its row
+    flags = _text(page[page.index('<p id="flags">'):page.index("</p>", page.index('<p id="flags">'))])
+    assert flags.startswith("Every page read recorded results whose labkit commit is unknown")
+    assert "(2: h200/calibration, a100/engine)" in flags
+    assert "uncommitted" not in flags and "ran with" not in flags  # 00_a and 02_c ran on a clean commit
+    assert page.count('id="flags"') == 1
+    # a count and the flags summarised once, the files behind <details>, grouped by commit
+    summary_a = _text(a[a.index("<summary>"):a.index("</summary>")])
+    assert summary_a == "3 results · 2 commit unknown · 1 uncommitted"
+    assert 'class="chip" data-flag="dirty"' in a  # row-specific: red
+    assert 'class="muted small" data-flag="unknown"' in a  # shared: said at the top
+    details_a = _text(a[a.index("</summary>"):a.index("</details>")])
+    assert details_a == "commit unknown: h200/calibration, a100/engine 111111111111+dirty uncommitted changes: h200/engine"
+    assert _text(b[b.index("<summary>"):b.index("</summary>")]) == "1 result · 1 commit unknown"
+    # where each ran; a commit other than the report's is shown (and flagged)
+    assert _text(a[a.index('class="ran"'):a.index("</td>", a.index('class="ran"'))]).endswith("cuda on h200")
+    ran_b = _text(b[b.index('class="ran"'):b.index("</td>", b.index('class="ran"'))])
+    assert ran_b.endswith("cpu on cpu-x fedcba9 uncommitted") and 'title="fedcba987654+dirty"' in b
+    assert "none read" in c and "data-commit" not in c  # 02_c ran on the report's commit: not repeated
+    assert d.count("not recorded") == 2
+    assert meta == before  # the manifest (written as report.json) is left as it was
+
+
+def test_shared_run_flag_is_said_once_and_left_off_the_rows():
+    meta = _index_meta()
+    for nb in meta["notebooks"][:3]:
+        nb["labkit_commit"] = "fedcba987654+dirty"
+    meta["labkit_commit"] = "fedcba987654+dirty"
+    page = render_index(meta)
+    flags = _text(page[page.index('<p id="flags">'):page.index("</p>", page.index('<p id="flags">'))])
+    assert "ran with uncommitted changes to labkit (fedcba987654+dirty)" in flags
+    ran = re.findall(r'<td class="ran">(.*?)</td>', page)
+    assert len(ran) == 4 and not [cell for cell in ran if "data-commit" in cell or "uncommitted" in cell]
+
+
+def test_no_flag_line_when_every_result_is_clean():
+    meta = _index_meta()
+    for nb in meta["notebooks"]:
+        for r in nb.get("results", []):
+            r["labkit_commit"] = "0123456789ab"
+    page = render_index(meta)
+    assert 'id="flags"' not in page and "data-flag=" not in page
+
+
+def test_summary_line_of_a_notebook():
+    import nbformat
+
+    def nb(text):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text), nbformat.v4.new_code_cell("1")])
+
+    opening = ("# 09 · Title\n\nSome context with a [link](http://x) and **bold** words. More context.\n\n"
+               "This page shows `the thing`: in two figures. Then more.")
+    assert notebook_summary(nb(opening)) == "Shows the thing: in two figures."
+    assert notebook_summary(nb("# T\n\nFirst words here. Second sentence.")) == "First words here."
+    assert notebook_summary(nb("# Only a heading")) == ""
+    assert shorten_words("one two three four", 12) == "one two…"
+    assert shorten_words("short", 12) == "short"

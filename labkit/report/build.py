@@ -7,7 +7,8 @@ directory: the notebooks folder, as in JupyterLab; widget state stored), and exp
 one standalone HTML page per notebook plus ``index.html``. Pages load nothing from the
 network: the pages are written by the ``labkit_html`` nbconvert exporter
 (:mod:`labkit.report.exporter`, also in JupyterLab's export menu), linking the widget
-renderer and require.js that are copied from ``node_modules`` into ``<out>/_static/``.
+renderer and require.js that labkit carries (:mod:`labkit.report.assets`), written once into
+``<out>/_static/``; where one is missing the run refuses before any notebook starts.
 A failing notebook is reported (cell index, first line, error)
 on stderr and in the index, its partial page is still written, the others still run,
 and the command exits 1 at the end.
@@ -31,8 +32,9 @@ import time
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.fileio import copy_atomic, write_atomic
+from labkit.report import assets
 from labkit.report.execute import CellError, ReportStopped, execute_notebook
+from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources, strip_remote_scripts  # noqa: F401 (re-exported)
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
@@ -43,12 +45,6 @@ NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
 SIZES = ("quick", "full")
 STATIC = "_static"
-
-#: files copied from node_modules into <out>/_static (source dir -> target subdir)
-_VENDOR = {
-    "@jupyter-widgets/html-manager/dist": "html-manager",
-    "requirejs": "requirejs",
-}
 
 def find_notebooks(notebooks_dir: Path | str = NOTEBOOKS_DIR, only: list[str] | None = None) -> list[Path]:
     """The ``NN_*.py`` notebooks in order; ``only`` keeps names given with or without ``.py``."""
@@ -116,28 +112,13 @@ def _error_banner(nb, name: str, err: CellError) -> None:
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
 
 
-def vendor_static(out_dir: Path, node_modules: Path | None = None) -> bool:
-    """Copy the widget renderer and require.js into ``<out>/_static``; False if missing.
+def vendor_static(out_dir: Path) -> list[Path]:
+    """Write the widget renderer and require.js into ``<out>/_static`` (the pages link them there).
 
-    Without them plotly figures still render only if require.js is present, so a
-    missing ``node_modules`` (run ``npm ci``) is reported as a warning.
+    Raises :class:`labkit.report.assets.MissingAssetError` (a one-line ``UsageError``) where
+    either is missing.
     """
-    node_modules = Path(node_modules) if node_modules is not None else REPO_ROOT / "node_modules"
-    ok = True
-    for src_rel, dst_rel in _VENDOR.items():
-        src = node_modules / src_rel
-        dst = out_dir / STATIC / dst_rel
-        if not src.is_dir():
-            ok = False
-            continue
-        dst.mkdir(parents=True, exist_ok=True)
-        for f in src.iterdir():
-            if f.is_file() and not f.name.endswith(".map") and f.name not in ("embed.js", "libembed-amd.js"):
-                if f.suffix in (".js", ".woff", ".woff2", ".ttf", ".eot", ".svg", ".txt") or f.name == "LICENSE":
-                    copy_atomic(f, dst / f.name)
-    if not ok:
-        logger.warning("report assets missing under %s: run `npm ci` (widgets will not render)", node_modules)
-    return ok
+    return assets.vendor(Path(out_dir) / STATIC)
 
 
 def build_report(
@@ -171,6 +152,7 @@ def build_report(
     paths = find_notebooks(notebooks_dir, only)
     if not paths:
         raise UsageError(f"no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir}")
+    assets.check()  # before any notebook runs: a report whose pages could not draw is refused at once
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     vendor_static(out_dir)
@@ -207,6 +189,7 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     nb = read_notebook(path)
     title = notebook_title(nb, path.stem)
+    summary = notebook_summary(nb)
     at = inject_parameters(nb, {"device": device, "size": size})
 
     def stalled(cell: int, waited: float) -> None:
@@ -232,7 +215,7 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
         name=path.stem, title=title, html=html_name, ok=err is None, seconds=round(seconds, 1),
         sources=notebook_sources(nb), error=err, has_widgets="widgets" in nb.metadata,
         machine=slug, device=device, labkit_commit=commit, created=created,
-        results=results, stalled_replies=len(execution.stalls),
+        results=results, stalled_replies=len(execution.stalls), summary=summary,
     )
 
 

@@ -5,8 +5,12 @@ so JupyterLab's *File > Save and Export Notebook As* menu and ``jupyter nbconver
 labkit_html`` produce the page ``labkit report`` writes (the report uses this class too).
 The page loads nothing from the network: nbconvert's lab template without MathJax and
 mermaid, plotly's CDN MathJax tags stripped, the widget state embedded and drawn by the
-widget renderer from ``node_modules`` (inlined as ``data:`` URLs in a single exported file,
-or linked from ``static_url`` when the report shares one copy between its pages). A header
+widget renderer that labkit carries (:mod:`labkit.report.assets`): inlined in a single
+exported file (require.js as a ``data:`` URL, the renderer gzip-compressed and unpacked by
+the browser, as plotly.js is), or linked from ``static_url`` when the report shares one copy
+between its pages. Where an asset is missing the export refuses with one line naming the fix
+(:class:`labkit.report.assets.MissingAssetError`; from ``jupyter nbconvert``, that line and
+exit status 2); a page never names a CDN. A header
 shows the sources of the page's numbers (measured-gpu, measured-cpu, simulated,
 interpreted) and the run's provenance: where it executed, which labkit commit, and, from
 ``labkit report``, the labkit commits of the recorded results it read.
@@ -17,33 +21,59 @@ from __future__ import annotations
 import base64
 import copy
 import html
-import logging
-import os
 import re
+import sys
 from pathlib import Path
 
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 from traitlets import Unicode
 
+from labkit.report import assets
 from labkit.report.index import SOURCE_MEANINGS, commit_label, source_badge
-from labkit.results import REPO_ROOT
-
-logger = logging.getLogger(__name__)
 
 SOURCES_METADATA_KEY = "labkit_sources"  # same key as labkit.viz.notebook (not imported: no plotly here)
-NODE_MODULES_ENV = "LABKIT_NODE_MODULES"
-#: the assets a page needs, relative to node_modules and to ``static_url``
-REQUIRE_JS = "requirejs/require.js"
-WIDGET_RENDERER = "html-manager/embed-amd.js"
-_NODE_PATHS = {REQUIRE_JS: "requirejs/require.js", WIDGET_RENDERER: "@jupyter-widgets/html-manager/dist/embed-amd.js"}
 
-# The lab template without MathJax and mermaid (both would load from a CDN).
+# The lab template without MathJax and mermaid (both would load from a CDN), with require.js
+# and the widget renderer as the exporter provides them (nbconvert's own block falls back to a CDN).
 _TEMPLATE_NAME = "labkit_offline.html.j2"
 _TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_requirejs -%}{{ resources.labkit_require_js }}{%- endblock html_head_js_requirejs -%}
+{%- block jupyter_widgets -%}
+{%- if "widgets" in nb.metadata -%}{{ resources.labkit_widget_renderer }}{%- endif -%}
+{%- endblock jupyter_widgets -%}
 """
+#: id of the element holding the compressed widget renderer in a single-file page
+RENDERER_ELEMENT_ID = "labkit-widget-renderer"
+# The widget renderer of a single-file page: base64 of its gzip in a data element, unpacked with the
+# browser's DecompressionStream once the document is parsed (where nbconvert's loader starts it)
+# and run from a blob: URL, as a script with a src, the way the renderer expects to be loaded.
+_INLINE_RENDERER = """<script type="application/gzip;base64" id="%(id)s">%(b64)s</script>
+<script>
+(function () {
+  function start() {
+    var bin = atob(document.getElementById("%(id)s").textContent.trim());
+    var bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    new Response(stream).blob().then(function (text) {
+      var s = document.createElement("script");
+      s.src = URL.createObjectURL(new Blob([text], {type: "text/javascript"}));
+      document.body.appendChild(s);
+    }).catch(function (e) { console.error("labkit: could not unpack the widget renderer", e); });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+})();
+</script>"""
+_LINKED_RENDERER = """<script>
+document.addEventListener("DOMContentLoaded", function () {
+  var s = document.createElement("script");
+  s.src = "%s";
+  document.body.appendChild(s);
+});
+</script>"""
 _REMOTE_SCRIPT = re.compile(r"""<script[^>]*\ssrc=["']?(?:https?:)?//[^>]*>\s*</script>""", re.I)
 
 
@@ -151,14 +181,15 @@ def provenance_html(nb, run: dict | None = None) -> str:
             f"{legend}<p>{where}</p></div>")
 
 
-def node_modules_dir() -> Path:
-    """Where the page assets come from: ``$LABKIT_NODE_MODULES`` or the checkout's ``node_modules``."""
-    env = os.environ.get(NODE_MODULES_ENV)
-    return Path(env) if env else REPO_ROOT / "node_modules"
+def _refuse(exc: assets.MissingAssetError):
+    """From ``jupyter nbconvert``: the one line and exit status 2 (nbconvert would print a
+    traceback); elsewhere (``labkit report``, JupyterLab's server, Python) raise it."""
+    from nbconvert.nbconvertapp import NbConvertApp
 
-
-def _data_url(path: Path) -> str:
-    return "data:text/javascript;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    if NbConvertApp.initialized():
+        print(f"labkit_html: {exc}", file=sys.stderr)
+        raise SystemExit(2)
+    raise exc
 
 
 class LabkitHTMLExporter(HTMLExporter):
@@ -183,14 +214,23 @@ class LabkitHTMLExporter(HTMLExporter):
         kw.setdefault("mathjax_url", "")
         super().__init__(*args, **kw)
 
-    def _asset_url(self, name: str) -> str:
+    def _page_assets(self, with_widgets: bool) -> dict[str, str]:
+        """The template's ``labkit_require_js`` and ``labkit_widget_renderer`` (inlined or linked)."""
         if self.static_url:
-            return f"{self.static_url.rstrip('/')}/{name}"
-        path = node_modules_dir() / _NODE_PATHS[name]
-        if not path.is_file():
-            logger.warning("%s is missing (run `npm ci`): widgets and figures may not render offline", path)
-            return ""
-        return _data_url(path)
+            base = self.static_url.rstrip("/")
+            return {"labkit_require_js": f'<script src="{base}/{assets.STATIC_REQUIRE_JS}"></script>',
+                    "labkit_widget_renderer": _LINKED_RENDERER % f"{base}/{assets.STATIC_RENDERER}"}
+        try:
+            assets.check(with_renderer=with_widgets)
+        except assets.MissingAssetError as exc:
+            _refuse(exc)
+        require = base64.b64encode(assets.require_js()).decode("ascii")
+        out = {"labkit_require_js": f'<script src="data:text/javascript;base64,{require}"></script>',
+               "labkit_widget_renderer": ""}
+        if with_widgets:
+            b64 = base64.b64encode(assets.renderer_gzip()).decode("ascii")
+            out["labkit_widget_renderer"] = _INLINE_RENDERER % {"id": RENDERER_ELEMENT_ID, "b64": b64}
+        return out
 
     def from_notebook_node(self, nb, resources=None, **kw):
         """The page for ``nb`` (left unchanged); ``resources["labkit_run"]`` adds the report's provenance."""
@@ -200,8 +240,7 @@ class LabkitHTMLExporter(HTMLExporter):
         strip_remote_scripts(nb)
         run = (resources or {}).get("labkit_run")
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(provenance_html(nb, run)))
-        self.require_js_url = self._asset_url(REQUIRE_JS)
-        self.widget_renderer_url = self._asset_url(WIDGET_RENDERER)
+        resources = dict(resources or {}, **self._page_assets("widgets" in nb.metadata))
         body, resources = super().from_notebook_node(nb, resources=resources, **kw)
         if self.plotly == "inline":  # JupyterLab's export menu lands here too: same page budget
             from labkit.report.pagesize import shrink_page

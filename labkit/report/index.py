@@ -1,15 +1,21 @@
-"""The report index page: machine, date, device, commit and one row per notebook.
+"""The report index page: the run at the top, then one compact row per notebook.
 
-Each row says whether the notebook's numbers were measured on a GPU, measured on a
-CPU, simulated or interpreted (the sources it declared), where it executed (machine,
-device, labkit commit), which labkit commits the recorded results it read come from
-(an unknown commit or one with uncommitted changes is flagged), and where it failed if
-it did. Plain HTML with inline CSS: it loads nothing.
+A row reads at a glance: the notebook's number and title with one line on what it shows
+(:func:`notebook_summary`), the sources of its numbers (measured-gpu, measured-cpu,
+simulated, interpreted), where it ran (device, machine; the labkit commit only where it is
+not the report's, which the header gives), its status and seconds. The recorded results it read are folded into one
+cell: a count and the flags summarised once (results whose labkit commit is unknown or has
+uncommitted changes), with the files grouped by commit behind a ``<details>`` element
+(opens without JavaScript). A flag that concerns every page (each page that read results
+read some with an unknown commit, or every page ran on a commit with uncommitted changes) is
+said once, in one line above the table, instead of on every row. Plain HTML with inline CSS:
+it loads nothing.
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 _COLOURS = {
     "measured-gpu": "#1b7f3a",
@@ -26,18 +32,47 @@ SOURCE_MEANINGS = {
     "interpreted": "Triton kernels run by the interpreter: correctness only, not speed",
 }
 
+#: longest "what it shows" line (characters); the whole sentence stays on hover
+SUMMARY_CHARS = 76
+#: the flags of recorded results, by commit status: (short form on a row, the top line's wording)
+RESULT_FLAGS = {
+    "unknown": ("commit unknown", "read recorded results whose labkit commit is unknown (not traceable)"),
+    "dirty": ("uncommitted", "read recorded results made with uncommitted changes"),
+}
+#: the flags of the run of a page itself, as the top line says them
+RUN_FLAGS = {"unknown": "ran at an unknown labkit commit", "dirty": "ran with uncommitted changes to labkit"}
+
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: 4px 10px; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; }
-.badge { color: white; padding: 1px 7px; border-radius: 4px; margin-right: 4px; font-size: 12px; }
+body { font-family: system-ui, sans-serif; font-size: 14px; line-height: 1.4; margin: 1.5em auto;
+       max-width: 1240px; padding: 0 12px; color: #222; }
+table { border-collapse: collapse; margin: 0.6em 0; }
+#notebooks { width: 100%; table-layout: fixed; }
+th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+th { background: #f4f4f4; font-weight: 600; }
+#notebooks .num { width: 3em; white-space: nowrap; }
+#notebooks .nb { width: 40%; }
+#notebooks .src { width: 17%; }
+#notebooks .ran { width: 10%; }
+#notebooks .res { width: 17%; }
+#notebooks .st { width: 7%; }
+#notebooks .sec { width: 4.5em; text-align: right; }
+.title { font-weight: 600; }
+.machine { white-space: nowrap; }
+.shows { color: #555; font-size: 12.5px; }
+.badge { display: inline-block; color: white; padding: 0 6px; border-radius: 4px; margin: 1px 3px 1px 0;
+         font-size: 11.5px; line-height: 17px; white-space: nowrap; }
 .ok { color: #1b7f3a; font-weight: bold; }
 .failed { color: #b00020; font-weight: bold; }
 code { background: #f4f4f4; padding: 0 3px; }
 .flag { color: #b00020; font-weight: bold; }
-.results { font-size: 90%; }
+.chip { color: #b00020; font-size: 12px; white-space: nowrap; }
 .muted { color: #777; }
+.small { font-size: 12.5px; }
+details summary { cursor: pointer; }
+.st summary { white-space: nowrap; }
+details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
+#flags { border-left: 4px solid #b00020; background: #fdf3f4; padding: 4px 10px; }
 """
 
 
@@ -51,57 +86,187 @@ def source_badge(source: str) -> str:
     return f'<span class="badge" data-source="{_e(source)}" style="background:{colour}">{_e(source)}</span>'
 
 
-def commit_label(commit: str | None) -> str:
-    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words."""
-    from labkit.results import commit_status
+def commit_label(commit: str | None, *, short: bool = False) -> str:
+    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words.
 
-    status = commit_status(commit)
+    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags.
+    """
+    status = _status(commit)
+    flag = "chip" if short else "flag"
     if status == "unknown":
-        return '<span class="flag" data-commit="unknown">commit unknown</span>'
-    label = f'<code data-commit="{_e(status)}">{_e(commit)}</code>'
+        return f'<span class="{flag}" data-commit="unknown">commit unknown</span>'
+    if short:
+        label = f'<code class="small" title="{_e(commit)}" data-commit="{_e(status)}">{_e(str(commit)[:7])}</code>'
+    else:
+        label = f'<code data-commit="{_e(status)}">{_e(commit)}</code>'
     if status == "dirty":
-        label += ' <span class="flag">uncommitted changes</span>'
+        label += f' <span class="{flag}">{"uncommitted" if short else "uncommitted changes"}</span>'
     return label
 
 
-def _ran_on(nb: dict) -> str:
+# -- what a notebook shows -----------------------------------------------------------------------
+
+_MARKUP = [(re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"), (re.compile(r"[*_`]+"), ""), (re.compile(r"\s+"), " ")]
+_SAYS_WHAT = ("This page ", "This notebook ")
+_SENTENCE = re.compile(r"(?<=[.!?:])\s+(?=[A-Z(])")
+
+
+def _plain(text: str) -> str:
+    for pattern, repl in _MARKUP:
+        text = pattern.sub(repl, text)
+    return text.strip()
+
+
+def shorten_words(text: str, max_chars: int = SUMMARY_CHARS) -> str:
+    """``text`` cut at a word boundary to at most ``max_chars`` characters, with ``…`` when cut."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars - 1]
+    if " " in cut:
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:-(") + "…"
+
+
+def notebook_summary(nb) -> str:
+    """One sentence on what a notebook shows, from its first markdown cell (plain text).
+
+    The first sentence that starts with "This page" or "This notebook" (how the lab's notebooks
+    say what they do; "This page measures ..." reads "Measures ..."), else the first sentence
+    after the heading; "" when there is none.
+    """
+    cell = next((c for c in nb.cells if c.cell_type == "markdown"), None)
+    if cell is None:
+        return ""
+    body = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("#"))
+    paragraphs = [_plain(p) for p in re.split(r"\n\s*\n", body) if p.strip() and not p.lstrip().startswith("-")]
+    sentences = [s for p in paragraphs for s in _SENTENCE.split(p) if s]
+    chosen = next((s for s in sentences if s.startswith(_SAYS_WHAT)), None)
+    if chosen:  # "This page measures ..." -> "Measures ..."
+        chosen = re.sub(r"^This (page|notebook) (\w)", lambda m: m.group(2).upper(), chosen)
+    return (chosen or (sentences[0] if sentences else "")).rstrip(":")
+
+
+# -- flags ---------------------------------------------------------------------------------------
+
+def _status(commit: str | None) -> str:
+    from labkit.results import commit_status
+
+    return commit_status(commit)
+
+
+def _result_statuses(nb: dict) -> dict[str, list[str]]:
+    """Flagged commit status -> ``machine/name`` of the results ``nb`` read with it."""
+    out: dict[str, list[str]] = {}
+    for r in nb.get("results") or []:
+        status = r.get("commit_status") or _status(r.get("labkit_commit"))
+        if status in RESULT_FLAGS:
+            out.setdefault(status, []).append(f"{r.get('machine')}/{r.get('name')}")
+    return out
+
+
+def _flags_of(nb: dict) -> set[tuple[str, str]]:
+    """``("result", status)`` / ``("run", status)`` flags of one notebook's row."""
+    flags = {("result", s) for s in _result_statuses(nb)}
+    if nb.get("machine") or nb.get("device"):
+        status = _status(nb.get("labkit_commit"))
+        if status in RUN_FLAGS:
+            flags.add(("run", status))
+    return flags
+
+
+def common_flags(notebooks: list[dict]) -> set[tuple[str, str]]:
+    """The flags every page carries: result flags shared by every page that read results, run
+    flags shared by every page that says where it ran. Empty when a kind has no such page."""
+    readers = [nb for nb in notebooks if nb.get("results")]
+    ran = [nb for nb in notebooks if nb.get("machine") or nb.get("device")]
+    common: set[tuple[str, str]] = set()
+    if readers:
+        common |= {f for f in set.intersection(*(_flags_of(nb) for nb in readers)) if f[0] == "result"}
+    if ran:
+        common |= {f for f in set.intersection(*(_flags_of(nb) for nb in ran)) if f[0] == "run"}
+    return common
+
+
+def _flag_line(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
+    """The one line above the table naming the flags every page carries (empty when none)."""
+    if not common:
+        return ""
+    parts = []
+    for kind, status in sorted(common):
+        if kind == "result":
+            files = list(dict.fromkeys(f for nb in notebooks for f in _result_statuses(nb).get(status, [])))
+            parts.append(f'{RESULT_FLAGS[status][1]} ({len(files)}: '
+                         f'<span class="small">{_e(", ".join(files))}</span>)')
+        else:
+            commits = sorted({str(nb.get("labkit_commit")) for nb in notebooks if nb.get("machine") or nb.get("device")})
+            parts.append(f'{RUN_FLAGS[status]} (<code>{_e(", ".join(commits))}</code>)')
+    return (f'<p id="flags"><span class="flag">Every page</span> {"; ".join(parts)}. '
+            'The results each page read are listed in its row.</p>')
+
+
+# -- one row -------------------------------------------------------------------------------------
+
+def _title_cell(nb: dict) -> str:
+    title = re.sub(r"^\d\d\s*[·.:-]\s*", "", str(nb.get("title") or nb["name"]))
+    link = f'<a class="title" href="{_e(nb["html"])}">{_e(title)}</a>' if nb.get("html") else \
+        f'<span class="title">{_e(title)}</span>'
+    summary = str(nb.get("summary") or "")
+    shows = (f'<br><span class="shows" title="{_e(summary)}">{_e(shorten_words(summary))}</span>'
+             if summary else "")
+    return f'<td class="nb">{link}{shows}</td>'
+
+
+def _ran_cell(nb: dict, report_commit: str | None) -> str:
     if not nb.get("machine") and not nb.get("device"):
-        return '<span class="muted">not recorded</span>'
-    created = str(nb.get("created") or "")[:16].replace("T", " ")
-    when = f'<br><span class="muted">{_e(created)}</span>' if created else ""
-    return (f'<b>{_e(nb.get("device"))}</b> on <code>{_e(nb.get("machine"))}</code><br>'
-            f'labkit {commit_label(nb.get("labkit_commit"))}{when}')
+        return '<td class="ran"><span class="muted">not recorded</span></td>'
+    text = f'<b>{_e(nb.get("device"))}</b> on<br><code class="machine">{_e(nb.get("machine"))}</code>'
+    commit = nb.get("labkit_commit")
+    if commit != report_commit:  # the report's own commit is in the header
+        text += f"<br>{commit_label(commit, short=True)}"
+    return f'<td class="ran">{text}</td>'
 
 
-def _results_from(nb: dict) -> str:
+def _results_cell(nb: dict, common: set) -> str:
     results = nb.get("results")
     if results is None or (not results and not nb.get("machine")):
-        return '<span class="muted">not recorded</span>'
+        return '<td class="res"><span class="muted">not recorded</span></td>'
     if not results:
-        return '<span class="muted">none read</span>'
+        return '<td class="res"><span class="muted">none read</span></td>'
+    flagged = _result_statuses(nb)
+    chips = []
+    for status, files in sorted(flagged.items(), key=lambda kv: list(RESULT_FLAGS).index(kv[0])):
+        short = RESULT_FLAGS[status][0]
+        if ("result", status) in common:
+            chips.append(f'<span class="muted small" data-flag="{status}">{len(files)} {short}</span>')
+        else:
+            chips.append(f'<span class="chip" data-flag="{status}">{len(files)} {short}</span>')
     by_commit: dict[str, list[str]] = {}
     for r in results:
         by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
-    items = "".join(
-        f'<li>{commit_label(commit)}: {_e(", ".join(names))}</li>' for commit, names in by_commit.items()
-    )
-    return f'<ul class="results">{items}</ul>'
+    items = "".join(f"<li>{commit_label(c)}: {_e(', '.join(n))}</li>" for c, n in by_commit.items())
+    count = f"{len(results)} result{'s' if len(results) != 1 else ''}"
+    summary = count + (" · " + " · ".join(chips) if chips else "")
+    return f'<td class="res"><details><summary>{summary}</summary><ul>{items}</ul></details></td>'
 
 
-def _notebook_row(nb: dict) -> str:
-    link = f'<a href="{_e(nb["html"])}">{_e(nb["title"])}</a>' if nb.get("html") else _e(nb["title"])
+def _status_cell(nb: dict) -> str:
     if nb.get("ok"):
-        status = '<span class="ok">ok</span>'
-    else:
-        err = nb.get("error") or {}
-        where = f"cell {err['cell']}" if err.get("cell") is not None else "kernel"
-        first = f" <code>{_e(err.get('first_line'))}</code>" if err.get("first_line") else ""
-        status = f'<span class="failed">failed</span> at {where}{first}: {_e(err.get("error"))}'
+        return '<td class="st"><span class="ok">ok</span></td>'
+    err = nb.get("error") or {}
+    where = f"cell {err['cell']}" if err.get("cell") is not None else "kernel"
+    first = f" <code>{_e(err.get('first_line'))}</code>" if err.get("first_line") else ""
+    return (f'<td class="st"><details><summary><span class="failed">failed</span></summary>'
+            f'<span class="small">at {where}{first}: {_e(err.get("error"))}</span></details></td>')
+
+
+def _notebook_row(nb: dict, report_commit: str | None = None, common: set | None = None) -> str:
+    common = common or set()
+    number = str(nb["name"]).split("_", 1)[0]
     sources = "".join(source_badge(s) for s in nb.get("sources", [])) or '<span class="muted">not declared</span>'
     return (
-        f'<tr data-notebook="{_e(nb["name"])}"><td><code>{_e(nb["name"])}</code></td><td>{link}</td>'
-        f"<td>{sources}</td><td>{_ran_on(nb)}</td><td>{_results_from(nb)}</td>"
-        f"<td>{status}</td><td>{float(nb.get('seconds', 0)):.1f}</td></tr>"
+        f'<tr data-notebook="{_e(nb["name"])}"><td class="num"><code title="{_e(nb["name"])}">{_e(number)}</code></td>'
+        f'{_title_cell(nb)}<td class="src">{sources}</td>{_ran_cell(nb, report_commit)}'
+        f'{_results_cell(nb, common)}{_status_cell(nb)}<td class="sec">{float(nb.get("seconds", 0)):.1f}</td></tr>'
     )
 
 
@@ -113,7 +278,8 @@ def render_index(meta: dict) -> str:
     )
     notebooks = meta.get("notebooks", [])
     n_ok = sum(1 for nb in notebooks if nb.get("ok"))
-    rows = "".join(_notebook_row(nb) for nb in notebooks)
+    common = common_flags(notebooks)
+    rows = "".join(_notebook_row(nb, meta.get("labkit_commit"), common) for nb in notebooks)
     legend = "".join(f"<li>{source_badge(s)} {_e(m)}</li>" for s, m in SOURCE_MEANINGS.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -125,13 +291,15 @@ def render_index(meta: dict) -> str:
 size <b>{_e(meta.get('size'))}</b>) on {_e(meta.get('created'))},
 labkit commit {commit_label(meta.get('labkit_commit'))}.
 {n_ok} of {len(notebooks)} notebooks ran to the end.</p>
-<h2>Notebooks</h2>
+{_flag_line(notebooks, common)}
 <table id="notebooks">
-<tr><th>notebook</th><th>title</th><th>numbers on the page</th><th>executed on</th>
-<th>recorded results read, by labkit commit</th><th>status</th><th>seconds</th></tr>
+<colgroup><col class="num"><col class="nb"><col class="src"><col class="ran"><col class="res"><col class="st">
+<col class="sec"></colgroup>
+<tr><th>#</th><th>notebook: what it shows</th><th>numbers</th><th>executed on</th>
+<th>recorded results read</th><th>status</th><th class="sec">s</th></tr>
 {rows}
 </table>
-<ul class="legend">{legend}</ul>
+<ul class="legend small">{legend}</ul>
 <h2>Machine</h2>
 <table id="machine">{machine_rows}</table>
 <p class="muted">Recorded results live in <code>data/results/&lt;machine&gt;/</code>; pages that compare machines

@@ -20,7 +20,8 @@ MANIFEST = "report.json"
 
 @dataclass
 class NotebookRun:
-    """The outcome of one notebook: page written, seconds taken, sources it declared, where
+    """The outcome of one notebook: page written, seconds taken, sources it declared, one line
+    on what it shows (``summary``, :func:`labkit.report.index.notebook_summary`), where
     it ran (``machine`` slug, ``device``, ``labkit_commit``, ``created``), the recorded
     results it read (see :func:`labkit.report.provenance.results_read`) and how many
     replies the client's watch had to read (``stalled_replies``)."""
@@ -39,6 +40,7 @@ class NotebookRun:
     created: str = ""
     results: list[dict] = field(default_factory=list)
     stalled_replies: int = 0
+    summary: str = ""
 
 
 def public_machine(device: str) -> dict:
@@ -66,6 +68,7 @@ def _run_from_json(d: dict) -> NotebookRun:
         machine=str(d.get("machine", "")), device=str(d.get("device", "")),
         labkit_commit=str(d.get("labkit_commit", "")), created=str(d.get("created", "")),
         results=list(d.get("results", [])), stalled_replies=int(d.get("stalled_replies", 0)),
+        summary=str(d.get("summary", "")),
     )
 
 

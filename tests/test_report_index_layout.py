@@ -1,0 +1,140 @@
+"""The report index reads at a glance: in Chromium at 1280 px every notebook row is at most about
+three lines tall and nothing is clipped or pushed out of its cell.
+
+The index is rendered from a manifest as ``labkit report`` writes it for the lab's own notebooks:
+their real titles and summary lines, every recorded result under ``data/results`` read by the
+notebooks that read that kind of result (notebook 06 reads them all, as it does), one failed
+notebook with a long error, all four sources on the last rows, in several orders. A full-page screenshot is kept under
+pytest's tmp path (its path is printed and recorded as the test's ``screenshot`` property).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+WIDTH = 1280
+#: result-name prefixes each notebook reads (06 compares every result)
+READS = {"00": ["calibration"], "01": ["mm_", "calibration"], "02": ["engine", "calibration"],
+         "03": ["h2d", "ranges"], "04": ["attn"], "05": ["trace", "engine"], "06": [""],
+         "07": ["vllm", "mm_overlap", "ranges"]}
+SOURCES = ["measured-gpu", "measured-cpu", "simulated", "interpreted"]
+#: every source on one row, in the orders that pack worst (long badges side by side)
+ALL_FOUR = [["interpreted", "measured-cpu", "measured-gpu", "simulated"],
+            ["measured-cpu", "measured-gpu", "interpreted", "simulated"],
+            ["simulated", "interpreted", "measured-cpu", "measured-gpu"]]
+
+_ROWS_JS = """
+() => Array.from(document.querySelectorAll('tr[data-notebook]')).map(tr => {
+  const lh = parseFloat(getComputedStyle(tr.querySelector('td.nb')).lineHeight);
+  const cells = Array.from(tr.children);
+  const outside = [];
+  for (const td of cells) {
+    const box = td.getBoundingClientRect();
+    if (td.scrollWidth > td.clientWidth + 1) outside.push(td.className + ': content wider than its cell');
+    for (const el of td.querySelectorAll('*')) {
+      for (const r of el.getClientRects()) {
+        if (r.width && (r.left < box.left - 1 || r.right > box.right + 1))
+          outside.push(td.className + ' ' + el.tagName + '.' + el.className + ': outside its cell');
+      }
+    }
+  }
+  const num = tr.querySelector('td.num code');
+  const badges = Array.from(tr.querySelectorAll('.badge'));
+  return {
+    name: tr.dataset.notebook, height: tr.getBoundingClientRect().height, lineHeight: lh,
+    numberLines: num.getClientRects().length, titleLines: tr.querySelector('.title').getClientRects().length,
+    badgeLines: badges.map(b => b.getClientRects().length), outside,
+  };
+})
+"""
+
+
+def _manifest() -> dict:
+    from labkit.report.build import find_notebooks, notebook_title, read_notebook
+    from labkit.report.index import notebook_summary
+    from labkit.results import commit_status, load_results
+
+    recorded = [{"machine": r.slug, "name": r.name, "labkit_commit": r.labkit_commit,
+                 "commit_status": commit_status(r.labkit_commit), "size": r.size}
+                for r in load_results(REPO / "data" / "results")]
+    notebooks = []
+    for i, path in enumerate(find_notebooks(REPO / "notebooks")):
+        nb = read_notebook(path)
+        num = path.stem[:2]
+        entry = {
+            "name": path.stem, "title": notebook_title(nb, path.stem), "summary": notebook_summary(nb),
+            "html": f"{path.stem}.html", "ok": True, "seconds": 1234.5 if i == 1 else 12.0 * (i + 1),
+            "sources": ALL_FOUR[i - 5] if i >= 5 else SOURCES[i % 3:i % 3 + 2], "error": None,
+            "machine": "cpu-epyc-2c", "device": "cpu", "labkit_commit": "0123456789ab+dirty",
+            "created": "2026-12-01T21:00:00+00:00",
+            "results": [r for r in recorded if any(r["name"].startswith(k) for k in READS.get(num, [""]))],
+        }
+        if i == 2:
+            entry.update(ok=False, error={
+                "cell": 14, "first_line": "analysis = analyze_trace(path, steps=r'ProfilerStep#\\d+', jobs=4)",
+                "error": "FileNotFoundError: [Errno 2] No such file or directory: "
+                         "'../data/traces/h200/per_layer/rank0.pt.trace.json.gz'"})
+        if i == 3:
+            entry.update(labkit_commit="fedcba987654", machine="rtx-4090", device="cuda")
+        notebooks.append(entry)
+    return {"created": "2026-12-01T21:30:00+00:00", "labkit_commit": "0123456789ab+dirty", "size": "quick",
+            "device": "cpu", "machine": {"slug": "cpu-epyc-2c", "device": "cpu"}, "notebooks": notebooks}
+
+
+@pytest.fixture(scope="module")
+def index_page(tmp_path_factory) -> Path:
+    from labkit.report.index import render_index
+
+    path = tmp_path_factory.mktemp("index") / "index.html"
+    path.write_text(render_index(_manifest()), encoding="utf-8")
+    return path
+
+
+def test_every_row_is_at_most_three_lines_and_nothing_is_clipped(browser, index_page, tmp_path, record_property):
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    try:
+        page.goto(index_page.as_uri(), wait_until="load")
+        rows = page.evaluate(_ROWS_JS)
+        page_width = page.evaluate("() => document.documentElement.scrollWidth")
+        flag_lines = page.evaluate("() => { const p = document.getElementById('flags');"
+                                   " return p ? p.getBoundingClientRect().height / parseFloat(getComputedStyle(p).lineHeight) : 0; }")
+        shot = tmp_path / f"index-{WIDTH}px.png"
+        page.screenshot(path=str(shot), full_page=True)
+    finally:
+        page.close()
+    record_property("screenshot", str(shot))
+    tallest = max(rows, key=lambda r: r["height"])
+    print(f"index screenshot: {shot}; tallest row {tallest['name']}: {tallest['height']:.0f} px, "
+          f"line height {tallest['lineHeight']:.1f} px")
+    assert len(rows) == len(list((REPO / "notebooks").glob("[0-9][0-9]_*.py")))
+    assert page_width <= WIDTH, "the index scrolls sideways"
+    for r in rows:
+        lines = (r["height"] - 9) / r["lineHeight"]  # 2 x 4 px padding and the border
+        assert lines <= 3.5, f"{r['name']}: row {r['height']:.0f} px = {lines:.1f} lines"
+        assert r["numberLines"] == 1 and r["titleLines"] <= 2, r
+        assert all(n == 1 for n in r["badgeLines"]), f"{r['name']}: a badge broke across lines"
+        assert r["outside"] == [], f"{r['name']}: {r['outside'][:5]}"
+    assert 0 < flag_lines <= 3.5  # the one summary of shared flags (long file lists wrap a little)
+
+
+def test_results_open_without_javascript(browser, index_page):
+    context = browser.new_context(java_script_enabled=False, viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(index_page.as_uri(), wait_until="load")
+        row = page.locator('tr[data-notebook^="06_"]')
+        listing = row.locator("td.res details ul")
+        assert not listing.is_visible()
+        row.locator("td.res summary").click()
+        assert listing.is_visible()
+        assert listing.locator("li").count() >= 1
+        failed = page.locator("td.st details").first
+        failed.locator("summary").click()
+        assert "FileNotFoundError" in failed.inner_text()
+    finally:
+        context.close()
