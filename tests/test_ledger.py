@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from real_traces import shared_trace
 
 from labkit.attn.ledger import TransferLedger, count_h2d_in_profile, gpu_stream_busy_idle
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.device import has_cuda
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 # 5 batch rows: two with images (ragged), one without, one missing, one padding row
 RANGES = {0: [(10, 265), (300, 555), (600, 855)], 1: [(4, 4)], 2: []}
@@ -113,10 +113,12 @@ def test_count_in_real_trace_pinned():
     assert (got["pageable_count"], got["pinned_count"]) == (0, 150)
 
 
-@pytest.mark.skipif(not (SHARED_TRACES / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz").is_file(),
-                    reason="shared traces not beside the repository")
-def test_count_in_shared_vllm_trace():
-    got = count_h2d_in_profile(SHARED_TRACES / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz")
+@pytest.mark.parametrize("path", [DATA / "nvllm-gb10-ten-steps.markers-and-copies.pt.trace.json.gz",
+                                  *shared_trace("nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz")],
+                         ids=lambda p: p.name[:40])
+def test_count_in_real_vllm_trace(path):
+    # 10 pageable and 160 pinned HtoD copies per the trace collection's README (the fixture keeps every copy)
+    got = count_h2d_in_profile(path)
     assert (got["pageable_count"], got["pinned_count"]) == (10, 160)
 
 

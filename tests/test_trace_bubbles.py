@@ -8,15 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hta_reference import CHECKED, COLUMNS, RECORDED, hta_live, hta_version, raw_trace, recorded
+from real_traces import fixtures, find, shared, shared_trace
 
 from labkit.trace.analysis.analyze import analyze_trace
 from labkit.trace.analysis.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-LOCAL = sorted(DATA.glob("*.pt.trace.json.gz"))
-SHARED_FILES = sorted(SHARED.glob("*.pt.trace.json.gz")) if SHARED.is_dir() else []
+LOCAL = fixtures()
+SHARED_FILES = shared()  # the larger traces, extra cases where present
 #: the whole analysis takes a second or more on these: marked slow (HTA's figures for the larger
 #: traces are recorded, see tests/hta_reference.py)
 BIG = {"nvllm", "hta-trace-diff-control", "param-linear", "hta-ns-resolution"}
@@ -132,7 +132,7 @@ def _cases():
     out = []
     for name, p in sorted(seen.items()):
         marks = [pytest.mark.slow] if any(name.startswith(b) for b in BIG) else []
-        out.append(pytest.param(p, marks=marks, id=name[:40]))
+        out.append(pytest.param(p, marks=marks, id=name.removesuffix(".pt.trace.json.gz")[:60]))
     return out
 
 
@@ -168,13 +168,12 @@ def test_idle_agrees_with_hta(path):
     assert (s["idle_us"] - s[["idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us"]].sum(axis=1)).abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("name", [n for n in CHECKED if find(n) is not None])
 def test_recorded_hta_figures_are_what_hta_gives(name):
     """The recording that stands in for HTA on the larger traces (tests/hta_reference.py) holds
-    what HTA gives: checked against HTA run live on the recording's smaller traces."""
-    path = SHARED / name
-    if not path.is_file():
-        pytest.skip("shared traces not present")
+    what HTA gives: checked against HTA run live on the recording's smaller traces (two fixtures,
+    and a shared trace where present)."""
+    path = find(name)
     pytest.importorskip("hta.trace_analysis")
     rec = recorded(path)
     if rec is None:
@@ -185,9 +184,24 @@ def test_recorded_hta_figures_are_what_hta_gives(name):
 
 
 def test_hta_include_last_step_changes_window():
-    path = SHARED / "hta-trace-diff-control-a100-rank3.pt.trace.json.gz"
-    if not path.is_file():
-        pytest.skip("shared traces not present")
+    """HTA leaves out the work launched in the last ProfilerStep unless told otherwise: on 10 ms of
+    an A100 rank's trace around its last step's start (a fixture), the lab's HTA-compatible idle
+    per stream equals HTA's in both modes, and the two modes differ."""
+    pytest.importorskip("hta.trace_analysis")
+    path = DATA / "hta-trace-diff-control-a100-rank3.last-step-start.pt.trace.json.gz"
+    tr = load_trace(path)
+    for last in (False, True):
+        mine = hta_idle_totals(hta_idle_breakdown(tr, include_last_profiler_step=last))
+        ref = hta_idle_totals(hta_live(path, include_last_profiler_step=last))
+        assert set(mine) == set(ref), (last, ref)
+        for stream, total in ref.items():
+            assert mine[stream] == pytest.approx(total, rel=1e-6, abs=0.5), (last, stream)
+    assert hta_idle_totals(hta_idle_breakdown(tr)) != hta_idle_totals(hta_idle_breakdown(tr, include_last_profiler_step=True))
+
+
+@pytest.mark.parametrize("path", shared_trace("hta-trace-diff-control-a100-rank3.pt.trace.json.gz"),
+                         ids=lambda p: p.name[:40])
+def test_hta_include_last_step_on_the_whole_rank_trace(path):
     tr = load_trace(path)
     without = hta_idle_totals(hta_idle_breakdown(tr))
     with_last = hta_idle_totals(hta_idle_breakdown(tr, include_last_profiler_step=True))

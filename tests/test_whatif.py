@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from real_traces import fixtures, shared
 
 from labkit.cli import main
 from labkit.errors import UsageError
@@ -19,7 +20,6 @@ from labkit.trace.whatif.dependency_graph import build_graph, records_from_trace
 from labkit.trace.whatif.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "traces"
 
 
 def X(name, cat, ts, dur, *, pid=1, tid=1, **args):
@@ -167,28 +167,43 @@ def test_vllm_steps_give_tokens_per_second(tmp_path):
     assert w.measured["tokens_per_s"] == pytest.approx(4 / 1e-3)  # median tokens (4) / median step (1 ms)
 
 
+LAB_TRACES = sorted((REPO / "data" / "traces").glob("*/*/*.pt.trace.json.gz"))
+#: X-event categories that are not host work to replay (device ops, the profiler's own spans, markers)
+NOT_HOST = {"kernel", "gpu_memcpy", "gpu_memset", "Trace", "ac2g", "overhead", "cpu_instant_event",
+            "gpu_user_annotation", "cuda_sync"}
+
+
 def _self_check_files():
-    files = sorted((REPO / "tests" / "data").glob("*.pt.trace.json.gz"))
-    files += sorted((REPO / "data" / "traces").glob("*/*/*.pt.trace.json.gz"))
-    files += sorted(SHARED.glob("*.pt.trace.json.gz")) if SHARED.is_dir() else []
-    return files
+    return fixtures() + LAB_TRACES + shared()
+
+
+def _has_host_events(path: Path) -> bool:
+    """Whether the raw JSON holds a complete host event (read with the standard library)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return any(e.get("ph") == "X" and e.get("cat") not in NOT_HOST for e in json.load(f)["traceEvents"])
 
 
 @pytest.mark.parametrize("path", _self_check_files(), ids=lambda p: p.name[:60])
 def test_unchanged_replay_reproduces_measured_steps(path):
     try:
         w = predict(path)
-    except UsageError as exc:  # a trimmed fixture without host events cannot be replayed: it says so
-        assert "no host events" in str(exc)
+    except UsageError as exc:  # only a trimmed fixture without host events may be refused, saying so
+        assert "no host events" in str(exc) and not _has_host_events(path), (path.name, str(exc))
         return
     assert w.replay_check["step_ms_error"] <= 0.02, (path.name, w.replay_check)
     assert w.predicted["step_ms_median"] == pytest.approx(w.measured["step_ms_median"], rel=0.02)
+    assert w.steps["count"] >= 1 and w.measured["step_ms"], path.name
 
 
-def test_every_shared_trace_is_checked():
-    if not SHARED.is_dir():
-        pytest.skip("shared traces not present")
-    assert len(list(SHARED.glob("*.pt.trace.json.gz"))) >= 10
+def test_every_trace_is_checked():
+    """The self-check above covers every real-trace fixture, every recorded lab trace and (where
+    present) every shared trace, and all but one of the fixtures have host work to replay."""
+    checked = {p.resolve() for p in _self_check_files()}
+    for folder, pattern in ((REPO / "tests" / "data", "*.pt.trace.json*"), (REPO / "data" / "traces", "**/*.pt.trace.json*")):
+        assert {p.resolve() for p in folder.glob(pattern)} <= checked, folder
+    assert len(LAB_TRACES) >= 7
+    hostless = [p.name for p in fixtures() if not _has_host_events(p)]
+    assert hostless == ["hta-trace-diff-control-a100-rank3.memcpy-only.pt.trace.json.gz"]
 
 
 @pytest.fixture(scope="module")
