@@ -1,4 +1,4 @@
-"""What would a cheaper host call, or a copy that does not synchronize, buy? (``labkit whatif``)
+"""What would a cheaper host call, a copy that does not synchronize or one not made buy? (``labkit whatif``)
 
 ``predict(trace, changes)`` builds the run's dependency graph (``dependency_graph``), replays it
 unchanged (the self-check: it must reproduce the measured step times) and with the changes

@@ -167,7 +167,7 @@ def suggestion_lines(s: dict) -> list[str]:
     """The suggestions as printed by ``labkit whatif --suggest``."""
     out = [f"suggestions (the unchanged replay: {s['base_step_ms']:.3f} ms a step):"]
 
-    def rows(title, items, first, fmt):
+    def rows(title, items, fmt):
         out.append(title)
         if not items:
             out.append("  (none)")
@@ -176,10 +176,10 @@ def suggestion_lines(s: dict) -> list[str]:
             out.append(f"  {fmt(it):>22s}  -> {it['predicted_step_ms']:10.3f} ms "
                        f"({'n/a' if sv is None else f'{-100 * sv:+.1f}%'})  {it['argument']}")
 
-    rows("host spans by the device idle they overlap (removed):", s["spans"], None,
+    rows("host spans by the device idle they overlap (removed):", s["spans"],
          lambda it: f"{it['idle_overlap_ms']:.3f} ms idle, {it['count']}x")
-    rows("synchronizing call sites by the time they waited (made non-blocking):", s["syncs"], None,
+    rows("synchronizing call sites by the time they waited (made non-blocking):", s["syncs"],
          lambda it: f"{it['waited_ms']:.3f} ms waited, {it['count']}x")
-    rows(f"repeated small pageable copies (>= {MIN_COUNT} a step, removed):", s["copies"], None,
+    rows(f"repeated small pageable copies (>= {MIN_COUNT} a step, removed):", s["copies"],
          lambda it: f"{it['per_step']} a step")
     return out
