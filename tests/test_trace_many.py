@@ -25,21 +25,29 @@ FOLDER_FIXTURES = (RANK3, BERT, "nvllm-gb10-ten-steps.markers-and-copies.pt.trac
 FOLDERS = ["fixtures"] + (["shared"] if SHARED.is_dir() else [])
 
 
+def _fixture_folder(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ranks")
+    for name in FOLDER_FIXTURES:
+        shutil.copy(DATA / name, d / name)
+    return d
+
+
 @pytest.fixture(scope="module", params=FOLDERS)
 def folder(request, tmp_path_factory):
     """``(folder, rank-3 trace name, BERT trace name)``."""
     if request.param == "shared":
         return SHARED, "hta-trace-diff-control-a100-rank3.pt.trace.json.gz", BERT
-    d = tmp_path_factory.mktemp("ranks")
-    for name in FOLDER_FIXTURES:
-        shutil.copy(DATA / name, d / name)
-    return d, RANK3, BERT
+    return _fixture_folder(tmp_path_factory), RANK3, BERT
+
+
+def _single_runs(root: Path) -> dict:
+    """Each trace of the folder analysed alone, in this process."""
+    return {str(p): analyze_one(str(p))["json"] for p in expand_paths([str(root)])}
 
 
 @pytest.fixture(scope="module")
 def single_runs(folder):
-    """Each trace of the folder analysed alone, in this process."""
-    return {str(p): analyze_one(str(p))["json"] for p in expand_paths([str(folder[0])])}
+    return _single_runs(folder[0])
 
 
 def _per_trace(doc: dict) -> dict:
@@ -62,12 +70,12 @@ def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, folder, singl
     assert all(r["peak_rss_bytes"] > 0 for r in doc["combined"]["per_rank"])
 
 
-def test_dask_local_cluster_equals_single_runs(folder, single_runs):
-    if folder[0] == SHARED:
-        pytest.skip("the Dask path is checked on the fixtures' folder (the traces do not change it)")
+def test_dask_local_cluster_equals_single_runs(tmp_path_factory):
+    """On the fixtures' folder (the Dask path does not depend on which traces it carries)."""
     distributed = pytest.importorskip("distributed")
     from labkit.trace.analysis.many import analyze_many
 
+    single_runs = _single_runs(_fixture_folder(tmp_path_factory))
     paths = list(single_runs)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         recs = analyze_many(paths, dask_address=cluster.scheduler_address)

@@ -268,21 +268,33 @@ H200_PAIRS = lab_pairs(H200)
 needs_h200 = pytest.mark.skipif(len(H200_PAIRS) < 2, reason="H200 engine traces not recorded under data/traces/h200")
 
 
+#: why each recorded H200 pair misses: what the replay does not model
+H200_MISSES = {
+    "tensor->list": "the prediction counts each read at its calibrated (unprofiled) cost; the recorded run was "
+                    "profiled, and torch.profiler records four aten ops per tensor read whose recording the list "
+                    "run does not pay: the replay does not model the profiler's own cost",
+    "per_layer->per_step": "dropping the per-layer copies removes their share of each layer's host work as the "
+                           "trace measures it; the rest of per_layer's layer work is slower than per_step's too: "
+                           "the nested-tensor build on every layer, and the same compute ops taking 3-4x the host "
+                           "time (launch calls about twice as long) between the copies; the replay keeps the "
+                           "measured cost of all work it does not change",
+}
+
+
 @needs_h200
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "the prediction counts each read at its calibrated (unprofiled) cost; the recorded run was profiled, "
-    "and torch.profiler records four aten ops per tensor read (16,384 events a step) whose recording the "
-    "list run does not pay: the replay does not model the profiler's own cost"))
-def test_recorded_h200_tensor_to_list_predicted_within_10_percent():
-    before, after = H200_PAIRS["tensor->list"]
-    changes, how = derive_changes("tensor->list", before)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
+                                                                          reason=why))
+                                  for c, why in H200_MISSES.items()])
+def test_recorded_h200_pairs_predicted_within_10_percent(case):
+    before, after = H200_PAIRS[case]
+    changes, how = derive_changes(case, before)
     w, m = predict(before, changes), _second_run(after)
     assert w.predicted["step_ms_median"] == pytest.approx(m.measured["step_ms_median"], rel=0.10)
 
 
 @needs_h200
 def test_recorded_h200_reads_are_counted_and_cost_more_traced_than_calibrated():
-    """What the miss above comes from, on the first run alone: the trace shows one ``aten::item`` per
+    """What the tensor->list miss comes from, on the first run alone: the trace shows one ``aten::item`` per
     read, 128 requests x 32 images a step, and the time its ``select`` and ``item`` ops take per read
     already exceeds the calibrated cost of a whole tensor read by more than half."""
     from labkit.trace.whatif.ab_pairs import reads_per_step
@@ -299,22 +311,9 @@ def test_recorded_h200_reads_are_counted_and_cost_more_traced_than_calibrated():
 
 
 @needs_h200
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "dropping the per-layer copies removes their share of each layer's host work as the trace measures it "
-    "(about 9.7 of 14 ms a layer); the rest of per_layer's layer work is slower than per_step's too: the "
-    "nested-tensor build on every layer, and the same compute ops taking 3-4x the host time (launch calls "
-    "about twice as long) between the copies; the replay keeps the measured cost of all work it does not change"))
-def test_recorded_h200_per_layer_to_per_step_predicted_within_10_percent():
-    before, after = H200_PAIRS["per_layer->per_step"]
-    changes, how = derive_changes("per_layer->per_step", before)
-    w, m = predict(before, changes), _second_run(after)
-    assert w.predicted["step_ms_median"] == pytest.approx(m.measured["step_ms_median"], rel=0.10)
-
-
-@needs_h200
 def test_recorded_h200_per_layer_host_work_outside_the_copies_is_slower():
-    """What the miss above comes from: launch calls inside per_layer's layers take much longer than
-    the same calls in per_step's (the second run, read here only to show it)."""
+    """What the per_layer miss comes from: launch calls in the per_layer run take much longer than
+    the same calls in the per_step run (the second run, read here only to show it)."""
     import statistics
 
     per_layer, per_step = H200_PAIRS["per_layer->per_step"]
@@ -478,7 +477,7 @@ def test_suggest_on_the_h200_per_layer_trace(h200_suggest):
 @pytest.mark.skipif(len(H200_PAIRS) < 2, reason="H200 engine traces not recorded under data/traces/h200")
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "no suggested argument predicts per_step within 10%: dropping the copies leaves per_layer's slower "
-    "non-copy layer work (see test_recorded_h200_per_layer_to_per_step_predicted_within_10_percent), and "
+    "non-copy layer work (see H200_MISSES), and "
     "removing the layers altogether removes per_step's own layer work too"))
 def test_a_suggestion_on_the_h200_per_layer_trace_predicts_per_step(h200_suggest):
     s = h200_suggest[0]["suggestions"]
