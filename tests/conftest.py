@@ -25,8 +25,8 @@ if not has_cuda():
 skip_unused_imports()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: real GPU traces live in shared/ beside the repository (also in CI's clone)
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
+# real GPU traces: the fixtures of tests/data, and the shared collection as extra cases where
+# present (tests/real_traces.py says where each is looked for)
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",

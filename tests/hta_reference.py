@@ -4,8 +4,9 @@ HTA (``traceinsight``) takes seconds on the larger shared traces, so its figures
 recorded in ``tests/data/hta_idle_reference.json`` by ``python tests/hta_reference.py`` (HTA
 run live on each file). ``recorded(path)`` gives them when they were made by the installed HTA
 version from a file with the same sha256, and None otherwise (or always with
-``LABKIT_LIVE_HTA=1``): the tests then run HTA live. The recording also holds two smaller
-traces, on which the tests run HTA live and check the recording against it.
+``LABKIT_LIVE_HTA=1``): the tests then run HTA live. The recording also holds smaller traces
+(``CHECKED``: fixtures of ``tests/data``, and one more of the shared collection), on which the
+tests run HTA live and check the recording against it.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from real_traces import SHARED, find
+
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "data" / "hta_idle_reference.json"
-SHARED = HERE.parents[1] / "shared" / "traces"
 #: the traces HTA is slowest on (a second to several each): their figures come from the recording
 RECORDED = ("hta-ns-resolution-v100-rank0.pt.trace.json.gz", "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
             "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz",
             "param-linear-kineto-rtx2080ti.pt.trace.json.gz", "tracelens-h100-timesformer-k400-inference.pt.trace.json.gz")
-#: recorded as well, small enough to run live in every test run (the recording's check)
+#: recorded as well, small enough to run live in every test run (the recording's check): two
+#: fixtures (the BERT one is also in the shared collection, byte for byte) and a shared trace
 CHECKED = ("tracelens-h100-bert-small-inference.pt.trace.json.gz",
+           "hta-trace-diff-control-a100-rank3.last-step-start.pt.trace.json.gz",
            "tracelens-h100-qwen1.5-0.5b-chat-inference.pt.trace.json.gz")
 COLUMNS = ["stream", "idle_category", "idle_time"]
 
@@ -56,7 +60,7 @@ def sha256(path: Path) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def hta_live(path: Path) -> pd.DataFrame:
+def hta_live(path: Path, include_last_profiler_step: bool = False) -> pd.DataFrame:
     """HTA's ``get_idle_time_breakdown`` for the trace's rank (HTA reads a folder: a copy of the file)."""
     from hta.trace_analysis import TraceAnalysis
 
@@ -64,7 +68,8 @@ def hta_live(path: Path) -> pd.DataFrame:
     rank = raw_trace(path).get("distributedInfo", {}).get("rank", 0)
     with tempfile.TemporaryDirectory() as d:
         shutil.copy(path, Path(d) / path.name)
-        df, _ = TraceAnalysis(trace_dir=d).get_idle_time_breakdown(ranks=[rank], visualize=False)
+        ta = TraceAnalysis(trace_dir=d, include_last_profiler_step=include_last_profiler_step)
+        df, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False)
     return df
 
 
@@ -84,16 +89,16 @@ def _rows(df: pd.DataFrame) -> list:
 
 
 def main(argv: list[str]) -> int:
-    """Run HTA on each recorded trace of the shared collection and write the reference file."""
+    """Run HTA on each recorded trace (fixtures and the shared collection) and write the reference file."""
     version = hta_version()
     if version is None:
         print("hta_reference: traceinsight is not installed", file=sys.stderr)
         return 2
     traces = {}
     for name in RECORDED + CHECKED:
-        path = SHARED / name
-        if not path.is_file():
-            print(f"hta_reference: missing {path}", file=sys.stderr)
+        path = find(name)
+        if path is None:
+            print(f"hta_reference: {name} is neither in tests/data nor in {SHARED}", file=sys.stderr)
             return 2
         traces[name] = {"sha256": sha256(path), "rows": _rows(hta_live(path))}
     doc = {"tool": "traceinsight", "hta_version": version, "call": "TraceAnalysis.get_idle_time_breakdown(ranks=[rank])",

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from real_traces import shared_trace
 
 from labkit.attn.ledger import TransferLedger, count_h2d_in_profile, gpu_stream_busy_idle
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.device import has_cuda
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 # 5 batch rows: two with images (ragged), one without, one missing, one padding row
 RANGES = {0: [(10, 265), (300, 555), (600, 855)], 1: [(4, 4)], 2: []}
@@ -113,10 +113,12 @@ def test_count_in_real_trace_pinned():
     assert (got["pageable_count"], got["pinned_count"]) == (0, 150)
 
 
-@pytest.mark.skipif(not (SHARED_TRACES / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz").is_file(),
-                    reason="shared traces not beside the repository")
-def test_count_in_shared_vllm_trace():
-    got = count_h2d_in_profile(SHARED_TRACES / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz")
+@pytest.mark.parametrize("path", [DATA / "nvllm-gb10-ten-steps.markers-and-copies.pt.trace.json.gz",
+                                  *shared_trace("nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz")],
+                         ids=lambda p: p.name[:40])
+def test_count_in_real_vllm_trace(path):
+    # 10 pageable and 160 pinned HtoD copies per the trace collection's README (the fixture keeps every copy)
+    got = count_h2d_in_profile(path)
     assert (got["pageable_count"], got["pinned_count"]) == (10, 160)
 
 
@@ -195,9 +197,35 @@ def test_ledger_matches_profiler_on_gpu(name):
     assert got["pinned_count"] == totals["pinned_count"]
 
 
+def _raw_stream_busy_idle(path) -> dict:
+    """Per (device, stream): device events, busy (union) and span, from the raw JSON with the standard
+    library: an independent count of what the three figures below must say."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    by: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            a = e["args"]
+            by.setdefault((a["device"], a["stream"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    out = {}
+    for key, iv in by.items():
+        iv.sort()
+        busy, cur_s, cur_e = 0.0, *iv[0]
+        for s, e in iv[1:]:
+            if s > cur_e:
+                busy, cur_s, cur_e = busy + cur_e - cur_s, s, e
+            else:
+                cur_e = max(cur_e, e)
+        busy += cur_e - cur_s
+        span = max(e for _, e in iv) - iv[0][0]
+        out[key] = {"events": len(iv), "busy_us": busy, "span_us": span, "idle_us": span - busy}
+    return out
+
+
 def test_ledger_and_engine_idle_equal_labkit_analyze(tmp_path, capsys):
-    """One trace stack: the ledger's per-stream figures and an engine row's device_idle_frac are the
-    numbers `labkit analyze` writes for the same (simulated engine) trace."""
+    """One trace stack: the ledger's per-stream figures, an engine row's device_idle_frac and what
+    `labkit analyze` writes for the same (simulated engine) trace all equal busy and idle counted
+    from the raw JSON (stream by stream: the union of its device events, and the rest of its span)."""
     from labkit.cli import main as labkit_main
     from labkit.engine.bench import _trace_idle, run_variants
     from labkit.engine.profiles import parametric_profile
@@ -205,15 +233,18 @@ def test_ledger_and_engine_idle_equal_labkit_analyze(tmp_path, capsys):
     rows, traces = run_variants("sim", [("tensor", "loop", "per_layer", True)], model="tiny", workload="small",
                                 num_requests=4, steps=2, warmup=1, profile=parametric_profile(), trace_dir=tmp_path)
     trace = rows[0]["trace"]
+    raw = _raw_stream_busy_idle(trace)
+    assert raw and all(r["idle_us"] > 0 for r in raw.values()), "the per_layer copies leave gaps on the stream"
     out = tmp_path / "a.json"
     assert labkit_main(["analyze", trace, "--json", str(out)]) == 0
     capsys.readouterr()
     streams = json.loads(out.read_text())["streams"]
-    assert streams, "the simulated engine trace has device work"
-    busiest = max(streams, key=lambda r: r["busy_us"])
-    assert _trace_idle(trace)["device_idle_frac"] == busiest["idle_fraction"]
     ledger = {(r["device"], r["stream"]): r for r in gpu_stream_busy_idle(trace)}
+    assert set(ledger) == {(s["device"], s["stream"]) for s in streams} == set(raw)
     for s in streams:
-        r = ledger[(s["device"], s["stream"])]
-        assert (r["busy_us"], r["idle_us"], r["span_us"], r["events"]) == (s["busy_us"], s["idle_us"], s["span_us"],
-                                                                           s["ops_count"])
+        want, r = raw[(s["device"], s["stream"])], ledger[(s["device"], s["stream"])]
+        for got in ({"events": s["ops_count"], "busy_us": s["busy_us"], "idle_us": s["idle_us"], "span_us": s["span_us"]},
+                    {k: r[k] for k in ("events", "busy_us", "idle_us", "span_us")}):
+            assert got == pytest.approx(want), (got, want)
+    busiest = max(raw.values(), key=lambda r: r["busy_us"])
+    assert _trace_idle(trace)["device_idle_frac"] == pytest.approx(busiest["idle_us"] / busiest["span_us"])

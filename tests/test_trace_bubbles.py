@@ -8,15 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hta_reference import CHECKED, COLUMNS, RECORDED, hta_live, hta_version, raw_trace, recorded
+from real_traces import fixtures, find, shared, shared_trace
 
 from labkit.trace.analysis.analyze import analyze_trace
 from labkit.trace.analysis.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-LOCAL = sorted(DATA.glob("*.pt.trace.json.gz"))
-SHARED_FILES = sorted(SHARED.glob("*.pt.trace.json.gz")) if SHARED.is_dir() else []
+LOCAL = fixtures()
+SHARED_FILES = shared()  # the larger traces, extra cases where present
 #: the whole analysis takes a second or more on these: marked slow (HTA's figures for the larger
 #: traces are recorded, see tests/hta_reference.py)
 BIG = {"nvllm", "hta-trace-diff-control", "param-linear", "hta-ns-resolution"}
@@ -132,7 +132,7 @@ def _cases():
     out = []
     for name, p in sorted(seen.items()):
         marks = [pytest.mark.slow] if any(name.startswith(b) for b in BIG) else []
-        out.append(pytest.param(p, marks=marks, id=name[:40]))
+        out.append(pytest.param(p, marks=marks, id=name.removesuffix(".pt.trace.json.gz")[:60]))
     return out
 
 
@@ -168,13 +168,12 @@ def test_idle_agrees_with_hta(path):
     assert (s["idle_us"] - s[["idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us"]].sum(axis=1)).abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("name", CHECKED)
+@pytest.mark.parametrize("name", [n for n in CHECKED if find(n) is not None])
 def test_recorded_hta_figures_are_what_hta_gives(name):
     """The recording that stands in for HTA on the larger traces (tests/hta_reference.py) holds
-    what HTA gives: checked against HTA run live on the recording's smaller traces."""
-    path = SHARED / name
-    if not path.is_file():
-        pytest.skip("shared traces not present")
+    what HTA gives: checked against HTA run live on the recording's smaller traces (two fixtures,
+    and a shared trace where present)."""
+    path = find(name)
     pytest.importorskip("hta.trace_analysis")
     rec = recorded(path)
     if rec is None:
@@ -184,16 +183,33 @@ def test_recorded_hta_figures_are_what_hta_gives(name):
     pd.testing.assert_frame_equal(rec, live, check_dtype=False)
 
 
-def test_hta_include_last_step_changes_window():
-    path = SHARED / "hta-trace-diff-control-a100-rank3.pt.trace.json.gz"
-    if not path.is_file():
-        pytest.skip("shared traces not present")
+#: HTA's own numbers for the whole rank-3 trace (traceinsight 0.6.1, ranks=[3]): stream 7's total idle
+#: without and with the last step; on the fixture HTA runs live
+WHOLE_RANK3 = {7: (102154 + 14226 + 32183, 133311 + 17152 + 32751)}
+
+
+@pytest.mark.parametrize("path, typed", [
+    pytest.param(DATA / "hta-trace-diff-control-a100-rank3.last-step-start.pt.trace.json.gz", None, id="fixture"),
+    *[pytest.param(p, WHOLE_RANK3, id="whole-trace") for p in shared_trace("hta-trace-diff-control-a100-rank3.pt.trace.json.gz")],
+])
+def test_hta_include_last_step_changes_window(path, typed):
+    """HTA leaves out the work launched in the last ProfilerStep unless told otherwise: on 10 ms of
+    an A100 rank's trace around its last step's start (a fixture), the lab's HTA-compatible idle
+    per stream equals HTA's (run live) in both modes, and the two modes differ; on the whole trace,
+    where present, it equals HTA's recorded numbers."""
     tr = load_trace(path)
-    without = hta_idle_totals(hta_idle_breakdown(tr))
-    with_last = hta_idle_totals(hta_idle_breakdown(tr, include_last_profiler_step=True))
-    # HTA's own numbers for this trace (traceinsight 0.6.1, ranks=[3]): stream 7 total idle
-    assert without[7] == pytest.approx(102154 + 14226 + 32183)
-    assert with_last[7] == pytest.approx(133311 + 17152 + 32751)
+    got = {last: hta_idle_totals(hta_idle_breakdown(tr, include_last_profiler_step=last)) for last in (False, True)}
+    assert got[False] != got[True]
+    if typed is not None:
+        for stream, (without, with_last) in typed.items():
+            assert got[False][stream] == pytest.approx(without) and got[True][stream] == pytest.approx(with_last)
+        return
+    pytest.importorskip("hta.trace_analysis")
+    for last in (False, True):
+        ref = hta_idle_totals(hta_live(path, include_last_profiler_step=last))
+        assert set(got[last]) == set(ref), (last, ref)
+        for stream, total in ref.items():
+            assert got[last][stream] == pytest.approx(total, rel=1e-6, abs=0.5), (last, stream)
 
 
 def test_host_thread_time_per_thread_by_hand(tmp_path):

@@ -69,12 +69,32 @@ def test_bad_input_one_line_exit_2_no_output(tmp_path, capsys, content):
     assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
 
 
-def test_missing_file_and_bad_options(tmp_path, capsys):
-    assert run([tmp_path / "nope.json"], capsys)[0] == 2
-    assert run([GP100, "--top", "0"], capsys)[0] == 2
-    assert run([GP100, "--steps", "("], capsys)[0] == 2
-    assert run([GP100, "--json", tmp_path / "no" / "dir.json"], capsys)[0] == 2
-    assert run(["--help"], capsys)[0] == 0
+@pytest.mark.parametrize("argv, message", [
+    (["{tmp}/nope.json"], "no such trace file: {tmp}/nope.json"),
+    (["{gp100}", "--top", "0"], "--top must be >= 1"),
+    (["{gp100}", "--jobs", "0"], "--jobs must be >= 1"),
+    (["{gp100}", "--steps", "("], "bad step pattern '(': missing ), unterminated subpattern at position 0"),
+    (["{gp100}", "--kernel-wait-us", "-1"], "--kernel-wait-us must be a finite number >= 0"),
+    (["{gp100}", "--json", "{tmp}/no/dir.json"], "output folder '{tmp}/no' does not exist"),
+    (["{gp100}", "--json", "{tmp}"], "output '{tmp}' is a folder"),
+    (["{gp100}", "--json", "{tmp}/o.json", "--html", "{tmp}/o.json"],
+     "--json and --html name the same file '{tmp}/o.json'"),
+    (["{gp100}", "--json", "{gp100}"], "--json '{gp100}' is one of the input traces"),
+])
+def test_missing_file_and_bad_options(tmp_path, capsys, argv, message):
+    """Each mistake is one line naming it, exit 2, nothing written."""
+    fill = {"tmp": str(tmp_path), "gp100": str(GP100)}
+    rc, out, err = run([a.format(**fill) for a in argv], capsys)
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [f"labkit: error: {message.format(**fill)}"], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_exits_0_and_names_the_options(capsys):
+    assert labkit_main(["analyze", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: labkit analyze")
+    assert all(opt in out for opt in ("--vs", "--json", "--html", "--steps", "--jobs", "--dask", "--skip-malformed"))
 
 
 # ----------------------------------------------------------------------------------------------

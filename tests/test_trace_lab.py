@@ -12,6 +12,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
 
@@ -66,10 +67,24 @@ def test_simulated_engine_trace_takes_the_same_path(tmp_path):
         eng.run(2, capture=cap)
     path = cap.paths[0]
     doc = _raw(path) if str(path).endswith(".gz") else json.loads(Path(path).read_text())
-    kernels = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel")
+    device = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = [e for e in device if e["cat"] == "kernel"]
+    pageable = [e for e in device if e["name"] == "Memcpy HtoD (Pageable -> Device)"]
     an = analyze_trace(path, include_last_profiler_step=True)
     assert an.source["simulated"] is True
     assert an.source["kind"] == "simulated"
-    assert int(an.streams["ops_count"].sum()) >= kernels > 0
+    # every device event of the JSON is an op of the analysis, kernels and copies alike
+    assert len(kernels) > 0 and len(pageable) > 0
+    assert int(an.streams["ops_count"].sum()) == len(device)
+    assert int((an.ops["cat"] == "kernel").sum()) == len(kernels)
+    assert int((an.h2d["kind"] == "pageable").sum()) == len(pageable)
+    # busy time is the union of the device events, counted here from the JSON (one simulated stream)
+    iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in device)
+    busy, end = 0.0, -float("inf")
+    for a, z in iv:
+        busy += max(0.0, z - max(a, end))
+        end = max(end, z)
+    assert an.streams["busy_us"].sum() == pytest.approx(busy)
+    assert an.streams["span_us"].sum() == pytest.approx(max(z for _, z in iv) - iv[0][0])
     js = an.to_json()
     assert js["source"]["simulated"] is True

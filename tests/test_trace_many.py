@@ -4,33 +4,60 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from real_traces import SHARED
 
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
 from labkit.trace.analysis.many import analyze_one, combine, expand_paths
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 DATA = Path(__file__).resolve().parent / "data"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not present")
+#: real traces of several ranks and kinds, copied into one folder: rank 3 of an A100 run (its
+#: ``distributedInfo`` names the rank), BERT on an H100 (no rank recorded), vLLM steps on a GB10
+RANK3 = "hta-trace-diff-control-a100-rank3.last-step-start.pt.trace.json.gz"
+BERT = "tracelens-h100-bert-small-inference.pt.trace.json.gz"
+FOLDER_FIXTURES = (RANK3, BERT, "nvllm-gb10-ten-steps.markers-and-copies.pt.trace.json.gz",
+                   "hta-triton-example-a100.pt.trace.json.gz")
+#: the folders analysed: the fixtures always, the whole shared collection where present
+FOLDERS = ["fixtures"] + (["shared"] if SHARED.is_dir() else [])
+
+
+def _fixture_folder(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ranks")
+    for name in FOLDER_FIXTURES:
+        shutil.copy(DATA / name, d / name)
+    return d
+
+
+@pytest.fixture(scope="module", params=FOLDERS)
+def folder(request, tmp_path_factory):
+    """``(folder, rank-3 trace name, BERT trace name)``."""
+    if request.param == "shared":
+        return SHARED, "hta-trace-diff-control-a100-rank3.pt.trace.json.gz", BERT
+    return _fixture_folder(tmp_path_factory), RANK3, BERT
+
+
+def _single_runs(root: Path) -> dict:
+    """Each trace of the folder analysed alone, in this process."""
+    return {str(p): analyze_one(str(p))["json"] for p in expand_paths([str(root)])}
 
 
 @pytest.fixture(scope="module")
-def single_runs():
-    """Each shared trace analysed alone, in this process."""
-    return {str(p): analyze_one(str(p))["json"] for p in expand_paths([str(SHARED)])}
+def single_runs(folder):
+    return _single_runs(folder[0])
 
 
 def _per_trace(doc: dict) -> dict:
     return {t["trace"]: {k: v for k, v in t.items() if k != "trace"} for t in doc["traces"]}
 
 
-@needs_shared
-def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, single_runs):
+def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, folder, single_runs):
+    root, rank3, bert = folder
     out = tmp_path / "many.json"
-    rc = labkit_main(["analyze", str(SHARED), "--jobs", "2", "--json", str(out)])
+    rc = labkit_main(["analyze", str(root), "--jobs", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0
     doc = json.loads(out.read_text())
@@ -38,16 +65,17 @@ def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, single_runs):
     assert _per_trace(doc) == json.loads(json.dumps(single_runs))
     assert "combined: " in printed and len(doc["combined"]["per_rank"]) == len(single_runs)
     ranks = {Path(r["trace"]).name: r["rank"] for r in doc["combined"]["per_rank"]}
-    assert ranks["hta-trace-diff-control-a100-rank3.pt.trace.json.gz"] == 3  # from distributedInfo
-    assert ranks["tracelens-h100-bert-small-inference.pt.trace.json.gz"] is None  # none recorded
+    assert ranks[rank3] == 3  # from distributedInfo
+    assert ranks[bert] is None  # none recorded
     assert all(r["peak_rss_bytes"] > 0 for r in doc["combined"]["per_rank"])
 
 
-@needs_shared
-def test_dask_local_cluster_equals_single_runs(single_runs):
+def test_dask_local_cluster_equals_single_runs(tmp_path_factory):
+    """On the fixtures' folder (the Dask path does not depend on which traces it carries)."""
     distributed = pytest.importorskip("distributed")
     from labkit.trace.analysis.many import analyze_many
 
+    single_runs = _single_runs(_fixture_folder(tmp_path_factory))
     paths = list(single_runs)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         recs = analyze_many(paths, dask_address=cluster.scheduler_address)

@@ -93,10 +93,17 @@ def test_recorded_h200_trace_trims_to_one_loadable_step(tmp_path):
     assert len(host_steps) == 1 and stats.steps_in == 2
     assert 0 < stats.events_out < stats.events_in == len(src_doc["traceEvents"])
     assert dst.stat().st_size < H200_TRACE.stat().st_size
-    # the lab's own loader reads it, with kernels still in it
+    # every complete event kept starts inside the window, and the lab's own loader reads each of
+    # them (kernels too: the device work launched in the step stays with it)
+    kept = [e for e in out_doc["traceEvents"] if e.get("ph") == "X"]
+    assert kept and all(stats.window_start_us <= e["ts"] < stats.window_end_us for e in kept)
+    src_in_window = [e for e in src_doc["traceEvents"] if e.get("ph") == "X"
+                     and stats.window_start_us <= e["ts"] < stats.window_end_us]
+    assert kept == src_in_window  # unmodified, in file order
     trace = load_trace(dst)
-    assert trace is not None
-    assert any(e.get("cat") == "kernel" for e in out_doc["traceEvents"])
+    kernels = [e for e in kept if e.get("cat") == "kernel"]
+    assert len(trace.events) == len(kept) and len(kernels) > 0
+    assert int((trace.events["cat"] == "kernel").sum()) == len(kernels)
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):

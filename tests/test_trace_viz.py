@@ -111,6 +111,8 @@ def test_lesson_trace_helpers():
 
     p = fixture_trace("quick")
     assert p.name.startswith("hta-step-based") and p.is_file()
+    full = fixture_trace("full")  # inside the project: no folder beside the checkout is needed
+    assert full.is_file() and full.resolve().is_relative_to(Path(__file__).resolve().parents[1])
     with pytest.raises(ValueError):
         fixture_trace("huge")
     an = analyze_trace(p)

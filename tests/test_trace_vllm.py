@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from real_traces import shared_trace
 
 from labkit.cli import main as labkit_main
 from labkit.trace.analysis.analyze import analyze_trace
@@ -15,9 +16,10 @@ from labkit.trace.read.load import load_trace
 from labkit.trace.analysis.steps import NO_STEPS_NOTE, detect_steps
 
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 NVLLM_STEP = DATA / "nvllm-gb10-one-step.trimmed.pt.trace.json.gz"
-NVLLM_FULL = SHARED / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz"
+#: the vLLM GB10 trace's ten step markers, phase frames and copies (a fixture); the whole trace where present
+NVLLM_TEN = [DATA / "nvllm-gb10-ten-steps.markers-and-copies.pt.trace.json.gz",
+             *shared_trace("nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz")]
 
 
 def _x(cat, name, ts, dur, tid=1):
@@ -86,8 +88,17 @@ def test_real_vllm_step_phases_against_raw_json():
     assert want > 0 and got["_model_forward"] == pytest.approx(want)
 
 
-@pytest.mark.skipif(not NVLLM_FULL.is_file(), reason="shared traces not present")
-def test_full_vllm_trace_ten_steps_printed(capsys):
-    assert labkit_main(["analyze", str(NVLLM_FULL)]) == 0
+@pytest.mark.parametrize("path", NVLLM_TEN, ids=lambda p: p.name[:40])
+def test_vllm_trace_ten_steps_printed(path, capsys):
+    """The ten decode steps of the GB10 run (ten ``execute_context_*`` annotations in the JSON)
+    are found, printed and timed as the annotations say."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        marks = sorted((e["ts"], e["dur"]) for e in json.load(f)["traceEvents"]
+                       if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context"))
+    assert len(marks) == 10
+    assert labkit_main(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
     assert "steps: 10 from vllm execute_context markers, model runner v1" in out
+    an = analyze_trace(path)
+    assert an.steps["start_us"].tolist() == [t for t, _ in marks]
+    assert an.steps["dur_us"].tolist() == pytest.approx([d for _, d in marks])

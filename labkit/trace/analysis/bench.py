@@ -29,9 +29,9 @@ from labkit.errors import UsageError
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+#: the real trace whose steps are repeated, by default: one step of a vLLM serving trace (a fixture)
 DEFAULT_BASES = [
-    REPO_ROOT.parent / "shared" / "traces" / "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz",
-    REPO_ROOT.parent / "shared" / "traces" / "hta-trace-diff-control-a100-rank3.pt.trace.json.gz",
+    REPO_ROOT / "tests" / "data" / "nvllm-gb10-one-step.trimmed.pt.trace.json.gz",
     REPO_ROOT / "tests" / "data" / "tracelens-h100-bert-small-inference.pt.trace.json.gz",
 ]
 #: synthetic trace size in MB per run size
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"size of the synthetic trace (default by --size: quick {TRACE_MB['quick']:.0f} MB, "
                          f"full {TRACE_MB['full']:.0f} MB)")
     ap.add_argument("--base", type=Path, default=None, help="real trace whose steps are repeated "
-                    "(default: the vLLM GB10 trace of ../shared/traces, else a tests/data trace)")
+                    "(default: tests/data's one step of a vLLM GB10 serving trace)")
     ap.add_argument("--repeats", type=int, default=1, help="runs per tool (median reported; default 1)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (e.g. where traceinsight is not installed)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per tool run (default 900)")

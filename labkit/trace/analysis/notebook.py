@@ -12,17 +12,16 @@ from pathlib import Path
 
 from labkit.results import REPO_ROOT, data_root, load_results
 
-SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
 FIXTURES = REPO_ROOT / "tests" / "data"
-#: real GPU traces to fall back on, small first: (quick, full)
+#: real non-lab GPU traces of the fixtures (provenance in tests/data/README.md): quick, full
 QUICK = "hta-step-based-gpu-annotation-gp100.pt.trace.json.gz"
-FULL = "nvllm-vllm-qwen3.5-27b-nvfp4-flashinfer-gb10-rank0.pt.trace.json.gz"
+FULL = "nvllm-gb10-one-step.trimmed.pt.trace.json.gz"
 
 
 def find_notebook_trace(size: str = "quick") -> Path:
     """A real GPU trace to analyse: a lab trace under ``data/traces/`` recorded on a GPU if any
-    (at most 20 MB in quick mode), else the vLLM trace of the shared collection (full) or a small
-    fixture (quick)."""
+    (at most 20 MB in quick mode), else a real fixture: one step of a vLLM serving trace (full) or
+    a small PyTorch profile (quick)."""
     from labkit.trace.read.load import load_trace
 
     if size not in ("quick", "full"):
@@ -37,10 +36,7 @@ def find_notebook_trace(size: str = "quick") -> Path:
             continue
         if not tr.is_simulated and tr.has_device_events():
             return p
-    for p in ([SHARED_TRACES / FULL] if size == "full" else []) + [FIXTURES / QUICK, SHARED_TRACES / QUICK]:
-        if p.is_file():
-            return p
-    raise FileNotFoundError("no GPU trace found under data/traces, ../shared/traces or tests/data")
+    return fixture_trace(size)
 
 
 LAB_MACHINE = "h200"
@@ -65,14 +61,14 @@ def missing_lab_traces(analyses: dict, variants=(PER_LAYER, PER_STEP, TENSOR_LOO
 
 
 def fixture_trace(size: str = "quick") -> Path:
-    """A real non-lab GPU trace: a small fixture (quick) or the vLLM GB10 trace of the shared
-    collection (full, when present beside the repository)."""
+    """A real non-lab GPU trace of the fixtures: a small PyTorch profile recorded on a Quadro GP100
+    (quick) or one step of a vLLM serving trace recorded on a GB10 (full)."""
     if size not in ("quick", "full"):
         raise ValueError(f"size must be 'quick' or 'full', got {size!r}")
-    for p in ([SHARED_TRACES / FULL] if size == "full" else []) + [FIXTURES / QUICK, SHARED_TRACES / QUICK]:
-        if p.is_file():
-            return p
-    raise FileNotFoundError(f"{QUICK} not found under tests/data or ../shared/traces")
+    p = FIXTURES / (FULL if size == "full" else QUICK)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p.name} not found under tests/data")
+    return p
 
 
 def analyses_sources(*analyses) -> list[str]:

@@ -1,33 +1,34 @@
 """Checking ``labkit whatif`` against measured A/B pairs of the lab's engine.
 
-Each ``AB_CASES`` entry is a pair of engine variants that differ in one host cost, and the
-what-if that should turn the first run into the second:
+Each ``AB_CASES`` entry is a pair of engine variants that differ in one thing, and the what-if
+that should turn the first run into the second, derived from the first run's trace and from
+data that no second run gives (``derive_changes``):
 
-* ``tensor->list`` (#40143): scale ``^schedule$`` by the ratio of the two runs' median
-  ``schedule`` spans;
-* ``per_layer->per_step`` (#38794): make the synchronizing calls inside the layers
-  non-blocking and scale the layers' host work by the ratio of the two runs' median
-  ``forward/layer_i`` host work (the per-layer copies are made inside those spans).
+* ``tensor->list`` (#40143): the placeholder reads get cheaper. The first trace shows how many
+  reads each step makes inside ``schedule`` (``aten::item`` per tensor read in a torch.profiler
+  trace; on the simulated device each read is marked, ``labkit.trace.whatif.sim_pairs``), and the
+  calibration of the machine that recorded it (``labkit calibrate``) what one tensor read and one
+  list read cost: ``^schedule$`` is scaled so its host work loses ``reads x (tensor - list)``;
+* ``per_layer->per_step`` (#38794): the copies. The ledger (``labkit.attn.ledger``) says how many
+  copies a step of the second variant makes inside the layers (none: its one copy a step is made
+  before them), so ``--drop-copies`` removes all but that many of the pageable copies made inside
+  the layers: their device ops, their waits and their share of the layers' host work as the first
+  trace measures it (``labkit.trace.whatif.changes``). The second variant's one copy before the
+  layers is not added (a what-if removes or shrinks work; it adds none).
 
-Ratios compare host *work*: a span's time minus what synchronizing calls inside it spent
-waiting for the device (``host_work_us``), since the replay, not the scale, decides the waits.
-
-``predict_pair(before, after, case)`` replays the first trace with that change and sets the
-prediction beside the second trace's measured median step time. ``lab_pairs(root)`` finds the
-recorded pairs (``data/traces/<gpu>/<variant>/``); ``make_sim_pairs(dir)`` records them on the
-simulated device with ``HostCostClock``, a fixed host-cost model (every Python call costs
-``call_ns``, the placeholder reads cost what ``labkit calibrate`` measured), so the simulated
-host time does not depend on how fast or how loaded the machine is. ``bubble_model_rows`` puts
-#40143's published figures next to the answer through the bubble model (``labkit.mm.overlap``).
+``predict_pair(before, after, case)`` replays the first trace with the derived change and sets
+the prediction (median step time and device idle fraction) beside the second trace as measured;
+the second trace is read only for that comparison. ``lab_pairs(root)`` finds the recorded pairs
+(``data/traces/<gpu>/<variant>/``); ``labkit.trace.whatif.sim_pairs`` records them on the
+simulated device under a fixed host-cost model. ``bubble_model_rows`` puts #40143's published
+figures next to the answer through the bubble model (``labkit.mm.overlap``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from bisect import bisect_left
 import re
-import sys
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,20 +41,28 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ABCase:
-    """A before/after pair of engine variants and the what-if between them."""
+    """A before/after pair of engine variants (``(placeholder, scheduling, prefix_ranges)``)."""
 
     name: str
-    before: tuple  #: (placeholder, scheduling, prefix_ranges)
+    before: tuple
     after: tuple
-    scale: str  #: regex of the host spans scaled by the after/before ratio of their medians
-    unsync: str | None = None  #: regex of the synchronizing calls made non-blocking
+    what: str  #: the difference, in words
 
 
 AB_CASES = {
-    "tensor->list": ABCase("tensor->list", ("tensor", "loop", "none"), ("list", "loop", "none"), r"^schedule$"),
+    "tensor->list": ABCase("tensor->list", ("tensor", "loop", "none"), ("list", "loop", "none"),
+                           "placeholder reads from a Python list instead of a tensor (#40143)"),
     "per_layer->per_step": ABCase("per_layer->per_step", ("fast", "cursor", "per_layer"),
-                                  ("fast", "cursor", "per_step"), r"^forward/layer_\d+$", r"^forward/layer_\d+$"),
+                                  ("fast", "cursor", "per_step"),
+                                  "the prefix-range copies made once per step instead of per row and layer (#38794)"),
 }
+SCHEDULE = r"^schedule$"
+LAYERS = r"^forward/layer_\d+$"
+#: host spans that are placeholder reads, and how many reads each is: a tensor read's ``int()``
+#: in a torch.profiler trace, the simulated host's marks (``sim_pairs.READ_CALLS``)
+READ_SPANS = ((re.compile(r"^aten::item$"), 1),
+              (re.compile(r"^TensorPlaceholderRange\.get_num_embeds$"), 1),
+              (re.compile(r"^TensorPlaceholderRange\.get_embeds_indices_in_range$"), 2))
 
 
 def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
@@ -61,17 +70,9 @@ def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
     return "-".join([*v, "async" if async_scheduling else "sync"])
 
 
-def span_durations_us(trace, pattern: str) -> list[float]:
-    """Durations (us) of the host spans of ``trace`` (path or Trace) whose name matches ``pattern``."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.dependency_graph import trace_records
-
-    rec = trace_records(as_trace(trace))
-    rx = re.compile(pattern)
-    d = [s.end - s.start for spans in rec.threads.values() for s in spans if s.corr < 0 and rx.search(s.name)]
-    if not d:
-        raise UsageError(f"no host span matches {pattern!r} in {rec.file}")
-    return d
+def base_case(case: str) -> ABCase:
+    """The ``AB_CASES`` entry of ``case`` (a simulated pair's name may end in ``/<cudagraph mode>``)."""
+    return AB_CASES[case.split("/")[0]]
 
 
 def host_work_us(trace, pattern: str) -> list[float]:
@@ -103,37 +104,105 @@ def host_work_us(trace, pattern: str) -> list[float]:
     return out
 
 
-def median_span_us(trace, pattern: str) -> float:
-    """Median duration (us) of the host spans of ``trace`` whose name matches ``pattern``."""
-    return float(np.median(span_durations_us(trace, pattern)))
+def reads_per_step(trace, within: str = SCHEDULE) -> list[int]:
+    """Placeholder reads (``READ_SPANS``) inside the spans matching ``within``, per step of ``trace``."""
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.dependency_graph import trace_records
+    from labkit.trace.whatif.predict import find_step_spans
+
+    rec = trace_records(as_trace(trace))
+    steps, _ = find_step_spans(rec)
+    if not steps:
+        raise UsageError(f"{rec.file}: no steps to count placeholder reads in")
+    starts = [s.start for _, s in steps]
+    counts = [0] * len(steps)
+    rx = re.compile(within)
+    for spans in rec.threads.values():
+        outer = [s for s in spans if s.corr < 0 and rx.search(s.name)]
+        o_starts = [s.start for s in outer]
+        for s in spans:
+            reads = next((n for r, n in READ_SPANS if r.match(s.name)), 0)
+            if not reads:
+                continue
+            k = bisect_right(o_starts, s.start) - 1
+            if k < 0 or s.end > outer[k].end:
+                continue
+            j = bisect_right(starts, s.start) - 1
+            if j >= 0 and s.start < steps[j][1].end:
+                counts[j] += reads
+    return counts
+
+
+def ledger_layer_copies_per_step(strategy: str) -> int:
+    """Host-to-device copies one step of prefix-range ``strategy`` makes inside the layers, as the
+    ledger records them (copies with a layer index; two rows with images, one without, three
+    layers: a per-step strategy's count does not depend on them)."""
+    from labkit.attn.prefix_ranges import make_strategy
+
+    s = make_strategy(strategy, "cpu")
+    s.begin_step({0: [(2, 6), (9, 12)], 1: [(1, 3)], 2: []}, 3)
+    for layer in range(3):
+        s.tensor_for_layer(layer)
+    s.end_step()
+    return sum(1 for c in s.ledger.copy_rows() if c["layer"] is not None)
+
+
+def derive_changes(case: str | ABCase, before) -> tuple[list, dict]:
+    """The what-if of ``case`` derived from the first run's trace ``before`` (path or Trace) and
+    calibration or ledger data, never from the second run: ``(changes, how)`` (see the module docstring)."""
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.changes import Change
+    from labkit.trace.whatif.sim_pairs import calibration_read_costs
+
+    c = base_case(case) if isinstance(case, str) else case
+    tb = as_trace(before)
+    if c.before[0] != c.after[0]:  # the placeholder variant changes: cheaper reads
+        if tb.is_simulated:  # the calibration the simulated host was charged with
+            lab = tb.metadata.get("labkit") if isinstance(tb.metadata.get("labkit"), dict) else {}
+            costs, slug = calibration_read_costs(slug=lab.get("host_cost_calibration"))
+        else:  # that of the machine that recorded the trace
+            costs, slug = calibration_read_costs(gpu=tb.device_names[0] if tb.device_names else "unknown")
+        saving_ns = costs["TensorPlaceholderRange.get_num_embeds"] - costs["ListPlaceholderRange.get_num_embeds"]
+        reads = float(np.median(reads_per_step(tb)))
+        work = float(np.median(host_work_us(tb, SCHEDULE)))
+        factor = max(0.0, 1.0 - reads * saving_ns / 1e3 / work)
+        how = {"reads_per_step": reads, "read_saving_ns": saving_ns, "calibration": slug,
+               "schedule_host_work_us": work, "scale_factor": factor,
+               "host_saving_ms": reads * saving_ns / 1e6}
+        return [Change("scale", SCHEDULE, factor)], how
+    keep = ledger_layer_copies_per_step(c.after[2])
+    return [Change("drop_copies", LAYERS, keep=keep)], {"layer_copies_kept_per_step": keep,
+                                                         "ledger_strategy": c.after[2]}
 
 
 def predict_pair(before, after, case: str | ABCase) -> dict:
-    """Replay ``before`` (path or Trace) with ``case``'s change; return one row with the prediction
-    beside ``after``'s measured median step (``error`` = predicted / measured - 1)."""
+    """Replay ``before`` (path or Trace) with the change ``derive_changes`` finds for ``case``; return
+    one row with the prediction beside ``after``'s measured median step and device idle fraction
+    (``error`` = predicted / measured step - 1, ``idle_error`` = predicted - measured idle)."""
     from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.predict import Change, predict
+    from labkit.trace.whatif.predict import predict
 
-    c = AB_CASES[case] if isinstance(case, str) else case
-    tb, ta = as_trace(before), as_trace(after)
-    ratio = float(np.median(host_work_us(ta, c.scale)) / np.median(host_work_us(tb, c.scale)))
-    changes = [Change("scale", c.scale, ratio)] + ([Change("unsync", c.unsync)] if c.unsync else [])
+    c = base_case(case) if isinstance(case, str) else case
+    tb = as_trace(before)
+    changes, how = derive_changes(c, tb)
     w = predict(tb, changes)
-    m_after = predict(ta)
-    pred = w.predicted["step_ms_median"]
-    meas = m_after.measured["step_ms_median"]
-    return {"case": c.name, "source": w.source["kind"], "gpu": w.source.get("gpu"), "scale_pattern": c.scale,
-            "scale_factor": ratio, "unsync_pattern": c.unsync,
+    m_after = predict(as_trace(after))  # read for the comparison only
+    pred, meas = w.predicted["step_ms_median"], m_after.measured["step_ms_median"]
+    p_idle, m_idle = w.predicted["device_idle_frac"], m_after.measured["device_idle_frac"]
+    saving = how.get("host_saving_ms")
+    if saving is None:  # the copies' host work the drop removes, per step
+        saving = (w.measured["step_ms_median"] - pred) if pred is not None else None
+    return {"case": case if isinstance(case, str) else c.name, "source": w.source["kind"], "gpu": w.source.get("gpu"),
+            "change": " ".join(ch.argument() for ch in changes), "derivation": how,
+            "scale_factor": how.get("scale_factor"),
             "before_step_ms": w.measured["step_ms_median"], "predicted_after_step_ms": pred,
             "measured_after_step_ms": meas, "error": pred / meas - 1.0,
-            "before_idle_frac": w.measured["device_idle_frac"],
-            "predicted_after_idle_frac": w.predicted["device_idle_frac"],
-            "measured_after_idle_frac": m_after.measured["device_idle_frac"],
+            "before_idle_frac": w.measured["device_idle_frac"], "predicted_after_idle_frac": p_idle,
+            "measured_after_idle_frac": m_idle,
+            "idle_error": (p_idle - m_idle) if p_idle is not None and m_idle is not None else None,
             "replay_check_before": w.replay_check["step_ms_error"],
             "replay_check_after": m_after.replay_check["step_ms_error"],
-            # host time per step the scale removes (ms): scaled spans per step x (1 - factor)
-            "host_saving_ms": sum(host_work_us(tb, c.scale)) * (1 - ratio) / w.steps["count"] / 1e3,
-            "whatif": w.to_json()}
+            "host_saving_ms": saving, "whatif": w.to_json()}
 
 
 def lab_pairs(root: str | Path) -> dict:
@@ -144,95 +213,6 @@ def lab_pairs(root: str | Path) -> dict:
         files = [sorted((root / variant_dir(v)).glob("*.pt.trace.json*")) for v in (c.before, c.after)]
         if all(files):
             out[name] = (files[0][0], files[1][0])
-    return out
-
-
-class HostCostClock:
-    """A fixed host-cost model for ``SimDevice(clock=...)``: host time advances only by counted work.
-
-    While ``active()``, every Python-level call costs ``call_ns`` and a call of a function whose
-    qualified name is in ``extra_ns`` costs that much more (e.g. one tensor read + ``int()`` per
-    ``TensorPlaceholderRange.get_num_embeds``). Host time then follows the work done, not the
-    machine's speed or load (first calls in a process, imports and caches, still add work).
-    """
-
-    def __init__(self, call_ns: float = 100.0, extra_ns: dict | None = None) -> None:
-        self.call_ns = float(call_ns)
-        self.extra_ns = dict(extra_ns or {})
-        self.t = 0.0
-
-    def _hook(self, frame, event, arg) -> None:
-        if event == "call":
-            code = frame.f_code
-            self.t += self.call_ns + self.extra_ns.get(getattr(code, "co_qualname", code.co_name), 0.0)
-        elif event == "c_call":
-            self.t += self.call_ns
-
-    def __call__(self) -> int:
-        return int(self.t)
-
-    @contextlib.contextmanager
-    def active(self):
-        old = sys.getprofile()
-        sys.setprofile(self._hook)
-        try:
-            yield self
-        finally:
-            sys.setprofile(old)
-
-
-def placeholder_read_costs_ns() -> dict:
-    """``extra_ns`` for ``HostCostClock``: the placeholder reads at the unit costs ``labkit calibrate``
-    recorded (``list_index``, ``tensor_index_int`` rows of the first calibration result found)."""
-    from labkit.results import load_results
-
-    for res in load_results():
-        if res.name.split("_quick")[0] != "calibration":
-            continue
-        rows = {r.get("variant"): r.get("median_ns") for r in res.rows if r.get("kind") == "cpu"}
-        if rows.get("list_index") and rows.get("tensor_index_int"):
-            t, li = float(rows["tensor_index_int"]), float(rows["list_index"])
-            return {"TensorPlaceholderRange.get_num_embeds": t,
-                    "TensorPlaceholderRange.get_embeds_indices_in_range": 2 * t,
-                    "ListPlaceholderRange.get_num_embeds": li,
-                    "ListPlaceholderRange.get_embeds_indices_in_range": 2 * li}
-    raise UsageError("no calibration result with list/tensor read costs: run `labkit calibrate` first")
-
-
-def make_sim_pairs(out_dir: str | Path, cases=tuple(AB_CASES), *, model: str = "tiny", num_requests: int = 16,
-                   profile: str = "h200", steps: int = 4, call_ns: float = 100.0) -> dict:
-    """Record each case's two variants on the simulated device under ``HostCostClock``;
-    returns ``{case: (before trace, after trace)}``. ``steps`` profiled steps after 2 waiting and 1 warm-up."""
-    from labkit.attn.prefix_ranges import warm_up
-    from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import SimDevice
-    from labkit.engine.loop import Engine
-    from labkit.engine.profiles import load_profile
-    from labkit.trace.capture import make_capture
-
-    prof = load_profile(profile)
-    extra = placeholder_read_costs_ns()
-    warm_up()  # torch's first-use imports stay outside the clock (each call there is charged)
-    out = {}
-    paths: dict = {}
-    for name in cases:
-        c = AB_CASES[name]
-        for v in (c.before, c.after):
-            if v in paths:
-                continue
-            clock = HostCostClock(call_ns, extra)
-            cfg = EngineConfig(model=model, workload="pr40143", num_requests=num_requests, placeholder=v[0],
-                               scheduling=v[1], prefix_ranges=v[2])
-            meta = {"variant": cfg.variant_name(), "async_scheduling": True, "host_cost_model":
-                    f"HostCostClock(call_ns={call_ns:g}, placeholder reads from calibration)"}
-            with clock.active():
-                dev = SimDevice(prof, clock=clock)
-                eng = Engine(cfg, dev)
-                cap = make_capture(dev, out_dir, variant_dir(v), metadata=meta, wait=2, warmup=1, active=steps)
-                with cap:
-                    eng.run(3 + steps, capture=cap)
-            paths[v] = Path(cap.paths[0])
-        out[name] = (paths[c.before], paths[c.after])
     return out
 
 
@@ -263,10 +243,13 @@ def ab_table(root: str | Path | None = None, *, sim_dir: str | Path | None = Non
         for case, (b, a) in lab_pairs(where).items():
             rows.append(predict_pair(b, a, case))
     if sim_dir is not None:
+        from labkit.trace.whatif.sim_pairs import make_sim_pairs
+
         for case, (b, a) in make_sim_pairs(sim_dir).items():
             rows.append(predict_pair(b, a, case))
-    cols = ["case", "source", "scale_factor", "before_step_ms", "predicted_after_step_ms", "measured_after_step_ms",
-            "error", "predicted_after_idle_frac", "measured_after_idle_frac", "replay_check_before", "host_saving_ms"]
+    cols = ["case", "source", "change", "before_step_ms", "predicted_after_step_ms", "measured_after_step_ms",
+            "error", "predicted_after_idle_frac", "measured_after_idle_frac", "idle_error", "replay_check_before",
+            "host_saving_ms"]
     return pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols), rows
 
 

@@ -150,6 +150,7 @@ class SyncCall:
     labels: tuple  #: names that ``--unsync`` patterns are matched against
     rule: str  #: how the device point was found
     on_start: bool = False  #: wait for the deps' start (a pageable copy that returned once staged)
+    around: tuple = ()  #: names of the host spans around the call, outermost first
 
 
 @dataclass
@@ -345,13 +346,14 @@ def _sync_calls(rec: Records, ops: list, launch_of: dict, runtime: dict, async_h
                     point, rule = copy.start, "copy start"
                 else:
                     continue  # returned before its copy began: it did not block
-                calls.append(_sync(s, [copy_i], point, labels, rule, point_is_start=rule == "copy start"))
+                calls.append(_sync(s, [copy_i], point, labels, rule, point_is_start=rule == "copy start",
+                                   around=around[k]))
                 continue
             done = _last_done(ops, by, ends, launch_of, s.start, s.end + SYNC_MATCH_US)
             point = max((ops[i].end for i in done), default=None)
             waited = point is not None and point > s.start + SYNC_MATCH_US
             if "Event" in s.name and not waited:
-                pending_events.append((key, s, labels, records, len(calls)))
+                pending_events.append((key, s, labels, records, len(calls), around[k]))
                 calls.append(None)
                 continue
             if "Event" in s.name and waited:
@@ -359,7 +361,7 @@ def _sync_calls(rec: Records, ops: list, launch_of: dict, runtime: dict, async_h
                 if lag:
                     learned[lag] += 1
                     learned_by[key][lag] += 1
-            calls.append(_sync(s, done, point, labels, "waited" if waited else "drained"))
+            calls.append(_sync(s, done, point, labels, "waited" if waited else "drained", around=around[k]))
         out[key] = calls
     if learned:
         lag, lag_from = learned.most_common(1)[0][0], "event syncs that waited in this trace"
@@ -367,16 +369,17 @@ def _sync_calls(rec: Records, ops: list, launch_of: dict, runtime: dict, async_h
         lag, lag_from = (2, "run metadata: async scheduling") if async_hint else (1, "run metadata: sync scheduling")
     else:
         lag, lag_from = 1, "default (no event sync waited; latest record assumed)"
-    for key, s, labels, records, slot in pending_events:
+    for key, s, labels, records, slot, enclosing in pending_events:
         own = learned_by.get(key)
         lag_here = own.most_common(1)[0][0] if own else lag
         k = bisect_right(records, s.start) - lag_here
         if k < 0:
-            out[key][slot] = _sync(s, [], None, labels, f"event (record {lag_here} back not in trace)")
+            out[key][slot] = _sync(s, [], None, labels, f"event (record {lag_here} back not in trace)",
+                                   around=enclosing)
             continue
         done = _last_done(ops, by, ends, launch_of, records[k], s.end + SYNC_MATCH_US)
         point = max((ops[i].end for i in done), default=None)
-        out[key][slot] = _sync(s, done, point, labels, f"event record {lag_here} back")
+        out[key][slot] = _sync(s, done, point, labels, f"event record {lag_here} back", around=enclosing)
     for key in out:
         out[key] = sorted((c for c in out[key] if c is not None), key=lambda c: c.start)
     return out, lag, lag_from
@@ -391,7 +394,7 @@ def _lag_of(ops, by, ends, launch_of, records, s, point) -> int | None:
     return None
 
 
-def _sync(s: Span, deps: list, point, labels, rule: str, point_is_start: bool = False) -> SyncCall:
+def _sync(s: Span, deps: list, point, labels, rule: str, point_is_start: bool = False, around: tuple = ()) -> SyncCall:
     dur = s.end - s.start
     if point is None or point <= s.start:
         lat, cost = 0.0, dur
@@ -400,4 +403,5 @@ def _sync(s: Span, deps: list, point, labels, rule: str, point_is_start: bool = 
     else:
         lat = max(0.0, s.end - point)
         cost = min(dur, lat)
-    return SyncCall(s.name, s.start, s.end, list(deps), lat, cost, tuple(labels), rule, on_start=point_is_start)
+    return SyncCall(s.name, s.start, s.end, list(deps), lat, cost, tuple(labels), rule, on_start=point_is_start,
+                    around=tuple(around))

@@ -32,8 +32,9 @@ def render_whatif(w) -> str:
              f"<p>{html.escape(str(s['file']))} &middot; {html.escape(s['kind'])} &middot; GPU: "
              f"{html.escape(str(s.get('gpu') or 'none recorded'))} &middot; steps: {j['steps']['count']} x "
              f"{html.escape(j['steps']['what'])}</p>", "<h2>Changes</h2><ul>"]
-    parts += ([f"<li>{html.escape(c['describe'])} ({c['matched']} matched)</li>" for c in j["changes"]]
-              or ["<li>none</li>"])
+    parts += ([f"<li>{html.escape(c['describe'])} ({c['matched']} matched)"
+               + (f"<br><span class='bad'>{html.escape(c['warning'])}</span>" if c.get("warning") else "") + "</li>"
+               for c in j["changes"]] or ["<li>none</li>"])
     parts.append("</ul><h2>Measured vs predicted</h2><table><tr><th class='l'></th><th>measured</th>"
                  "<th>predicted</th></tr>")
     parts.append(_row(["median step (ms)", _num(m["step_ms_median"]), _num(p["step_ms_median"])]))
@@ -62,5 +63,16 @@ def render_whatif(w) -> str:
     parts.append(f"</table><h2>Self-check</h2><p class='{cls}'>unchanged replay vs measured steps: "
                  f"{100 * rc['step_ms_error']:.2f}% (tolerance {100 * rc['tolerance']:.0f}%)</p>")
     parts += [f"<p>note: {html.escape(n)}</p>" for n in j["notes"]]
+    sg = j.get("suggestions")
+    if sg is not None:
+        parts.append(f"<h2>Suggestions</h2><p>the unchanged replay: {_num(sg['base_step_ms'])} ms a step</p>")
+        for key, title, what in (("spans", "host spans by the device idle they overlap", "idle_overlap_ms"),
+                                 ("syncs", "synchronizing call sites by the time they waited", "waited_ms"),
+                                 ("copies", "repeated small pageable copies (a step)", "per_step")):
+            parts.append(f"<h3>{title}</h3><table><tr><th class='l'>argument</th><th>{what}</th>"
+                         "<th>predicted step ms</th></tr>")
+            parts += [_row([x["argument"], _num(x[what]) if what != "per_step" else x[what],
+                            _num(x["predicted_step_ms"])]) for x in sg[key]] or ["<tr><td class='l'>none</td></tr>"]
+            parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -1,4 +1,4 @@
-"""What would a cheaper host call, or a copy that does not synchronize, buy? (``labkit whatif``)
+"""What would a cheaper host call, a copy that does not synchronize or one not made buy? (``labkit whatif``)
 
 ``predict(trace, changes)`` builds the run's dependency graph (``dependency_graph``), replays it
 unchanged (the self-check: it must reproduce the measured step times) and with the changes
@@ -11,7 +11,11 @@ Steps are ``ProfilerStep#N`` spans, else vLLM's ``execute_model``/``execute_cont
 the spans matching ``steps=REGEX``; a trace with none is replayed as one window (first event to
 last) and says so. A step completes when its span has ended and the device has finished the work
 launched in it; step time runs from one completion to the next (measured and predicted alike), so
-a change that lets the host run ahead of the device still shows the device's pace. Times in the JSON are milliseconds (``_ms``) or microseconds (``_us``).
+a change that lets the host run ahead of the device still shows the device's pace. Device idle
+(``device_idle_frac`` and per stream) is measured from the first step's completion to the last
+one when there are three steps or more: the first step's time also holds what the device still
+had to do from before the trace. Times in the JSON are milliseconds (``_ms``) or microseconds
+(``_us``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from labkit.errors import UsageError
+from labkit.trace.whatif.changes import Change, closest_names, parse_changes, plan_copy_drops
 from labkit.trace.whatif.dependency_graph import Graph, Records, trace_graph, trace_records
-from labkit.trace.whatif.replay import Change, Replay, closest_names, parse_changes, replay
+from labkit.trace.whatif.replay import Replay, replay
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +60,7 @@ class WhatIf:
     gaps: dict
     assumptions: dict
     notes: list = field(default_factory=list)
+    suggestions: dict | None = None  #: ``labkit.trace.whatif.suggest`` lists (``suggest=True``)
 
     @property
     def speedup(self) -> float | None:
@@ -64,10 +70,18 @@ class WhatIf:
     def to_json(self) -> dict:
         """``{"measured": {"step_ms_median", "device_idle_frac", ...}, "predicted": {...}, "changes": [...],
         "replay_check": {"step_ms_error", ...}, ...}`` (stable keys)."""
-        return _clean({"schema": SCHEMA, "source": self.source, "steps": self.steps, "measured": self.measured,
-                       "predicted": self.predicted, "speedup": self.speedup, "changes": self.changes,
-                       "replay_check": self.replay_check, "gaps": self.gaps, "assumptions": self.assumptions,
-                       "notes": self.notes})
+        out = {"schema": SCHEMA, "source": self.source, "steps": self.steps, "measured": self.measured,
+               "predicted": self.predicted, "speedup": self.speedup, "changes": self.changes,
+               "replay_check": self.replay_check, "gaps": self.gaps, "assumptions": self.assumptions,
+               "notes": self.notes}
+        if self.suggestions is not None:
+            out["suggestions"] = self.suggestions
+        return _clean(out)
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per change that matches nothing that matters (also in ``changes[i]["warning"]``)."""
+        return [c["warning"] for c in self.changes if c.get("warning")]
 
     def summary_lines(self) -> list[str]:
         s, m, p, rc = self.source, self.measured, self.predicted, self.replay_check
@@ -98,6 +112,10 @@ class WhatIf:
                    f"{100 * rc['step_ms_error']:.2f}% (tolerance {100 * rc['tolerance']:.0f}%): {ok}")
         for n in self.notes:
             out.append(f"note: {n}")
+        if self.suggestions is not None:
+            from labkit.trace.whatif.suggest import suggestion_lines
+
+            out.extend(suggestion_lines(self.suggestions))
         return out
 
 
@@ -141,14 +159,15 @@ def find_step_spans(rec: Records, pattern: str | None = None) -> tuple[list, str
     return [], None
 
 
-def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tokens) -> dict:
+def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tokens, gone=frozenset()) -> dict:
     lo, hi = win
     length = hi - lo
     streams = []
     all_iv = []
     by: dict = {}
     for i, o in enumerate(rec.ops):
-        by.setdefault(o.stream, []).append(i)
+        if i not in gone:
+            by.setdefault(o.stream, []).append(i)
     for st, idx in by.items():
         iv = [(max(starts[i], lo), min(ends[i], hi)) for i in idx if ends[i] > lo and starts[i] < hi]
         busy = _union(iv)
@@ -160,7 +179,7 @@ def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tok
     busy_all = _union(all_iv)
     return {"step_ms_median": med / 1e3 if med is not None else None,
             "step_ms": [t / 1e3 for t in step_times],
-            "device_idle_frac": (1 - busy_all / length) if rec.ops and length > 0 else None,
+            "device_idle_frac": (1 - busy_all / length) if len(rec.ops) > len(gone) and length > 0 else None,
             "device_busy_ms": busy_all / 1e3, "window_ms": length / 1e3,
             "tokens_per_s": (float(np.median(tokens)) / (med / 1e6)) if tokens and med else None,
             "streams": streams}
@@ -189,7 +208,7 @@ def _step_of_ops(g: Graph, steps: list) -> dict:
     return out
 
 
-def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict):
+def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict, gone=frozenset()):
     """Per step (measured, or replayed with ``rep``) durations and the whole window (us).
 
     A step completes when its host span has ended and the device has finished the work launched
@@ -204,7 +223,8 @@ def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict):
             host = [(rep.host_time(k, s.start), rep.host_time(k, s.end)) for k, s in steps]
         done = [z for _, z in host]
         for i, j in step_of.items():
-            done[j] = max(done[j], float(ends[i]))
+            if i not in gone:
+                done[j] = max(done[j], float(ends[i]))
         times, prev = [], host[0][0]
         for c in done:
             c = max(c, prev)
@@ -220,10 +240,19 @@ def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict):
     return [hi - lo], (lo, hi)
 
 
+def _steady(times: list, win: tuple) -> tuple:
+    """The window device idle is measured over: from the first step's completion on, where there are
+    three steps or more (the first step's time also holds what the device still had from before
+    the trace, which the trace does not show), else the whole window."""
+    return (win[0] + times[0], win[1]) if len(times) >= 3 else win
+
+
 def _gaps(rec: Records, pred: Replay, win_m, launched_in) -> dict:
     rows = []
     prev: dict = {}
     for i, o in enumerate(rec.ops):
+        if i in pred.drops.ops:  # removed by the change: the gaps around it are one gap
+            continue
         p = prev.get(o.stream)
         prev[o.stream] = i
         if p is None or not (win_m[0] <= o.start <= win_m[1]):
@@ -266,7 +295,12 @@ def _launched_in(g: Graph):
 
 
 # -- the facade -------------------------------------------------------------------------------------
-def _check_changes(g: Graph, changes: list[Change]) -> list[dict]:
+#: a change that moves the predicted median step by less than this fraction is reported as not mattering
+NO_EFFECT_FRAC = 0.01
+
+
+def _check_changes(g: Graph, changes: list[Change], step_spans: list) -> list[dict]:
+    """One entry per change: what it matches (``UsageError`` when nothing)."""
     names = {s.name for spans in g.rec.threads.values() for s in spans}
     sync_names = {c.name for calls in g.syncs.values() for c in calls}
     out = []
@@ -277,18 +311,114 @@ def _check_changes(g: Graph, changes: list[Change]) -> list[dict]:
             if not n:
                 raise UsageError(f"--scale {ch.pattern!r} matches no host span; closest: "
                                  f"{closest_names(ch.pattern, names)}")
+        elif ch.kind == "drop_copies":
+            n = plan_copy_drops(g, [ch], step_spans).matched[ch.pattern]
+            if not n:
+                raise UsageError(f"--drop-copies {ch.pattern!r} matches no host span with pageable host-to-device "
+                                 f"copies inside; closest: {closest_names(ch.pattern, _copy_span_names(g))}")
         else:
             n = sum(1 for calls in g.syncs.values() for c in calls if any(rx.search(x) for x in c.labels))
             if not n:
                 raise UsageError(f"--unsync {ch.pattern!r} matches no synchronizing call; closest: "
                                  f"{closest_names(ch.pattern, sync_names)}")
         out.append({"kind": ch.kind, "pattern": ch.pattern, "factor": ch.factor if ch.kind == "scale" else None,
-                    "matched": n, "describe": ch.describe()})
+                    "keep": ch.keep if ch.kind == "drop_copies" else None, "matched": n,
+                    "describe": ch.describe(), "argument": ch.argument(), "warning": None})
     return out
 
 
-def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None) -> WhatIf:
-    """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see the module docstring."""
+def _copy_span_names(g: Graph) -> set:
+    """Names of the annotations around pageable host-to-device copy calls (for 'closest' hints)."""
+    from labkit.trace.whatif.changes import is_pageable_h2d
+
+    out = set()
+    for i, op in enumerate(g.rec.ops):
+        if is_pageable_h2d(op.name) and i in g.launch_of:
+            key, lt = g.launch_of[i]
+            out.update(s.name for s in g.rec.threads[key] if s.corr < 0 and s.start <= lt <= s.end)
+    return out
+
+
+def device_idle_intervals(rec: Records, win) -> list:
+    """Measured device idle inside the window ``win``: ``[(start, end)]`` with no device op running (us)."""
+    lo, hi = win
+    iv = sorted((max(o.start, lo), min(o.end, hi)) for o in rec.ops if o.end > lo and o.start < hi)
+    out, t = [], lo
+    for a, z in iv:
+        if a > t:
+            out.append((t, a))
+        t = max(t, z)
+    if rec.ops and t < hi:
+        out.append((t, hi))
+    return out
+
+
+def idle_overlap_us(rec: Records, idle: list, pattern: str) -> float:
+    """Device idle (``device_idle_intervals``) overlapped by the host spans matching ``pattern`` (each
+    idle moment counted once per thread)."""
+    rx = re.compile(pattern)
+    total = 0.0
+    starts = [a for a, _ in idle]
+    for spans in rec.threads.values():
+        merged: list = []
+        for s in spans:
+            if s.corr < 0 and rx.search(s.name):
+                if merged and s.start <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], s.end)
+                else:
+                    merged.append([s.start, s.end])
+        for a, z in merged:
+            k = max(0, bisect_right(starts, a) - 1)
+            while k < len(idle) and idle[k][0] < z:
+                total += max(0.0, min(z, idle[k][1]) - max(a, idle[k][0]))
+                k += 1
+    return total
+
+
+def _waiting_syncs(g: Graph, exclude) -> str:
+    """The synchronizing calls that waited longest in all, apart from those of ``exclude`` (a regex)."""
+    rx = re.compile(exclude)
+    tot: dict = {}
+    for calls in g.syncs.values():
+        for c in calls:
+            if not any(rx.search(x) for x in c.labels):
+                n, w = tot.get(c.name, (0, 0.0))
+                tot[c.name] = (n + 1, w + (c.end - c.start) - c.cost)
+    top = sorted(tot.items(), key=lambda kv: -kv[1][1])[:2]
+    return ", ".join(f"{name!r} ({n} calls, {w / 1e3:.3f} ms waited)" for name, (n, w) in top if w > 0) or "none"
+
+
+def step_median_us(g: Graph, step_spans: list, rep: Replay, step_of: dict) -> float:
+    """The median replayed step time (us) of ``rep``."""
+    times, _ = _windows(g, step_spans, rep, step_of, rep.drops.ops)
+    return float(np.median(times))
+
+
+def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spans: list, step_of: dict,
+                  base_us: float, pred: Replay, win_m) -> None:
+    """Fill ``idle_overlap_us`` and ``warning`` of each entry: a scale whose spans overlap no device idle,
+    an unsync or drop that alone moves the predicted step by less than ``NO_EFFECT_FRAC``."""
+    idle = device_idle_intervals(g.rec, win_m)
+    for ch, e in zip(changes, entries):
+        if ch.kind == "scale":
+            e["idle_overlap_us"] = idle_overlap_us(g.rec, idle, ch.pattern)
+            if g.rec.ops and e["idle_overlap_us"] <= 0:
+                e["warning"] = (f"--scale {ch.pattern!r} matches {e['matched']} host spans, none of which overlaps "
+                                "device idle: the device was busy throughout them, so making them cheaper cannot "
+                                "shorten the step")
+            continue
+        alone = pred if len(changes) == 1 else replay(g, [ch], step_spans)
+        effect = (base_us - step_median_us(g, step_spans, alone, step_of)) / base_us if base_us > 0 else 0.0
+        e["step_effect_frac"] = effect
+        if abs(effect) < NO_EFFECT_FRAC:
+            what = "synchronizing calls" if ch.kind == "unsync" else "pageable copies"
+            e["warning"] = (f"{ch.argument()} matches {e['matched']} {what}, but alone it moves the predicted step by "
+                            f"{100 * effect:+.2f}%: the calls that still wait longest are {_waiting_syncs(g, ch.pattern)}")
+
+
+def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None, suggest: bool = False) -> WhatIf:
+    """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see the module docstring.
+    ``suggest``: also list what to change (``labkit.trace.whatif.suggest``)."""
     from labkit.results import labkit_commit
     from labkit.trace.read.load import as_trace
 
@@ -299,13 +429,15 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
     rec, g = trace_graph(trace)
     step_spans, pat = find_step_spans(rec, steps)
     changes = list(changes)
-    matched = _check_changes(g, changes)
+    matched = _check_changes(g, changes, step_spans)
     base = replay(g, [], step_spans)
     pred = replay(g, changes, step_spans) if changes else base
     step_of = _step_of_ops(g, step_spans) if step_spans else {}
     m_times, win_m = _windows(g, step_spans, None, step_of)
     b_times, _ = _windows(g, step_spans, base, step_of)
-    p_times, win_p = _windows(g, step_spans, pred, step_of)
+    p_times, win_p = _windows(g, step_spans, pred, step_of, pred.drops.ops)
+    if changes:
+        _warn_changes(g, changes, matched, step_spans, step_of, float(np.median(b_times)), pred, win_m)
     tokens = None
     if step_spans:
         toks = [_TOKENS.search(s.name) for _, s in step_spans]
@@ -313,8 +445,9 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
             tokens = [int(t.group(1)) + int(t.group(2)) for t in toks]
     starts = np.array([o.start for o in rec.ops]) if rec.ops else np.zeros(0)
     ends = np.array([o.end for o in rec.ops]) if rec.ops else np.zeros(0)
-    measured = _metrics(rec, step_spans, starts, ends, win_m, m_times, tokens)
-    predicted = _metrics(rec, step_spans, pred.start, pred.end, win_p, p_times, tokens)
+    measured = _metrics(rec, step_spans, starts, ends, _steady(m_times, win_m), m_times, tokens)
+    predicted = _metrics(rec, step_spans, pred.start, pred.end, _steady(p_times, win_p), p_times, tokens,
+                         pred.drops.ops)
     errs = [abs(b - m) / m for b, m in zip(b_times, m_times) if m > 0]
     err = max(errs) if errs else 0.0
     check = {"step_ms_error": err, "tolerance": REPLAY_TOLERANCE, "ok": err <= REPLAY_TOLERANCE,
@@ -327,6 +460,11 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
     if step_spans and tokens is None:
         notes.append("step names carry no token counts: no tokens/s")
     n_sync = sum(len(c) for c in g.syncs.values())
+    suggestions = None
+    if suggest:
+        from labkit.trace.whatif.suggest import suggest as make_suggestions
+
+        suggestions = make_suggestions(g, step_spans, pat, float(np.median(b_times)), win_m)
     kind = "simulated" if rec.simulated else ("measured-gpu" if rec.ops else "host-only")
     return WhatIf(
         source={"file": Path(rec.file).name if rec.file else None, "gpu": rec.gpu, "simulated": rec.simulated,
@@ -336,5 +474,7 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
         measured=measured, predicted=predicted, changes=matched, replay_check=check,
         gaps=_gaps(rec, pred, win_m, _launched_in(g)),
         assumptions={"synchronizing_calls": n_sync, "graph_replays": g.graph_units, "event_sync_lag": g.event_lag,
-                     "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5},
-        notes=notes)
+                     "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5,
+                     "dropped_copies": len(pred.drops.ops),
+                     "per_copy_host_us": pred.drops.per_copy_us or None},
+        notes=notes, suggestions=suggestions)

@@ -1,81 +1,27 @@
-"""Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs.
+"""Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs, fewer copies.
 
-``Change("scale", "^schedule$", 0.1)``: every host span whose name matches the regex, with the
-host work nested in it, takes 0.1 of its measured time. ``Change("unsync", "Pageable")``: the
-synchronizing calls that match (by their own name, their copy's name, or the name of a span
-around them) no longer wait for the device; a copy stays on its stream. ``replay(graph,
-changes)`` visits host boundaries and device ops in dependency order (Kahn) and returns every
-replayed time (``Replay``); with no change it reproduces the trace (the self-check of
-``labkit whatif``).
+``replay(graph, changes)`` (``labkit.trace.whatif.changes``: ``Change("scale", "^schedule$",
+0.1)``, ``Change("unsync", "Pageable")``, ``Change("drop_copies", "^forward/layer_\\d+$", keep=1)``)
+visits host boundaries and device ops in dependency order (Kahn) and returns every replayed time
+(``Replay``); with no change it reproduces the trace (the self-check of ``labkit whatif``). An
+unsynced copy stays on its stream; a dropped one is gone from it (zero length where it was, no
+gap kept behind it).
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.errors import UsageError
+from labkit.trace.whatif.changes import Change, CopyDrops, plan_copy_drops
 from labkit.trace.whatif.dependency_graph import Graph
 
 logger = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class Change:
-    """One what-if change: ``kind`` ``scale`` (host spans matching ``pattern`` x ``factor``) or ``unsync``."""
-
-    kind: str
-    pattern: str
-    factor: float = 1.0
-
-    def describe(self) -> str:
-        return f"scale {self.pattern!r} x {self.factor:g}" if self.kind == "scale" else f"unsync {self.pattern!r}"
-
-
-def parse_changes(scale: list[str] | None = None, unsync: list[str] | None = None) -> list[Change]:
-    """``NAME=FACTOR`` strings and ``NAME`` strings -> ``Change`` list (``UsageError`` on bad input)."""
-    out = []
-    for item in scale or []:
-        name, sep, fac = item.rpartition("=")
-        if not sep or not name:
-            raise UsageError(f"--scale needs NAME=FACTOR, got {item!r}")
-        try:
-            f = float(fac)
-        except ValueError:
-            raise UsageError(f"--scale {item!r}: factor {fac!r} is not a number") from None
-        if not math.isfinite(f) or f < 0:
-            raise UsageError(f"--scale {item!r}: factor must be a finite number >= 0")
-        out.append(Change("scale", _regex(name, "--scale"), f))
-    for name in unsync or []:
-        out.append(Change("unsync", _regex(name, "--unsync")))
-    return out
-
-
-def _regex(pattern: str, what: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"{what} {pattern!r} is not a valid regex: {exc}") from None
-    return pattern
-
-
-def closest_names(pattern: str, names) -> str:
-    plain = re.sub(r"[\^\$\\\[\]\(\)\*\+\?\{\}\|]", "", pattern)
-    names = sorted(set(names))
-    hits = difflib.get_close_matches(plain, names, n=5, cutoff=0.3)
-    if not hits:
-        low = plain.lower()
-        hits = [n for n in names if low and (low in n.lower() or n.lower() in low)][:5]
-    if not hits:
-        hits = names[:5]
-        return ("none close; present: " + ", ".join(repr(h) for h in hits)) if hits else "none present"
-    return ", ".join(repr(h) for h in hits)
-
 
 # -- replay -----------------------------------------------------------------------------------------
 @dataclass
@@ -85,6 +31,7 @@ class Replay:
     bounds: dict  #: thread key -> ((boundary times, segment scales, sync segments), replayed values)
     start: np.ndarray
     end: np.ndarray
+    drops: CopyDrops = field(default_factory=CopyDrops)  #: what ``drop_copies`` changes removed
 
     def host_time(self, key, t: float) -> float:
         """Replayed time of the measured host time ``t`` on thread ``key``."""
@@ -98,7 +45,7 @@ class Replay:
         return max((float(v[-1]) for _, v in self.bounds.values()), default=-math.inf)
 
 
-def _boundaries(g: Graph, key, spans, changes, steps, unsynced):
+def _boundaries(g: Graph, key, spans, changes, steps, unsynced, drops: CopyDrops):
     """Boundary times of a thread, segment scales, and which segments are synchronizing calls."""
     syncs = g.syncs.get(key, [])
     pts = {spans[0].start, max(s.end for s in spans)}
@@ -117,6 +64,10 @@ def _boundaries(g: Graph, key, spans, changes, steps, unsynced):
         rx = re.compile(ch.pattern)
         hit = [(s.start, s.end) for s in spans if rx.search(s.name)]
         scaled.append((ch.factor, hit))
+        for a, z in hit:
+            pts.update((a, z))
+    for factor, hit in drops.scaled.get(key, ()):
+        scaled.append((factor, hit))
         for a, z in hit:
             pts.update((a, z))
     b = np.array(sorted(pts))
@@ -152,13 +103,17 @@ def _covered(n: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
     """Replay ``g`` with ``changes``: Kahn order over host boundaries and device ops."""
     ops = g.rec.ops
+    drops = plan_copy_drops(g, changes, steps)
     unsynced = _unsynced(g, changes)
+    for key, idx in drops.unsync.items():
+        unsynced.setdefault(key, set()).update(idx)
+    dropped = drops.ops
     threads = {}
     base, n = {}, 0
     for key, spans in g.rec.threads.items():
         if not spans:
             continue
-        threads[key] = _boundaries(g, key, spans, changes, steps, unsynced)
+        threads[key] = _boundaries(g, key, spans, changes, steps, unsynced, drops)
         base[key] = n
         n += len(threads[key][0])
     n_host = n
@@ -225,12 +180,15 @@ def replay(g: Graph, changes: list[Change] = (), steps: list = ()) -> Replay:
                 else:
                     t = a[1]
             p, gap = g.stream_prev[i]
+            if i in dropped:  # gone: zero length where its stream was
+                start[i] = end[i] = end[p] if p >= 0 else t
+                continue
             if p >= 0:
-                t = max(t, end[p] + gap)
+                t = max(t, end[p] + (0.0 if p in dropped else gap))
             start[i] = t
             end[i] = t + (op.end - op.start)
     return Replay({k: (threads[k], np.array(vals[k], dtype=float)) for k in threads},
-                  np.array(start, dtype=float), np.array(end, dtype=float))
+                  np.array(start, dtype=float), np.array(end, dtype=float), drops)
 
 
 def _map(thread, v, t: float) -> float:
