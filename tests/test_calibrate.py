@@ -63,7 +63,7 @@ def _fixed_calibration(monkeypatch):
     """``run_calibration`` replaced by one hand-made row; returns the quick flags it was called with."""
     calls = []
 
-    def fake(device="auto", *, quick=True):
+    def fake(device="auto", *, quick=True, on_rows=None):
         calls.append(quick)
         return [{"kind": "cpu", "variant": "list_index", "metric": "host_ns", "median_ns": 10.0, "p20_ns": 9.0,
                  "p80_ns": 11.0, "repeats": 3, "number": 1}], "measured-cpu"
