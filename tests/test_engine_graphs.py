@@ -295,6 +295,52 @@ def test_graph_runner_matches_the_eager_forward_on_cpu(mode, q_lens, kv_lens, ra
             assert torch.equal(runner.ranges[:n, :2], rng) and not runner.ranges[n:8].any()
 
 
+def test_full_graph_steps_build_their_padded_inputs_once_on_cpu():
+    """The engine's full-graph step fills the graph's buffers once (6 inputs), with no second set of
+    copies, and replaying on those inputs samples what the eager forward samples on them."""
+    import torch
+
+    from labkit.engine.config import get_model_config
+    from labkit.engine.cudagraph_torch import CudaGraphRunner
+    from labkit.engine.devices import TorchDevice
+    from labkit.engine.model import TransformerStack
+
+    model = TransformerStack(get_model_config("tiny"), "cpu", dtype=torch.float32, seed=2,
+                             attention=_attention_from_device_lengths)
+    dev = TorchDevice("cpu")
+    copies = {"h2d": 0, "fill": 0}
+    real_copy = dev.copy_h2d
+
+    def counted_copy(*a, **k):
+        copies["h2d"] += 1
+        return real_copy(*a, **k)
+
+    dev.copy_h2d = counted_copy
+    runner = CudaGraphRunner(model, "full", kv_reserve=4096, graphs=RerunGraphs())
+    real_fill = runner._fill
+
+    def counted_fill(buf, src):
+        copies["fill"] += 1
+        return real_fill(buf, src)
+
+    runner._fill = counted_fill
+    cfg = EngineConfig(model="tiny", workload="small", placeholder="fast", scheduling="cursor", cudagraph="full")
+    eng = Engine(cfg, dev, model=model, graph_runner=runner)
+    eng.run(4)
+    assert {s.graph_mode for s in eng.steps} == {"full"} and all(s.replays == 1 for s in eng.steps)
+    assert len(eng.steps) == 4  # every launched step drained
+    assert copies == {"h2d": 0, "fill": 6 * 4}
+    # the batch prepare built is the one the graph reads: same ids as the eager forward on it
+    batch = runner.prepare(dev, np.ones(5, dtype=np.int64), np.array([20, 33, 9, 41, 12]))
+    assert batch.num_seqs == 5 and batch.tensors["cu_seqlens_k"].tolist() == [0, 20, 53, 62, 103, 115]
+    gen = torch.Generator().manual_seed(5)
+    batch.tensors["input_ids"].copy_(torch.randint(0, get_model_config("tiny").vocab_size, (5,), generator=gen))
+    ids_eager = model.sample(dev, batch, model.forward(dev, batch, lambda i: None))
+    ids_graph = runner.sample(dev, batch, runner.forward(dev, batch, lambda i: None))
+    assert len(set(ids_eager.tolist())) > 1 and torch.equal(ids_graph, ids_eager)
+    assert runner.last.tokens == 8 and not runner.ids[5:8].any()  # padded rows: token 0
+
+
 # -- the real GPU path -------------------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -199,7 +199,10 @@ class Engine:
         n = len(rows)
         q_lens = np.fromiter((r.num_new_tokens for r in rows), dtype=np.int64, count=n)  # (n,)
         kv_lens = q_lens + np.fromiter((r.num_computed_tokens for r in rows), dtype=np.int64, count=n)  # (n,)
-        return make_batch(self.dev, self.model, q_lens, kv_lens)
+        # a real full-graph step builds its padded inputs once, in the graph's own buffers
+        prepared = getattr(self.runner, "prepare", None)
+        batch = prepared(self.dev, q_lens, kv_lens) if prepared is not None else None
+        return batch if batch is not None else make_batch(self.dev, self.model, q_lens, kv_lens)
 
     def step(self) -> EngineStep | None:
         """Run one engine step; returns the record of the step whose tokens just arrived (if any)."""
