@@ -34,15 +34,21 @@ def _name(req: str) -> str:
     return re.split(r"[\s<>=!~\[;]", req.strip(), maxsplit=1)[0].lower()
 
 
+def _imports_in(tree) -> set[str]:
+    """Top-level module names of every absolute import under the AST node ``tree``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def _top_level_imports(paths) -> set[str]:
     found: set[str] = set()
     for path in paths:
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
+        found |= _imports_in(ast.parse(path.read_text(), filename=str(path)))
     return found
 
 
@@ -134,25 +140,13 @@ def test_wheelhouse_carries_pytest_for_the_gpu_tests():
 def _imports_run_by_gpu_tests(path: Path, *, every_test: bool) -> set[str]:
     """Modules ``path`` imports at its top and inside the tests the GPU check runs there (those
     marked ``gpu``, or every one when ``every_test``)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-
-    def names(node) -> set[str]:
-        found = set()
-        for n in ast.walk(node):
-            if isinstance(n, ast.Import):
-                found |= {a.name.split(".")[0] for a in n.names}
-            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
-                found.add(n.module.split(".")[0])
-        return found
-
     out: set[str] = set()
-    for node in tree.body:
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out |= names(node)
+            out |= _imports_in(node)
         elif isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            marked = any("gpu" in ast.unparse(d) for d in node.decorator_list)
-            if every_test or marked:
-                out |= names(node)
+            if every_test or any("gpu" in ast.unparse(d) for d in node.decorator_list):
+                out |= _imports_in(node)
     return out
 
 

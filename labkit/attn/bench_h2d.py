@@ -20,6 +20,7 @@ On a CPU the "copies" are the ones the code would make on a GPU (``copy_target``
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import os
@@ -288,7 +289,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
     Results are saved to the results store unless ``save`` is False, each rewritten after every point
     while it runs (``complete: false`` until it is whole).
     """
-    from labkit.results import PartialResult, make_result, save_result, sized_name
+    from labkit.results import partial_sized, record_sized
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -309,14 +310,8 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
     results = {}
 
-    def result(name, rows, params):  # quick runs are filed as <name>_quick
-        res = make_result(sized_name(name, size), rows, params=params, source=source, size=size)
-        if save:
-            save_result(res)
-        return res
-
-    def partial(name, params):
-        return PartialResult(sized_name(name, size), params=params, source=source, size=size, save=save).update
+    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
+    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
 
     step_params = {**params, "layers": list(layers)}
     rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats,

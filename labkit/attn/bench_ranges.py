@@ -15,6 +15,7 @@ steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token pl
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
 from labkit.attn.bench_h2d import _ints, _no_rows, _table, run_step
@@ -145,7 +146,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
     (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-    from labkit.results import PartialResult, make_result, save_result, sized_name
+    from labkit.results import partial_sized, record_sized
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -165,14 +166,8 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
               "pipelines": {k: list(v) for k, v in PIPELINES.items()},
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
 
-    def result(name, rows, params):  # quick runs are filed as <name>_quick
-        res = make_result(sized_name(name, size), rows, params=params, source=source, size=size)
-        if save:
-            save_result(res)
-        return res
-
-    def partial(name, params):
-        return PartialResult(sized_name(name, size), params=params, source=source, size=size, save=save).update
+    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
+    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
 
     results = {"ranges_step": result(
         "ranges_step", bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
