@@ -149,11 +149,13 @@ PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null 2>&1 || die "no python at PYTHON=$PY"
 mkdir -p "$OUT" 2>/dev/null || die "cannot create OUT=$OUT"
 OUT=$(cd "$OUT" && pwd)
+if [ -n "${GPU_CHECK_WORK:-}" ]; then
+  case "$(realpath -m "$GPU_CHECK_WORK")/" in "$OUT"/*) die "GPU_CHECK_WORK must lie outside OUT (OUT holds a handful of files)";; esac
+  [ -z "$(ls -A "$GPU_CHECK_WORK" 2>/dev/null)" ] || die "GPU_CHECK_WORK=$GPU_CHECK_WORK is not empty (each run starts from an empty folder)"
+fi
 WORK=${GPU_CHECK_WORK:-$(mktemp -d)}
-[ -z "$(ls -A "$WORK" 2>/dev/null)" ] || die "GPU_CHECK_WORK=$WORK is not empty (each run starts from an empty folder)"
 mkdir -p "$WORK/results" "$WORK/traces" "$WORK/logs" || die "cannot create the working folder $WORK"
 WORK=$(cd "$WORK" && pwd)
-case "$WORK/" in "$OUT"/*) die "GPU_CHECK_WORK must lie outside OUT (OUT holds a handful of files)";; esac
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 SUMMARY="$OUT/summary.txt"
@@ -165,6 +167,7 @@ repack() {  # the tarball in OUT, with everything so far (fast: no pages, no tri
   cp "$SUMMARY" "$WORK/summary.txt" 2>/dev/null
   timeout "$PROGRESS" "$PY" scripts/pack_gpu_check.py "$WORK" "$OUT/gpu_check.tar.gz" --max-mb "$MAX_MB" \
     --progress > "$WORK/logs/repack.log" 2>&1 || echo "repack after $1 failed or ran out of time (logs/repack.log)" >> "$WORK/logs/repack.log"
+  rm -f "$OUT"/.gpu_check.tar.gz.*.part  # a pack stopped by its time limit leaves its part behind
 }
 CURRENT=""  # pid of the running step
 on_signal() {
@@ -347,6 +350,7 @@ if timeout "$pack_left" "$PY" scripts/pack_gpu_check.py "$WORK" "$OUT/gpu_check.
   rm -rf "$WORK"
 else
   cat "$WORK/logs/pack.log" >> "$SUMMARY"
+  rm -f "$OUT"/.gpu_check.tar.gz.*.part
   note "PACK FAILED or ran out of time: $OUT/gpu_check.tar.gz is the one written after the last step; the working files stay in $WORK"
 fi
 note "end: $(now)s of a ${BUDGET}s budget"

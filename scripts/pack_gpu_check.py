@@ -22,6 +22,7 @@ import argparse
 import gzip
 import os
 import shutil
+import signal
 import sys
 import tarfile
 import tempfile
@@ -194,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_mb <= 0:
         print("pack_gpu_check: --max-mb must be positive", file=sys.stderr)
         return 2
+    # a time limit's SIGTERM unwinds like an exception: the part file is removed, OUT stays whole
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     fits, notes = pack(work, out, int(args.max_mb * 1e6), progress=args.progress)
     for n in notes:
         print(f"pack: {n}")

@@ -263,6 +263,12 @@ def test_gpu_check_bad_input(tmp_path):
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_SIZE="huge"))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_BUDGET="9m"))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(tmp_path / "no-python")))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_STEPS="engine bogus"))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_WORK=str(tmp_path / "o" / "w")))
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "old.log").write_text("x")
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_WORK=str(tmp_path / "used")))
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == []  # refused before writing anything
 
 
 @pytest.mark.skipif(has_cuda(), reason="checks the refusal on a machine without a GPU")
