@@ -54,7 +54,7 @@ pd.Series(describe_machine(device), name="value").to_frame()
 from labkit import calibrate
 from labkit.results import reuse_or_measure
 found, note = reuse_or_measure(["calibration"], lambda: {"calibration": calibrate.measure_and_save(device, size)})
-rows, source = found["calibration"].rows, found["calibration"].source
+rows, source, saved = found["calibration"].rows, found["calibration"].source, found["calibration"].path
 print(note + "\n" if note else "", calibrate.format_table(rows), sep="")
 print({k: f"{v:.1f}x" for k, v in calibrate.summary(rows).items()})
 
