@@ -90,3 +90,19 @@ def test_attn_bench_fails_on_a_kernel_row_off_the_reference(results_store, monke
     assert "FAILED: triton_prefix on tiny: relative error 0.05" in capsys.readouterr().out
     assert bench_attn.kernel_row_ok({"dtype": "float32", "max_abs_err": 1e-6, "rel_err": 1e-6})
     assert not bench_attn.kernel_row_ok({"dtype": "float32", "max_abs_err": 1e-6, "rel_err": 1e-6, "error": "x"})
+
+
+def test_attn_bench_on_a_cpu_switches_to_the_interpreter_itself(tmp_path):
+    """Started without TRITON_INTERPRET (as a user runs it; the suite sets it for itself), the
+    command still runs the kernel under the interpreter and checks it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["LABKIT_RESULTS"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "labkit", "bench", "attn", "--device", "cpu", "--no-save"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    kernel = next(line for line in run.stdout.splitlines() if line.startswith("tiny") and "triton_prefix" in line)
+    assert "ERROR" not in kernel and "FAILED" not in run.stdout

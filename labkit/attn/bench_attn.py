@@ -370,7 +370,7 @@ def _names(text: str | None, known, what: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labkit.device import resolve_device
+    from labkit.device import configure_triton, resolve_device
     from labkit.results import make_result, sized_name
 
     p = _parser()
@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     device = resolve_device(args.device)
+    configure_triton()  # before anything imports triton (the machine description below does)
     variants = _names(args.variants, VARIANTS, "variant")
     if args.cases:
         cases = _names(args.cases, CASES, "case")
