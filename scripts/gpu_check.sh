@@ -183,6 +183,10 @@ timeout 60 "$PY" -m labkit env --json > "$WORK/logs/env.json" 2> "$WORK/logs/env
 env_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$WORK/logs/env.json" "$1" 2>/dev/null; }
 found=$(env_field device)
 if [ -z "$found" ]; then  # labkit env failed (logs/env.log says why): ask torch itself
+  if ! timeout 60 "$PY" -c 'import torch' 2>/dev/null; then
+    rm -rf "$WORK"
+    die "$PY cannot import torch: set PYTHON to the interpreter that has torch, triton and numpy"
+  fi
   timeout 60 "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && found=cuda
 fi
 if [ "$found" = cuda ]; then

@@ -264,6 +264,12 @@ def test_gpu_check_bad_input(tmp_path):
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_BUDGET="9m"))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(tmp_path / "no-python")))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_STEPS="engine bogus"))
+    no_torch = tmp_path / "python-without-torch"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")
+    no_torch.chmod(0o755)
+    run = _gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(no_torch), GPU_CHECK_ALLOW_CPU="1")
+    _one_line_exit_2(run)
+    assert "cannot import torch" in run.stderr
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_WORK=str(tmp_path / "o" / "w")))
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "old.log").write_text("x")
