@@ -20,8 +20,8 @@ Rows are tidy: ``kind`` (cpu / gpu), ``variant``, ``metric`` (``host_ns``,
 ``event_span_ns`` or ``device_ns``), ``size_bytes`` for copies, ``median_ns``/``p20_ns``/``p80_ns``.
 Results recorded before this split call the event span ``device_ns``.
 Saved as result ``calibration`` (``calibration_quick`` for a quick run; source measured-cpu,
-or measured-gpu when the GPU part ran). Needs only torch (and numpy); bounded to about 30 s
-on a GPU.
+or measured-gpu when the GPU part ran), rewritten after each part while it runs
+(``complete: false`` until the end). Needs only torch (and numpy); bounded to about 30 s on a GPU.
 """
 
 from __future__ import annotations
@@ -113,8 +113,11 @@ def _empty_triton_kernel():
     return _empty
 
 
-def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: int = 100) -> list[dict]:
-    """H2D copy and kernel-launch costs on CUDA device 0; rows with ``kind="gpu"``."""
+def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: int = 100,
+                  on_rows=None) -> list[dict]:
+    """H2D copy and kernel-launch costs on CUDA device 0; rows with ``kind="gpu"``.
+
+    ``on_rows(rows)`` gets the rows so far after each copy size and each launch kind."""
     import torch
 
     if not torch.cuda.is_available():
@@ -142,6 +145,8 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
             device = profiled_device_time(copy, calls=repeats, categories=("gpu_memcpy",))
             if device is not None:
                 rows.append(_row("gpu", variant, "device_ns", device, size_bytes=n * 4))
+        if on_rows:
+            on_rows(rows)
 
     one = torch.zeros(1, device=dev)                                  # (1,) a one-element add is a real launch
     launchers = {"launch_torch_add1": lambda: one.add_(1.0)}
@@ -161,6 +166,8 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
         device = profiled_device_time(fn, calls=launches, categories=("kernel",))
         if device is not None:
             rows.append(_row("gpu", variant, "device_ns", device))
+        if on_rows:
+            on_rows(rows)
     return rows
 
 
@@ -215,14 +222,20 @@ def profiled_device_time(fn, *, calls: int, categories: tuple[str, ...]) -> Timi
     return timing_of(device_durations_ns(trace, categories))
 
 
-def run_calibration(device: str = "auto", *, quick: bool = True) -> tuple[list[dict], str]:
-    """CPU rows always, GPU rows when ``device`` resolves to cuda; returns (rows, source)."""
+def run_calibration(device: str = "auto", *, quick: bool = True, on_rows=None) -> tuple[list[dict], str]:
+    """CPU rows always, GPU rows when ``device`` resolves to cuda; returns (rows, source).
+
+    ``on_rows(rows)`` gets every row so far after each part (``labkit.results.PartialResult.update``)."""
     from labkit.device import measured_source, resolve_device
 
     kind = resolve_device(device)
     rows = calibrate_cpu(repeats=15 if quick else 60)
+    if on_rows:
+        on_rows(rows)
     if kind == "cuda":
-        rows += calibrate_gpu(repeats=30 if quick else 100)
+        cpu = list(rows)
+        rows = cpu + calibrate_gpu(repeats=30 if quick else 100,
+                                   on_rows=(lambda gpu: on_rows(cpu + gpu)) if on_rows else None)
     return rows, measured_source(kind)
 
 
@@ -237,6 +250,16 @@ def make_calibration_result(rows: list[dict], source: str, *, full: bool = False
     size = size or ("full" if full else "quick")
     params = {"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES), "size": size}
     return make_result(sized_name(RESULT_NAME, size), rows, source=source, params=params, size=size)
+
+
+def measure_and_save(device: str = "auto", size: str = "quick"):
+    """Calibrate ``device`` at ``size`` and save the result (``calibration`` / ``calibration_quick``); returns it."""
+    from labkit.results import save_result
+
+    rows, source = run_calibration(device, quick=size == "quick")
+    result = make_calibration_result(rows, source, size=size)
+    save_result(result)
+    return result
 
 
 def summary(rows: list[dict]) -> dict:
@@ -281,9 +304,12 @@ def main(argv: list[str] | None = None) -> int:
                     size_help="quick (default) or full (more repeats, tighter quantiles)")
     args = p.parse_args(argv)
     size = resolve_run_options(args, p.prog)
+    from labkit.device import measured_source, resolve_device
+    from labkit.results import PartialResult
 
-
-    rows, source = run_calibration(args.device, quick=size == "quick")
+    draft = make_calibration_result([], measured_source(resolve_device(args.device)), size=size)
+    partial = PartialResult(draft.name, params=draft.params, source=draft.source, size=size, save=not args.no_save)
+    rows, source = run_calibration(args.device, quick=size == "quick", on_rows=partial.update)
     result = make_calibration_result(rows, source, size=size)
     print(format_table(rows))
     for key, value in summary(rows).items():

@@ -7,6 +7,11 @@ time, the parameters, a ``source`` (``measured-gpu``, ``measured-cpu``, ``simula
 Quick runs are filed as ``<name>_quick`` so they never overwrite a full recording.
 Writes are atomic (:mod:`labkit.fileio`); corrupt or foreign files are skipped with a
 warning naming them. ``labkit results`` lists what is recorded (:mod:`labkit.results_cli`).
+
+A benchmark rewrites its result file after each variant, case or part (:class:`PartialResult`):
+the same file with the rows finished so far and ``"complete": false``, until the run ends and
+the whole result replaces it. A run that is stopped (a time limit, Ctrl-C) thus leaves what it
+had measured, marked as such. Results written before the field existed are complete.
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ class BenchResult:
     command: str | None = None
     created: str = ""
     schema: int = SCHEMA
+    complete: bool = True
     path: str | None = field(default=None, compare=False)
 
     @property
@@ -206,6 +212,53 @@ def save_result(result: BenchResult, root: Path | str | None = None) -> Path:
     return path
 
 
+class PartialResult:
+    """A running benchmark's result, rewritten atomically after each part with the rows so far.
+
+    ``update(rows)`` writes result ``name`` (rows so far, ``complete: false``) to the results store
+    unless ``save`` is False; the finished run's own ``save_result`` then replaces it with the
+    whole result. ``name``, ``params``, ``source`` and ``size`` are as for :func:`make_result`.
+    """
+
+    def __init__(self, name: str, *, params: dict | None = None, source: str, size: str | None = None,
+                 machine: dict | None = None, save: bool = True, root: Path | str | None = None) -> None:
+        self.name, self.params, self.source, self.size = name, dict(params or {}), source, size
+        self.machine = dict(machine if machine is not None else describe_machine())
+        self.save, self.root = save, root
+        self.rows: list[dict] = []
+        self.path: Path | None = None
+        make_result(name, [], params=self.params, source=source, size=size, machine=self.machine)  # checks
+
+    def update(self, rows: Iterable[dict]) -> Path | None:
+        """Record ``rows`` (every row so far) as the partial result; returns the file written, if any."""
+        self.rows = [dict(r) for r in rows]
+        if not self.save:
+            return None
+        res = make_result(self.name, self.rows, params=self.params, source=self.source, size=self.size,
+                          machine=self.machine)
+        res.complete = False
+        self.path = save_result(res, self.root)
+        return self.path
+
+    def add(self, row: dict) -> Path | None:
+        """Append one finished row and rewrite the partial result."""
+        return self.update([*self.rows, row])
+
+
+def record_sized(name: str, rows: Iterable[dict], params: dict, *, source: str, size: str,
+                 save: bool = True) -> BenchResult:
+    """Result ``name`` of a ``size`` run (filed as ``<name>_quick`` when quick), saved unless ``save`` is False."""
+    res = make_result(sized_name(name, size), rows, params=params, source=source, size=size)
+    if save:
+        save_result(res)
+    return res
+
+
+def partial_sized(name: str, params: dict, *, source: str, size: str, save: bool = True):
+    """``PartialResult(...).update`` for result ``name`` of a ``size`` run: call it with the rows so far."""
+    return PartialResult(sized_name(name, size), params=params, source=source, size=size, save=save).update
+
+
 def write_results_json(path: str | os.PathLike, results: dict[str, BenchResult]) -> Path:
     """``--json OUT`` of every bench verb: one object, result base name -> result (atomic)."""
     return write_json(path, {name: res.to_json() for name, res in results.items()})
@@ -238,11 +291,14 @@ def parse_result(data: object, path: str | None = None) -> BenchResult:
     if not all(isinstance(r, dict) for r in data["rows"]):
         raise ValueError("rows must be objects")
     command = data.get("command")
+    complete = data.get("complete", True)
+    if not isinstance(complete, bool):
+        raise ValueError("field 'complete' must be true or false")
     return BenchResult(
         name=data["name"], source=data["source"], params=data["params"], rows=data["rows"],
         machine=data["machine"], labkit_commit=str(data.get("labkit_commit") or "unknown"),
         size=_recorded_size(data), command=command if isinstance(command, str) else None,
-        created=str(data.get("created", "")), schema=data["schema"], path=path,
+        created=str(data.get("created", "")), schema=data["schema"], complete=complete, path=path,
     )
 
 
@@ -266,7 +322,8 @@ def provenance(result: BenchResult) -> str:
 
     E.g. ``h200 calibration: measured-gpu, size full, commit 3447216abcde, 2026-11-30``; an unknown
     commit reads ``commit UNKNOWN (not traceable to a labkit version)``, a dirty one
-    ``commit 3447216abcde+dirty (UNCOMMITTED CHANGES)``, a size not recorded ``size UNKNOWN``.
+    ``commit 3447216abcde+dirty (UNCOMMITTED CHANGES)``, a size not recorded ``size UNKNOWN``, and a
+    run that did not finish ends with ``PARTIAL: N rows of a run that did not finish``.
     """
     status = commit_status(result.labkit_commit)
     if status == "unknown":
@@ -277,15 +334,19 @@ def provenance(result: BenchResult) -> str:
         commit = f"commit {result.labkit_commit}"
     size = result.size if result.size in SIZES else "UNKNOWN"
     date = result.created[:10] if result.created else "date unknown"
-    return f"{result.slug} {result.name}: {result.source}, size {size}, {commit}, {date}"
+    partial = "" if result.complete else f", PARTIAL: {len(result.rows)} rows of a run that did not finish"
+    return f"{result.slug} {result.name}: {result.source}, size {size}, {commit}, {date}{partial}"
 
 
 def load_results(
-    root: Path | str | None = None, *, name: str | None = None, machine: str | None = None
+    root: Path | str | None = None, *, name: str | None = None, machine: str | None = None, exact: bool = False
 ) -> list[BenchResult]:
     """Every readable result under ``root`` (filtered by name / machine slug folder).
 
-    Files that are not valid results are skipped with a warning naming the file.
+    ``name``: a machine's result of that name; where a machine folder has none, its quick run
+    (``<name>_quick``) stands in unless ``exact`` (a machine recorded only at quick size, such as
+    the first H200 runs, is still shown; its results say ``size quick``). Files that are not valid
+    results are skipped with a warning naming the file.
     """
     root = Path(root) if root is not None else results_root()
     if not root.is_dir():
@@ -295,7 +356,10 @@ def load_results(
         if machine is not None and path.parent.name != machine:
             continue
         if name is not None and path.stem != name:
-            continue
+            stands_in = (not exact and not name.endswith(QUICK_SUFFIX) and path.stem == name + QUICK_SUFFIX
+                         and not (path.parent / f"{name}.json").is_file())
+            if not stands_in:
+                continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             out.append(parse_result(data, str(path)))
@@ -309,8 +373,48 @@ def load_results(
 def load_result(name: str, machine: str | None = None, root: Path | str | None = None) -> BenchResult | None:
     """The result ``name`` for ``machine`` (default: this machine's slug), or None."""
     slug = machine or describe_machine()["slug"]
-    found = load_results(root, name=name, machine=slug)
+    found = load_results(root, name=name, machine=slug, exact=True)
     return found[0] if found else None
+
+
+#: environment: the results folder of the run a report belongs to (``scripts/gpu_check.sh`` sets it)
+REUSE_ENV = "LABKIT_REUSE_RESULTS"
+
+
+def this_run_results(names: Iterable[str], machine: str | None = None) -> tuple[dict[str, BenchResult] | None, str]:
+    """The results ``names`` (base names) that the current run already measured, or ``(None, "")``.
+
+    A report built right after the benchmarks (``scripts/gpu_check.sh``) points ``$LABKIT_REUSE_RESULTS``
+    at that run's results folder; a notebook then reads them instead of measuring again, and the
+    returned note (one line per result, for the page) says so. Only when every one of ``names`` is
+    there, complete, for this machine (either size): otherwise the page measures as usual.
+    """
+    root = os.environ.get(REUSE_ENV)
+    if not root:
+        return None, ""
+    slug = machine or describe_machine()["slug"]
+    found: dict[str, BenchResult] = {}
+    for name in names:
+        hits = [r for r in load_results(root, name=base_name(name), machine=slug) if r.complete]
+        if not hits:
+            logger.info("%s: no complete %s in %s, measuring", REUSE_ENV, name, root)
+            return None, ""
+        found[base_name(name)] = hits[0]
+    by_command: dict[str, list[BenchResult]] = {}
+    for r in found.values():
+        by_command.setdefault(r.command or "labkit, from Python", []).append(r)
+    note = "\n".join(
+        f"Not measured again on this page: read {', '.join(f'{r.name} ({r.source})' for r in group)} made "
+        f"earlier in the same run by `{command}` ({provenance(group[0]).split(': ', 1)[1].split(', ', 1)[1]})."
+        for command, group in by_command.items())
+    return found, note
+
+
+def reuse_or_measure(names: Iterable[str], measure) -> tuple[dict[str, BenchResult], str]:
+    """This run's results ``names`` and the page's note (:func:`this_run_results`), else ``measure()``
+    (a dict, base name -> result) and an empty note."""
+    found, note = this_run_results(names)
+    return (found, note) if found is not None else (measure(), "")
 
 
 def results_rows(results: Iterable[BenchResult]) -> list[dict]:

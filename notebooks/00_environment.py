@@ -52,12 +52,10 @@ pd.Series(describe_machine(device), name="value").to_frame()
 
 # %%
 from labkit import calibrate
-from labkit.results import save_result, sized_name
-rows, source = calibrate.run_calibration(device, quick=(size == "quick"))
-result = calibrate.make_calibration_result(rows, source, full=(size == "full"))
-result.name = sized_name(result.name, size)
-saved = save_result(result)
-print(calibrate.format_table(rows))
+from labkit.results import reuse_or_measure
+found, note = reuse_or_measure(["calibration"], lambda: {"calibration": calibrate.measure_and_save(device, size)})
+rows, source, saved = found["calibration"].rows, found["calibration"].source, found["calibration"].path
+print(note + "\n" if note else "", calibrate.format_table(rows), sep="")
 print({k: f"{v:.1f}x" for k, v in calibrate.summary(rows).items()})
 
 # %% [markdown]

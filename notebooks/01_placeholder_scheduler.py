@@ -69,8 +69,11 @@ length, mask = placeholder_layout("gemma", 256)  # 258 tokens: begin marker, 256
 # %%
 from labkit.device import resolve_device
 from labkit.mm.bench import run_benchmarks, recorded_rows, recorded_note
+from labkit.results import reuse_or_measure
 device = resolve_device(device)
-results = run_benchmarks(quick=(size == "quick"), sweep=True)
+results, note = reuse_or_measure(["mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload", "mm_overlap"],
+                                 lambda: run_benchmarks(quick=(size == "quick"), sweep=True))
+print(note)
 declare_sources(*sorted({r.source for r in results.values()}))
 
 # %% [markdown]

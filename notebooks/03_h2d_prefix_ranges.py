@@ -70,8 +70,9 @@ pd.DataFrame(ledger_demo(device)).drop(columns=["device"])
 # to the results store.
 
 # %%
-from labkit.results import load_results
-results = run_benchmarks(device, size)
+from labkit.results import load_results, reuse_or_measure
+results, note = reuse_or_measure(["h2d_step", "h2d_sweep"], lambda: run_benchmarks(device, size))
+print(note)
 declare_sources(*sorted({r.source for r in load_results(name="h2d_step")} | {results["h2d_step"].source}))
 pd.DataFrame(results["h2d_step"].rows)[["variant", "layers", "model", "median_ns", "h2d_per_step",
                                         "sync_per_step", "speedup_vs_per_layer"]]
@@ -113,7 +114,8 @@ plot_gpu_idle(gpu)
 
 # %%
 from labkit.attn import bench_ranges
-ranges = bench_ranges.run_benchmarks(device, size)
+ranges, note = reuse_or_measure(["ranges_step"], lambda: bench_ranges.run_benchmarks(device, size))
+print(note)
 pd.DataFrame(ranges["ranges_step"].rows)[["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
                                           "speedup_vs_v033_pinned"]]
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # File what scripts/gpu_check.sh wrote (gpu_check.tar.gz) where the lab reads it:
-#   results/<slug>/*.json        -> data/results/<slug>/ (report.json included)
+#   results/<slug>/*.json        -> data/results/<slug>/ (report_quick.json included); a result
+#                                   that says "complete": false (its step was cut) is not filed;
+#                                   a full result replaces that machine's quick run of it, and a
+#                                   quick run is not filed over a full recording
 #   traces/engine/<run>/*        -> data/traces/<slug>/<run>/ (replacing that machine's runs:
 #                                   labkit.engine.recorded reads data/traces/<slug>/<run>/)
 #   profile.json                 -> data/profiles/<slug>.json
@@ -16,7 +19,7 @@ tarball="" dest=$(cd "$(dirname "$0")/.." && pwd)
 while [ $# -gt 0 ]; do
   case "$1" in
     --into) [ $# -ge 2 ] || die "--into needs a folder"; [ -d "$2" ] || die "no such folder: $2"; dest=$(cd "$2" && pwd); shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option: $1" ;;
     *) [ -z "$tarball" ] || die "one tarball at a time"; tarball=$1; shift ;;
   esac
@@ -34,7 +37,21 @@ slug=${slugs[0]}
 
 mkdir -p "$dest/data/results/$slug"
 n=0
-for f in "$tmp/results/$slug"/*.json; do [ -f "$f" ] && cp "$f" "$dest/data/results/$slug/" && n=$((n + 1)); done
+for f in "$tmp/results/$slug"/*.json; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .json) into="$dest/data/results/$slug"
+  if [ "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("complete", True))' "$f" 2>/dev/null)" = False ]; then
+    echo "not filed: results/$slug/$name.json is the partial result of a cut step (it stays in the tarball)"
+  elif [[ "$name" == *_quick ]] && [ -f "$into/${name%_quick}.json" ]; then
+    echo "not filed: results/$slug/$name.json (a quick run; data/results/$slug/${name%_quick}.json is a full recording)"
+  else
+    cp "$f" "$into/" && n=$((n + 1))
+    if [[ "$name" != *_quick ]] && [ -f "$into/${name}_quick.json" ]; then
+      rm -f "$into/${name}_quick.json"
+      echo "removed data/results/$slug/${name}_quick.json: the full recording replaces it"
+    fi
+  fi
+done
 echo "ingested $n results -> data/results/$slug/"
 
 if [ -d "$tmp/traces/engine" ] && [ -n "$(ls -A "$tmp/traces/engine")" ]; then

@@ -1,27 +1,33 @@
 """Pack what scripts/gpu_check.sh wrote into one tarball of at most --max-mb megabytes.
 
-    python scripts/pack_gpu_check.py WORK OUT.tar.gz [--max-mb 16]
+    python scripts/pack_gpu_check.py WORK OUT.tar.gz [--max-mb 16] [--progress]
 
 WORK holds results/, logs/, traces/ (engine/<run>/*.pt.trace.json.gz, h2d/*), profile.json,
 summary.txt and report/ (the report's pages). Always packed: results, logs, profile, summary.
 The report's pages go in as report.tar.xz (one solid xz stream: the plotly.js every page
-embeds compresses to one copy). Traces go in whole while they fit; when they do not, the
+embeds compresses to one copy). A trace that cannot be read to its end (a step killed while
+its profiler wrote it) is skipped. Traces go in whole while they fit; when they do not, the
 largest are trimmed to their first profiled step (labkit.trace.read.trim), then h2d traces and
 finally engine traces are left out, largest first. MANIFEST.txt in the tarball lists every
-file with its size and what was trimmed or left out. Exit 0 when the tarball fits, 1 when even
-the fixed parts exceed the cap (it is written anyway), 2 on bad input.
+file with its size and what was skipped, trimmed or left out.
+
+``--progress`` is the quick pack after each step: no pages, no trimming, fast compression.
+The tarball replaces OUT in one rename, so OUT is always a whole tarball. Exit 0 when the
+tarball fits, 1 when even the fixed parts exceed the cap (it is written anyway), 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import os
 import shutil
+import signal
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
-
-from labkit.trace.read.trim import trim_trace
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz")
 FIXED = ("results", "logs", "profile.json", "summary.txt")
@@ -44,14 +50,64 @@ def _traces(work: Path) -> list[Path]:
     return sorted(files, key=lambda p: (0 if p.relative_to(root).parts[0] == "engine" else 1, str(p)))
 
 
+CHECKED = ".traces_checked.json"  # in WORK: traces already read to their end, by path, size and mtime
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the trace ``path`` cannot be read to its end (truncated gzip, cut-off JSON), or None."""
+    try:
+        tail = b""
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    tail = (tail + chunk)[-64:]
+        else:
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - 64))
+                tail = f.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if not tail.rstrip().endswith(b"}"):
+        return "the JSON stops before its end"
+    return None
+
+
+def _read_checked(work: Path) -> set[str]:
+    import json
+
+    try:
+        return set(json.loads((work / CHECKED).read_text()))
+    except (OSError, ValueError):
+        return set()
+
+
+def _write_checked(work: Path, checked: set[str]) -> None:
+    import json
+
+    try:
+        (work / CHECKED).write_text(json.dumps(sorted(checked)))
+    except OSError:
+        pass  # only a cache: the next pack reads the traces again
+
+
+def _trim(src: Path, dst: Path):
+    """``labkit.trace.read.trim.trim_trace(src, dst, steps=1)``; an error (or no trimmer) is a note, not a stop."""
+    try:
+        from labkit.trace.read.trim import trim_trace
+
+        return trim_trace(src, dst, steps=1), None
+    except Exception as exc:  # noqa: BLE001 - packing goes on with the trace untrimmed
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def pack_report(report_dir: Path, dst: Path) -> None:
     """``report_dir`` as ``dst`` (tar.xz, preset 9 with its 64 MiB window)."""
     with tarfile.open(dst, "w:xz", preset=9) as tar:
         tar.add(report_dir, arcname="report")
 
 
-def pack(work: Path, out: Path, max_bytes: int) -> tuple[bool, list[str]]:
-    """Write the tarball; return (fits, manifest lines)."""
+def pack(work: Path, out: Path, max_bytes: int, *, progress: bool = False) -> tuple[bool, list[str]]:
+    """Write the tarball; return (fits, manifest lines). ``progress``: no pages, no trimming, fast gzip."""
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp) / "stage"
@@ -62,20 +118,32 @@ def pack(work: Path, out: Path, max_bytes: int) -> tuple[bool, list[str]]:
                 shutil.copytree(src, stage / name)
             elif src.is_file():
                 shutil.copy2(src, stage / name)
-        if (work / "report").is_dir():
+        if (work / "report").is_dir() and not progress:
             pack_report(work / "report", stage / "report.tar.xz")
         used = _size(stage) + HEADROOM
-        traces = _traces(work)
+        traces = []
+        checked = _read_checked(work)
+        for p in _traces(work):
+            key = f"{p.relative_to(work)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+            why = None if key in checked else unreadable(p)
+            if why:
+                notes.append(f"skipped {p.relative_to(work)} ({p.stat().st_size} bytes): unreadable: {why}")
+            else:
+                checked.add(key)
+                traces.append(p)
+        _write_checked(work, checked)
         sizes = {p: p.stat().st_size for p in traces}
         # 1. trim the largest traces until the whole set fits (or all large ones are trimmed)
         trimmed: dict[Path, Path] = {}
         for p in sorted(traces, key=lambda q: -sizes[q]):
-            if used + sum(sizes.values()) <= max_bytes or sizes[p] <= TRIM_ABOVE:
+            if progress or used + sum(sizes.values()) <= max_bytes or sizes[p] <= TRIM_ABOVE:
                 break
             dst = Path(tmp) / "trimmed" / p.relative_to(work)
             dst.parent.mkdir(parents=True, exist_ok=True)
-            stats = trim_trace(p, dst, steps=1)
-            if stats is not None and dst.stat().st_size < sizes[p]:
+            stats, err = _trim(p, dst)
+            if err:
+                notes.append(f"could not trim {p.relative_to(work)}: {err}")
+            elif stats is not None and dst.stat().st_size < sizes[p]:
                 trimmed[p] = dst
                 notes.append(f"trimmed {p.relative_to(work)}: {sizes[p]} -> {dst.stat().st_size} bytes, "
                              f"first {stats.steps_kept} of {stats.steps_in} profiled steps")
@@ -99,11 +167,14 @@ def pack(work: Path, out: Path, max_bytes: int) -> tuple[bool, list[str]]:
         manifest = [f"# gpu_check tarball: {len(lines)} files, {total} bytes before gzip, cap {max_bytes}"]
         manifest += lines + [f"# {n}" for n in notes]
         (stage / "MANIFEST.txt").write_text("\n".join(manifest) + "\n")
-        tmp_out = out.with_name(out.name + ".part")
-        with tarfile.open(tmp_out, "w:gz") as tar:
-            for child in sorted(stage.iterdir()):
-                tar.add(child, arcname=child.name)
-        tmp_out.replace(out)
+        tmp_out = out.with_name(f".{out.name}.{os.getpid()}.part")
+        try:
+            with tarfile.open(tmp_out, "w:gz", compresslevel=1 if progress else 9) as tar:
+                for child in sorted(stage.iterdir()):
+                    tar.add(child, arcname=child.name)
+            tmp_out.replace(out)
+        finally:
+            tmp_out.unlink(missing_ok=True)
     size = out.stat().st_size
     fits = size <= max_bytes
     notes.append(f"{out.name}: {size} bytes ({size / 1e6:.1f} MB) {'within' if fits else 'OVER'} the cap of {max_bytes / 1e6:.0f} MB")
@@ -115,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("work", help="the folder gpu_check.sh filled")
     p.add_argument("out", help="the tarball to write (.tar.gz)")
     p.add_argument("--max-mb", type=float, default=16.0, help="size cap in MB (10^6 bytes; default 16)")
+    p.add_argument("--progress", action="store_true", help="the quick pack after a step: no pages, no trimming")
     args = p.parse_args(argv)
     work, out = Path(args.work), Path(args.out)
     if not work.is_dir():
@@ -123,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_mb <= 0:
         print("pack_gpu_check: --max-mb must be positive", file=sys.stderr)
         return 2
-    fits, notes = pack(work, out, int(args.max_mb * 1e6))
+    # a time limit's SIGTERM unwinds like an exception: the part file is removed, OUT stays whole
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    fits, notes = pack(work, out, int(args.max_mb * 1e6), progress=args.progress)
     for n in notes:
         print(f"pack: {n}")
     return 0 if fits else 1

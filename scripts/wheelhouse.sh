@@ -9,6 +9,8 @@
 #     node_modules (npm ci runs first where they are missing), and the wheels of labkit's
 #     `report` extra with all their dependencies (binary wheels only, for the target Python
 #     and platform);
+#   - pytest (the version the `dev` extra asks for) and its dependencies: the GPU tests
+#     run on the node (scripts/gpu_check.sh); they import nothing else the node lacks;
 #   - the build backend of pyproject.toml (so `pip install -e .` of a checkout works offline);
 #   - MANIFEST.txt: every file with its size, and the total.
 # Not included: torch, triton, nvidia-*/cuda-* (the node's own are used) and, unless
@@ -18,6 +20,7 @@
 # --python X.Y    target interpreter (default: the one running this script, $PYTHON or python3)
 # --platform TAG  pip platform tag, repeatable (default: this machine when --python is this
 #                 interpreter's version, else manylinux x86_64 glibc 2.5 ... 2.28)
+# --print-requirements  print what would be downloaded (one requirement a line) and stop
 #
 # On the node:  LABKIT_WHEELHOUSE=DIR bash scripts/setup_venv.sh   (or make report)
 set -euo pipefail
@@ -27,7 +30,7 @@ PYTHON="${PYTHON:-python3}"
 die() { echo "wheelhouse: $*" >&2; exit 2; }
 say() { echo "[wheelhouse] $*" >&2; }
 
-out="" target_py="" with_base=0
+out="" target_py="" with_base=0 print_reqs=0
 platforms=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,11 +38,12 @@ while [ $# -gt 0 ]; do
     --python) [ $# -ge 2 ] || die "--python needs a version like 3.12"; target_py=$2; shift 2 ;;
     --platform) [ $# -ge 2 ] || die "--platform needs a tag like manylinux_2_28_x86_64"; platforms+=("$2"); shift 2 ;;
     --with-base) with_base=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --print-requirements) print_reqs=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
-[ -n "$out" ] || die "--out DIR is required (see --help)"
+[ -n "$out" ] || [ "$print_reqs" = 1 ] || die "--out DIR is required (see --help)"
 command -v "$PYTHON" >/dev/null 2>&1 || die "no python at PYTHON=$PYTHON"
 own_py=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 target_py=${target_py:-$own_py}
@@ -61,9 +65,10 @@ if [ ${#platforms[@]} -gt 0 ]; then
   for p in "${platforms[@]}"; do target_args+=(--platform "$p"); done
 fi
 
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ "$print_reqs" = 1 ]; then out=$tmp/out; fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 # 1. The labkit wheel, built from a copy of the sources (no build/ left in the checkout), with
 #    the page assets from node_modules (setup.py's build step; labkit/report/bundle.py).
@@ -85,7 +90,8 @@ wheel=$(ls "$out"/labkit-*.whl)
 sys.exit(not {"labkit/report/vendor/embed-amd.js.gz", "labkit/report/vendor/require.js"} <= names)' "$wheel" \
   || die "the labkit wheel was built without its page assets"
 
-# 2. What to download: the report extra (from the wheel's own metadata) + the build backend.
+# 2. What to download: the report extra and the dev extra's pytest (from the wheel's own
+#    metadata) + the build backend.
 "$PYTHON" - "$wheel" "$ROOT/pyproject.toml" > "$tmp/reqs.txt" <<'EOF'
 import re, sys, zipfile
 from email.parser import Parser
@@ -93,18 +99,24 @@ from email.parser import Parser
 wheel, pyproject = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as z:
     meta = Parser().parsestr(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode())
-reqs = []
+reqs, tests = [], []
 for line in meta.get_all("Requires-Dist") or []:
     req, _, marker = line.partition(";")
     if re.search(r"""extra\s*==\s*["']report["']""", marker):
         reqs.append(req.strip())
+    elif re.search(r"""extra\s*==\s*["']dev["']""", marker) and re.match(r"pytest\s*([<>=!~]|$)", req.strip()):
+        tests.append(req.strip())  # the GPU tests' runner (the GPU check runs them on the node)
 if not reqs:
     sys.exit("wheelhouse: the labkit wheel declares no 'report' extra")
+if not tests:
+    sys.exit("wheelhouse: the labkit wheel's 'dev' extra names no pytest")
+reqs += tests
 text = open(pyproject, encoding="utf-8").read()
 m = re.search(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", text, re.S)
 reqs += re.findall(r"""["']([^"']+)["']""", m.group(1)) if m else []
 print("\n".join(reqs))
 EOF
+if [ "$print_reqs" = 1 ]; then cat "$tmp/reqs.txt"; exit 0; fi
 
 # 3. The wheels, binary only, for the target.
 say "downloading for Python $target_py${platforms:+ on ${platforms[0]}...}: $(tr '\n' ' ' < "$tmp/reqs.txt")"

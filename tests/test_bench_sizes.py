@@ -73,3 +73,36 @@ def test_mm_and_h2d_default_to_quick(results_store, monkeypatch, capsys):
         assert cli_main(["bench", *argv]) == 130
     assert seen == [True, False, True, "quick", "full"]
     assert "--quick is deprecated" in capsys.readouterr().err
+
+
+def test_attn_bench_fails_on_a_kernel_row_off_the_reference(results_store, monkeypatch, capsys):
+    """The GPU check's attention step is a correctness check too: a kernel row beyond its dtype's
+    tolerance against the fp32 reference (or NaN, or an error) fails the command; peers never do."""
+    from labkit.attn import bench_attn
+
+    def rows(rel):
+        return [{"variant": "triton_prefix", "case": "tiny", "dtype": "bfloat16", "max_abs_err": 0.01, "rel_err": rel},
+                {"variant": "sdpa_mask", "case": "tiny", "dtype": "bfloat16", "max_abs_err": 9.0, "rel_err": 0.5}]
+
+    for rel, rc in ((2.1e-3, 0), (0.05, 1), (float("nan"), 1)):
+        monkeypatch.setattr(bench_attn, "run_bench", lambda *a, rel=rel, **k: (rows(rel), "interpreted"))
+        assert cli_main(["bench", "attn", "--device", "cpu", "--no-save"]) == rc, rel
+    assert "FAILED: triton_prefix on tiny: relative error 0.05" in capsys.readouterr().out
+    assert bench_attn.kernel_row_ok({"dtype": "float32", "max_abs_err": 1e-6, "rel_err": 1e-6})
+    assert not bench_attn.kernel_row_ok({"dtype": "float32", "max_abs_err": 1e-6, "rel_err": 1e-6, "error": "x"})
+
+
+def test_attn_bench_on_a_cpu_switches_to_the_interpreter_itself(tmp_path):
+    """Started without TRITON_INTERPRET (as a user runs it; the suite sets it for itself), the
+    command still runs the kernel under the interpreter and checks it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["LABKIT_RESULTS"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "labkit", "bench", "attn", "--device", "cpu", "--no-save"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    kernel = next(line for line in run.stdout.splitlines() if line.startswith("tiny") and "triton_prefix" in line)
+    assert "ERROR" not in kernel and "FAILED" not in run.stdout

@@ -12,19 +12,45 @@ from labkit.device import has_cuda
 from labkit.results import load_results
 
 
-def test_cpu_loops_cover_every_variant():
+def test_cpu_loops_read_what_their_names_say(monkeypatch):
+    """Each loop reads its n elements from the container it names (tensor reads counted)."""
+    import torch
+
+    counts = {"getitem": 0, "int": 0, "item": 0}
+    get, to_int, item = torch.Tensor.__getitem__, torch.Tensor.__int__, torch.Tensor.item
+
+    def counting(name, fn):
+        def wrapped(*a, **k):
+            counts[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(torch.Tensor, "__getitem__", counting("getitem", get))
+    monkeypatch.setattr(torch.Tensor, "__int__", counting("int", to_int))
+    monkeypatch.setattr(torch.Tensor, "item", counting("item", item))
     loops = calibrate.cpu_loops(8)
-    assert set(loops) == set(calibrate.CPU_VARIANTS)
-    for fn in loops.values():
-        assert fn() is None
+    assert list(loops) == list(calibrate.CPU_VARIANTS)
+    seen = {}
+    for name, fn in loops.items():
+        before = dict(counts)
+        fn()
+        seen[name] = tuple(counts[k] - before[k] for k in ("getitem", "int", "item"))
+    assert seen == {"loop_only": (0, 0, 0), "list_index": (0, 0, 0), "tensor_index_int": (8, 8, 0),
+                    "tensor_index_item": (8, 0, 8)}
 
 
-def test_cpu_rows_shape():
+def test_cpu_rows_are_per_element_times(monkeypatch):
+    """The rows divide each loop's quantiles by the elements it reads (a loop timed by hand here)."""
+    from labkit.timing import Timing
+
+    loop = Timing(median_ns=16_000.0, p20_ns=12_800.0, p80_ns=19_200.0, mean_ns=16_000.0, min_ns=11_200.0,
+                  repeats=3, number=1, method="perf_counter")
+    monkeypatch.setattr(calibrate, "time_host", lambda fn, warmup, repeats: loop)
     rows = calibrate.calibrate_cpu(n=16, repeats=3, warmup=0)
     assert [r["variant"] for r in rows] == list(calibrate.CPU_VARIANTS)
     for r in rows:
         assert r["kind"] == "cpu" and r["metric"] == "host_ns" and r["elements"] == 16
-        assert 0 < r["p20_ns"] <= r["median_ns"] <= r["p80_ns"]
+        assert (r["median_ns"], r["p20_ns"], r["p80_ns"], r["repeats"]) == (1000.0, 800.0, 1200.0, 3)
 
 
 def test_summary_ratios_by_hand():
@@ -63,7 +89,7 @@ def _fixed_calibration(monkeypatch):
     """``run_calibration`` replaced by one hand-made row; returns the quick flags it was called with."""
     calls = []
 
-    def fake(device="auto", *, quick=True):
+    def fake(device="auto", *, quick=True, on_rows=None):
         calls.append(quick)
         return [{"kind": "cpu", "variant": "list_index", "metric": "host_ns", "median_ns": 10.0, "p20_ns": 9.0,
                  "p80_ns": 11.0, "repeats": 3, "number": 1}], "measured-cpu"
@@ -93,16 +119,44 @@ def test_cli_bad_input(tmp_path, results_store, monkeypatch, capsys):
     assert calls == [] and not results_store.exists()  # refused before any work or write
 
 
+def _host_link_bytes_per_ns() -> float | None:
+    """The GPU's host link bandwidth per direction in bytes/ns (= GB/s), from nvidia-smi's PCIe fields."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                              "--format=csv,noheader,nounits", "-i", "0"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.split(",")
+        gen, width = int(out[0]), int(out[1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    per_lane = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}.get(gen)  # GB/s per lane, one way
+    return per_lane * width if per_lane else None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
-def test_gpu_rows(results_store):
+def test_gpu_rows_within_physical_bounds(results_store):
     rows, source = calibrate.run_calibration("cuda")
     assert source == "measured-gpu"
     gpu = [r for r in rows if r["kind"] == "gpu"]
     sizes = {r["size_bytes"] for r in gpu if r["variant"].startswith("h2d")}
     assert sizes == set(calibrate.COPY_SIZES_BYTES)
-    assert {"launch_torch_add1"} <= {r["variant"] for r in gpu}
-    assert all(r["median_ns"] > 0 for r in gpu)
+    by = {(r["variant"], r["metric"], r.get("size_bytes")): r["median_ns"] for r in gpu}
+    big = max(calibrate.COPY_SIZES_BYTES)
+    # a pageable copy stages through a pinned buffer: at 1 MiB it is slower than the pinned copy itself
+    assert by[("h2d_pageable", "host_ns", big)] > by[("h2d_pinned", "host_ns", big)]
+    link = _host_link_bytes_per_ns()
+    for variant in ("h2d_pageable", "h2d_pinned"):
+        for n in calibrate.COPY_SIZES_BYTES:
+            assert 1_000 < by[(variant, "host_ns", n)] < 1e7  # a copy call costs us on the host, never ns
+            if link:  # no copy moves its bytes faster than the link carries them
+                assert n / by[(variant, "host_ns", n)] < link, (variant, n, link)
+    for variant in ("launch_torch_add1", "launch_triton_empty"):
+        if (variant, "host_ns", None) in by:
+            assert 1_000 < by[(variant, "host_ns", None)] < 1e6  # a launch from Python: above 1 us
+    # a one-element add runs in a few us on the device, far below a millisecond
+    assert 0 < by[("launch_torch_add1", "device_ns", None)] < 1e5
 
 
 def test_device_times_come_from_the_trace_activities():

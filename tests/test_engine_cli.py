@@ -18,11 +18,53 @@ def test_bench_engine_writes_results_and_traces(tmp_path, monkeypatch, capsys):
     assert "tensor/loop/none/async" in out and "simulated" in out
     data = json.loads((tmp_path / "e.json").read_text())
     assert data["source"] == "simulated" and data["params"]["profile_parametric"] is True
-    assert {r["placeholder"] for r in data["rows"]} == {"tensor", "fast"}
+    assert data["complete"] is True
+    assert [r["variant"] for r in data["rows"]] == ["tensor/loop/none/async", "fast/loop/none/async"]
+    (saved,) = (tmp_path / "results").glob("*/engine_quick.json")  # quick by default, filed as such
+    assert json.loads(saved.read_text())["rows"] == data["rows"]
+    from labkit.engine.bench import TRACE_STEPS
+    from labkit.engine.config import get_model_config
+    from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
+    from labkit.trace.capture import read_trace
+
+    tiny = get_model_config("tiny")
+    kernels_per_step = len(HEAD_OPS) + tiny.num_layers * len(LAYER_OPS) + len(TAIL_OPS)  # 1 + 2 x 11 + 3
     for r in data["rows"]:
-        assert r["tokens_per_s_median"] > 0 and r["tokens_per_s_window"] > 0 and 0.0 <= r["device_idle_frac"] <= 1.0
-    assert len(list((tmp_path / "results").glob("*/engine_quick.json"))) == 1  # quick by default, filed as such
+        # 16 requests in steady decode: one token each per step, no prefix ranges, so no range copies
+        assert r["tokens_per_step"] == 16 and r["batch_seqs"] == 16 and r["h2d_per_step"] == 0
+        assert r["steps"] == 2 and 0.0 <= r["device_idle_frac"] <= 1.0
+        events = read_trace(r["trace"])["traceEvents"]
+        steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        memcpy = [e for e in events if e.get("cat") == "gpu_memcpy"]
+        assert len(steps) == TRACE_STEPS and len(kernels) == TRACE_STEPS * kernels_per_step
+        # each step copies its six inputs in (pinned) and its sampled ids out
+        assert sorted({e["name"] for e in memcpy}) == ["Memcpy DtoH (Device -> Pinned)", "Memcpy HtoD (Pinned -> Device)"]
+        assert len(memcpy) == TRACE_STEPS * 7
     assert len(list((tmp_path / "tr").glob("*/*.pt.trace.json.gz"))) == 2
+
+
+def test_bench_engine_rewrites_its_result_after_each_variant(tmp_path, monkeypatch, capsys):
+    """A run stopped after its first variant leaves that variant's row, marked incomplete."""
+    import labkit.engine.loop as loop
+
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    real, calls = loop.summarize_run, []
+
+    def stops_at_the_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop, "summarize_run", stops_at_the_second)
+    rc = main(["bench", "engine", "--device", "sim", "--model", "tiny", "--num-requests", "8", "--steps", "2",
+               "--warmup", "1", "--placeholders", "tensor,list,fast", "--scheduling", "loop", "--prefix-ranges",
+               "none", "--profile", "parametric"])
+    assert rc == 130 and "interrupted" in capsys.readouterr().err
+    (saved,) = (tmp_path / "results").glob("*/engine_quick.json")
+    data = json.loads(saved.read_text())
+    assert data["complete"] is False and [r["variant"] for r in data["rows"]] == ["tensor/loop/none/async"]
 
 
 def test_bench_engine_cudagraph_modes_in_rows_and_trace_metadata(tmp_path, monkeypatch, capsys):

@@ -255,6 +255,43 @@ def _attention_from_device_lengths(q, k, v, cu_q, cu_k, ranges, window, seq_lens
                                 compute_dtype=q.dtype)
 
 
+def _sampled_eager_and_graphs(dev, model, graphs=None, steps=5, **cfg):
+    """Sampled ids per step of the same workload run under full graphs and eagerly, on one model
+    whose KV buffers start both runs with the same contents."""
+    from labkit.engine.cudagraph_torch import CudaGraphRunner
+
+    full = EngineConfig(model=model.cfg.name, cudagraph="full", **cfg)
+    eng = Engine(full, dev, model=model, graph_runner=None if graphs is None else CudaGraphRunner(
+        model, "full", with_ranges=cfg.get("prefix_ranges", "none") != "none", max_ranges=8, kv_reserve=4096,
+        graphs=graphs))
+    eng.capture_graphs()  # sizes the KV buffers for the whole run first
+    k0, v0 = model.k_buf.clone(), model.v_buf.clone()
+    eng.run(steps)
+    model.k_buf.copy_(k0)
+    model.v_buf.copy_(v0)
+    eager = Engine(EngineConfig(model=model.cfg.name, cudagraph="none", **cfg), dev, model=model)
+    eager.run(steps)
+    return eng, eager
+
+
+def test_full_graph_engine_samples_what_the_eager_engine_samples_on_cpu():
+    import torch
+
+    from labkit.engine.config import get_model_config
+    from labkit.engine.devices import TorchDevice
+    from labkit.engine.model import TransformerStack
+
+    model = TransformerStack(get_model_config("tiny"), "cpu", dtype=torch.float32, seed=4,
+                             attention=_attention_from_device_lengths)
+    eng, eager = _sampled_eager_and_graphs(TorchDevice("cpu"), model, RerunGraphs(), workload="small",
+                                           placeholder="fast", scheduling="cursor", prefix_ranges="per_step")
+    assert {s.graph_mode for s in eng.steps} == {"full"} and {s.graph_mode for s in eager.steps} == {"eager"}
+    assert len(eng.sampled) == len(eager.sampled) == 5
+    assert any(len(set(ids.tolist())) > 1 for ids in eager.sampled)  # rows tell apart: the comparison means something
+    for a, b in zip(eng.sampled, eager.sampled):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("mode,q_lens,kv_lens,ranges", [
     ("full", [1, 1, 1, 1, 1], [20, 33, 9, 41, 12], [[[2, 6], [8, 11]]] * 5),   # 5 decode rows pad to 8
     ("piecewise", [1, 6, 1], [20, 30, 9], [[[3, 8]], [[22, 27]], [[0, 0]]]),  # a prefill chunk over an image
@@ -293,6 +330,52 @@ def test_graph_runner_matches_the_eager_forward_on_cpu(mode, q_lens, kv_lens, ra
             n = batch.num_seqs
             torch.testing.assert_close(runner.h_head[:n], h_eager, rtol=1e-5, atol=1e-5)
             assert torch.equal(runner.ranges[:n, :2], rng) and not runner.ranges[n:8].any()
+
+
+def test_full_graph_steps_build_their_padded_inputs_once_on_cpu():
+    """The engine's full-graph step fills the graph's buffers once (6 inputs), with no second set of
+    copies, and replaying on those inputs samples what the eager forward samples on them."""
+    import torch
+
+    from labkit.engine.config import get_model_config
+    from labkit.engine.cudagraph_torch import CudaGraphRunner
+    from labkit.engine.devices import TorchDevice
+    from labkit.engine.model import TransformerStack
+
+    model = TransformerStack(get_model_config("tiny"), "cpu", dtype=torch.float32, seed=2,
+                             attention=_attention_from_device_lengths)
+    dev = TorchDevice("cpu")
+    copies = {"h2d": 0, "fill": 0}
+    real_copy = dev.copy_h2d
+
+    def counted_copy(*a, **k):
+        copies["h2d"] += 1
+        return real_copy(*a, **k)
+
+    dev.copy_h2d = counted_copy
+    runner = CudaGraphRunner(model, "full", kv_reserve=4096, graphs=RerunGraphs())
+    real_fill = runner._fill
+
+    def counted_fill(buf, src):
+        copies["fill"] += 1
+        return real_fill(buf, src)
+
+    runner._fill = counted_fill
+    cfg = EngineConfig(model="tiny", workload="small", placeholder="fast", scheduling="cursor", cudagraph="full")
+    eng = Engine(cfg, dev, model=model, graph_runner=runner)
+    eng.run(4)
+    assert {s.graph_mode for s in eng.steps} == {"full"} and all(s.replays == 1 for s in eng.steps)
+    assert len(eng.steps) == 4  # every launched step drained
+    assert copies == {"h2d": 0, "fill": 6 * 4}
+    # the batch prepare built is the one the graph reads: same ids as the eager forward on it
+    batch = runner.prepare(dev, np.ones(5, dtype=np.int64), np.array([20, 33, 9, 41, 12]))
+    assert batch.num_seqs == 5 and batch.tensors["cu_seqlens_k"].tolist() == [0, 20, 53, 62, 103, 115]
+    gen = torch.Generator().manual_seed(5)
+    batch.tensors["input_ids"].copy_(torch.randint(0, get_model_config("tiny").vocab_size, (5,), generator=gen))
+    ids_eager = model.sample(dev, batch, model.forward(dev, batch, lambda i: None))
+    ids_graph = runner.sample(dev, batch, runner.forward(dev, batch, lambda i: None))
+    assert len(set(ids_eager.tolist())) > 1 and torch.equal(ids_graph, ids_eager)
+    assert runner.last.tokens == 8 and not runner.ids[5:8].any()  # padded rows: token 0
 
 
 # -- the real GPU path -------------------------------------------------------------------------------
@@ -340,23 +423,41 @@ def test_cuda_graphs_replay_the_eager_forward(mode):
 @pytest.mark.gpu
 @pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
 def test_engine_on_cuda_with_full_graphs_and_ranges():
-    from labkit.engine.devices import TorchDevice
+    """Graph replay samples, step by step, what the eager forward samples on the same inputs."""
+    import torch
 
-    cfg = EngineConfig(model="small", workload="small", placeholder="fast", scheduling="cursor",
-                       prefix_ranges="per_step", cudagraph="full")
-    eng = Engine(cfg, TorchDevice("cuda"))
-    eng.run(5)
+    from labkit.engine.config import get_model_config
+    from labkit.engine.devices import TorchDevice
+    from labkit.engine.model import TransformerStack
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = TransformerStack(get_model_config("small"), "cuda", dtype=torch.float32, seed=5)
+    eng, eager = _sampled_eager_and_graphs(TorchDevice("cuda"), model, workload="small", placeholder="fast",
+                                           scheduling="cursor", prefix_ranges="per_step")
     assert eng.graphs_captured > 0
     assert {s.graph_mode for s in eng.steps} == {"full"} and all(s.replays == 1 for s in eng.steps)
+    assert len(eng.sampled) == len(eager.sampled) == 5
+    assert any(len(set(ids.tolist())) > 1 for ids in eager.sampled)
+    for a, b in zip(eng.sampled, eager.sampled):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU")
 def test_recorded_profile_has_a_replay_cost():
+    import torch
+
     from labkit.engine.config import get_model_config
     from labkit.engine.model import TransformerStack
     from labkit.engine.record_profile import replay_host_ns
 
+    from labkit.timing import time_host
+
     model = TransformerStack(get_model_config("small"), "cuda")
     ns = replay_host_ns(model, num_seqs=8)
-    assert 100 < ns < 1e6  # a host call of some us, not the device time
+    # the same piece launched op by op from Python: one replay of it must cost the host less
+    x = torch.zeros(8, model.cfg.hidden_size, device="cuda", dtype=model.dtype)
+    w = model.weights[0]
+    eager_ns = time_host(lambda: model._rms_norm(x, w["in_norm"]) @ w["qkv"], warmup=5, repeats=40).median_ns
+    torch.cuda.synchronize()
+    assert 1_000 < ns < eager_ns, (ns, eager_ns)  # a host call of some us, never the device time

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,44 @@ def test_pack_bad_input(tmp_path):
     assert not (tmp_path / "o.tar.gz").exists()
 
 
+@needs_traces
+def test_pack_skips_a_truncated_trace_and_keeps_packing(tmp_path):
+    """A trace cut off mid-write (a step killed while its profiler wrote it) is skipped and listed;
+    everything else is packed."""
+    work = _work(tmp_path)
+    whole = SMALL.read_bytes()
+    cut = work / "traces" / "engine" / "fast-cursor-per_step-async" / "labkit.9.pt.trace.json.gz"
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(whole[: len(whole) // 2])  # a gzip stream that stops half-way
+    plain = work / "traces" / "engine" / "fast-cursor-pinned-async" / "labkit.8.pt.trace.json"
+    plain.parent.mkdir(parents=True)
+    plain.write_text(gzip.decompress(whole).decode()[:5000])  # JSON that stops before its end
+    out = tmp_path / "gpu_check.tar.gz"
+    run = _pack(work, out, 16)
+    assert run.returncode == 0, run.stdout + run.stderr
+    names = _members(out)
+    assert f"traces/engine/tensor-loop-none-async/{SMALL.name}" in names and "results/h200/engine.json" in names
+    assert not any("per_step" in n or "pinned" in n for n in names)
+    with tarfile.open(out) as tar:
+        manifest = tar.extractfile("MANIFEST.txt").read().decode()
+    skipped = [line for line in manifest.splitlines() if line.startswith("# skipped")]
+    assert len(skipped) == 2 and "unreadable" in skipped[0]
+    assert {"fast-cursor-per_step-async", "fast-cursor-pinned-async"} == {line.split("/")[2] for line in skipped}
+
+
+@needs_traces
+def test_progress_pack_leaves_pages_and_trimming_to_the_final_pack(tmp_path):
+    work = _work(tmp_path)
+    out = tmp_path / "gpu_check.tar.gz"
+    run = subprocess.run([sys.executable, str(PACK), str(work), str(out), "--progress"], capture_output=True,
+                         text=True, env=_env(), cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    names = _members(out)
+    assert "report.tar.xz" not in names and "results/h200/engine.json" in names
+    assert names[f"traces/engine/fast-cursor-per_layer-async/{BIG.name}"] == BIG.stat().st_size
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no part file left
+
+
 def _tarball(tmp_path: Path, runs=("tensor-loop-none-async", "list-loop-none-async"), slugs=("h200",)) -> Path:
     src = tmp_path / "src"
     for slug in slugs:
@@ -177,6 +216,27 @@ def test_ingest_files_traces_where_the_notebooks_look(tmp_path):
     assert not list((dest / "data").rglob("h2d-x.pt.trace.json.gz"))
 
 
+def test_ingest_files_only_whole_results_and_full_over_quick(tmp_path):
+    src = tmp_path / "src" / "results" / "h200"
+    src.mkdir(parents=True)
+    (src / "engine.json").write_text(json.dumps({"name": "engine", "complete": False, "rows": [{}]}))
+    (src / "h2d_step.json").write_text(json.dumps({"name": "h2d_step", "complete": True}))
+    (src / "mm_sweep_quick.json").write_text(json.dumps({"name": "mm_sweep_quick"}))
+    tarball = tmp_path / "t.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "results", arcname="results")
+    dest = tmp_path / "repo"
+    into = dest / "data" / "results" / "h200"
+    into.mkdir(parents=True)
+    (into / "h2d_step_quick.json").write_text("{}")  # replaced by the full recording
+    (into / "mm_sweep.json").write_text("{}")  # a full recording: the quick run is not filed over it
+    run = _ingest(tarball, "--into", dest)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in into.glob("*.json")) == ["h2d_step.json", "mm_sweep.json"]
+    assert "engine.json is the partial result of a cut step" in run.stdout
+    assert "ingested 1 results" in run.stdout
+
+
 def test_ingest_bad_input(tmp_path):
     _one_line_exit_2(_ingest())
     _one_line_exit_2(_ingest(tmp_path / "missing.tar.gz"))
@@ -203,6 +263,18 @@ def test_gpu_check_bad_input(tmp_path):
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_SIZE="huge"))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_BUDGET="9m"))
     _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(tmp_path / "no-python")))
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_STEPS="engine bogus"))
+    no_torch = tmp_path / "python-without-torch"
+    no_torch.write_text("#!/bin/sh\nexit 1\n")
+    no_torch.chmod(0o755)
+    run = _gpu_check(tmp_path, OUT=str(tmp_path / "o"), PYTHON=str(no_torch), GPU_CHECK_ALLOW_CPU="1")
+    _one_line_exit_2(run)
+    assert "cannot import torch" in run.stderr
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_WORK=str(tmp_path / "o" / "w")))
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "old.log").write_text("x")
+    _one_line_exit_2(_gpu_check(tmp_path, OUT=str(tmp_path / "o"), GPU_CHECK_WORK=str(tmp_path / "used")))
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == []  # refused before writing anything
 
 
 @pytest.mark.skipif(has_cuda(), reason="checks the refusal on a machine without a GPU")
@@ -213,6 +285,78 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
     assert not (tmp_path / "o" / "gpu_check.tar.gz").exists()
 
 
+def _plan(**env) -> list[list[str]]:
+    run = _gpu_check(ROOT, timeout_s=30, GPU_CHECK_PLAN="1", **env)
+    assert run.returncode == 0, run.stderr
+    return [line.split() for line in run.stdout.splitlines()]
+
+
+def _header_plan() -> dict[str, int]:
+    """The plan table in gpu_check.sh's header: step -> estimated H200 seconds."""
+    table, on = {}, False
+    for line in GPU_CHECK.read_text().splitlines():
+        if line.startswith("#   step") and "H200 s" in line:
+            on = True
+        elif on and "---" in line:
+            break
+        elif on and line.startswith("#   ") and line[4:5] not in (" ", "("):
+            name, sec = line[4:].split()[:2]
+            table[name] = int(sec)
+    return table
+
+
+@pytest.mark.parametrize("budget,allow_cpu", [(540, "0"), (150, "1"), (150, "0"), (900, "1"), (40, "1")])
+def test_step_limits_add_up_to_the_budget(budget, allow_cpu):
+    rows = _plan(GPU_CHECK_BUDGET=str(budget), GPU_CHECK_ALLOW_CPU=allow_cpu)
+    windows = {r[0]: int(r[2]) for r in rows[1:] if len(r) == 4 and r[2].isdigit()}
+    assert rows[-1] == ["total:", f"{budget}s", "of", "a", f"{budget}s", "budget"]
+    assert sum(windows.values()) == budget  # start + every step that runs + the pack
+    assert windows["pack"] == 15 or budget < 15 + 10
+    for r in rows[1:-1]:
+        if r[3].lstrip("-").isdigit():  # a step that runs: its limit leaves room for the kill and the tarball
+            assert int(r[3]) >= 3 and int(r[2]) - int(r[3]) == 6, r
+    if budget == 540 and allow_cpu == "0":
+        # the header's table is the plan the script runs: same steps, same seconds, limits = estimates
+        header = _header_plan()
+        planned = {r[0]: int(r[1]) for r in rows[1:-1] if r[1].isdigit()}
+        assert planned == {k: v for k, v in header.items() if k in planned}
+        assert header["start"] == windows["start"] and header["pack"] == windows["pack"]
+        assert set(header) == set(planned) | {"start", "pack"}
+        assert all(int(r[3]) == planned[r[0]] for r in rows[1:-1] if r[0] in planned)
+
+
+def test_a_missing_pytest_fails_the_run(tmp_path):
+    """Without pytest the GPU tests cannot run: a failure of the run, never a skip."""
+    fake = tmp_path / "site"
+    fake.mkdir()
+    (fake / "pytest.py").write_text("raise ImportError('no pytest here')\n")
+    out = tmp_path / "out"
+    run = _gpu_check(tmp_path, timeout_s=120, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=str(fake),
+                     GPU_CHECK_ALLOW_CPU="1", GPU_CHECK_SIZE="quick", GPU_CHECK_STEPS="gpu-tests",
+                     LABKIT_WHEELHOUSE=str(tmp_path / "no-wheelhouse"))
+    assert run.returncode == 1, run.stdout[-2000:]
+    summary = (out / "summary.txt").read_text()
+    assert _steps(summary) == {"gpu-tests": "FAILED"}
+    assert "no pytest in" in summary and "failed: gpu-tests" in summary
+    assert (out / "gpu_check.tar.gz").is_file()
+
+
+def _steps(summary: str) -> dict[str, str]:
+    """step -> ``rc=N`` / ``SKIPPED`` / ``FAILED`` from a gpu_check summary."""
+    out = {}
+    for line in summary.splitlines():
+        parts = line.split()
+        if len(parts) > 1 and not line.startswith(" ") and (parts[1].startswith("rc=") or parts[1] in ("SKIPPED", "FAILED")):
+            out[parts[0]] = parts[1]
+    return out
+
+
+def _results_in(tarball: Path) -> dict[str, dict]:
+    with tarfile.open(tarball) as tar:
+        return {Path(m.name).name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers()
+                if m.isfile() and m.name.startswith("results/") and m.name.endswith(".json")}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(has_cuda(), reason="a dry run is for machines without a GPU (with one, run the script itself)")
 def test_gpu_check_dry_run_on_cpu_packs_and_ingests(tmp_path):
@@ -220,30 +364,68 @@ def test_gpu_check_dry_run_on_cpu_packs_and_ingests(tmp_path):
     commit the summary names, and the tarball ingests into the layout the notebooks read."""
     out = tmp_path / "out"
     run = _gpu_check(tmp_path, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_ALLOW_CPU="1", GPU_CHECK_SIZE="quick",
-                     GPU_CHECK_BUDGET="400", GPU_CHECK_REPORT_RESERVE="60", GPU_CHECK_REPORT_ONLY="06",
-                     timeout_s=600)
-    assert run.returncode == 0, run.stderr[-2000:]
+                     # a budget far above what the steps need here: the test is that every step runs
+                     GPU_CHECK_BUDGET="900", GPU_CHECK_REPORT_ONLY="06", GPU_CHECK_WORK=str(tmp_path / "work"),
+                     # fewer engine steps and no H2D sweep: the same paths in less time
+                     GPU_CHECK_EXTRA_ENGINE="--steps 2 --warmup 1", GPU_CHECK_EXTRA_H2D="--no-sweep",
+                     timeout_s=1000)
+    assert run.returncode == 0, run.stdout[-3000:]
     summary = (out / "summary.txt").read_text()
-    head = summary.splitlines()[0]
-    commit = head.split("commit=")[1].strip()
-    steps = {line.split()[0]: line.split()[1] for line in summary.splitlines()
-             if line and not line.startswith((" ", "gpu_check:", "machine:", "total:", "pack:", "NOTE", "WARNING"))
-             and len(line.split()) > 1 and line.split()[1].startswith(("rc=", "SKIPPED"))}
+    commit = summary.splitlines()[0].split("commit=")[1].strip()
+    steps = _steps(summary)
     for name in ("gpu-tests", "kernel-tests", "calibrate", "attn", "h2d", "ranges", "engine", "mm", "report"):
         assert steps.get(name) == "rc=0", (name, summary[:3000])
+    assert "setup" not in steps  # this python has pytest and Jupyter's stack
     # on CPU the kernel tests are the suite's own (interpreter) run: the dry run only collects them
     assert "--collect-only" in next(line for line in summary.splitlines() if line.startswith("kernel-tests"))
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.tar.gz", "summary.txt"]
+    assert not (tmp_path / "work").exists()  # removed after a good pack
+    end = int(next(line for line in summary.splitlines() if line.startswith("end:")).split()[1].rstrip("s"))
+    assert end <= 900
+    assert all(r.get("complete", True) for r in _results_in(out / "gpu_check.tar.gz").values())
     dest = tmp_path / "repo"
     dest.mkdir()
     ingest = _ingest(out / "gpu_check.tar.gz", "--into", dest)
     assert ingest.returncode == 0, ingest.stderr
     (slug_dir,) = (dest / "data" / "results").iterdir()
     results = {p.name: json.loads(p.read_text()) for p in slug_dir.glob("*.json")}
-    assert {"engine_quick.json", "calibration_quick.json", "mm_sweep_quick.json"} <= set(results)
+    assert {"engine_quick.json", "calibration_quick.json", "mm_sweep_quick.json", "report_quick.json"} <= set(results)
     assert {r["labkit_commit"] for r in results.values()} == {commit}
     assert all(r["size"] == "quick" for r in results.values())
     traces = recorded_traces(slug_dir.name, root=dest / "data" / "traces")
     engine_rows = results["engine_quick.json"]["rows"]
-    # one trace folder per engine run: a row that shares another's run (simulated device only) has none
+    # one trace folder per engine run: a row that shares another's run has none
     assert traces and len(traces) == len([r for r in engine_rows if "same_run_as" not in r])
+    assert [r["variant"] for r in engine_rows if "same_run_as" in r] == ["fast/cursor/per_layer/async/full"]
     assert (dest / "reports" / f"gpu_check-{slug_dir.name}" / "06_compare_gpus.html").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(has_cuda(), reason="a dry run is for machines without a GPU (with one, run the script itself)")
+def test_a_budget_too_small_for_every_step_keeps_what_finished_and_the_cut_steps_rows(tmp_path):
+    """The budget holds however the steps go: the step that overruns is cut at its limit, its rows
+    so far come back marked incomplete beside the finished steps' results, and the summary names it."""
+    out = tmp_path / "out"
+    budget = 75
+    t0 = time.monotonic()
+    run = _gpu_check(tmp_path, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_ALLOW_CPU="1", GPU_CHECK_SIZE="quick",
+                     GPU_CHECK_BUDGET=str(budget), GPU_CHECK_STEPS="calibrate h2d",
+                     # four quick points at 1 layer, then one at 2,000 layers that cannot end in time
+                     # (~10 minutes of per-layer copies): the cut falls between them on any machine
+                     GPU_CHECK_EXTRA_H2D="--layers 1,2000 --repeats 50 --no-sweep", timeout_s=300)
+    took = time.monotonic() - t0
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert took <= budget + 30
+    summary = (out / "summary.txt").read_text()
+    assert _steps(summary) == {"calibrate": "rc=0", "h2d": "rc=124"}, summary[:2000]
+    assert "cut by their time limit: h2d" in summary
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.tar.gz", "summary.txt"]
+    results = _results_in(out / "gpu_check.tar.gz")
+    with tarfile.open(out / "gpu_check.tar.gz") as tar:
+        h2d_log = tar.extractfile("logs/h2d.log").read().decode()
+    assert results["calibration_quick.json"]["complete"] and len(results) == 2, (summary[:1500], h2d_log)
+    h2d = results["h2d_step_quick.json"]
+    assert h2d["complete"] is False
+    assert [(r["variant"], r["layers"]) for r in h2d["rows"]] == [(v, 1) for v in ("per_layer", "per_step", "pinned",
+                                                                                    "cached")]
+    assert {"logs/h2d.log", "logs/calibrate.log", "MANIFEST.txt"} <= set(_members(out / "gpu_check.tar.gz"))

@@ -37,7 +37,7 @@ def test_measure_host_row_counts():
 def test_cli_small_run_saves_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
     out_json = tmp_path / "h2d.json"
-    rc = cli_main(["bench", "h2d", "--device", "cpu", "--seqs", "4", "--images", "2", "--layers", "3",
+    rc = cli_main(["bench", "h2d", "--device", "cpu", "--seqs", "4", "--images", "2", "--layers", "2,3",
                    "--sweep-seqs", "1,2", "--sweep-layers", "2", "--repeats", "3", "--json", str(out_json)])
     assert rc == 0
     out = capsys.readouterr().out
@@ -47,10 +47,13 @@ def test_cli_small_run_saves_results(tmp_path, monkeypatch, capsys):
     payload = json.loads(out_json.read_text())
     step = payload["h2d_step"]
     assert step["source"] == "measured-cpu"
-    by_variant = {r["variant"]: r for r in step["rows"]}
-    assert set(by_variant) == {"per_layer", "per_step", "pinned", "cached"}
-    assert by_variant["per_layer"]["h2d_per_step"] == 3 * (4 + 1)
-    assert by_variant["per_layer"]["speedup_vs_per_layer"] == pytest.approx(1.0)
+    by_point = {(r["variant"], r["layers"]): r for r in step["rows"]}
+    assert set(by_point) == {(v, n) for v in ("per_layer", "per_step", "pinned", "cached") for n in (2, 3)}
+    # copies per step, by hand: per_layer one per sequence + one for the row lengths, on every layer
+    assert [by_point[("per_layer", n)]["h2d_per_step"] for n in (2, 3)] == [2 * (4 + 1), 3 * (4 + 1)]
+    assert [by_point[(v, 3)]["h2d_per_step"] for v in ("per_step", "pinned", "cached")] == [1, 1, 0]
+    for (v, n), r in by_point.items():  # each point against per_layer at its own layer count
+        assert r["speedup_vs_per_layer"] == pytest.approx(by_point[("per_layer", n)]["median_ns"] / r["median_ns"])
     assert len(payload["h2d_sweep"]["rows"]) == 2 * 4
 
 

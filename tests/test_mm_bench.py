@@ -69,9 +69,12 @@ def test_measurement_api_shapes():
     assert all(r.num_computed_tokens == r.num_tokens - 1 for r in reqs)
     t = measure_decode_step_host_time(2, 2, tokens_per_image=4, repeats=2, warmup=0)
     assert t.repeats == 2 and t.median_ns > 0
-    grid = measure_decode_grid(2, 2, combos=[("tensor", "loop"), ("list", "loop")], tokens_per_image=4,
-                               repeats=2)
-    assert grid[1]["speedup_vs_pr"] == pytest.approx(1.0)
+    grid = measure_decode_grid(2, 2, combos=[("tensor", "loop"), ("list", "loop"), ("fast", "cursor")],
+                               tokens_per_image=4, repeats=2)
+    med = {(r["variant"], r["strategy"]): r["median_ns"] for r in grid}
+    for r in grid:  # each row against the rows it names, from their own medians
+        assert r["speedup_vs_before"] == pytest.approx(med[("tensor", "loop")] / r["median_ns"])
+        assert r["speedup_vs_pr"] == pytest.approx(med[("list", "loop")] / r["median_ns"])
     calls = measure_placeholder_calls(["list"], tokens_per_image=4, repeats=2)
     assert {r["method"] for r in calls} == {"get_num_embeds", "get_embeds_indices_in_range", "extract_embeds_range"}
     import gc
@@ -124,18 +127,32 @@ def test_bubble_model_figure_marks_published_points():
     assert lanes["async GPU"] == [(10.0, 4.0), (20.0, 4.0), (30.0, 4.0)]  # host-bound: 6 ms bubbles
 
 
-def test_widget_callback_measures_and_draws():
+def test_widget_callback_measures_and_draws(monkeypatch):
     pytest.importorskip("ipywidgets")
     from labkit.widgets.mm import make_mm_widget, measure_shape, shape_figure
 
     rows = measure_shape(2, 2, 4, [("list", "loop"), ("fast", "cursor")], repeats=2)
     fig = shape_figure(rows)
     assert len(fig.data[0].y) == 2 and "2 requests x 2 images x 4 tokens" in fig.layout.title.text
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)  # what the button puts on the page
     box = make_mm_widget(repeats=1)
     sliders = box.children[0].children
     for s, v in zip(sliders, (2, 2, 4)):
         s.value = v
-    box.on_measure()  # no kernel: output is captured into the Output widget's state
+    box.children[1].value = ("list+loop", "fast+cursor")
+    box.on_measure()
+    (fig,) = shown
+    assert "2 requests x 2 images x 4 tokens" in fig.layout.title.text
+    from labkit.viz.mm import COMBO_LABELS
+
+    assert list(fig.data[0].y) == [COMBO_LABELS.get(c, c) for c in ("list+loop", "fast+cursor")]
+    assert len(fig.data[0].x) == 2 and all(x > 0 for x in fig.data[0].x)
+    box.children[1].value = ()
+    box.on_measure()  # nothing chosen: a line saying so, no figure
+    assert len(shown) == 1
     with pytest.raises(ValueError):
         measure_shape(2, 2, 4, [])
 

@@ -254,8 +254,17 @@ def test_bench_cli(tmp_path, monkeypatch, capsys):
     kinds = [(r["kind"], r["variant"]) for r in payload["ranges_step"]["rows"]]
     assert ("builder", "v033") in kinds and ("pipeline", "v033+pinned") in kinds
     assert len(payload["ranges_sweep"]["rows"]) == 2 * len(RANGE_BUILDERS)
-    v033 = [r for r in payload["ranges_step"]["rows"] if r["variant"] == "v033"][0]
-    assert v033["speedup_vs_v033"] == pytest.approx(1.0)
+    rows = payload["ranges_step"]["rows"]
+    base = {r["kind"]: r["median_ns"] for r in rows if r["variant"] in ("v033", "v033+pinned")}
+    ratios = {"builder": ("speedup_vs_v033", "speedup_vs_v033_pinned"),
+              "pipeline": ("speedup_vs_v033_pinned", "speedup_vs_v033")}
+    for r in rows:  # builders against vLLM 0.33's builder, pipelines against its whole path
+        ratio, other = ratios[r["kind"]]
+        assert r[ratio] == pytest.approx(base[r["kind"]] / r["median_ns"]) and other not in r, r
+    for r in payload["ranges_sweep"]["rows"]:
+        v033 = [s for s in payload["ranges_sweep"]["rows"] if s["variant"] == "v033"
+                and s["num_requests"] == r["num_requests"] and s["images_per_request"] == r["images_per_request"]]
+        assert r["speedup_vs_v033"] == pytest.approx(v033[0]["median_ns"] / r["median_ns"])
 
 
 @pytest.mark.parametrize("argv", [["--builders", "v033,zzz"], ["--requests", "0"], ["--variant", "nope"],

@@ -252,3 +252,73 @@ def test_files_recorded_before_the_size_field_get_it_from_their_params(params, t
         data["size"] = top
     back = store.parse_result(data)
     assert back.size == size and back.command is None
+
+
+# -- results written while their run goes on ----------------------------------------------------
+
+def test_a_partial_result_is_rewritten_with_the_rows_so_far_until_the_whole_one_replaces_it(results_store):
+    partial = store.PartialResult("engine_quick", params={"n": 2}, source="simulated", size="quick", machine=MACHINE)
+    path = partial.add({"variant": "a", "median_ns": 1.0})
+    assert path == results_store / "test-gpu" / "engine_quick.json"
+    first = json.loads(path.read_text())
+    assert first["complete"] is False and first["rows"] == [{"variant": "a", "median_ns": 1.0}]
+    partial.add({"variant": "b", "median_ns": 2.0})
+    (back,) = load_results()
+    assert back.complete is False and [r["variant"] for r in back.rows] == ["a", "b"] and back.params == {"n": 2}
+    assert store.provenance(back).endswith("PARTIAL: 2 rows of a run that did not finish")
+    assert [p.name for p in path.parent.iterdir()] == ["engine_quick.json"]  # one file, rewritten in place
+    save_result(make_result("engine_quick", back.rows, source="simulated", machine=MACHINE))
+    (done,) = load_results()
+    assert done.complete is True and json.loads(path.read_text())["complete"] is True
+    assert "PARTIAL" not in store.provenance(done)
+
+
+def test_a_partial_result_is_not_written_without_save_and_checks_its_name_first(results_store):
+    assert store.PartialResult("x", source="simulated", machine=MACHINE, save=False).add({"a": 1}) is None
+    assert not results_store.exists()
+    with pytest.raises(ValueError, match="name it 'x_quick'"):
+        store.PartialResult("x", source="simulated", size="quick", machine=MACHINE)
+
+
+def test_complete_must_be_a_boolean():
+    data = _result().to_json()
+    data["complete"] = "no"
+    with pytest.raises(ValueError, match="complete"):
+        store.parse_result(data)
+    data.pop("complete")
+    assert store.parse_result(data).complete is True  # files from before the field: whole runs
+
+
+def test_a_machine_with_only_a_quick_run_of_a_result_shows_that_run(results_store):
+    other = {"slug": "cpu-box", "device": "cpu"}
+    save_result(make_result("calibration_quick", [{"v": 1}], source="measured-gpu", machine=MACHINE))
+    save_result(make_result("calibration_quick", [{"v": 2}], source="measured-cpu", machine=other))
+    save_result(make_result("calibration", [{"v": 3}], source="measured-cpu", machine=other))
+    found = {(r.slug, r.name) for r in load_results(name="calibration")}
+    assert found == {("test-gpu", "calibration_quick"), ("cpu-box", "calibration")}  # the full one wins
+    assert {(r.slug, r.name) for r in load_results(name="calibration", exact=True)} == {("cpu-box", "calibration")}
+    assert load_result("calibration", machine="test-gpu") is None  # one named result: exact
+    assert {r.name for r in load_results(name="calibration_quick")} == {"calibration_quick"}
+
+
+def test_this_runs_results_are_read_instead_of_measured_again(results_store, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    monkeypatch.setattr(store, "describe_machine", lambda device=None: dict(MACHINE))
+    monkeypatch.delenv(store.REUSE_ENV, raising=False)
+    assert store.this_run_results(["h2d_step"]) == (None, "")  # not inside a run: measure
+    monkeypatch.setenv(store.REUSE_ENV, str(run))
+    monkeypatch.setenv(store.COMMAND_ENV, "labkit bench h2d --size full")
+    save_result(make_result("h2d_step", [{"v": 1}], source="measured-gpu", machine=MACHINE), run)
+    save_result(make_result("h2d_sweep", [{"v": 2}], source="measured-gpu", machine=MACHINE), run)
+    partial = store.PartialResult("h2d_gpu_idle", source="measured-gpu", machine=MACHINE, root=run)
+    partial.add({"v": 3})
+    found, note = store.this_run_results(["h2d_step", "h2d_sweep"])
+    assert {k: v.rows for k, v in found.items()} == {"h2d_step": [{"v": 1}], "h2d_sweep": [{"v": 2}]}
+    assert note.count("\n") == 0 and note.startswith("Not measured again on this page: read h2d_step (measured-gpu), "
+                                                     "h2d_sweep (measured-gpu)")
+    assert "`labkit bench h2d --size full`" in note and "size full" in note
+    assert store.this_run_results(["h2d_step", "h2d_gpu_idle"]) == (None, "")  # a partial one is measured again
+    assert store.this_run_results(["mm_sweep"]) == (None, "")
+    calls = []
+    measured, note = store.reuse_or_measure(["mm_sweep"], lambda: calls.append(1) or {"mm_sweep": "fresh"})
+    assert measured == {"mm_sweep": "fresh"} and note == "" and calls == [1]

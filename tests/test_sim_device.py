@@ -1,5 +1,7 @@
 """The simulated device against hand-worked schedules (injected host clock, times in ns)."""
 
+import dataclasses
+
 import pytest
 
 from labkit.engine.devices import SimDevice
@@ -131,8 +133,51 @@ def test_profile_cost_model_and_fit():
     assert fit["mm"].base_ns == pytest.approx(3000, rel=1e-6)
     assert fit["mm"].per_token_ns == pytest.approx(7, rel=1e-6)
     assert fit["mm"].per_kv_token_ns == pytest.approx(0.25, rel=1e-6)
-    assert fit["norm"] == pytest.approx(fit["norm"]) and fit["norm"].per_kv_token_ns == 0.0
+    # norm: 500 + 3 * tokens by construction, no kv term
+    assert fit["norm"].base_ns == pytest.approx(500, rel=1e-6) and fit["norm"].per_kv_token_ns == 0.0
     assert fit["norm"].per_token_ns == pytest.approx(3, rel=1e-6)
+
+
+def test_copy_cost_through_two_sizes_by_hand():
+    from labkit.engine.profiles import copy_cost_from_two_sizes
+
+    big = 16 * 2**20
+    # a copy engine of 13 B/ns behind a 15 us fixed cost: the fit gives both back
+    c = copy_cost_from_two_sizes(64, 15_000 + 64 / 13, big, 15_000 + big / 13, origin="hand")
+    assert c.bytes_per_ns == pytest.approx(13) and c.latency_ns == pytest.approx(15_000) and c.origin == "hand"
+    assert c.duration_ns(4096) == round(15_000 + 4096 / 13)
+    assert copy_cost_from_two_sizes(64, 100.0, 4096, 50.0).latency_ns >= 0.0  # noisy timings never go negative
+    with pytest.raises(ValueError):
+        copy_cost_from_two_sizes(4096, 1.0, 64, 2.0)
+
+
+def test_refit_copy_costs_from_a_machines_calibration():
+    from labkit.engine.record_profile import refit_copy_costs
+    from labkit.results import make_result
+
+    def row(variant, size, ns):
+        return {"kind": "gpu", "variant": variant, "metric": "host_ns", "size_bytes": size, "median_ns": ns}
+
+    sync = 6_000.0
+    # host time = the synchronize + 9 us + bytes / 14 (pageable) and + 5 us + bytes / 56 (pinned)
+    rows = [row("h2d_pageable", n, sync + 9_000 + n / 14) for n in (256, 4096, 1 << 20)]
+    rows += [row("h2d_pinned", n, sync + 5_000 + n / 56) for n in (256, 1 << 20)]
+    rows += [{**row("h2d_pinned", 256, 1.0), "metric": "device_ns"}, {"kind": "cpu", "variant": "list_index",
+                                                                      "metric": "host_ns", "median_ns": 11.0}]
+    cal = make_result("calibration_quick", rows, source="measured-gpu", machine={"slug": "gpu-x"})
+    prof = dataclasses.replace(hand_profile(), sync_overhead_ns=sync)
+    new = refit_copy_costs(prof, cal)
+    assert new.h2d_pageable.latency_ns == pytest.approx(9_000) and new.h2d_pageable.bytes_per_ns == pytest.approx(14)
+    assert new.h2d_pinned.latency_ns == pytest.approx(5_000) and new.h2d_pinned.bytes_per_ns == pytest.approx(56)
+    assert "gpu-x calibration_quick" in new.h2d_pinned.origin
+    assert (new.d2h_pinned.latency_ns, new.d2h_pinned.bytes_per_ns) == (prof.d2h_pinned.latency_ns,
+                                                                       prof.d2h_pinned.bytes_per_ns)
+    assert new.d2h_pinned.origin.startswith("UNKNOWN")
+    assert new.ops == prof.ops and new.launch_overhead_ns == prof.launch_overhead_ns
+    one_size = make_result("calibration", [row("h2d_pageable", 256, 1.0), row("h2d_pinned", 256, 1.0)],
+                           source="measured-gpu", machine={"slug": "gpu-x"})
+    with pytest.raises(UsageError, match="two are needed"):
+        refit_copy_costs(prof, one_size)
 
 
 def test_parametric_profile_is_labelled_and_profiles_round_trip(tmp_path):

@@ -34,15 +34,21 @@ def _name(req: str) -> str:
     return re.split(r"[\s<>=!~\[;]", req.strip(), maxsplit=1)[0].lower()
 
 
+def _imports_in(tree) -> set[str]:
+    """Top-level module names of every absolute import under the AST node ``tree``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def _top_level_imports(paths) -> set[str]:
     found: set[str] = set()
     for path in paths:
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module.split(".")[0])
+        found |= _imports_in(ast.parse(path.read_text(), filename=str(path)))
     return found
 
 
@@ -117,3 +123,43 @@ def test_offline_setup_bad_input(tmp_path):
     _one_line_exit_2(run)
     assert "torch" in run.stderr
     assert not Path(venv).exists()
+
+
+def test_wheelhouse_carries_pytest_for_the_gpu_tests():
+    """The GPU check runs the GPU tests on a node without pytest: the wheelhouse brings the dev
+    extra's pytest (its dependencies come with it)."""
+    run = _run(WHEELHOUSE, "--print-requirements")
+    assert run.returncode == 0, run.stderr
+    reqs = run.stdout.split()
+    dev_pytest = [r for r in _extras()["dev"] if _name(r) == "pytest"]
+    assert dev_pytest and dev_pytest[0].replace(" ", "") in reqs
+    assert {_name(r) for r in _extras()["report"]} <= {_name(r) for r in reqs}
+    assert not {_name(r) for r in reqs} & {"torch", "triton", "numpy", "playwright", "hypothesis"}
+
+
+def _imports_run_by_gpu_tests(path: Path, *, every_test: bool) -> set[str]:
+    """Modules ``path`` imports at its top and inside the tests the GPU check runs there (those
+    marked ``gpu``, or every one when ``every_test``)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= _imports_in(node)
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            if every_test or any("gpu" in ast.unparse(d) for d in node.decorator_list):
+                out |= _imports_in(node)
+    return out
+
+
+def test_gpu_tests_import_only_what_the_node_and_the_wheelhouse_bring():
+    """Every module the GPU check's tests import (at collection or inside a test it runs) is the
+    standard library, labkit, the node's compute stack, or in the wheelhouse (pytest, the report extra)."""
+    gpu_files = [p for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text()]
+    imported = set()
+    for path in gpu_files:
+        imported |= _imports_run_by_gpu_tests(path, every_test=False)
+    imported |= _imports_run_by_gpu_tests(ROOT / "tests" / "test_prefix_attention.py", every_test=True)
+    imported |= _imports_run_by_gpu_tests(ROOT / "tests" / "conftest.py", every_test=False)
+    node = {"torch", "triton", "numpy", "pandas"}
+    carried = {"pytest", "labkit", "__future__"} | {_name(r) for r in _extras()["report"]}
+    assert len(gpu_files) >= 6
+    assert {m for m in imported if m not in sys.stdlib_module_names} - node - carried == set()

@@ -20,6 +20,7 @@ On a CPU the "copies" are the ones the code would make on a GPU (``copy_target``
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import os
@@ -132,22 +133,34 @@ def _add_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def bench_step(device: str, strategies, *, num_seqs=128, images=32, layer_counts=(34, 48, 62), repeats=10):
-    """``h2d_step`` rows: every strategy at ``num_seqs`` x ``images`` for each layer count."""
+def _no_rows(rows) -> None:
+    pass
+
+
+def bench_step(device: str, strategies, *, num_seqs=128, images=32, layer_counts=(34, 48, 62), repeats=10,
+               on_rows=_no_rows):
+    """``h2d_step`` rows: every strategy at ``num_seqs`` x ``images`` for each layer count.
+
+    ``on_rows(rows)`` gets every row so far after each point (``labkit.results.PartialResult.update``)."""
     ranges = make_batch_ranges(num_seqs, images)
     work = [(L, s) for L in layer_counts for s in strategies]
-    rows = [measure_host(s, ranges, L, device, repeats=repeats) for L, s in progress(work, desc="h2d step")]
+    rows: list[dict] = []
+    for L, s in progress(work, desc="h2d step"):
+        rows.append(measure_host(s, ranges, L, device, repeats=repeats))
+        on_rows(rows)
     return _add_ratios(rows)
 
 
-def bench_sweep(device: str, strategies, *, seqs=(1, 8, 32, 128), layer_counts=(34,), images=32, repeats=5):
-    """``h2d_sweep`` rows: every strategy over sequence and layer counts."""
+def bench_sweep(device: str, strategies, *, seqs=(1, 8, 32, 128), layer_counts=(34,), images=32, repeats=5,
+                on_rows=_no_rows):
+    """``h2d_sweep`` rows: every strategy over sequence and layer counts (``on_rows`` as for ``bench_step``)."""
     work = [(S, L, s) for S in seqs for L in layer_counts for s in strategies]
     cache: dict[int, list] = {}
-    rows = []
+    rows: list[dict] = []
     for S, L, s in progress(work, desc="h2d sweep"):
         ranges = cache.setdefault(S, make_batch_ranges(S, images))
         rows.append(measure_host(s, ranges, L, device, repeats=repeats))
+        on_rows(rows)
     return _add_ratios(rows)
 
 
@@ -233,8 +246,9 @@ def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0,
 
 
 def bench_gpu_idle(strategies, *, num_seqs=128, images=32, layer_counts=(34, 62), steps=5, layer_mb=256.0,
-                   trace_dir: str | None = None) -> list[dict]:
-    """``h2d_gpu_idle`` rows (CUDA only); traces kept under ``trace_dir`` when given."""
+                   trace_dir: str | None = None, on_rows=_no_rows) -> list[dict]:
+    """``h2d_gpu_idle`` rows (CUDA only); traces kept under ``trace_dir`` when given (``on_rows`` as for
+    ``bench_step``)."""
     ranges = make_batch_ranges(num_seqs, images)
     rows = []
     for L in layer_counts:
@@ -244,6 +258,7 @@ def bench_gpu_idle(strategies, *, num_seqs=128, images=32, layer_counts=(34, 62)
                 Path(trace_dir).mkdir(parents=True, exist_ok=True)
                 path = Path(trace_dir) / f"h2d-{s}-S{num_seqs}-L{L}.pt.trace.json.gz"
             rows.append(measure_gpu_idle(s, ranges, L, steps=steps, layer_mb=layer_mb, trace_path=path))
+            on_rows(rows)
     base = {r["layers"]: r["step_median_ns"] for r in rows if r["variant"] == "per_layer"}
     for r in rows:
         b = base.get(r["layers"])
@@ -271,9 +286,10 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
                    trace_dir: str | None = None, save: bool = True) -> dict:
     """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult.
 
-    Results are saved to the results store unless ``save`` is False.
+    Results are saved to the results store unless ``save`` is False, each rewritten after every point
+    while it runs (``complete: false`` until it is whole).
     """
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import partial_sized, record_sized
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -294,24 +310,25 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
     results = {}
 
-    def result(name, rows, params):  # quick runs are filed as <name>_quick
-        return make_result(sized_name(name, size), rows, params=params, source=source, size=size)
+    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
+    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
 
-    rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats)
-    results["h2d_step"] = result("h2d_step", rows, {**params, "layers": list(layers)})
+    step_params = {**params, "layers": list(layers)}
+    rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats,
+                      on_rows=partial("h2d_step", step_params))
+    results["h2d_step"] = result("h2d_step", rows, step_params)
     if sweep:
         seqs = tuple(sweep_seqs or cfg["sweep_seqs"])
         sl = tuple(sweep_layers or cfg["sweep_layers"])
+        sweep_params = {**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)}
         rows = bench_sweep(device, strategies, seqs=seqs, layer_counts=sl, images=images,
-                           repeats=max(3, repeats // 2))
-        results["h2d_sweep"] = result("h2d_sweep", rows, {**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)})
+                           repeats=max(3, repeats // 2), on_rows=partial("h2d_sweep", sweep_params))
+        results["h2d_sweep"] = result("h2d_sweep", rows, sweep_params)
     if device == "cuda" and gpu_idle is not False:
+        idle_params = {**params, "layers": list(layers), "layer_mb": layer_mb}
         rows = bench_gpu_idle(strategies, num_seqs=num_seqs, images=images, layer_counts=layers,
-                              layer_mb=layer_mb, trace_dir=trace_dir)
-        results["h2d_gpu_idle"] = result("h2d_gpu_idle", rows, {**params, "layers": list(layers), "layer_mb": layer_mb})
-    if save:
-        for res in results.values():
-            save_result(res)
+                              layer_mb=layer_mb, trace_dir=trace_dir, on_rows=partial("h2d_gpu_idle", idle_params))
+        results["h2d_gpu_idle"] = result("h2d_gpu_idle", rows, idle_params)
     return results
 
 

@@ -15,9 +15,10 @@ steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token pl
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
-from labkit.attn.bench_h2d import _ints, _table, run_step
+from labkit.attn.bench_h2d import _ints, _no_rows, _table, run_step
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.cli import add_run_options, resolve_run_options
@@ -110,23 +111,31 @@ def _add_ratios(rows: list[dict], kind: str, base_variant: str) -> None:
 
 
 def bench_step(device: str, builders, *, num_requests=128, images=32, layers=34, repeats=5, variant="list",
-               pipelines=tuple(PIPELINES)) -> list[dict]:
-    """``ranges_step`` rows: each builder, then each pipeline, at one batch shape."""
+               pipelines=tuple(PIPELINES), on_rows=_no_rows) -> list[dict]:
+    """``ranges_step`` rows: each builder, then each pipeline, at one batch shape.
+
+    ``on_rows(rows)`` gets every row so far after each one (``labkit.results.PartialResult.update``)."""
     requests = make_batch(num_requests, images, variant)
-    rows = [measure_builder(b, requests, repeats=repeats) for b in progress(builders, desc="builders")]
-    rows += [measure_pipeline(p, requests, layers, device, repeats=repeats) for p in progress(pipelines,
-                                                                                             desc="pipelines")]
+    rows: list[dict] = []
+    for b in progress(builders, desc="builders"):
+        rows.append(measure_builder(b, requests, repeats=repeats))
+        on_rows(rows)
+    for p in progress(pipelines, desc="pipelines"):
+        rows.append(measure_pipeline(p, requests, layers, device, repeats=repeats))
+        on_rows(rows)
     _add_ratios(rows, "builder", "v033")
     _add_ratios(rows, "pipeline", "v033+pinned")
     return rows
 
 
-def bench_sweep(builders, *, requests=(1, 16, 128), images=(1, 8, 32), repeats=3, variant="list") -> list[dict]:
-    """``ranges_sweep`` rows: each builder over requests x images per request."""
-    rows = []
+def bench_sweep(builders, *, requests=(1, 16, 128), images=(1, 8, 32), repeats=3, variant="list",
+                on_rows=_no_rows) -> list[dict]:
+    """``ranges_sweep`` rows: each builder over requests x images per request (``on_rows`` as for ``bench_step``)."""
+    rows: list[dict] = []
     for R, I in progress([(R, I) for R in requests for I in images], desc="ranges sweep"):
         batch = make_batch(R, I, variant)
         rows += [measure_builder(b, batch, repeats=repeats) for b in builders]
+        on_rows(rows)
     _add_ratios(rows, "builder", "v033")
     return rows
 
@@ -134,9 +143,10 @@ def bench_sweep(builders, *, requests=(1, 16, 128), images=(1, 8, 32), repeats=3
 def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, num_requests=128, images=32,
                    layers=34, sweep_requests=None, sweep_images=None, repeats=None, variant="list",
                    sweep=True, save=True) -> dict:
-    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False."""
+    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
+    (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import partial_sized, record_sized
 
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
@@ -156,21 +166,19 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
               "pipelines": {k: list(v) for k, v in PIPELINES.items()},
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
 
-    def result(name, rows, params):  # quick runs are filed as <name>_quick
-        return make_result(sized_name(name, size), rows, params=params, source=source, size=size)
+    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
+    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
 
     results = {"ranges_step": result(
         "ranges_step", bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
-                                  repeats=repeats, variant=variant), params)}
+                                  repeats=repeats, variant=variant, on_rows=partial("ranges_step", params)), params)}
     if sweep:
         req = tuple(sweep_requests or cfg["sweep_requests"])
         img = tuple(sweep_images or cfg["sweep_images"])
+        sweep_params = {**params, "sweep_requests": list(req), "sweep_images": list(img)}
         results["ranges_sweep"] = result(
-            "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant),
-            {**params, "sweep_requests": list(req), "sweep_images": list(img)})
-    if save:
-        for res in results.values():
-            save_result(res)
+            "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant,
+                                        on_rows=partial("ranges_sweep", sweep_params)), sweep_params)
     return results
 
 

@@ -213,7 +213,7 @@ class KernelConfig:
 #: candidate GPU configs (``labkit bench attn --sweep`` times them); Hopper, bf16, head_dim up to 256.
 #: Register/shared-memory use was read from sm_90 builds: at D=256, m128n32w8s2 keeps everything in
 #: registers (128 KiB shared), m128n64w8s2 spills 24 B and needs 192 KiB shared, yet was the fastest
-#: at both Gemma-3 prefill cases on an H200 (data/results/h200/attn_bench.json), so it is the default.
+#: at both Gemma-3 prefill cases on an H200 (data/results/h200/attn_bench_quick.json), so it is the default.
 CUDA_CONFIGS = {
     cfg.label(): cfg
     for cfg in (

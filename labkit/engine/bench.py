@@ -12,8 +12,8 @@ stories with the fewest runs::
 ``labkit.engine.graphs``; default ``none``, eager). Rows name the mode (``cudagraph``), the mode
 actually run (``cudagraph_run``) and why they differ (``cudagraph_note``); a mode that falls back
 to one the same variant already ran in (``full`` -> ``piecewise`` for ``per_layer``) is not run
-twice on the simulated device: its row repeats that run's figures and trace and names it
-(``same_run_as``). A real device runs every row and writes one trace folder per row.
+twice, on any device: its row repeats that run's figures and names it (``same_run_as``), and only
+the run itself writes a trace folder.
 On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
 GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
 variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
@@ -23,6 +23,16 @@ Each variant is measured first, without a profiler (throughput both as ``tokens_
 tokens per step over the median step, and ``tokens_per_s_window``, over the whole measured
 window; ``stall_ns`` shows a one-off stall), and only then profiled in a separate short run; the
 profiler is started once before all variants so its one-off start-up never lands in a variant.
+The result file is rewritten after each variant (rows so far, ``complete: false`` until the end:
+``labkit.results.PartialResult``), so a run stopped part-way keeps the variants it finished.
+
+On a GPU, a traced CUDA-graph run keeps CUPTI loaded between profiler sessions
+(``TEARDOWN_CUPTI=0``, as PyTorch does for graphs under Inductor: tearing CUPTI down under live
+graphs has crashed). The idle share read from a graph-mode trace is labelled ``idle_status``
+``tentative``: CUPTI's records of graph kernels are reported wrong before CUDA 13.1 (kineto#1165),
+so it stays tentative unless the kernels' busy time per profiled step in that trace agrees, within
+``GRAPH_BUSY_TOLERANCE``, with the same variant's eager trace of this run (the same kernels,
+launched one by one: ``checked``).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import os
 import sys
 import time
 
@@ -63,6 +74,9 @@ SIZES = {
 TRACE_STEPS = 2
 #: profiler warm-up steps per traced variant (Kineto starts here; never inside the measured run)
 TRACE_WARMUP = 1
+#: largest relative difference of a graph run's kernel busy time per step from its eager run's for
+#: its trace idle figure to count as checked (see the module docstring)
+GRAPH_BUSY_TOLERANCE = 0.10
 
 
 def _csv(text: str) -> list[str]:
@@ -155,10 +169,12 @@ def default_profile_name() -> str:
 
 
 def run_variants(kind: str, variants, *, model: str, workload: str, num_requests, steps: int, warmup: int,
-                 profile=None, trace_dir=None, progress_desc: str = "engine") -> tuple[list[dict], list[str]]:
+                 profile=None, trace_dir=None, progress_desc: str = "engine",
+                 on_rows=None) -> tuple[list[dict], list[str]]:
     """Run each variant; returns (summary rows, trace paths). Real models are built once and shared;
     the variants run with the heap alive before them frozen out of the collector, as in vLLM
-    (``labkit.engine.loop.frozen_gc_heap``)."""
+    (``labkit.engine.loop.frozen_gc_heap``). ``on_rows(rows)`` is called with every row so far after
+    each variant (e.g. ``PartialResult.update``)."""
     from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig, get_model_config
     from labkit.engine.devices import make_device
@@ -167,6 +183,8 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
 
     shared_model = None
     warm_up("cuda" if kind == "cuda" else "cpu")  # torch's first-use imports, before any variant runs
+    if trace_dir and kind == "cuda" and any(_with_graph(v)[4] != "none" for v in variants):
+        os.environ.setdefault("TEARDOWN_CUPTI", "0")  # see the module docstring; read when a session stops
     if trace_dir and kind in ("cuda", "cpu"):
         from labkit.trace.capture import warm_up_profiler
 
@@ -182,11 +200,11 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
     with frozen_gc_heap():  # as vLLM's engine core, once started
         return _run_each(kind, variants, model=model, workload=workload, num_requests=num_requests, steps=steps,
                          warmup=warmup, profile=profile, trace_dir=trace_dir, progress_desc=progress_desc,
-                         shared_model=shared_model)
+                         shared_model=shared_model, on_rows=on_rows or (lambda rows: None))
 
 
 def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, profile, trace_dir, progress_desc,
-              shared_model) -> tuple[list[dict], list[str]]:
+              shared_model, on_rows) -> tuple[list[dict], list[str]]:
     from labkit.engine.config import EngineConfig
     from labkit.engine.devices import make_device
     from labkit.engine.graphs import effective_mode
@@ -196,16 +214,17 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
 
     rows, traces = [], []
     runners: dict = {}  # real GPU: graphs captured once per (mode, ranges) and shared by the variants
-    ran: dict = {}  # simulated device: (variant, mode run) -> its row, shared by a mode that falls back to it
+    ran: dict = {}  # (variant, mode run) -> its row, shared by a mode that falls back to it
     for ph, sc, pr, is_async, graph in progress([_with_graph(v) for v in variants], total=len(variants),
                                                 desc=progress_desc):
         cfg = EngineConfig(model=model, workload=workload, num_requests=num_requests, placeholder=ph,
                            scheduling=sc, prefix_ranges=pr, async_scheduling=is_async, cudagraph=graph)
         mode_run, note = effective_mode(graph, pr)
-        same = ran.get((ph, sc, pr, is_async, mode_run)) if kind == "sim" else None
+        same = ran.get((ph, sc, pr, is_async, mode_run))
         if same is not None:
             rows.append(dict(same, variant=cfg.variant_name(), cudagraph=graph, cudagraph_note=note,
                              same_run_as=same["variant"]))
+            on_rows(rows)
             continue
         dev = make_device(kind, profile=profile)
         engine = Engine(cfg, dev, model=shared_model,
@@ -240,9 +259,12 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
             row["trace"] = paths[0]
             if kind == "cuda":
                 row.update(_trace_idle(paths[0]))
+                if engine.graph_mode != "none":
+                    row.update(graph_idle_check(row, ran.get((ph, sc, pr, is_async, "none"))))
         traces.extend(paths)
         rows.append(row)
         ran[(ph, sc, pr, is_async, mode_run)] = row
+        on_rows(rows)
         logger.info("%s: %.0f tok/s (median step)", cfg.variant_name(), row["tokens_per_s_median"])
     return rows, traces
 
@@ -295,6 +317,24 @@ def _trace_idle(path: str) -> dict:
     return {**idle, "idle_from": "trace of the profiled steps (profiler overhead included)"} if idle else {}
 
 
+def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
+    """``idle_status`` of a graph-mode row's trace idle figure: ``checked`` when its kernel busy time
+    per profiled step is within ``GRAPH_BUSY_TOLERANCE`` of the eager run's (same variant, same
+    run), else ``tentative``; ``idle_check`` says what was compared (see the module docstring)."""
+    busy = graph_row.get("trace_busy_us")
+    ref = (eager_row or {}).get("trace_busy_us")
+    if not busy or not ref:
+        return {"idle_status": "tentative",
+                "idle_check": "no eager trace of this variant in the run to check the graph kernels' "
+                              "durations against (CUDA-graph profiling before CUDA 13.1: kineto#1165)"}
+    diff = busy / ref - 1.0
+    ok = abs(diff) <= GRAPH_BUSY_TOLERANCE
+    return {"idle_status": "checked" if ok else "tentative",
+            "idle_check": f"kernel busy per profiled step {busy / TRACE_STEPS:.0f} us under graphs vs "
+                          f"{ref / TRACE_STEPS:.0f} us eager ({100 * diff:+.1f}%, tolerance "
+                          f"{100 * GRAPH_BUSY_TOLERANCE:.0f}%)"}
+
+
 def print_table(rows: list[dict]) -> None:
     """The summary table: tok/s from the median step and from the whole window, step time, TPOT, idle."""
     from labkit.engine.recorded import with_robust_metrics
@@ -306,6 +346,9 @@ def print_table(rows: list[dict]) -> None:
     for r in with_robust_metrics(rows):
         idle = r.get("device_idle_frac")
         idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
+        if r.get("idle_status") == "tentative":
+            idle_s = f"{idle_s.strip()}?".rjust(6)
+            notes.append(f"{r['variant']}: idle tentative: {r['idle_check']}")
         graphs = r.get("cudagraph_run") or r.get("cudagraph") or "none"
         if r.get("cudagraph_note"):
             same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
@@ -315,7 +358,8 @@ def print_table(rows: list[dict]) -> None:
               f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
               f"{r['h2d_per_step']:8.0f}")
     print("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
-          "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run")
+          "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run; "
+          "idle ?: tentative")
     for n in notes:
         print(f"* {n}")
 
@@ -348,10 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "cpu" and any(v[4] != "none" for v in variants):
         raise UsageError("--cudagraph piecewise/full needs a CUDA GPU (--device cuda) or the simulated device")
     profile = load_profile(args.profile or default_profile_name()) if kind == "sim" else None
-    rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
-                                warmup=warmup, profile=profile, trace_dir=args.trace_dir)
     from labkit.device import describe_machine
-    from labkit.results import make_result, sized_name
+    from labkit.results import PartialResult, make_result, sized_name
 
     source = "simulated" if kind == "sim" else ("measured-gpu" if kind == "cuda" else "measured-cpu")
     params = {"device": kind, "size": size, "model": model, "workload": workload, "num_requests": nreq,
@@ -359,8 +401,12 @@ def main(argv: list[str] | None = None) -> int:
               "cudagraph": cudagraph_modes(args.cudagraph)}
     if profile is not None:
         params.update(profile.describe())
-    result = make_result(sized_name(args.name, size), rows, params=params, source=source, size=size,
-                         machine=describe_machine("cuda" if kind == "cuda" else "cpu"))
+    machine = describe_machine("cuda" if kind == "cuda" else "cpu")
+    partial = PartialResult(sized_name(args.name, size), params=params, source=source, size=size, machine=machine,
+                            save=not args.no_save)
+    rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
+                                warmup=warmup, profile=profile, trace_dir=args.trace_dir, on_rows=partial.update)
+    result = make_result(sized_name(args.name, size), rows, params=params, source=source, size=size, machine=machine)
     print_table(rows)
     print(f"source: {source}" + (f" ({profile.label()})" if profile is not None else ""))
     emit_result(result, args)

@@ -8,7 +8,9 @@ per uniform decode step); this module makes it real:
   int32 (S, R, 2), the attention output ``attn_out`` (T, H * D) that pieces read, and ``h_head``
   (T, hidden) that the head graph reads. A full-graph step pads its batch with rows of one
   query over one key (vLLM pads the same way) and fills every buffer with pinned non-blocking
-  copies before the replay; padded rows write their keys past the real ones;
+  copies before the replay; padded rows write their keys past the real ones. The engine builds
+  such a step's inputs with ``prepare`` (straight into the buffers, once): a step prepared
+  elsewhere (``make_batch``) is copied into them before its replay;
 - the KV buffers are sized for the whole workload before capture (``kv_reserve``) so their
   addresses never change under a captured graph; the runner checks this before each replay;
 - every graph is warmed up eagerly on a side stream (Triton compiles, cuBLAS picks kernels),
@@ -28,7 +30,7 @@ import logging
 import numpy as np
 
 from labkit.engine.graphs import StepGraphs, capture_sizes, plan_step, sizes_up_to
-from labkit.engine.model import host_inputs
+from labkit.engine.model import batch_of, host_inputs
 from labkit.trace.capture import layer_phase
 
 logger = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class CudaGraphRunner:
         self._heads: dict[int, tuple] = {}  # seq size -> (graph, sampled ids)
         self._full: dict[int, tuple] = {}  # seq size -> (graph, sampled ids)
         self._kv_ptr = None
+        self._prepared = None  # the batch ``prepare`` built into the buffers, until its replay
         self.token_sizes: list[int] = []
         self.seq_sizes: list[int] = []
 
@@ -213,6 +216,39 @@ class CudaGraphRunner:
             src = src.pin_memory()  # (n,) staging from the caching host allocator: safe to drop after the call
         buf[:src.shape[0]].copy_(src, non_blocking=True)
 
+    def _fill_padded(self, seq_lens, b: int) -> None:
+        """Fill the persistent input buffers for a full graph of ``b`` rows: ``seq_lens`` then padding."""
+        n = len(seq_lens)
+        q_lens = np.array([a for a, _ in seq_lens] + [1] * (b - n), dtype=np.int64)
+        kv_lens = np.array([c for _, c in seq_lens] + [1] * (b - n), dtype=np.int64)
+        host = host_inputs(q_lens, kv_lens)  # padded rows: one query over one new key each
+        for name, buf in self._buffers():
+            self._fill(buf, host[name])
+
+    def _buffers(self):
+        return (("input_ids", self.ids), ("positions", self.positions), ("slots", self.slots),
+                ("cu_seqlens_q", self.cu_q), ("cu_seqlens_k", self.cu_k), ("last_idx", self.last_idx))
+
+    def prepare(self, dev, q_lens, kv_lens):
+        """A full-graph step's inputs built once, straight into the graph's buffers; None for other steps.
+
+        ``q_lens``/``kv_lens``: int64 ``(num_seqs,)``. The returned batch's tensors are views of the
+        buffers' real rows (what ``make_batch`` would have copied), so ``forward`` copies nothing more.
+        """
+        if not self.captured:
+            return None
+        q_lens, kv_lens = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+        n, t = len(q_lens), int(q_lens.sum())
+        plan = plan_step(self.mode, t, n, self.token_sizes, self.seq_sizes)
+        if plan.mode != "full":
+            return None
+        self._fill_padded(list(zip(q_lens.tolist(), kv_lens.tolist())), plan.tokens)
+        rows = {"input_ids": t, "positions": t, "slots": t, "cu_seqlens_q": n + 1, "cu_seqlens_k": n + 1,
+                "last_idx": n}
+        batch = batch_of(self.model, q_lens, kv_lens, {k: buf[:rows[k]] for k, buf in self._buffers()})
+        self._prepared = batch
+        return batch
+
     def forward(self, dev, batch, ranges_for_layer):
         """Replay one step's graphs (eager model for steps beyond the capture sizes); returns the hidden states."""
         plan = plan_step(self.mode, batch.num_tokens, batch.num_seqs, self.token_sizes, self.seq_sizes)
@@ -223,12 +259,9 @@ class CudaGraphRunner:
         n = batch.num_seqs
         if plan.mode == "full":
             b = plan.tokens
-            q_lens = np.array([a for a, _ in batch.seq_lens] + [1] * (b - n), dtype=np.int64)
-            kv_lens = np.array([c for _, c in batch.seq_lens] + [1] * (b - n), dtype=np.int64)
-            host = host_inputs(q_lens, kv_lens)  # padded rows: one query over one new key each
-            for name, buf in (("input_ids", self.ids), ("positions", self.positions), ("slots", self.slots),
-                              ("cu_seqlens_q", self.cu_q), ("cu_seqlens_k", self.cu_k), ("last_idx", self.last_idx)):
-                self._fill(buf, host[name])
+            if batch is not self._prepared:  # inputs not built by ``prepare``: into the buffers now
+                self._fill_padded(batch.seq_lens, b)
+            self._prepared = None
             if self.with_ranges:
                 rng = ranges_for_layer(0)  # (n, R, 2) device tensor of this step
                 self.ranges[:b].zero_()

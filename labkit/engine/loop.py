@@ -135,7 +135,8 @@ class Engine:
         self.graph_mode, self.graph_note = effective_mode(config.cudagraph, config.prefix_ranges)
         self.runner = graph_runner if graph_runner is not None else self._make_runner(real)
         self.steps: list[EngineStep] = []
-        self._pending = None  # (event, step record fields) of the step whose tokens are not yet read
+        self._pending = None  # (event, step record fields, host ids) of the step whose tokens are not yet read
+        self.sampled: list = []  # real devices: each finished step's sampled ids, int64 (num_seqs,) on the host
         self._output_tokens = 0
 
     def _make_runner(self, real: bool):
@@ -199,7 +200,10 @@ class Engine:
         n = len(rows)
         q_lens = np.fromiter((r.num_new_tokens for r in rows), dtype=np.int64, count=n)  # (n,)
         kv_lens = q_lens + np.fromiter((r.num_computed_tokens for r in rows), dtype=np.int64, count=n)  # (n,)
-        return make_batch(self.dev, self.model, q_lens, kv_lens)
+        # a real full-graph step builds its padded inputs once, in the graph's own buffers
+        prepared = getattr(self.runner, "prepare", None)
+        batch = prepared(self.dev, q_lens, kv_lens) if prepared is not None else None
+        return batch if batch is not None else make_batch(self.dev, self.model, q_lens, kv_lens)
 
     def step(self) -> EngineStep | None:
         """Run one engine step; returns the record of the step whose tokens just arrived (if any)."""
@@ -232,7 +236,8 @@ class Engine:
         t3 = dev.now_ns()
         with dev.annotate("sample"):
             sampled = fwd.sample(dev, batch, h)
-            dev.copy_d2h("d2h:sampled", sampled, nbytes=8 * batch.num_seqs, pinned=True, non_blocking=True)
+            host_ids = dev.copy_d2h("d2h:sampled", sampled, nbytes=8 * batch.num_seqs, pinned=True,
+                                    non_blocking=True)
             event = dev.record_event()
         if self.prefix is not None:
             self.prefix.end_step()
@@ -245,9 +250,9 @@ class Engine:
                       replays=self._replays() - replays0)
         if self.config.async_scheduling:
             done = self._finish(self._pending)
-            self._pending = (event, fields)
+            self._pending = (event, fields, host_ids)
             return done
-        return self._finish((event, fields))
+        return self._finish((event, fields, host_ids))
 
     def _copies_so_far(self) -> int:
         if self.prefix is None:
@@ -257,12 +262,14 @@ class Engine:
     def _finish(self, pending) -> EngineStep | None:
         if pending is None:
             return None
-        event, fields = pending
+        event, fields, host_ids = pending
         t = self.dev.now_ns()
         self.dev.wait_event(event)
         out = self.dev.now_ns()
         rec = EngineStep(**fields, wait_ns=out - t, output_ns=out)
         self.steps.append(rec)
+        if host_ids is not None:  # its copy is done once the event is: the step's sampled tokens
+            self.sampled.append(host_ids)
         self._output_tokens += rec.num_seqs
         return rec
 

@@ -238,13 +238,19 @@ def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> StepBatch:
     ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds the ``host_inputs`` and copies
     each with a pinned non-blocking H2D copy (vLLM's persistent pinned input buffers).
     """
+    host = host_inputs(q_lens, kv_lens)
+    tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
+    return batch_of(model, q_lens, kv_lens, tensors)
+
+
+def batch_of(model: TransformerStack, q_lens, kv_lens, tensors: dict | None) -> StepBatch:
+    """The ``StepBatch`` of per-row query and KV lengths around input ``tensors`` already on the device
+    (``make_batch``'s copies, or a CUDA-graph runner's persistent buffers); grows the KV buffers."""
     q_lens = np.asarray(q_lens, dtype=np.int64)
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
-    host = host_inputs(q_lens, kv_lens)
     total_q, total_k = int(q_lens.sum()), int(kv_lens.sum())
     window = model.cfg.sliding_window
     kv_window = int(np.minimum(kv_lens, window).sum()) if window else total_k
-    tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
     model.ensure_kv_capacity(total_k)
     seq_lens = list(zip(q_lens.tolist(), kv_lens.tolist()))
     return StepBatch(len(q_lens), total_q, total_k, kv_window, tensors, seq_lens)

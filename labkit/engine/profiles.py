@@ -52,13 +52,32 @@ class OpCost:
 
 @dataclass(frozen=True)
 class CopyCost:
-    """Copy engine model: ``latency_ns + nbytes / bytes_per_ns`` (bytes_per_ns == GB/s)."""
+    """Copy engine model: ``latency_ns + nbytes / bytes_per_ns`` (bytes_per_ns == GB/s).
+
+    ``origin`` says where the figures come from (e.g. the two copy sizes they were fitted from);
+    None in profiles recorded before it was kept.
+    """
 
     latency_ns: float
     bytes_per_ns: float
+    origin: str | None = None
 
     def duration_ns(self, nbytes: int) -> int:
         return int(round(self.latency_ns + nbytes / self.bytes_per_ns))
+
+
+def copy_cost_from_two_sizes(small_bytes: int, small_ns: float, big_bytes: int, big_ns: float, *,
+                             origin: str | None = None) -> CopyCost:
+    """The copy model through two timed copies: bandwidth from their difference, latency the intercept.
+
+    ``small_ns``/``big_ns``: time of one copy of ``small_bytes``/``big_bytes`` (host ns, with anything
+    that is not the copy itself already taken off). Only the copies enter: the latency is what a copy
+    of no bytes would cost, never less than zero.
+    """
+    if big_bytes <= small_bytes:
+        raise ValueError(f"need two copy sizes, the second larger ({small_bytes} B, {big_bytes} B)")
+    bw = (big_bytes - small_bytes) / max(float(big_ns) - float(small_ns), 1.0)  # bytes per ns
+    return CopyCost(latency_ns=max(float(small_ns) - small_bytes / bw, 0.0), bytes_per_ns=bw, origin=origin)
 
 
 @dataclass(frozen=True)
@@ -168,7 +187,9 @@ def parametric_profile() -> DeviceProfile:
 def _copy_cost(d: Mapping | None, fallback: CopyCost) -> CopyCost:
     if not d:
         return fallback
-    return CopyCost(latency_ns=float(d["latency_ns"]), bytes_per_ns=float(d["bytes_per_ns"]))
+    origin = d.get("origin")
+    return CopyCost(latency_ns=float(d["latency_ns"]), bytes_per_ns=float(d["bytes_per_ns"]),
+                    origin=None if origin is None else str(origin))
 
 
 def profile_from_json(data: Mapping, path: str | None = None) -> DeviceProfile:

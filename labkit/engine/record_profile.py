@@ -6,20 +6,29 @@ shape is timed in isolation (a few calls queued behind a short ``torch.cuda._sle
 events), so host launch gaps never enter the device times. A linear cost per op
 (``base + per_token * tokens + per_kv_token * kv_tokens``) is fitted over the shapes. Host costs
 (launch overhead per op, synchronisation, event record, one CUDA-graph replay) and copy costs
-(pageable and pinned H2D latency and bandwidth) are timed with ``labkit.timing``. GPU only.
+(pageable and pinned H2D, pinned D2H: latency and bandwidth fitted through a 64 B and a 16 MiB
+copy, from the copies' own times alone) are timed with ``labkit.timing``. GPU only.
+
+``refit_copy_costs`` re-derives a recorded profile's copy latencies from that machine's
+calibration result (host time of copies of several sizes), for profiles recorded before the fit
+took only the copies; what calibration does not time (D2H) is then marked as not recorded:
+
+    python -m labkit.engine.record_profile --refit-copies data/profiles/h200.json \
+        --calibration data/results/h200/calibration_quick.json
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
+import sys
 
 import numpy as np
 
 from labkit.engine.devices import TorchDevice
 from labkit.engine.loop import make_batch
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost, fit_op_costs
+from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
 from labkit.timing import time_host
 
 logger = logging.getLogger(__name__)
@@ -109,24 +118,29 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
     launch_ns = t.median_ns / n_ops
     sync_ns = time_host(torch.cuda.synchronize, warmup=3, repeats=20).median_ns
     ev_ns = time_host(lambda: torch.cuda.Event().record(), warmup=3, repeats=20).median_ns
-    small = torch.zeros(16, dtype=torch.int32)
+    small = torch.zeros(16, dtype=torch.int32)  # 64 B
     big = torch.zeros(16 * 2**20 // 4, dtype=torch.int32)  # 16 MiB
+    nb_small, nb_big = small.numel() * 4, big.numel() * 4
     pageable_small = time_host(lambda: small.to("cuda"), warmup=3, repeats=30).median_ns
     pageable_big = time_host(lambda: big.to("cuda"), warmup=2, repeats=5).median_ns
     pin_small, pin_big = small.pin_memory(), big.pin_memory()
+    dev_small, dev_big = small.to("cuda"), big.to("cuda")
 
-    def pinned_copy(src):
-        src.to("cuda", non_blocking=True)
+    def pinned_copy(dst, src):
+        dst.copy_(src, non_blocking=True)
         torch.cuda.synchronize()
 
-    pinned_small = time_host(lambda: pinned_copy(pin_small), warmup=3, repeats=30).median_ns - sync_ns
-    pinned_big = time_host(lambda: pinned_copy(pin_big), warmup=2, repeats=5).median_ns - sync_ns
+    # the synchronize each pinned copy needs to be timed is taken off: what is left is the copy
+    h2d_small = time_host(lambda: pinned_copy(dev_small, pin_small), warmup=3, repeats=30).median_ns - sync_ns
+    h2d_big = time_host(lambda: pinned_copy(dev_big, pin_big), warmup=2, repeats=5).median_ns - sync_ns
+    d2h_small = time_host(lambda: pinned_copy(pin_small, dev_small), warmup=3, repeats=30).median_ns - sync_ns
+    d2h_big = time_host(lambda: pinned_copy(pin_big, dev_big), warmup=2, repeats=5).median_ns - sync_ns
 
     replay_ns = replay_host_ns(model, num_seqs)
 
-    def copy_cost(t_small, t_big):
-        bw = big.numel() * 4 / max(t_big - t_small, 1.0)  # bytes per ns
-        return CopyCost(latency_ns=max(t_small - launch_ns, 500.0), bytes_per_ns=bw)
+    def copy_cost(what, t_small, t_big):
+        return copy_cost_from_two_sizes(nb_small, t_small, nb_big, t_big,
+                                        origin=f"{what}: fitted through {nb_small} B and {nb_big} B copies")
 
     date = _dt.date.today().isoformat()
     return DeviceProfile(
@@ -137,11 +151,79 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
         launch_overhead_ns=launch_ns,
         sync_overhead_ns=sync_ns,
         event_overhead_ns=ev_ns,
-        h2d_pageable=copy_cost(pageable_small, pageable_big),
-        h2d_pinned=copy_cost(pinned_small, pinned_big),
-        d2h_pinned=copy_cost(pinned_small, pinned_big),
+        h2d_pageable=copy_cost("pageable H2D, host time of the blocking copy", pageable_small, pageable_big),
+        h2d_pinned=copy_cost("pinned H2D, host time of copy + synchronize less a bare synchronize", h2d_small, h2d_big),
+        d2h_pinned=copy_cost("pinned D2H, host time of copy + synchronize less a bare synchronize", d2h_small, d2h_big),
         default_op=OpCost(base_ns=float(np.median([c.base_ns for c in ops.values()])) if ops else 3000.0),
         gpu_name=gpu_name,
         model=model.cfg.name,
         graph_replay_ns=replay_ns,
     )
+
+
+def refit_copy_costs(profile: DeviceProfile, calibration) -> DeviceProfile:
+    """``profile`` with its copy costs re-derived from ``calibration`` (a ``BenchResult`` of the same machine).
+
+    Calibration times each copy as host time of the copy plus a ``torch.cuda.synchronize()``; the
+    profile's own ``sync_overhead_ns`` is taken off, and each H2D kind is fitted through its smallest
+    and largest timed size (``copy_cost_from_two_sizes``). D2H is not timed by calibration: its cost
+    is left as it was and marked as not re-derived. ``UsageError`` when a kind has fewer than two sizes.
+    """
+    from dataclasses import replace
+
+    from labkit.errors import UsageError
+
+    by: dict[str, dict[int, float]] = {}
+    for r in calibration.rows:
+        if r.get("kind") == "gpu" and r.get("metric") == "host_ns" and r.get("size_bytes"):
+            by.setdefault(r["variant"], {})[int(r["size_bytes"])] = float(r["median_ns"])
+    where = f"{calibration.slug} {calibration.name} ({calibration.created[:10] or 'date unknown'})"
+    fitted = {}
+    for field, variant in (("h2d_pageable", "h2d_pageable"), ("h2d_pinned", "h2d_pinned")):
+        sizes = sorted(by.get(variant, {}))
+        if len(sizes) < 2:
+            raise UsageError(f"{where} has {len(sizes)} timed size(s) of {variant}: two are needed")
+        lo, hi = sizes[0], sizes[-1]
+        sync = profile.sync_overhead_ns
+        fitted[field] = copy_cost_from_two_sizes(
+            lo, by[variant][lo] - sync, hi, by[variant][hi] - sync,
+            origin=f"re-derived from {where}: host time of {variant} copies of {lo} B and {hi} B, "
+                   f"less the profile's synchronize ({sync:.0f} ns)")
+    old = profile.d2h_pinned
+    fitted["d2h_pinned"] = CopyCost(old.latency_ns, old.bytes_per_ns,
+                                    origin="UNKNOWN: not re-derived (calibration times no D2H copy); the figures "
+                                           "recorded with the profile, whose latency fit was not the copy's alone")
+    return replace(profile, **fitted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labkit.engine.record_profile --refit-copies PROFILE --calibration RESULT``."""
+    import argparse
+    import json
+
+    from labkit.engine.profiles import load_profile, save_profile
+    from labkit.errors import UsageError
+    from labkit.results import parse_result
+
+    p = argparse.ArgumentParser(prog="python -m labkit.engine.record_profile",
+                                description="Re-derive a recorded profile's copy costs from calibration.")
+    p.add_argument("--refit-copies", required=True, metavar="PROFILE", help="profile JSON, rewritten in place")
+    p.add_argument("--calibration", required=True, metavar="RESULT", help="that machine's calibration result JSON")
+    args = p.parse_args(argv)
+    try:
+        prof = load_profile(args.refit_copies)
+        with open(args.calibration, encoding="utf-8") as f:
+            cal = parse_result(json.load(f), args.calibration)
+        new = refit_copy_costs(prof, cal)
+    except (OSError, ValueError, UsageError) as exc:
+        print(f"record_profile: {exc}", file=sys.stderr)
+        return 2
+    save_profile(new, args.refit_copies)
+    for kind in ("h2d_pageable", "h2d_pinned", "d2h_pinned"):
+        c = getattr(new, kind)
+        print(f"{kind}: latency {c.latency_ns:.0f} ns, {c.bytes_per_ns:.1f} B/ns ({c.origin})")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -230,9 +230,10 @@ def ratio_reading(rows: list[dict], mode: str = "full", non_overlap_ms: float = 
 
 def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float | None:
     """Median of a recorded calibration row of ``machine`` (None when it is not recorded)."""
-    from labkit.results import load_result
+    from labkit.results import load_results
 
-    cal = load_result("calibration", machine=machine)
+    found = load_results(name="calibration", machine=machine)  # its quick run where no full one is recorded
+    cal = found[0] if found else None
     vals = [r["median_ns"] for r in (cal.rows if cal else [])
             if r.get("variant") == variant and r.get("metric") == metric and r.get("median_ns") is not None]
     return float(vals[0]) if vals else None
