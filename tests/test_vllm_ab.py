@@ -30,7 +30,9 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm_ab, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, labkit.vllm.cli, "
+            "labkit.vllm.models, labkit.vllm.engine, labkit.vllm.check, labkit.vllm.wheel_diff, "
+            "labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

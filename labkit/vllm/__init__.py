@@ -9,6 +9,6 @@
   embedding runs and ``labkit bench vllm-ranges``.
 
 Imports run one way (ab -> ab_results -> variants; nextbubble -> ranges); importing this
-package never imports vLLM: each module imports it inside functions. ``labkit.vllm_ab`` stays
-as the old path of the plugin hook that vLLM's entry point names.
+package never imports vLLM: each module imports it inside functions. vLLM's plugin entry point
+names ``labkit.vllm.ab:load_plugin``.
 """

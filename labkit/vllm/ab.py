@@ -44,7 +44,7 @@ only where attention runs eagerly: under full CUDA graphs a decode step replays 
 captured kernels.
 
 Importing this module never imports vLLM; everything vLLM-specific happens inside
-functions. ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
+functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``). ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
 (and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``;
 see :mod:`labkit.vllm.ab_results`).
 """
@@ -73,25 +73,35 @@ from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_va
 # --------------------------------------------------------------------------------------
 
 
-def _tensor_embeds_cumsum(self):
-    """Inclusive cumsum of ``is_embed`` as a CPU int64 tensor of shape ``(length,)``, or None."""
-    return None if self.is_embed is None else self.is_embed.cumsum(dim=0)
+class _Pre40143:
+    """``PlaceholderRange`` members as they were before #40143, assigned onto vLLM's class by the patch.
+
+    They keep vLLM's own names, so a profiler trace of the baseline names the same call
+    sites (``get_num_embeds``) as one of vLLM before the PR.
+    """
+
+    def embeds_cumsum(self):
+        """Inclusive cumsum of ``is_embed`` as a CPU int64 tensor of shape ``(length,)``, or None."""
+        return None if self.is_embed is None else self.is_embed.cumsum(dim=0)
+
+    def get_num_embeds(self) -> int:
+        """Number of embeddings: a tensor index plus ``int()`` on each call (pre-#40143)."""
+        if self.embeds_cumsum is None:
+            return self.length
+        return int(self.embeds_cumsum[-1])
+
+    def get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
+        """Encoder-output slice for placeholder-relative ``[start_idx, end_idx)`` (pre-#40143 rules)."""
+        if self.embeds_cumsum is None:
+            return start_idx, end_idx
+        embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
+        embeds_end = int(self.embeds_cumsum[end_idx - 1])  # end_idx == 0 wraps, as it did
+        return embeds_start, embeds_end
 
 
-def _tensor_get_num_embeds(self) -> int:
-    """Number of embeddings: a tensor index plus ``int()`` on each call (pre-#40143)."""
-    if self.embeds_cumsum is None:
-        return self.length
-    return int(self.embeds_cumsum[-1])
-
-
-def _tensor_get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
-    """Encoder-output slice for placeholder-relative ``[start_idx, end_idx)`` (pre-#40143 rules)."""
-    if self.embeds_cumsum is None:
-        return start_idx, end_idx
-    embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
-    embeds_end = int(self.embeds_cumsum[end_idx - 1])  # end_idx == 0 wraps, as it did
-    return embeds_start, embeds_end
+_tensor_embeds_cumsum = _Pre40143.embeds_cumsum
+_tensor_get_num_embeds = _Pre40143.get_num_embeds
+_tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
 
 
 def per_layer_prefix_range_tensor(mm_prefix_range, num_seqs: int, device):
@@ -352,51 +362,50 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _parser().parse_args(argv)
-        if args.cmd == "variants":
-            for v in VARIANTS.values():
-                print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
-            return 0
-        if args.cmd == "ingest":
-            if args.images is not None and args.images < 0:
-                raise UsageError("--images must be >= 0")
-            from labkit.vllm.ab_results import ingest
+    from labkit.vllm.cli import run_main
 
-            out = ingest(
-                args.bench_json, variant=args.variant, images=args.images, model=args.model,
-                trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
-            )
-            from labkit.results import parse_result
+    return run_main("labkit.vllm.ab", _main, argv)
 
-            result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
-            row = result.rows[-1]
-            if args.json:
-                from labkit.fileio import write_json
 
-                write_json(args.json, row)
-            print(f"filed {row['variant']}: output {row.get('output_throughput_tok_s', float('nan')):.1f} tok/s, "
-                  f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
-            return 0
-        # run: wrap vLLM's own CLI
-        get_variant(args.variant)
-        os.environ[ENV_VAR] = args.variant
-        # apply through the importable module (not this ``__main__`` copy), the one vLLM's
-        # plugin loader calls, so the variant is applied once per process
-        from labkit.vllm import ab as plugin_module
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "variants":
+        for v in VARIANTS.values():
+            print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
+        return 0
+    if args.cmd == "ingest":
+        if args.images is not None and args.images < 0:
+            raise UsageError("--images must be >= 0")
+        from labkit.vllm.ab_results import ingest
 
-        plugin_module.load_plugin()
-        from vllm.entrypoints.cli.main import main as vllm_main
+        out = ingest(
+            args.bench_json, variant=args.variant, images=args.images, model=args.model,
+            trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
+        )
+        from labkit.results import parse_result
 
-        rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
-        sys.argv = ["vllm", *rest]
-        return int(vllm_main() or 0)
-    except UsageError as exc:
-        print(f"labkit.vllm.ab: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+        result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
+        row = result.rows[-1]
+        if args.json:
+            from labkit.fileio import write_json
+
+            write_json(args.json, row)
+        print(f"filed {row['variant']}: output {row.get('output_throughput_tok_s', float('nan')):.1f} tok/s, "
+              f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
+        return 0
+    # run: wrap vLLM's own CLI
+    get_variant(args.variant)
+    os.environ[ENV_VAR] = args.variant
+    # apply through the importable module (not this ``__main__`` copy), the one vLLM's
+    # plugin loader calls, so the variant is applied once per process
+    from labkit.vllm import ab as plugin_module
+
+    plugin_module.load_plugin()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+    sys.argv = ["vllm", *rest]
+    return int(vllm_main() or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
