@@ -73,33 +73,12 @@ from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_va
 # --------------------------------------------------------------------------------------
 
 
-class _Pre40143:
-    """``PlaceholderRange`` members as they were before #40143, assigned onto vLLM's class by the patch.
+# The pre-#40143 members are the lab's own model of them (labkit.mm.placeholder; the conformance
+# suite checks it against vLLM's PlaceholderRange where the rules agree). They keep vLLM's names, so a profiler
+# trace of the baseline names the same call sites (``get_num_embeds``) as vLLM before the PR.
+from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143  # noqa: E402
 
-    They keep vLLM's own names, so a profiler trace of the baseline names the same call
-    sites (``get_num_embeds``) as one of vLLM before the PR.
-    """
-
-    def embeds_cumsum(self):
-        """Inclusive cumsum of ``is_embed`` as a CPU int64 tensor of shape ``(length,)``, or None."""
-        return None if self.is_embed is None else self.is_embed.cumsum(dim=0)
-
-    def get_num_embeds(self) -> int:
-        """Number of embeddings: a tensor index plus ``int()`` on each call (pre-#40143)."""
-        if self.embeds_cumsum is None:
-            return self.length
-        return int(self.embeds_cumsum[-1])
-
-    def get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
-        """Encoder-output slice for placeholder-relative ``[start_idx, end_idx)`` (pre-#40143 rules)."""
-        if self.embeds_cumsum is None:
-            return start_idx, end_idx
-        embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
-        embeds_end = int(self.embeds_cumsum[end_idx - 1])  # end_idx == 0 wraps, as it did
-        return embeds_start, embeds_end
-
-
-_tensor_embeds_cumsum = _Pre40143.embeds_cumsum
+_tensor_embeds_cumsum = _Pre40143.__dict__["embeds_cumsum"].func
 _tensor_get_num_embeds = _Pre40143.get_num_embeds
 _tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
 
