@@ -56,7 +56,7 @@ class CheckReport:
         b, s = self.build, self.shape
         out = [f"vLLM {b['version']} ({b['distribution']}, {b['platform']}); model {self.model['arch']} "
                f"(config {self.model['config_hash']}); {s['requests']} requests x {s['images']} images of "
-               f"{s['width']}x{s['height']} px, {s['output_len']} output tokens"]
+               f"{s['height']}x{s['width']} px (HxW), {s['output_len']} output tokens"]
         for v in self.variants.values():
             calls = "-" if v["min_decode_calls"] is None else f"{v['min_decode_calls']}..{v['max_decode_calls']}"
             out.append(f"  {v['variant']:<13} {v['wall_s']:7.2f} s  {v['steps']:>4} steps  "

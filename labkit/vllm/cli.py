@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--model", required=True, help="a folder made by `labkit vllm make-model`")
     ck.add_argument("--requests", type=int, default=4, help="requests (default 4)")
     ck.add_argument("--images", type=int, default=3, help="images per request (default 3)")
-    ck.add_argument("--image-size", default="96x64", help="image WxH in pixels (default 96x64)")
+    ck.add_argument("--image-size", default="64x96", help="image HxW in pixels, as vllm_ab.sh takes it (default 64x96)")
     ck.add_argument("--output-len", type=int, default=8, help="output tokens per request (default 8)")
     ck.add_argument("--variants", default="baseline,pr40143,merged,early-return",
                     help="comma-separated A/B variants (default baseline,pr40143,merged,early-return)")
@@ -101,10 +101,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _image_size(text: str) -> tuple[int, int]:
+    """``HxW`` -> ``(width, height)``."""
     try:
-        w, h = (int(x) for x in text.lower().split("x"))
+        h, w = (int(x) for x in text.lower().split("x"))
     except ValueError:
-        raise UsageError(f"--image-size must look like 96x64 (width x height), got {text!r}") from None
+        raise UsageError(f"--image-size must look like 64x96 (height x width), got {text!r}") from None
     if w < 1 or h < 1:
         raise UsageError(f"--image-size must be positive, got {text!r}")
     return w, h

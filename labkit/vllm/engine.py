@@ -72,8 +72,8 @@ class Shape:
 
     requests: int
     images: int
-    width: int = 64
-    height: int = 96
+    width: int = 96  # 64 x 96 px (HxW): the aspect of #40143's 1024 x 1536 images
+    height: int = 64
     output_len: int = 16
 
     def check(self) -> "Shape":
