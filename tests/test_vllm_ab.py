@@ -227,6 +227,16 @@ def test_ab_script_on_a_cpu_chooses_the_cpu_builds_flags_and_alternates(tmp_path
     assert "--device cpu" in ingests[0] and "--repeat 2 --order 6" in ingests[-1]
 
 
+def test_ab_script_runs_pixtral_at_the_pr_counts_on_a_cpu(tmp_path):
+    (tmp_path / "labkit_model.json").write_text('{"arch": "pixtral-llava"}')
+    out = _script("--dry-run", "--device", "cpu", "--model", str(tmp_path), "--repeats", "1", "--python", "python3")
+    assert out.returncode == 0, out.stderr
+    bench = next(line for line in out.stdout.splitlines() if " bench serve " in line)
+    for flag in ("--num-prompts 128", "--random-mm-base-items-per-request 32", "--random-output-len 128"):
+        assert flag in bench, flag
+    assert r"\(64\,\ 64\,\ 1\)" in bench
+
+
 @pytest.mark.parametrize("args,message", [
     (["--variants", "baseline,pr38794"], "no multimodal prefix ranges"),
     ([], "--model must name a folder made by"),

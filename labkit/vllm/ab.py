@@ -44,9 +44,10 @@ only where attention runs eagerly: under full CUDA graphs a decode step replays 
 captured kernels.
 
 Importing this module never imports vLLM; everything vLLM-specific happens inside
-functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``). ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
-(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``;
-see :mod:`labkit.vllm.ab_results`).
+functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``).
+``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
+(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``, or
+``measured-cpu`` for vLLM's CPU build; see :mod:`labkit.vllm.ab_results`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from labkit.errors import UsageError
+from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +76,8 @@ from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_va
 
 
 # The pre-#40143 members are the lab's own model of them (labkit.mm.placeholder; the conformance
-# suite checks it against vLLM's PlaceholderRange where the rules agree). They keep vLLM's names, so a profiler
-# trace of the baseline names the same call sites (``get_num_embeds``) as vLLM before the PR.
-from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143  # noqa: E402
-
+# suite checks it against vLLM's PlaceholderRange where the rules agree). They keep vLLM's names,
+# so a profiler trace of the baseline names the same call sites (``get_num_embeds``) as vLLM did.
 _tensor_embeds_cumsum = _Pre40143.__dict__["embeds_cumsum"].func
 _tensor_get_num_embeds = _Pre40143.get_num_embeds
 _tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
