@@ -322,6 +322,7 @@ class VariantRun:
         full = self.decode_calls(requests)
         return {"variant": self.variant, "wall_s": self.wall_s, "steps": len(self.steps),
                 "decode_steps": len(decode), "full_decode_steps": len(full),
+                "min_full_decode_calls": min(full) if full else None,
                 "min_decode_calls": min(calls) if calls else None, "max_decode_calls": max(calls) if calls else None,
                 "min_calls_per_running_request": min(s.num_embeds_calls / s.requests for s in decode) if decode else None,
                 "traces": self.traces}
