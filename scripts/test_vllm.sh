@@ -32,7 +32,7 @@ if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
   say "installing $SPEC (large: several GB, takes a while)"
   "$PY" -m pip install --quiet "$SPEC"
 fi
-# editable labkit: also registers the vllm.general_plugins entry point (labkit.vllm_ab -> labkit.vllm.ab)
+# editable labkit: also registers the vllm.general_plugins entry point (labkit.vllm.ab:load_plugin)
 # and the `labkit` command; checked from outside the checkout, where the repository root's
 # labkit/ and labkit.egg-info/ are not on the path
 if ! (cd / && "$ROOT_PY" -c "import labkit, importlib.metadata as m, sys; \

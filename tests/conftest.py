@@ -5,6 +5,8 @@
 - The optional imports the report's processes skip (``labkit.report.startup``) are skipped here too.
 - ``tests/vllm_conformance/`` runs only in the vLLM environment
   (``LABKIT_VLLM_CONFORMANCE=1``, see ``make test-vllm``).
+- ``tests/vllm_cpu/`` runs only in vLLM's CPU environment (``LABKIT_VLLM_CPU=1``, see
+  ``make test-vllm-cpu``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def pytest_collection_modifyitems(config, items):
 collect_ignore_glob: list[str] = []
 if os.environ.get("LABKIT_VLLM_CONFORMANCE") != "1":
     collect_ignore_glob += ["vllm_conformance", "vllm_conformance/*"]
+if os.environ.get("LABKIT_VLLM_CPU") != "1":
+    collect_ignore_glob += ["vllm_cpu", "vllm_cpu/*"]
 
 
 @pytest.fixture

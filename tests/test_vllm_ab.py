@@ -30,7 +30,9 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm_ab, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, labkit.vllm.cli, "
+            "labkit.vllm.models, labkit.vllm.engine, labkit.vllm.check, labkit.vllm.wheel_diff, "
+            "labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -171,8 +173,8 @@ def _script(*args):
 
 
 def test_ab_script_dry_run_prints_the_pr_benchmark_commands(tmp_path):
-    out = _script("--dry-run", "--variants", "baseline,merged", "--profile", "--out", str(tmp_path / "runs"),
-                  "--python", "python3", "--", "--max-model-len", "16384")
+    out = _script("--dry-run", "--device", "cuda", "--variants", "baseline,merged", "--profile",
+                  "--out", str(tmp_path / "runs"), "--python", "python3", "--", "--max-model-len", "16384")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     serves = [line for line in lines if " serve " in line and " bench serve " not in line]
@@ -201,10 +203,48 @@ def test_ab_script_dry_run_prints_the_pr_benchmark_commands(tmp_path):
     (["--frobnicate"], "unknown option '--frobnicate'"),
 ])
 def test_ab_script_rejects_bad_arguments(args, message):
-    out = _script("--dry-run", *args)
+    out = _script("--dry-run", "--device", "cuda", *args)
     assert out.returncode == 2
     assert message in out.stderr and out.stderr.count("\n") == 1
     assert out.stdout == ""
+
+
+def test_ab_script_on_a_cpu_chooses_the_cpu_builds_flags_and_alternates(tmp_path):
+    out = _script("--dry-run", "--device", "cpu", "--model", str(tmp_path / "made"), "--repeats", "2",
+                  "--variants", "baseline,merged,early-return", "--python", "python3")
+    assert out.returncode == 0, out.stderr
+    serves = [line for line in out.stdout.splitlines() if " serve " in line and " bench serve " not in line]
+    order = [line.split()[1].split("=")[1] for line in serves]
+    # repeat 1 forward, repeat 2 reversed
+    assert order == ["baseline", "merged", "early-return", "early-return", "merged", "baseline"]
+    for flag in ("--load-format dummy", "--no-enable-prefix-caching", "--mm-processor-cache-gb 0", "--enforce-eager",
+                 "--max-num-seqs 32"):
+        assert flag in serves[0], flag
+    assert "--attention-backend" not in serves[0]
+    benches = [line for line in out.stdout.splitlines() if " bench serve " in line]
+    assert r"\(64\,\ 96\,\ 1\)" in benches[0] and "--random-input-len 16" in benches[0]
+    ingests = [line for line in out.stdout.splitlines() if "labkit.vllm.ab ingest" in line]
+    assert "--device cpu" in ingests[0] and "--repeat 2 --order 6" in ingests[-1]
+
+
+def test_ab_script_runs_pixtral_at_the_pr_counts_on_a_cpu(tmp_path):
+    (tmp_path / "labkit_model.json").write_text('{"arch": "pixtral-llava"}')
+    out = _script("--dry-run", "--device", "cpu", "--model", str(tmp_path), "--repeats", "1", "--python", "python3")
+    assert out.returncode == 0, out.stderr
+    bench = next(line for line in out.stdout.splitlines() if " bench serve " in line)
+    for flag in ("--num-prompts 128", "--random-mm-base-items-per-request 32", "--random-output-len 128"):
+        assert flag in bench, flag
+    assert r"\(64\,\ 64\,\ 1\)" in bench
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--variants", "baseline,pr38794"], "no multimodal prefix ranges"),
+    ([], "--model must name a folder made by"),
+])
+def test_ab_script_on_a_cpu_refuses_what_does_not_apply(args, message, tmp_path):
+    model = [] if not args else ["--model", str(tmp_path)]
+    out = _script("--dry-run", "--device", "cpu", *model, *args)
+    assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1
 
 
 def test_ab_script_help():

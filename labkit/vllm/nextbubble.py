@@ -325,95 +325,73 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 # --------------------------------------------------------------------------------------
 
 
-def add_grid_options(p: argparse.ArgumentParser) -> None:
-    """``--requests`` and ``--images``: the sweep grid of the vLLM bench verbs."""
-    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
-    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
-
-
-def grid_from_args(args: argparse.Namespace, grid: dict) -> dict:
-    """A copy of ``grid`` (the size's default) with ``--requests``/``--images`` applied and checked."""
-    grid = dict(grid)
-    if args.requests:
-        grid["requests"] = tuple(args.requests)
-    if args.images:
-        grid["images"] = tuple(args.images)
-    if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
-        raise UsageError("requests must be in 1..256 and images in 1..64")
-    return grid
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="labkit bench vllm-ranges",
-        description="Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
-    )
-    add_grid_options(p)
+    from labkit.vllm.cli import bench_parser
+
+    p = bench_parser("labkit bench vllm-ranges",
+                     "Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
+                     size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
-    from labkit.cli import add_run_options
-
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        from labkit.cli import emit_result, resolve_run_options
+    from labkit.vllm.cli import run_main
 
-        args = _parser().parse_args(argv)
-        size = resolve_run_options(args, "labkit bench vllm-ranges")
-        quick = size == "quick"
-        grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
-        if args.repeats < 1:
-            raise UsageError("--repeats must be >= 1")
-        checks = args.checks if args.checks is not None else (60 if quick else 300)
-        if checks < 1:
-            raise UsageError("--checks must be >= 1")
-        version = vllm_version()
-        logging.basicConfig(level=logging.WARNING)
-        n = check_patch(checks)
-        print(f"vLLM {version}: patched compute_mm_prefix_ranges == installed on {n} randomized cases")
-        profile = ops = None
-        if args.profile:
-            profile, ops = profile_step(), torch_op_counts()
-            print("cProfile, one call at 128 requests x 32 images (installed):")
-            for r in profile:
-                print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:9.2f} ms own  {r['function']}")
-            print("aten ops per call:", ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:8]))
-        rows = sweep(grid, repeats=args.repeats)
-        print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
-        for a, b in zip(rows[::2], rows[1::2]):
-            print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
-        from labkit.results import make_result, sized_name
+    return run_main("labkit bench vllm-ranges", _main, argv)
 
-        params = {
-            "vllm_version": version,
-            "placeholder_len": GEMMA_PLACEHOLDER_LEN,
-            "mask": "gemma (first and last token not embedded)",
-            "grid": {k: list(v) for k, v in grid.items()},
-            "equivalence_cases": n,
-            "patch": "patches/vllm-0.33.0-cache-embeds-ranges.diff",
-            "torch": torch.__version__,
-        }
-        if profile is not None:
-            params["profile_128x32"] = profile
-            params["aten_ops_128x32"] = ops
-            params["aten_ops_128x32_total"] = sum(ops.values())
-        # host (CPU) time, also on a GPU machine: the function never touches the device
-        result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
-                             source="measured-cpu", size=size)
-        emit_result(result, args)
-        return 0
-    except UsageError as exc:
-        print(f"labkit.vllm.nextbubble: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options
+    from labkit.vllm.cli import grid_from_args
+
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench vllm-ranges")
+    quick = size == "quick"
+    grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
+    if args.repeats < 1:
+        raise UsageError("--repeats must be >= 1")
+    checks = args.checks if args.checks is not None else (60 if quick else 300)
+    if checks < 1:
+        raise UsageError("--checks must be >= 1")
+    version = vllm_version()
+    logging.basicConfig(level=logging.WARNING)
+    n = check_patch(checks)
+    print(f"vLLM {version}: patched compute_mm_prefix_ranges == installed on {n} randomized cases")
+    profile = ops = None
+    if args.profile:
+        profile, ops = profile_step(), torch_op_counts()
+        print("cProfile, one call at 128 requests x 32 images (installed):")
+        for r in profile:
+            print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:9.2f} ms own  {r['function']}")
+        print("aten ops per call:", ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:8]))
+    rows = sweep(grid, repeats=args.repeats)
+    print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
+    for a, b in zip(rows[::2], rows[1::2]):
+        print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
+    from labkit.results import make_result, sized_name
+
+    params = {
+        "vllm_version": version,
+        "placeholder_len": GEMMA_PLACEHOLDER_LEN,
+        "mask": "gemma (first and last token not embedded)",
+        "grid": {k: list(v) for k, v in grid.items()},
+        "equivalence_cases": n,
+        "patch": "patches/vllm-0.33.0-cache-embeds-ranges.diff",
+        "torch": torch.__version__,
+    }
+    if profile is not None:
+        params["profile_128x32"] = profile
+        params["aten_ops_128x32"] = ops
+        params["aten_ops_128x32_total"] = sum(ops.values())
+    # host (CPU) time, also on a GPU machine: the function never touches the device
+    result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
+                         source="measured-cpu", size=size)
+    emit_result(result, args)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

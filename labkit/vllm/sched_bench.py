@@ -84,72 +84,67 @@ def recorded_rows(root=None) -> list[dict]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from labkit.cli import add_run_options
-    from labkit.vllm.nextbubble import add_grid_options
+    from labkit.vllm.cli import bench_parser
 
-    p = argparse.ArgumentParser(
-        prog="labkit bench vllm-sched",
-        description="Time vLLM's real Scheduler per decode step (text-only vs images, installed vs early return).",
-    )
-    add_grid_options(p)
+    p = bench_parser("labkit bench vllm-sched",
+                     "Time vLLM's real Scheduler per decode step (text-only vs images, installed vs early return).",
+                     size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
     p.add_argument("--steps", type=int, default=None, help="timed decode steps per variant (quick 10, full 30)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one installed 128 x 32 schedule()")
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, print a table, save; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        from labkit.cli import emit_result, resolve_run_options
+    from labkit.vllm.cli import run_main
 
-        args = _parser().parse_args(argv)
-        size = resolve_run_options(args, "labkit bench vllm-sched")
-        from labkit.vllm.nextbubble import grid_from_args, vllm_version
+    return run_main("labkit bench vllm-sched", _main, argv)
 
-        grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
-        if args.steps is not None:
-            grid["steps"] = args.steps
-        if grid["steps"] < 1:
-            raise UsageError("--steps must be >= 1")
-        version = vllm_version()  # UsageError without vLLM
-        from labkit.vllm.sched_census import profile_step, temporary_model_dir
 
-        with temporary_model_dir() as model_dir:
-            profile = None
-            if args.profile:
-                profile = profile_step(model_dir)
-                print("cProfile, one installed schedule() at 128 requests x 32 images (decode):")
-                for r in profile:
-                    print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:8.3f} ms own  {r['function']}")
-            rows = sweep(grid, model_dir)
-        print(f"{'requests':>8} {'images':>6} {'text_ms':>8} {'installed_ms':>12} {'early_ret_ms':>12} {'cut':>5}")
-        sched = {(r["num_requests"], r["images"], r["variant"]): r for r in rows if r["phase"] == "schedule"}
-        for n in grid["requests"]:
-            for m in grid["images"]:
-                t, i, e = (sched[(n, m, v)] for v in ("text", "installed", "early_return"))
-                cut = e.get("overhead_cut")
-                print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
-                      f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
-        from labkit.results import make_result, sized_name
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options
 
-        params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
-                                                                   for k, v in grid.items()},
-                  "placeholder_len": 258, "model": "generated tiny Gemma-3 config, no weights",
-                  "patch": "patches/vllm-0.33.0-encoder-early-return.diff",
-                  "stubbed": "MultiModalBudget (encoder budget = cache = max(max_num_batched_tokens, 258))"}
-        if profile is not None:
-            params["profile_128x32"] = profile
-        result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
-        emit_result(result, args)
-        return 0
-    except UsageError as exc:
-        print(f"labkit bench vllm-sched: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench vllm-sched")
+    from labkit.vllm.cli import grid_from_args
+    from labkit.vllm.nextbubble import vllm_version
+
+    grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
+    if args.steps is not None:
+        grid["steps"] = args.steps
+    if grid["steps"] < 1:
+        raise UsageError("--steps must be >= 1")
+    version = vllm_version()  # UsageError without vLLM
+    from labkit.vllm.sched_census import profile_step, temporary_model_dir
+
+    with temporary_model_dir() as model_dir:
+        profile = None
+        if args.profile:
+            profile = profile_step(model_dir)
+            print("cProfile, one installed schedule() at 128 requests x 32 images (decode):")
+            for r in profile:
+                print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:8.3f} ms own  {r['function']}")
+        rows = sweep(grid, model_dir)
+    print(f"{'requests':>8} {'images':>6} {'text_ms':>8} {'installed_ms':>12} {'early_ret_ms':>12} {'cut':>5}")
+    sched = {(r["num_requests"], r["images"], r["variant"]): r for r in rows if r["phase"] == "schedule"}
+    for n in grid["requests"]:
+        for m in grid["images"]:
+            t, i, e = (sched[(n, m, v)] for v in ("text", "installed", "early_return"))
+            cut = e.get("overhead_cut")
+            print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
+                  f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
+    from labkit.results import make_result, sized_name
+
+    params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
+                                                               for k, v in grid.items()},
+              "placeholder_len": 258, "model": "generated tiny Gemma-3 config, no weights",
+              "patch": "patches/vllm-0.33.0-encoder-early-return.diff",
+              "stubbed": "MultiModalBudget (encoder budget = cache = max(max_num_batched_tokens, 258))"}
+    if profile is not None:
+        params["profile_128x32"] = profile
+    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
+    emit_result(result, args)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,7 @@ from labkit.trace.analysis.bubbles import (
 )
 from labkit.trace.analysis.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.analysis.hostonly import between_step_call_sites
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import DEVICE_CATS, Trace, as_trace
 from labkit.trace.analysis.steps import detect_steps, step_phases
@@ -60,6 +61,7 @@ class Analysis:
     device_gaps: pd.DataFrame | None = field(default=None, repr=False)
     step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.analysis.steps.detect_steps)
     step_phases: pd.DataFrame | None = None  #: host time per annotated phase per step
+    host_sites: pd.DataFrame | None = None  #: host-only traces: call sites between steps (labkit.trace.analysis.hostonly)
 
     @property
     def h2d(self) -> pd.DataFrame:
@@ -102,6 +104,7 @@ class Analysis:
             "hta_compatible": _records(self.hta_compatible),
             "host_threads": _records(self.host_threads),
             "kernels": _records(self.kernels.head(top)),
+            "host_call_sites": _records(self.host_sites.head(top)) if self.host_sites is not None else [],
         })
 
     def _graphs_json(self, top: int) -> dict:
@@ -164,6 +167,10 @@ class Analysis:
             out.append(f"CUDA graphs: {g['launches_count']} replays ({g['unrecorded_count']} without recorded ops), "
                        f"{g['ops_count']} ops, idle inside replays {g['gaps_us'] / 1e3:.3f} ms")
         out.extend(self._step_lines(top))
+        if self.host_sites is not None and len(self.host_sites):
+            out.append(f"host call sites between steps (no device stream; top {top}):")
+            for r in self.host_sites.head(top).itertuples():
+                out.append(f"  {r.host_us / 1e3:>9.3f} ms {100 * r.share:>5.1f}%  {r.call_site[:100]}")
         if len(self.host_starvation):
             out.append(f"host call sites during host-wait idle (top {top}):")
             for r in self.host_starvation.head(top).itertuples():
@@ -364,4 +371,5 @@ def _analyze(path_or_trace, *, kernel_wait_us, step_pattern, small_bytes, min_co
                     host_starvation=starvation, copies=copies, steps=steps_table(steps, ops, bubbles),
                     hta_compatible=hta, host_threads=threads, kernels=kernel_stats(ops), summary=summary,
                     params=params, trace=trace, ops=ops, replays=replays, devices=devices, device_gaps=gaps,
-                    step_info=step_info, step_phases=step_phases(trace, steps))
+                    step_info=step_info, step_phases=step_phases(trace, steps),
+                    host_sites=None if trace.has_device_events() else between_step_call_sites(trace, steps, top=top))

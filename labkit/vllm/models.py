@@ -1,0 +1,300 @@
+"""Tiny multimodal model folders that vLLM loads with dummy weights: ``labkit vllm make-model``.
+
+vLLM's engine needs a model folder (a ``transformers`` config, a tokenizer, the processor's
+configuration); with ``load_format="dummy"`` it fills the weights with random values, so
+nothing is downloaded. :func:`make_model` writes such a folder for an architecture of
+:data:`ARCHS`, with tiny layer sizes but the real model's **image placeholder rules**, so
+a request's placeholder has the real token count and ``is_embed`` layout for a given
+image size (the #40143 code path: ``PlaceholderRange.is_embed`` is not None):
+
+``pixtral-llava``
+    LLaVA with a Pixtral vision tower (patch 16, images resized to a longest edge of
+    224) and a Mistral text model. An image of ``h x w`` pixels after the resize gives
+    ``ceil(h/16)`` rows of ``ceil(w/16)`` ``[IMG]`` tokens, each row closed by
+    ``[IMG_BREAK]`` and the last by ``[IMG_END]``: 64 x 64 px -> a 20-token placeholder
+    with 16 embeddings, 224 x 224 -> 210 / 196. (transformers' Pixtral processor needs
+    torchvision: ``.venv-vllm-cpu`` has it through :mod:`labkit.vllm.torchvision_compat`.)
+``gemma4``
+    Gemma 4 (the family of #40143's Gemma-4-E4B benchmark): a Gemma 4 vision tower (patch
+    16, pooling 3, at most 280 soft tokens per image) and a Gemma 4 text model. An image is
+    resized, keeping its aspect ratio, to the largest size whose sides are multiples of 48
+    within 280 x 9 patches; it becomes ``<|image>``, one ``<|image|>`` soft token per 3 x 3
+    patches, ``<|image|>`` ... and ``<image|>``; begin and end tokens are not embeddings. The
+    count depends only on the aspect ratio: 1024 x 1536 (#40143's images) and 64 x 96 both
+    give 260 soft tokens (a 262-token placeholder), 64 x 64 gives 256.
+
+:func:`placeholder_layout` computes a placeholder from these rules alone (no vLLM), and
+:func:`config_hash` names a folder's contents in results. The writing needs
+``transformers`` and ``tokenizers`` (in vLLM's environment); everything is imported
+inside functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.errors import UsageError
+
+__all__ = ["ARCHS", "PlaceholderLayout", "placeholder_layout", "make_model", "config_hash", "model_arch",
+           "image_prompt", "MARKER_FILE"]
+
+#: written into every made folder: the architecture and the sizes it was made with
+MARKER_FILE = "labkit_model.json"
+
+#: plain words of every made tokenizer (text tokens of the prompts and of random benchmark text)
+_WORDS = 400
+
+
+@dataclass(frozen=True)
+class PlaceholderLayout:
+    """One image's placeholder: its token count and which positions receive embeddings."""
+
+    length: int
+    is_embed: tuple[bool, ...]
+
+    @property
+    def num_embeds(self) -> int:
+        return sum(self.is_embed)
+
+
+# --------------------------------------------------------------------------------------
+# The architectures
+# --------------------------------------------------------------------------------------
+
+_PIXTRAL = {
+    "patch_size": 16,
+    "longest_edge": 224,
+    "vision": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "head_dim": 32, "image_size": 224, "patch_size": 16},
+    "text": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 32},
+}
+_GEMMA4 = {
+    "patch_size": 16,
+    "pooling_kernel_size": 3,
+    "max_soft_tokens": 280,
+    "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "num_key_value_heads": 2, "head_dim": 16},
+    "text": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 32, "hidden_size_per_layer_input": 16, "sliding_window": 512},
+}
+ARCHS = {"pixtral-llava": _PIXTRAL, "gemma4": _GEMMA4}
+
+_PIXTRAL_SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+_GEMMA4_SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<|image>", "<|image|>", "<image|>", "<|audio>",
+                   "<|audio|>", "<audio|>", "<|video|>", "<start_of_turn>", "<end_of_turn>"]
+
+
+def _pixtral_layout(width: int, height: int) -> PlaceholderLayout:
+    # vLLM's Pixtral grid: scale down (never up) so the longest edge fits 224, sides rounded down,
+    # then one row of ceil(width / 16) patches per 16 pixels of height (rounded up)
+    patch, edge = _PIXTRAL["patch_size"], _PIXTRAL["longest_edge"]
+    ratio = max(height / edge, width / edge)
+    if ratio > 1:
+        height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
+    rows, cols = (height - 1) // patch + 1, (width - 1) // patch + 1
+    mask: list[bool] = []
+    for _ in range(rows):
+        mask += [True] * cols + [False]  # [IMG] x cols, then [IMG_BREAK] (the last one: [IMG_END])
+    return PlaceholderLayout(len(mask), tuple(mask))
+
+
+def _gemma4_layout(width: int, height: int) -> PlaceholderLayout:
+    # Gemma 4's image processor: aspect-preserving resize to sides that are multiples of
+    # patch x pooling within max_soft_tokens x pooling^2 patches; one soft token per pooled cell
+    patch, pool, budget = _GEMMA4["patch_size"], _GEMMA4["pooling_kernel_size"], _GEMMA4["max_soft_tokens"]
+    unit = patch * pool
+    scale = math.sqrt(budget * pool * pool / ((height / patch) * (width / patch)))
+    target_h = max(unit, int(math.floor(height * scale / unit)) * unit)
+    target_w = max(unit, int(math.floor(width * scale / unit)) * unit)
+    soft = min((target_h // patch) * (target_w // patch) // (pool * pool), budget)
+    return PlaceholderLayout(soft + 2, (False,) + (True,) * soft + (False,))
+
+
+def placeholder_layout(arch: str, width: int, height: int) -> PlaceholderLayout:
+    """The placeholder an image of ``width x height`` pixels gets in a model made for ``arch``.
+
+    Computed from the architecture's rules (see the module text), without vLLM; the tests
+    compare it, and vLLM's own placeholders, with hand-worked counts.
+    """
+    if arch not in ARCHS:
+        raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+    if width < 1 or height < 1:
+        raise UsageError(f"image size must be positive, got {width} x {height}")
+    return _pixtral_layout(width, height) if arch == "pixtral-llava" else _gemma4_layout(width, height)
+
+
+def image_prompt(arch: str, images: int, text: str = "describe") -> str:
+    """A raw prompt (no chat template) with ``images`` image markers for the made model's processor."""
+    if arch == "pixtral-llava":
+        return "[INST]" + "[IMG]" * images + f" {text} [/INST]"
+    if arch == "gemma4":
+        return "<start_of_turn>" + "<|image|>" * images + f" {text} <end_of_turn>"
+    raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+
+
+# --------------------------------------------------------------------------------------
+# Writing a folder
+# --------------------------------------------------------------------------------------
+
+
+def _tokenizer(special: list[str], chat_template: str, extra: dict):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(special)}
+    for i in range(_WORDS):
+        vocab[f"w{i}"] = len(vocab)
+    for word in ("describe", "the", "image", "images", "a", "of"):
+        vocab.setdefault(word, len(vocab))
+    unk = "<unk>"
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="removed")
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, chat_template=chat_template, **extra)
+    tok.add_special_tokens({"additional_special_tokens": [t for t in special if t not in extra.values()]})
+    return tok, vocab
+
+
+# chat templates that render OpenAI-style content parts (text, image) the way each processor expects
+_PIXTRAL_CHAT = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST]"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' or c['type'] == 'image_url' %}[IMG]{% elif c['type'] == 'text' %} {{ c['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}[/INST]{% else %}"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}{{ eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+_GEMMA4_CHAT = (
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' or c['type'] == 'image_url' %}<|image|>{% elif c['type'] == 'text' %} {{ c['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<end_of_turn>{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>{% endif %}"
+)
+
+
+def _write_pixtral(out: Path) -> dict:
+    from transformers import LlavaConfig, MistralConfig, PixtralVisionConfig
+    from transformers.models.pixtral import PixtralImageProcessorPil, PixtralProcessor
+
+    sizes = _PIXTRAL
+    tok, vocab = _tokenizer(_PIXTRAL_SPECIAL, _PIXTRAL_CHAT,
+                            {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    text = MistralConfig(vocab_size=len(vocab), max_position_embeddings=8192, sliding_window=None,
+                         bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"], pad_token_id=vocab["<pad>"],
+                         rope_theta=1e6, **sizes["text"])
+    vision = PixtralVisionConfig(num_channels=3, **sizes["vision"])
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=vocab["[IMG]"],
+                         projector_hidden_act="gelu", vision_feature_layer=-1, multimodal_projector_bias=True,
+                         vision_feature_select_strategy="full")
+    config.architectures = ["LlavaForConditionalGeneration"]
+    config.torch_dtype = "bfloat16"
+    image_processor = PixtralImageProcessorPil(size={"longest_edge": sizes["longest_edge"]},
+                                               patch_size={"height": 16, "width": 16})
+    processor = PixtralProcessor(image_processor=image_processor, tokenizer=tok, patch_size=sizes["patch_size"],
+                                 spatial_merge_size=1, chat_template=_PIXTRAL_CHAT)
+    config.save_pretrained(out)
+    processor.save_pretrained(out)
+    return {"vocab_size": len(vocab), "image_token_id": vocab["[IMG]"]}
+
+
+def _write_gemma4(out: Path) -> dict:
+    from transformers import Gemma4Config
+    from transformers.models.gemma4 import Gemma4ImageProcessorPil
+
+    sizes = _GEMMA4
+    extra = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
+             "extra_special_tokens": {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
+                                      "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>"}}
+    tok, vocab = _tokenizer(_GEMMA4_SPECIAL, _GEMMA4_CHAT, extra)
+    n = len(vocab)
+    layers = sizes["text"]["num_hidden_layers"]
+    text = dict(sizes["text"], vocab_size=n, vocab_size_per_layer_input=n, max_position_embeddings=8192,
+                layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+                pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"], bos_token_id=vocab["<bos>"],
+                global_head_dim=sizes["text"]["head_dim"], use_bidirectional_attention="vision")
+    vision = dict(sizes["vision"], patch_size=sizes["patch_size"], pooling_kernel_size=sizes["pooling_kernel_size"],
+                  default_output_length=sizes["max_soft_tokens"])
+    config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None,
+                          boi_token_id=vocab["<|image>"], eoi_token_id=vocab["<image|>"],
+                          image_token_id=vocab["<|image|>"], video_token_id=vocab["<|video|>"],
+                          boa_token_id=vocab["<|audio>"], eoa_token_index=vocab["<audio|>"],
+                          audio_token_id=vocab["<|audio|>"])
+    config.architectures = ["Gemma4ForConditionalGeneration"]
+    config.torch_dtype = "bfloat16"
+    config.save_pretrained(out)
+    tok.save_pretrained(out)
+    image_processor = Gemma4ImageProcessorPil(patch_size=sizes["patch_size"],
+                                              max_soft_tokens=sizes["max_soft_tokens"],
+                                              pooling_kernel_size=sizes["pooling_kernel_size"])
+    image_processor.save_pretrained(out)
+    processor_config = {"processor_class": "Gemma4Processor", "image_seq_length": sizes["max_soft_tokens"]}
+    (out / "processor_config.json").write_text(json.dumps(processor_config, indent=1) + "\n", encoding="utf-8")
+    (out / "chat_template.jinja").write_text(_GEMMA4_CHAT, encoding="utf-8")
+    return {"vocab_size": n, "image_token_id": vocab["<|image|>"]}
+
+
+def make_model(arch: str, out: str | Path, *, force: bool = False) -> Path:
+    """Write a tiny model folder for ``arch`` at ``out``; returns the folder.
+
+    An existing non-empty folder is an error unless it is a folder this function made
+    (``force`` replaces it). The folder is written next to ``out`` and moved into place
+    once complete, so a failure leaves nothing half-written.
+    """
+    if arch not in ARCHS:
+        raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not (out / MARKER_FILE).is_file():
+            raise UsageError(f"{out} exists and is not a model folder made by labkit: choose another --out")
+        if not force:
+            raise UsageError(f"{out} already holds a made model: pass --force to replace it")
+    try:
+        import tokenizers  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise UsageError("making a model needs transformers and tokenizers: run it in .venv-vllm-cpu "
+                         "(make vllm-cpu)") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        info = _write_pixtral(tmp) if arch == "pixtral-llava" else _write_gemma4(tmp)
+        marker = {"arch": arch, "sizes": ARCHS[arch], **info, "weights": "none (load_format='dummy')"}
+        (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def model_arch(model_dir: str | Path) -> str:
+    """The architecture a made folder was written for (``UsageError`` for other folders)."""
+    marker = Path(model_dir) / MARKER_FILE
+    try:
+        return json.loads(marker.read_text(encoding="utf-8"))["arch"]
+    except (OSError, ValueError, KeyError):
+        raise UsageError(f"{model_dir} is not a model folder made by `labkit vllm make-model`") from None
+
+
+def config_hash(model_dir: str | Path) -> str:
+    """SHA-256 (first 16 hex digits) over a model folder's files, names and contents, sorted by name."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise UsageError(f"model folder not found: {folder}")
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
