@@ -5,7 +5,8 @@
 - ``headings``: text that defines the page, each found in one of its h1-h3 headings;
 - ``min_figures``: how many plotly figures with data it draws at least (a "no result"
   placeholder, the empty figure a plot function returns when its results are missing, does
-  not count, and no page may show one unless ``placeholders`` allows it);
+  not count, and no page may show one unless ``placeholders`` allows it, or one of its
+  ``optional`` results is not recorded in the store: then one placeholder per such result);
 - ``numbers``: a reader that takes the results recorded in the store the page was built
   from (before the build) and returns key numbers the page must show, picked by meaning
   (result name, machine, variant), never typed here. A ``figure`` number must be among the
@@ -51,6 +52,10 @@ class Recorded:
             if key not in best or best[key].name.endswith(QUICK_SUFFIX):
                 best[key] = r
         self.results = [best[k] for k in sorted(best)]
+
+    def has(self, name: str) -> bool:
+        """Whether any machine records a ``name`` result."""
+        return any(base_name(r.name) == name for r in self.results)
 
     def find(self, name: str, *, machine: str | None = None, source: str | None = None) -> list[BenchResult]:
         """Every recorded ``name`` result (of ``machine`` / ``source``); LookupError when there is none,
@@ -137,10 +142,16 @@ def compare_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 07: installed vs patched ``compute_mm_prefix_ranges`` per batch shape (ms, as drawn)."""
-    return [KeyNumber(f"{r.slug} vllm_prefix_ranges {row['variant']} {row['num_requests']}x{row['images']}: ms",
-                      row["median_ns"] / NS_PER_MS)
-            for r, row in rec.rows("vllm_prefix_ranges")]
+    """Notebook 07: installed vs patched ``compute_mm_prefix_ranges`` per batch shape (ms, as drawn), and
+    where a real-server A/B is recorded, its mean TPOT per variant and repeat (ms, as drawn)."""
+    out = [KeyNumber(f"{r.slug} vllm_prefix_ranges {row['variant']} {row['num_requests']}x{row['images']}: ms",
+                     row["median_ns"] / NS_PER_MS)
+           for r, row in rec.rows("vllm_prefix_ranges")]
+    if rec.has("vllm_ab"):
+        out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
+                          row["mean_tpot_us"] / NS_PER_US)
+                for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
+    return out
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,11 @@ class PageExpectation:
     headings: tuple[str, ...]
     min_figures: int
     numbers: Callable[[Recorded], list[KeyNumber]]
-    placeholders: int = 0  # "no result" figures allowed (results not recorded anywhere yet)
+    placeholders: int = 0  # "no result" figures always allowed
+    optional: tuple[str, ...] = ()  # results a figure may lack: one placeholder allowed per one not recorded
+
+    def allowed_placeholders(self, rec: Recorded) -> int:
+        return self.placeholders + sum(not rec.has(name) for name in self.optional)
 
 
 PAGES: dict[str, PageExpectation] = {
@@ -179,7 +194,7 @@ PAGES: dict[str, PageExpectation] = {
         min_figures=1, numbers=compare_numbers),
     "07_next_bubble": PageExpectation(
         headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
-        min_figures=4, numbers=next_bubble_numbers),
+        min_figures=4, numbers=next_bubble_numbers, optional=("vllm_ab",)),
 }
 
 
@@ -253,8 +268,9 @@ def page_problems(name: str, facts: dict, expect: PageExpectation, rec: Recorded
     empty = [f for f in facts["figures"] if not has_data(f)]
     if len(drawn) < expect.min_figures:
         problems.append(f"{name}: {len(drawn)} figures with data, expected at least {expect.min_figures}")
-    if len(empty) > expect.placeholders:
-        problems.append(f"{name}: {len(empty)} figures without data (allowed {expect.placeholders}): "
+    allowed = expect.allowed_placeholders(rec)
+    if len(empty) > allowed:
+        problems.append(f"{name}: {len(empty)} figures without data (allowed {allowed}): "
                         + "; ".join(f"{f['title'][:60]!r}: {' / '.join(f['notes'])[:100]!r}" for f in empty))
     pool = np.concatenate([figure_numbers(f) for f in drawn]) if drawn else np.array([])
     try:
