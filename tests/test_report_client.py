@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import os
 import select
 import signal
 import subprocess
@@ -228,3 +230,37 @@ def test_sigterm_stops_the_report_like_ctrl_c(tmp_path):
     stopped = [line for line in stderr.splitlines() if line.startswith("report: stopped by SIGTERM")]
     assert len(stopped) == 1
     assert not (out / "00_sleepy.html").exists()  # no half-run page
+
+
+@pytest.mark.slow
+def test_a_report_stopped_part_way_records_the_notebooks_it_finished(tmp_path):
+    """SIGTERM during the second notebook: the results store holds the first one's row, marked
+    partial; without the save after each notebook it would hold nothing."""
+    marker = tmp_path / "started"
+    write_notebook(tmp_path, "00_quick", "Quick", ["x = 1"])
+    write_notebook(tmp_path, "01_sleepy", "Sleepy", [
+        f"open({str(marker)!r}, 'w').close()\nimport time\ntime.sleep(120)",
+    ])
+    store = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "report", "--notebooks", str(tmp_path), "--out", str(tmp_path / "out"),
+         "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_RESULTS=str(store)),
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the second notebook never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    saved = list(store.glob("*/report_quick.json"))
+    assert len(saved) == 1, list(store.rglob("*"))
+    data = json.loads(saved[0].read_text())
+    assert data["complete"] is False
+    assert [(r["notebook"], r["status"]) for r in data["rows"]] == [("00_quick", "ok")]

@@ -138,7 +138,8 @@ def build_report(
     ``log`` (default: print to stderr) gets one progress line per notebook, and a line for
     any reply the client had to be woken for. ``--only`` runs keep the other notebooks'
     earlier entries in the index. ``save`` records the run in the results store
-    (:func:`save_report_result`). ``plotly``: ``inline`` (each page standalone) or ``shared`` (one
+    (:func:`save_report_result`), after each notebook with ``"complete": false`` until the last
+    one is done, so a run stopped part-way keeps the rows of the notebooks it finished. ``plotly``: ``inline`` (each page standalone) or ``shared`` (one
     ``_static/plotly.min.js`` for all pages; :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the
     index is written for the notebooks done.
     """
@@ -170,6 +171,8 @@ def build_report(
             runs.append(run)
             status = "ok" if run.ok else f"FAILED at {run.error.describe()}"
             log(f"{tag}: {status} ({run.seconds:.1f} s)")
+            if save and i < len(paths):  # the notebooks so far, so a stopped run still records them
+                save_report_result(runs, size=size, device=resolved, only=only, complete=False)
     finally:
         # also when stopped by a signal: the pages written so far get their index
         write_index(out_dir, runs, size=size, device=resolved, keep_previous=bool(only) or len(runs) < len(paths))

@@ -104,9 +104,11 @@ def report_rows(runs: list[NotebookRun]) -> list[dict]:
     ]
 
 
-def save_report_result(runs: list[NotebookRun], *, size: str, device: str, only: list[str] | None = None):
+def save_report_result(runs: list[NotebookRun], *, size: str, device: str, only: list[str] | None = None,
+                       complete: bool = True):
     """Record the run as the result ``report`` (``report_quick`` in quick size) in the results store;
-    an ``--only`` run keeps the other notebooks' rows of the stored result.
+    an ``--only`` run keeps the other notebooks' rows of the stored result. ``complete=False``: a
+    run still going (or stopped part-way), its notebooks so far, saved with ``"complete": false``.
 
     ``source`` is how the times were taken: ``measured-gpu`` when the notebooks ran on CUDA,
     else ``measured-cpu``. Returns the saved ``BenchResult``.
@@ -126,5 +128,6 @@ def save_report_result(runs: list[NotebookRun], *, size: str, device: str, only:
         params={"size": size, "device": device, "only": list(only) if only else None},
         source="measured-gpu" if device == "cuda" else "measured-cpu", size=size,
     )
+    result.complete = complete
     save_result(result)
     return result
