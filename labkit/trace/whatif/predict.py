@@ -353,6 +353,24 @@ def device_idle_intervals(rec: Records, win) -> list:
     return out
 
 
+def between_steps(step_spans: list, win) -> list:
+    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step
+    span's end to the next one's start on its thread (a host-only trace's stand-in for device idle:
+    what a device would wait for unless it overlapped that work)."""
+    by: dict = {}
+    for key, s in step_spans:
+        by.setdefault(key, []).append(s)
+    out = []
+    lo, hi = win
+    for spans in by.values():
+        spans.sort(key=lambda s: s.start)
+        for a, b in zip(spans, spans[1:]):
+            z0, z1 = max(a.end, lo), min(b.start, hi)
+            if z1 > z0:
+                out.append((z0, z1))
+    return sorted(out)
+
+
 def idle_overlap_us(rec: Records, idle: list, pattern: str) -> float:
     """Device idle (``device_idle_intervals``) overlapped by the host spans matching ``pattern`` (each
     idle moment counted once per thread)."""
@@ -475,6 +493,8 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
         gaps=_gaps(rec, pred, win_m, _launched_in(g)),
         assumptions={"synchronizing_calls": n_sync, "graph_replays": g.graph_units, "event_sync_lag": g.event_lag,
                      "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5,
-                     "dropped_copies": len(pred.drops.ops),
-                     "per_copy_host_us": pred.drops.per_copy_us or None},
+                     "dropped_copies": len(pred.drops.copies),
+                     "dropped_build_ops": len(pred.drops.ops - pred.drops.copies),
+                     "per_copy_host_us": pred.drops.per_copy_us or None,
+                     "pad_host_us": pred.drops.pad_us or None},
         notes=notes, suggestions=suggestions)

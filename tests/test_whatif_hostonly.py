@@ -1,0 +1,141 @@
+"""``labkit whatif`` on host-only traces (vLLM's CPU engine) and the placeholder reads (#40143).
+
+A hand-made host-only trace whose answers are worked out in the comments, then vLLM's own CPU
+traces (``tests/data/vllm-cpu-*``, provenance in ``tests/data/README.md``) checked against counts
+and times read from the raw JSON with the standard library.
+"""
+
+import gzip
+import json
+import re
+
+import pytest
+from whatif_traces import X, write_trace
+
+from labkit.cli import main
+from labkit.errors import UsageError
+from labkit.trace.whatif.host_only import predict_host_only
+from labkit.trace.whatif.predict import predict
+from labkit.trace.whatif.reads import find_placeholder_reads
+from labkit.trace.whatif.suggest import suggestion_lines
+from real_traces import DATA
+
+STEP = "execute_context_0(0)_generation_4(4)"
+
+
+def host_only_trace(tmp_path, steps=4):
+    """Per 1000 us: a step [0, 600]; then ``schedule`` [600, 900] holding three 50 us
+    ``x.py(10): get_num_embeds`` frames (one nested ``aten::item`` each), ``update_from_output``
+    [900, 1000]. From the second step on, ``core.py(657): step`` wraps the scheduling before a
+    step and the step itself ([600, 1600] of the step before)."""
+    ev = []
+    for n in range(steps):
+        t = 1000.0 * n
+        ev.append(X(STEP, "user_annotation", t, 600))
+        ev.append(X("a.py(5): schedule", "python_function", t + 600, 300))
+        for k in range(3):
+            ev += [X("x.py(10): get_num_embeds", "python_function", t + 650 + 80 * k, 50),
+                   X("aten::item", "cpu_op", t + 660 + 80 * k, 10)]
+        ev.append(X("b.py(7): update_from_output", "python_function", t + 900, 100))
+        if n + 1 < steps:
+            ev.append(X("core.py(657): step", "python_function", t + 600, 1000))
+    return write_trace(tmp_path / "host_only.json.gz", ev)
+
+
+def test_host_only_steps_and_the_reads_removed_by_hand(tmp_path):
+    path = host_only_trace(tmp_path)
+    w = predict(path)
+    # step to step: the first from its start (600 us), then end to end (1000 us)
+    assert w.measured["step_ms"] == pytest.approx([0.6, 1.0, 1.0, 1.0]) and w.source["kind"] == "host-only"
+    r = find_placeholder_reads(path)
+    # the reads between two steps count in the second; those after the last step in none
+    assert (r.kind, r.pattern, r.reads_per_step) == ("frames", "get_num_embeds$", (0, 3, 3, 3))
+    assert r.read_ns == pytest.approx(50e3) and r.host_ms_per_step == pytest.approx(0.15)
+    p = predict_host_only(path)
+    # three 50 us frames fewer a step from the second on: 600, 850, 850, 850
+    assert p.measured_step_ms == pytest.approx(1.0) and p.predicted_step_ms == pytest.approx(0.85)
+    assert p.arguments == "--scale 'get_num_embeds$=0'" and p.speedup == pytest.approx(1 / 0.85)
+    assert predict_host_only(path, scale={r"schedule$": 0.5}).predicted_step_ms == pytest.approx(0.85)
+
+
+def test_host_only_suggestions_by_hand(tmp_path):
+    w = predict(host_only_trace(tmp_path), suggest=True)
+    s = w.suggestions
+    assert s["ranked_by"] == "time between steps" and s["syncs"] == [] and s["copies"] == []
+    assert [x["argument"] for x in s["reads"]] == ["--scale 'get_num_embeds$=0'"]
+    assert s["reads"][0]["predicted_step_ms"] == pytest.approx(0.85)
+    # between the steps (three 400 us windows): schedule 3 x 300 us, the reads 9 x 50, their item ops
+    # 9 x 10, update_from_output 3 x 100; core.py's step holds a step, so it is not offered
+    got = [(x["pattern"], x["idle_overlap_ms"], x["predicted_step_ms"]) for x in s["spans"]]
+    assert got == [(r"^a\.py\(\d+\): schedule$", pytest.approx(0.9), pytest.approx(0.7)),
+                   (r"^x\.py\(\d+\): get_num_embeds$", pytest.approx(0.45), pytest.approx(0.85)),
+                   (r"^b\.py\(\d+\): update_from_output$", pytest.approx(0.3), pytest.approx(0.9)),
+                   (r"^aten::item$", pytest.approx(0.09), pytest.approx(0.97))]
+    text = "\n".join(suggestion_lines(s))
+    assert text.index("placeholder reads") < text.index("host spans by the time between steps")
+
+
+def test_host_only_bad_input(tmp_path):
+    ev = [X(STEP, "user_annotation", 1000.0 * n, 600) for n in range(3)]
+    path = write_trace(tmp_path / "no_reads.json.gz", ev)
+    with pytest.raises(UsageError, match="no placeholder reads"):
+        predict_host_only(path)
+    with pytest.raises(UsageError, match="matches no host span"):
+        predict_host_only(path, scale={"get_num_embeds": 0.0})
+    gpu = write_trace(tmp_path / "gpu.json.gz", ev + [X("k", "kernel", 10, 5, pid=0, tid=7, device=0, stream=7,
+                                                         correlation=1)])
+    with pytest.raises(UsageError, match="has device events"):
+        predict_host_only(gpu)
+
+
+# -- vLLM's CPU traces ---------------------------------------------------------------------------
+VLLM_BASELINE = DATA / "vllm-cpu-gemma4-baseline.trimmed.pt.trace.json.gz"
+VLLM_MERGED = DATA / "vllm-cpu-gemma4-merged.trimmed.pt.trace.json.gz"
+READ_FRAME = re.compile(r": get_num_embeds$")
+
+
+def _raw(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _raw_reads_per_step(path):
+    """get_num_embeds frames and their time per step (from one step's end to the next), from the raw JSON."""
+    ev = _raw(path)
+    ends = sorted(e["ts"] + e["dur"] for e in ev if e["name"].startswith("execute_context_"))
+    counts, host = [0] * len(ends), [0.0] * len(ends)
+    for e in ev:
+        if READ_FRAME.search(e["name"]):
+            j = next((j for j, z in enumerate(ends) if e["ts"] <= z), None)
+            if j is not None:
+                counts[j] += 1
+                host[j] += e["dur"]
+    return counts, host
+
+
+def test_vllm_cpu_baseline_reads_removed_step_by_step():
+    """On vLLM's own CPU trace the reads found are the ``get_num_embeds`` frames vLLM 0.20's loop makes
+    between steps (counted from the raw JSON), and removing them shortens each step by exactly their
+    time: one host thread, nothing to overlap."""
+    counts, host = _raw_reads_per_step(VLLM_BASELINE)
+    r = find_placeholder_reads(VLLM_BASELINE)
+    assert r.kind == "frames" and list(r.reads_per_step) == counts and sum(counts) > 0
+    w = predict(VLLM_BASELINE, [r.change])
+    assert w.predicted["step_ms"] == pytest.approx([(m * 1e3 - h) / 1e3 for m, h in zip(w.measured["step_ms"], host)])
+    assert find_placeholder_reads(VLLM_MERGED) is None  # vLLM as installed makes none in decode
+
+
+def test_vllm_cpu_baseline_suggest_names_the_reads_first(tmp_path, capsys):
+    out = tmp_path / "w.json"
+    assert main(["whatif", str(VLLM_BASELINE), "--suggest", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    s = json.loads(out.read_text())["suggestions"]
+    assert s["reads"][0]["argument"] == "--scale 'get_num_embeds$=0'"
+    assert text.index("placeholder reads") < text.index("host spans by the time between steps")
+    assert s["reads"][0]["argument"] in text
+    # nothing offered removes a whole step (the engine's step frames hold one)
+    assert not any("core\\.py" in x["pattern"] or "llm_engine" in x["pattern"] for x in s["spans"])
+    p = predict_host_only(VLLM_BASELINE)
+    assert s["reads"][0]["predicted_step_ms"] == pytest.approx(p.predicted_step_ms)
+    assert main(["whatif", str(VLLM_BASELINE), "--scale", "get_num_embeds=0"]) == 0
+    assert f"{p.predicted_step_ms:.3f}" in capsys.readouterr().out
