@@ -39,6 +39,7 @@ def host_only_trace(tmp_path, steps=4):
         ev.append(X("b.py(7): update_from_output", "python_function", t + 900, 100))
         if n + 1 < steps:
             ev.append(X("core.py(657): step", "python_function", t + 600, 1000))
+        ev.append(X("poll", "python_function", t + 100, 200, tid=2))  # another thread: the steps do not wait
     return write_trace(tmp_path / "host_only.json.gz", ev)
 
 
@@ -73,6 +74,22 @@ def test_host_only_suggestions_by_hand(tmp_path):
                    (r"^aten::item$", pytest.approx(0.09), pytest.approx(0.97))]
     text = "\n".join(suggestion_lines(s))
     assert text.index("placeholder reads") < text.index("host spans by the time between steps")
+
+
+def test_host_only_changes_that_do_not_matter_say_so(tmp_path, capsys):
+    path, out = host_only_trace(tmp_path), tmp_path / "w.json"
+    # poll runs on a thread the steps never wait for: removing it moves no step
+    assert main(["whatif", str(path), "--scale", "^poll$=0", "--json", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--scale '^poll$=0' matches 4 host spans, but alone it moves the predicted step by +0.00%" \
+        in err[0]
+    doc = json.loads(out.read_text())
+    assert doc["changes"][0]["warning"] == err[0].removeprefix("labkit: warning: ")
+    assert doc["changes"][0]["step_effect_frac"] == 0.0 and "idle_overlap_us" not in doc["changes"][0]
+    # update_from_output: 100 us of each 1000 us step, nothing to say
+    assert main(["whatif", str(path), "--scale", "update_from_output$=0", "--json", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    assert json.loads(out.read_text())["changes"][0]["step_effect_frac"] == pytest.approx(0.1)
 
 
 def test_host_only_bad_input(tmp_path):
@@ -139,3 +156,35 @@ def test_vllm_cpu_baseline_suggest_names_the_reads_first(tmp_path, capsys):
     assert s["reads"][0]["predicted_step_ms"] == pytest.approx(p.predicted_step_ms)
     assert main(["whatif", str(VLLM_BASELINE), "--scale", "get_num_embeds=0"]) == 0
     assert f"{p.predicted_step_ms:.3f}" in capsys.readouterr().out
+
+
+def _forward_ms(path):
+    """Per step: the host time of vLLM's ``_model_forward`` frames (ms, raw JSON)."""
+    return [e["dur"] / 1e3 for e in _raw(path) if e["name"].endswith(": _model_forward")]
+
+
+VLLM_CPU_PAIR_MISS = (
+    "the baseline fixture's host ran some three times slower than the merged one's throughout, in work neither "
+    "PR touches (its model forward, its metadata builds and sampling, with stalls of several ms): the two runs "
+    "were recorded one after the other on the lab's shared 2-core machine, so the pair does not isolate the change; removing the reads' "
+    "frames takes off what they cost in the baseline run and nothing else")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=VLLM_CPU_PAIR_MISS)
+def test_vllm_cpu_merged_predicted_from_the_baseline():
+    """The what-if derived from the baseline trace alone (its placeholder reads removed) against the
+    merged run as measured (read only to compare)."""
+    p = predict_host_only(VLLM_BASELINE)
+    merged = predict(VLLM_MERGED).measured["step_ms_median"]
+    assert p.predicted_step_ms == pytest.approx(merged, rel=0.10), p
+
+
+def test_vllm_cpu_fixture_pair_differs_where_neither_pr_reaches():
+    """The evidence for the miss above: vLLM's model forward, which neither #40143 nor #38794 changes on a
+    CPU (the per-layer range build is the Triton backend's), takes over twice as long a step in the
+    baseline run as in the merged one, while the reads' frames take well under a tenth of its step."""
+    base, merged = _forward_ms(VLLM_BASELINE), _forward_ms(VLLM_MERGED)
+    assert len(base) == len(merged) == 4 and min(base) > 2 * max(merged)
+    counts, host = _raw_reads_per_step(VLLM_BASELINE)
+    step_ms = predict(VLLM_BASELINE).measured["step_ms_median"]
+    assert max(host) / 1e3 < 0.1 * step_ms

@@ -210,8 +210,7 @@ def suggestion_lines(s: dict) -> list[str]:
                        f"({'n/a' if sv is None else f'{-100 * sv:+.1f}%'})  {it['argument']}")
 
     rows("placeholder reads (the #40143 pattern, removed):", s.get("reads", []),
-         lambda it: f"{sum(it['reads_per_step']) / max(1, len(it['reads_per_step'])):.0f} a step, "
-                    f"{it['read_us']:.2f} us")
+         lambda it: f"{float(np.median(it['reads_per_step'])):.0f} a step, {it['read_us']:.2f} us")
     between = s.get("ranked_by") == "time between steps"
     rows(f"host spans by the {'time between steps they take' if between else 'device idle they overlap'} (removed):",
          s["spans"], lambda it: f"{it['idle_overlap_ms']:.3f} ms {'between' if between else 'idle'}, {it['count']}x")
