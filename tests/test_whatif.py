@@ -256,18 +256,25 @@ def test_bubble_model_rows_carry_the_published_figures(sim_pairs):
     assert {r["model"] for r in rows} >= {"bubble model (published shape)"}
 
 
+def _four_copies(n: int, t: float) -> list:
+    """Four small pageable copies inside a layer starting at ``t``: a call every 100 us from 10 us,
+    each 10 us long around its 2 us copy (6 us of own cost, 4 us of wait)."""
+    ev = []
+    for k in range(4):
+        c = 100 * n + 10 * k + 1
+        ev += [X("cudaMemcpyAsync", "cuda_runtime", t + 100 * k + 10, 10, correlation=c),
+               K("Memcpy HtoD (Pageable -> Device)", t + 100 * k + 12, 2, c, cat="gpu_memcpy", bytes=64)]
+    return ev
+
+
 def copies_trace(tmp_path, steps=4):
-    """Per step (1000 us): an annotation ``layer_0`` [0, 500] making 4 small pageable copies (a call
-    every 100 us from 10 us, each 10 us long around its 2 us copy, so 6 us of own cost and 4 us of
-    wait), then a 300 us kernel launched at 450 us, then 500 us of post-processing."""
+    """Per step (1000 us): an annotation ``layer_0`` [0, 500] making 4 small pageable copies
+    (``_four_copies``), then a 300 us kernel launched at 450 us, then 500 us of post-processing."""
     ev = []
     for n in range(steps):
         t = 1000.0 * n
         ev += [X(f"ProfilerStep#{n}", "user_annotation", t, 1000), X("layer_0", "user_annotation", t, 500)]
-        for k in range(4):
-            c = 100 * n + 10 * k + 1
-            ev += [X("cudaMemcpyAsync", "cuda_runtime", t + 100 * k + 10, 10, correlation=c),
-                   K("Memcpy HtoD (Pageable -> Device)", t + 100 * k + 12, 2, c, cat="gpu_memcpy", bytes=64)]
+        ev += _four_copies(n, t)
         ev += [X("cudaLaunchKernel", "cuda_runtime", t + 450, 5, correlation=100 * n + 50), K("k", t + 460, 300, 100 * n + 50),
                X("post", "cpu_op", t + 500, 500)]
     return write_trace(tmp_path / "copies.json.gz", ev)
@@ -299,17 +306,14 @@ def test_drop_copies_removes_their_host_work_waits_and_device_ops(tmp_path):
 
 def padded_copies_trace(tmp_path, steps=4):
     """Per step (1000 us), the pre-#38794 build: ``layer_0`` [0, 700] makes the 4 copies of
-    ``copies_trace`` (calls at 10, 110, 210, 310 us), then the nested pad ``aten::to_padded_tensor``
+    ``_four_copies`` (calls at 10, 110, 210, 310 us), then the nested pad ``aten::to_padded_tensor``
     [400, 460] launches a 5 us kernel (call [420, 425]), the build returns, and the layer's own
     ``rms`` [520, 540] launches a 300 us kernel (call [525, 530]); then 300 us of post-processing."""
     ev = []
     for n in range(steps):
         t = 1000.0 * n
         ev += [X(f"ProfilerStep#{n}", "user_annotation", t, 1000), X("layer_0", "user_annotation", t, 700)]
-        for k in range(4):
-            c = 100 * n + 10 * k + 1
-            ev += [X("cudaMemcpyAsync", "cuda_runtime", t + 100 * k + 10, 10, correlation=c),
-                   K("Memcpy HtoD (Pageable -> Device)", t + 100 * k + 12, 2, c, cat="gpu_memcpy", bytes=64)]
+        ev += _four_copies(n, t)
         ev += [X("aten::to_padded_tensor", "cpu_op", t + 400, 60),
                X("cudaLaunchKernel", "cuda_runtime", t + 420, 5, correlation=100 * n + 60), K("pad", t + 430, 5, 100 * n + 60),
                X("rms", "cpu_op", t + 520, 20),

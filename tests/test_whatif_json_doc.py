@@ -24,15 +24,15 @@ RUNS = {
 
 
 def _keys(obj) -> set:
-    out: set = set()
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.add(k)
-            if k not in DATA_KEYED:
-                out |= _keys(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            out |= _keys(v)
+    """Every key at any depth of ``obj`` (not inside the data-keyed maps)."""
+    todo, out = [obj], set()
+    while todo:
+        o = todo.pop()
+        if isinstance(o, dict):
+            out |= set(o)
+            todo += [v for k, v in o.items() if k not in DATA_KEYED]
+        elif isinstance(o, list):
+            todo += o
     return out
 
 

@@ -11,7 +11,9 @@ Steps are ``ProfilerStep#N`` spans, else vLLM's ``execute_model``/``execute_cont
 the spans matching ``steps=REGEX``; a trace with none is replayed as one window (first event to
 last) and says so. A step completes when its span has ended and the device has finished the work
 launched in it; step time runs from one completion to the next (measured and predicted alike), so
-a change that lets the host run ahead of the device still shows the device's pace. Device idle
+a change that lets the host run ahead of the device still shows the device's pace; in a trace
+without device events (vLLM's CPU engine, ``labkit.trace.whatif.host_only``) it is the host's
+step-to-step time, the work between two steps counted in the second. Device idle
 (``device_idle_frac`` and per stream) is measured from the first step's completion to the last
 one when there are three steps or more: the first step's time also holds what the device still
 had to do from before the trace. Times in the JSON are milliseconds (``_ms``) or microseconds
@@ -351,24 +353,6 @@ def device_idle_intervals(rec: Records, win) -> list:
     if rec.ops and t < hi:
         out.append((t, hi))
     return out
-
-
-def between_steps(step_spans: list, win) -> list:
-    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step
-    span's end to the next one's start on its thread (a host-only trace's stand-in for device idle:
-    what a device would wait for unless it overlapped that work)."""
-    by: dict = {}
-    for key, s in step_spans:
-        by.setdefault(key, []).append(s)
-    out = []
-    lo, hi = win
-    for spans in by.values():
-        spans.sort(key=lambda s: s.start)
-        for a, b in zip(spans, spans[1:]):
-            z0, z1 = max(a.end, lo), min(b.start, hi)
-            if z1 > z0:
-                out.append((z0, z1))
-    return sorted(out)
 
 
 def idle_overlap_us(rec: Records, idle: list, pattern: str) -> float:
