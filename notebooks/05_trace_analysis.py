@@ -211,14 +211,17 @@ plot_ab(ab)
 # one thread, scheduling and output processing run between them, and a step's time is the host's
 # step-to-step time. `--suggest` names the scheduler's placeholder reads first (the pre-#40143
 # `get_num_embeds` frames of vLLM 0.20's loop) and ranks the other host spans by the time between
-# steps they take; `predict_host_only` is the same what-if from Python.
+# steps they take; `predict_host_only` is the same what-if from Python. Here on a pair recorded back
+# to back in one process (16 requests x 15 images, `tests/data/README.md`): the baseline with its
+# reads removed beside the merged run as measured. On a CPU the forward dominates the step, so the
+# reads are a small part of it.
 
 # %%
 from labkit.trace.whatif.host_only import predict_host_only
 from labkit.trace.analysis.notebook import FIXTURES
-vllm_cpu = FIXTURES / "vllm-cpu-gemma4-baseline.trimmed.pt.trace.json.gz"
-print("\n".join(predict(vllm_cpu, suggest=True).summary_lines()[-12:]))
-predict_host_only(vllm_cpu)
+vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
+print("\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:]))
+predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]
 
 # %% [markdown]
 # ### Next to #40143's published figures
