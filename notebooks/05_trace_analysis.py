@@ -176,15 +176,24 @@ print("\n".join(w.summary_lines()) if w else "tensor/list traces not recorded")
 
 # %% [markdown]
 # ### Proof against measured A/B pairs
-# Each pair of engine runs differs in one thing. The what-if turns the first run into the second:
-# `tensor -> list` scales `^schedule$` by the ratio of the two runs' median schedule spans;
-# `per_layer -> per_step` makes the synchronizing calls inside the layers non-blocking and scales
-# the layers' host work by the ratio of the two runs' layer host work (span time minus sync waits).
-# The prediction is then set beside the second run as measured. Pairs recorded on the H200
+# Each pair of engine runs differs in one thing. The what-if turns the first run into the second
+# with a change derived from the first run's trace and from data no second run gives (the `change`
+# column shows the exact arguments): `tensor -> list` counts the placeholder reads inside
+# `schedule` each step and takes off what they cost, each at the median time from one read to the
+# next in that trace (under torch.profiler a tensor read records four aten ops that an unprofiled
+# calibration does not pay; the simulated host is charged the calibration itself) less a list
+# read's calibrated cost; `per_layer -> per_step` drops the copies the ledger says per_step does
+# not make inside the layers, with their waits, their share of the layers' host work and each
+# layer's nested pad. The prediction is then set beside the second run as measured: step time
+# (`error`) and device idle fraction (`idle_error`, absolute). Pairs recorded on the H200
 # (measured-gpu) and recorded here on the simulated device under a fixed host-cost model
 # (`HostCostClock`: every Python call costs the same, placeholder reads cost what `labkit
 # calibrate` measured), so the simulated host time follows the work done, not this machine's
-# speed or load.
+# speed or load. The H200 `per_layer -> per_step` pair misses, and the replay says why rather
+# than hiding it: with each layer's build gone, the layers' compute work keeps the host time the
+# per_layer run took for it, and in that run every torch op and launch call takes two to three
+# times its per_step time, as slow far from a synchronizing call as right after one, so nothing in
+# the first trace says what it would cost in the second.
 
 # %%
 import tempfile
@@ -195,6 +204,24 @@ ab
 
 # %%
 plot_ab(ab)
+
+# %% [markdown]
+# ### A host-only trace: vLLM's CPU engine
+# vLLM's CPU build writes traces without a device: its steps are the model runner's annotations on
+# one thread, scheduling and output processing run between them, and a step's time is the host's
+# step-to-step time. `--suggest` names the scheduler's placeholder reads first (the pre-#40143
+# `get_num_embeds` frames of vLLM 0.20's loop) and ranks the other host spans by the time between
+# steps they take; `predict_host_only` is the same what-if from Python. Here on a pair recorded back
+# to back in one process (16 requests x 15 images, `tests/data/README.md`): the baseline with its
+# reads removed beside the merged run as measured. On a CPU the forward dominates the step, so the
+# reads are a small part of it.
+
+# %%
+from labkit.trace.whatif.host_only import predict_host_only
+from labkit.trace.analysis.notebook import FIXTURES
+vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
+print("\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:]))
+predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]
 
 # %% [markdown]
 # ### Next to #40143's published figures

@@ -5,9 +5,7 @@ hand in the comments; the A/B tests replay one engine run with the change that s
 from another and compare with the other's measured median step.
 """
 
-import contextlib
 import gzip
-import io
 import json
 import re
 import shlex
@@ -15,34 +13,18 @@ from pathlib import Path
 
 import pytest
 from real_traces import fixtures, shared
+from whatif_traces import K, X, write_trace
 
 from labkit.cli import main
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
 from labkit.trace.whatif.predict import Change, find_step_spans, parse_changes, predict
-from labkit.trace.whatif.ab_pairs import bubble_model_rows, derive_changes, lab_pairs, predict_pair
+from labkit.trace.whatif.ab_pairs import bubble_model_rows, derive_changes, predict_pair
 from labkit.trace.whatif.dependency_graph import build_graph, records_from_trace
 from labkit.trace.whatif.replay import replay
 from labkit.trace.whatif.sim_pairs import SIM_CASES, make_sim_pairs, sim_case_name
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def X(name, cat, ts, dur, *, pid=1, tid=1, **args):
-    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
-
-
-def K(name, ts, dur, corr, cat="kernel", **args):
-    return X(name, cat, ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr, **args)
-
-
-def write_trace(path: Path, events, labkit=None) -> Path:
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "hand-made GPU"}], "traceEvents": events}
-    if labkit is not None:
-        doc["labkit"] = labkit
-    with gzip.open(path, "wt") as f:
-        json.dump(doc, f)
-    return path
 
 
 def async_trace(tmp_path, *, steps=6, metadata=True):
@@ -263,73 +245,6 @@ def test_pair_rows_put_prediction_and_measurement_side_by_side(sim_pairs):
     assert row["change"] == f"--scale '^schedule$={row['scale_factor']:.4g}'"
 
 
-H200 = REPO / "data" / "traces" / "h200"
-H200_PAIRS = lab_pairs(H200)
-needs_h200 = pytest.mark.skipif(len(H200_PAIRS) < 2, reason="H200 engine traces not recorded under data/traces/h200")
-
-
-#: why each recorded H200 pair misses: what the replay does not model
-H200_MISSES = {
-    "tensor->list": "the prediction counts each read at its calibrated (unprofiled) cost; the recorded run was "
-                    "profiled, and torch.profiler records four aten ops per tensor read whose recording the list "
-                    "run does not pay: the replay does not model the profiler's own cost",
-    "per_layer->per_step": "dropping the per-layer copies removes their share of each layer's host work as the "
-                           "trace measures it; the rest of per_layer's layer work is slower than per_step's too: "
-                           "the nested-tensor build on every layer, and the same compute ops taking 3-4x the host "
-                           "time (launch calls about twice as long) between the copies; the replay keeps the "
-                           "measured cost of all work it does not change",
-}
-
-
-@needs_h200
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
-                                                                          reason=why))
-                                  for c, why in H200_MISSES.items()])
-def test_recorded_h200_pairs_predicted_within_10_percent(case):
-    before, after = H200_PAIRS[case]
-    changes, how = derive_changes(case, before)
-    w, m = predict(before, changes), _second_run(after)
-    assert w.predicted["step_ms_median"] == pytest.approx(m.measured["step_ms_median"], rel=0.10)
-
-
-@needs_h200
-def test_recorded_h200_reads_are_counted_and_cost_more_traced_than_calibrated():
-    """What the tensor->list miss comes from, on the first run alone: the trace shows one ``aten::item`` per
-    read, 128 requests x 32 images a step, and the time its ``select`` and ``item`` ops take per read
-    already exceeds the calibrated cost of a whole tensor read by more than half."""
-    from labkit.trace.whatif.ab_pairs import reads_per_step
-    from labkit.trace.whatif.sim_pairs import calibration_read_costs
-
-    before = H200_PAIRS["tensor->list"][0]
-    assert reads_per_step(before) == [128 * 32, 128 * 32]
-    costs, slug = calibration_read_costs(gpu="NVIDIA H200")
-    w = predict(before)
-    traced_us = sum(d for pat in (r"^aten::select$", r"^aten::item$") for d in span_durations(before, pat))
-    per_read_ns = traced_us * 1e3 / (2 * 128 * 32)
-    assert slug == "h200" and per_read_ns > 1.5 * costs["TensorPlaceholderRange.get_num_embeds"]
-    assert w.steps["count"] == 2
-
-
-@needs_h200
-def test_recorded_h200_per_layer_host_work_outside_the_copies_is_slower():
-    """What the per_layer miss comes from: launch calls in the per_layer run take much longer than
-    the same calls in the per_step run (the second run, read here only to show it)."""
-    import statistics
-
-    per_layer, per_step = H200_PAIRS["per_layer->per_step"]
-    a, b = (statistics.median(span_durations(t, r"^cudaLaunchKernel$")) for t in (per_layer, per_step))
-    assert a > 1.5 * b
-
-
-def span_durations(trace, pattern: str) -> list[float]:
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.dependency_graph import trace_records
-
-    rx = re.compile(pattern)
-    return [s.end - s.start for spans in trace_records(as_trace(trace)).threads.values() for s in spans
-            if rx.search(s.name)]
-
-
 def test_bubble_model_rows_carry_the_published_figures(sim_pairs):
     from labkit.mm.overlap import PR40143
 
@@ -341,18 +256,25 @@ def test_bubble_model_rows_carry_the_published_figures(sim_pairs):
     assert {r["model"] for r in rows} >= {"bubble model (published shape)"}
 
 
+def _four_copies(n: int, t: float) -> list:
+    """Four small pageable copies inside a layer starting at ``t``: a call every 100 us from 10 us,
+    each 10 us long around its 2 us copy (6 us of own cost, 4 us of wait)."""
+    ev = []
+    for k in range(4):
+        c = 100 * n + 10 * k + 1
+        ev += [X("cudaMemcpyAsync", "cuda_runtime", t + 100 * k + 10, 10, correlation=c),
+               K("Memcpy HtoD (Pageable -> Device)", t + 100 * k + 12, 2, c, cat="gpu_memcpy", bytes=64)]
+    return ev
+
+
 def copies_trace(tmp_path, steps=4):
-    """Per step (1000 us): an annotation ``layer_0`` [0, 500] making 4 small pageable copies (a call
-    every 100 us from 10 us, each 10 us long around its 2 us copy, so 6 us of own cost and 4 us of
-    wait), then a 300 us kernel launched at 450 us, then 500 us of post-processing."""
+    """Per step (1000 us): an annotation ``layer_0`` [0, 500] making 4 small pageable copies
+    (``_four_copies``), then a 300 us kernel launched at 450 us, then 500 us of post-processing."""
     ev = []
     for n in range(steps):
         t = 1000.0 * n
         ev += [X(f"ProfilerStep#{n}", "user_annotation", t, 1000), X("layer_0", "user_annotation", t, 500)]
-        for k in range(4):
-            c = 100 * n + 10 * k + 1
-            ev += [X("cudaMemcpyAsync", "cuda_runtime", t + 100 * k + 10, 10, correlation=c),
-                   K("Memcpy HtoD (Pageable -> Device)", t + 100 * k + 12, 2, c, cat="gpu_memcpy", bytes=64)]
+        ev += _four_copies(n, t)
         ev += [X("cudaLaunchKernel", "cuda_runtime", t + 450, 5, correlation=100 * n + 50), K("k", t + 460, 300, 100 * n + 50),
                X("post", "cpu_op", t + 500, 500)]
     return write_trace(tmp_path / "copies.json.gz", ev)
@@ -380,6 +302,45 @@ def test_drop_copies_removes_their_host_work_waits_and_device_ops(tmp_path):
     # (the kept copy's own 6 us shrink with the span, which is scaled as a whole)
     assert keep.assumptions["dropped_copies"] == 12
     assert 0.69 < keep.predicted["step_ms_median"] < 0.71
+
+
+def padded_copies_trace(tmp_path, steps=4):
+    """Per step (1000 us), the pre-#38794 build: ``layer_0`` [0, 700] makes the 4 copies of
+    ``_four_copies`` (calls at 10, 110, 210, 310 us), then the nested pad ``aten::to_padded_tensor``
+    [400, 460] launches a 5 us kernel (call [420, 425]), the build returns, and the layer's own
+    ``rms`` [520, 540] launches a 300 us kernel (call [525, 530]); then 300 us of post-processing."""
+    ev = []
+    for n in range(steps):
+        t = 1000.0 * n
+        ev += [X(f"ProfilerStep#{n}", "user_annotation", t, 1000), X("layer_0", "user_annotation", t, 700)]
+        ev += _four_copies(n, t)
+        ev += [X("aten::to_padded_tensor", "cpu_op", t + 400, 60),
+               X("cudaLaunchKernel", "cuda_runtime", t + 420, 5, correlation=100 * n + 60), K("pad", t + 430, 5, 100 * n + 60),
+               X("rms", "cpu_op", t + 520, 20),
+               X("cudaLaunchKernel", "cuda_runtime", t + 525, 5, correlation=100 * n + 70), K("k", t + 535, 300, 100 * n + 70),
+               X("post", "cpu_op", t + 700, 300)]
+    return write_trace(tmp_path / "padded.json.gz", ev)
+
+
+def test_drop_copies_takes_the_nested_pad_of_a_build_whose_copies_all_go(tmp_path):
+    path = padded_copies_trace(tmp_path)
+    w = predict(path, parse_changes(drop_copies=[r"^layer_\d+$"]))
+    # the copies: 4 x 96 us (as in copies_trace); the pad: from the last copy call's end (320 us) to
+    # the layer's next call (rms, 520 us), no waits in it: 200 us. The layer's 700 - 16 us of host
+    # work keep 100 us, compressed alike, so rms launches at 100 x 509 / 684 us, its kernel 10 us
+    # later (the launch latency it had) and ends 300 us on; the host ends the layer at 100 us and
+    # the step at 400 us, after the kernel: 400 us a step
+    assert w.assumptions["pad_host_us"] == {r"^layer_\d+$": pytest.approx(200.0)}
+    assert w.assumptions["dropped_copies"] == 16 and w.assumptions["dropped_build_ops"] == 4  # the pad kernels
+    assert w.predicted["step_ms"] == pytest.approx([0.4] * 4)
+    # steady window: measured 3000 us with 3 x (8 + 5 + 300) us busy; predicted 1200 us with 3 x 300
+    assert w.measured["device_idle_frac"] == pytest.approx(1 - 3 * 313 / 3000)
+    assert w.predicted["device_idle_frac"] == pytest.approx(0.25)
+    assert w.predicted["streams"][0]["ops_count"] == 4  # the layer's own kernels stay
+    # one copy kept a step: the build still runs in that layer (pad, its kernel and its 200 us stay)
+    keep = predict(path, parse_changes(drop_copies=[r"^layer_\d+$=1"]))
+    assert keep.assumptions["dropped_copies"] == 12 and keep.assumptions["dropped_build_ops"] == 0
+    assert keep.assumptions["pad_host_us"] == {r"^layer_\d+$": 0.0}
 
 
 def two_waits_trace(tmp_path, steps=4):
@@ -440,51 +401,6 @@ def test_suggest_ranks_spans_sync_sites_and_copies_by_hand(tmp_path, capsys):
     # every suggested argument, given to labkit whatif, predicts what the suggestion says
     assert main(["whatif", str(pageable_trace(tmp_path)), *shlex.split(s["spans"][2]["argument"])]) == 0
     assert f"{s['spans'][2]['predicted_step_ms']:.3f}" in capsys.readouterr().out.split("step ms (median)")[1].split()[1]
-
-
-H200_PER_LAYER = sorted((REPO / "data" / "traces" / "h200" / "fast-cursor-per_layer-async").glob("*.pt.trace.json.gz"))
-
-
-@pytest.fixture(scope="module")
-def h200_suggest(tmp_path_factory):
-    """``labkit whatif <H200 per_layer trace> --suggest --unsync cudaMemcpyAsync --json OUT``: (JSON, stdout, stderr)."""
-    if not H200_PER_LAYER:
-        pytest.skip("the H200 per_layer engine trace is not recorded")
-    out = tmp_path_factory.mktemp("suggest") / "w.json"
-    so, se = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
-        assert main(["whatif", str(H200_PER_LAYER[0]), "--suggest", "--unsync", "cudaMemcpyAsync",
-                     "--json", str(out)]) == 0
-    return json.loads(out.read_text()), so.getvalue(), se.getvalue()
-
-
-def test_suggest_on_the_h200_per_layer_trace(h200_suggest):
-    """The suggestions for #38794's before-run name the per-layer copies (128 rows + the nested
-    offsets, on each of 42 layers) and the synchronizing copies; ``--unsync cudaMemcpyAsync`` alone
-    (the copy calls, each followed by a stream sync) says it changes almost nothing."""
-    doc, out, err = h200_suggest
-    assert "labkit: warning: --unsync 'cudaMemcpyAsync' matches" in err and "'cudaStreamSynchronize'" in err
-    assert doc["changes"][0]["warning"] and abs(doc["changes"][0]["step_effect_frac"]) < 0.01
-    s = doc["suggestions"]
-    assert [(c["pattern"], c["per_step"]) for c in s["copies"]] == [(r"^forward/layer_\d+$", 42 * (128 + 1))]
-    assert s["copies"][0]["argument"] in out
-    drop = predict(H200_PER_LAYER[0], parse_changes(drop_copies=[r"^forward/layer_\d+$=0"]))
-    assert s["copies"][0]["predicted_step_ms"] == pytest.approx(drop.predicted["step_ms_median"])
-    assert any(x["pattern"] == r"^forward/layer_\d+$" for x in s["spans"])
-    assert any("aten::copy_" in x["pattern"] for x in s["syncs"])
-
-
-@pytest.mark.skipif(len(H200_PAIRS) < 2, reason="H200 engine traces not recorded under data/traces/h200")
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "no suggested argument predicts per_step within 10%: dropping the copies leaves per_layer's slower "
-    "non-copy layer work (see H200_MISSES), and "
-    "removing the layers altogether removes per_step's own layer work too"))
-def test_a_suggestion_on_the_h200_per_layer_trace_predicts_per_step(h200_suggest):
-    s = h200_suggest[0]["suggestions"]
-    measured = _second_run(H200_PAIRS["per_layer->per_step"][1]).measured["step_ms_median"]
-    best = min((x for k in ("spans", "syncs", "copies") for x in s[k]),
-               key=lambda x: abs(x["predicted_step_ms"] / measured - 1))
-    assert best["predicted_step_ms"] == pytest.approx(measured, rel=0.10), best
 
 
 def test_cli_writes_json_and_html(tmp_path, capsys):

@@ -6,9 +6,14 @@ data that no second run gives (``derive_changes``):
 
 * ``tensor->list`` (#40143): the placeholder reads get cheaper. The first trace shows how many
   reads each step makes inside ``schedule`` (``aten::item`` per tensor read in a torch.profiler
-  trace; on the simulated device each read is marked, ``labkit.trace.whatif.sim_pairs``), and the
-  calibration of the machine that recorded it (``labkit calibrate``) what one tensor read and one
-  list read cost: ``^schedule$`` is scaled so its host work loses ``reads x (tensor - list)``;
+  trace; on the simulated device each read is marked, ``labkit.trace.whatif.sim_pairs``) and,
+  in a profiled run, what one costs there (``traced_read_cost_ns``: the median time from one
+  read to the next inside ``schedule``; a tensor read under torch.profiler records four aten
+  ops, which an unprofiled calibration does not pay). The simulated host is charged the
+  calibration's cost for each read and marks it, so there the calibration stands. A list read
+  records nothing, so its calibrated cost (``labkit calibrate`` on the machine that recorded the
+  trace) holds under the profiler too. ``^schedule$`` is scaled so its host work loses
+  ``reads x (tensor read - list read)``;
 * ``per_layer->per_step`` (#38794): the copies. The ledger (``labkit.attn.ledger``) says how many
   copies a step of the second variant makes inside the layers (none: its one copy a step is made
   before them), so ``--drop-copies`` removes all but that many of the pageable copies made inside
@@ -133,6 +138,15 @@ def reads_per_step(trace, within: str = SCHEDULE) -> list[int]:
     return counts
 
 
+def traced_read_cost_ns(trace, within: str = SCHEDULE) -> dict:
+    """What one placeholder read costs in ``trace`` itself (``labkit.trace.whatif.reads.read_cost_ns``)."""
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.dependency_graph import trace_records
+    from labkit.trace.whatif.reads import read_cost_ns
+
+    return read_cost_ns(trace_records(as_trace(trace)), within)
+
+
 def ledger_layer_copies_per_step(strategy: str) -> int:
     """Host-to-device copies one step of prefix-range ``strategy`` makes inside the layers, as the
     ledger records them (copies with a layer index; two rows with images, one without, three
@@ -162,11 +176,21 @@ def derive_changes(case: str | ABCase, before) -> tuple[list, dict]:
             costs, slug = calibration_read_costs(slug=lab.get("host_cost_calibration"))
         else:  # that of the machine that recorded the trace
             costs, slug = calibration_read_costs(gpu=tb.device_names[0] if tb.device_names else "unknown")
-        saving_ns = costs["TensorPlaceholderRange.get_num_embeds"] - costs["ListPlaceholderRange.get_num_embeds"]
+        list_ns = costs["ListPlaceholderRange.get_num_embeds"]
+        calibrated_ns = costs["TensorPlaceholderRange.get_num_embeds"]
+        if tb.is_simulated:
+            read_ns, read_from, traced = calibrated_ns, f"calibration {slug} (charged to the simulated host)", None
+        else:
+            traced = traced_read_cost_ns(tb)
+            read_ns, read_from = traced["read_ns"], "trace: median time from one read to the next inside schedule"
+        saving_ns = max(0.0, read_ns - list_ns)
         reads = float(np.median(reads_per_step(tb)))
         work = float(np.median(host_work_us(tb, SCHEDULE)))
         factor = max(0.0, 1.0 - reads * saving_ns / 1e3 / work)
-        how = {"reads_per_step": reads, "read_saving_ns": saving_ns, "calibration": slug,
+        how = {"reads_per_step": reads, "tensor_read_ns": read_ns, "tensor_read_from": read_from,
+               "tensor_read_calibrated_ns": calibrated_ns,
+               "tensor_read_traced_mean_ns": traced["mean_ns"] if traced else None,
+               "list_read_ns": list_ns, "read_saving_ns": saving_ns, "calibration": slug,
                "schedule_host_work_us": work, "scale_factor": factor,
                "host_saving_ms": reads * saving_ns / 1e6}
         return [Change("scale", SCHEDULE, factor)], how

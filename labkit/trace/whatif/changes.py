@@ -11,8 +11,13 @@ Three kinds (``Change``), each given on the command line as a regex over host sp
   what they cost: their device op, the synchronizing calls that follow each, and their share of the
   span's host work. That share is measured in the trace itself: the host work between the span's
   first and last copy call divided by the copies between them (the per-copy host cost, Python
-  and profiler time included). #38794 is such a change: one copy per step instead of one per row
-  and layer (``labkit.attn.ledger`` counts them).
+  and profiler time included). Where the copies of a span feed a nested-tensor pad
+  (``aten::to_padded_tensor`` after the last copy: the pre-#38794 per-layer build, one small
+  ``torch.tensor`` per sequence, then ``torch.nested.nested_tensor(...).to_padded_tensor(0)``)
+  and every copy of the span goes, the build goes with them: its host work after the last copy
+  up to the span's next call (the pad, its return path), the device ops launched while it ran
+  (the pad's kernels) and its waits. #38794 is such a change: one copy per step instead of one
+  per row and layer (``labkit.attn.ledger`` counts them).
 
 ``plan_copy_drops`` works out, for a graph and its steps, which device ops go, which sync calls
 stop waiting and which spans shrink by how much.
@@ -121,14 +126,16 @@ def is_pageable_h2d(op_name: str) -> bool:
 class CopyDrops:
     """What the ``drop_copies`` changes remove (times in us)."""
 
-    ops: set = field(default_factory=set)  #: device op indices removed
+    ops: set = field(default_factory=set)  #: device op indices removed (copies and the builds' ops)
+    copies: set = field(default_factory=set)  #: of ``ops``, the copies themselves
     scaled: dict = field(default_factory=dict)  #: thread key -> [(factor, [(span start, span end)])]
     unsync: dict = field(default_factory=dict)  #: thread key -> indices (in ``Graph.syncs[key]``) no longer waiting
     matched: dict = field(default_factory=dict)  #: change pattern -> copies inside matching spans
     per_copy_us: dict = field(default_factory=dict)  #: change pattern -> median per-copy host work
+    pad_us: dict = field(default_factory=dict)  #: change pattern -> median host work of a removed pad (0: none)
 
 
-class _Waits:
+class HostWork:
     """Host work between two times on a thread: elapsed time minus what its sync calls waited."""
 
     def __init__(self, syncs: list) -> None:
@@ -148,6 +155,41 @@ def _innermost(spans: list, starts: list, t: float):
     return None
 
 
+#: the nested-tensor pad that ends the pre-#38794 per-layer build (``to_padded_tensor(0)``)
+NESTED_PAD = re.compile(r"^aten::to_padded_tensor$")
+
+
+def _children(spans: list, starts: list, span) -> list:
+    """The spans directly inside ``span`` on its thread (``spans`` sorted by start), in order."""
+    out = []
+    end = -math.inf
+    for k in range(bisect_right(starts, span.start), len(spans)):
+        s = spans[k]
+        if s.start > span.end:
+            break
+        if s is span or s.start < end or s.end > span.end:
+            continue
+        out.append(s)
+        end = s.end
+    return out
+
+
+def _pad_after(spans: list, starts: list, span, last_copy: float):
+    """``(start, end)`` of the nested pad that follows the span's last copy: from the end of the
+    call holding that copy to the start of the span's next call after the pad (its end when none);
+    None when no pad follows."""
+    kids = _children(spans, starts, span)
+    holder = next((c for c in kids if c.start <= last_copy <= c.end), None)
+    a = holder.end if holder is not None else last_copy
+    lo, hi = bisect_right(starts, a), bisect_right(starts, span.end)
+    pads = [s for s in spans[lo:hi] if NESTED_PAD.match(s.name) and s.end <= span.end]
+    if not pads:
+        return None
+    pad = pads[-1]
+    nxt = next((c for c in kids if c.start >= pad.end), None)
+    return a, (nxt.start if nxt is not None else span.end)
+
+
 def plan_copy_drops(g, changes, steps) -> CopyDrops:
     """Which ops, waits and host work the ``drop_copies`` changes among ``changes`` remove (see the
     module docstring); ``steps`` are the ``(thread key, Span)`` step spans (keep counts per step)."""
@@ -157,6 +199,11 @@ def plan_copy_drops(g, changes, steps) -> CopyDrops:
         return out
     ops = g.rec.ops
     step_starts = [s.start for _, s in steps]
+    launches: dict = {}  # thread key -> sorted [(launch time, op index)]
+    for i, (key, lt) in g.launch_of.items():
+        launches.setdefault(key, []).append((lt, i))
+    for v in launches.values():
+        v.sort()
     for ch in drops:
         rx = re.compile(ch.pattern)
         cand = {key: [s for s in spans if s.corr < 0 and rx.search(s.name)] for key, spans in g.rec.threads.items()}
@@ -180,7 +227,7 @@ def plan_copy_drops(g, changes, steps) -> CopyDrops:
                 kept_in_step[step] = kept_in_step.get(step, 0) + 1
             else:
                 dropped.add(i)
-        waits = {key: _Waits(g.syncs.get(key, [])) for key in cand}
+        waits = {key: HostWork(g.syncs.get(key, [])) for key in cand}
         per_copy = {}
         for (key, k), v in by_span.items():
             v.sort()
@@ -188,6 +235,8 @@ def plan_copy_drops(g, changes, steps) -> CopyDrops:
                 per_copy[(key, k)] = waits[key].work(v[0][0], v[-1][0]) / (len(v) - 1)
         typical = float(np.median(list(per_copy.values()))) if per_copy else 0.0
         out.per_copy_us[ch.pattern] = typical
+        thread_starts = {key: [s.start for s in g.rec.threads[key]] for key, _ in by_span}
+        pads = []
         for (key, k), v in by_span.items():
             span = cand[key][k]
             removed = [idx for idx, (_, i) in enumerate(v) if i in dropped]
@@ -195,15 +244,27 @@ def plan_copy_drops(g, changes, steps) -> CopyDrops:
                 continue
             whole = waits[key].work(span.start, span.end)
             c = per_copy.get((key, k), typical)
-            factor = max(0.0, 1.0 - len(removed) * c / whole) if whole > 0 else 1.0
-            out.scaled.setdefault(key, []).append((factor, [(span.start, span.end)]))
+            gone = len(removed) * c
             # the calls after a removed copy, up to the next copy (or the span's end), stop waiting
+            quiet = [(v[idx][0], v[idx + 1][0] if idx + 1 < len(v) else span.end) for idx in removed]
+            pad = _pad_after(g.rec.threads[key], thread_starts[key], span, v[-1][0]) \
+                if len(removed) == len(v) else None
+            if pad is not None:  # the whole build goes: the pad, and every op launched while it ran
+                pad_work = waits[key].work(*pad)
+                gone += pad_work
+                pads.append(pad_work)
+                lo = bisect_right(launches[key], (v[0][0], -1))
+                hi = bisect_right(launches[key], (pad[1], math.inf))
+                out.ops.update(i for _, i in launches[key][lo:hi])
+                quiet.append(pad)
+            factor = max(0.0, 1.0 - gone / whole) if whole > 0 else 1.0
+            out.scaled.setdefault(key, []).append((factor, [(span.start, span.end)]))
             syncs = g.syncs.get(key, [])
             s_starts = [c.start for c in syncs]
-            for idx in removed:
-                a = v[idx][0]
-                z = v[idx + 1][0] if idx + 1 < len(v) else span.end
+            for a, z in quiet:
                 lo, hi = bisect_right(s_starts, a - 1e-9), bisect_right(s_starts, z - 1e-9)
                 out.unsync.setdefault(key, set()).update(range(lo, hi))
+        out.pad_us[ch.pattern] = float(np.median(pads)) if pads else 0.0
         out.ops |= dropped
+        out.copies |= dropped
     return out

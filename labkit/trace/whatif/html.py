@@ -66,13 +66,16 @@ def render_whatif(w) -> str:
     sg = j.get("suggestions")
     if sg is not None:
         parts.append(f"<h2>Suggestions</h2><p>the unchanged replay: {_num(sg['base_step_ms'])} ms a step</p>")
-        for key, title, what in (("spans", "host spans by the device idle they overlap", "idle_overlap_ms"),
+        ranked = sg.get("ranked_by", "device idle")
+        for key, title, what in (("reads", "placeholder reads (the #40143 pattern)", "read_us"),
+                                 ("spans", f"host spans by the {ranked} they overlap", "idle_overlap_ms"),
                                  ("syncs", "synchronizing call sites by the time they waited", "waited_ms"),
                                  ("copies", "repeated small pageable copies (a step)", "per_step")):
             parts.append(f"<h3>{title}</h3><table><tr><th class='l'>argument</th><th>{what}</th>"
                          "<th>predicted step ms</th></tr>")
             parts += [_row([x["argument"], _num(x[what]) if what != "per_step" else x[what],
-                            _num(x["predicted_step_ms"])]) for x in sg[key]] or ["<tr><td class='l'>none</td></tr>"]
+                            _num(x["predicted_step_ms"])]) for x in sg.get(key, [])] \
+                or ["<tr><td class='l'>none</td></tr>"]
             parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -11,7 +11,9 @@ Steps are ``ProfilerStep#N`` spans, else vLLM's ``execute_model``/``execute_cont
 the spans matching ``steps=REGEX``; a trace with none is replayed as one window (first event to
 last) and says so. A step completes when its span has ended and the device has finished the work
 launched in it; step time runs from one completion to the next (measured and predicted alike), so
-a change that lets the host run ahead of the device still shows the device's pace. Device idle
+a change that lets the host run ahead of the device still shows the device's pace; in a trace
+without device events (vLLM's CPU engine, ``labkit.trace.whatif.host_only``) it is the host's
+step-to-step time, the work between two steps counted in the second. Device idle
 (``device_idle_frac`` and per stream) is measured from the first step's completion to the last
 one when there are three steps or more: the first step's time also holds what the device still
 had to do from before the trace. Times in the JSON are milliseconds (``_ms``) or microseconds
@@ -396,13 +398,15 @@ def step_median_us(g: Graph, step_spans: list, rep: Replay, step_of: dict) -> fl
 
 def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spans: list, step_of: dict,
                   base_us: float, pred: Replay, win_m) -> None:
-    """Fill ``idle_overlap_us`` and ``warning`` of each entry: a scale whose spans overlap no device idle,
-    an unsync or drop that alone moves the predicted step by less than ``NO_EFFECT_FRAC``."""
+    """Fill ``idle_overlap_us``, ``step_effect_frac`` and ``warning`` of each entry: a scale whose spans
+    overlap no device idle; an unsync or drop, or a scale on a host-only trace (no device idle to
+    overlap: the step thread's own time is the step), that alone moves the predicted step by less
+    than ``NO_EFFECT_FRAC``."""
     idle = device_idle_intervals(g.rec, win_m)
     for ch, e in zip(changes, entries):
-        if ch.kind == "scale":
+        if ch.kind == "scale" and g.rec.ops:
             e["idle_overlap_us"] = idle_overlap_us(g.rec, idle, ch.pattern)
-            if g.rec.ops and e["idle_overlap_us"] <= 0:
+            if e["idle_overlap_us"] <= 0:
                 e["warning"] = (f"--scale {ch.pattern!r} matches {e['matched']} host spans, none of which overlaps "
                                 "device idle: the device was busy throughout them, so making them cheaper cannot "
                                 "shorten the step")
@@ -410,7 +414,11 @@ def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spa
         alone = pred if len(changes) == 1 else replay(g, [ch], step_spans)
         effect = (base_us - step_median_us(g, step_spans, alone, step_of)) / base_us if base_us > 0 else 0.0
         e["step_effect_frac"] = effect
-        if abs(effect) < NO_EFFECT_FRAC:
+        if abs(effect) < NO_EFFECT_FRAC and ch.kind == "scale":
+            e["warning"] = (f"{ch.argument()} matches {e['matched']} host spans, but alone it moves the predicted "
+                            f"step by {100 * effect:+.2f}%: they take that little of the steps' host time (or run "
+                            "on a thread the steps do not wait for)")
+        elif abs(effect) < NO_EFFECT_FRAC:
             what = "synchronizing calls" if ch.kind == "unsync" else "pageable copies"
             e["warning"] = (f"{ch.argument()} matches {e['matched']} {what}, but alone it moves the predicted step by "
                             f"{100 * effect:+.2f}%: the calls that still wait longest are {_waiting_syncs(g, ch.pattern)}")
@@ -475,6 +483,8 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
         gaps=_gaps(rec, pred, win_m, _launched_in(g)),
         assumptions={"synchronizing_calls": n_sync, "graph_replays": g.graph_units, "event_sync_lag": g.event_lag,
                      "event_sync_lag_from": g.event_lag_from, "stream_bound_us": 1.5,
-                     "dropped_copies": len(pred.drops.ops),
-                     "per_copy_host_us": pred.drops.per_copy_us or None},
+                     "dropped_copies": len(pred.drops.copies),
+                     "dropped_build_ops": len(pred.drops.ops - pred.drops.copies),
+                     "per_copy_host_us": pred.drops.per_copy_us or None,
+                     "pad_host_us": pred.drops.pad_us or None},
         notes=notes, suggestions=suggestions)

@@ -1,11 +1,17 @@
 """``labkit whatif TRACE --suggest``: what to change, each with the argument that targets it.
 
-Three lists, each entry with the exact ``labkit whatif`` argument and the step time the replay
+Four lists, each entry with the exact ``labkit whatif`` argument and the step time the replay
 predicts with it (against the unchanged replay's):
 
+* ``reads``: the scheduler's placeholder reads, the #40143 pattern (``labkit.trace.whatif.reads``:
+  vLLM's ``get_num_embeds`` frames, or the tensor reads' ops inside ``schedule``), removed;
 * ``spans``: host spans (annotations, Python frames, CPU ops) on the threads that launch device
   work, names that differ only in their numbers (``forward/layer_3``) forming one pattern, ranked
-  by the device idle they overlap: the device waited while they ran. Removing one: ``--scale NAME=0`` (and ``--unsync NAME`` where
+  by the device idle they overlap: the device waited while they ran. In a host-only trace (vLLM's
+  CPU engine: no device) they are ranked by the time between steps they take on the step thread
+  instead: scheduling and output processing, what a device would wait for unless it overlapped
+  them (``ranked_by`` says which). Spans that hold a whole step are left out (removing one
+  removes the step). Removing one: ``--scale NAME=0`` (and ``--unsync NAME`` where
   synchronizing calls run inside it: removed work does not wait either);
 * ``syncs``: synchronizing call sites (the calls inside one span pattern, or a top-level call by
   its name) ranked by the time they waited: ``--unsync NAME``;
@@ -17,7 +23,7 @@ predicts with it (against the unchanged replay's):
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
 import numpy as np
@@ -61,14 +67,31 @@ class _IdleClock:
         return max(0.0, self.upto(z) - self.upto(a))
 
 
-def _span_groups(rec, idle: _IdleClock, step_rx, threads) -> dict:
-    """pattern -> [count, idle overlap us] over the host spans of ``threads`` (runtime calls and step
-    spans left out)."""
+def _holds_step(steps: list, s) -> bool:
+    """Whether span ``s`` holds one of ``steps`` (sorted ``(start, end)`` of a thread's step spans)."""
+    k = bisect_left(steps, (s.start, -float("inf")))
+    while k < len(steps) and steps[k][0] < s.end:
+        if steps[k][1] <= s.end:
+            return True
+        k += 1
+    return False
+
+
+def _span_groups(rec, idle: _IdleClock, step_rx, threads, steps: list) -> dict:
+    """pattern -> [count, idle overlap us] over the host spans of ``threads`` (runtime calls, step
+    spans and the patterns of spans around a step left out: the change would remove steps)."""
     out: dict = defaultdict(lambda: [0, 0.0])
     pats: dict = {}
+    around_steps: set = set()
+    step_starts: dict = defaultdict(list)  # thread key -> sorted [(start, end)] of its steps
+    for key, st in steps:
+        step_starts[key].append((st.start, st.end))
+    for v in step_starts.values():
+        v.sort()
     for key, spans in rec.threads.items():
         if key not in threads:
             continue
+        starts = step_starts.get(key, [])
         cur: dict = {}  # pattern -> [start, end] of the merged run on this thread
         for s in spans:
             if s.corr >= 0 or (step_rx is not None and step_rx.search(s.name)):
@@ -76,6 +99,9 @@ def _span_groups(rec, idle: _IdleClock, step_rx, threads) -> dict:
             pat = pats.get(s.name)
             if pat is None:
                 pat = pats[s.name] = name_pattern(s.name)
+            if starts and _holds_step(starts, s):  # removing it would remove a step
+                around_steps.add(pat)
+                continue
             out[pat][0] += 1
             run = cur.get(pat)
             if run is not None and s.start <= run[1]:
@@ -86,7 +112,7 @@ def _span_groups(rec, idle: _IdleClock, step_rx, threads) -> dict:
             cur[pat] = [s.start, s.end]
         for pat, run in cur.items():
             out[pat][1] += idle.between(*run)
-    return out
+    return {pat: v for pat, v in out.items() if pat not in around_steps}
 
 
 def _sync_sites(g) -> dict:
@@ -130,11 +156,14 @@ def _copy_sites(g, steps, step_rx) -> dict:
 def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top: int = TOP) -> dict:
     """The three lists of the module docstring for a graph ``g`` (``labkit.trace.whatif.predict``
     supplies the steps, the unchanged replay's median step ``base_us`` and the measured window)."""
+    from labkit.trace.whatif.host_only import between_steps
     from labkit.trace.whatif.predict import _step_of_ops, device_idle_intervals, step_median_us
+    from labkit.trace.whatif.reads import find_placeholder_reads
     from labkit.trace.whatif.replay import replay
 
     step_of = _step_of_ops(g, step_spans) if step_spans else {}
-    idle = _IdleClock(device_idle_intervals(g.rec, win))
+    host_only = not g.rec.ops
+    idle = _IdleClock(between_steps(step_spans, win) if host_only else device_idle_intervals(g.rec, win))
     step_rx = re.compile(step_pat) if step_pat else None
     sync_labels = [c.labels for calls in g.syncs.values() for c in calls]
 
@@ -143,9 +172,10 @@ def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top:
         return {"argument": " ".join(c.argument() for c in changes), "predicted_step_ms": p / 1e3,
                 "saving_frac": (base_us - p) / base_us if base_us > 0 else None}
 
-    # the threads that launch device work: a span elsewhere (a thread waiting on a queue) delays nothing
-    launching = {key for key, _ in g.launch_of.values()}
-    spans = sorted(_span_groups(g.rec, idle, step_rx, launching).items(), key=lambda kv: -kv[1][1])
+    # the threads that launch device work (host-only: run the steps): a span elsewhere (a thread
+    # waiting on a queue) delays nothing
+    launching = {key for key, _ in step_spans} if host_only else {key for key, _ in g.launch_of.values()}
+    spans = sorted(_span_groups(g.rec, idle, step_rx, launching, step_spans).items(), key=lambda kv: -kv[1][1])
     out_spans = []
     for pat, (n, overlap) in spans[:top]:
         if overlap <= 0:
@@ -160,7 +190,11 @@ def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top:
                   **effect([Change("unsync", pat)])} for pat, (n, w, names) in sites[:top] if w > 0]
     out_copies = [{"pattern": pat, "per_step": n, **effect([Change("drop_copies", pat, keep=0)])}
                   for pat, n in sorted(_copy_sites(g, step_spans, step_rx).items(), key=lambda kv: -kv[1])[:top]]
-    return {"base_step_ms": base_us / 1e3, "spans": out_spans, "syncs": out_syncs, "copies": out_copies}
+    found = find_placeholder_reads(g, step_spans) if step_spans else None
+    out_reads = [] if found is None else [{**found.to_json(), **effect([found.change])}]
+    return {"base_step_ms": base_us / 1e3,
+            "ranked_by": "time between steps" if host_only else "device idle",
+            "reads": out_reads, "spans": out_spans, "syncs": out_syncs, "copies": out_copies}
 
 
 def suggestion_lines(s: dict) -> list[str]:
@@ -176,8 +210,11 @@ def suggestion_lines(s: dict) -> list[str]:
             out.append(f"  {fmt(it):>22s}  -> {it['predicted_step_ms']:10.3f} ms "
                        f"({'n/a' if sv is None else f'{-100 * sv:+.1f}%'})  {it['argument']}")
 
-    rows("host spans by the device idle they overlap (removed):", s["spans"],
-         lambda it: f"{it['idle_overlap_ms']:.3f} ms idle, {it['count']}x")
+    rows("placeholder reads (the #40143 pattern, removed):", s.get("reads", []),
+         lambda it: f"{float(np.median(it['reads_per_step'])):.0f} a step, {it['read_us']:.2f} us")
+    between = s.get("ranked_by") == "time between steps"
+    rows(f"host spans by the {'time between steps they take' if between else 'device idle they overlap'} (removed):",
+         s["spans"], lambda it: f"{it['idle_overlap_ms']:.3f} ms {'between' if between else 'idle'}, {it['count']}x")
     rows("synchronizing call sites by the time they waited (made non-blocking):", s["syncs"],
          lambda it: f"{it['waited_ms']:.3f} ms waited, {it['count']}x")
     rows(f"repeated small pageable copies (>= {MIN_COUNT} a step, removed):", s["copies"],

@@ -1,0 +1,95 @@
+"""``labkit whatif`` on a host-only trace (vLLM's CPU engine): one call for a census of its steps.
+
+vLLM's CPU build runs the forward on the host too, so its profiler trace has no device stream:
+the steps are the model runner's ``execute_context_N(T)_generation_M(U)`` annotations on one
+thread, and scheduling, sampling, ``update_from_output`` and output processing run between
+them. The what-if replays that thread alone; a step's time is the host's step-to-step time
+(from one step's end to the next one's), so the work between two steps counts in the second.
+
+``between_steps`` gives the host time between steps: what a device would wait for unless it
+overlapped that work; ``labkit whatif --suggest`` ranks host spans by it on such a trace.
+``predict_host_only(trace)`` predicts the step time with the scheduler's placeholder reads
+removed (the #40143 change: ``labkit.trace.whatif.reads``), derived from that trace alone;
+``predict_host_only(trace, scale={"get_num_embeds$": 0.0, ...})`` with any ``--scale`` changes
+(regex -> factor). Both return a ``HostOnlyPrediction``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from labkit.errors import UsageError
+
+__all__ = ["HostOnlyPrediction", "between_steps", "predict_host_only"]
+
+
+def between_steps(step_spans: list, win) -> list:
+    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step
+    span's end to the next one's start on its thread (a host-only trace's stand-in for device idle:
+    what a device would wait for unless it overlapped that work)."""
+    by: dict = {}
+    for key, s in step_spans:
+        by.setdefault(key, []).append(s)
+    out = []
+    lo, hi = win
+    for spans in by.values():
+        spans.sort(key=lambda s: s.start)
+        for a, b in zip(spans, spans[1:]):
+            z0, z1 = max(a.end, lo), min(b.start, hi)
+            if z1 > z0:
+                out.append((z0, z1))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class HostOnlyPrediction:
+    """Measured and predicted median step-to-step host time of one trace (ms)."""
+
+    measured_step_ms: float
+    predicted_step_ms: float
+    arguments: str  #: the ``labkit whatif`` arguments that make the same prediction
+    steps: int  #: steps in the trace
+    reads: dict | None  #: the placeholder reads found (``PlaceholderReads.to_json``), None: none
+    replay_error: float  #: the unchanged replay's largest step error (its self-check)
+
+    @property
+    def speedup(self) -> float:
+        return self.measured_step_ms / self.predicted_step_ms if self.predicted_step_ms else float("inf")
+
+
+def predict_host_only(trace, scale: Mapping[str, float] | None = None, *,
+                      steps: str | None = None) -> HostOnlyPrediction:
+    """Replay a host-only trace (path or ``Trace``) with ``scale`` (``{regex: factor}``, each as
+    ``labkit whatif --scale REGEX=FACTOR``; default: the placeholder reads removed) and return the
+    measured and predicted median step time. ``steps``: the step-span regex (default: vLLM's
+    ``execute_*`` spans, else ``ProfilerStep#N``). ``UsageError`` for a trace with device events,
+    without steps, without placeholder reads (default ``scale``), or a pattern that matches nothing."""
+    from labkit.trace.read.load import as_trace
+    from labkit.trace.whatif.changes import parse_changes
+    from labkit.trace.whatif.dependency_graph import trace_graph
+    from labkit.trace.whatif.predict import find_step_spans, predict
+    from labkit.trace.whatif.reads import find_placeholder_reads
+
+    tr = as_trace(trace)
+    rec, g = trace_graph(tr)
+    if rec.ops:
+        raise UsageError(f"{rec.file}: has device events; predict_host_only is for host-only traces "
+                         "(use labkit.trace.whatif.predict.predict)")
+    step_spans, _ = find_step_spans(rec, steps)
+    if not step_spans:
+        raise UsageError(f"{rec.file}: no step spans to time")
+    reads = find_placeholder_reads(g, step_spans)
+    if scale is None:
+        if reads is None:
+            raise UsageError(f"{rec.file}: no placeholder reads (get_num_embeds frames, or aten::item inside "
+                             "schedule) to remove; pass scale=")
+        changes = [reads.change]
+    else:
+        changes = parse_changes([f"{k}={v}" for k, v in scale.items()])
+    w = predict(tr, changes, steps=steps)
+    return HostOnlyPrediction(measured_step_ms=w.measured["step_ms_median"],
+                              predicted_step_ms=w.predicted["step_ms_median"],
+                              arguments=" ".join(c.argument() for c in changes), steps=w.steps["count"],
+                              reads=reads.to_json() if reads is not None else None,
+                              replay_error=w.replay_check["step_ms_error"])
