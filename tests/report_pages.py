@@ -154,6 +154,27 @@ def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
     return out
 
 
+def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
+    """Notebook 08: the scheduler alone (``vllm_sched``: schedule() per decode step, ms, as drawn); where
+    recorded, the census's schedule and prepare_inputs per point and variant (ms, as drawn), the input
+    stages per image (ms) and the real-server A/B's mean TPOT per variant and repeat (ms)."""
+    out = [KeyNumber(f"{r.slug} vllm_sched {row['variant']} {row['num_requests']}x{row['images']}: ms",
+                     row["median_ns"] / NS_PER_MS)
+           for r, row in rec.rows("vllm_sched", phase="schedule")]
+    if rec.has("vllm_step"):
+        out += [KeyNumber(f"{r.slug} vllm_step {row['variant']} {row['num_requests']}x{row['images']} {row['phase']}: ms",
+                          row["median_us"] / NS_PER_US)
+                for r in rec.find("vllm_step") for row in r.rows if row["phase"] in ("schedule", "prepare_inputs")]
+    if rec.has("vllm_input"):
+        out += [KeyNumber(f"{r.slug} vllm_input {row['stage']}: ms per image", row["per_image_median_us"] / NS_PER_US)
+                for r in rec.find("vllm_input") for row in r.rows]
+    if rec.has("vllm_ab"):
+        out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
+                          row["mean_tpot_us"] / NS_PER_US)
+                for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
+    return out
+
+
 @dataclass(frozen=True)
 class PageExpectation:
     headings: tuple[str, ...]
@@ -195,6 +216,10 @@ PAGES: dict[str, PageExpectation] = {
     "07_next_bubble": PageExpectation(
         headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
         min_figures=4, numbers=next_bubble_numbers, optional=("vllm_ab",)),
+    "08_inside_vllm": PageExpectation(
+        headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
+                  "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),
+        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab")),
 }
 
 

@@ -52,7 +52,9 @@ class EngineStep:
     """One engine step: host phase times and when its tokens reached the host (all ns).
 
     ``start_ns``: host time the step's scheduling began; ``output_ns``: host time its sampled
-    tokens were available (after the event wait); ``*_ns`` phases are host durations.
+    tokens were available (after the event wait); ``*_ns`` phases are host durations;
+    ``update_ns``: the scheduler's update after the tokens arrived (fixed host costs only);
+    ``client_ns``: when the frontend had processed them (the time TPOT is measured at).
     """
 
     step: int
@@ -69,6 +71,8 @@ class EngineStep:
     h2d_count: int
     graph_mode: str = "eager"
     replays: int = 0
+    update_ns: int = 0
+    client_ns: int = -1  #: when the frontend had processed the tokens (= ``output_ns`` without a frontend cost)
 
 
 class Engine:
@@ -136,6 +140,7 @@ class Engine:
         self.runner = graph_runner if graph_runner is not None else self._make_runner(real)
         self.steps: list[EngineStep] = []
         self._pending = None  # (event, step record fields, host ids) of the step whose tokens are not yet read
+        self._client_free = 0  # when the frontend lane is free again (fixed host costs' output_ns)
         self.sampled: list = []  # real devices: each finished step's sampled ids, int64 (num_seqs,) on the host
         self._output_tokens = 0
 
@@ -211,6 +216,9 @@ class Engine:
         if self.runner is not None and not self.graphs_captured:
             self.capture_graphs()
         t0 = dev.now_ns()
+        if self.host_costs is not None and self.host_costs.other_ns:
+            with dev.annotate("engine_core"):
+                dev.spend(self.host_costs.other_ns)
         with dev.annotate("schedule"):
             plan = self.scheduler.schedule()
             if self.host_costs is not None:
@@ -236,6 +244,8 @@ class Engine:
         t3 = dev.now_ns()
         with dev.annotate("sample"):
             sampled = fwd.sample(dev, batch, h)
+            if self.host_costs is not None:
+                dev.spend(self.host_costs.sample_ns)
             host_ids = dev.copy_d2h("d2h:sampled", sampled, nbytes=8 * batch.num_seqs, pinned=True,
                                     non_blocking=True)
             event = dev.record_event()
@@ -266,7 +276,17 @@ class Engine:
         t = self.dev.now_ns()
         self.dev.wait_event(event)
         out = self.dev.now_ns()
-        rec = EngineStep(**fields, wait_ns=out - t, output_ns=out)
+        update = 0
+        client = out
+        if self.host_costs is not None:
+            if self.host_costs.update_ns:
+                with self.dev.annotate("update_from_output"):
+                    self.dev.spend(self.host_costs.update_ns)
+                update = self.dev.now_ns() - out
+            # the frontend takes the step's outputs once the scheduler has emitted them
+            client = max(out + update, self._client_free) + int(self.host_costs.output_ns)
+            self._client_free = client
+        rec = EngineStep(**fields, wait_ns=out - t, output_ns=out, update_ns=update, client_ns=client)
         self.steps.append(rec)
         if host_ids is not None:  # its copy is done once the event is: the step's sampled tokens
             self.sampled.append(host_ids)
@@ -328,9 +348,13 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     if len(steps) < warmup_steps + 2:
         raise UsageError(f"need at least {warmup_steps + 2} steps to summarise, got {len(steps)}")
     measured = steps[warmup_steps:]
-    t_start = steps[warmup_steps - 1].output_ns if warmup_steps > 0 else steps[0].start_ns
-    t_end = measured[-1].output_ns
-    intervals = [b.output_ns - a.output_ns for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
+
+    def done(s: EngineStep) -> int:  # when the step's tokens were out: past the frontend, where it has a cost
+        return s.client_ns if s.client_ns >= 0 else s.output_ns
+
+    t_start = done(steps[warmup_steps - 1]) if warmup_steps > 0 else steps[0].start_ns
+    t_end = done(measured[-1])
+    intervals = [done(b) - done(a) for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
     intervals = [x for x in intervals if x > 0] or [t_end - t_start]
     timing = summarize(intervals, method="engine_step")
     tokens = sum(s.num_seqs for s in measured)
@@ -387,6 +411,7 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         "host_forward_ns": med("forward_ns"),
         "host_sample_ns": med("sample_ns"),
         "host_wait_ns": med("wait_ns"),
+        "host_update_ns": med("update_ns"),
         "h2d_per_step": med("h2d_count"),
     }
 

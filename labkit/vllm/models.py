@@ -205,7 +205,7 @@ def _write_pixtral(out: Path) -> dict:
     return {"vocab_size": len(vocab), "image_token_id": vocab["[IMG]"]}
 
 
-def _write_gemma4(out: Path) -> dict:
+def _write_gemma4(out: Path, causal_text: bool = False) -> dict:
     from transformers import Gemma4Config
     from transformers.models.gemma4 import Gemma4ImageProcessorPil
 
@@ -216,10 +216,12 @@ def _write_gemma4(out: Path) -> dict:
     tok, vocab = _tokenizer(_GEMMA4_SPECIAL, _GEMMA4_CHAT, extra)
     n = len(vocab)
     layers = sizes["text"]["num_hidden_layers"]
-    text = dict(sizes["text"], vocab_size=n, vocab_size_per_layer_input=n, max_position_embeddings=8192,
+    text = dict(sizes["text"], vocab_size=n, vocab_size_per_layer_input=n, max_position_embeddings=32768,
                 layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
                 pad_token_id=vocab["<pad>"], eos_token_id=vocab["<eos>"], bos_token_id=vocab["<bos>"],
-                global_head_dim=sizes["text"]["head_dim"], use_bidirectional_attention="vision")
+                global_head_dim=sizes["text"]["head_dim"])
+    if not causal_text:
+        text["use_bidirectional_attention"] = "vision"
     vision = dict(sizes["vision"], patch_size=sizes["patch_size"], pooling_kernel_size=sizes["pooling_kernel_size"],
                   default_output_length=sizes["max_soft_tokens"])
     config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None,
@@ -241,15 +243,20 @@ def _write_gemma4(out: Path) -> dict:
     return {"vocab_size": n, "image_token_id": vocab["<|image|>"]}
 
 
-def make_model(arch: str, out: str | Path, *, force: bool = False) -> Path:
+def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: bool = False) -> Path:
     """Write a tiny model folder for ``arch`` at ``out``; returns the folder.
 
     An existing non-empty folder is an error unless it is a folder this function made
     (``force`` replaces it). The folder is written next to ``out`` and moved into place
-    once complete, so a failure leaves nothing half-written.
+    once complete, so a failure leaves nothing half-written. ``causal_text`` (``gemma4``
+    only) leaves out the text config's ``use_bidirectional_attention="vision"``, as
+    Gemma-4-E4B's config does (#40143's benchmark model): vLLM then does not treat the model
+    as an mm-prefix one and builds no per-step image ranges.
     """
     if arch not in ARCHS:
         raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+    if causal_text and arch != "gemma4":
+        raise UsageError("--causal-text applies to the gemma4 architecture only")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not (out / MARKER_FILE).is_file():
@@ -267,8 +274,10 @@ def make_model(arch: str, out: str | Path, *, force: bool = False) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        info = _write_pixtral(tmp) if arch == "pixtral-llava" else _write_gemma4(tmp)
+        info = _write_pixtral(tmp) if arch == "pixtral-llava" else _write_gemma4(tmp, causal_text)
         marker = {"arch": arch, "sizes": ARCHS[arch], **info, "weights": "none (load_format='dummy')"}
+        if causal_text:
+            marker["text_attention"] = "causal (no bidirectional attention over images: not an mm-prefix model)"
         (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)

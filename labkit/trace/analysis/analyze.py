@@ -31,6 +31,7 @@ from labkit.trace.analysis.bubbles import (
 )
 from labkit.trace.analysis.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.analysis.engine_steps import engine_phase_table
 from labkit.trace.analysis.hostonly import between_step_call_sites
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import DEVICE_CATS, Trace, as_trace
@@ -62,6 +63,7 @@ class Analysis:
     step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.analysis.steps.detect_steps)
     step_phases: pd.DataFrame | None = None  #: host time per annotated phase per step
     host_sites: pd.DataFrame | None = None  #: host-only traces: call sites between steps (labkit.trace.analysis.hostonly)
+    engine_phases: pd.DataFrame | None = None  #: vLLM's whole engine steps by phase (labkit.trace.analysis.engine_steps)
 
     @property
     def h2d(self) -> pd.DataFrame:
@@ -105,6 +107,7 @@ class Analysis:
             "host_threads": _records(self.host_threads),
             "kernels": _records(self.kernels.head(top)),
             "host_call_sites": _records(self.host_sites.head(top)) if self.host_sites is not None else [],
+            "engine_steps": _records(self.engine_phases) if self.engine_phases is not None else [],
         })
 
     def _graphs_json(self, top: int) -> dict:
@@ -138,6 +141,20 @@ class Analysis:
                        f"{r.idle_other_us / 1e3:>9.3f}  {phases}")
         return out
 
+    def _engine_lines(self) -> list[str]:
+        from labkit.trace.analysis.engine_steps import phase_summary
+
+        table = self.engine_phases
+        if table is None or len(table) == 0:
+            return []
+        med = {r.phase: r.median_us / 1e3 for r in phase_summary(table).itertuples()}
+        top = ", ".join(f"{p} {med[p]:.2f}" for p in ("schedule", "prepare_inputs", "encoder", "forward", "sample",
+                                                      "update_from_output", "process_outputs", "other"))
+        return [f"vLLM engine steps (whole step, from Python frames): {len(table)}, median {med['step']:.2f} ms; "
+                f"per phase (ms): {top}",
+                f"  inside schedule: encoder_inputs {med['encoder_inputs']:.2f}, get_num_embeds {med['get_num_embeds']:.2f}; "
+                f"inside process_outputs: detokenize {med['detokenize']:.2f}"]
+
     def summary_lines(self, top: int = 5) -> list[str]:
         """A short human summary (for the CLI)."""
         s = self.source
@@ -167,6 +184,7 @@ class Analysis:
             out.append(f"CUDA graphs: {g['launches_count']} replays ({g['unrecorded_count']} without recorded ops), "
                        f"{g['ops_count']} ops, idle inside replays {g['gaps_us'] / 1e3:.3f} ms")
         out.extend(self._step_lines(top))
+        out.extend(self._engine_lines())
         if self.host_sites is not None and len(self.host_sites):
             out.append(f"host call sites between steps (no device stream; top {top}):")
             for r in self.host_sites.head(top).itertuples():
@@ -372,4 +390,5 @@ def _analyze(path_or_trace, *, kernel_wait_us, step_pattern, small_bytes, min_co
                     hta_compatible=hta, host_threads=threads, kernels=kernel_stats(ops), summary=summary,
                     params=params, trace=trace, ops=ops, replays=replays, devices=devices, device_gaps=gaps,
                     step_info=step_info, step_phases=step_phases(trace, steps),
-                    host_sites=None if trace.has_device_events() else between_step_call_sites(trace, steps, top=top))
+                    host_sites=None if trace.has_device_events() else between_step_call_sites(trace, steps, top=top),
+                    engine_phases=engine_phase_table(trace))

