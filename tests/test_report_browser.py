@@ -173,7 +173,9 @@ class LabReport:
 
 
 def _run_report(out: Path, results: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, LABKIT_RESULTS=str(results), **(env_extra or {}))
+    # notebook 08's live census runs only where vLLM's CPU environment is named: never in these tests
+    env = dict(os.environ, LABKIT_RESULTS=str(results), LABKIT_VLLM_CPU_VENV=str(out / "no-vllm-cpu-venv"),
+               **(env_extra or {}))
     return subprocess.run(
         [sys.executable, "-m", "labkit", "report", "--size", "quick", "--device", "cpu", "--out", str(out), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
