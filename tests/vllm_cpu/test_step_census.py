@@ -59,6 +59,12 @@ def test_whatif_check_runs_on_the_census_traces(census, run_root):
     assert res["baseline_engine_step_ms"] > 0 and res["merged_engine_step_ms"] > 0
     if "whatif_error" not in res:  # removing host work never lengthens the replayed step
         assert res["predicted_step_ms"] <= res["baseline_step_ms"] * 1.001
+    # the census records the same check at its largest point, with the figures it compared
+    (rec,) = [c for c in census.params["checks"] if c["check"] == "whatif predicts merged from the baseline trace"]
+    assert (rec["num_requests"], rec["images"]) == (2, 2)
+    if "whatif_error" not in res:
+        assert rec["predicted_step_ms"] == pytest.approx(res["predicted_step_ms"])
+        assert rec["merged_step_ms"] == pytest.approx(res["merged_step_ms"])
 
 
 def test_input_processing_stages(run_root):
