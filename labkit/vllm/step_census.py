@@ -23,7 +23,8 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
 The profiler costs time of its own on every Python call and every aten op it records, and
 the pre-#40143 placeholder reads are thousands of both per step: a profiled baseline step is
 several times longer than an unprofiled one. So the trace is checked against the wrapper
-timers **of the same profiled steps** (like with like: ``trace_vs_wrapper``), and the census
+timers **of the same profiled steps** (like with like: ``trace_vs_wrapper``, the trace's total
+over those steps against the timers' total, as one trace step is one timed step), and the census
 figures themselves (``median_us``) come from the unprofiled steps; ``profiler_inflation``
 says how much the profiler stretched each phase.
 
@@ -293,12 +294,19 @@ def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace
             row.update(_quantiles([w.get(phase, 0.0) for w in wrapper]))
         col = "dur_us" if phase == "step" else f"{phase}_us"
         row["trace_median_us"] = float(table[col].median())
+        row["trace_mean_us"] = float(table[col].mean())
         row["trace_steps"] = int(len(table))
         if phase != "get_num_embeds":
-            prof = statistics.median([w.get(phase, 0.0) for w in wrapper_prof])
-            row["wrapper_profiled_median_us"] = prof
-            row["trace_vs_wrapper"] = row["trace_median_us"] / prof if prof > 0 else None
-            row["profiler_inflation"] = prof / row["median_us"] if row["median_us"] else None
+            prof = [w.get(phase, 0.0) for w in wrapper_prof]
+            row["wrapper_profiled_median_us"] = statistics.median(prof)
+            row["wrapper_profiled_mean_us"] = statistics.fmean(prof)
+            # the same profiled steps on both sides (one trace step per timed step): their totals
+            # compare step for step, where two medians of a few steps may come from different steps
+            same = len(table) == len(prof)
+            row["trace_vs_wrapper"] = (row["trace_mean_us"] / row["wrapper_profiled_mean_us"]
+                                       if same and row["wrapper_profiled_mean_us"] > 0 else None)
+            row["profiler_inflation"] = (row["wrapper_profiled_median_us"] / row["median_us"]
+                                         if row["median_us"] else None)
         if phase == "step":
             sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
             row["phase_sum_us"] = float(statistics.median(sums))

@@ -8,8 +8,9 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     steps) is at least ``1 - SUM_TOLERANCE``, by the wrapper timers and by the trace alike;
 ``trace agrees with the timers``
     per point, variant and top-level phase taking at least ``MIN_SHARE`` of the profiled step,
-    the trace's median within ``TRACE_TOLERANCE`` of the wrapper timers' over the same profiled
-    steps. Smaller phases are listed, not held to it: a wrapped call costs the profiler about a
+    the trace's total over the profiled steps within ``TRACE_TOLERANCE`` of the wrapper timers'
+    total over the same steps (one trace step per timed step; no ratio, and the check fails,
+    where the counts differ). Smaller phases are listed, not held to it: a wrapped call costs the profiler about a
     microsecond of its own outside the frame the trace records, a sizeable share of a phase of
     a few microseconds (``encoder`` in decode);
 ``schedule saving matches the scheduler alone``
@@ -34,22 +35,27 @@ SCHED_TOLERANCE = 0.20
 TOP_PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
 
 
-def scheduler_only_point(requests: int, images: int, *, steps: int = 20, warmup: int = 3,
+def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: int = 5, warmup: int = 3,
                          variants=("baseline", "merged")) -> list[dict]:
-    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, interleaved.
+    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks.
 
     The mechanism of ``labkit bench vllm-sched`` (:mod:`labkit.vllm.sched_census`: a generated
     tiny Gemma-3 config, Gemma-style 258-token placeholders, a stand-in model runner) with the
     lab's A/B variants applied around each variant's steps, the collector on (as in the step
-    census). Rows: ``variant``, ``num_requests``, ``images``, ``phase="scheduler_only"``,
-    ``median_us``, ``steps``."""
+    census). As in the census, the variants alternate in blocks of ``block`` timed steps, each
+    after one step left out: switching a variant clears the cumsums cached under the other
+    definition (:func:`labkit.vllm.ab.apply_variant`), so the first step after a switch
+    recomputes every image's cumsum, a cost neither arm pays in steady decode. ``warmup``
+    steps per variant first, left out. Rows: ``variant``, ``num_requests``, ``images``,
+    ``phase="scheduler_only"``, ``median_us``, ``steps``."""
     import gc
 
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
 
+    rounds = -(-steps // block)
     with temporary_model_dir() as model_dir:
-        _prompt, blocks, max_len = _sizes(requests, images, warmup + steps)
+        _prompt, blocks, max_len = _sizes(requests, images, warmup + rounds * (block + 1) + 2)
         runs = {v: SchedulerRun(make_scheduler(model_dir, num_blocks=blocks, max_model_len=max_len),
                                 make_requests(requests, images, prefix=f"{v}-")) for v in variants}
         for v, run in runs.items():
@@ -57,16 +63,26 @@ def scheduler_only_point(requests: int, images: int, *, steps: int = 20, warmup:
                 run.run_to_decode()
         gc.collect()
         times: dict[str, list[int]] = {v: [] for v in variants}
-        for i in range(warmup + steps):
-            for v, run in runs.items():
+
+        def steady_step(v, run, i):
+            sched_ns, _update_ns, out = run.step()
+            if len(out.num_scheduled_tokens) != requests or out.scheduled_encoder_inputs:
+                raise RuntimeError(f"{v}: scheduler-only step {i} is not a steady decode step of all {requests}")
+            return sched_ns
+
+        for v, run in runs.items():
+            with patched_vllm(v):
+                for i in range(warmup):
+                    steady_step(v, run, i)
+        for r in range(rounds):
+            order = list(variants[r % len(variants):]) + list(variants[:r % len(variants)])
+            for v in order:
                 with patched_vllm(v):
-                    sched_ns, _update_ns, out = run.step()
-                if len(out.num_scheduled_tokens) != requests or out.scheduled_encoder_inputs:
-                    raise RuntimeError(f"{v}: scheduler-only step {i} is not a steady decode step of all {requests}")
-                if i >= warmup:
-                    times[v].append(sched_ns)
+                    steady_step(v, runs[v], 0)  # left out: it recomputes the cumsums the switch cleared
+                    for i in range(block):
+                        times[v].append(steady_step(v, runs[v], i + 1))
     return [{"variant": v, "num_requests": requests, "images": images, "phase": "scheduler_only", "parent": None,
-             "median_us": statistics.median(times[v]) / 1e3, "steps": steps,
+             "median_us": statistics.median(times[v]) / 1e3, "steps": len(times[v]),
              "timer": "scheduler driven alone (labkit bench vllm-sched's mechanism)"} for v in variants]
 
 
