@@ -71,8 +71,13 @@ checks[["check", "num_requests", "images", "variant", "passed", "detail"]] if no
 
 # %% [markdown]
 # The census checks its schedule saving (baseline - merged) against vLLM's scheduler driven
-# alone at the same shape, in the same environment. `labkit bench vllm-sched` is that
-# scheduler-only census (vLLM 0.33's scheduler, a stand-in model runner); its recorded result:
+# alone at the same shape, in the same environment, and `labkit whatif` on its own traces (the
+# baseline's trace with the encoder-input checks removed, against the merged trace's step). The
+# table shows each check as recorded, passed or not: where the engine's saving and the
+# scheduler-alone one part, the engine's is what vLLM paid inside a whole step, the other what
+# the same scheduler code pays with nothing else around it. `labkit bench vllm-sched` is the
+# scheduler-only census on its own (vLLM 0.33's scheduler, a stand-in model runner); its
+# recorded result:
 
 # %%
 from labkit.vllm import sched_bench
