@@ -13,7 +13,7 @@
 # %% [markdown]
 # # 08 · Inside vLLM: the whole engine step, phase by phase
 #
-# #40143 measured +27% output tokens/s on Gemma-4-E4B at 128 requests x 32 images. The lab's
+# PR #40143 measured +27% output tokens/s on Gemma-4-E4B at 128 requests x 32 images. The lab's
 # own engine (notebook 02) does not reproduce that under full CUDA graphs: its host side per
 # step is only its small scheduler, the metadata and a graph replay, and it hides behind the
 # device step. A real vLLM step at that shape does much more on the host: it prepares the
@@ -66,8 +66,14 @@ table = inside_vllm.census_table(census)
 table.round(3) if not table.empty else print(inside_vllm.NO_STEP)
 
 # %%
-checks = pd.DataFrame(census.params.get("checks", []) if census is not None else [])
-checks[["check", "num_requests", "images", "variant", "passed", "detail"]] if not checks.empty else print(inside_vllm.NO_STEP)
+summary = inside_vllm.checks_summary(census)
+summary if not summary.empty else print(inside_vllm.NO_STEP)
+
+# %%
+print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check passed")
+
+# %%
+inside_vllm.plot_schedule_saving(census)
 
 # %% [markdown]
 # The census checks its schedule saving (baseline - merged) against vLLM's scheduler driven

