@@ -21,7 +21,7 @@ WIDTH = 1280
 #: result-name prefixes each notebook reads (06 compares every result)
 READS = {"00": ["calibration"], "01": ["mm_", "calibration"], "02": ["engine", "calibration"],
          "03": ["h2d", "ranges"], "04": ["attn"], "05": ["trace", "engine"], "06": [""],
-         "07": ["vllm", "mm_overlap", "ranges"]}
+         "07": ["vllm", "mm_overlap", "ranges"], "08": ["vllm", "mm_decode"]}
 SOURCES = ["measured-gpu", "measured-cpu", "simulated", "interpreted"]
 #: every source on one row, in the orders that pack worst (long badges side by side)
 ALL_FOUR = [["interpreted", "measured-cpu", "measured-gpu", "simulated"],
@@ -69,7 +69,7 @@ def _manifest() -> dict:
         entry = {
             "name": path.stem, "title": notebook_title(nb, path.stem), "summary": notebook_summary(nb),
             "html": f"{path.stem}.html", "ok": True, "seconds": 1234.5 if i == 1 else 12.0 * (i + 1),
-            "sources": ALL_FOUR[i - 5] if i >= 5 else SOURCES[i % 3:i % 3 + 2], "error": None,
+            "sources": ALL_FOUR[(i - 5) % len(ALL_FOUR)] if i >= 5 else SOURCES[i % 3:i % 3 + 2], "error": None,
             "machine": "cpu-epyc-2c", "device": "cpu", "labkit_commit": "0123456789ab+dirty",
             "created": "2026-12-01T21:00:00+00:00",
             "results": [r for r in recorded if any(r["name"].startswith(k) for k in READS.get(num, [""]))],

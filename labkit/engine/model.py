@@ -76,6 +76,7 @@ class TransformerStack:
             dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.dtype = dtype
         gen = torch.Generator(device=self.device).manual_seed(seed)
+        self._seed = seed
         h, d = cfg.hidden_size, cfg.head_dim
 
         def rand(*shape, fan_in):
@@ -108,8 +109,11 @@ class TransformerStack:
             return
         cap = int(kv_tokens * 1.25) + 64
         shape = (cap, self.cfg.num_kv_heads, self.cfg.head_dim)
-        self.k_buf = self.torch.randn(shape, device=self.device, dtype=self.dtype)
-        self.v_buf = self.torch.randn(shape, device=self.device, dtype=self.dtype)
+        # the context the decode rows attend to: drawn from the model's seed, never the global RNG,
+        # so a run's sampled tokens do not depend on what else ran in the process first
+        gen = self.torch.Generator(device=self.device).manual_seed(self._seed * 1_000_003 + cap)
+        self.k_buf = self.torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+        self.v_buf = self.torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
         logger.info("KV buffers: %d tokens (%.2f GiB each)", cap,
                     self.k_buf.numel() * self.k_buf.element_size() / 2**30)
 
