@@ -6,8 +6,9 @@
 # Sets up .venv-vllm-cpu if needed (scripts/setup_vllm_cpu.sh: ~4 min cold, ~3.5 GB), then runs
 # tests/vllm_cpu/: a made Gemma 4 model, a few requests with images through vllm.LLM, every A/B
 # variant's tokens identical, the scheduler's get_num_embeds calls per decode step, one profiler
-# trace per variant read by `labkit analyze`, and the installed vLLM's sources against the
-# official wheel of the same version (pip download, ~330 MB, kept in the venv).
+# trace per variant read by `labkit analyze`, the step census at 2 x 2 and the input stages, and
+# the installed vLLM's sources against the official wheel of the same version (pip download,
+# ~330 MB, kept in the venv).
 # Environment: VLLM_CPU_VENV (default .venv-vllm-cpu); HF_HUB_OFFLINE=1 always.
 set -euo pipefail
 
