@@ -201,6 +201,22 @@ def test_report_says_so_when_a_reply_is_not_delivered(tmp_path, monkeypatch):
     assert all(line.startswith("[1/1] 00_deaf: cell ") and "\n" not in line for line in stall_lines)
 
 
+def _sigterm_once(proc, marker, timeout_s: float, never: str):
+    """Wait (up to ``timeout_s``) for a cell to create ``marker``, then SIGTERM the report and
+    return its ``(stdout, stderr)``; a report that stays up after 60 s more is killed."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, never
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=60)  # well before the sleeping cell's 120 s end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.slow
 def test_sigterm_stops_the_report_like_ctrl_c(tmp_path):
     marker = tmp_path / "started"
@@ -214,17 +230,7 @@ def test_sigterm_stops_the_report_like_ctrl_c(tmp_path):
          "--device", "cpu", "--no-save"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the notebook never started"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)  # well before the cell's 120 s sleep ends
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _stdout, stderr = _sigterm_once(proc, marker, 120, "the notebook never started")
     assert proc.returncode == 128 + signal.SIGTERM
     assert "Traceback" not in stderr
     stopped = [line for line in stderr.splitlines() if line.startswith("report: stopped by SIGTERM")]
@@ -247,17 +253,7 @@ def test_a_report_stopped_part_way_records_the_notebooks_it_finished(tmp_path):
          "--device", "cpu"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, LABKIT_RESULTS=str(store)),
     )
-    try:
-        deadline = time.monotonic() + 180
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the second notebook never started"
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _sigterm_once(proc, marker, 180, "the second notebook never started")
     assert proc.returncode == 128 + signal.SIGTERM
     saved = list(store.glob("*/report_quick.json"))
     assert len(saved) == 1, list(store.rglob("*"))
