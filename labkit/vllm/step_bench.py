@@ -13,8 +13,9 @@ requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: th
 with requests (sampling, ``update_from_output``, output processing) part from those that grow
 with images per request (the pre-#40143 loop: requests x images); ``--requests``/``--images``
 give a product grid instead. The result is rewritten after each point (``complete: false``
-until the end). ``--whatif-check BASELINE MERGED`` runs only the ``labkit whatif`` check on two
-recorded traces (:mod:`labkit.vllm.step_whatif`).
+until the end). The census records the ``labkit whatif`` check (:mod:`labkit.vllm.step_whatif`)
+at its largest point among its checks; ``--whatif-check BASELINE MERGED`` runs only that check on
+two recorded traces.
 """
 
 from __future__ import annotations
