@@ -26,7 +26,7 @@ from typing import Callable
 
 from labkit.errors import UsageError
 
-__all__ = ["add_grid_options", "grid_from_args", "bench_parser", "run_main", "main"]
+__all__ = ["add_grid_options", "grid_from_args", "bench_parser", "run_main", "parse_image_size", "main"]
 
 
 def add_grid_options(p: argparse.ArgumentParser) -> None:
@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _image_size(text: str) -> tuple[int, int]:
+def parse_image_size(text: str) -> tuple[int, int]:
     """``HxW`` -> ``(width, height)``."""
     try:
         h, w = (int(x) for x in text.lower().split("x"))
@@ -132,7 +132,7 @@ def _main(argv: list[str]) -> int:
             get_variant(v)
         if not variants:
             raise UsageError("--variants is empty")
-        w, h = _image_size(args.image_size)
+        w, h = parse_image_size(args.image_size)
         shape = Shape(args.requests, args.images, w, h, args.output_len).check()
         report = run_check(args.model, shape, variants, run_dir=args.run_dir, traces=args.traces, json_out=args.json)
         for line in report.lines():

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
-    from labkit.vllm.cli import _image_size
+    from labkit.vllm.cli import parse_image_size
 
     args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-input")
@@ -216,7 +216,7 @@ def _main(argv: list[str]) -> int:
             if not 1 <= getattr(args, key) <= 64:
                 raise UsageError(f"--{key} must be in 1..64")
             spec[key] = getattr(args, key)
-    width, height = _image_size(args.image_size)
+    width, height = parse_image_size(args.image_size)
     from labkit.vllm.step_bench import require_vllm
 
     require_vllm()
