@@ -95,6 +95,36 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size in bytes of the CPU's last-level cache as the kernel reports it (the highest level of
+    ``root``'s ``index*/``, data or unified), or None where it does not say. On a virtual machine
+    this is what the hypervisor reports, which may be the whole socket's cache shared with others."""
+    best: tuple[int, int] | None = None
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return None
+    for name in entries:
+        if not name.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, name, "level"), encoding="utf-8") as f:
+                level = int(f.read().strip())
+            with open(os.path.join(root, name, "type"), encoding="utf-8") as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, name, "size"), encoding="utf-8") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        m = re.fullmatch(r"(\d+)\s*([KMG]?)", size)
+        if kind == "Instruction" or m is None:
+            continue
+        nbytes = int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)]
+        if best is None or level > best[0]:
+            best = (level, nbytes)
+    return best[1] if best else None
+
+
 def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(

@@ -98,3 +98,26 @@ def test_description_without_gpu_is_safe(no_gpu, monkeypatch):
     assert f'"{getpass.getuser()}"' not in text     # nor the user name
     # every value is a plain scalar: nothing nested that could carry an environment
     assert all(v is None or isinstance(v, (str, int, float)) for v in desc.values())
+
+
+def _cache_dir(root, entries):
+    for i, (level, kind, size) in enumerate(entries):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return str(root)
+
+
+def test_last_level_cache_is_the_highest_data_or_unified_level(tmp_path):
+    from labkit.device import last_level_cache_bytes
+
+    root = _cache_dir(tmp_path / "a", [(1, "Data", "48K"), (1, "Instruction", "64K"), (2, "Unified", "2048K"),
+                                       (3, "Unified", "491520K")])
+    assert last_level_cache_bytes(root) == 491520 * 1024
+    # an instruction cache never counts, even at the highest level; a size it cannot read is skipped
+    root = _cache_dir(tmp_path / "b", [(1, "Data", "32K"), (2, "Unified", "1M"), (3, "Instruction", "8M"),
+                                       (3, "Unified", "lots")])
+    assert last_level_cache_bytes(root) == 2**20
+    assert last_level_cache_bytes(str(tmp_path / "missing")) is None

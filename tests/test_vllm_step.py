@@ -123,7 +123,7 @@ def test_derived_phases_follow_the_trace_tables_rules():
     assert d["other"] == pytest.approx(1000 - (100 + 180 + 10 + 410 + 60 + 40 + 40))
 
 
-def _rows(base_sched, merged_sched, *, trace_ratio=1.0, share=0.99, alone=None):
+def _rows(base_sched, merged_sched, *, trace_ratio=1.0, share=0.99, alone=None, warm=None, swept=None):
     rows = []
     for v, sched in (("baseline", base_sched), ("merged", merged_sched)):
         step = sched + 900.0
@@ -134,9 +134,9 @@ def _rows(base_sched, merged_sched, *, trace_ratio=1.0, share=0.99, alone=None):
                       ("sample", 50.0), ("update_from_output", 20.0), ("process_outputs", 20.0)):
             rows.append({"variant": v, "num_requests": 128, "images": 32, "phase": p, "median_us": us,
                          "wrapper_profiled_median_us": 2 * us, "trace_vs_wrapper": trace_ratio if us > 10 else 0.6})
-        if alone is not None:
-            rows.append({"variant": v, "num_requests": 128, "images": 32, "phase": "scheduler_only",
-                         "median_us": alone[v]})
+        for phase, figures in (("scheduler_only", alone), ("schedule_alone", warm), ("schedule_alone_swept", swept)):
+            if figures is not None:
+                rows.append({"variant": v, "num_requests": 128, "images": 32, "phase": phase, "median_us": figures[v]})
     return rows
 
 
@@ -161,6 +161,34 @@ def test_census_checks_fail_where_the_census_is_inconsistent(bad, which):
     assert failed == {which}
 
 
+ALONE = {"alone": {"baseline": 5600.0, "merged": 150.0}, "warm": {"baseline": 5300.0, "merged": 300.0},
+         "swept": {"baseline": 9300.0, "merged": 800.0}}
+
+
+@pytest.mark.parametrize("change, failed", [
+    ({}, set()),
+    # the engine step's saving (5800 us) below 80% of the warm one (7300 x 0.8 = 5840): outside the bracket,
+    # while both stay within 20% of the stand-in (7000)
+    ({"warm": {"baseline": 7600.0, "merged": 300.0}, "alone": {"baseline": 7150.0, "merged": 150.0}},
+     {"schedule saving lies between the scheduler alone, warm and swept"}),
+    # above 120% of the larger of warm (4500) and swept (4000): 5400, outside the bracket
+    ({"warm": {"baseline": 4800.0, "merged": 300.0}, "swept": {"baseline": 4800.0, "merged": 800.0}},
+     {"schedule saving lies between the scheduler alone, warm and swept"}),
+    # the engine's scheduler alone (5000) 37% above the stand-in (3650), which also misses the census
+    ({"alone": {"baseline": 3800.0, "merged": 150.0}},
+     {"the engine's scheduler alone matches the stand-in", "schedule saving matches the scheduler alone"}),
+])
+def test_scheduler_alone_checks_bracket_and_match_by_hand(change, failed):
+    """Census saving 6000 - 200 = 5800 us; warm 5000, swept 8500, stand-in 5450 (worked by hand)."""
+    checks = census_checks(_rows(6000.0, 200.0, **{**ALONE, **change}))
+    names = {c["check"] for c in checks}
+    assert {"schedule saving lies between the scheduler alone, warm and swept",
+            "the engine's scheduler alone matches the stand-in"} <= names
+    assert {c["check"] for c in checks if not c["passed"]} == failed
+    bracket = next(c for c in checks if c["check"].startswith("schedule saving lies"))
+    assert bracket["census_us"] == 5800.0 and "ms in the engine step" in bracket["detail"]
+
+
 def test_ttft_statement_worked_by_hand():
     # 10 ms decode + 90 ms add_request per image -> 0.1 s; 32 images -> 3.2 s a request;
     # 128 requests one after another wait (128 + 1) / 2 x 3.2 = 206.4 s on average
@@ -180,8 +208,11 @@ def test_ttft_statement_worked_by_hand():
 
 
 def test_census_plan_sizes_the_engine_for_every_point():
-    plan = step_census.CensusPlan(points=((128, 32), (8, 1)), rounds=2, block=3, profiled=2, wave=16)
-    assert plan.decode_steps == 4 * (2 * 4 + 2 + 2) + 8
+    plan = step_census.CensusPlan(points=((128, 32), (8, 1)), rounds=2, block=3, profiled=2, wave=16,
+                                  alone_rounds=3, alone_block=4)
+    # per variant: 2 rounds of 3 timed steps + 1 left out, 2 profiled + 2 around them, and the scheduler
+    # alone in 2 modes x 3 rounds of 4 timed steps + 1 left out
+    assert plan.decode_steps == 4 * (2 * 4 + 2 + 2 + 2 * 3 * 5) + 8
     # 8 waves of 16 requests, 24 steps' slack each, on top of the census's own steps
     assert plan.max_tokens(128) == plan.decode_steps + 8 * 24 + 64
     assert step_census.prompt_tokens(plan, 32) == 32 * 262 + step_census.PROMPT_TEXT_TOKENS
@@ -196,6 +227,7 @@ def _cli(*args):
 
 @pytest.mark.parametrize("args, words", [
     (["vllm-step", "--rounds", "0"], "--rounds must be >= 1"),
+    (["vllm-step", "--alone-rounds", "-1"], "--alone-rounds must be >= 0"),
     (["vllm-step", "--requests", "200"], "requests must be in 1..128"),
     (["vllm-step", "--variants", "nope"], "unknown vLLM A/B variant"),
     (["vllm-step", "--variants", "pr38794"], "pr38794 equals baseline"),
@@ -262,3 +294,79 @@ def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
     monkeypatch.setattr(sc, "temporary_model_dir", lambda: contextlib.nullcontext("model"))
     rows = scheduler_only_point(3, 2, steps=8, block=4, warmup=1)
     assert {r["variant"]: (r["median_us"], r["steps"]) for r in rows} == {"baseline": (0.01, 8), "merged": (0.01, 8)}
+
+
+def test_sweep_is_twice_the_last_level_cache_within_bounds():
+    from labkit.vllm.step_checks import sweep_bytes
+
+    assert sweep_bytes(480 * 2**20) == 960 * 2**20
+    assert sweep_bytes(8 * 2**20) == 64 * 2**20 and sweep_bytes(4 * 2**30) == 2 * 2**30
+    assert sweep_bytes(0) == 256 * 2**20  # unknown size
+
+
+def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_steps(monkeypatch):
+    """A stand-in scheduler on a fake clock: schedule() costs 1000 ns right after a variant is applied
+    and 10 ns (baseline) or 4 ns (merged) otherwise; update_from_output costs 500 ns, never timed. The
+    left-out step after each switch is not in the medians, the stand-in output gives each request its
+    own last token, and the sweep reads its buffer once after every step of the swept mode only."""
+    import contextlib
+    import time
+
+    import numpy
+
+    import labkit.vllm.ab as ab
+    from labkit.vllm.step_checks import engine_scheduler_alone
+
+    clock = _Clock()
+    state = {"active": None, "fresh": False, "sums": [], "steps": 0}
+
+    @contextlib.contextmanager
+    def fake_patched(name):
+        state.update(active=name, fresh=True)
+        yield
+        state.update(active=None)
+
+    class Req:
+        def __init__(self, last):
+            self.output_token_ids = [7, last]
+
+    class Out:
+        def __init__(self, ids):
+            self.num_scheduled_tokens = {r: 1 for r in ids}
+            self.scheduled_encoder_inputs = {}
+
+    class Scheduler:
+        requests = {"a": Req(11), "b": Req(12), "c": Req(13)}
+
+        def schedule(self):
+            clock.t += 1000 if state["fresh"] else (10 if state["active"] == "baseline" else 4)
+            state["fresh"] = False
+            state["steps"] += 1
+            return Out(list(self.requests))
+
+        def update_from_output(self, out, mro):
+            clock.t += 500
+            assert mro == (["a", "b", "c"], [[11], [12], [13]])
+
+    class Buffer:
+        def sum(self):
+            state["sums"].append(state["steps"])
+
+    monkeypatch.setattr(ab, "patched_vllm", fake_patched)
+    monkeypatch.setattr(time, "perf_counter_ns", clock)
+    monkeypatch.setattr(numpy, "ones", lambda n: Buffer())
+    rows = engine_scheduler_alone(Scheduler(), 3, 2, ("baseline", "merged"), rounds=2, block=3, sweep=800,
+                                  make_output=lambda ids, tokens: (ids, tokens))
+    got = {(r["variant"], r["phase"]): (r["median_us"], r["steps"]) for r in rows}
+    assert got == {("baseline", "schedule_alone"): (0.01, 6), ("merged", "schedule_alone"): (0.004, 6),
+                   ("baseline", "schedule_alone_swept"): (0.01, 6), ("merged", "schedule_alone_swept"): (0.004, 6)}
+    per_mode = 2 * 2 * (3 + 1)  # rounds x variants x (timed + left out)
+    assert state["sums"] == list(range(per_mode + 1, 2 * per_mode + 1))  # after each swept step, none before
+
+    class Short(Scheduler):
+        def schedule(self):
+            return Out(["a", "b"])
+
+    with pytest.raises(RuntimeError, match="not a decode step of all 3 requests"):
+        engine_scheduler_alone(Short(), 3, 2, ("baseline",), rounds=1, block=1, sweep=800,
+                               make_output=lambda ids, tokens: (ids, tokens))

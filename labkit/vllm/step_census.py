@@ -18,7 +18,14 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
    :class:`labkit.vllm.step_timers.PhaseTimers`, with no profiler running;
 3. then, per variant, one block under vLLM's own torch profiler (``llm.start_profile()``,
    Python stacks on, vLLM's default), the wrapper timers running too, and reads the trace
-   with :func:`labkit.trace.analysis.engine_steps.engine_phase_table`.
+   with :func:`labkit.trace.analysis.engine_steps.engine_phase_table`;
+4. last, the engine's own scheduler driven alone on the same live requests, ``schedule()`` then
+   a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
+   back to back, and with the last-level cache swept between steps;
+   :func:`labkit.vllm.step_checks.engine_scheduler_alone`). It advances the requests without
+   the model runner, so nothing runs the engine after it: the point ends there. What the same
+   scheduler code costs with the rest of the step around it, without it, and with its data
+   evicted, side by side.
 
 The profiler costs time of its own on every Python call and every aten op it records, and
 the pre-#40143 placeholder reads are thousands of both per step: a profiled baseline step is
@@ -32,7 +39,9 @@ Every step counted must be a pure decode step of all the point's requests (else
 ``RuntimeError``). Rows (:func:`measure_point`): one per (point, variant, phase) with
 ``median_us`` / ``p20_us`` / ``p80_us`` over the timed steps, ``parent`` (the phase it lies
 in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us`` and
-``named_share`` (the top-level phases' share of the step, wrapper and trace).
+``named_share`` (the top-level phases' share of the step, wrapper and trace). The scheduler
+driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
+``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``).
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from typing import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CENSUS_VARIANTS", "PHASES", "CensusPlan", "build_census_engine", "measure_point", "drop_encoded_inputs",
+__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "CensusPlan", "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs",
            "prompt_tokens", "kv_cache_gib"]
 
 #: the variants of the census, in the order of the first round
@@ -62,6 +71,9 @@ PHASES = (("step", None), ("schedule", None), ("prepare_inputs", None), ("encode
           ("preprocess", "prepare_inputs"), ("model_forward", "forward"), ("logits", "forward"),
           ("sampler", "sample"), ("bookkeeping", "sample"), ("detokenize", "process_outputs"))
 TOP = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
+#: the engine's own scheduler driven alone after a point's steps (:func:`labkit.vllm.step_checks.engine_scheduler_alone`):
+#: row phase -> whether the last-level cache is swept between its steps
+ALONE_MODES = {"schedule_alone": False, "schedule_alone_swept": True}
 #: text tokens of the made Gemma 4 prompt around its images (``labkit.vllm.models.image_prompt``), with margin
 PROMPT_TEXT_TOKENS = 16
 
@@ -79,12 +91,16 @@ class CensusPlan:
     width: int = 96
     height: int = 64
     placeholder_len: int = 262  #: tokens per image (Gemma 4 at this aspect)
+    alone_rounds: int = 6  #: rounds of the engine's scheduler driven alone, per mode (0: none)
+    alone_block: int = 4  #: its timed steps per variant per round (after one left out)
 
     @property
     def decode_steps(self) -> int:
-        """Decode steps each request must be able to run once every request decodes."""
+        """Decode steps each request must be able to run once every request decodes (the scheduler
+        driven alone advances every request a token a step too)."""
         per_variant = self.rounds * (self.block + 1) + self.profiled + 2
-        return len(self.variants) * per_variant + 8
+        alone = len(ALONE_MODES) * self.alone_rounds * (self.alone_block + 1)
+        return len(self.variants) * (per_variant + alone) + 8
 
     def max_tokens(self, requests: int) -> int:
         """Output tokens per request: the census's decode steps plus those run while later waves prefill."""
@@ -212,7 +228,8 @@ def _derived(phases_ns: dict) -> dict:
     return out
 
 
-def _quantiles(values: Sequence[float]) -> dict:
+def step_quantiles(values: Sequence[float]) -> dict:
+    """``median_us`` and the nearest-rank ``p20_us`` / ``p80_us`` of per-step values (us)."""
     v = sorted(values)
 
     def q(p):
@@ -245,6 +262,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     from labkit.trace.analysis.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
     from labkit.vllm.engine import engine_scheduler
+    from labkit.vllm.step_checks import engine_scheduler_alone, sweep_bytes
 
     run = _PointRun(llm, engine_scheduler(llm), requests, images)
     facts = _admit(run, model_dir, plan, seed)
@@ -267,6 +285,9 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
             if not found:
                 raise RuntimeError(f"vLLM's profiler wrote no trace for {tag}")
             traces[v] = str(found[0])
+        # last: it advances the requests behind the model runner's back (the point ends with them)
+        alone = engine_scheduler_alone(run.scheduler, requests, images, plan.variants, rounds=plan.alone_rounds,
+                                       block=plan.alone_block, sweep=sweep_bytes()) if plan.alone_rounds else []
     finally:
         llm.llm_engine.abort_request(run.ids)
         while llm.llm_engine.has_unfinished_requests():
@@ -280,7 +301,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
             raise RuntimeError(f"no engine step frames in the trace {traces[v]}")
         rows += _variant_rows(v, requests, images, wrapper, wrapper_prof, table, traces[v])
     facts["traces"] = traces
-    return rows, facts
+    return rows + alone, facts
 
 
 def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace) -> list[dict]:
@@ -291,7 +312,7 @@ def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace
         if phase == "get_num_embeds":  # not wrapped: thousands of calls a step
             row.update(median_us=None, p20_us=None, p80_us=None, timer="trace only")
         else:
-            row.update(_quantiles([w.get(phase, 0.0) for w in wrapper]))
+            row.update(step_quantiles([w.get(phase, 0.0) for w in wrapper]))
         col = "dur_us" if phase == "step" else f"{phase}_us"
         row["trace_median_us"] = float(table[col].median())
         row["trace_mean_us"] = float(table[col].mean())

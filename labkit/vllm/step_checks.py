@@ -18,7 +18,18 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     within ``SCHED_TOLERANCE`` of the same difference in vLLM's scheduler driven alone
     (``labkit bench vllm-sched``'s mechanism, :mod:`labkit.vllm.sched_census`: a real
     ``Scheduler`` with real requests and a stand-in model runner), run in the same environment
-    with the collector on as in the census.
+    with the collector on as in the census;
+``schedule saving lies between the scheduler alone, warm and swept``
+    where the census drove the engine's own scheduler alone (:func:`engine_scheduler_alone`),
+    the census's saving lies between that scheduler's saving back to back (its data warm in the
+    caches) and with the last-level cache swept between its steps (its data evicted), each
+    bound widened by ``SCHED_TOLERANCE``: inside a step, the rest of the step (the forward
+    above all, on a CPU) evicts some of what the scheduler reads, so its cost lies between the two;
+``the engine's scheduler alone matches the stand-in``
+    the engine's own scheduler driven alone (its live requests) against ``labkit bench
+    vllm-sched``'s stand-in at the same shape, back to back both: baseline - merged within
+    ``SCHED_TOLERANCE``. Where it holds and the first check does not, the two schedulers run
+    the same code at the same cost, and what differs is running inside a step.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from __future__ import annotations
 import statistics
 
 __all__ = ["SUM_TOLERANCE", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
-           "scheduler_only_point", "TOP_PHASES"]
+           "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES"]
 
 SUM_TOLERANCE = 0.05
 TRACE_TOLERANCE = 0.10
@@ -86,6 +97,82 @@ def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: 
              "timer": "scheduler driven alone (labkit bench vllm-sched's mechanism)"} for v in variants]
 
 
+def sweep_bytes(llc: int | None = None) -> int:
+    """Bytes read between the swept steps of :func:`engine_scheduler_alone`: twice the last-level
+    cache (``llc``, default :func:`labkit.device.last_level_cache_bytes`), within 64 MiB..2 GiB;
+    256 MiB where the size is unknown."""
+    from labkit.device import last_level_cache_bytes
+
+    llc = last_level_cache_bytes() if llc is None else llc
+    if not llc:
+        return 256 * 2**20
+    return min(2 * 2**30, max(64 * 2**20, 2 * int(llc)))
+
+
+def _stand_in_output(req_ids: list, tokens: list):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                             sampled_token_ids=tokens)
+
+
+def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, rounds: int, block: int,
+                           sweep: int, make_output=_stand_in_output) -> list[dict]:
+    """``schedule()`` of the engine's own scheduler driven alone on its live decoding requests.
+
+    Each step is ``schedule()`` (timed), then ``update_from_output`` with a stand-in for the
+    model's output: every request samples its own last token again (a token that did not stop
+    it before). Nothing else runs between steps, so the scheduler's data stays in the caches
+    (``schedule_alone``); in the second mode ``sweep`` bytes are read between steps
+    (``schedule_alone_swept``: the last-level cache swept, what the scheduler reads evicted).
+    Variants alternate in blocks of ``block`` timed steps after one left out (a switch clears
+    the cumsums cached under the other definition), ``rounds`` rounds per mode, the order
+    rotated each round. The requests advance a token a step without the model runner, so the
+    engine must not step again before they finish (the census aborts them). Every step must
+    schedule one token for each of the ``requests`` and no encoder input (else ``RuntimeError``).
+    Rows: ``variant``, ``num_requests``, ``images``, ``phase`` (the mode), ``median_us``,
+    ``p20_us``, ``p80_us``, ``steps``."""
+    import time
+
+    import numpy as np
+
+    from labkit.vllm.ab import patched_vllm
+    from labkit.vllm.step_census import ALONE_MODES, step_quantiles
+
+    variants = tuple(variants)
+    buf = np.ones(max(1, sweep // 8)) if any(ALONE_MODES.values()) else None
+
+    def step(swept: bool, label: str) -> int:
+        t0 = time.perf_counter_ns()
+        out = scheduler.schedule()
+        dt = time.perf_counter_ns() - t0
+        tokens = out.num_scheduled_tokens
+        if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
+            raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "
+                               f"requests ({len(tokens)} scheduled)")
+        ids = list(tokens)
+        scheduler.update_from_output(out, make_output(ids, [[scheduler.requests[r].output_token_ids[-1]]
+                                                            for r in ids]))
+        if swept:
+            buf.sum()  # reads every byte once: the next schedule() finds its data evicted
+        return dt
+
+    rows = []
+    for phase, swept in ALONE_MODES.items():
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for r in range(rounds):
+            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+                with patched_vllm(v):
+                    step(swept, v)  # left out: it recomputes the cumsums the switch cleared
+                    times[v] += [step(swept, v) / 1e3 for _ in range(block)]
+        rows += [{"variant": v, "num_requests": requests, "images": images, "phase": phase, "parent": None,
+                  **step_quantiles(times[v]), "steps": len(times[v]),
+                  "timer": "the engine's scheduler driven alone" + (f", {sweep / 2**20:.0f} MiB read between steps"
+                                                                    if swept else ", back to back")}
+                 for v in variants]
+    return rows
+
+
 def _index(rows) -> dict:
     return {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
 
@@ -134,4 +221,35 @@ def census_checks(rows) -> list[dict]:
                                   f"{alone / 1e3:.3f} ms in the scheduler alone"
                                   + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None
                                      else "")})
+        out += _alone_checks(by, n, m)
+    return out
+
+
+def _saving(by, n, m, phase) -> float | None:
+    b, g = by.get((n, m, "baseline", phase)), by.get((n, m, "merged", phase))
+    return b["median_us"] - g["median_us"] if b and g else None
+
+
+def _alone_checks(by, n, m) -> list[dict]:
+    """The two checks of the engine's scheduler driven alone at one point (see the module text)."""
+    census, warm = _saving(by, n, m, "schedule"), _saving(by, n, m, "schedule_alone")
+    cold, stand_in = _saving(by, n, m, "schedule_alone_swept"), _saving(by, n, m, "scheduler_only")
+    out = []
+    if census is not None and warm is not None and cold is not None:
+        lo, hi = (1 - SCHED_TOLERANCE) * min(warm, cold), (1 + SCHED_TOLERANCE) * max(warm, cold)
+        out.append({"check": "schedule saving lies between the scheduler alone, warm and swept", "num_requests": n,
+                    "images": m, "variant": "baseline-merged", "passed": lo <= census <= hi, "census_us": census,
+                    "alone_us": warm, "alone_swept_us": cold,
+                    "detail": f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine step; the engine's "
+                              f"scheduler alone {warm / 1e3:.3f} ms back to back, {cold / 1e3:.3f} ms with the cache "
+                              f"swept between steps (bounds widened by {100 * SCHED_TOLERANCE:.0f}%)"})
+    if warm is not None and stand_in is not None:
+        rel = warm / stand_in - 1 if stand_in > 0 else None
+        out.append({"check": "the engine's scheduler alone matches the stand-in", "num_requests": n, "images": m,
+                    "variant": "baseline-merged", "passed": rel is not None and abs(rel) <= SCHED_TOLERANCE,
+                    "alone_us": warm, "scheduler_only_us": stand_in,
+                    "detail": f"baseline - merged schedule(), back to back: {warm / 1e3:.3f} ms in the engine's "
+                              f"scheduler, {stand_in / 1e3:.3f} ms in vllm-sched's stand-in"
+                              + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None
+                                 else "")})
     return out

@@ -19,7 +19,7 @@ from labkit.vllm.step_census import CENSUS_VARIANTS, CensusPlan
 def census(run_root):
     from labkit.vllm.step_bench import run_census
 
-    plan = CensusPlan(points=((2, 2),), rounds=1, block=2, profiled=2, wave=2)
+    plan = CensusPlan(points=((2, 2),), rounds=1, block=2, profiled=2, wave=2, alone_rounds=1, alone_block=2)
     return run_census(plan, "quick", run_root / "census", traces=run_root / "census-traces", save=False)
 
 
@@ -31,6 +31,10 @@ def test_every_variant_and_phase_is_recorded(census):
     for r in census.rows:
         if r["phase"] not in ("get_num_embeds", "scheduler_only"):
             assert r["median_us"] is not None and r["median_us"] >= 0, r
+    # the engine's own scheduler driven alone after the point's steps, both modes, every variant
+    alone = {(r["variant"], r["phase"]): r["steps"] for r in census.rows if r["phase"].startswith("schedule_alone")}
+    assert alone == {(v, p): 2 for v in CENSUS_VARIANTS for p in ("schedule_alone", "schedule_alone_swept")}
+    assert census.params["sweep_bytes"] >= 64 * 2**20
 
 
 def test_the_checks_that_do_not_depend_on_speed_hold(census):
