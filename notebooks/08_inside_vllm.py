@@ -38,7 +38,8 @@ setup_notebook()
 from labkit.viz import inside_vllm
 from labkit.vllm import ab_view
 from labkit.results import provenance
-census, inputs = inside_vllm.recorded_census(), inside_vllm.recorded_input()
+censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
+census, inputs = (censuses[0] if censuses else None), inside_vllm.recorded_input()
 ab_runs = ab_view.recorded_runs()
 declare_sources("measured-cpu", "simulated", *(["measured-gpu"] if any(r.source == "measured-gpu" for r in ab_runs) else []))
 for res in (census, inputs):
@@ -55,10 +56,12 @@ for res in (census, inputs):
 # `update_from_output` and `process_outputs` (output processing and detokenization), and `other`
 # (the engine's glue). vLLM's own profiler trace of separate steps, read by `labkit analyze`,
 # gives the same phases; the checks below compare them with the timers of those same profiled
-# steps (the profiler stretches every Python call, so only like with like compares).
+# steps (the profiler stretches every Python call, so only like with like compares). Where more
+# than one machine recorded the census, the menu switches between them; the tables below are the
+# first machine's.
 
 # %%
-inside_vllm.plot_phase_census(census)
+inside_vllm.plot_phase_census(censuses)
 
 # %%
 import pandas as pd
@@ -72,18 +75,33 @@ summary if not summary.empty else print(inside_vllm.NO_STEP)
 # %%
 print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check passed")
 
+# %% [markdown]
+# ### The same scheduler code, inside a step and alone
+#
+# What does the pre-#40143 loop cost? It depends on where it runs. The census measures the
+# schedule saving (baseline - merged) four ways at each shape: inside the engine step; in
+# `labkit bench vllm-sched`'s stand-in scheduler (its own requests, back to back); and, after the
+# point's steps, in the engine's own scheduler driven alone on its live requests (`schedule()`
+# then a stand-in for the model's output), once back to back and once with the last-level cache
+# swept between steps (twice its size read: the scheduler's data evicted). Back to back, the
+# scheduler's data stays in the caches; inside a step, the rest of the step (on a CPU the forward
+# above all, streaming the KV cache) evicts part of it, so the saving there lies between the
+# two. How far it moves depends on the machine's caches: the table compares the machines that
+# recorded the census. On a GPU server the forward does not pass through the host's caches, but
+# input preparation, output processing and the frontend still do.
+
 # %%
-inside_vllm.plot_schedule_saving(census)
+inside_vllm.plot_schedule_saving(censuses)
+
+# %%
+machines = inside_vllm.machines_table(censuses)
+machines.round(3) if not machines.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
-# The census checks its schedule saving (baseline - merged) against vLLM's scheduler driven
-# alone at the same shape, in the same environment, and `labkit whatif` on its own traces (the
-# baseline's trace with the encoder-input checks removed, against the merged trace's step). The
-# table shows each check as recorded, passed or not: where the engine's saving and the
-# scheduler-alone one part, the engine's is what vLLM paid inside a whole step, the other what
-# the same scheduler code pays with nothing else around it. `labkit bench vllm-sched` is the
-# scheduler-only census on its own (vLLM 0.33's scheduler, a stand-in model runner); its
-# recorded result:
+# The census also checks `labkit whatif` on its own traces (the baseline's trace with the
+# encoder-input checks removed, against the merged trace's step). The checks above are recorded
+# as they came out, passed or not. `labkit bench vllm-sched` is the scheduler-only census on its
+# own (vLLM 0.33's scheduler, a stand-in model runner); its recorded result:
 
 # %%
 from labkit.vllm import sched_bench

@@ -1,5 +1,6 @@
 """Notebook 08's check summary and schedule-saving figure, on a hand-made census."""
 
+import math
 from types import SimpleNamespace
 
 from labkit.viz import inside_vllm
@@ -37,3 +38,70 @@ def test_schedule_saving_figure_draws_both_differences_per_point():
     assert list(alone.y) == [0.4, 1.6]
     empty = inside_vllm.plot_schedule_saving(None)
     assert not empty.data and "vllm-step" in empty.layout.annotations[0].text
+
+
+def _census_with_alone(slug="machine-a", scale=1.0, llc=None):
+    """One point, 128 x 32: schedule 9000/2000 us in the step, the stand-in 7500/1000, the engine's scheduler
+    alone 6500/1500 back to back and 11000/3000 swept (all times ``scale``)."""
+    rows = []
+    figures = {"step": (30_000.0, 20_000.0), "schedule": (9000.0, 2000.0), "scheduler_only": (7500.0, 1000.0),
+               "schedule_alone": (6500.0, 1500.0), "schedule_alone_swept": (11_000.0, 3000.0)}
+    figures.update({p: (100.0, 100.0) for p in (*inside_vllm.PHASE_COLOURS, "encoder_inputs") if p not in figures})
+    for phase, (b, m) in figures.items():
+        for v, us in (("baseline", b), ("merged", m)):
+            rows.append({"num_requests": 128, "images": 32, "variant": v, "phase": phase, "median_us": us * scale})
+    return SimpleNamespace(rows=rows, params={"checks": [], "vllm_version": "0.0", "llc_bytes": llc},
+                           source="measured-cpu", slug=slug, name="vllm_step", machine={"cpu_model": "cpu " + slug},
+                           labkit_commit="abc1234")
+
+
+def test_schedule_saving_draws_the_four_ways_in_order():
+    fig = inside_vllm.plot_schedule_saving(_census_with_alone())
+    assert [t.legendgroup for t in fig.data] == [p for p, _, _ in inside_vllm.SAVINGS]
+    # step 9000 - 2000, stand-in 7500 - 1000, alone 6500 - 1500, swept 11000 - 3000 (us -> ms)
+    assert [list(t.y) for t in fig.data] == [[7.0], [6.5], [5.0], [8.0]]
+    assert not fig.layout.updatemenus  # one machine: no menu
+
+
+def test_two_machines_get_a_menu_and_the_first_is_shown():
+    a, b = _census_with_alone("machine-a"), _census_with_alone("machine-b", scale=2.0)
+    for fig, per in ((inside_vllm.plot_schedule_saving([a, b]), 4),
+                     (inside_vllm.plot_phase_census([a, b]), len(inside_vllm.PHASE_COLOURS))):
+        assert len(fig.data) == 2 * per
+        assert [t.visible for t in fig.data] == [True] * per + [False] * per
+        (menu,) = fig.layout.updatemenus
+        assert [btn.label for btn in menu.buttons] == ["machine-a", "machine-b"]
+        assert list(menu.buttons[1].args[0]["visible"]) == [False] * per + [True] * per
+    saving = inside_vllm.plot_schedule_saving([a, b])
+    assert list(saving.data[4].y) == [14.0]  # machine-b's step saving, twice machine-a's
+
+
+def test_machines_table_worked_by_hand():
+    t = inside_vllm.machines_table([_census_with_alone("machine-a", llc=32 * 2**20),
+                                    _census_with_alone("machine-b", scale=2.0)])
+    a, b = t.to_dict("records")
+    assert (a["machine"], a["cpu"], a["llc_mib"], a["commit"]) == ("machine-a", "cpu machine-a", 32.0, "abc1234")
+    assert (a["baseline_step_ms"], a["merged_step_ms"]) == (30.0, 20.0)
+    assert (a["saving_schedule_ms"], a["saving_scheduler_only_ms"]) == (7.0, 6.5)
+    assert a["step_over_scheduler_only"] == 7.0 / 6.5 and a["step_over_schedule_alone"] == 7.0 / 5.0
+    assert math.isnan(b["llc_mib"]) and b["saving_schedule_alone_swept_ms"] == 16.0
+    assert inside_vllm.machines_table([_census()]).empty  # no 128 x 32 point
+
+
+def test_recorded_censuses_put_this_machine_first(tmp_path, monkeypatch):
+    import labkit.device
+    from labkit.results import make_result, save_result
+
+    for slug, name in (("cpu-aaa-2c", "vllm_step"), ("cpu-bbb-2c", "vllm_step"), ("cpu-bbb-2c", "vllm_step_quick"),
+                       ("cpu-ccc-2c", "vllm_step_quick")):
+        save_result(make_result(name, [{"phase": "step"}], source="measured-cpu", machine={"slug": slug},
+                                command=None), tmp_path)
+    here = {"slug": "cpu-bbb-2c"}
+    monkeypatch.setattr(labkit.device, "describe_machine", lambda device=None: here)
+    found = inside_vllm.recorded_censuses(tmp_path)
+    assert [(r.slug, r.name) for r in found] == [("cpu-bbb-2c", "vllm_step"), ("cpu-aaa-2c", "vllm_step"),
+                                                 ("cpu-ccc-2c", "vllm_step_quick")]
+    assert inside_vllm.recorded_census(tmp_path).slug == "cpu-bbb-2c"
+    here["slug"] = "elsewhere"
+    assert inside_vllm.recorded_census(tmp_path).slug == "cpu-aaa-2c"
+    assert inside_vllm.recorded_censuses(tmp_path / "empty") == [] and inside_vllm.recorded_census(tmp_path / "no") is None

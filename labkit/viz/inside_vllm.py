@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 
 from labkit.viz.sources import source_title
 
-__all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_input", "no_result",
+__all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_censuses",
+           "recorded_input", "no_result", "machines_table", "SAVINGS",
            "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
            "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS", "checks_summary", "failed_checks",
            "plot_schedule_saving"]
@@ -41,9 +42,23 @@ SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention
               "sampler", "bookkeeping", "detokenize")
 
 
+def recorded_censuses(root=None) -> list:
+    """Every machine's recorded ``vllm_step`` (the full one where there is one, else the quick one): this
+    machine's first, then the others by machine name."""
+    from labkit.device import describe_machine
+    from labkit.results import load_results
+
+    here = describe_machine("cpu")["slug"]
+    best: dict = {}
+    for r in load_results(root, name=STEP_RESULT):  # a machine's quick run only where it has no full one
+        best.setdefault(r.slug, r)
+    return sorted(best.values(), key=lambda r: (r.slug != here, r.slug))
+
+
 def recorded_census(root=None):
-    """The recorded ``vllm_step`` result to show (the full one where there is one, else the quick one), or None."""
-    return _pick(STEP_RESULT, root)
+    """The census to show first (this machine's where recorded, else the first machine's), or None."""
+    found = recorded_censuses(root)
+    return found[0] if found else None
 
 
 def recorded_input(root=None):
@@ -100,24 +115,54 @@ def census_table(result):
     return pd.DataFrame(out)
 
 
-def plot_phase_census(result) -> go.Figure:
-    """Stacked bars: host ms per decode step of each phase, per variant, grouped by batch shape."""
+def _as_list(results) -> list:
+    if results is None:
+        return []
+    return [results] if hasattr(results, "rows") else [r for r in results if r is not None]
+
+
+def _machine_menu(fig: go.Figure, groups: list[list[int]], labels: list[str]) -> None:
+    """One dropdown entry per machine showing only its traces (the first machine's shown at first)."""
+    n = len(fig.data)
+    for i, tr in enumerate(fig.data):
+        tr.visible = i in groups[0]
+    if len(groups) > 1:
+        buttons = [dict(label=label, method="update", args=[{"visible": [i in idx for i in range(n)]}])
+                   for label, idx in zip(labels, groups)]
+        fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.18,
+                                            yanchor="bottom")])
+
+
+def _machines_note(results: list) -> str:
+    return results[0].slug if len(results) == 1 else f"{results[0].slug} (menu: {len(results)} machines)"
+
+
+def plot_phase_census(results) -> go.Figure:
+    """Stacked bars: host ms per decode step of each phase, per variant, grouped by batch shape; one census
+    or a list of them (one per machine, a menu to switch, the first shown)."""
     title = "vLLM's whole engine step, phase by phase (host ms per decode step)"
-    if result is None:
+    results = _as_list(results)
+    if not results:
         return no_result(NO_STEP, title)
-    table = census_table(result)
-    x = [[f"{r.requests} x {r.images}" for r in table.itertuples()], list(table["variant"])]
     fig = go.Figure()
-    for p, colour in PHASE_COLOURS.items():
-        label = "forward (the CPU's own model: never a GPU figure)" if p == "forward" else p
-        fig.add_trace(go.Bar(x=x, y=table[f"{p}_ms"], name=label, marker_color=colour,
-                             marker_pattern_shape="/" if p == "forward" else "",
-                             hovertemplate=f"{p}: %{{y:.3f}} ms<extra></extra>"))
-    vllm = f"vLLM {result.params.get('vllm_version')} ({result.params.get('vllm_distribution')})"
+    groups = []
+    for k, result in enumerate(results):
+        table = census_table(result)
+        x = [[f"{r.requests} x {r.images}" for r in table.itertuples()], list(table["variant"])]
+        start = len(fig.data)
+        for p, colour in PHASE_COLOURS.items():
+            label = "forward (the CPU's own model: never a GPU figure)" if p == "forward" else p
+            fig.add_trace(go.Bar(x=x, y=table[f"{p}_ms"], name=label, marker_color=colour, legendgroup=p,
+                                 marker_pattern_shape="/" if p == "forward" else "",
+                                 hovertemplate=f"{result.slug}, {p}: %{{y:.3f}} ms<extra></extra>"))
+        groups.append(list(range(start, len(fig.data))))
+    _machine_menu(fig, groups, [r.slug for r in results])
+    first = results[0]
+    vllm = f"vLLM {first.params.get('vllm_version')} ({first.params.get('vllm_distribution')})"
     fig.update_layout(barmode="stack", height=460, yaxis_title="ms per decode step (median)",
                       xaxis_title="requests x images per request, then variant", legend_title_text="phase",
-                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, {vllm}, "
-                                      f"images {result.params.get('image_size')} px (HxW), wrapper timers on "
+                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, {_machines_note(results)}, "
+                                      f"{vllm}, images {first.params.get('image_size')} px (HxW), wrapper timers on "
                                       f"unprofiled steps</sup>"), margin=dict(t=90))
     return fig
 
@@ -275,27 +320,85 @@ def failed_checks(result) -> list[str]:
             for c in checks if not c["passed"]]
 
 
-def plot_schedule_saving(result) -> go.Figure:
-    """Baseline - merged in the ``schedule`` phase per point: inside the engine step (the census) and in
-    vLLM's scheduler driven alone at the same shape (the census's ``scheduler_only`` rows), ms."""
-    title = "What the placeholder fix saves in schedule(), inside the engine and in the scheduler alone"
-    if result is None:
-        return no_result(NO_STEP, title)
+#: the schedule saving's figures, in the order drawn: row phase, label, colour
+SAVINGS = (("schedule", "inside the engine step (census)", "#d62728"),
+           ("scheduler_only", "vllm-sched's stand-in scheduler, back to back", "#7f7f7f"),
+           ("schedule_alone", "the engine's scheduler alone, back to back", "#1f77b4"),
+           ("schedule_alone_swept", "the engine's scheduler alone, cache swept between steps", "#17becf"))
+
+
+def _savings(result) -> dict:
+    """``{phase: {(requests, images): baseline - merged us}}`` for every phase of :data:`SAVINGS` recorded."""
     by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in result.rows}
-    points = [p for p in _points(result.rows) if all((*p, v, ph) in by for v in ("baseline", "merged")
-                                                     for ph in ("schedule", "scheduler_only"))]
-    if not points:
-        return no_result("the census holds no baseline and merged rows with the scheduler alone", title)
-    x = [f"{n} x {m}" for n, m in points]
+    out: dict = {}
+    for phase, _, _ in SAVINGS:
+        for p in _points(result.rows):
+            b, m = by.get((*p, "baseline", phase)), by.get((*p, "merged", phase))
+            if b and m and b.get("median_us") is not None and m.get("median_us") is not None:
+                out.setdefault(phase, {})[p] = b["median_us"] - m["median_us"]
+    return out
+
+
+def plot_schedule_saving(results) -> go.Figure:
+    """Baseline - merged in ``schedule()`` per point, ms: inside the engine step (the census), in vLLM's
+    scheduler driven alone at the same shape (``labkit bench vllm-sched``'s stand-in, the census's
+    ``scheduler_only`` rows) and, where recorded, the engine's own scheduler driven alone on its live
+    requests, back to back and with the last-level cache swept between steps. One census or a list of
+    them (one per machine, a menu to switch)."""
+    title = "What the placeholder fix saves in schedule(), inside the engine and in the scheduler alone"
+    results = _as_list(results)
+    if not results:
+        return no_result(NO_STEP, title)
     fig = go.Figure()
-    for phase, label, colour in (("schedule", "inside the engine step (census)", "#d62728"),
-                                 ("scheduler_only", "the scheduler driven alone", "#7f7f7f")):
-        y = [(by[(*p, "baseline", phase)]["median_us"] - by[(*p, "merged", phase)]["median_us"]) / 1e3 for p in points]
-        fig.add_trace(go.Bar(x=x, y=y, name=label, marker_color=colour,
-                             hovertemplate=f"{label}: %{{y:.3f}} ms<extra></extra>"))
-    fig.update_layout(barmode="group", height=380, yaxis_title="baseline - merged, ms per decode step",
+    groups, labels = [], []
+    for result in results:
+        savings = _savings(result)
+        points = [p for p in _points(result.rows) if all(p in savings.get(ph, {}) for ph in ("schedule", "scheduler_only"))]
+        if not points:
+            continue
+        start = len(fig.data)
+        for phase, label, colour in SAVINGS:
+            if phase not in savings:
+                continue
+            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in points], y=[savings[phase].get(p, 0.0) / 1e3 for p in points],
+                                 name=label, marker_color=colour, legendgroup=phase,
+                                 hovertemplate=f"{result.slug}, {label}: %{{y:.3f}} ms<extra></extra>"))
+        groups.append(list(range(start, len(fig.data))))
+        labels.append(result.slug)
+    if not groups:
+        return no_result("the census holds no baseline and merged rows with the scheduler alone", title)
+    _machine_menu(fig, groups, labels)
+    first = next(r for r in results if r.slug == labels[0])
+    fig.update_layout(barmode="group", height=400, yaxis_title="baseline - merged, ms per decode step",
                       xaxis_title="requests x images per request",
-                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, vLLM "
-                                      f"{result.params.get('vllm_version')}: medians per variant</sup>"),
-                      margin=dict(t=80))
+                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, "
+                                      f"{labels[0] if len(labels) == 1 else f'{labels[0]} (menu: {len(labels)} machines)'}"
+                                      f", vLLM {first.params.get('vllm_version')}: medians per variant</sup>"),
+                      margin=dict(t=90))
     return fig
+
+
+def machines_table(results, point=(128, 32)):
+    """One row per machine's census at ``point``: its CPU and last-level cache, the baseline and merged
+    steps (ms) and the schedule saving four ways (ms, :data:`SAVINGS`), with the census's saving over
+    the stand-in's and over the engine's scheduler alone (back to back)."""
+    import pandas as pd
+
+    out = []
+    for r in _as_list(results):
+        by = {(x["variant"], x["phase"]): x for x in r.rows if (x["num_requests"], x["images"]) == tuple(point)}
+        if ("baseline", "step") not in by or ("merged", "step") not in by:
+            continue
+        sv = {ph: s.get(tuple(point)) for ph, s in _savings(r).items()}
+        llc = r.params.get("llc_bytes")
+        rec = {"machine": r.slug, "cpu": r.machine.get("cpu_model"), "llc_mib": llc / 2**20 if llc else None,
+               "vllm": r.params.get("vllm_version"), "commit": r.labkit_commit,
+               "baseline_step_ms": by[("baseline", "step")]["median_us"] / 1e3,
+               "merged_step_ms": by[("merged", "step")]["median_us"] / 1e3}
+        for phase, _, _ in SAVINGS:
+            rec[f"saving_{phase}_ms"] = sv[phase] / 1e3 if sv.get(phase) is not None else None
+        census = sv.get("schedule")
+        for ref in ("scheduler_only", "schedule_alone"):
+            rec[f"step_over_{ref}"] = census / sv[ref] if census is not None and sv.get(ref) else None
+        out.append(rec)
+    return pd.DataFrame(out)
