@@ -370,3 +370,50 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     with pytest.raises(RuntimeError, match="not a decode step of all 3 requests"):
         engine_scheduler_alone(Short(), 3, 2, ("baseline",), rounds=1, block=1, sweep=800,
                                make_output=lambda ids, tokens: (ids, tokens))
+
+
+def test_stand_in_is_stepped_in_the_same_rounds_as_the_engine_scheduler_back_to_back(monkeypatch):
+    """The stand-in takes its block right after the engine scheduler's block of the same variant, in the
+    back-to-back mode only, and only for the variants it was made for (None for the others: no row)."""
+    import contextlib
+
+    import labkit.vllm.ab as ab
+    from labkit.vllm.step_checks import engine_scheduler_alone
+
+    log = []
+
+    @contextlib.contextmanager
+    def fake_patched(name):
+        log.append(("apply", name))
+        yield
+
+    class Out:
+        num_scheduled_tokens = {"a": 1}
+        scheduled_encoder_inputs = {}
+
+    class Scheduler:
+        requests = {"a": type("R", (), {"output_token_ids": [5]})()}
+
+        def schedule(self):
+            log.append("engine")
+            return Out()
+
+        def update_from_output(self, out, mro):
+            pass
+
+    def stand_in(v):
+        if v != "baseline":
+            return None
+        log.append("stand-in")
+        return 1000
+
+    monkeypatch.setattr(ab, "patched_vllm", fake_patched)
+    rows = engine_scheduler_alone(Scheduler(), 1, 1, ("baseline", "merged"), rounds=2, block=2, sweep=80,
+                                  stand_in=stand_in, make_output=lambda ids, tokens: None)
+    assert sorted((r["phase"], r["variant"], r["steps"]) for r in rows) == [
+        ("schedule_alone", "baseline", 4), ("schedule_alone", "merged", 4), ("schedule_alone_swept", "baseline", 4),
+        ("schedule_alone_swept", "merged", 4), ("scheduler_only", "baseline", 4)]
+    assert next(r for r in rows if r["phase"] == "scheduler_only")["median_us"] == 1.0
+    first_round = log[:log.index(("apply", "merged"))]
+    assert first_round == [("apply", "baseline")] + ["engine"] * 3 + ["stand-in"] * 3
+    assert log.count("stand-in") == 2 * 3  # two rounds of one left out + two timed, back-to-back mode only

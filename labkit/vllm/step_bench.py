@@ -5,10 +5,11 @@ a made Gemma 4 model (``--model``, else one made in the run folder with ``--caus
 Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
 variants alternated on the live engine (:mod:`labkit.vllm.step_census`), each phase timed by
 wrapper timers and read from vLLM's own profiler trace, then the engine's own scheduler driven
-alone on those requests, back to back and with the last-level cache swept between steps. Then,
-per point, ``labkit bench vllm-sched``'s stand-in scheduler at the same shape
-(:func:`labkit.vllm.step_checks.scheduler_only_point`) for the checks of the schedule saving, and
-the checks of :mod:`labkit.vllm.step_checks`.
+alone on those requests, back to back and with the last-level cache swept between steps, with
+``labkit bench vllm-sched``'s stand-in scheduler at the same shape stepped in the same rounds
+(:func:`labkit.vllm.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
+alone after the census, :func:`labkit.vllm.step_checks.scheduler_only_point`), for the checks of
+the schedule saving; then the checks of :mod:`labkit.vllm.step_checks`.
 
 Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
 requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
@@ -185,7 +186,8 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
               "kv_cache_gib": kv_cache_gib(plan), "gc": "on, as in a server (vLLM freezes only its start-up heap)",
               "alone_rounds": plan.alone_rounds, "alone_block": plan.alone_block,
               "llc_bytes": last_level_cache_bytes(), "sweep_bytes": sweep_bytes(),
-              "stand_in_steps": STAND_IN_STEPS,
+              "stand_in": ("stepped in the same rounds as the engine's scheduler alone, back to back" if plan.alone_rounds
+                           else f"after the census, {STAND_IN_STEPS} steps per variant"),
               "timers": "wrapper timers (perf_counter_ns) on unprofiled steps; trace: vLLM's torch profiler "
                         "(Python stacks) on separate steps, checked against the timers of those same steps",
               "async_scheduling": False, "note": "vLLM's CPU build: the forward runs on the host and async "
@@ -209,8 +211,8 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
                 partial.update(rows)
         finally:
             shutdown_engine(llm)
-    if {"baseline", "merged"} <= set(plan.variants):
-        for n, m in plan.points:
+    if {"baseline", "merged"} <= set(plan.variants) and not plan.alone_rounds:
+        for n, m in plan.points:  # else the stand-in ran beside the engine's scheduler alone, at each point
             rows += scheduler_only_point(n, m, steps=STAND_IN_STEPS)
     params["points_done"] = facts
     params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)

@@ -23,9 +23,10 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
    a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
    back to back, and with the last-level cache swept between steps;
    :func:`labkit.vllm.step_checks.engine_scheduler_alone`). It advances the requests without
-   the model runner, so nothing runs the engine after it: the point ends there. What the same
-   scheduler code costs with the rest of the step around it, without it, and with its data
-   evicted, side by side.
+   the model runner, so nothing runs the engine after it: the point ends there. ``labkit bench
+   vllm-sched``'s stand-in scheduler at the same shape is stepped in the same rounds as the
+   back-to-back mode (baseline and merged). What the same scheduler code costs with the rest of
+   the step around it, without it, with its data evicted, and in the stand-in, side by side.
 
 The profiler costs time of its own on every Python call and every aten op it records, and
 the pre-#40143 placeholder reads are thousands of both per step: a profiled baseline step is
@@ -262,7 +263,6 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     from labkit.trace.analysis.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
     from labkit.vllm.engine import engine_scheduler
-    from labkit.vllm.step_checks import engine_scheduler_alone, sweep_bytes
 
     run = _PointRun(llm, engine_scheduler(llm), requests, images)
     facts = _admit(run, model_dir, plan, seed)
@@ -286,8 +286,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
                 raise RuntimeError(f"vLLM's profiler wrote no trace for {tag}")
             traces[v] = str(found[0])
         # last: it advances the requests behind the model runner's back (the point ends with them)
-        alone = engine_scheduler_alone(run.scheduler, requests, images, plan.variants, rounds=plan.alone_rounds,
-                                       block=plan.alone_block, sweep=sweep_bytes()) if plan.alone_rounds else []
+        alone = _alone_rows(run, plan) if plan.alone_rounds else []
     finally:
         llm.llm_engine.abort_request(run.ids)
         while llm.llm_engine.has_unfinished_requests():
@@ -302,6 +301,22 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
         rows += _variant_rows(v, requests, images, wrapper, wrapper_prof, table, traces[v])
     facts["traces"] = traces
     return rows + alone, facts
+
+
+def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
+    """The engine's scheduler driven alone at the point (:data:`ALONE_MODES`), with vllm-sched's stand-in
+    for the baseline and merged variants stepped in the same rounds as its back-to-back mode."""
+    from labkit.vllm.step_checks import engine_scheduler_alone, stand_in_scheduler, sweep_bytes
+
+    pair = tuple(v for v in plan.variants if v in ("baseline", "merged"))
+    steps = plan.alone_rounds * (plan.alone_block + 1) + 2
+    with (stand_in_scheduler(run.requests, run.images, pair, steps) if len(pair) == 2
+          else contextlib.nullcontext()) as stand_in:
+        gc.collect()
+        rows = engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants, rounds=plan.alone_rounds,
+                                      block=plan.alone_block, sweep=sweep_bytes(),
+                                      stand_in=stand_in)
+    return rows
 
 
 def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace) -> list[dict]:

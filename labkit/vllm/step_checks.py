@@ -14,10 +14,10 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     microsecond of its own outside the frame the trace records, a sizeable share of a phase of
     a few microseconds (``encoder`` in decode);
 ``schedule saving matches the scheduler alone``
-    where :func:`scheduler_only_point` ran, baseline - merged in the census's ``schedule`` phase
-    within ``SCHED_TOLERANCE`` of the same difference in vLLM's scheduler driven alone
-    (``labkit bench vllm-sched``'s mechanism, :mod:`labkit.vllm.sched_census`: a real
-    ``Scheduler`` with real requests and a stand-in model runner), run in the same environment
+    where the stand-in ran (``scheduler_only`` rows), baseline - merged in the census's
+    ``schedule`` phase within ``SCHED_TOLERANCE`` of the same difference in vLLM's scheduler
+    driven alone (``labkit bench vllm-sched``'s mechanism, :func:`stand_in_scheduler`: a real
+    ``Scheduler`` with its own requests and a stand-in model runner), run in the same process
     with the collector on as in the census;
 ``schedule saving lies between the scheduler alone, warm and swept``
     where the census drove the engine's own scheduler alone (:func:`engine_scheduler_alone`),
@@ -27,17 +27,19 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     above all, on a CPU) evicts some of what the scheduler reads, so its cost lies between the two;
 ``the engine's scheduler alone matches the stand-in``
     the engine's own scheduler driven alone (its live requests) against ``labkit bench
-    vllm-sched``'s stand-in at the same shape, back to back both: baseline - merged within
-    ``SCHED_TOLERANCE``. Where it holds and the first check does not, the two schedulers run
-    the same code at the same cost, and what differs is running inside a step.
+    vllm-sched``'s stand-in at the same shape, back to back both and stepped in the same rounds:
+    baseline - merged within ``SCHED_TOLERANCE``. Where it holds and the first check does not,
+    the two schedulers run the same code at the same cost, and what differs is running inside
+    a step.
 """
 
 from __future__ import annotations
 
-import statistics
+import contextlib
 
 __all__ = ["SUM_TOLERANCE", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
-           "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES"]
+           "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
+           "stand_in_scheduler", "STAND_IN_TIMER"]
 
 SUM_TOLERANCE = 0.05
 TRACE_TOLERANCE = 0.10
@@ -46,55 +48,92 @@ SCHED_TOLERANCE = 0.20
 TOP_PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
 
 
-def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: int = 5, warmup: int = 3,
-                         variants=("baseline", "merged")) -> list[dict]:
-    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks.
+def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> dict:
+    """Time A/B variants in alternating blocks: ``{(stepper name, variant): [ns per step]}``.
 
-    The mechanism of ``labkit bench vllm-sched`` (:mod:`labkit.vllm.sched_census`: a generated
-    tiny Gemma-3 config, Gemma-style 258-token placeholders, a stand-in model runner) with the
-    lab's A/B variants applied around each variant's steps, the collector on (as in the step
-    census). As in the census, the variants alternate in blocks of ``block`` timed steps, each
-    after one step left out: switching a variant clears the cumsums cached under the other
-    definition (:func:`labkit.vllm.ab.apply_variant`), so the first step after a switch
-    recomputes every image's cumsum, a cost neither arm pays in steady decode. ``warmup``
-    steps per variant first, left out. Rows: ``variant``, ``num_requests``, ``images``,
-    ``phase="scheduler_only"``, ``median_us``, ``steps``."""
-    import gc
+    ``steppers`` maps a name to ``step(variant) -> ns`` (None: it does not run that variant). Each round (the variants' order rotated
+    each round), each variant is applied (:func:`labkit.vllm.ab.patched_vllm`) and every stepper in
+    turn takes one step left out, then ``block`` timed steps: switching a variant clears the cumsums
+    cached under the other definition on every live placeholder, so the first step after a switch
+    recomputes them, a cost neither arm pays in steady decode. Steppers of one round run back to
+    back, so they see the same machine."""
+    from labkit.vllm.ab import patched_vllm
 
+    variants = tuple(variants)
+    times: dict = {(name, v): [] for name in steppers for v in variants}
+    for r in range(rounds):
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            with patched_vllm(v):
+                for name, step in steppers.items():
+                    if step(v) is None:  # else left out: it recomputes the cumsums the switch cleared
+                        continue
+                    times[(name, v)] += [step(v) for _ in range(block)]
+    return {k: t for k, t in times.items() if t}
+
+
+def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
+    from labkit.vllm.step_census import step_quantiles
+
+    return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
+             **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
+            for (name, v), t in times.items()]
+
+
+@contextlib.contextmanager
+def stand_in_scheduler(requests: int, images: int, variants, decode_steps: int):
+    """``labkit bench vllm-sched``'s stand-in at one shape: ``step(variant) -> ns`` of ``schedule()``.
+
+    One real ``Scheduler`` per variant (:mod:`labkit.vllm.sched_census`: a generated tiny Gemma-3
+    config, Gemma-style 258-token placeholders, a stand-in model runner), its requests brought to
+    steady decode under that variant; each has room for ``decode_steps`` more steps. A step that
+    is not a decode step of all ``requests`` raises ``RuntimeError``; a variant it was not made for
+    gives None."""
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
 
-    rounds = -(-steps // block)
     with temporary_model_dir() as model_dir:
-        _prompt, blocks, max_len = _sizes(requests, images, warmup + rounds * (block + 1) + 2)
+        _prompt, blocks, max_len = _sizes(requests, images, decode_steps)
         runs = {v: SchedulerRun(make_scheduler(model_dir, num_blocks=blocks, max_model_len=max_len),
                                 make_requests(requests, images, prefix=f"{v}-")) for v in variants}
         for v, run in runs.items():
             with patched_vllm(v):
                 run.run_to_decode()
-        gc.collect()
-        times: dict[str, list[int]] = {v: [] for v in variants}
 
-        def steady_step(v, run, i):
-            sched_ns, _update_ns, out = run.step()
+        def step(v: str) -> int | None:
+            if v not in runs:
+                return None
+            sched_ns, _update_ns, out = runs[v].step()
             if len(out.num_scheduled_tokens) != requests or out.scheduled_encoder_inputs:
-                raise RuntimeError(f"{v}: scheduler-only step {i} is not a steady decode step of all {requests}")
+                raise RuntimeError(f"{v}: a stand-in scheduler step is not a steady decode step of all {requests}")
             return sched_ns
 
-        for v, run in runs.items():
+        yield step
+
+
+STAND_IN_TIMER = "scheduler driven alone (labkit bench vllm-sched's mechanism)"
+
+
+def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: int = 5, warmup: int = 3,
+                         variants=("baseline", "merged")) -> list[dict]:
+    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks.
+
+    The mechanism of ``labkit bench vllm-sched`` (:func:`stand_in_scheduler`) with the lab's A/B
+    variants applied around each variant's steps, the collector on (as in the step census),
+    timed by :func:`alternate_blocks`. ``warmup`` steps per variant first, left out. Rows:
+    ``variant``, ``num_requests``, ``images``, ``phase="scheduler_only"``, ``median_us``, ``steps``."""
+    import gc
+
+    from labkit.vllm.ab import patched_vllm
+
+    rounds = -(-steps // block)
+    with stand_in_scheduler(requests, images, variants, warmup + rounds * (block + 1) + 2) as step:
+        gc.collect()
+        for v in variants:
             with patched_vllm(v):
-                for i in range(warmup):
-                    steady_step(v, run, i)
-        for r in range(rounds):
-            order = list(variants[r % len(variants):]) + list(variants[:r % len(variants)])
-            for v in order:
-                with patched_vllm(v):
-                    steady_step(v, runs[v], 0)  # left out: it recomputes the cumsums the switch cleared
-                    for i in range(block):
-                        times[v].append(steady_step(v, runs[v], i + 1))
-    return [{"variant": v, "num_requests": requests, "images": images, "phase": "scheduler_only", "parent": None,
-             "median_us": statistics.median(times[v]) / 1e3, "steps": len(times[v]),
-             "timer": "scheduler driven alone (labkit bench vllm-sched's mechanism)"} for v in variants]
+                for _ in range(warmup):
+                    step(v)
+        times = alternate_blocks({"scheduler_only": step}, variants, rounds=rounds, block=block)
+    return _timed_rows(times, requests, images, {"scheduler_only": STAND_IN_TIMER})
 
 
 def sweep_bytes(llc: int | None = None) -> int:
@@ -117,7 +156,7 @@ def _stand_in_output(req_ids: list, tokens: list):
 
 
 def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, rounds: int, block: int,
-                           sweep: int, make_output=_stand_in_output) -> list[dict]:
+                           sweep: int, stand_in=None, make_output=_stand_in_output) -> list[dict]:
     """``schedule()`` of the engine's own scheduler driven alone on its live decoding requests.
 
     Each step is ``schedule()`` (timed), then ``update_from_output`` with a stand-in for the
@@ -125,51 +164,50 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     it before). Nothing else runs between steps, so the scheduler's data stays in the caches
     (``schedule_alone``); in the second mode ``sweep`` bytes are read between steps
     (``schedule_alone_swept``: the last-level cache swept, what the scheduler reads evicted).
-    Variants alternate in blocks of ``block`` timed steps after one left out (a switch clears
-    the cumsums cached under the other definition), ``rounds`` rounds per mode, the order
-    rotated each round. The requests advance a token a step without the model runner, so the
-    engine must not step again before they finish (the census aborts them). Every step must
-    schedule one token for each of the ``requests`` and no encoder input (else ``RuntimeError``).
-    Rows: ``variant``, ``num_requests``, ``images``, ``phase`` (the mode), ``median_us``,
-    ``p20_us``, ``p80_us``, ``steps``."""
+    Each mode is timed by :func:`alternate_blocks` (``rounds`` rounds of ``block`` timed steps).
+    ``stand_in`` (``step(variant) -> ns``, :func:`stand_in_scheduler`) is stepped in the same
+    rounds as the back-to-back mode, block after block (rows ``scheduler_only``): the two
+    schedulers alone compare on the same machine at the same time. The requests advance a token
+    a step without the model runner, so the engine must not step again before they finish (the
+    census aborts them). Every step must schedule one token for each of the ``requests`` and no
+    encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
+    ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
     import time
 
     import numpy as np
 
-    from labkit.vllm.ab import patched_vllm
-    from labkit.vllm.step_census import ALONE_MODES, step_quantiles
+    from labkit.vllm.step_census import ALONE_MODES
 
-    variants = tuple(variants)
     buf = np.ones(max(1, sweep // 8)) if any(ALONE_MODES.values()) else None
 
-    def step(swept: bool, label: str) -> int:
-        t0 = time.perf_counter_ns()
-        out = scheduler.schedule()
-        dt = time.perf_counter_ns() - t0
-        tokens = out.num_scheduled_tokens
-        if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
-            raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "
-                               f"requests ({len(tokens)} scheduled)")
-        ids = list(tokens)
-        scheduler.update_from_output(out, make_output(ids, [[scheduler.requests[r].output_token_ids[-1]]
-                                                            for r in ids]))
-        if swept:
-            buf.sum()  # reads every byte once: the next schedule() finds its data evicted
-        return dt
+    def stepper(swept: bool):
+        def step(label: str) -> int:
+            t0 = time.perf_counter_ns()
+            out = scheduler.schedule()
+            dt = time.perf_counter_ns() - t0
+            tokens = out.num_scheduled_tokens
+            if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
+                raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "
+                                   f"requests ({len(tokens)} scheduled)")
+            ids = list(tokens)
+            scheduler.update_from_output(out, make_output(ids, [[scheduler.requests[r].output_token_ids[-1]]
+                                                                for r in ids]))
+            if swept:
+                buf.sum()  # reads every byte once: the next schedule() finds its data evicted
+            return dt
 
+        return step
+
+    timers = {"scheduler_only": STAND_IN_TIMER + ", interleaved with the engine's scheduler alone"}
     rows = []
     for phase, swept in ALONE_MODES.items():
-        times: dict[str, list[float]] = {v: [] for v in variants}
-        for r in range(rounds):
-            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-                with patched_vllm(v):
-                    step(swept, v)  # left out: it recomputes the cumsums the switch cleared
-                    times[v] += [step(swept, v) / 1e3 for _ in range(block)]
-        rows += [{"variant": v, "num_requests": requests, "images": images, "phase": phase, "parent": None,
-                  **step_quantiles(times[v]), "steps": len(times[v]),
-                  "timer": "the engine's scheduler driven alone" + (f", {sweep / 2**20:.0f} MiB read between steps"
-                                                                    if swept else ", back to back")}
-                 for v in variants]
+        timers[phase] = "the engine's scheduler driven alone" + (f", {sweep / 2**20:.0f} MiB read between steps"
+                                                                 if swept else ", back to back")
+        steppers = {phase: stepper(swept)}
+        if stand_in is not None and not swept:
+            steppers["scheduler_only"] = stand_in
+        rows += _timed_rows(alternate_blocks(steppers, variants, rounds=rounds, block=block), requests, images,
+                            timers)
     return rows
 
 
