@@ -39,12 +39,12 @@ from labkit.viz import inside_vllm
 from labkit.vllm import ab_view
 from labkit.results import provenance
 censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
-census, inputs = (censuses[0] if censuses else None), inside_vllm.recorded_input()
+inputs = inside_vllm.recorded_inputs()
+census = censuses[0] if censuses else None
 ab_runs = ab_view.recorded_runs()
 declare_sources("measured-cpu", "simulated", *(["measured-gpu"] if any(r.source == "measured-gpu" for r in ab_runs) else []))
-for res in (census, inputs):
-    if res is not None:
-        print(provenance(res))
+for res in censuses + inputs:
+    print(provenance(res))
 
 # %% [markdown]
 # ## 1. The census: every phase of a real vLLM step
@@ -113,13 +113,14 @@ inside_vllm.plot_scheduler_alone(sched_bench.recorded_rows())
 # The frontend decodes each JPEG, runs Gemma 4's Hugging Face processor, hashes the item, looks
 # it up in the processor cache and expands the image marker into its placeholder. vLLM times
 # these stages itself (`enable_mm_processor_stats`); `labkit bench vllm-input` reads them for
-# 1024 x 1536 images on this CPU and says what they mean for the PR's mean TTFT.
+# 1024 x 1536 images on the CPU it runs on and says what they mean for the PR's mean TTFT (one
+# bar per stage and machine that recorded it).
 
 # %%
 inside_vllm.plot_input_stages(inputs)
 
 # %%
-print(inputs.params["ttft"]["text"] if inputs is not None else inside_vllm.NO_INPUT)
+print("\n".join(f"{r.slug}: {r.params['ttft']['text']}" for r in inputs) or inside_vllm.NO_INPUT)
 
 # %% [markdown]
 # ## 3. The A/B in vLLM's own server

@@ -105,3 +105,16 @@ def test_recorded_censuses_put_this_machine_first(tmp_path, monkeypatch):
     here["slug"] = "elsewhere"
     assert inside_vllm.recorded_census(tmp_path).slug == "cpu-aaa-2c"
     assert inside_vllm.recorded_censuses(tmp_path / "empty") == [] and inside_vllm.recorded_census(tmp_path / "no") is None
+
+
+def test_input_stages_one_bar_per_stage_and_machine():
+    def res(slug, us):
+        rows = [{"stage": "media_decode", "per_image_median_us": us}, {"stage": "add_request", "per_image_median_us": 2 * us}]
+        return SimpleNamespace(rows=rows, params={"image_size": "1024x1536"}, source="measured-cpu", slug=slug)
+
+    fig = inside_vllm.plot_input_stages([res("machine-a", 1000.0), res("machine-b", 3000.0)])
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("machine-a", ["media_decode", "add_request"], [1.0, 2.0]), ("machine-b", ["media_decode", "add_request"], [3.0, 6.0])]
+    assert fig.layout.barmode == "group" and fig.layout.showlegend
+    assert len(inside_vllm.plot_input_stages(res("machine-a", 1000.0)).data) == 1
+    assert not inside_vllm.plot_input_stages([]).data

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from labkit.viz.sources import source_title
 
 __all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_censuses",
-           "recorded_input", "no_result", "machines_table", "SAVINGS",
+           "recorded_input", "recorded_inputs", "no_result", "machines_table", "SAVINGS",
            "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
            "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS", "checks_summary", "failed_checks",
            "plot_schedule_saving"]
@@ -42,17 +42,22 @@ SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention
               "sampler", "bookkeeping", "detokenize")
 
 
-def recorded_censuses(root=None) -> list:
-    """Every machine's recorded ``vllm_step`` (the full one where there is one, else the quick one): this
+def _per_machine(name: str, root) -> list:
+    """Every machine's recorded ``name`` (the full one where there is one, else the quick one): this
     machine's first, then the others by machine name."""
     from labkit.device import describe_machine
     from labkit.results import load_results
 
     here = describe_machine("cpu")["slug"]
     best: dict = {}
-    for r in load_results(root, name=STEP_RESULT):  # a machine's quick run only where it has no full one
+    for r in load_results(root, name=name):  # a machine's quick run only where it has no full one
         best.setdefault(r.slug, r)
     return sorted(best.values(), key=lambda r: (r.slug != here, r.slug))
+
+
+def recorded_censuses(root=None) -> list:
+    """Every machine's recorded ``vllm_step`` (full first), this machine's first."""
+    return _per_machine(STEP_RESULT, root)
 
 
 def recorded_census(root=None):
@@ -61,19 +66,15 @@ def recorded_census(root=None):
     return found[0] if found else None
 
 
+def recorded_inputs(root=None) -> list:
+    """Every machine's recorded ``vllm_input`` (full first), this machine's first."""
+    return _per_machine(INPUT_RESULT, root)
+
+
 def recorded_input(root=None):
-    """The recorded ``vllm_input`` result (full first), or None."""
-    return _pick(INPUT_RESULT, root)
-
-
-def _pick(name: str, root):
-    from labkit.results import load_results
-
-    full = load_results(root, name=name)
-    if full:
-        return full[0]
-    quick = load_results(root, name=f"{name}_quick")
-    return quick[0] if quick else None
+    """The input-processing result to show first (this machine's where recorded), or None."""
+    found = recorded_inputs(root)
+    return found[0] if found else None
 
 
 def no_result(text: str, title: str) -> go.Figure:
@@ -283,18 +284,25 @@ def plot_scheduler_alone(rows) -> go.Figure:
     return fig
 
 
-def plot_input_stages(result) -> go.Figure:
-    """The input-processing stages of one image (ms), vLLM's own stage timers and the HF processor alone."""
+def plot_input_stages(results) -> go.Figure:
+    """The input-processing stages of one image (ms), vLLM's own stage timers and the HF processor alone;
+    one result or a list of them (one bar per stage and machine)."""
     title = "Input processing of #40143's images, per image"
-    if result is None:
+    results = _as_list(results)
+    if not results:
         return no_result(NO_INPUT, title)
-    rows = result.rows
-    fig = go.Figure(go.Bar(x=[r["stage"] for r in rows], y=[r["per_image_median_us"] / 1e3 for r in rows],
-                           marker_color="#d9730d", customdata=[r.get("where", "") for r in rows],
-                           hovertemplate="%{x}: %{y:.2f} ms<br>%{customdata}<extra></extra>"))
-    p = result.params
-    fig.update_layout(height=380, yaxis_title="ms per image (median)",
-                      title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}, images "
+    fig = go.Figure()
+    colours = ("#d9730d", "#7f7f7f", "#1f77b4", "#2ca02c")
+    for k, result in enumerate(results):
+        rows = result.rows
+        fig.add_trace(go.Bar(x=[r["stage"] for r in rows], y=[r["per_image_median_us"] / 1e3 for r in rows],
+                             name=result.slug, marker_color=colours[k % len(colours)],
+                             customdata=[r.get("where", "") for r in rows],
+                             hovertemplate=f"{result.slug}, %{{x}}: %{{y:.2f}} ms<br>%{{customdata}}<extra></extra>"))
+    p = results[0].params
+    machines = ", ".join(r.slug for r in results)
+    fig.update_layout(height=380, yaxis_title="ms per image (median)", barmode="group", showlegend=len(results) > 1,
+                      title=dict(text=f"{title}<br><sup>{source_title(results[0].source)}, {machines}, images "
                                       f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
                                       f"{p.get('hf_image_processor')}</sup>"), margin=dict(t=80))
     return fig
@@ -345,7 +353,7 @@ def plot_schedule_saving(results) -> go.Figure:
     ``scheduler_only`` rows) and, where recorded, the engine's own scheduler driven alone on its live
     requests, back to back and with the last-level cache swept between steps. One census or a list of
     them (one per machine, a menu to switch)."""
-    title = "What the placeholder fix saves in schedule(), inside the engine and in the scheduler alone"
+    title = "What the placeholder fix saves in schedule(), in a step and alone"
     results = _as_list(results)
     if not results:
         return no_result(NO_STEP, title)

@@ -42,7 +42,8 @@ Every step counted must be a pure decode step of all the point's requests (else
 in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us`` and
 ``named_share`` (the top-level phases' share of the step, wrapper and trace). The scheduler
 driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
-``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``).
+``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``), and the
+stand-in one per variant it ran (``scheduler_only``).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ from typing import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "CensusPlan", "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs",
-           "prompt_tokens", "kv_cache_gib"]
+__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "CensusPlan", "step_quantiles", "build_census_engine",
+           "measure_point", "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
@@ -313,10 +314,9 @@ def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
     with (stand_in_scheduler(run.requests, run.images, pair, steps) if len(pair) == 2
           else contextlib.nullcontext()) as stand_in:
         gc.collect()
-        rows = engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants, rounds=plan.alone_rounds,
-                                      block=plan.alone_block, sweep=sweep_bytes(),
+        return engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants,
+                                      rounds=plan.alone_rounds, block=plan.alone_block, sweep=sweep_bytes(),
                                       stand_in=stand_in)
-    return rows
 
 
 def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace) -> list[dict]:
