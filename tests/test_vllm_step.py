@@ -251,6 +251,19 @@ def test_without_vllm_the_census_says_where_to_run_it():
     assert p.returncode == 2 and "vLLM is not installed" in p.stderr
 
 
+def _fake_patch(state: dict):
+    """A stand-in for ``labkit.vllm.ab.patched_vllm``: notes the active variant and that it was just applied."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def fake_patched(name):
+        state.update(active=name, fresh=True)
+        yield
+        state.update(active=None)
+
+    return fake_patched
+
+
 def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
     """Switching a variant clears the cumsums cached under the other definition, so the first step
     after each switch recomputes them all: the scheduler-alone figure must leave that step out, as
@@ -264,11 +277,7 @@ def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
 
     state = {"active": None, "fresh": False}
 
-    @contextlib.contextmanager
-    def fake_patched(name):
-        state.update(active=name, fresh=True)
-        yield
-        state.update(active=None)
+    fake_patched = _fake_patch(state)
 
     class Out:
         def __init__(self, n):
@@ -309,7 +318,6 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     and 10 ns (baseline) or 4 ns (merged) otherwise; update_from_output costs 500 ns, never timed. The
     left-out step after each switch is not in the medians, the stand-in output gives each request its
     own last token, and the sweep reads its buffer once after every step of the swept mode only."""
-    import contextlib
     import time
 
     import numpy
@@ -320,11 +328,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     clock = _Clock()
     state = {"active": None, "fresh": False, "sums": [], "steps": 0}
 
-    @contextlib.contextmanager
-    def fake_patched(name):
-        state.update(active=name, fresh=True)
-        yield
-        state.update(active=None)
+    fake_patched = _fake_patch(state)
 
     class Req:
         def __init__(self, last):

@@ -246,20 +246,7 @@ def census_checks(rows) -> list[dict]:
                         "detail": "trace / timers: " + ", ".join(f"{p} {x:.3f}" for p, x in held)
                         + (f"; below {100 * MIN_SHARE:.0f}% of the step, not held: "
                            + ", ".join(f"{p} {x:.3f}" for p, x in loose) if loose else "")})
-        base, merged = by.get((n, m, "baseline", "schedule")), by.get((n, m, "merged", "schedule"))
-        sb, sm = by.get((n, m, "baseline", "scheduler_only")), by.get((n, m, "merged", "scheduler_only"))
-        if base and merged and sb and sm:
-            census = base["median_us"] - merged["median_us"]
-            alone = sb["median_us"] - sm["median_us"]
-            rel = census / alone - 1 if alone > 0 else None
-            out.append({"check": "schedule saving matches the scheduler alone", "num_requests": n, "images": m,
-                        "variant": "baseline-merged", "passed": rel is not None and abs(rel) <= SCHED_TOLERANCE,
-                        "census_us": census, "scheduler_only_us": alone,
-                        "detail": f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine, "
-                                  f"{alone / 1e3:.3f} ms in the scheduler alone"
-                                  + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None
-                                     else "")})
-        out += _alone_checks(by, n, m)
+        out += _saving_checks(by, n, m)
     return out
 
 
@@ -268,11 +255,24 @@ def _saving(by, n, m, phase) -> float | None:
     return b["median_us"] - g["median_us"] if b and g else None
 
 
-def _alone_checks(by, n, m) -> list[dict]:
-    """The two checks of the engine's scheduler driven alone at one point (see the module text)."""
+def _match(check: str, n: int, m: int, value: float, ref: float, figures: dict, text: str) -> dict:
+    """A check that ``value`` lies within ``SCHED_TOLERANCE`` of ``ref`` (both us); ``text`` says what they are."""
+    rel = value / ref - 1 if ref > 0 else None
+    return {"check": check, "num_requests": n, "images": m, "variant": "baseline-merged",
+            "passed": rel is not None and abs(rel) <= SCHED_TOLERANCE, **figures,
+            "detail": text + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None else "")}
+
+
+def _saving_checks(by, n, m) -> list[dict]:
+    """The checks of the schedule saving at one point (see the module text), where their rows are recorded."""
     census, warm = _saving(by, n, m, "schedule"), _saving(by, n, m, "schedule_alone")
     cold, stand_in = _saving(by, n, m, "schedule_alone_swept"), _saving(by, n, m, "scheduler_only")
     out = []
+    if census is not None and stand_in is not None:
+        out.append(_match("schedule saving matches the scheduler alone", n, m, census, stand_in,
+                          {"census_us": census, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine, "
+                          f"{stand_in / 1e3:.3f} ms in the scheduler alone"))
     if census is not None and warm is not None and cold is not None:
         lo, hi = (1 - SCHED_TOLERANCE) * min(warm, cold), (1 + SCHED_TOLERANCE) * max(warm, cold)
         out.append({"check": "schedule saving lies between the scheduler alone, warm and swept", "num_requests": n,
@@ -282,12 +282,8 @@ def _alone_checks(by, n, m) -> list[dict]:
                               f"scheduler alone {warm / 1e3:.3f} ms back to back, {cold / 1e3:.3f} ms with the cache "
                               f"swept between steps (bounds widened by {100 * SCHED_TOLERANCE:.0f}%)"})
     if warm is not None and stand_in is not None:
-        rel = warm / stand_in - 1 if stand_in > 0 else None
-        out.append({"check": "the engine's scheduler alone matches the stand-in", "num_requests": n, "images": m,
-                    "variant": "baseline-merged", "passed": rel is not None and abs(rel) <= SCHED_TOLERANCE,
-                    "alone_us": warm, "scheduler_only_us": stand_in,
-                    "detail": f"baseline - merged schedule(), back to back: {warm / 1e3:.3f} ms in the engine's "
-                              f"scheduler, {stand_in / 1e3:.3f} ms in vllm-sched's stand-in"
-                              + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None
-                                 else "")})
+        out.append(_match("the engine's scheduler alone matches the stand-in", n, m, warm, stand_in,
+                          {"alone_us": warm, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(), back to back: {warm / 1e3:.3f} ms in the engine's "
+                          f"scheduler, {stand_in / 1e3:.3f} ms in vllm-sched's stand-in"))
     return out
