@@ -98,6 +98,16 @@ machines = inside_vllm.machines_table(censuses)
 machines.round(3) if not machines.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
+# The loop also costs outside `schedule()`: where the whole step's saving (baseline -> merged at
+# 128 x 32) lies, phase by phase, on the first machine. Savings in the phases after `schedule`
+# are the rest of the step running slower behind the pre-#40143 loop, in the same alternating
+# rounds.
+
+# %%
+by_phase = inside_vllm.saving_by_phase(census)
+by_phase.round(3) if not by_phase.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
+
+# %% [markdown]
 # The census also checks `labkit whatif` on its own traces (the baseline's trace with the
 # encoder-input checks removed, against the merged trace's step). The checks above are recorded
 # as they came out, passed or not. `labkit bench vllm-sched` is the scheduler-only census on its

@@ -118,3 +118,17 @@ def test_input_stages_one_bar_per_stage_and_machine():
     assert fig.layout.barmode == "group" and fig.layout.showlegend
     assert len(inside_vllm.plot_input_stages(res("machine-a", 1000.0)).data) == 1
     assert not inside_vllm.plot_input_stages([]).data
+
+
+def test_saving_by_phase_worked_by_hand():
+    # step 30000 -> 20000 us; schedule 9000 -> 2000; every other phase 100 -> 100, but forward 2000 -> 1000
+    census = _census_with_alone()
+    for r in census.rows:
+        if r["phase"] == "forward":
+            r["median_us"] = 2000.0 if r["variant"] == "baseline" else 1000.0
+    t = inside_vllm.saving_by_phase(census).set_index("phase")
+    assert t.loc["step", "saving_ms"] == 10.0 and t.loc["step", "share"] == 1.0
+    assert t.loc["schedule", ["before_ms", "after_ms", "saving_ms"]].tolist() == [9.0, 2.0, 7.0]
+    assert t.loc["schedule", "share"] == 0.7 and t.loc["forward", "share"] == 0.1
+    assert t.loc["sample", "saving_ms"] == 0.0
+    assert inside_vllm.saving_by_phase(None).empty and inside_vllm.saving_by_phase(_census()).empty

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from labkit.viz.sources import source_title
 
 __all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_censuses",
-           "recorded_input", "recorded_inputs", "no_result", "machines_table", "SAVINGS",
+           "recorded_input", "recorded_inputs", "no_result", "machines_table", "saving_by_phase", "SAVINGS",
            "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
            "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS", "checks_summary", "failed_checks",
            "plot_schedule_saving"]
@@ -384,6 +384,28 @@ def plot_schedule_saving(results) -> go.Figure:
                                       f", vLLM {first.params.get('vllm_version')}: medians per variant</sup>"),
                       margin=dict(t=90))
     return fig
+
+
+def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after: str = "merged"):
+    """Where the step saving of ``before`` -> ``after`` lies at ``point``: one row per top-level phase with
+    ``before_ms``, ``after_ms``, ``saving_ms`` (medians of the unprofiled steps) and ``share`` of the
+    step's saving; the last row is the whole step. A loop that makes the rest of the step slower shows
+    as savings outside ``schedule``."""
+    import pandas as pd
+
+    cols = ["phase", "before_ms", "after_ms", "saving_ms", "share"]
+    if result is None:
+        return pd.DataFrame(columns=cols)
+    by = {(r["variant"], r["phase"]): r for r in result.rows if (r["num_requests"], r["images"]) == tuple(point)}
+    if (before, "step") not in by or (after, "step") not in by:
+        return pd.DataFrame(columns=cols)
+    total = by[(before, "step")]["median_us"] - by[(after, "step")]["median_us"]
+    out = []
+    for p in (*PHASE_COLOURS, "step"):
+        b, a = by[(before, p)]["median_us"] / 1e3, by[(after, p)]["median_us"] / 1e3
+        out.append({"phase": p, "before_ms": b, "after_ms": a, "saving_ms": b - a,
+                    "share": (b - a) * 1e3 / total if total else None})
+    return pd.DataFrame(out, columns=cols)
 
 
 def machines_table(results, point=(128, 32)):
