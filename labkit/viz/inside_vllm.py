@@ -134,8 +134,9 @@ def _machine_menu(fig: go.Figure, groups: list[list[int]], labels: list[str]) ->
                                             yanchor="bottom")])
 
 
-def _machines_note(results: list) -> str:
-    return results[0].slug if len(results) == 1 else f"{results[0].slug} (menu: {len(results)} machines)"
+def _machines_note(slugs: list[str]) -> str:
+    """The machine shown first, and how many the menu holds."""
+    return slugs[0] if len(slugs) == 1 else f"{slugs[0]} (menu: {len(slugs)} machines)"
 
 
 def plot_phase_census(results) -> go.Figure:
@@ -147,7 +148,7 @@ def plot_phase_census(results) -> go.Figure:
         return no_result(NO_STEP, title)
     fig = go.Figure()
     groups = []
-    for k, result in enumerate(results):
+    for result in results:
         table = census_table(result)
         x = [[f"{r.requests} x {r.images}" for r in table.itertuples()], list(table["variant"])]
         start = len(fig.data)
@@ -162,8 +163,8 @@ def plot_phase_census(results) -> go.Figure:
     vllm = f"vLLM {first.params.get('vllm_version')} ({first.params.get('vllm_distribution')})"
     fig.update_layout(barmode="stack", height=460, yaxis_title="ms per decode step (median)",
                       xaxis_title="requests x images per request, then variant", legend_title_text="phase",
-                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, {_machines_note(results)}, "
-                                      f"{vllm}, images {first.params.get('image_size')} px (HxW), wrapper timers on "
+                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, "
+                                      f"{_machines_note([r.slug for r in results])}, {vllm}, images {first.params.get('image_size')} px (HxW), wrapper timers on "
                                       f"unprofiled steps</sup>"), margin=dict(t=90))
     return fig
 
@@ -301,7 +302,8 @@ def plot_input_stages(results) -> go.Figure:
                              hovertemplate=f"{result.slug}, %{{x}}: %{{y:.2f}} ms<br>%{{customdata}}<extra></extra>"))
     p = results[0].params
     machines = ", ".join(r.slug for r in results)
-    fig.update_layout(height=380, yaxis_title="ms per image (median)", barmode="group", showlegend=len(results) > 1,
+    fig.update_layout(height=380, yaxis_title="ms per image (median)", barmode="group",
+                      showlegend=len(results) > 1,
                       title=dict(text=f"{title}<br><sup>{source_title(results[0].source)}, {machines}, images "
                                       f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
                                       f"{p.get('hf_image_processor')}</sup>"), margin=dict(t=80))
@@ -361,15 +363,16 @@ def plot_schedule_saving(results) -> go.Figure:
     groups, labels = [], []
     for result in results:
         savings = _savings(result)
-        points = [p for p in _points(result.rows) if all(p in savings.get(ph, {}) for ph in ("schedule", "scheduler_only"))]
+        points = [p for p in _points(result.rows)
+                  if all(p in savings.get(ph, {}) for ph in ("schedule", "scheduler_only"))]
         if not points:
             continue
         start = len(fig.data)
         for phase, label, colour in SAVINGS:
             if phase not in savings:
                 continue
-            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in points], y=[savings[phase].get(p, 0.0) / 1e3 for p in points],
-                                 name=label, marker_color=colour, legendgroup=phase,
+            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in points],
+                                 y=[savings[phase].get(p, 0.0) / 1e3 for p in points], name=label, marker_color=colour, legendgroup=phase,
                                  hovertemplate=f"{result.slug}, {label}: %{{y:.3f}} ms<extra></extra>"))
         groups.append(list(range(start, len(fig.data))))
         labels.append(result.slug)
@@ -379,9 +382,8 @@ def plot_schedule_saving(results) -> go.Figure:
     first = next(r for r in results if r.slug == labels[0])
     fig.update_layout(barmode="group", height=400, yaxis_title="baseline - merged, ms per decode step",
                       xaxis_title="requests x images per request",
-                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, "
-                                      f"{labels[0] if len(labels) == 1 else f'{labels[0]} (menu: {len(labels)} machines)'}"
-                                      f", vLLM {first.params.get('vllm_version')}: medians per variant</sup>"),
+                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, {_machines_note(labels)}, "
+                                      f"vLLM {first.params.get('vllm_version')}: medians per variant</sup>"),
                       margin=dict(t=90))
     return fig
 

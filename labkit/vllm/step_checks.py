@@ -51,12 +51,12 @@ TOP_PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "upd
 def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> dict:
     """Time A/B variants in alternating blocks: ``{(stepper name, variant): [ns per step]}``.
 
-    ``steppers`` maps a name to ``step(variant) -> ns`` (None: it does not run that variant). Each round (the variants' order rotated
-    each round), each variant is applied (:func:`labkit.vllm.ab.patched_vllm`) and every stepper in
-    turn takes one step left out, then ``block`` timed steps: switching a variant clears the cumsums
-    cached under the other definition on every live placeholder, so the first step after a switch
-    recomputes them, a cost neither arm pays in steady decode. Steppers of one round run back to
-    back, so they see the same machine."""
+    ``steppers`` maps a name to ``step(variant) -> ns`` (None: it does not run that variant). Each
+    round (the variants' order rotated each round), each variant is applied
+    (:func:`labkit.vllm.ab.patched_vllm`) and every stepper in turn takes one step left out, then
+    ``block`` timed steps: switching a variant clears the cumsums cached under the other definition
+    on every live placeholder, so the first step after a switch recomputes them, a cost neither arm
+    pays in steady decode. Steppers of one round run back to back, so they see the same machine."""
     from labkit.vllm.ab import patched_vllm
 
     variants = tuple(variants)
@@ -178,7 +178,7 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
 
     from labkit.vllm.step_census import ALONE_MODES
 
-    buf = np.ones(max(1, sweep // 8)) if any(ALONE_MODES.values()) else None
+    buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
 
     def stepper(swept: bool):
         def step(label: str) -> int:
