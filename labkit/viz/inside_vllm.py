@@ -372,7 +372,8 @@ def plot_schedule_saving(results) -> go.Figure:
             if phase not in savings:
                 continue
             fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in points],
-                                 y=[savings[phase].get(p, 0.0) / 1e3 for p in points], name=label, marker_color=colour, legendgroup=phase,
+                                 y=[savings[phase].get(p, 0.0) / 1e3 for p in points], name=label,
+                                 marker_color=colour, legendgroup=phase,
                                  hovertemplate=f"{result.slug}, {label}: %{{y:.3f}} ms<extra></extra>"))
         groups.append(list(range(start, len(fig.data))))
         labels.append(result.slug)
