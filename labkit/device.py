@@ -107,13 +107,12 @@ def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> 
     for name in entries:
         if not name.startswith("index"):
             continue
+        def read(field: str) -> str:
+            with open(os.path.join(root, name, field), encoding="utf-8") as f:
+                return f.read().strip()
+
         try:
-            with open(os.path.join(root, name, "level"), encoding="utf-8") as f:
-                level = int(f.read().strip())
-            with open(os.path.join(root, name, "type"), encoding="utf-8") as f:
-                kind = f.read().strip()
-            with open(os.path.join(root, name, "size"), encoding="utf-8") as f:
-                size = f.read().strip()
+            level, kind, size = int(read("level")), read("type"), read("size")
         except (OSError, ValueError):
             continue
         m = re.fullmatch(r"(\d+)\s*([KMG]?)", size)
