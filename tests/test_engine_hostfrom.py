@@ -67,6 +67,22 @@ def test_table_from_rows_scales_and_folds_the_encoder():
         host_table_from_rows(_rows(TABLE), requests=8, images=4, cpu_speed=0)
 
 
+def test_off_host_rows_make_their_own_table_and_never_mix_with_the_measured_ones():
+    off = {v: {p: us / 2 for p, us in ph.items()} for v, ph in TABLE.items()}
+    rows = _rows(TABLE) + [dict(r, phase="off_host:" + r["phase"]) for r in _rows(off)]
+    cpu = host_table_from_rows(rows, requests=8, images=4)
+    gpu_like = host_table_from_rows(rows, requests=8, images=4, forward="off-host")
+    assert cpu.forward == "cpu" and gpu_like.forward == "off-host"
+    assert cpu.phases_ns["baseline"]["schedule"] == pytest.approx(2400e3)
+    assert gpu_like.phases_ns["baseline"]["schedule"] == pytest.approx(1200e3)
+    assert gpu_like.phases_ns["merged"]["other"] == pytest.approx(60e3)  # (100 + 20) / 2, the encoder folded in
+    assert gpu_like.census_step_ns["baseline"] == pytest.approx(4500e3)
+    with pytest.raises(UsageError, match="no steps with the forward off the host"):
+        host_table_from_rows(_rows(TABLE), requests=8, images=4, forward="off-host")
+    with pytest.raises(UsageError, match="--host-forward must be one of"):
+        host_table_from_rows(rows, requests=8, images=4, forward="gpu")
+
+
 def test_full_graphs_async_step_is_the_longer_of_host_and_device():
     rows = _run(host_table_from_rows(_rows(TABLE), requests=8, images=4))
     base, merged = rows[("baseline", True)], rows[("merged", True)]
@@ -158,9 +174,24 @@ def test_cli_prints_every_row_with_its_cpu_factor_and_the_prs_ratio(tmp_path):
     assert "what reproduces the PR's TPOTs" in p.stdout
 
 
+def test_cli_host_forward_off_host_names_its_result_and_says_so(tmp_path):
+    rows = _rows(TABLE, requests=128, images=32)
+    path = _write_result(tmp_path / "vllm_step.json", rows + [dict(r, phase="off_host:" + r["phase"]) for r in rows])
+    p = _bench("--device", "sim", "--host-from", str(path), "--host-forward", "off-host", "--cudagraph", "full",
+               "--steps", "3", "--warmup", "1", "--no-save", "--json", str(tmp_path / "out.json"))
+    assert p.returncode == 0, p.stderr
+    assert "forward off the host" in p.stdout.splitlines()[0]
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["name"] == "engine_vllm_host_off_host_quick" and doc["params"]["host_forward"] == "off-host"
+    bare = _write_result(tmp_path / "old.json", rows)
+    p = _bench("--device", "sim", "--host-from", str(bare), "--host-forward", "off-host", "--no-save")
+    assert p.returncode == 2 and "no steps with the forward off the host" in p.stderr and "Traceback" not in p.stderr
+
+
 @pytest.mark.parametrize("args, words", [
     (["--host-from", "nope.json"], "cannot read nope.json"),
     (["--cpu-speed", "0.5"], "apply with --host-from only"),
+    (["--host-forward", "off-host"], "apply with --host-from only"),
     (["--host-from", "x.json", "--device", "cpu"], "simulated device only"),
     (["--host-from", "x.json", "--host-point", "big"], "--host-point must look like"),
 ])

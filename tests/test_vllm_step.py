@@ -189,6 +189,30 @@ def test_scheduler_alone_checks_bracket_and_match_by_hand(change, failed):
     assert bracket["census_us"] == 5800.0 and "ms in the engine step" in bracket["detail"]
 
 
+@pytest.mark.parametrize("off_host, passed", [
+    # off the host 5000 - 150 = 4850 us against the stand-in's 5450: -11%
+    ({"baseline": 5000.0, "merged": 150.0}, True),
+    # 6800 - 150 = 6650 us: +22%
+    ({"baseline": 6800.0, "merged": 150.0}, False),
+])
+def test_off_host_schedule_saving_is_held_to_the_stand_in(off_host, passed):
+    rows = _rows(6000.0, 200.0, **ALONE)
+    rows += [{"variant": v, "num_requests": 128, "images": 32, "phase": "off_host:" + p, "median_us": us}
+             for v, us in off_host.items() for p in ("schedule", "step")]
+    checks = {c["check"]: c for c in census_checks(rows)}
+    c = checks["schedule saving with the forward off the host matches the scheduler alone"]
+    assert c["passed"] is passed and c["off_host_us"] == off_host["baseline"] - off_host["merged"]
+    assert c["scheduler_only_us"] == 5450.0 and "forward off the host" in c["detail"]
+    # the census's own steps stay held to the stand-in too, and off-host rows are no step of their own
+    assert checks["schedule saving matches the scheduler alone"]["census_us"] == 5800.0
+    assert not any(c["variant"].startswith("off_host") for c in census_checks(rows))
+
+
+def test_without_off_host_rows_there_is_no_off_host_check():
+    names = {c["check"] for c in census_checks(_rows(6000.0, 200.0, **ALONE))}
+    assert "schedule saving with the forward off the host matches the scheduler alone" not in names
+
+
 def test_ttft_statement_worked_by_hand():
     # 10 ms decode + 90 ms add_request per image -> 0.1 s; 32 images -> 3.2 s a request;
     # 128 requests one after another wait (128 + 1) / 2 x 3.2 = 206.4 s on average

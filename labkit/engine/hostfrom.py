@@ -10,6 +10,12 @@ of the mini engine on a frozen host clock, while the device keeps the recorded G
 as in vLLM's GPU engine (``EngineCore.step`` / ``step_with_batch_queue``, one GPU, the
 in-process ``UniProcExecutor``, the API server in a process of its own):
 
+Which of the census's steps: ``forward="cpu"`` (``--host-forward cpu``, the default) takes the
+steps as measured, where the CPU build's own forward runs between the host phases and, reading
+the KV cache and the vocabulary's logits, evicts what they read next; ``off-host`` takes the steps
+the census timed with the forward off the host (``off_host:`` rows,
+:func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server's host pays them.
+
 engine core, one thread, in this order: ``other`` (the core's glue), ``schedule``,
 ``prepare_inputs`` (the runner's input preparation; on the CPU build it includes the CPU
 attention backend's metadata and the embedding gather, computed on the host: on a GPU the
@@ -100,19 +106,20 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
         raise UsageError(f"--host-forward must be one of {', '.join(FORWARDS)}, got {forward!r}")
     prefix = OFF_HOST if forward == "off-host" else ""
     at = [r for r in rows if r.get("num_requests") == requests and r.get("images") == images
-          and r.get("variant") in VARIANT_ENGINE and r.get("median_us") is not None
-          and str(r.get("phase", "")).startswith(prefix) and (prefix or ":" not in str(r.get("phase", "")))]
+          and r.get("variant") in VARIANT_ENGINE and r.get("median_us") is not None]
     if not at:
         points = sorted({(r.get("num_requests"), r.get("images")) for r in rows if r.get("phase") == "step"})
         raise UsageError(f"the census holds no {requests} x {images} point (it has "
                          f"{', '.join(f'{n}x{m}' for n, m in points) or 'none'})")
+    # the measured steps' phases have no prefix; the steps with the forward off the host, OFF_HOST
+    at = [r for r in at if str(r.get("phase", "")).startswith(prefix) and (prefix or ":" not in str(r["phase"]))]
+    if not at:
+        raise UsageError(f"the census at {requests} x {images} has no steps with the forward off the host "
+                         "(recorded before they were added, or run with --no-off-host)")
     phases: dict = {}
     steps: dict = {}
     for r in at:
         phases.setdefault(r["variant"], {})[r["phase"][len(prefix):]] = float(r["median_us"]) * 1e3
-    if forward == "off-host" and not phases:
-        raise UsageError(f"the census at {requests} x {images} has no steps with the forward off the host "
-                         "(recorded before they were added, or run with --no-off-host)")
     out = {}
     for v, p in phases.items():
         missing = [k for k in HOST_PHASES if k not in p]
@@ -121,7 +128,7 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
         out[v] = {k: p[k] * cpu_speed for k in HOST_PHASES}
         out[v]["other"] += p.get("encoder", 0.0) * cpu_speed
         steps[v] = p.get("step")
-    return HostTable(out, requests, images, cpu_speed, origin, steps, forward)
+    return HostTable(out, requests, images, cpu_speed, origin, forward=forward, census_step_ns=steps)
 
 
 def load_host_table(path, *, requests: int = 128, images: int = 32, cpu_speed: float = 1.0,

@@ -39,6 +39,52 @@ def test_every_variant_and_phase_is_recorded(census):
     assert census.params["sweep_bytes"] >= 64 * 2**20
 
 
+def test_off_host_steps_run_vllms_host_without_the_forward(census):
+    rows = {(r["variant"], r["phase"]): r for r in census.rows}
+    for v in CENSUS_VARIANTS:
+        off = {p: rows[(v, "off_host:" + p)] for p in ("step", "schedule", "forward", "sample", "process_outputs")}
+        assert all(r["steps"] == 2 for r in off.values())  # one round of two steps, as the measured blocks
+        # the forward returns a view of a ready buffer: a tiny share of what the CPU's model takes
+        assert off["forward"]["median_us"] < 0.1 * rows[(v, "forward")]["median_us"]
+        assert off["process_outputs"]["median_us"] > 0 and off["schedule"]["median_us"] > 0
+        assert off["step"]["named_share"] >= 0.95
+    names = {c["check"] for c in census.params["checks"]}
+    assert "schedule saving with the forward off the host matches the scheduler alone" in names
+
+
+def test_forward_off_host_returns_ready_outputs_and_restores_the_runner():
+    import types
+
+    import torch
+
+    from labkit.vllm.step_census import forward_off_host
+
+    class Runner:
+        def _model_forward(self, **kw):
+            return "real forward"
+
+    class Model:
+        def compute_logits(self, h):
+            return "real logits"
+
+    runner, model = Runner(), Model()
+    runner.model, runner.sampler = model, "real sampler"
+    runner.scheduler_config = types.SimpleNamespace(max_num_batched_tokens=16, max_num_seqs=4)
+    runner.model_config = types.SimpleNamespace(get_hidden_size=lambda: 8, dtype=torch.bfloat16)
+    greedy = types.SimpleNamespace(all_greedy=True, max_num_logprobs=None)
+    with forward_off_host(runner, 7):
+        h = runner._model_forward(input_ids=None, positions=torch.arange(3), intermediate_tensors=None)
+        assert h.shape == (3, 8) and h.dtype == torch.bfloat16 and not h.any()
+        logits = model.compute_logits(h[:2])
+        out = runner.sampler(logits=logits, sampling_metadata=greedy)
+        assert out.sampled_token_ids.tolist() == [[7], [7]] and out.logprobs_tensors is None
+        with pytest.raises(RuntimeError, match="only greedy"):
+            runner.sampler(logits=logits, sampling_metadata=types.SimpleNamespace(all_greedy=False,
+                                                                                   max_num_logprobs=None))
+    assert runner._model_forward() == "real forward" and model.compute_logits(None) == "real logits"
+    assert runner.sampler == "real sampler" and "_model_forward" not in vars(runner)
+
+
 def test_the_checks_that_do_not_depend_on_speed_hold(census):
     by = {(c["check"], c["variant"]): c for c in census.params["checks"]}
     for v in CENSUS_VARIANTS:
