@@ -79,16 +79,21 @@ print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check pass
 # ### The same scheduler code, inside a step and alone
 #
 # What does the pre-#40143 loop cost? It depends on where it runs. The census measures the
-# schedule saving (baseline - merged) four ways at each shape: inside the engine step; in
-# `labkit bench vllm-sched`'s stand-in scheduler (its own requests, back to back); and, after the
-# point's steps, in the engine's own scheduler driven alone on its live requests (`schedule()`
-# then a stand-in for the model's output), once back to back and once with the last-level cache
-# swept between steps (twice its size read: the scheduler's data evicted). Back to back, the
-# scheduler's data stays in the caches; inside a step, the rest of the step (on a CPU the forward
-# above all, streaming the KV cache) evicts part of it, so the saving there lies between the
-# two. How far it moves depends on the machine's caches: the table compares the machines that
-# recorded the census. On a GPU server the forward does not pass through the host's caches, but
-# input preparation, output processing and the frontend still do.
+# schedule saving (baseline - merged) five ways at each shape: inside the engine step; inside
+# the same engine's steps with the forward taken off the host (the model, its logits and the
+# sampler return ready outputs, so everything else of vLLM's step runs as it does beside a GPU;
+# these blocks alternate with the measured ones in the same rounds); in `labkit bench
+# vllm-sched`'s stand-in scheduler (its own requests, back to back); and, after the point's
+# steps, in the engine's own scheduler driven alone on its live requests (`schedule()` then a
+# stand-in for the model's output), once back to back and once with the last-level cache swept
+# between steps (twice its size read: the scheduler's data evicted). Back to back, the
+# scheduler's data stays in the caches; inside a step on a CPU, the forward streams the KV cache
+# and the vocabulary's logits through the host's caches between two `schedule()` calls and
+# evicts part of it, so the saving there lies between the two. On a GPU server that traffic
+# stays on the device: the steps with the forward off the host are the host as a GPU server
+# pays it (input preparation, output processing and detokenization still pass through its
+# caches). How far each figure moves depends on the machine's caches: the table compares the
+# machines that recorded the census.
 
 # %%
 inside_vllm.plot_schedule_saving(censuses)
@@ -101,7 +106,7 @@ machines.round(3) if not machines.empty else print(inside_vllm.NO_STEP)
 # The loop also costs outside `schedule()`: where the whole step's saving (baseline -> merged at
 # 128 x 32) lies, phase by phase, on the first machine. Savings in the phases after `schedule`
 # are the rest of the step running slower behind the pre-#40143 loop, in the same alternating
-# rounds.
+# rounds; the `off_host_` columns say the same of the steps with the forward off the host.
 
 # %%
 by_phase = inside_vllm.saving_by_phase(census)
@@ -171,16 +176,31 @@ ratios = pd.DataFrame(ratio_rows(sim, PR40143))
 ratios.round(3) if not ratios.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
-# What device step and host speed would reproduce the published TPOTs, from the census's host at
-# 128 x 32 (a closed-form solve: async, before host-bound and after device-bound; sync, host and
-# device added):
+# The same with the host of the steps the census timed with the forward off the host
+# (`--host-forward off-host`): the host phases without the CPU's own model passing through the
+# caches between them, as a GPU server's host pays them.
 
 # %%
+sim_off = inside_vllm.sim_rows(census, forward="off-host")
+(inside_vllm.plot_sim_vs_published(sim_off, PR40143) if sim_off
+ else print("the recorded census has no steps with the forward off the host: rerun `labkit bench vllm-step`"))
+
+# %%
+ratios_off = pd.DataFrame(ratio_rows(sim_off, PR40143))
+ratios_off.round(3) if not ratios_off.empty else print("no steps with the forward off the host recorded")
+
+# %% [markdown]
+# What device step and host speed would reproduce the published TPOTs, from the census's host at
+# 128 x 32, as measured and with the forward off the host (a closed-form solve: async, before
+# host-bound and after device-bound; sync, host and device added):
+
+# %%
+solve = []
 if census is not None and any(r["num_requests"] == 128 and r["images"] == 32 for r in census.rows):
-    host = host_table_from_rows(census.rows)
-    solve = pd.DataFrame([dict(q, after=a) for a in ("pr40143", "merged") for q in solve_published(host, PR40143, after=a)])
-else:
-    solve = pd.DataFrame()
+    for fwd in ("cpu", "off-host") if sim_off else ("cpu",):
+        host = host_table_from_rows(census.rows, forward=fwd)
+        solve += [dict(q, host=fwd, after=a) for a in ("pr40143", "merged") for q in solve_published(host, PR40143, after=a)]
+solve = pd.DataFrame(solve)
 solve if not solve.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
 
 # %% [markdown]

@@ -41,12 +41,15 @@ def test_schedule_saving_figure_draws_both_differences_per_point():
 
 
 def _census_with_alone(slug="machine-a", scale=1.0, llc=None):
-    """One point, 128 x 32: schedule 9000/2000 us in the step, the stand-in 7500/1000, the engine's scheduler
+    """One point, 128 x 32: schedule 9000/2000 us in the step, 8000/1800 in the steps with the forward off
+    the host (step 25000/16000, every other phase 50/50 there), the stand-in 7500/1000, the engine's scheduler
     alone 6500/1500 back to back and 11000/3000 swept (all times ``scale``)."""
     rows = []
     figures = {"step": (30_000.0, 20_000.0), "schedule": (9000.0, 2000.0), "scheduler_only": (7500.0, 1000.0),
-               "schedule_alone": (6500.0, 1500.0), "schedule_alone_swept": (11_000.0, 3000.0)}
+               "schedule_alone": (6500.0, 1500.0), "schedule_alone_swept": (11_000.0, 3000.0),
+               "off_host:step": (25_000.0, 16_000.0), "off_host:schedule": (8000.0, 1800.0)}
     figures.update({p: (100.0, 100.0) for p in (*inside_vllm.PHASE_COLOURS, "encoder_inputs") if p not in figures})
+    figures.update({"off_host:" + p: (50.0, 50.0) for p in inside_vllm.PHASE_COLOURS if "off_host:" + p not in figures})
     for phase, (b, m) in figures.items():
         for v, us in (("baseline", b), ("merged", m)):
             rows.append({"num_requests": 128, "images": 32, "variant": v, "phase": phase, "median_us": us * scale})
@@ -55,17 +58,21 @@ def _census_with_alone(slug="machine-a", scale=1.0, llc=None):
                            labkit_commit="abc1234")
 
 
-def test_schedule_saving_draws_the_four_ways_in_order():
+def test_schedule_saving_draws_every_way_in_order():
     fig = inside_vllm.plot_schedule_saving(_census_with_alone())
     assert [t.legendgroup for t in fig.data] == [p for p, _, _ in inside_vllm.SAVINGS]
-    # step 9000 - 2000, stand-in 7500 - 1000, alone 6500 - 1500, swept 11000 - 3000 (us -> ms)
-    assert [list(t.y) for t in fig.data] == [[7.0], [6.5], [5.0], [8.0]]
+    # step 9000 - 2000, off host 8000 - 1800, stand-in 7500 - 1000, alone 6500 - 1500, swept 11000 - 3000 (us -> ms)
+    assert [list(t.y) for t in fig.data] == [[7.0], [6.2], [6.5], [5.0], [8.0]]
+    older = _census_with_alone()  # a census recorded before the steps off the host: four ways
+    older.rows = [r for r in older.rows if not r["phase"].startswith("off_host:")]
+    assert [t.legendgroup for t in inside_vllm.plot_schedule_saving(older).data] == [
+        p for p, _, _ in inside_vllm.SAVINGS if p != "off_host:schedule"]
     assert not fig.layout.updatemenus  # one machine: no menu
 
 
 def test_two_machines_get_a_menu_and_the_first_is_shown():
     a, b = _census_with_alone("machine-a"), _census_with_alone("machine-b", scale=2.0)
-    for fig, per in ((inside_vllm.plot_schedule_saving([a, b]), 4),
+    for fig, per in ((inside_vllm.plot_schedule_saving([a, b]), 5),
                      (inside_vllm.plot_phase_census([a, b]), len(inside_vllm.PHASE_COLOURS))):
         assert len(fig.data) == 2 * per
         assert [t.visible for t in fig.data] == [True] * per + [False] * per
@@ -73,7 +80,7 @@ def test_two_machines_get_a_menu_and_the_first_is_shown():
         assert [btn.label for btn in menu.buttons] == ["machine-a", "machine-b"]
         assert list(menu.buttons[1].args[0]["visible"]) == [False] * per + [True] * per
     saving = inside_vllm.plot_schedule_saving([a, b])
-    assert list(saving.data[4].y) == [14.0]  # machine-b's step saving, twice machine-a's
+    assert list(saving.data[5].y) == [14.0]  # machine-b's step saving, twice machine-a's
 
 
 def test_machines_table_worked_by_hand():
@@ -84,6 +91,7 @@ def test_machines_table_worked_by_hand():
     assert (a["baseline_step_ms"], a["merged_step_ms"]) == (30.0, 20.0)
     assert (a["saving_schedule_ms"], a["saving_scheduler_only_ms"]) == (7.0, 6.5)
     assert a["step_over_scheduler_only"] == 7.0 / 6.5 and a["step_over_schedule_alone"] == 7.0 / 5.0
+    assert a["saving_off_host_schedule_ms"] == 6.2 and a["off_host_over_scheduler_only"] == 6.2 / 6.5
     assert math.isnan(b["llc_mib"]) and b["saving_schedule_alone_swept_ms"] == 16.0
     assert inside_vllm.machines_table([_census()]).empty  # no 128 x 32 point
 
@@ -131,4 +139,20 @@ def test_saving_by_phase_worked_by_hand():
     assert t.loc["schedule", ["before_ms", "after_ms", "saving_ms"]].tolist() == [9.0, 2.0, 7.0]
     assert t.loc["schedule", "share"] == 0.7 and t.loc["forward", "share"] == 0.1
     assert t.loc["sample", "saving_ms"] == 0.0
+    # off the host: step 25000 -> 16000, schedule 8000 -> 1800, the rest 50 -> 50
+    assert t.loc["step", "off_host_saving_ms"] == 9.0 and t.loc["schedule", "off_host_saving_ms"] == 6.2
+    assert t.loc["schedule", "off_host_share"] == 6200 / 9000 and t.loc["forward", "off_host_saving_ms"] == 0.0
     assert inside_vllm.saving_by_phase(None).empty and inside_vllm.saving_by_phase(_census()).empty
+
+
+def test_sim_rows_take_the_steps_with_the_forward_off_the_host_where_recorded():
+    census = _census_with_alone()
+    rows = inside_vllm.sim_rows(census, forward="off-host", steps=3)
+    base = next(r for r in rows if r["vllm_variant"] == "baseline")
+    assert "forward off the host" in base["host_from"]
+    # off the host: other 50 + encoder 50, schedule 8000, prepare_inputs 50, sample 50, update 50 (us)
+    assert base["engine_core_host_ms"] == 8.25
+    measured = next(r for r in inside_vllm.sim_rows(census, steps=3) if r["vllm_variant"] == "baseline")
+    assert measured["engine_core_host_ms"] == 9.5  # 100 + 100, 9000, 100, 100, 100
+    census.rows = [r for r in census.rows if not r["phase"].startswith("off_host:")]
+    assert inside_vllm.sim_rows(census, forward="off-host") == []

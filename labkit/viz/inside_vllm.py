@@ -169,17 +169,23 @@ def plot_phase_census(results) -> go.Figure:
     return fig
 
 
-def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, steps: int = 8):
+def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, steps: int = 8,
+             forward: str = "cpu"):
     """The simulated GPU (recorded GPU profile) fed with the census's host at ``point``: rows of
-    :func:`labkit.engine.hostfrom.run_host_from` (none / piecewise / full graphs, async and sync)."""
+    :func:`labkit.engine.hostfrom.run_host_from` (none / piecewise / full graphs, async and sync).
+    ``forward``: the census's steps as measured (``cpu``) or those with the forward off the host
+    (``off-host``; no rows where the census has none)."""
     from labkit.engine.bench import default_profile_name
     from labkit.engine.hostfrom import host_table_from_rows, run_host_from
     from labkit.engine.profiles import load_profile
 
-    if result is None:
+    from labkit.vllm.step_census import OFF_HOST
+
+    if result is None or (forward == "off-host" and not any(r["phase"].startswith(OFF_HOST) for r in result.rows)):
         return []
+    off = ", forward off the host" if forward == "off-host" else ""
     table = host_table_from_rows(result.rows, requests=point[0], images=point[1], cpu_speed=cpu_speed,
-                                 origin=f"{result.slug}/{result.name}.json ({result.source})")
+                                 origin=f"{result.slug}/{result.name}.json ({result.source}{off})", forward=forward)
     prof = profile if profile is not None else load_profile(default_profile_name())
     return run_host_from(table, profile=prof, steps=steps, warmup=3)
 
@@ -332,6 +338,7 @@ def failed_checks(result) -> list[str]:
 
 #: the schedule saving's figures, in the order drawn: row phase, label, colour
 SAVINGS = (("schedule", "inside the engine step (census)", "#d62728"),
+           ("off_host:schedule", "inside the engine step, forward off the host", "#ff9896"),
            ("scheduler_only", "vllm-sched's stand-in scheduler, back to back", "#7f7f7f"),
            ("schedule_alone", "the engine's scheduler alone, back to back", "#1f77b4"),
            ("schedule_alone_swept", "the engine's scheduler alone, cache swept between steps", "#17becf"))
@@ -352,7 +359,7 @@ def _savings(result) -> dict:
 def plot_schedule_saving(results) -> go.Figure:
     """Baseline - merged in ``schedule()`` per point, ms: inside the engine step (the census), in vLLM's
     scheduler driven alone at the same shape (``labkit bench vllm-sched``'s stand-in, the census's
-    ``scheduler_only`` rows) and, where recorded, the engine's own scheduler driven alone on its live
+    ``scheduler_only`` rows) and, where recorded, inside the steps with the forward off the host and the engine's own scheduler driven alone on its live
     requests, back to back and with the last-level cache swept between steps. One census or a list of
     them (one per machine, a menu to switch)."""
     title = "What the placeholder fix saves in schedule(), in a step and alone"
@@ -393,28 +400,39 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
     """Where the step saving of ``before`` -> ``after`` lies at ``point``: one row per top-level phase with
     ``before_ms``, ``after_ms``, ``saving_ms`` (medians of the unprofiled steps) and ``share`` of the
     step's saving; the last row is the whole step. A loop that makes the rest of the step slower shows
-    as savings outside ``schedule``."""
+    as savings outside ``schedule``. Where the census timed steps with the forward off the host,
+    ``off_host_saving_ms`` and ``off_host_share`` say the same of those steps (``forward`` near zero
+    there: no model runs)."""
     import pandas as pd
 
-    cols = ["phase", "before_ms", "after_ms", "saving_ms", "share"]
+    from labkit.vllm.step_census import OFF_HOST
+
+    cols = ["phase", "before_ms", "after_ms", "saving_ms", "share", "off_host_saving_ms", "off_host_share"]
     if result is None:
         return pd.DataFrame(columns=cols)
     by = {(r["variant"], r["phase"]): r for r in result.rows if (r["num_requests"], r["images"]) == tuple(point)}
     if (before, "step") not in by or (after, "step") not in by:
         return pd.DataFrame(columns=cols)
     total = by[(before, "step")]["median_us"] - by[(after, "step")]["median_us"]
+    off = (before, OFF_HOST + "step") in by and (after, OFF_HOST + "step") in by
+    off_total = by[(before, OFF_HOST + "step")]["median_us"] - by[(after, OFF_HOST + "step")]["median_us"] if off else None
     out = []
     for p in (*PHASE_COLOURS, "step"):
         b, a = by[(before, p)]["median_us"] / 1e3, by[(after, p)]["median_us"] / 1e3
-        out.append({"phase": p, "before_ms": b, "after_ms": a, "saving_ms": b - a,
-                    "share": (b - a) * 1e3 / total if total else None})
+        rec = {"phase": p, "before_ms": b, "after_ms": a, "saving_ms": b - a,
+               "share": (b - a) * 1e3 / total if total else None, "off_host_saving_ms": None, "off_host_share": None}
+        if off:
+            saved = by[(before, OFF_HOST + p)]["median_us"] - by[(after, OFF_HOST + p)]["median_us"]
+            rec.update(off_host_saving_ms=saved / 1e3, off_host_share=saved / off_total if off_total else None)
+        out.append(rec)
     return pd.DataFrame(out, columns=cols)
 
 
 def machines_table(results, point=(128, 32)):
     """One row per machine's census at ``point``: its CPU and last-level cache, the baseline and merged
-    steps (ms) and the schedule saving four ways (ms, :data:`SAVINGS`), with the census's saving over
-    the stand-in's and over the engine's scheduler alone (back to back)."""
+    steps (ms) and the schedule saving every way recorded (ms, :data:`SAVINGS`, the column names with
+    ``:`` as ``_``), with the census's saving over the stand-in's and over the engine's scheduler
+    alone (back to back), and the saving with the forward off the host over the stand-in's."""
     import pandas as pd
 
     out = []
@@ -429,9 +447,11 @@ def machines_table(results, point=(128, 32)):
                "baseline_step_ms": by[("baseline", "step")]["median_us"] / 1e3,
                "merged_step_ms": by[("merged", "step")]["median_us"] / 1e3}
         for phase, _, _ in SAVINGS:
-            rec[f"saving_{phase}_ms"] = sv[phase] / 1e3 if sv.get(phase) is not None else None
-        census = sv.get("schedule")
+            rec[f"saving_{phase.replace(':', '_')}_ms"] = sv[phase] / 1e3 if sv.get(phase) is not None else None
+        census, off = sv.get("schedule"), sv.get("off_host:schedule")
         for ref in ("scheduler_only", "schedule_alone"):
             rec[f"step_over_{ref}"] = census / sv[ref] if census is not None and sv.get(ref) else None
+        rec["off_host_over_scheduler_only"] = off / sv["scheduler_only"] if off is not None and sv.get(
+            "scheduler_only") else None
         out.append(rec)
     return pd.DataFrame(out)
