@@ -247,6 +247,16 @@ def test_census_plan_sizes_the_engine_for_every_point():
     assert step_census.kv_cache_gib(plan) == -(-need // 2**30)
 
 
+def test_plan_for_takes_the_sizes_and_the_command_lines_choices():
+    from labkit.vllm.step_bench import SIZES, _parser, plan_for
+
+    full = plan_for(_parser().parse_args(["--size", "full"]), "full")
+    assert full.points == SIZES["full"]["points"] and full.off_host and full.alone_rounds == 6
+    bare = plan_for(_parser().parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
+    assert not bare.off_host and bare.alone_rounds == 0 and bare.rounds == 3
+    assert bare.decode_steps < plan_for(_parser().parse_args(["--rounds", "3"]), "quick").decode_steps
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "labkit", "bench", *args], capture_output=True, text=True,
                           timeout=300)
