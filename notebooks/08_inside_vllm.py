@@ -138,6 +138,18 @@ inside_vllm.plot_input_stages(inputs)
 print("\n".join(f"{r.slug}: {r.params['ttft']['text']}" for r in inputs) or inside_vllm.NO_INPUT)
 
 # %% [markdown]
+# Inside vLLM the processor writes each image's outputs into memory the process has not used
+# before: the processor cache keeps every processed item (4 GiB by default), so no request
+# reuses what the one before it freed. The `_cache_reset` bars are the same requests again with
+# the cache cleared before each one, and `add_request_kernel` the kernel's time inside
+# `add_request` (on a virtual machine, handing out fresh memory can cost more than the
+# processing itself):
+
+# %%
+print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "memory" in r.params)
+      or "no input result with the processor cache cleared recorded yet: rerun `labkit bench vllm-input`")
+
+# %% [markdown]
 # ## 3. The A/B in vLLM's own server
 #
 # `scripts/vllm_ab.sh` serves the made model with `vllm serve` once per variant and repeat and

@@ -18,7 +18,17 @@ vLLM's stages (``add_request`` on an in-process engine, vLLM's own per-request s
     ``get_cache_missing_items`` and ``merge_mm_kwargs`` (the processor cache), ``apply_prompt_updates``
     (expanding each image marker to its 262-token placeholder), ``preprocessor_total`` (their sum)
     and ``add_request`` (the whole call: tokenization, the stages above, the request's hand-off to
-    the engine core).
+    the engine core); ``add_request_kernel``: the process's kernel time inside those calls
+    (``getrusage``), with the minor page faults per image (``minor_faults_per_image``): the
+    processor writes each image's outputs into fresh memory, and where the kernel is slow to hand
+    it out (a virtual machine whose host backs guest memory on first touch, transparent huge pages
+    compacted on demand) that time lands inside ``apply_hf_processor``;
+the same with the processor cache cleared before each request (``..._cache_reset`` rows, the same
+    requests again through the same engine): vLLM's processor cache keeps every processed item
+    (4 GiB by default), so in the first pass each request's outputs take memory no request freed
+    before; cleared, the allocator hands the next request the memory of the previous one. The two
+    passes side by side say how much of ``apply_hf_processor`` is the processor and how much the
+    memory it is given.
 
 :func:`ttft_statement` turns them into what they mean for #40143's mean TTFT (published 137.9 s
 before and 124.3 s after at 128 x 32, in the PR's description): all 128 requests arrive at once
@@ -42,8 +52,8 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
-           "measure_vllm_stages", "ttft_statement", "main"]
+__all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "measure_media_decode",
+           "measure_hf_processor", "measure_vllm_stages", "ttft_statement", "memory_statement", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +63,8 @@ PR40143_TTFT_S = {"before": 137.9, "after": 124.3, "requests": 128, "images": 32
 #: per size: images per request, requests through vLLM's stages, repeats of the processor alone
 SIZES = {"quick": {"images": 4, "requests": 2, "repeats": 2}, "full": {"images": 32, "requests": 6, "repeats": 5}}
 #: vLLM's stage timers (``TimingContext``) and the whole add_request call, in pipeline order
+#: suffix of the rows of the pass with vLLM's processor cache cleared before each request
+CACHE_RESET = "_cache_reset"
 VLLM_STAGES = ("get_mm_hashes", "get_cache_missing_items", "apply_hf_processor", "merge_mm_kwargs",
                "apply_prompt_updates", "preprocessor_total")
 
@@ -109,9 +121,19 @@ def measure_hf_processor(model_dir, images, *, repeats: int = 3) -> tuple[list[f
     return out, type(proc.image_processor).__name__
 
 
-def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]]) -> list[dict]:
-    """Per request: vLLM's own stage timers (us per image) and ``add_request``'s whole call, each
-    request aborted at once (no encoder, no prefill)."""
+def _kernel_and_faults() -> tuple[float, int]:
+    """The process's kernel time so far (us) and its minor page faults."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_stime * 1e6, use.ru_minflt
+
+
+def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]], *, reset_cache: bool = False) -> list[dict]:
+    """Per request: vLLM's own stage timers (us per image), ``add_request``'s whole call, and the
+    process's kernel time (us per image) and minor page faults (per image) inside that call, each
+    request aborted at once (no encoder, no prefill). ``reset_cache``: vLLM's processor cache is
+    cleared before each request (``LLM.reset_mm_cache``)."""
     from vllm import SamplingParams
 
     from labkit.vllm.models import image_prompt, model_arch
@@ -124,16 +146,21 @@ def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]]) -> list[d
     out = []
     for i, b64 in enumerate(b64_requests):
         images, _ = _decode(b64)
-        rid = f"input-{i}"
+        rid = f"input-{i}{'-reset' if reset_cache else ''}"
+        if reset_cache:
+            llm.reset_mm_cache()
+        k0, f0 = _kernel_and_faults()
         t0 = time.perf_counter_ns()
         engine.add_request(rid, {"prompt": image_prompt(arch, len(images)), "multi_modal_data": {"image": images}},
                            params)
         total = (time.perf_counter_ns() - t0) / 1e3
+        k1, f1 = _kernel_and_faults()
         engine.abort_request([rid])
         stats = list(registry.stat().values())
         if len(stats) != 1:
             raise RuntimeError(f"vLLM's stage timers recorded {len(stats)} entries for one request")
-        rec = {"request": i, "images": len(images), "add_request_us": total / len(images)}
+        rec = {"request": i, "images": len(images), "add_request_us": total / len(images),
+               "add_request_kernel_us": (k1 - k0) / len(images), "minor_faults": (f1 - f0) / len(images)}
         for stage in VLLM_STAGES:
             rec[f"{stage}_us"] = stats[0].get(f"{stage}_secs", 0.0) * 1e6 / len(images)
         out.append(rec)
@@ -182,6 +209,36 @@ def ttft_statement(rows, published: dict = PR40143_TTFT_S) -> dict:
                      f"{drop:.1f} s TTFT drop comes from it.{fit}")}
 
 
+def memory_statement(rows) -> dict:
+    """How much of vLLM's ``apply_hf_processor`` is the HF processor and how much the memory it is
+    given: the processor alone, vLLM's stage with its processor cache kept and cleared before each
+    request, and the kernel time and minor faults inside ``add_request`` in both (ms and faults per
+    image, medians)."""
+    by = {r["stage"]: r for r in rows}
+    need = ("hf_processor", "apply_hf_processor", "add_request_kernel", "apply_hf_processor" + CACHE_RESET,
+            "add_request_kernel" + CACHE_RESET)
+    missing = [k for k in need if k not in by]
+    if missing:
+        raise UsageError(f"the result lacks the {', '.join(missing)} rows")
+
+    def ms(stage):
+        return by[stage]["per_image_median_us"] / 1e3
+
+    out = {"hf_processor_ms": ms("hf_processor"), "apply_hf_processor_ms": ms("apply_hf_processor"),
+           "kernel_ms": ms("add_request_kernel"), "faults": by["add_request_kernel"].get("minor_faults_per_image"),
+           "apply_hf_processor_reset_ms": ms("apply_hf_processor" + CACHE_RESET),
+           "kernel_reset_ms": ms("add_request_kernel" + CACHE_RESET),
+           "faults_reset": by["add_request_kernel" + CACHE_RESET].get("minor_faults_per_image")}
+    hf = out["hf_processor_ms"]
+    out["text"] = (f"The HF processor alone takes {hf:.1f} ms per image; inside vLLM, apply_hf_processor takes "
+                   f"{out['apply_hf_processor_ms']:.1f} ms ({out['apply_hf_processor_ms'] / hf:.1f}x) with the processor "
+                   f"cache kept (vLLM's default), add_request spending {out['kernel_ms']:.1f} ms per image in the kernel "
+                   f"({out['faults']:.0f} minor page faults per image), and {out['apply_hf_processor_reset_ms']:.1f} ms "
+                   f"({out['apply_hf_processor_reset_ms'] / hf:.1f}x) with the cache cleared before each request "
+                   f"({out['kernel_reset_ms']:.1f} ms in the kernel, {out['faults_reset']:.0f} faults per image).")
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     from labkit.cli import add_run_options
 
@@ -223,9 +280,11 @@ def _main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-input-") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
         result = run_input(spec, size, run_dir, width=width, height=height, model=args.model)
+    width = max(len(r["stage"]) for r in result.rows)
     for r in result.rows:
-        print(f"{r['stage']:<24} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
+        print(f"{r['stage']:<{width}} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
     print(result.params["ttft"]["text"])
+    print(result.params["memory"]["text"])
     emit_result(result, args)
     return 0
 
@@ -252,18 +311,27 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
         try:
             build = vllm_build()
             stages = measure_vllm_stages(llm, model, b64[1:])
+            fresh = measure_vllm_stages(llm, model, b64[1:], reset_cache=True)
         finally:
             shutdown_engine(llm)
     rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
-    for stage in VLLM_STAGES:
-        rows.append(_row(stage, [s[f"{stage}_us"] for s in stages], where="vLLM's stage timers (TimingContext)"))
-    rows.append(_row("add_request", [s["add_request_us"] for s in stages], where="LLMEngine.add_request, whole call"))
+    for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
+                              (CACHE_RESET, fresh, "processor cache cleared before each request")):
+        for stage in VLLM_STAGES:
+            rows.append(_row(stage + suffix, [s[f"{stage}_us"] for s in runs],
+                             where=f"vLLM's stage timers (TimingContext), {how}"))
+        rows.append(_row("add_request" + suffix, [s["add_request_us"] for s in runs],
+                         where=f"LLMEngine.add_request, whole call, {how}"))
+        rows.append(_row("add_request_kernel" + suffix, [s["add_request_kernel_us"] for s in runs],
+                         where=f"the process's kernel time inside add_request (getrusage), {how}",
+                         minor_faults_per_image=float(statistics.median(s["minor_faults"] for s in runs))))
     params = {"size": size, "image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
               **{f"vllm_{k}": v for k, v in build.items()}, "published_ttft_s": PR40143_TTFT_S}
     params["ttft"] = ttft_statement(rows)
+    params["memory"] = memory_statement(rows)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
 

@@ -132,3 +132,10 @@ def test_input_processing_stages(run_root):
     assert 0 < stages["apply_hf_processor"]["per_image_median_us"] <= stages["preprocessor_total"]["per_image_median_us"]
     assert stages["preprocessor_total"]["per_image_median_us"] <= stages["add_request"]["per_image_median_us"]
     assert res.params["ttft"]["mean_wait_s"] > 0
+    # the same stages with the processor cache cleared before each request, and the kernel's share of both
+    for suffix in ("", "_cache_reset"):
+        assert 0 < stages["apply_hf_processor" + suffix]["per_image_median_us"]
+        kernel = stages["add_request_kernel" + suffix]
+        assert 0 <= kernel["per_image_median_us"] <= stages["add_request" + suffix]["per_image_median_us"] * 2
+        assert kernel["minor_faults_per_image"] >= 0
+    assert res.params["memory"]["apply_hf_processor_reset_ms"] > 0 and "cache cleared" in res.params["memory"]["text"]
