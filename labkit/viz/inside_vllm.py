@@ -359,9 +359,10 @@ def _savings(result) -> dict:
 def plot_schedule_saving(results) -> go.Figure:
     """Baseline - merged in ``schedule()`` per point, ms: inside the engine step (the census), in vLLM's
     scheduler driven alone at the same shape (``labkit bench vllm-sched``'s stand-in, the census's
-    ``scheduler_only`` rows) and, where recorded, inside the steps with the forward off the host and the engine's own scheduler driven alone on its live
-    requests, back to back and with the last-level cache swept between steps. One census or a list of
-    them (one per machine, a menu to switch)."""
+    ``scheduler_only`` rows) and, where recorded, inside the steps with the forward off the host and
+    in the engine's own scheduler driven alone on its live requests, back to back and with the
+    last-level cache swept between steps. One census or a list of them (one per machine, a menu to
+    switch)."""
     title = "What the placeholder fix saves in schedule(), in a step and alone"
     results = _as_list(results)
     if not results:
@@ -415,7 +416,8 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
         return pd.DataFrame(columns=cols)
     total = by[(before, "step")]["median_us"] - by[(after, "step")]["median_us"]
     off = (before, OFF_HOST + "step") in by and (after, OFF_HOST + "step") in by
-    off_total = by[(before, OFF_HOST + "step")]["median_us"] - by[(after, OFF_HOST + "step")]["median_us"] if off else None
+    off_total = (by[(before, OFF_HOST + "step")]["median_us"] - by[(after, OFF_HOST + "step")]["median_us"]
+                 if off else None)
     out = []
     for p in (*PHASE_COLOURS, "step"):
         b, a = by[(before, p)]["median_us"] / 1e3, by[(after, p)]["median_us"] / 1e3

@@ -69,7 +69,8 @@ from typing import Callable, Sequence
 logger = logging.getLogger(__name__)
 
 __all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "OFF_HOST", "CensusPlan", "forward_off_host",
-           "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
+           "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs", "prompt_tokens",
+           "kv_cache_gib"]
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
@@ -106,7 +107,6 @@ class CensusPlan:
     alone_rounds: int = 6  #: rounds of the engine's scheduler driven alone, per mode (0: none)
     alone_block: int = 4  #: its timed steps per variant per round (after one left out)
     off_host: bool = True  #: a block with the forward off the host after each variant's block
-
 
     @property
     def decode_steps(self) -> int:
@@ -163,6 +163,9 @@ def drop_encoded_inputs(scheduler) -> int:
     return n
 
 
+_UNSET = object()
+
+
 @contextlib.contextmanager
 def forward_off_host(runner, token: int):
     """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
@@ -210,9 +213,6 @@ def forward_off_host(runner, token: int):
                 delattr(obj, name)
             else:
                 setattr(obj, name, old)
-
-
-_UNSET = object()
 
 
 @dataclass
