@@ -43,8 +43,10 @@ inputs = inside_vllm.recorded_inputs()
 census = censuses[0] if censuses else None
 ab_runs = ab_view.recorded_runs()
 declare_sources("measured-cpu", "simulated", *(["measured-gpu"] if any(r.source == "measured-gpu" for r in ab_runs) else []))
+from labkit.machine_load import describe_load
 for res in censuses + inputs:
     print(provenance(res))
+    print("   ", describe_load(res.params.get("machine_load")))
 
 # %% [markdown]
 # ## 1. The census: every phase of a real vLLM step

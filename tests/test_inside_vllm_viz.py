@@ -84,9 +84,11 @@ def test_two_machines_get_a_menu_and_the_first_is_shown():
 
 
 def test_machines_table_worked_by_hand():
-    t = inside_vllm.machines_table([_census_with_alone("machine-a", llc=32 * 2**20),
-                                    _census_with_alone("machine-b", scale=2.0)])
+    first = _census_with_alone("machine-a", llc=32 * 2**20)
+    first.params["machine_load"] = {"others_frac": 0.25, "steal_frac": 0.0}
+    t = inside_vllm.machines_table([first, _census_with_alone("machine-b", scale=2.0)])
     a, b = t.to_dict("records")
+    assert a["others_busy_frac"] == 0.25 and math.isnan(b["others_busy_frac"])
     assert (a["machine"], a["cpu"], a["llc_mib"], a["commit"]) == ("machine-a", "cpu machine-a", 32.0, "abc1234")
     assert (a["baseline_step_ms"], a["merged_step_ms"]) == (30.0, 20.0)
     assert (a["saving_schedule_ms"], a["saving_scheduler_only_ms"]) == (7.0, 6.5)

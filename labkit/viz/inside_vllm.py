@@ -431,9 +431,10 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
 
 
 def machines_table(results, point=(128, 32)):
-    """One row per machine's census at ``point``: its CPU and last-level cache, the baseline and merged
-    steps (ms) and the schedule saving every way recorded (ms, :data:`SAVINGS`, the column names with
-    ``:`` as ``_``), with the census's saving over the stand-in's and over the engine's scheduler
+    """One row per machine's census at ``point``: its CPU and last-level cache, the share of the
+    machine's CPUs other processes used while it ran (``others_busy_frac``, where recorded), the
+    baseline and merged steps (ms) and the schedule saving every way recorded (ms, :data:`SAVINGS`,
+    the column names with ``:`` as ``_``), with the census's saving over the stand-in's and over the engine's scheduler
     alone (back to back), and the saving with the forward off the host over the stand-in's."""
     import pandas as pd
 
@@ -446,6 +447,7 @@ def machines_table(results, point=(128, 32)):
         llc = r.params.get("llc_bytes")
         rec = {"machine": r.slug, "cpu": r.machine.get("cpu_model"), "llc_mib": llc / 2**20 if llc else None,
                "vllm": r.params.get("vllm_version"), "commit": r.labkit_commit,
+               "others_busy_frac": (r.params.get("machine_load") or {}).get("others_frac"),
                "baseline_step_ms": by[("baseline", "step")]["median_us"] / 1e3,
                "merged_step_ms": by[("merged", "step")]["median_us"] / 1e3}
         for phase, _, _ in SAVINGS:

@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
+    from labkit.machine_load import describe_load
     from labkit.vllm.cli import parse_image_size
 
     args = _parser().parse_args(argv)
@@ -284,15 +285,37 @@ def _main(argv: list[str]) -> int:
         print(f"{r['stage']:<{width}} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
     print(result.params["ttft"]["text"])
     print(result.params["memory"]["text"])
+    print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
+
+
+def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
+    """Every timing of :func:`run_input`: vLLM's stages (cache kept, then cleared before each request),
+    the media decode, the HF processor alone, and vLLM's build."""
+    from labkit.vllm.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
+
+    decode = [t for req in b64 for t in measure_media_decode(req)]
+    images, _ = _decode(b64[0])
+    hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
+    with quiet_vllm():
+        llm = build_engine(model, run_dir, images_per_prompt=spec["images"], max_num_seqs=4,
+                           max_model_len=spec["images"] * 262 + 64, enable_mm_processor_stats=True,
+                           mm_processor_cache_gb=4)
+        try:
+            build = vllm_build()
+            stages = measure_vllm_stages(llm, model, b64[1:])
+            fresh = measure_vllm_stages(llm, model, b64[1:], reset_cache=True)
+        finally:
+            shutdown_engine(llm)
+    return stages, fresh, decode, hf, hf_class, build
 
 
 def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, model=None):
     """The measurements of the module text; returns the result (rows per stage, the TTFT statement in params)."""
     from labkit.device import describe_machine
+    from labkit.machine_load import machine_load
     from labkit.results import make_result, sized_name
-    from labkit.vllm.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.models import config_hash, make_model, model_arch
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -301,18 +324,8 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
         raise UsageError("vllm-input needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
-    decode = [t for req in b64 for t in measure_media_decode(req)]
-    images, _ = _decode(b64[0])
-    hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
-    with quiet_vllm():
-        llm = build_engine(model, run_dir, images_per_prompt=m, max_num_seqs=4, max_model_len=m * 262 + 64,
-                           enable_mm_processor_stats=True, mm_processor_cache_gb=4)
-        try:
-            build = vllm_build()
-            stages = measure_vllm_stages(llm, model, b64[1:])
-            fresh = measure_vllm_stages(llm, model, b64[1:], reset_cache=True)
-        finally:
-            shutdown_engine(llm)
+    with machine_load() as load:
+        stages, fresh, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64)
     rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
     for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
@@ -329,6 +342,7 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
               **{f"vllm_{k}": v for k, v in build.items()}, "published_ttft_s": PR40143_TTFT_S}
+    params["machine_load"] = load
     params["ttft"] = ttft_statement(rows)
     params["memory"] = memory_statement(rows)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,

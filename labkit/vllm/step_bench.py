@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
+    from labkit.machine_load import describe_load
 
     args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-step")
@@ -165,6 +166,7 @@ def _main(argv: list[str]) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
         result = run_census(plan, size, run_dir, model=args.model, traces=args.traces, save=not args.no_save)
     print_table(result.rows)
+    print(describe_load(result.params.get("machine_load")))
     for c in result.params["checks"]:
         print(f"{'ok  ' if c['passed'] else 'FAIL'} {c['check']} ({c['num_requests']}x{c['images']} {c['variant']}): "
               f"{c['detail']}")
@@ -181,6 +183,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     from labkit.vllm.models import config_hash, make_model
     from labkit.vllm.step_census import build_census_engine, kv_cache_gib, measure_point
     from labkit.device import last_level_cache_bytes
+    from labkit.machine_load import machine_load
     from labkit.vllm.step_checks import census_checks, scheduler_only_point, sweep_bytes
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -208,7 +211,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     rows: list[dict] = []
     facts: dict = {}
     partial = None
-    with quiet_vllm():
+    with machine_load() as load, quiet_vllm():
         llm = build_census_engine(model, run_dir, plan, profile_dir=run_dir / "profile")
         try:
             params.update({f"vllm_{k}": v for k, v in vllm_build().items()})
@@ -227,6 +230,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
         for n, m in plan.points:  # else the stand-in ran beside the engine's scheduler alone, at each point
             rows += scheduler_only_point(n, m, steps=STAND_IN_STEPS)
     params["points_done"] = facts
+    params["machine_load"] = load
     params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=machine)
