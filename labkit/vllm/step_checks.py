@@ -31,6 +31,11 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     them), baseline - merged in their ``schedule`` phase within ``SCHED_TOLERANCE`` of the
     stand-in's (the first check's reference). The first check holds the census's own steps to it,
     where the CPU's forward, between two ``schedule()`` calls, evicts what the scheduler reads;
+``schedule saving with the forward off the host matches the engine's scheduler alone``
+    the same difference in the steps with the forward off the host within ``SCHED_TOLERANCE`` of
+    the engine's own scheduler driven alone back to back (the same requests, the same objects):
+    where it holds, what the step adds to the scheduler's saving is the CPU's forward, and what
+    sets the scheduler's saving apart from the stand-in's is the requests it reads;
 ``the engine's scheduler alone matches the stand-in``
     the engine's own scheduler driven alone (its live requests) against ``labkit bench
     vllm-sched``'s stand-in at the same shape, back to back both and stepped in the same rounds:
@@ -287,6 +292,11 @@ def _saving_checks(by, n, m) -> list[dict]:
                           stand_in, {"off_host_us": off_host, "scheduler_only_us": stand_in},
                           f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
                           f"off the host, {stand_in / 1e3:.3f} ms in the scheduler alone"))
+    if off_host is not None and warm is not None:
+        out.append(_match("schedule saving with the forward off the host matches the engine's scheduler alone", n, m,
+                          off_host, warm, {"off_host_us": off_host, "alone_us": warm},
+                          f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
+                          f"off the host, {warm / 1e3:.3f} ms in the engine's scheduler alone, back to back"))
     if census is not None and warm is not None and cold is not None:
         lo, hi = (1 - SCHED_TOLERANCE) * min(warm, cold), (1 + SCHED_TOLERANCE) * max(warm, cold)
         out.append({"check": "schedule saving lies between the scheduler alone, warm and swept", "num_requests": n,
