@@ -94,8 +94,11 @@ print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check pass
 # evicts part of it, so the saving there lies between the two. On a GPU server that traffic
 # stays on the device: the steps with the forward off the host are the host as a GPU server
 # pays it (input preparation, output processing and detokenization still pass through its
-# caches). How far each figure moves depends on the machine's caches: the table compares the
-# machines that recorded the census.
+# caches). The checks above hold that figure to the stand-in and to the engine's own scheduler
+# alone: the first compares the scheduler code on two sets of requests (the stand-in builds its
+# objects in one tight loop, the engine among everything else it allocates), the second the same
+# requests inside a step and alone. How far each figure moves depends on the machine's caches:
+# the table compares the machines that recorded the census.
 
 # %%
 inside_vllm.plot_schedule_saving(censuses)
