@@ -147,8 +147,9 @@ print("\n".join(f"{r.slug}: {r.params['ttft']['text']}" for r in inputs) or insi
 # before: the processor cache keeps every processed item (4 GiB by default), so no request
 # reuses what the one before it freed. The `_cache_reset` bars are the same requests again with
 # the cache cleared before each one, and `add_request_kernel` the kernel's time inside
-# `add_request` (on a virtual machine, handing out fresh memory can cost more than the
-# processing itself):
+# `add_request`. How long the kernel takes to hand out fresh memory depends on the machine (on
+# a virtual machine, on whether the host still backs those pages), so the two passes and the
+# kernel time are read side by side, recording by recording:
 
 # %%
 print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "memory" in r.params)

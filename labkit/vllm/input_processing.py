@@ -22,7 +22,9 @@ vLLM's stages (``add_request`` on an in-process engine, vLLM's own per-request s
     (``getrusage``), with the minor page faults per image (``minor_faults_per_image``): the
     processor writes each image's outputs into fresh memory, and where the kernel is slow to hand
     it out (a virtual machine whose host backs guest memory on first touch, transparent huge pages
-    compacted on demand) that time lands inside ``apply_hf_processor``;
+    compacted on demand) that time lands inside ``apply_hf_processor``. It varies from one
+    recording to the next on the same machine (with what the pages were used for shortly before),
+    so it is recorded with the stages it inflates;
 the same with the processor cache cleared before each request (``..._cache_reset`` rows, the same
     requests again through the same engine): vLLM's processor cache keeps every processed item
     (4 GiB by default), so in the first pass each request's outputs take memory no request freed
