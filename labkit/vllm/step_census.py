@@ -396,6 +396,14 @@ def _runner(llm):
     return engine_parts(llm)["runner"]
 
 
+def _named(wrapper) -> dict:
+    """``phase_sum_us`` (median over the steps of the top-level phases' sum) and ``named_share`` (median of
+    that sum's share of each step), from the wrapper timers' per-step phases (us)."""
+    sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
+    return {"phase_sum_us": float(statistics.median(sums)),
+            "named_share": float(statistics.median([s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]))}
+
+
 def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:
     """Rows of the steps with the forward off the host: ``off_host:<phase>`` per top-level phase and the step."""
     rows = []
@@ -404,9 +412,7 @@ def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:
                "parent": None, "steps": len(wrapper), "timer": "wrapper (unprofiled steps), forward off the host",
                **step_quantiles([w.get(phase, 0.0) for w in wrapper])}
         if phase == "step":
-            sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
-            row["phase_sum_us"] = float(statistics.median(sums))
-            row["named_share"] = float(statistics.median([s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]))
+            row.update(_named(wrapper))
         rows.append(row)
     return rows
 
@@ -436,9 +442,7 @@ def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace
             row["profiler_inflation"] = (row["wrapper_profiled_median_us"] / row["median_us"]
                                          if row["median_us"] else None)
         if phase == "step":
-            sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
-            row["phase_sum_us"] = float(statistics.median(sums))
-            row["named_share"] = float(statistics.median([s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]))
+            row.update(_named(wrapper))
             row["trace_named_share"] = float(table["named_share"].median())
             row["trace"] = Path(trace).name
         rows.append(row)
