@@ -155,7 +155,8 @@ def test_roofline_switches_between_decode_and_a_long_prefill_chunk():
     # GEMM intensity is T FLOP/byte; the H200's ridge is 989.4 / 4.8 = 206 FLOP/byte
     assert decode.part("decoder_gemm").bound == "memory"
     assert prefill.part("decoder_gemm").bound == "compute"
-    assert prefill.part("decoder_gemm").time_ns == pytest.approx(2 * DECODER * 8192 / (GPUS["h200"].bf16_dense_tflops * 1e3))
+    flop_per_ns = GPUS["h200"].bf16_dense_tflops * 1e3
+    assert prefill.part("decoder_gemm").time_ns == pytest.approx(2 * DECODER * 8192 / flop_per_ns)
     assert prefill.part("prefill_attn_global").bound == "compute"
     batch = step_device_time(E4B, "h200", StepBatch(decode_contexts=[9000] * 64), efficiencies=ONE)
     assert batch.part("decode_attn_global").bound == "memory"

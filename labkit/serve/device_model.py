@@ -5,7 +5,10 @@ a GPU (:data:`GPUS`: the H100 SXM and H200 SXM of the lab's datasheet table,
 :mod:`labkit.viz.peaks`) and one step's work (:class:`StepBatch`), counts the bytes each part must
 move through HBM and the FLOPs it must do, and charges each part
 ``max(bytes / (peak bandwidth x stream efficiency), FLOPs / (peak bf16 x compute efficiency))``.
-The efficiencies are the H200's recorded ones (:mod:`labkit.serve.device_efficiency`).
+The peaks are the datasheet figures of ``labkit/viz/gpu_peaks.json`` (H100 SXM: 3.35 TB/s HBM3,
+H200 SXM: 4.8 TB/s HBM3e, both 989.4 dense bf16 TFLOP/s; each entry's ``source`` names the NVIDIA
+document). The efficiencies are the H200's recorded ones, which the H100 borrows
+(:mod:`labkit.serve.device_efficiency`).
 
 Parts and their counting rule (bf16 everywhere, ``b = 2`` bytes; ``T`` tokens in the step,
 ``R`` rows sampled):
@@ -41,7 +44,6 @@ patches per image; #40143's 1024x1536 image holds :data:`PR40143_REAL_PATCHES` o
 from __future__ import annotations
 
 import functools
-import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,8 +52,6 @@ from labkit.serve.device_efficiency import Efficiencies, load_efficiencies
 from labkit.serve.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
 from labkit.viz.peaks import GpuPeak, load_peaks
 from labkit.vllm.models import placeholder_layout
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["GPUS", "get_gpu", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
