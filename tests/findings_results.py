@@ -54,7 +54,8 @@ def write_five(store) -> None:
                              engine_row("tensor", "none", 400.0), engine_row("list", "none", 800.0)],
            machine=CPU_A, source="simulated", params={"profile": "h200"})
     record(store, "engine", [engine_row("tensor", "none", 500.0, idle=0.8),
-                             engine_row("list", "none", 1500.0, idle=0.4)], machine=GPU_A, source="measured-gpu", size="quick")
+                             engine_row("list", "none", 1500.0, idle=0.4)],
+           machine=GPU_A, source="measured-gpu", size="quick")
     record(store, "vllm_ab", [
         {"variant": "baseline", "repeat": 0, "mean_tpot_us": 40e3, "output_throughput_tok_s": 100.0},
         {"variant": "baseline", "repeat": 1, "mean_tpot_us": 44e3, "output_throughput_tok_s": 100.0},

@@ -25,11 +25,14 @@ The methods, in the order the index and README list them:
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Finding", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END", "METHODS"]
 
@@ -316,7 +319,17 @@ METHODS = {
 def lab_findings(root: Path | str | None = None) -> list[Finding]:
     """The lab's answers to why #40143 gained what it did, one per method whose result is recorded
     under ``root`` (default: the results store), in :data:`METHODS` order."""
-    return [f for f in (fn(root) for fn in METHODS.values()) if f is not None]
+    out = []
+    for key, answer in METHODS.items():
+        try:
+            found = answer(root)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:  # rows of another layout
+            logger.warning("findings: no %s answer, its result's rows lack what it reads (%s: %s)",
+                           key, type(exc).__name__, exc)
+            found = None
+        if found is not None:
+            out.append(found)
+    return out
 
 
 # -- the README block ----------------------------------------------------------------------------
