@@ -163,7 +163,7 @@ def _h200_eager(root) -> Finding | None:
             figure=f"{pair['ratio']:.2f}x output tok/s", value=float(pair["ratio"]),
             published=f"{pair['published_ratio']:.2f}x output tok/s", published_value=float(pair["published_ratio"]),
             detail=(f"device idle {pair['before_idle_frac']:.0%} before, {pair['after_idle_frac']:.0%} after; "
-                    f"size {res.size}"),
+                    f"a {res.size} run"),
             leaves_out=("CUDA graphs, which vLLM decodes under: eagerly every op is launched from Python, "
                         "every variant is host-bound and the scheduler's whole cost shows in the step"),
             source=res.source, machine=res.slug, device=_device_words(res),
@@ -194,8 +194,8 @@ def _vllm_cpu_ab(root) -> Finding | None:
             method=f"vLLM {version}'s own server" + (" on its CPU build" if on_cpu else "") + ", baseline vs merged",
             figure=f"{ratio:.2f}x TPOT", value=ratio,
             published=f"{_tpot_ratio_published():.2f}x TPOT", published_value=_tpot_ratio_published(),
-            detail=(f"mean TPOT {before['mean_tpot_us'] / 1e3:.1f} -> {after['mean_tpot_us'] / 1e3:.1f} ms "
-                    f"(median of {int(before['repeats'])} runs each){tok}"),
+            detail=(f"mean TPOT {before['mean_tpot_us'] / 1e3:.1f} -> {after['mean_tpot_us'] / 1e3:.1f} ms, "
+                    f"median of {int(before['repeats'])} runs each{tok}"),
             leaves_out=("the GPU: the CPU build runs the forward on the host with async scheduling off, so "
                         "every ms of host time is a ms of TPOT; a made model with dummy weights"
                         if on_cpu else "the PR's model and images where the run used others"),
@@ -228,8 +228,8 @@ def _sim_gpu_vllm_host(root) -> Finding | None:
             continue
         other_ratio = _host_ratio(other) if other is not None else None
         how = "the forward off the host" if main is off.get(slug) else "the forward on the host, as measured"
-        detail = (f"host phases with {how}: TPOT {ratio['tpot_before_ms']:.1f} -> {ratio['tpot_after_ms']:.1f} ms "
-                  f"(published {ratio['published_tpot_before_ms']:.2f} -> {ratio['published_tpot_after_ms']:.2f})")
+        detail = (f"host phases with {how}: TPOT {ratio['tpot_before_ms']:.1f} -> {ratio['tpot_after_ms']:.1f} ms, "
+                  f"published {ratio['published_tpot_before_ms']:.2f} -> {ratio['published_tpot_after_ms']:.2f}")
         if other_ratio is not None:
             detail += f"; {other_ratio['tok_s_ratio']:.2f}x with the CPU's forward left between them"
         return Finding(
@@ -352,7 +352,7 @@ def findings_markdown(findings: list[Finding], *, notebooks: str = "notebooks") 
     ]
     for f in findings:
         lines.append(
-            f"| {_cell(f.method)} | **{_cell(f.figure)}** ({_cell(f.detail)}) | {_cell(f.published)} | "
+            f"| {_cell(f.method)} | **{_cell(f.figure)}**<br>{_cell(f.detail)} | {_cell(f.published)} | "
             f"{_cell(f.leaves_out)} | {f.source}, `{f.machine}` ({_cell(f.device)}); `{f.result}` | "
             f"[{f.notebook[:2]}]({notebooks}/{f.notebook}.py) |")
     return "\n".join(lines)
