@@ -97,7 +97,7 @@ def test_start_here_names_pages_that_exist_and_commands_the_lab_has():
 
     page = render_index(_meta(NOTEBOOKS, findings=[]))
     start = page[page.index('<section id="start">'):page.index("</section>", page.index('id="start"'))]
-    for name, _ in FIRST_PAGES:
+    for name, _, _ in FIRST_PAGES:
         assert name in NOTEBOOKS and f'href="{name}.html"' in start
     assert _text(start).startswith("Start here Open 01 · T01 :")
     for command, what, took in ONE_MINUTE:

@@ -25,12 +25,13 @@ NOTEBOOK_SUMMARIES = {
     "08_inside_vllm": "Real vLLM's engine step on a CPU, phase by phase, and the simulated GPU it feeds.",
 }
 
-#: the page to open first, and the two after it, each with why
+#: the page to open first, and the two after it: (notebook, its title where the report lacks it, why)
 FIRST_PAGES = (
-    ("01_placeholder_scheduler", "the PR's own change at its shape (128 requests x 32 images), timed, and "
-                                 "the share of the published TPOT drop the saving explains"),
-    ("08_inside_vllm", "real vLLM's whole step, whose host work the mini engine lacks"),
-    ("02_idle_bubbles", "how host time turns into GPU idle, eager and under CUDA graphs"),
+    ("01_placeholder_scheduler", "Placeholder ranges and the multimodal scheduler",
+     "the PR's own change at its shape (128 requests x 32 images), timed, and the share of the "
+     "published TPOT drop the saving explains"),
+    ("08_inside_vllm", "Inside vLLM", "real vLLM's whole step, whose host work the mini engine lacks"),
+    ("02_idle_bubbles", "Idle bubbles", "how host time turns into GPU idle, eager and under CUDA graphs"),
 )
 
 #: the one-minute path: (command, what it shows, how long it took on a 2-core CPU)
@@ -83,8 +84,8 @@ def findings_table(findings: list[dict], pages: dict[str, str], badge) -> str:
 def start_here(pages: dict[str, str], titles: dict[str, str]) -> str:
     """The "Start here" section: the pages to open in order and the one-minute path."""
     first = []
-    for i, (name, why) in enumerate(FIRST_PAGES):
-        label = f"{name[:2]} · {titles.get(name, name)}"
+    for i, (name, title, why) in enumerate(FIRST_PAGES):
+        label = f"{name[:2]} · {titles.get(name, title)}"
         lead = "Open " if i == 0 else ("then " if i == 1 else "and ")
         first.append(f"{lead}{_page_link(name, pages, label)}: {_e(why)}")
     steps = "".join(f"<li><code>{_e(cmd)}</code>: {_e(what)} ({_e(took)})</li>" for cmd, what, took in ONE_MINUTE)

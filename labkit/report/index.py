@@ -60,11 +60,11 @@ th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vert
          overflow-wrap: anywhere; }
 th { background: #f4f4f4; font-weight: 600; }
 #notebooks .num { width: 3em; white-space: nowrap; }
-#notebooks .nb { width: 40%; }
+#notebooks .nb { width: 46%; }
 #notebooks .src { width: 17%; }
 #notebooks .ran { width: 10%; }
-#notebooks .res { width: 17%; }
-#notebooks .st { width: 7%; }
+#notebooks .res { width: 12%; }
+#notebooks .st { width: 6%; }
 #notebooks .sec { width: 4.5em; text-align: right; }
 .title { font-weight: 600; }
 .machine { white-space: nowrap; }
