@@ -122,3 +122,9 @@ def test_the_one_minute_trace_is_analysed_on_this_cpu(capsys):
 def test_each_written_sentence_is_one_sentence(name):
     body = NOTEBOOK_SUMMARIES[name][:-1]
     assert not re.search(r"[.!?]\s+[A-Z]", body), f"{name}: more than one sentence"
+
+
+def test_the_readme_notebook_table_says_what_the_index_says():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| \d\d \| \[[^\]]+\]\(notebooks/([^)]+)\.py\) \| (.+?) \|$", text, re.M))
+    assert rows == NOTEBOOK_SUMMARIES
