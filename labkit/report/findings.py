@@ -38,8 +38,6 @@ __all__ = ["Finding", "lab_findings", "findings_markdown", "rewrite_readme", "BE
 
 BEGIN = "<!-- findings:begin -->"
 END = "<!-- findings:end -->"
-#: the ratio of the published TPOT before / after is what a TPOT figure is set beside
-_PUBLISHED_SOURCE = "labkit.mm.overlap.PR40143"
 
 
 @dataclass(frozen=True)
@@ -76,6 +74,7 @@ def _published():
 
 
 def _tpot_ratio_published() -> float:
+    """The published mean TPOT before / after (the figure a TPOT ratio is set beside)."""
     pub = _published()
     return pub.mean_tpot_ms_before / pub.mean_tpot_ms_after
 
@@ -108,8 +107,10 @@ def _by_source(results, order):
 
 
 def _profile_gpu(params: dict) -> str:
-    name = params.get("profile") or "GPU"
-    return f"{str(name).upper()} profile" if name != "GPU" else "GPU"
+    """The simulated GPU in words: its device profile (``h200`` -> "H200 profile"), parametric ones so named."""
+    if params.get("profile_parametric"):
+        return "GPU, parametric profile"
+    return f"{str(params['profile']).upper()} profile" if params.get("profile") else "GPU"
 
 
 # -- one function per method ---------------------------------------------------------------------
@@ -217,8 +218,8 @@ def _host_ratio(res):
 def _sim_gpu_vllm_host(root) -> Finding | None:
     from labkit.results import load_results
 
-    off = {r.slug: r for r in _newest(load_results(root, name="engine_vllm_host_off_host", exact=True))}
-    cpu = {r.slug: r for r in _newest(load_results(root, name="engine_vllm_host", exact=True))}
+    off = {r.slug: r for r in reversed(_newest(load_results(root, name="engine_vllm_host_off_host")))}
+    cpu = {r.slug: r for r in reversed(_newest(load_results(root, name="engine_vllm_host")))}
     # the newest machine that recorded the steps with the forward off the host, else the newest at all
     order = [r.slug for r in _newest(list(off.values()))] + [r.slug for r in _newest(list(cpu.values()))]
     for slug in dict.fromkeys(order):
