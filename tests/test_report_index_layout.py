@@ -1,10 +1,12 @@
 """The report index reads at a glance: in Chromium at 1280 px every notebook row is at most about
-three lines tall and nothing is clipped or pushed out of its cell.
+three lines tall, the findings table above it fits the page, and nothing is clipped or pushed out of
+its cell.
 
 The index is rendered from a manifest as ``labkit report`` writes it for the lab's own notebooks:
 their real titles and summary lines, every recorded result under ``data/results`` read by the
 notebooks that read that kind of result (notebook 06 reads them all, as it does), one failed
-notebook with a long error, all four sources on the last rows, in several orders. A full-page screenshot is kept under
+notebook with a long error, all four sources on the last rows, in several orders, and the findings of the committed results
+with the serving simulator's row added (hand-made, as it would read). A full-page screenshot is kept under
 pytest's tmp path (its path is printed and recorded as the test's ``screenshot`` property).
 """
 
@@ -54,6 +56,26 @@ _ROWS_JS = """
 """
 
 
+_FINDINGS_JS = """
+() => Array.from(document.querySelectorAll('#findings tr[data-finding]')).map(tr => {
+  const outside = [];
+  for (const td of tr.children) {
+    const box = td.getBoundingClientRect();
+    if (td.scrollWidth > td.clientWidth + 1) outside.push(td.className + ': content wider than its cell');
+    for (const el of td.querySelectorAll('*')) {
+      for (const r of el.getClientRects()) {
+        if (r.width && (r.left < box.left - 1 || r.right > box.right + 1))
+          outside.push(td.className + ' ' + el.tagName + ': outside its cell');
+      }
+    }
+  }
+  const lh = parseFloat(getComputedStyle(tr.querySelector('td.left')).lineHeight);
+  return {key: tr.dataset.finding, height: tr.getBoundingClientRect().height, lineHeight: lh,
+          right: document.getElementById('findings').getBoundingClientRect().right, outside};
+})
+"""
+
+
 def _manifest() -> dict:
     from labkit.report.build import find_notebooks, notebook_title, read_notebook
     from labkit.report.index import notebook_summary
@@ -88,7 +110,21 @@ def _manifest() -> dict:
             entry["results"].append(untraceable)  # a flag every page carries: the one line above the table
         notebooks.append(entry)
     return {"created": "2026-12-01T21:30:00+00:00", "labkit_commit": "0123456789ab+dirty", "size": "quick",
-            "device": "cpu", "machine": {"slug": "cpu-epyc-2c", "device": "cpu"}, "notebooks": notebooks}
+            "device": "cpu", "machine": {"slug": "cpu-epyc-2c", "device": "cpu"}, "notebooks": notebooks,
+            "findings": _findings()}
+
+
+def _findings() -> list[dict]:
+    import tempfile
+
+    from findings_results import write_serve_sim
+    from labkit.report.findings import lab_findings
+
+    found = [f.as_dict() for f in lab_findings(REPO / "data" / "results")]
+    with tempfile.TemporaryDirectory() as tmp:
+        write_serve_sim(tmp)
+        found += [f.as_dict() for f in lab_findings(tmp)]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +179,19 @@ def test_results_open_without_javascript(browser, index_page):
         assert "FileNotFoundError" in failed.inner_text()
     finally:
         context.close()
+
+
+def test_the_findings_table_fits_at_1280_px(browser, index_page):
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    try:
+        page.goto(index_page.as_uri(), wait_until="load")
+        rows = page.evaluate(_FINDINGS_JS)
+        page_width = page.evaluate("() => document.documentElement.scrollWidth")
+    finally:
+        page.close()
+    assert len(rows) >= 6 and rows[-1]["key"] == "serve_sim"
+    assert page_width <= WIDTH, "the index scrolls sideways"
+    for r in rows:
+        assert r["outside"] == [], f"{r['key']}: {r['outside'][:5]}"
+        assert r["right"] <= WIDTH
+        assert r["height"] / r["lineHeight"] <= 8, f"{r['key']}: {r['height']:.0f} px tall"

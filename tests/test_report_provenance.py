@@ -96,7 +96,7 @@ def _index_meta() -> dict:
     }
 
 
-def test_index_folds_each_notebooks_results_and_says_shared_flags_once():
+def test_index_folds_each_notebooks_results_and_says_flags_once_with_why():
     meta = _index_meta()
     before = copy.deepcopy(meta)
     page = render_index(meta)
@@ -106,21 +106,19 @@ def test_index_folds_each_notebooks_results_and_says_shared_flags_once():
         return page[start:page.index("</tr>", start)]
 
     a, b, c, d = row("00_a"), row("01_b"), row("02_c"), row("03_d")
-    # both pages that read results read one with an unknown commit: said once, above the table,
-    # naming each such file once; the uncommitted result only 00_a read stays on its row
+    # every flagged result is said once, above the table, each file once, with why it is flagged
     flags = _text(page[page.index('<p id="flags">'):page.index("</p>", page.index('<p id="flags">'))])
-    assert flags.startswith("Every page read recorded results whose labkit commit is unknown")
-    assert "(2: h200/calibration, a100/engine)" in flags
-    assert "uncommitted" not in flags and "ran with" not in flags  # 00_a and 02_c ran on a clean commit
+    assert flags.startswith("Commit unknown: 2 recorded results (h200/calibration, a100/engine): no labkit commit")
+    assert "recorded before results carried their commit" in flags and "LABKIT_COMMIT" in flags
+    assert "Uncommitted: 1 recorded result (h200/engine): made from a tree with uncommitted changes" in flags
+    assert "ran with" not in flags  # 00_a and 02_c ran on a clean commit
     assert page.count('id="flags"') == 1
-    # a count and the flags summarised once, the files behind <details>, grouped by commit
-    summary_a = _text(a[a.index("<summary>"):a.index("</summary>")])
-    assert summary_a == "3 results · 2 commit unknown · 1 uncommitted"
-    assert 'class="chip" data-flag="dirty"' in a  # row-specific: red
-    assert 'class="muted small" data-flag="unknown"' in a  # shared: said at the top
+    # rows: a count, no flag repeated on them; the files behind <details>, grouped by commit
+    assert _text(a[a.index("<summary>"):a.index("</summary>")]) == "3 results"
+    assert "data-flag" not in a and 'class="chip"' not in a[a.index('class="res"'):]
     details_a = _text(a[a.index("</summary>"):a.index("</details>")])
     assert details_a == "commit unknown: h200/calibration, a100/engine 111111111111+dirty uncommitted changes: h200/engine"
-    assert _text(b[b.index("<summary>"):b.index("</summary>")]) == "1 result · 1 commit unknown"
+    assert _text(b[b.index("<summary>"):b.index("</summary>")]) == "1 result"
     # where each ran; a commit other than the report's is shown (and flagged)
     assert _text(a[a.index('class="ran"'):a.index("</td>", a.index('class="ran"'))]).endswith("cuda on h200")
     ran_b = _text(b[b.index('class="ran"'):b.index("</td>", b.index('class="ran"'))])

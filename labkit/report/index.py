@@ -1,21 +1,25 @@
-"""The report index page: the run at the top, then one compact row per notebook.
+"""The report index page, a front page: the lab's answers, where to start, then one row per notebook.
 
-A row reads at a glance: the notebook's number and title with one line on what it shows
-(:func:`notebook_summary`), the sources of its numbers (measured-gpu, measured-cpu,
-simulated, interpreted), where it ran (device, machine; the labkit commit only where it is
-not the report's, which the header gives), its status and seconds. The recorded results it read are folded into one
-cell: a count and the flags summarised once (results whose labkit commit is unknown or has
-uncommitted changes), with the files grouped by commit behind a ``<details>`` element
-(opens without JavaScript). A flag that concerns every page (each page that read results
-read some with an unknown commit, or every page ran on a commit with uncommitted changes) is
-said once, in one line above the table, instead of on every row. Plain HTML with inline CSS:
-it loads nothing.
+At the top, the findings table (``<table id="findings">``, :func:`labkit.report.findings.lab_findings`:
+each method's answer to why #40143 gained what it did, read from the recorded results, with the
+manifest's ``findings`` where it carries them), then "Start here" (the page to open first and the
+one-minute path, :mod:`labkit.report.frontpage`). Then the run (machine, device, size, commit)
+and one compact row per notebook: its number and title with one sentence on what it shows
+(:data:`labkit.report.frontpage.NOTEBOOK_SUMMARIES`; a notebook missing there gets its own first
+sentence, cut to a line), the sources of its numbers (measured-gpu, measured-cpu, simulated,
+interpreted), where it ran (device, machine; the labkit commit only where it is not the
+report's), its status and seconds. The recorded results a page read fold into one cell, the
+files grouped by commit behind a ``<details>`` element (opens without JavaScript). Results whose
+labkit commit is unknown or carries uncommitted changes are said once, above the table, with why
+(:data:`RESULT_FLAGS`), not on every row. Plain HTML with inline CSS: it loads nothing.
 """
 
 from __future__ import annotations
 
 import html
 import re
+
+from labkit.report.frontpage import NOTEBOOK_SUMMARIES, findings_table, start_here
 
 _COLOURS = {
     "measured-gpu": "#1b7f3a",
@@ -34,10 +38,15 @@ SOURCE_MEANINGS = {
 
 #: longest "what it shows" line (characters); the whole sentence stays on hover
 SUMMARY_CHARS = 76
-#: the flags of recorded results, by commit status: (short form on a row, the top line's wording)
+#: the flags of recorded results, by commit status: (short form, what it means and why it happens),
+#: as ``labkit.results`` stamps them: ``unknown`` where no commit could be read, ``+dirty`` where
+#: ``labkit/`` had uncommitted changes
 RESULT_FLAGS = {
-    "unknown": ("commit unknown", "read recorded results whose labkit commit is unknown (not traceable)"),
-    "dirty": ("uncommitted", "read recorded results made with uncommitted changes"),
+    "unknown": ("commit unknown", "no labkit commit stamped: recorded before results carried their commit, "
+                                  "or in a copy of the tree without .git and without LABKIT_COMMIT. The figures "
+                                  "are as recorded; only the labkit version that made them cannot be named"),
+    "dirty": ("uncommitted", "made from a tree with uncommitted changes to labkit/ (a commit ending in +dirty): "
+                             "the commit named is near, not exact"),
 }
 #: the flags of the run of a page itself, as the top line says them
 RUN_FLAGS = {"unknown": "ran at an unknown labkit commit", "dirty": "ran with uncommitted changes to labkit"}
@@ -51,11 +60,11 @@ th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vert
          overflow-wrap: anywhere; }
 th { background: #f4f4f4; font-weight: 600; }
 #notebooks .num { width: 3em; white-space: nowrap; }
-#notebooks .nb { width: 40%; }
+#notebooks .nb { width: 46%; }
 #notebooks .src { width: 17%; }
 #notebooks .ran { width: 10%; }
-#notebooks .res { width: 17%; }
-#notebooks .st { width: 7%; }
+#notebooks .res { width: 12%; }
+#notebooks .st { width: 6%; }
 #notebooks .sec { width: 4.5em; text-align: right; }
 .title { font-weight: 600; }
 .machine { white-space: nowrap; }
@@ -72,7 +81,16 @@ code { background: #f4f4f4; padding: 0 3px; }
 details summary { cursor: pointer; }
 .st summary { white-space: nowrap; }
 details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
-#flags { border-left: 4px solid #b00020; background: #fdf3f4; padding: 4px 10px; }
+#flags { border-left: 4px solid #b58900; background: #fbf7ea; padding: 4px 10px; font-size: 12.5px; }
+.lead { font-size: 15px; max-width: 1000px; }
+#findings { width: 100%; table-layout: fixed; }
+#findings .method { width: 17%; font-weight: 600; }
+#findings .lab { width: 22%; }
+#findings .pub { width: 9%; }
+#findings .left { width: 25%; font-size: 12.5px; }
+#findings .where { width: 22%; }
+#findings .page { width: 4em; }
+#start ol { margin-top: 0; }
 """
 
 
@@ -86,13 +104,14 @@ def source_badge(source: str) -> str:
     return f'<span class="badge" data-source="{_e(source)}" style="background:{colour}">{_e(source)}</span>'
 
 
-def commit_label(commit: str | None, *, short: bool = False) -> str:
+def commit_label(commit: str | None, *, short: bool = False, quiet: bool = False) -> str:
     """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words.
 
-    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags.
+    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags;
+    ``quiet``: the flag words in grey (a listing whose flags the note above the table explains).
     """
     status = _status(commit)
-    flag = "chip" if short else "flag"
+    flag = "muted" if quiet else ("chip" if short else "flag")
     if status == "unknown":
         return f'<span class="{flag}" data-commit="unknown">commit unknown</span>'
     if short:
@@ -188,31 +207,39 @@ def common_flags(notebooks: list[dict]) -> set[tuple[str, str]]:
 
 
 def _flag_line(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
-    """The one line above the table naming the flags every page carries (empty when none)."""
-    if not common:
-        return ""
+    """The one note above the table on flagged commits: every flagged result the pages read, said
+    once with why (:data:`RESULT_FLAGS`), and the run flags every page carries (empty when none)."""
     parts = []
+    for status, (short, meaning) in RESULT_FLAGS.items():
+        files = list(dict.fromkeys(f for nb in notebooks for f in _result_statuses(nb).get(status, [])))
+        if files:
+            what = f"{len(files)} recorded result{'s' if len(files) != 1 else ''}"
+            parts.append(f'<b data-flag="{status}">{_e(short.capitalize())}</b>: {what} '
+                         f'(<span class="small">{_e(", ".join(files))}</span>): {_e(meaning)}.')
     for kind, status in sorted(common):
-        if kind == "result":
-            files = list(dict.fromkeys(f for nb in notebooks for f in _result_statuses(nb).get(status, [])))
-            parts.append(f'{RESULT_FLAGS[status][1]} ({len(files)}: '
-                         f'<span class="small">{_e(", ".join(files))}</span>)')
-        else:
+        if kind == "run":
             commits = sorted({str(nb.get("labkit_commit")) for nb in notebooks if nb.get("machine") or nb.get("device")})
-            parts.append(f'{RUN_FLAGS[status]} (<code>{_e(", ".join(commits))}</code>)')
-    return (f'<p id="flags"><span class="flag">Every page</span> {"; ".join(parts)}. '
-            'The results each page read are listed in its row.</p>')
+            parts.append(f'Every page {RUN_FLAGS[status]} (<code>{_e(", ".join(commits))}</code>).')
+    if not parts:
+        return ""
+    return f'<p id="flags">{" ".join(parts)} Each row lists the results its page read, by commit.</p>'
 
 
 # -- one row -------------------------------------------------------------------------------------
 
+def _short_title(nb: dict) -> str:
+    """A notebook's title without its leading number."""
+    return re.sub(r"^\d\d\s*[·.:-]\s*", "", str(nb.get("title") or nb["name"]))
+
+
 def _title_cell(nb: dict) -> str:
-    title = re.sub(r"^\d\d\s*[·.:-]\s*", "", str(nb.get("title") or nb["name"]))
+    title = _short_title(nb)
     link = f'<a class="title" href="{_e(nb["html"])}">{_e(title)}</a>' if nb.get("html") else \
         f'<span class="title">{_e(title)}</span>'
-    summary = str(nb.get("summary") or "")
-    shows = (f'<br><span class="shows" title="{_e(summary)}">{_e(shorten_words(summary))}</span>'
-             if summary else "")
+    written = NOTEBOOK_SUMMARIES.get(str(nb["name"]))
+    summary = written or str(nb.get("summary") or "")
+    shown = summary if written else shorten_words(summary)
+    shows = f'<br><span class="shows" title="{_e(summary)}">{_e(shown)}</span>' if summary else ""
     return f'<td class="nb">{link}{shows}</td>'
 
 
@@ -226,27 +253,18 @@ def _ran_cell(nb: dict, report_commit: str | None) -> str:
     return f'<td class="ran">{text}</td>'
 
 
-def _results_cell(nb: dict, common: set) -> str:
+def _results_cell(nb: dict) -> str:
     results = nb.get("results")
     if results is None or (not results and not nb.get("machine")):
         return '<td class="res"><span class="muted">not recorded</span></td>'
     if not results:
         return '<td class="res"><span class="muted">none read</span></td>'
-    flagged = _result_statuses(nb)
-    chips = []
-    for status, files in sorted(flagged.items(), key=lambda kv: list(RESULT_FLAGS).index(kv[0])):
-        short = RESULT_FLAGS[status][0]
-        if ("result", status) in common:
-            chips.append(f'<span class="muted small" data-flag="{status}">{len(files)} {short}</span>')
-        else:
-            chips.append(f'<span class="chip" data-flag="{status}">{len(files)} {short}</span>')
     by_commit: dict[str, list[str]] = {}
     for r in results:
         by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
-    items = "".join(f"<li>{commit_label(c)}: {_e(', '.join(n))}</li>" for c, n in by_commit.items())
+    items = "".join(f"<li>{commit_label(c, quiet=True)}: {_e(', '.join(n))}</li>" for c, n in by_commit.items())
     count = f"{len(results)} result{'s' if len(results) != 1 else ''}"
-    summary = count + (" · " + " · ".join(chips) if chips else "")
-    return f'<td class="res"><details><summary>{summary}</summary><ul>{items}</ul></details></td>'
+    return f'<td class="res"><details><summary>{count}</summary><ul>{items}</ul></details></td>'
 
 
 def _status_cell(nb: dict) -> str:
@@ -259,19 +277,29 @@ def _status_cell(nb: dict) -> str:
             f'<span class="small">at {where}{first}: {_e(err.get("error"))}</span></details></td>')
 
 
-def _notebook_row(nb: dict, report_commit: str | None = None, common: set | None = None) -> str:
-    common = common or set()
+def _notebook_row(nb: dict, report_commit: str | None = None) -> str:
     number = str(nb["name"]).split("_", 1)[0]
     sources = "".join(source_badge(s) for s in nb.get("sources", [])) or '<span class="muted">not declared</span>'
     return (
         f'<tr data-notebook="{_e(nb["name"])}"><td class="num"><code title="{_e(nb["name"])}">{_e(number)}</code></td>'
         f'{_title_cell(nb)}<td class="src">{sources}</td>{_ran_cell(nb, report_commit)}'
-        f'{_results_cell(nb, common)}{_status_cell(nb)}<td class="sec">{float(nb.get("seconds", 0)):.1f}</td></tr>'
+        f'{_results_cell(nb)}{_status_cell(nb)}<td class="sec">{float(nb.get("seconds", 0)):.1f}</td></tr>'
     )
+
+
+def _findings(meta: dict) -> list[dict]:
+    """The manifest's findings, or those of the results store where it carries none."""
+    if meta.get("findings") is not None:
+        return list(meta["findings"])
+    from labkit.report.findings import lab_findings
+
+    return [f.as_dict() for f in lab_findings()]
 
 
 def render_index(meta: dict) -> str:
     """The index page for a report manifest (see ``labkit.report.build.build_report``)."""
+    from labkit.mm.overlap import PR40143
+
     machine = meta.get("machine", {})
     machine_rows = "".join(
         f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in machine.items() if v is not None
@@ -279,14 +307,24 @@ def render_index(meta: dict) -> str:
     notebooks = meta.get("notebooks", [])
     n_ok = sum(1 for nb in notebooks if nb.get("ok"))
     common = common_flags(notebooks)
-    rows = "".join(_notebook_row(nb, meta.get("labkit_commit"), common) for nb in notebooks)
+    rows = "".join(_notebook_row(nb, meta.get("labkit_commit")) for nb in notebooks)
     legend = "".join(f"<li>{source_badge(s)} {_e(m)}</li>" for s, m in SOURCE_MEANINGS.items())
+    pages = {str(nb["name"]): str(nb["html"]) for nb in notebooks if nb.get("html")}
+    titles = {str(nb["name"]): _short_title(nb) for nb in notebooks}
+    pub = PR40143
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
 <title>labkit report</title><style>{_CSS}</style></head>
 <body>
 <h1>labkit report</h1>
+<p class="lead">A performance lab for vLLM's multimodal serving path. Its question: why did vLLM #40143 (the
+scheduler's placeholder reads from a tensor to a Python list) gain {pub.throughput_gain:.2f}x output tokens/s
+on {_e(pub.name.replace("vllm#40143 ", ""))} (mean TPOT {pub.mean_tpot_ms_before} -&gt; {pub.mean_tpot_ms_after} ms)?
+Each method's answer, read from its recorded result:</p>
+{findings_table(_findings(meta), pages, source_badge)}
+{start_here(pages, titles)}
+<h2>The notebooks</h2>
 <p>Every lab notebook executed headless on <b>{_e(machine.get('slug'))}</b> (device <b>{_e(meta.get('device'))}</b>,
 size <b>{_e(meta.get('size'))}</b>) on {_e(meta.get('created'))},
 labkit commit {commit_label(meta.get('labkit_commit'))}.

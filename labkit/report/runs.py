@@ -12,6 +12,7 @@ from pathlib import Path
 
 from labkit.fileio import write_atomic, write_json
 from labkit.report.execute import CellError
+from labkit.report.findings import lab_findings
 from labkit.report.index import render_index
 from labkit.results import labkit_commit
 
@@ -87,6 +88,7 @@ def write_index(out_dir: Path, runs: list[NotebookRun], *, size: str, device: st
         "device": device,
         "machine": public_machine(device),
         "notebooks": [asdict(r) for r in all_runs],
+        "findings": [f.as_dict() for f in lab_findings()],
     }
     write_json(out_dir / MANIFEST, meta)
     write_atomic(out_dir / "index.html", render_index(meta))

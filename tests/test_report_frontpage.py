@@ -1,0 +1,130 @@
+"""The index as a front page: the findings table from the recorded results, "Start here", and one
+written sentence per notebook."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from findings_results import write_five, write_serve_sim
+from labkit.report.findings import lab_findings
+from labkit.report.frontpage import FIRST_PAGES, NOTEBOOK_SUMMARIES, ONE_MINUTE
+from labkit.report.index import SUMMARY_CHARS, notebook_summary, render_index
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
+
+
+def _meta(notebooks=("00_environment", "01_placeholder_scheduler"), findings=None) -> dict:
+    meta = {"created": "2026-12-01T00:00:00+00:00", "labkit_commit": "0123456789ab", "size": "quick",
+            "device": "cpu", "machine": {"slug": "cpu-x"},
+            "notebooks": [{"name": n, "title": f"{n[:2]} · T{n[:2]}", "html": f"{n}.html", "ok": True,
+                           "seconds": 1.0, "sources": [], "results": []} for n in notebooks]}
+    if findings is not None:
+        meta["findings"] = findings
+    return meta
+
+
+def _table(page: str, table_id: str) -> str:
+    start = page.index(f'<table id="{table_id}">')
+    return page[start:page.index("</table>", start)]
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def test_the_findings_table_has_a_row_per_recorded_answer_above_the_notebooks(tmp_path):
+    write_five(tmp_path)
+    page = render_index(_meta(findings=[f.as_dict() for f in lab_findings(tmp_path)]))
+    table = _table(page, "findings")
+    rows = re.findall(r'<tr data-finding="([^"]+)">(.*?)</tr>', table)
+    assert len(rows) >= 5
+    assert [k for k, _ in rows] == ["mini_engine_graphs", "h200_eager", "vllm_cpu_ab", "sim_gpu_vllm_host",
+                                    "bubble_model"]
+    assert page.index('id="findings"') < page.index('id="start"') < page.index('id="notebooks"')
+    cells = dict(rows)
+    assert "1.25x output tok/s" in _text(cells["mini_engine_graphs"])  # tests/findings_results.py
+    assert "2.00x TPOT" in _text(cells["vllm_cpu_ab"]) and 'data-source="measured-cpu"' in cells["vllm_cpu_ab"]
+    # a page of this report is linked; one it does not hold is named, not linked
+    assert 'href="01_placeholder_scheduler.html"' in cells["bubble_model"]
+    assert "href=" not in cells["vllm_cpu_ab"].split('class="page"')[1]
+    assert "http" not in page
+
+
+def test_without_findings_in_the_manifest_the_index_reads_the_results_store(results_store):
+    page = render_index(_meta())
+    assert '<p id="findings" class="muted">' in page  # an empty store: said so, no empty rows
+    write_five(results_store)
+    write_serve_sim(results_store)
+    rows = re.findall(r'<tr data-finding="([^"]+)">', render_index(_meta()))
+    assert len(rows) == 6 and rows[-1] == "serve_sim"
+
+
+def test_every_notebook_has_a_written_sentence_shown_whole():
+    assert sorted(NOTEBOOK_SUMMARIES) == NOTEBOOKS
+    page = render_index(_meta(NOTEBOOKS, findings=[]))
+    for name in NOTEBOOKS:
+        sentence = NOTEBOOK_SUMMARIES[name]
+        assert sentence.endswith(".") and not sentence.endswith("..") and "…" not in sentence, name
+        assert sentence[0].isupper() or sentence[0] in "#(", name
+        assert len(sentence) <= SUMMARY_CHARS + 10, f"{name}: {len(sentence)} characters, more than a line"
+        row = page[page.index(f'data-notebook="{name}"'):]
+        row = row[:row.index("</tr>")]
+        assert html.escape(sentence) in row, name  # whole, not cut
+        import nbformat  # noqa: F401  (read_notebook needs it)
+        from labkit.report.build import read_notebook
+
+        own = notebook_summary(read_notebook(REPO / "notebooks" / f"{name}.py"))
+        assert sentence != own, f"{name}: the sentence is the notebook's own first one"
+
+
+def test_a_notebook_without_a_written_sentence_gets_its_own_cut_to_a_line():
+    meta = _meta(findings=[])
+    long = "Shows " + "a very long thing " * 10 + "in the end."
+    meta["notebooks"].append({"name": "99_new", "title": "99 · New", "html": "99_new.html", "ok": True,
+                              "seconds": 1.0, "summary": long})
+    row = render_index(meta)
+    row = row[row.index('data-notebook="99_new"'):]
+    assert "…" in row[:row.index("</tr>")]
+
+
+def test_start_here_names_pages_that_exist_and_commands_the_lab_has():
+    from labkit.cli import BENCH_TARGETS, VERBS
+
+    page = render_index(_meta(NOTEBOOKS, findings=[]))
+    start = page[page.index('<section id="start">'):page.index("</section>", page.index('id="start"'))]
+    for name, _, _ in FIRST_PAGES:
+        assert name in NOTEBOOKS and f'href="{name}.html"' in start
+    assert _text(start).startswith("Start here Open 01 · T01 :")
+    for command, what, took in ONE_MINUTE:
+        words = command.split()
+        assert words[0] == "labkit" and (words[1] in VERBS or (words[1] == "bench" and words[2] in BENCH_TARGETS))
+        for word in words[2:]:
+            if "/" in word:
+                assert (REPO / word).is_file(), word  # the trace it reads ships with the lab
+        assert re.fullmatch(r"about \d+ s", took) and f"<code>{html.escape(command)}</code>" in start
+
+
+def test_the_one_minute_trace_is_analysed_on_this_cpu(capsys):
+    from labkit.cli import main
+
+    command = next(c for c, _, _ in ONE_MINUTE if c.split()[1] == "analyze")
+    assert main(command.split()[1:]) == 0
+    out = capsys.readouterr().out
+    assert "host call sites during host-wait idle" in out and "schedule" in out
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_each_written_sentence_is_one_sentence(name):
+    body = NOTEBOOK_SUMMARIES[name][:-1]
+    assert not re.search(r"[.!?]\s+[A-Z]", body), f"{name}: more than one sentence"
+
+
+def test_the_readme_notebook_table_says_what_the_index_says():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| \d\d \| \[[^\]]+\]\(notebooks/([^)]+)\.py\) \| (.+?) \|$", text, re.M))
+    assert rows == NOTEBOOK_SUMMARIES
