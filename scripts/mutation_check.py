@@ -189,6 +189,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_vllm_ab.py",),
     ),
     Mutation(
+        "sched020-in-kv-cache-off-by-one",
+        "vLLM 0.20's loop: an image whose last token is the last computed one counted as not yet in the KV cache",
+        "if start + length <= num_computed_tokens:",
+        "if start + length < num_computed_tokens:",
+        ("tests/test_vllm_ab.py",),
+    ),
+    Mutation(
         "hostfrom-async-frontend-serial",
         "host-from solve: with async scheduling the frontend charged after the engine core (a sum) instead of "
         "beside it (the longer of the two)",
