@@ -91,7 +91,7 @@ print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check pass
 # between steps (twice its size read: the scheduler's data evicted). Back to back, the
 # scheduler's data stays in the caches; inside a step on a CPU, the forward streams the KV cache
 # and the vocabulary's logits through the host's caches between two `schedule()` calls and
-# evicts part of it, so the saving there lies between the two. On a GPU server that traffic
+# evicts part of it, so each variant's `schedule()` there lies between the two. On a GPU server that traffic
 # stays on the device: the steps with the forward off the host are the host as a GPU server
 # pays it (input preparation, output processing and detokenization still pass through its
 # caches). The checks above hold that figure to the stand-in and to the engine's own scheduler

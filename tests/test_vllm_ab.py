@@ -332,6 +332,18 @@ def test_sched020_visits_every_item_in_decode():
     assert reads == [10 * k for k in range(8)]
 
 
+def test_sched020_skips_an_image_whose_last_token_was_just_computed():
+    # an image at [2, 6) and 6 tokens computed: it lies wholly in the KV cache, its encoder output already
+    # freed and no encoder budget left. 0.20 skips it and schedules the decode token; an image still
+    # counted as ahead would ask the cache for room, get none, and cut the step to 0 tokens
+    req = make_request("r", 20, [(2, 4)])
+    stub = _scheduler_stub(_CountingCache(100), False)
+    assert try_schedule_encoder_inputs_v020(stub, req, 6, 1, 0, 0) == ([], 1, 0, [], [])
+    assert schedule_encoder_inputs(make_request("r", 20, [(2, 4)]), 6, 1, 0, EncoderCacheManager(100)) == ([], 1, 0)
+    # one token earlier its last token is still to compute: the same call cannot place it
+    assert try_schedule_encoder_inputs_v020(stub, req, 5, 1, 0, 0)[:2] == ([], 0)
+
+
 # -- the version gate, on stand-in vLLM module trees (0.20 layout vs older) ---------------------
 
 def _fake_vllm(monkeypatch, *, per_step_on_class: bool, window: bool):

@@ -204,32 +204,48 @@ def test_census_checks_fail_where_the_census_is_inconsistent(bad, which):
     assert failed == {which}
 
 
-ALONE = {"alone": {"baseline": 5600.0, "merged": 150.0}, "warm": {"baseline": 5300.0, "merged": 300.0},
+ALONE = {"alone": {"baseline": 5600.0, "merged": 150.0}, "warm": {"baseline": 5300.0, "merged": 150.0},
          "swept": {"baseline": 9300.0, "merged": 800.0}}
+BRACKET = "schedule() in the step lies between the scheduler alone, warm and swept"
 
 
 @pytest.mark.parametrize("change, failed", [
     ({}, set()),
-    # the engine step's saving (5800 us) below 80% of the warm one (7300 x 0.8 = 5840): outside the bracket,
-    # while both stay within 20% of the stand-in (7000)
-    ({"warm": {"baseline": 7600.0, "merged": 300.0}, "alone": {"baseline": 7150.0, "merged": 150.0}},
-     {"schedule saving lies between the scheduler alone, warm and swept"}),
-    # above 120% of the larger of warm (4500) and swept (4000): 5400, outside the bracket
-    ({"warm": {"baseline": 4800.0, "merged": 300.0}, "swept": {"baseline": 4800.0, "merged": 800.0}},
-     {"schedule saving lies between the scheduler alone, warm and swept"}),
-    # the engine's scheduler alone (5000) 37% above the stand-in (3650), which also misses the census
+    # merged's schedule() in the step (200 us) below its scheduler alone back to back (220): a step cannot warm
+    # the scheduler's data beyond back to back. The saving (5800 us) still lay within 20% of warm's (5080) and
+    # swept's (8500): the widened bracket let it through
+    ({"warm": {"baseline": 5300.0, "merged": 220.0}}, {(BRACKET, "merged")}),
+    # baseline's (6000) above its swept figure (5900): more than the sweep evicts. The saving's widened bracket
+    # (4000 x 0.8 .. 5100 x 1.2) held it too
+    ({"swept": {"baseline": 5900.0, "merged": 800.0}, "warm": {"baseline": 5300.0, "merged": 200.0}},
+     {(BRACKET, "baseline")}),
+    # the engine's scheduler alone (5300 - 150 = 5150) 37% above the stand-in (3650), which also misses the census
     ({"alone": {"baseline": 3800.0, "merged": 150.0}},
-     {"the engine's scheduler alone matches the stand-in", "schedule saving matches the scheduler alone"}),
+     {("the engine's scheduler alone matches the stand-in", "baseline-merged"),
+      ("schedule saving matches the scheduler alone", "baseline-merged")}),
 ])
 def test_scheduler_alone_checks_bracket_and_match_by_hand(change, failed):
-    """Census saving 6000 - 200 = 5800 us; warm 5000, swept 8500, stand-in 5450 (worked by hand)."""
+    """Census schedule() 6000 (baseline) and 200 us (merged); warm 5300 and 150, swept 9300 and 800; stand-in
+    5600 and 150 (worked by hand)."""
     checks = census_checks(_rows(6000.0, 200.0, **{**ALONE, **change}))
     names = {c["check"] for c in checks}
-    assert {"schedule saving lies between the scheduler alone, warm and swept",
-            "the engine's scheduler alone matches the stand-in"} <= names
-    assert {c["check"] for c in checks if not c["passed"]} == failed
-    bracket = next(c for c in checks if c["check"].startswith("schedule saving lies"))
-    assert bracket["census_us"] == 5800.0 and "ms in the engine step" in bracket["detail"]
+    assert {BRACKET, "the engine's scheduler alone matches the stand-in"} <= names
+    assert {(c["check"], c["variant"]) for c in checks if not c["passed"]} == failed
+    bracket = {c["variant"]: c for c in checks if c["check"] == BRACKET}
+    assert bracket["baseline"]["census_us"] == 6000.0 and bracket["merged"]["alone_swept_us"] == 800.0
+    assert "ms in the engine step" in bracket["merged"]["detail"] and "baseline - merged: 5.800 ms" in \
+        bracket["merged"]["detail"]
+
+
+def test_the_bracket_holds_each_variant_not_the_saving():
+    """Both variants inside their brackets while the saving in the step (6000 - 1000 = 5000 us) falls below the
+    saving back to back (5300 - 200 = 5100): merged's data evicted more than baseline's, as the mechanism allows."""
+    checks = census_checks(_rows(6000.0, 1000.0, warm={"baseline": 5300.0, "merged": 200.0},
+                                 swept={"baseline": 9300.0, "merged": 1800.0}))
+    assert all(c["passed"] for c in checks if c["check"] == BRACKET)
+    checks = census_checks(_rows(6000.0, 1000.0, warm={"baseline": 5300.0, "merged": 1001.0},
+                                 swept={"baseline": 9300.0, "merged": 1800.0}))
+    assert [c["variant"] for c in checks if c["check"] == BRACKET and not c["passed"]] == ["merged"]
 
 
 @pytest.mark.parametrize("off_host, passed", [
@@ -243,9 +259,9 @@ def test_off_host_schedule_saving_is_held_to_the_stand_in_and_the_engine_schedul
     rows += [{"variant": v, "num_requests": 128, "images": 32, "phase": "off_host:" + p, "median_us": us}
              for v, us in off_host.items() for p in ("schedule", "step")]
     checks = {c["check"]: c for c in census_checks(rows)}
-    # against the engine's scheduler alone, back to back (5300 - 300 = 5000 us): -3% and +33%
+    # against the engine's scheduler alone, back to back (5300 - 150 = 5150 us): -6% and +29%
     mine = checks["schedule saving with the forward off the host matches the engine's scheduler alone"]
-    assert mine["passed"] is passed and mine["alone_us"] == 5000.0
+    assert mine["passed"] is passed and mine["alone_us"] == 5150.0
     c = checks["schedule saving with the forward off the host matches the scheduler alone"]
     assert c["passed"] is passed and c["off_host_us"] == off_host["baseline"] - off_host["merged"]
     assert c["scheduler_only_us"] == 5450.0 and "forward off the host" in c["detail"]

@@ -38,12 +38,20 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     driven alone (``labkit bench vllm-sched``'s mechanism, :func:`stand_in_scheduler`: a real
     ``Scheduler`` with its own requests and a stand-in model runner), run in the same process
     with the collector on as in the census;
-``schedule saving lies between the scheduler alone, warm and swept``
-    where the census drove the engine's own scheduler alone (:func:`engine_scheduler_alone`),
-    the census's saving lies between that scheduler's saving back to back (its data warm in the
-    caches) and with the last-level cache swept between its steps (its data evicted), each
-    bound widened by ``SCHED_TOLERANCE``: inside a step, the rest of the step (the forward
-    above all, on a CPU) evicts some of what the scheduler reads, so its cost lies between the two;
+``schedule() in the step lies between the scheduler alone, warm and swept``
+    per point and variant where the census drove the engine's own scheduler alone
+    (:func:`engine_scheduler_alone`), the census's ``schedule`` (median, unprofiled steps) is at
+    least that scheduler's ``schedule()`` back to back (``schedule_alone``: its data warm in the
+    caches) and at most its ``schedule()`` with the last-level cache swept between its steps
+    (``schedule_alone_swept``: its data evicted), with no allowance. The same code on the same
+    requests: inside a step the rest of the step (the forward above all, on a CPU) runs between
+    two ``schedule()`` calls and can only evict what the scheduler reads, never warm it beyond
+    back to back, and evicts no more than a sweep of twice the cache. The mechanism bounds each
+    variant's cost, not the saving: baseline - merged is a difference of two bracketed figures,
+    and the eviction each variant pays differs (at one image a request the two read nearly the
+    same data, and the saving in the step can fall below the saving back to back while both
+    variants stay inside their brackets). The savings are in the record (``census_us``,
+    ``alone_us``, ``alone_swept_us``) and its text;
 ``schedule saving with the forward off the host matches the scheduler alone``
     where the census timed steps with the forward off the host (``off_host:`` rows,
     :func:`labkit.vllm.step_census.forward_off_host`: the host phases as a GPU server's host pays
@@ -320,8 +328,6 @@ def _saving_checks(by, n, m) -> list[dict]:
     """The checks of the schedule saving at one point (see the module text), where their rows are recorded."""
     census, warm = _saving(by, n, m, "schedule"), _saving(by, n, m, "schedule_alone")
     cold, stand_in = _saving(by, n, m, "schedule_alone_swept"), _saving(by, n, m, "scheduler_only")
-    from labkit.vllm.step_census import OFF_HOST
-
     off_host = _saving(by, n, m, OFF_HOST + "schedule")
     out = []
     if census is not None and stand_in is not None:
@@ -339,14 +345,18 @@ def _saving_checks(by, n, m) -> list[dict]:
                           off_host, warm, {"off_host_us": off_host, "alone_us": warm},
                           f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
                           f"off the host, {warm / 1e3:.3f} ms in the engine's scheduler alone, back to back"))
-    if census is not None and warm is not None and cold is not None:
-        lo, hi = (1 - SCHED_TOLERANCE) * min(warm, cold), (1 + SCHED_TOLERANCE) * max(warm, cold)
-        out.append({"check": "schedule saving lies between the scheduler alone, warm and swept", "num_requests": n,
-                    "images": m, "variant": "baseline-merged", "passed": lo <= census <= hi, "census_us": census,
-                    "alone_us": warm, "alone_swept_us": cold,
-                    "detail": f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine step; the engine's "
-                              f"scheduler alone {warm / 1e3:.3f} ms back to back, {cold / 1e3:.3f} ms with the cache "
-                              f"swept between steps (bounds widened by {100 * SCHED_TOLERANCE:.0f}%)"})
+    for v in dict.fromkeys(r[2] for r in by if r[:2] == (n, m)):
+        in_step, alone, swept = (by.get((n, m, v, p)) for p in ("schedule", "schedule_alone", "schedule_alone_swept"))
+        if in_step is None or alone is None or swept is None:
+            continue
+        x, lo, hi = in_step["median_us"], alone["median_us"], swept["median_us"]
+        out.append({"check": "schedule() in the step lies between the scheduler alone, warm and swept",
+                    "num_requests": n, "images": m, "variant": v, "passed": lo <= x <= hi, "census_us": x,
+                    "alone_us": lo, "alone_swept_us": hi,
+                    "detail": f"schedule(): {x / 1e3:.3f} ms in the engine step; the engine's scheduler alone "
+                              f"{lo / 1e3:.3f} ms back to back, {hi / 1e3:.3f} ms with the cache swept between steps"
+                              + (f" (baseline - merged: {census / 1e3:.3f} ms in the step, {warm / 1e3:.3f} and "
+                                 f"{cold / 1e3:.3f} ms alone)" if None not in (census, warm, cold) else "")})
     if warm is not None and stand_in is not None:
         out.append(_match("the engine's scheduler alone matches the stand-in", n, m, warm, stand_in,
                           {"alone_us": warm, "scheduler_only_us": stand_in},
