@@ -28,11 +28,15 @@
 # The second half shows the same engine **measured on an NVIDIA H200** (recorded results and
 # profiler traces, labelled measured-gpu) and how far the simulator is from it.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.idle_bubbles()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 

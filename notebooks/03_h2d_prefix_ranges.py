@@ -21,11 +21,15 @@
 # four ways of handing the tensor to the layers, and shows recorded GPU idle time where a GPU run
 # exists.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.h2d_prefix_ranges()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 

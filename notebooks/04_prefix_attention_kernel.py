@@ -20,11 +20,15 @@
 # this lab's own kernel against a plain-torch reference, compares it with FlexAttention and masked
 # SDPA where a GPU result is recorded, and places those runs on their GPU's roofline.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.prefix_attention()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 

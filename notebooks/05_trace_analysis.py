@@ -25,11 +25,17 @@
 # outside the lab (a fixture under `tests/data/`), and the last section shows how to point the
 # analyzer at your own vLLM profile.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+from labkit.trace.analysis.notebook import lab_analyses
+lab = lab_analyses()
+answers.trace_analysis(lab)
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -40,8 +46,7 @@ setup_notebook()
 # exported page stays small; the analysis always uses every event.
 
 # %%
-from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, lab_analyses, missing_lab_traces
-lab = lab_analyses()
+from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
 declare_sources(*analyses_sources(*lab.values()))
 max_bars = 3000 if size == "quick" else 20000
 print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_ops_count"]) for v, an in lab.items()})
