@@ -127,6 +127,7 @@ def test_next_bubble_installed_against_patched_and_the_idle_bound():
 def census(slug="m"):
     rows = []
     for phase, base, merged in (("schedule", 3000.0, 1000.0), ("schedule_alone", 2000.0, 1000.0),
+                                ("schedule_alone_swept", 3500.0, 1000.0),
                                 ("step", 9000.0, 6000.0), ("prepare_inputs", 1000.0, 900.0)):
         for v, us in (("baseline", base), ("merged", merged)):
             rows.append({"num_requests": 128, "images": 32, "variant": v, "phase": phase, "median_us": us})
@@ -137,7 +138,7 @@ def test_inside_vllm_falls_back_to_the_census():
     t = text(answers.inside_vllm_answer([], censuses=[census()]))
     assert "2 ms of schedule() per decode step" in t and "of a 3 ms step saving" in t
     assert "2x what the engine's scheduler driven alone saves back to back (1 ms)" in t
-    assert "evicts the scheduler's data" in t
+    assert "evicts the scheduler's data" in t and "swept between its steps, the scheduler alone saves 2.5 ms" in t
 
 
 def test_inside_vllm_reads_serve_sim_when_recorded():

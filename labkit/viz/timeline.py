@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 
 from labkit.trace.analysis.analyze import Analysis, analyze_trace
 from labkit.trace.read.load import Trace
-from labkit.viz.labels import add_full_names, short_name
+from labkit.viz.labels import add_full_names, legend_below, short_name
 
 MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see ``decimate``)
 STEP_FRACTION = 0.01  #: coarsest merge resolution, as a fraction of the median step (or of the trace)
@@ -264,8 +264,9 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
     sub = _subtitle(len(all_rows), len(merged), len(rows), res)
     fig.update_layout(
         title=_title(an, title) + sub, barmode="overlay", bargap=0.25, height=160 + 28 * max(len(lanes), 1),
-        xaxis_title="time since trace start (ms)", legend=dict(orientation="h", y=-0.15), margin=dict(l=10, r=10, t=70),
+        xaxis_title="time since trace start (ms)", margin=dict(l=10, r=10, t=70),
     )
+    legend_below(fig)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), automargin=True)
     steps = step_ranges(an)
     if steps:
@@ -280,6 +281,13 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
     return add_full_names(fig, [] if title else [an.source.get("file")])
 
 
+def _subplot_title(label: str, an: Analysis) -> str:
+    """A subplot's title: the caller's label and where the trace ran (the file name goes to the caption's hover)."""
+    s = an.source
+    where = "SIMULATED device" if s.get("simulated") else (s.get("gpu") or "no GPU recorded")
+    return f"{label} ({where})"
+
+
 def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "after"),
                        max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
     """Two runs stacked (shared time axis from each trace's start) for a before/after view."""
@@ -287,7 +295,7 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     la, ra = _lanes(a)
     lb, rb = _lanes(b)
     sim = a.source.get("simulated") or b.source.get("simulated")
-    subtitles = [f"{labels[0]}: {_title(a, None)}", f"{labels[1]}: {_title(b, None)}"]
+    subtitles = [_subplot_title(label, an) for label, an in zip(labels, (a, b))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
     for tr in _bars(_cap(ra, max_events // 2, max_resolution_ms(a))):
@@ -300,7 +308,8 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     if sim:
         full += " - SIMULATED device timeline"
     fig.update_layout(title=full, barmode="overlay", height=220 + 28 * (len(la) + len(lb)),
-                      legend=dict(orientation="h", y=-0.1), margin=dict(l=10, r=10, t=80))
+                      margin=dict(l=10, r=10, t=80))
+    legend_below(fig)
     fig.update_xaxes(title_text="time since trace start (ms)", row=2, col=1)
     add_full_names(fig, [a.source.get("file"), b.source.get("file")])
     return fig

@@ -80,8 +80,8 @@ def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = N
         if top <= 0 or v <= 0:
             return 0.0
         if log:
-            return 100 * (math.log10(v) - lo) / (math.log10(top) - lo)
-        return 100 * v / top
+            return 80 * (math.log10(v) - lo) / (math.log10(top) - lo)  # room left for the value
+        return 80 * v / top
 
     rows = "".join(
         f'<div style="display:flex;align-items:center;gap:6px;margin:1px 0">'

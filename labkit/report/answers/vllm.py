@@ -81,7 +81,10 @@ def _census_answer(censuses: list) -> Answer:
         what = "the engine's scheduler driven alone" if savings.get("schedule_alone", {}).get(point) else "the stand-in scheduler alone"
         text += (f" Inside the step it saves {num(step / alone, 'x')} what {what} saves back to back "
                  f"({num(alone / 1e3, ' ms')}): the rest of the step evicts the scheduler's data from the caches "
-                 f"between two <code>schedule()</code> calls.")
+                 f"between two <code>schedule()</code> calls")
+        swept = savings.get("schedule_alone_swept", {}).get(point)
+        text += (f" (with the last-level cache swept between its steps, the scheduler alone saves "
+                 f"{num(swept / 1e3, ' ms')})." if swept else ".")
     items = [(label, savings[phase][point] / 1e3) for phase, label, _ in inside_vllm.SAVINGS
              if point in savings.get(phase, {})]
     detail = bars_html(items, "ms", log=False, highlight=("inside the engine step (census)",),
