@@ -316,17 +316,26 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
 
 
 def plot_idle_breakdown(analysis) -> go.Figure:
-    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms."""
-    an = _as_analysis(analysis)
-    s = an.streams
-    lanes = ("GPU " + s["device"].astype(str) + " stream " + s["stream"].astype(str)).to_numpy()
+    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms.
+
+    ``analysis``: one analysis (or trace), or ``{label: analysis}`` to set runs side by side (one bar
+    per run and stream, the label first)."""
+    runs = analysis if isinstance(analysis, dict) else {"": analysis}
+    runs = {label: _as_analysis(a) for label, a in runs.items()}
+    lanes, parts = [], []
+    for label, an in runs.items():
+        s = an.streams
+        names = ("GPU " + s["device"].astype(str) + " stream " + s["stream"].astype(str)).tolist()
+        lanes += [f"{label}<br>{n}" if label else n for n in names]
+        parts.append(s)
     fig = go.Figure()
     for col, name, colour in (("idle_host_wait_us", "host wait", "#d62728"),
                               ("idle_kernel_wait_us", "kernel wait", "#ff9896"),
                               ("idle_other_us", "other", "#b0b0b0")):
-        fig.add_trace(go.Bar(x=lanes, y=s[col].to_numpy() / 1e3, name=name, marker_color=colour))
+        values = [v / 1e3 for s in parts for v in s[col].tolist()]
+        fig.add_trace(go.Bar(x=lanes, y=values, name=name, marker_color=colour))
     t = "Device idle time by cause"
-    if an.source.get("simulated"):
+    if any(an.source.get("simulated") for an in runs.values()):
         t += " (SIMULATED)"
     fig.update_layout(barmode="stack", title=t, yaxis_title="idle (ms)")
     return fig
