@@ -164,15 +164,15 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 import pandas as pd
 from labkit.engine.recorded import before_after_ratios, ratio_reading
 from labkit.viz.engine import plot_mode_ratios
+from labkit.viz.tables import format_table
 ratios = before_after_ratios(rows)
-ratios.round(3)
+format_table(ratios)
 
 # %%
 plot_mode_ratios(ratios, title="Simulated engine: after / before output tokens/s")
 
 # %%
-reading = pd.Series(ratio_reading(rows, "full"), name="value")
-reading
+format_table([{"reading": k, "value": v} for k, v in (ratio_reading(rows, "full") or {}).items()])
 
 # %% [markdown]
 # **Why the lab's ratios are not the PR's.** With async scheduling a step lasts
@@ -222,7 +222,7 @@ else:
 import pandas as pd
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
-pd.DataFrame(gpu_rows, columns=cols).round(3) if gpu else None
+format_table(gpu_rows, columns=cols) if gpu else None
 
 # %%
 plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} (measured-gpu)") if gpu else None
@@ -292,7 +292,7 @@ gpu_ratios = before_after_ratios(gpu_rows) if gpu else None
 from labkit.engine.recorded import sim_vs_measured
 from labkit.viz.engine import plot_sim_vs_measured
 table = sim_vs_measured(rows, gpu_rows, measured) if gpu else None
-table.round(3) if table is not None else None
+format_table(table) if table is not None else None
 
 # %%
 if table is not None and len(table):

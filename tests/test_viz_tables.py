@@ -67,3 +67,9 @@ def test_long_tables_fold_after_max_rows():
     assert "all 25 rows" in folded and folded.count("<tr>") == 26
     short = format_table(rows[:10])._repr_html_()
     assert "<details>" not in short
+
+
+def test_numbers_align_right_and_text_left():
+    html = format_table([{"name": "a", "median_ns": 1.5e6, "speedup": 2.0}, {"name": "b", "median_ns": 2e6, "speedup": 3.0}])._repr_html_()
+    assert ">a</td>" in html and 'text-align:left">a</td>' in html
+    assert 'text-align:right">1.5</td>' in html and 'text-align:right">2x</td>' in html

@@ -121,10 +121,18 @@ class Table:
     caption: str = ""
     max_rows: int = MAX_ROWS
 
+    def _aligns(self) -> list[str]:
+        """Per column: ``right`` where every cell is a number (a trailing ``x`` or ``%`` allowed), else ``left``."""
+        def numeric(c: str) -> bool:
+            return c.rstrip("x%").replace(",", "").replace(".", "", 1).lstrip("-").isdigit()
+        return ["right" if all(numeric(r[i]) for r in self.cells if r[i]) and any(r[i] for r in self.cells) else "left"
+                for i in range(len(self.headers))]
+
     def _html_table(self, rows) -> str:
-        head = "".join(f'<th style="{_CELL_STYLE};text-align:left">{html.escape(h)}</th>' for h in self.headers)
-        body = "".join("<tr>" + "".join(f'<td style="{_CELL_STYLE}">{html.escape(c)}</td>' for c in row) + "</tr>"
-                       for row in rows)
+        align = self._aligns()
+        head = "".join(f'<th style="{_CELL_STYLE};text-align:{a}">{html.escape(h)}</th>' for h, a in zip(self.headers, align))
+        body = "".join("<tr>" + "".join(f'<td style="{_CELL_STYLE};text-align:{a}">{html.escape(c)}</td>'
+                                        for c, a in zip(row, align)) + "</tr>" for row in rows)
         return f'<table class="labkit-table" style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
     def _repr_html_(self) -> str:
