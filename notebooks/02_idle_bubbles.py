@@ -161,7 +161,6 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 # numbers.
 
 # %%
-import pandas as pd
 from labkit.engine.recorded import before_after_ratios, ratio_reading
 from labkit.viz.engine import plot_mode_ratios
 from labkit.viz.tables import format_table
@@ -219,7 +218,6 @@ else:
     print("No GPU result recorded yet: run `labkit bench engine --size full --trace-dir ...` on a GPU machine.")
 
 # %%
-import pandas as pd
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
 format_table(gpu_rows, columns=cols) if gpu else None
