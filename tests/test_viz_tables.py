@@ -73,3 +73,9 @@ def test_numbers_align_right_and_text_left():
     html = format_table([{"name": "a", "median_ns": 1.5e6, "speedup": 2.0}, {"name": "b", "median_ns": 2e6, "speedup": 3.0}])._repr_html_()
     assert ">a</td>" in html and 'text-align:left">a</td>' in html
     assert 'text-align:right">1.5</td>' in html and 'text-align:right">2x</td>' in html
+
+
+def test_rates_are_not_read_as_seconds():
+    t = format_table([{"output_tok_s": 5600.49, "tokens_per_s_median": 205.3, "duration_s": 12.345}])
+    assert t.headers == ("output tok/s", "tokens per s median", "duration (s)")
+    assert t.cells[0] == ("5,600", "205", "12.3")

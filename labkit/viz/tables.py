@@ -4,6 +4,7 @@
 (``median_ns``, ``host_saving_ms``, ``idle_fraction``, ``speedup_vs_pr``) and returns a
 :class:`Table` whose HTML (``_repr_html_``) shows:
 
+- rates as rates (``output_tok_s`` -> ``output tok/s``, ``tokens_per_s`` -> ``tokens per s``);
 - times in ms or us (a ``_ns`` / ``_us`` column in the unit its median value reads best in),
   the unit in the header (``median (ms)``);
 - ``_pct`` columns as %, ``_frac`` / ``_fraction`` / ``_share`` columns as % of one, ``speedup``
@@ -80,6 +81,9 @@ def _words(name: str) -> str:
 def column_format(name: str, values) -> tuple[str, callable]:
     """The header and a cell formatter for column ``name`` holding ``values`` (see the module text)."""
     nums = _numbers(values)
+    for suffix, unit in (("_tok_s", " tok/s"), ("_req_s", " req/s"), ("_per_s", " per s")):  # rates, not times
+        if name.endswith(suffix):
+            return _words(name[: -len(suffix)]) + unit, _cell
     for suffix, ns in _SUFFIX_NS.items():
         if name.endswith(suffix) and nums:
             unit, scale = time_unit([v * ns for v in nums])
