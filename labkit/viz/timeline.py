@@ -285,7 +285,7 @@ def _subplot_title(label: str, an: Analysis) -> str:
     """A subplot's title: the caller's label and where the trace ran (the file name goes to the caption's hover)."""
     s = an.source
     where = "SIMULATED device" if s.get("simulated") else (s.get("gpu") or "no GPU recorded")
-    return f"{label} ({where})"
+    return f"{label} · {where}"
 
 
 def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "after"),
