@@ -79,3 +79,10 @@ def test_rates_are_not_read_as_seconds():
     t = format_table([{"output_tok_s": 5600.49, "tokens_per_s_median": 205.3, "duration_s": 12.345}])
     assert t.headers == ("output tok/s", "tokens per s median", "duration (s)")
     assert t.cells[0] == ("5,600", "205", "12.3")
+
+
+def test_one_time_unit_for_columns_compared_side_by_side():
+    rows = [{"a_ms": 0.28, "b_ms": 4.13}, {"a_ms": 1.25, "b_ms": 1.52}]
+    assert format_table(rows).headers == ("a (us)", "b (ms)")  # each column's own median
+    t = format_table(rows, time_unit="ms")
+    assert t.headers == ("a (ms)", "b (ms)") and t.cells[0] == ("0.28", "4.13")

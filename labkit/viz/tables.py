@@ -78,17 +78,18 @@ def _words(name: str) -> str:
     return name.replace("_", " ").strip()
 
 
-def column_format(name: str, values) -> tuple[str, callable]:
-    """The header and a cell formatter for column ``name`` holding ``values`` (see the module text)."""
+def column_format(name: str, values, unit: str | None = None) -> tuple[str, callable]:
+    """The header and a cell formatter for column ``name`` holding ``values`` (see the module text);
+    ``unit`` (``s``, ``ms``, ``us``, ``ns``) puts a time column in that unit whatever its values."""
     nums = _numbers(values)
-    for suffix, unit in (("_tok_s", " tok/s"), ("_req_s", " req/s"), ("_per_s", " per s")):  # rates, not times
+    for suffix, rate in (("_tok_s", " tok/s"), ("_req_s", " req/s"), ("_per_s", " per s")):  # rates, not times
         if name.endswith(suffix):
-            return _words(name[: -len(suffix)]) + unit, _cell
+            return _words(name[: -len(suffix)]) + rate, _cell
     for suffix, ns in _SUFFIX_NS.items():
         if name.endswith(suffix) and nums:
-            unit, scale = time_unit([v * ns for v in nums])
+            shown, scale = (unit, dict(_TIME_UNITS)[unit]) if unit else time_unit([v * ns for v in nums])
             factor = ns / scale
-            return f"{_words(name[: -len(suffix)])} ({unit})", (lambda v, f=factor: sig3(v * f) if _is_number(v) else _cell(v))
+            return f"{_words(name[: -len(suffix)])} ({shown})", (lambda v, f=factor: sig3(v * f) if _is_number(v) else _cell(v))
     if name.endswith("_pct") and nums:
         return f"{_words(name[:-4])} (%)", lambda v: sig3(v) if _is_number(v) else _cell(v)
     for suffix in ("_fraction", "_frac", "_share"):
@@ -153,10 +154,11 @@ class Table:
 
 
 def format_table(data, *, columns=None, rename: dict | None = None, caption: str = "",
-                 max_rows: int = MAX_ROWS) -> Table:
+                 max_rows: int = MAX_ROWS, time_unit: str | None = None) -> Table:
     """``data`` (a DataFrame or a list of dicts) as a :class:`Table`; ``columns`` picks and orders the
     columns (absent ones are skipped), ``rename`` gives a header of its own to a column (its unit is
-    still added from the name's suffix)."""
+    still added from the name's suffix), ``time_unit`` puts every time column in one unit (columns
+    compared side by side)."""
     if hasattr(data, "to_dict"):
         records = data.to_dict("records")
         names = list(data.columns)
@@ -170,7 +172,7 @@ def format_table(data, *, columns=None, rename: dict | None = None, caption: str
     names = [n for n in names if any(not _is_missing(r.get(n)) for r in records)]  # no empty column
     headers, formats = [], []
     for n in names:
-        header, fmt = column_format(n, [r.get(n) for r in records])
+        header, fmt = column_format(n, [r.get(n) for r in records], time_unit)
         if rename and n in rename:
             unit = header[header.rfind(" ("):] if header.endswith(")") and " (" in header else ""
             header = rename[n] + unit

@@ -103,7 +103,7 @@ def prefix_attention(results=None) -> Answer:
             + ", with the same output (largest difference "
             + num(max(r.get("max_abs_err") or 0 for r in res.rows)) + ").")
     detail = format_table(table, rename={"triton_prefix_ms": "triton prefix", "flex_attention_ms": "flex attention",
-                                         "sdpa_mask_ms": "sdpa + mask"})._repr_html_()
+                                         "sdpa_mask_ms": "sdpa + mask"}, time_unit="ms")._repr_html_()
     return Answer(text, (cite(res),), detail)
 
 
