@@ -10,10 +10,15 @@ exported file (require.js as a ``data:`` URL, the renderer gzip-compressed and u
 the browser, as plotly.js is), or linked from ``static_url`` when the report shares one copy
 between its pages. Where an asset is missing the export refuses with one line naming the fix
 (:class:`labkit.report.assets.MissingAssetError`; from ``jupyter nbconvert``, that line and
-exit status 2); a page never names a CDN. A header
-shows the sources of the page's numbers (measured-gpu, measured-cpu, simulated,
-interpreted) and the run's provenance: where it executed, which labkit commit, and, from
-``labkit report``, the labkit commits of the recorded results it read.
+exit status 2); a page never names a CDN. A header,
+folded into one line (``<details>``), shows the sources of the page's numbers (measured-gpu,
+measured-cpu, simulated, interpreted) and the run's provenance: where it executed, which labkit
+commit, and, from ``labkit report``, the labkit commits of the recorded results it read.
+
+Cell tags the page honours (JupyterLab shows every cell as it is): ``remove-input`` /
+``hide-input`` leave a cell's input out and keep its outputs (a set-up cell, a page's answer
+box), ``remove-cell`` leaves the cell out; the notebook's ``parameters`` cell is left out where
+``labkit report`` injected the values it ran with (``injected-parameters``), so it shows once.
 """
 
 from __future__ import annotations
