@@ -96,7 +96,7 @@ def compare_gpus(results=None) -> Answer:
         fast, slow = min(costs, key=lambda c: c[1]), max(costs, key=lambda c: c[1])
         text += (f" The host loop every machine times (one tensor index + <code>int()</code>) ranges from "
                  f"{num(fast[1] / 1e3, ' us')} on {esc(fast[0])} to {num(slow[1] / 1e3, ' us')} on {esc(slow[0])} "
-                 f"({num(slow[1] / fast[1], 'x')}): the host side of the PRs is within that factor across these machines.")
+                 f"({num(slow[1] / fast[1], 'x')}), each measured on that machine's own CPU.")
         detail = bars_html([(m, v / 1e3) for m, v in costs], "us", log=False,
                            caption="tensor index + int() per call, calibration")
     return Answer(text, tuple(cite(r) for r in of_name(results, "calibration")), detail)
