@@ -27,11 +27,15 @@
 # Results are saved as `calibration` in `data/results/<machine>/`; recorded results of other
 # machines are shown beside this one.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.environment()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 

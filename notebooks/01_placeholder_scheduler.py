@@ -25,11 +25,15 @@
 # every strategy makes identical scheduling decisions, and asks whether the host time saved explains
 # the published speed-up.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.placeholder_scheduler()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -80,7 +84,7 @@ declare_sources(*sorted({r.source for r in results.values()}))
 # ### One call
 # Per-call cost of each placeholder method (log scale). The tensor variant pays the torch
 # dispatcher on every `get_num_embeds()`; `extract_embeds_range()` still runs torch ops
-# after #40143 (the next bubble, see notebook 03).
+# after #40143 (the next bubble, see notebook 07).
 
 # %%
 from labkit.viz.mm import (plot_placeholder_calls, plot_decode_step, plot_sweep, plot_before_after,
@@ -92,9 +96,9 @@ plot_placeholder_calls(results["mm_get_num_embeds"].rows)
 # Encoder scheduling of one steady decode step, 128 requests x 32 images, this run:
 
 # %%
-import pandas as pd
-pd.DataFrame(results["mm_decode_step"].rows)[["combo", "median_ns", "p20_ns", "p80_ns", "per_image_ns",
-                                              "speedup_vs_before", "speedup_vs_pr"]]
+from labkit.viz.tables import format_table
+format_table(results["mm_decode_step"].rows, columns=["combo", "median_ns", "p20_ns", "p80_ns", "per_image_ns",
+                                                      "speedup_vs_before", "speedup_vs_pr"])
 
 # %% [markdown]
 # and as recorded on every machine (full runs of `labkit bench mm`; GPU machines record the host
@@ -140,9 +144,8 @@ plot_workload(results["mm_workload"].rows)
 
 # %%
 ov = results["mm_overlap"].rows
-pd.DataFrame(ov)[["case", "host_saving_ms", "host_scale", "implied_device_ms", "implied_host_before_ms",
-                  "predicted_tpot_after_async_ms", "published_tpot_after_ms", "error_async_pct",
-                  "explained_fraction", "predicted_output_tok_s_after", "published_output_tok_s_after"]]
+format_table(ov, columns=["case", "host_saving_ms", "host_scale", "predicted_tpot_after_async_ms",
+                          "published_tpot_after_ms", "error_async_pct", "explained_fraction"])
 
 # %%
 declare_sources("simulated")

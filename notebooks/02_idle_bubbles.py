@@ -28,11 +28,15 @@
 # The second half shows the same engine **measured on an NVIDIA H200** (recorded results and
 # profiler traces, labelled measured-gpu) and how far the simulator is from it.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.idle_bubbles()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -157,18 +161,17 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 # numbers.
 
 # %%
-import pandas as pd
 from labkit.engine.recorded import before_after_ratios, ratio_reading
 from labkit.viz.engine import plot_mode_ratios
+from labkit.viz.tables import format_table
 ratios = before_after_ratios(rows)
-ratios.round(3)
+format_table(ratios)
 
 # %%
 plot_mode_ratios(ratios, title="Simulated engine: after / before output tokens/s")
 
 # %%
-reading = pd.Series(ratio_reading(rows, "full"), name="value")
-reading
+format_table([{"reading": k, "value": v} for k, v in (ratio_reading(rows, "full") or {}).items()])
 
 # %% [markdown]
 # **Why the lab's ratios are not the PR's.** With async scheduling a step lasts
@@ -215,10 +218,9 @@ else:
     print("No GPU result recorded yet: run `labkit bench engine --size full --trace-dir ...` on a GPU machine.")
 
 # %%
-import pandas as pd
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
-pd.DataFrame(gpu_rows, columns=cols).round(3) if gpu else None
+format_table(gpu_rows, columns=cols) if gpu else None
 
 # %%
 plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} (measured-gpu)") if gpu else None
@@ -288,7 +290,7 @@ gpu_ratios = before_after_ratios(gpu_rows) if gpu else None
 from labkit.engine.recorded import sim_vs_measured
 from labkit.viz.engine import plot_sim_vs_measured
 table = sim_vs_measured(rows, gpu_rows, measured) if gpu else None
-table.round(3) if table is not None else None
+format_table(table) if table is not None else None
 
 # %%
 if table is not None and len(table):

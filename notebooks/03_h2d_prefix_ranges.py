@@ -21,11 +21,15 @@
 # four ways of handing the tensor to the layers, and shows recorded GPU idle time where a GPU run
 # exists.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.h2d_prefix_ranges()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -45,11 +49,11 @@ setup_notebook()
 # copy the same code makes on a GPU (`target = cpu-equivalent`).
 
 # %%
-import pandas as pd
 from labkit.device import resolve_device
 from labkit.attn.bench_h2d import ledger_demo, run_benchmarks
+from labkit.viz.tables import format_table
 device = resolve_device(device)
-pd.DataFrame(ledger_demo(device)).drop(columns=["device"])
+format_table([{k: v for k, v in r.items() if k != "device"} for r in ledger_demo(device)])
 
 # %% [markdown]
 # ## The four strategies
@@ -74,8 +78,8 @@ from labkit.results import load_results, reuse_or_measure
 results, note = reuse_or_measure(["h2d_step", "h2d_sweep"], lambda: run_benchmarks(device, size))
 print(note)
 declare_sources(*sorted({r.source for r in load_results(name="h2d_step")} | {results["h2d_step"].source}))
-pd.DataFrame(results["h2d_step"].rows)[["variant", "layers", "model", "median_ns", "h2d_per_step",
-                                        "sync_per_step", "speedup_vs_per_layer"]]
+format_table(results["h2d_step"].rows, columns=["variant", "layers", "model", "median_ns", "h2d_per_step",
+                                               "sync_per_step", "speedup_vs_per_layer"])
 
 # %% [markdown]
 # ## Before and after
@@ -97,7 +101,10 @@ plot_sweep(load_results(name="h2d_sweep"))
 # `h2d_gpu_idle` comes from a torch.profiler trace of a loop where every layer launches a
 # memory-bound matmul (like a decode layer) and a small kernel that reads the prefix-range tensor;
 # idle is the sum of gaps between GPU events on the stream. The profiler's memcpy counts are checked
-# against the ledger (`counts_match`).
+# against the ledger (`counts_match`). Idle is read from the profiled steps, so it is drawn beside
+# the profiled step (busy + idle) it belongs to: the profiler adds its own time to every CUDA call,
+# and a per-layer step of thousands of synchronous copies lasts longer profiled than its unprofiled
+# median (the third bar), which is why its idle time can exceed that median.
 
 # %%
 gpu = load_results(name="h2d_gpu_idle")
@@ -116,8 +123,8 @@ plot_gpu_idle(gpu)
 from labkit.attn import bench_ranges
 ranges, note = reuse_or_measure(["ranges_step"], lambda: bench_ranges.run_benchmarks(device, size))
 print(note)
-pd.DataFrame(ranges["ranges_step"].rows)[["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
-                                          "speedup_vs_v033_pinned"]]
+format_table(ranges["ranges_step"].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
+                                                  "speedup_vs_v033_pinned"])
 
 # %%
 from labkit.viz.h2d import plot_ranges_sweep

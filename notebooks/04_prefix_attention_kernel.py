@@ -20,11 +20,15 @@
 # this lab's own kernel against a plain-torch reference, compares it with FlexAttention and masked
 # SDPA where a GPU result is recorded, and places those runs on their GPU's roofline.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.prefix_attention()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -38,18 +42,12 @@ setup_notebook()
 #
 # A query inside an image sees every earlier token (subject to the window) **and all tokens of its
 # own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
-# causal rule, orange ones only by an image range.
+# causal rule, orange ones only by an image range: a prompt of 24 tokens with two images, without a
+# window and under a sliding window (slider). Then a few other prompts (dropdown): a chunked prefill
+# sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
 
 # %%
-from labkit.viz.mask import plot_mask, plot_mask_examples, plot_mask_window_slider
-plot_mask(24, 24, [(2, 7), (12, 17)])
-
-# %% [markdown]
-# The same prompt under a sliding window (slider), and a few other prompts (dropdown): a chunked
-# prefill sees its earlier keys in full; a decode query is never inside an image, so its row is
-# plain causal.
-
-# %%
+from labkit.viz.mask import plot_mask_examples, plot_mask_window_slider
 plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
 
 # %%
@@ -76,7 +74,8 @@ from labkit.device import resolve_device
 from labkit.attn.bench_attn import run_bench
 rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=resolve_device(device))
 declare_sources(source)
-pd.DataFrame(rows)[["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"]]
+from labkit.viz.tables import format_table
+format_table(rows, columns=["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"])
 
 # %% [markdown]
 # ## Speed on a GPU (recorded)
@@ -110,7 +109,7 @@ fig
 
 # %%
 cols = ["machine", "case", "variant", "median_ms", "tflops", "max_abs_err", "first_call_s"]
-pd.DataFrame(results_rows(recorded)).reindex(columns=cols) if recorded else "no GPU result recorded yet"
+format_table(results_rows(recorded), columns=cols) if recorded else "no GPU result recorded yet"
 
 # %% [markdown]
 # ## On the roofline
@@ -134,7 +133,7 @@ print(describe(roof))
 plot_roofline(roof)
 
 # %%
-roofline_table(roof).round(2) if roof.points else "no GPU result recorded yet"
+format_table(roofline_table(roof)) if roof.points else "no GPU result recorded yet"
 
 # %% [markdown]
 # On a GPU, pick a case and a shape (images in the prompt, decode rows) and measure it here: the

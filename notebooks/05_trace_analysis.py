@@ -25,11 +25,17 @@
 # outside the lab (a fixture under `tests/data/`), and the last section shows how to point the
 # analyzer at your own vLLM profile.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+from labkit.trace.analysis.notebook import lab_analyses
+lab = lab_analyses()
+answers.trace_analysis(lab)
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -40,8 +46,7 @@ setup_notebook()
 # exported page stays small; the analysis always uses every event.
 
 # %%
-from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, lab_analyses, missing_lab_traces
-lab = lab_analyses()
+from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
 declare_sources(*analyses_sources(*lab.values()))
 max_bars = 3000 if size == "quick" else 20000
 print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_ops_count"]) for v, an in lab.items()})
@@ -79,10 +84,11 @@ from labkit.viz.timeline import plot_timeline_pair
 
 # %%
 from labkit.trace.analysis.notebook import flags_table
-flags_table(lab[PER_LAYER]).head(10) if PER_LAYER in lab else None
+from labkit.viz.tables import format_table
+format_table(flags_table(lab[PER_LAYER])) if PER_LAYER in lab else None
 
 # %%
-lab[PER_LAYER].copies.by_call_site.head(8) if PER_LAYER in lab else None
+format_table(lab[PER_LAYER].copies.by_call_site) if PER_LAYER in lab else None
 
 # %% [markdown]
 # ## #40143 on the H200: what the host did while the GPU starved
@@ -91,11 +97,12 @@ lab[PER_LAYER].copies.by_call_site.head(8) if PER_LAYER in lab else None
 # launching thread (`share` of all host-wait idle):
 
 # %%
-lab[TENSOR_LOOP].host_starvation.head(10) if TENSOR_LOOP in lab else None
+format_table(lab[TENSOR_LOOP].host_starvation) if TENSOR_LOOP in lab else None
 
 # %%
 from labkit.viz.timeline import plot_idle_breakdown
-plot_idle_breakdown(lab[TENSOR_LOOP]) if TENSOR_LOOP in lab else None
+plot_idle_breakdown({labels: lab[v] for v, labels in ((TENSOR_LOOP, "tensor/loop (before #40143)"),
+                     (PER_LAYER, "per_layer (before #38794)"), (PER_STEP, "per_step (after #38794)")) if v in lab})
 
 # %% [markdown]
 # ## A second real trace, from outside the lab
@@ -115,10 +122,10 @@ from labkit.viz.timeline import plot_timeline
 plot_timeline(ex, max_events=max_bars)
 
 # %%
-ex.streams
+format_table(ex.streams)
 
 # %%
-ex.h2d[["kind", "bytes", "host_call_us", "sync_name", "sync_us", "host_stall_us", "call_site"]].head(10)
+format_table(ex.h2d, columns=["kind", "bytes", "host_call_us", "sync_name", "sync_us", "host_stall_us", "call_site"])
 
 # %% [markdown]
 # ### Side by side with HTA's conventions
@@ -200,7 +207,8 @@ import tempfile
 declare_sources("measured-gpu", "simulated")
 with tempfile.TemporaryDirectory(prefix="whatif_sim_") as sim_dir:
     ab, ab_rows = ab_table(h200, sim_dir=sim_dir)
-ab
+format_table(ab.assign(error_pct=100 * ab["error"]), columns=["case", "source", "change", "before_step_ms",
+             "predicted_after_step_ms", "measured_after_step_ms", "error_pct", "host_saving_ms"])
 
 # %%
 plot_ab(ab)
@@ -217,11 +225,11 @@ plot_ab(ab)
 # reads are a small part of it.
 
 # %%
-from labkit.trace.whatif.host_only import predict_host_only
+from labkit.trace.whatif.host_only import host_only_rows, predict_host_only
 from labkit.trace.analysis.notebook import FIXTURES
 vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
 print("\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:]))
-predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]
+format_table(host_only_rows(predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]))
 
 # %% [markdown]
 # ### Next to #40143's published figures
@@ -232,4 +240,4 @@ predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]
 # %%
 import pandas as pd
 h200_tl = [r for r in ab_rows if r["case"] == "tensor->list" and r["source"] == "measured-gpu"]
-pd.DataFrame(bubble_model_rows(h200_tl[0])) if h200_tl else None
+format_table(bubble_model_rows(h200_tl[0])) if h200_tl else None

@@ -26,24 +26,28 @@
 # not hardware) or **interpreted** (Triton's CPU interpreter: correctness only, never timed).
 # Nothing is left out silently: what a machine lacks is listed below and marked on the chart.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.compare_gpus()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
 # ## What is recorded
-# Results per machine and part of the lab (0: the machine has none).
+# Per result and machine: its source, size and rows, where that machine recorded it (an empty
+# cell: not recorded there).
 
 # %%
 from labkit.results import load_results
-from labkit.viz import compare
+from labkit.viz import appendix, compare
 results = load_results()
-print(f"{len(results)} results from {len({r.slug for r in results})} machines")
-compare.coverage(results)
+appendix.results_matrix(results)
 
 # %%
 if results:
@@ -53,13 +57,13 @@ else:
 
 # %% [markdown]
 # ## What is missing
-# Per machine: results it has no file for, results recorded without any of the compared
-# metrics, and rows without a value for the result's main metric (with the metrics they
-# have instead, e.g. engine rows recorded before `tokens_per_s_median` existed).
+# Beyond the empty cells above: results recorded without any of the compared metrics, and rows
+# without a value for the result's main metric (with the metrics they have instead, e.g. engine
+# rows recorded before `tokens_per_s_median` existed).
 
 # %%
-missing = compare.missing_table(results)
-compare.display_table(missing) if len(missing) else print("Nothing missing: every machine has every result and metric.")
+missing = appendix.missing_metrics(results)
+missing if len(missing) else print("Nothing missing: every recorded result has its compared metric.")
 
 # %% [markdown]
 # ## Side by side
@@ -73,11 +77,12 @@ table = compare.comparison_table(results)
 compare.plot_comparison(table)
 
 # %% [markdown]
-# The same numbers as a table: per machine its source and value (`missing`: recorded without
-# the metric; `no result`: not recorded on that machine).
+# The same numbers as tables, one per result behind a click: per machine that recorded it, the
+# value and its source (`missing`: recorded without the metric).
 
 # %%
-compare.display_table(compare.side_by_side(table))
+from IPython.display import HTML
+HTML(appendix.side_by_side_html(table))
 
 # %% [markdown]
 # ## Adding a machine

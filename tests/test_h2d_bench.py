@@ -128,6 +128,24 @@ def test_figures_from_results():
     assert "no GPU result" in empty.layout.annotations[0].text
 
 
+def test_gpu_idle_figure_sets_idle_beside_the_profiled_step_it_comes_from():
+    """Idle per step is read from the profiled steps, so its peer is the profiled step (busy + idle), not
+    only the unprofiled median, which the profiler's own time per CUDA call can make shorter."""
+    from labkit.viz.h2d import plot_gpu_idle
+
+    rows = [{"variant": "per_layer", "layers": 34, "model": "g", "idle_us_per_step": 226_000.0, "busy_us_per_step": 6_000.0,
+             "step_median_ns": 160e6},
+            {"variant": "per_step", "layers": 34, "model": "g", "idle_us_per_step": 1_500.0, "busy_us_per_step": 2_300.0,
+             "step_median_ns": 5e6}]
+    fig = plot_gpu_idle([_result("h2d_gpu_idle", rows, source="measured-gpu")])
+    idle, profiled, unprofiled = fig.data
+    assert list(idle.y) == [226_000.0, 1_500.0]
+    assert list(profiled.y) == [232_000.0, 3_800.0] and all(p >= i for p, i in zip(profiled.y, idle.y))
+    assert list(unprofiled.y) == [160_000.0, 5_000.0]
+    assert "profiler" in fig.layout.title.text
+    assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"  # below the plot, clear of the axis
+
+
 def test_widget_measures_and_renders():
     from labkit.widgets.h2d import format_rows, make_h2d_widget, measure_point
 

@@ -59,6 +59,34 @@ def test_provenance_header_without_a_report_run():
     assert "h200/engine" in header and "uncommitted changes" in header
 
 
+def test_provenance_folds_into_a_one_line_summary():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    run = {"machine": "h200", "device": "cuda", "labkit_commit": "abc",
+           "results": [{"machine": "h200", "name": n, "labkit_commit": c} for n, c in (("a", "x"), ("b", "x"), ("c", "y"))]}
+    header = provenance_html(nb, run)
+    assert header.startswith("<details") and header.endswith("</details>")
+    summary = re.search(r"<summary>(.*?)</summary>", header).group(1)
+    assert "executed on cuda (h200)" in summary and "3 recorded results read, from 2 labkit commits" in summary
+    assert "h200/a" not in summary and "h200/a" in header  # the files behind the click
+
+
+def test_page_leaves_out_tagged_inputs_and_the_replaced_parameters_cell():
+    cells = [nbformat.v4.new_markdown_cell("# Title"),
+             nbformat.v4.new_code_cell("answer_cell_source()", metadata={"tags": ["remove-input"]}),
+             nbformat.v4.new_code_cell("device = 'auto_original'", metadata={"tags": ["parameters"]}),
+             nbformat.v4.new_code_cell("# Parameters\ndevice = 'cpu_injected'", metadata={"tags": ["injected-parameters"]}),
+             nbformat.v4.new_code_cell("setup_cell_source()", metadata={"tags": ["remove-input"]}),
+             nbformat.v4.new_code_cell("dropped_cell_source()", metadata={"tags": ["remove-cell"]}),
+             nbformat.v4.new_code_cell("visible_cell_source()")]
+    cells[1].outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<p>the answer box</p>"})]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    body, _ = LabkitHTMLExporter().from_notebook_node(nb)
+    assert "the answer box" in body and "visible_cell_source" in body and "cpu_injected" in body
+    for hidden in ("answer_cell_source", "auto_original", "setup_cell_source", "dropped_cell_source"):
+        assert hidden not in body, hidden
+    assert len(nb.cells) == 7 and nb.cells[1].source == "answer_cell_source()"  # the notebook is left as it was
+
+
 def test_exporter_inlines_its_assets_or_links_them(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T")])
     single, _ = LabkitHTMLExporter().from_notebook_node(nb)

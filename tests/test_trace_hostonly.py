@@ -83,3 +83,15 @@ def test_cli_says_host_only_and_lists_call_sites(tmp_path):
     doc = json.loads((tmp_path / "a.json").read_text())
     assert doc["host_call_sites"] and set(doc["host_call_sites"][0]) == {
         "call_site", "annotation", "python_frame", "cpu_op", "runtime", "host_us", "window_count", "share"}
+
+
+def test_host_only_rows_set_the_prediction_beside_both_measured_runs():
+    from labkit.trace.whatif.host_only import HostOnlyPrediction, host_only_rows
+
+    p = HostOnlyPrediction(measured_step_ms=12.0, predicted_step_ms=11.0, arguments="--scale x=0", steps=5,
+                           reads=None, replay_error=0.01)
+    rows = host_only_rows(p, 10.5)
+    assert [r["step_ms"] for r in rows] == [12.0, 11.0, 10.5]
+    assert [r["source"] for r in rows] == ["measured-cpu", "simulated", "measured-cpu"]
+    assert "--scale x=0" in rows[1]["run"]
+    assert len(host_only_rows(p)) == 2

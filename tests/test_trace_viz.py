@@ -53,6 +53,11 @@ def test_simulated_source_and_timeline(tmp_path):
     assert step_ranges(an)[1][2] == pytest.approx(100 / 1e3)
     assert step_ranges(an)[0][2] == pytest.approx(50 / 1e3)
     assert "SIMULATED" in plot_idle_breakdown(an).layout.title.text
+    # runs side by side: one bar per run and stream, each run's idle as its own analysis has it
+    both = plot_idle_breakdown({"before": an, "after": an})
+    host_wait = next(t for t in both.data if t.name == "host wait")
+    assert len(host_wait.x) == 2 * len(an.streams) and host_wait.x[0].startswith("before<br>GPU")
+    assert list(host_wait.y) == [v / 1e3 for v in an.streams["idle_host_wait_us"].tolist()] * 2
 
 
 def test_timeline_caps_bars_and_pair():

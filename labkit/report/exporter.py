@@ -10,10 +10,15 @@ exported file (require.js as a ``data:`` URL, the renderer gzip-compressed and u
 the browser, as plotly.js is), or linked from ``static_url`` when the report shares one copy
 between its pages. Where an asset is missing the export refuses with one line naming the fix
 (:class:`labkit.report.assets.MissingAssetError`; from ``jupyter nbconvert``, that line and
-exit status 2); a page never names a CDN. A header
-shows the sources of the page's numbers (measured-gpu, measured-cpu, simulated,
-interpreted) and the run's provenance: where it executed, which labkit commit, and, from
-``labkit report``, the labkit commits of the recorded results it read.
+exit status 2); a page never names a CDN. A header,
+folded into one line (``<details>``), shows the sources of the page's numbers (measured-gpu,
+measured-cpu, simulated, interpreted) and the run's provenance: where it executed, which labkit
+commit, and, from ``labkit report``, the labkit commits of the recorded results it read.
+
+Cell tags the page honours (JupyterLab shows every cell as it is): ``remove-input`` /
+``hide-input`` leave a cell's input out and keep its outputs (a set-up cell, a page's answer
+box), ``remove-cell`` leaves the cell out; the notebook's ``parameters`` cell is left out where
+``labkit report`` injected the values it ran with (``injected-parameters``), so it shows once.
 """
 
 from __future__ import annotations
@@ -175,10 +180,44 @@ def provenance_html(nb, run: dict | None = None) -> str:
         from labkit.results import labkit_commit
 
         slug = describe_machine("cpu").get("slug", "unknown")
+        exported = f"exported on {slug} from a Jupyter kernel"
         where = (f"Executed in a Jupyter kernel{when}; exported on <code>{html.escape(str(slug))}</code> "
                  f"with labkit {commit_label(labkit_commit())}.")
-    return (f'<div class="labkit-provenance" style="border:1px solid #ccc;padding:6px 10px;font-size:90%">'
-            f"{legend}<p>{where}</p></div>")
+    results = (run or {}).get("results") or []
+    line = [", ".join(sources) or "no declared sources",
+            f"executed on {run.get('device')} ({run.get('machine')})" if run else exported]
+    if results:
+        commits = {str(r.get("labkit_commit")) for r in results}
+        line.append(f"{len(results)} recorded result{'s' * (len(results) != 1)} read, "
+                    f"from {len(commits)} labkit commit{'s' * (len(commits) != 1)}")
+    summary = html.escape(" · ".join(line))
+    return (f'<details class="labkit-provenance" style="border:1px solid #ccc;padding:4px 10px;font-size:90%">'
+            f"<summary>Provenance: {summary}</summary>{legend}<p>{where}</p></details>")
+
+
+#: cell tags whose input the page leaves out (the cell's outputs stay); JupyterLab shows the input
+HIDE_INPUT_TAGS = frozenset({"remove-input", "hide-input", "remove_input", "hide_input"})
+#: cell tags that leave the whole cell out of the page
+REMOVE_CELL_TAGS = frozenset({"remove-cell", "remove_cell"})
+
+
+def apply_cell_tags(nb) -> None:
+    """Leave out what the page does not show, in place: the cells tagged :data:`REMOVE_CELL_TAGS`;
+    the input of cells tagged :data:`HIDE_INPUT_TAGS` (a cell left with nothing to show goes
+    altogether); and the notebook's own ``parameters`` cell where ``labkit report`` injected the
+    values it ran with after it (``injected-parameters``: shown once, with the values used)."""
+    tags_of = [set(c.get("metadata", {}).get("tags", [])) for c in nb.cells]
+    injected = any("injected-parameters" in t for t in tags_of)
+    kept = []
+    for cell, tags in zip(nb.cells, tags_of):
+        if tags & REMOVE_CELL_TAGS or (injected and "parameters" in tags):
+            continue
+        if tags & HIDE_INPUT_TAGS:
+            if cell.cell_type == "code" and not cell.get("outputs"):
+                continue
+            cell.metadata["transient"] = {"remove_source": True}
+        kept.append(cell)
+    nb.cells = kept
 
 
 def _refuse(exc: assets.MissingAssetError):
@@ -239,6 +278,7 @@ class LabkitHTMLExporter(HTMLExporter):
         nb = copy.deepcopy(nb)
         strip_remote_scripts(nb)
         run = (resources or {}).get("labkit_run")
+        apply_cell_tags(nb)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(provenance_html(nb, run)))
         resources = dict(resources or {}, **self._page_assets("widgets" in nb.metadata))
         body, resources = super().from_notebook_node(nb, resources=resources, **kw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.viz.labels import add_full_names, shorten
+from labkit.viz.labels import add_full_names, legend_below, shorten
 
 #: metric key -> (axis label, scale applied to the row value)
 METRICS = {
@@ -183,9 +183,9 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
         fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), automargin=True, row=row, col=1)
         fig.update_xaxes(title_text="time since trace start (ms)", row=row, col=1)
     fig.update_layout(title=f"{title}: {spans[0][0]}{suffix}", barmode="overlay", height=520,
-                      legend=dict(orientation="h", y=-0.12), margin=dict(l=10, r=10, t=110),
+                      margin=dict(l=10, r=10, t=110),
                       updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.22, xanchor="left")])
-    return fig
+    return legend_below(fig)
 
 
 def plot_mode_ratios(table, *, title: str = "After / before throughput per CUDA-graph mode") -> go.Figure:

@@ -65,3 +65,20 @@ def add_full_names(fig: go.Figure, names: Iterable[str | None], max_chars: int =
         xshift=-150 if _right_menu(fig) else 0, showarrow=False, font=dict(size=10, color="#555"),
     )
     return fig
+
+
+def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go.Figure:
+    """Put the legend in a row of its own below the plot, clear of the x axis's ticks and title.
+
+    The legend's top sits ``gap_px`` below the plot area (room for tick labels and the axis
+    title); the figure grows by ``legend_px`` and its bottom margin holds both, so the plot keeps
+    its height. Call after the figure's height and top margin are set.
+    """
+    height = fig.layout.height or 450
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
+    bottom = gap_px + legend_px
+    height += legend_px
+    plot_px = max(height - top - bottom, 60)
+    fig.update_layout(height=height, margin=dict(b=bottom),
+                      legend=dict(orientation="h", x=0, xanchor="left", yanchor="top", y=-gap_px / plot_px))
+    return fig

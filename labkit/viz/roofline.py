@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from labkit.viz.labels import legend_below
 from labkit.viz.peaks import GpuPeak, peak_for
 
 RESULT_NAME = "attn_bench"
@@ -278,8 +279,9 @@ def plot_roofline(roof: Roofline, *, title: str | None = None, source: str = "me
         title=title or f"prefix-LM attention on the roofline of {gpus[0]} ({source}; bf16)",
         xaxis=dict(type="log", title="arithmetic intensity (FLOP / byte moved, lower bound on bytes)", range=[lo, hi]),
         yaxis=dict(type="log", title="TFLOP/s (allowed pairs only)"),
-        legend=dict(orientation="h", y=-0.2), height=520, plot_bgcolor="white",
+        height=520, plot_bgcolor="white",
     )
+    legend_below(fig)
     fig.update_xaxes(gridcolor="#eee")
     fig.update_yaxes(gridcolor="#eee")
     peaks = "; ".join(f"{p.name}: {p.bf16_dense_tflops:g} TFLOP/s dense bf16, {p.mem_tb_s:g} TB/s"

@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 
 from labkit.trace.analysis.analyze import Analysis, analyze_trace
 from labkit.trace.read.load import Trace
-from labkit.viz.labels import add_full_names, short_name
+from labkit.viz.labels import add_full_names, legend_below, short_name
 
 MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see ``decimate``)
 STEP_FRACTION = 0.01  #: coarsest merge resolution, as a fraction of the median step (or of the trace)
@@ -264,8 +264,9 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
     sub = _subtitle(len(all_rows), len(merged), len(rows), res)
     fig.update_layout(
         title=_title(an, title) + sub, barmode="overlay", bargap=0.25, height=160 + 28 * max(len(lanes), 1),
-        xaxis_title="time since trace start (ms)", legend=dict(orientation="h", y=-0.15), margin=dict(l=10, r=10, t=70),
+        xaxis_title="time since trace start (ms)", margin=dict(l=10, r=10, t=70),
     )
+    legend_below(fig)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), automargin=True)
     steps = step_ranges(an)
     if steps:
@@ -280,6 +281,13 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
     return add_full_names(fig, [] if title else [an.source.get("file")])
 
 
+def _subplot_title(label: str, an: Analysis) -> str:
+    """A subplot's title: the caller's label and where the trace ran (the file name goes to the caption's hover)."""
+    s = an.source
+    where = "SIMULATED device" if s.get("simulated") else (s.get("gpu") or "no GPU recorded")
+    return f"{label} · {where}"
+
+
 def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "after"),
                        max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
     """Two runs stacked (shared time axis from each trace's start) for a before/after view."""
@@ -287,7 +295,7 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     la, ra = _lanes(a)
     lb, rb = _lanes(b)
     sim = a.source.get("simulated") or b.source.get("simulated")
-    subtitles = [f"{labels[0]}: {_title(a, None)}", f"{labels[1]}: {_title(b, None)}"]
+    subtitles = [_subplot_title(label, an) for label, an in zip(labels, (a, b))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
     for tr in _bars(_cap(ra, max_events // 2, max_resolution_ms(a))):
@@ -300,24 +308,34 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     if sim:
         full += " - SIMULATED device timeline"
     fig.update_layout(title=full, barmode="overlay", height=220 + 28 * (len(la) + len(lb)),
-                      legend=dict(orientation="h", y=-0.1), margin=dict(l=10, r=10, t=80))
+                      margin=dict(l=10, r=10, t=80))
+    legend_below(fig)
     fig.update_xaxes(title_text="time since trace start (ms)", row=2, col=1)
     add_full_names(fig, [a.source.get("file"), b.source.get("file")])
     return fig
 
 
 def plot_idle_breakdown(analysis) -> go.Figure:
-    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms."""
-    an = _as_analysis(analysis)
-    s = an.streams
-    lanes = ("GPU " + s["device"].astype(str) + " stream " + s["stream"].astype(str)).to_numpy()
+    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms.
+
+    ``analysis``: one analysis (or trace), or ``{label: analysis}`` to set runs side by side (one bar
+    per run and stream, the label first)."""
+    runs = analysis if isinstance(analysis, dict) else {"": analysis}
+    runs = {label: _as_analysis(a) for label, a in runs.items()}
+    lanes, parts = [], []
+    for label, an in runs.items():
+        s = an.streams
+        names = ("GPU " + s["device"].astype(str) + " stream " + s["stream"].astype(str)).tolist()
+        lanes += [f"{label}<br>{n}" if label else n for n in names]
+        parts.append(s)
     fig = go.Figure()
     for col, name, colour in (("idle_host_wait_us", "host wait", "#d62728"),
                               ("idle_kernel_wait_us", "kernel wait", "#ff9896"),
                               ("idle_other_us", "other", "#b0b0b0")):
-        fig.add_trace(go.Bar(x=lanes, y=s[col].to_numpy() / 1e3, name=name, marker_color=colour))
+        values = [v / 1e3 for s in parts for v in s[col].tolist()]
+        fig.add_trace(go.Bar(x=lanes, y=values, name=name, marker_color=colour))
     t = "Device idle time by cause"
-    if an.source.get("simulated"):
+    if any(an.source.get("simulated") for an in runs.values()):
         t += " (SIMULATED)"
     fig.update_layout(barmode="stack", title=t, yaxis_title="idle (ms)")
     return fig

@@ -93,3 +93,14 @@ def predict_host_only(trace, scale: Mapping[str, float] | None = None, *,
                               arguments=" ".join(c.argument() for c in changes), steps=w.steps["count"],
                               reads=reads.to_json() if reads is not None else None,
                               replay_error=w.replay_check["step_ms_error"])
+
+
+def host_only_rows(prediction: HostOnlyPrediction, after_measured_ms: float | None = None) -> list[dict]:
+    """The what-if of a host-only trace as table rows (``run``, ``step_ms``, ``source``): the trace as
+    measured, its prediction with the change, and where given the other run as measured (ms)."""
+    rows = [{"run": "baseline, as measured", "step_ms": prediction.measured_step_ms, "source": "measured-cpu"},
+            {"run": f"baseline with {prediction.arguments} (whatif)", "step_ms": prediction.predicted_step_ms,
+             "source": "simulated"}]
+    if after_measured_ms is not None:
+        rows.append({"run": "merged, as measured", "step_ms": after_measured_ms, "source": "measured-cpu"})
+    return rows

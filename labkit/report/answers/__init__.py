@@ -1,0 +1,15 @@
+"""What each lab page finds, as the answer box it opens with (one function per page).
+
+``environment`` (00), ``placeholder_scheduler`` (01), ``idle_bubbles`` (02), ``h2d_prefix_ranges``
+(03), ``prefix_attention`` (04), ``trace_analysis`` (05), ``compare_gpus`` (06), ``next_bubble``
+(07), ``inside_vllm_answer`` (08): each returns an :class:`~labkit.report.answers.element.Answer`
+built from recorded results.
+"""
+
+from labkit.report.answers.element import Answer, bars_html
+from labkit.report.answers.gpu import h2d_prefix_ranges, idle_bubbles, prefix_attention, trace_analysis
+from labkit.report.answers.host import compare_gpus, environment, placeholder_scheduler
+from labkit.report.answers.vllm import inside_vllm_answer, next_bubble
+
+__all__ = ["Answer", "bars_html", "environment", "placeholder_scheduler", "idle_bubbles", "h2d_prefix_ranges",
+           "prefix_attention", "trace_analysis", "compare_gpus", "next_bubble", "inside_vllm_answer"]

@@ -1,0 +1,106 @@
+"""The answers of the pages that read vLLM itself: 07 (the next bubble, ``compute_mm_prefix_ranges``)
+and 08 (the serving simulator against the published numbers, else the step census)."""
+
+from __future__ import annotations
+
+from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
+from labkit.report.answers.pick import pick, recorded
+from labkit.viz.tables import format_table
+
+SERVE_SIM = "serve_sim"
+
+
+def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = None, step_from: str = "",
+                point=(128, 32)) -> Answer:
+    """07: installed vLLM's ``compute_mm_prefix_ranges`` against the patched one per step at ``point``
+    (``vllm_prefix_ranges`` rows), and the GPU idle share each would leave with a ``device_step_ms``
+    device step (perfect overlap bound)."""
+    from labkit.vllm import nextbubble
+
+    if rows is None:
+        rows = nextbubble.recorded_rows()
+    if device_step_ms is None:
+        device_step_ms, step_from = nextbubble.published_device_step_ms()
+    rec = nextbubble.lookup(rows, *point)
+    if rec is None or "speedup" not in rec:
+        return Answer(f"No vllm_prefix_ranges result at {point[0]} x {point[1]} recorded yet: run "
+                      "`.venv-vllm/bin/labkit bench vllm-ranges --size full`.")
+    first = next(r for r in rows if r.get("machine") == rec["machine"])
+    eff = nextbubble.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
+    text = (f"vLLM rebuilds every image's range on every step: at {point[0]} requests x {point[1]} images on "
+            f"{esc(rec['machine'])} ({esc(first.get('source'))} host time, vLLM {esc(first.get('vllm_version'))}), "
+            f"installed <code>compute_mm_prefix_ranges</code> takes {num(rec['installed_us'] / 1e3, ' ms')} per step "
+            f"against {num(rec['patched_us'] / 1e3, ' ms')} patched ({num(rec['speedup'], 'x')}). Beside a "
+            f"{num(device_step_ms, ' ms')} device step the GPU would idle "
+            f"{pct(eff['gpu_idle_fraction_installed_overlapped'])} of an installed step and "
+            f"{pct(eff['gpu_idle_fraction_patched_overlapped'])} of a patched one (perfect-overlap bound).")
+    detail = bars_html([("installed", rec["installed_us"] / 1e3), ("patched", rec["patched_us"] / 1e3),
+                        ("device step", device_step_ms)], "ms", highlight=("installed",),
+                       caption="host time per step against the device step")
+    sources = (f"{rec['machine']}/vllm_prefix_ranges.json ({first.get('source')})",
+               f"device step: {step_from or 'published'}")
+    return Answer(text, sources, detail)
+
+
+def _serve_sim_answer(res) -> Answer:
+    rows = res.rows
+    errors = [abs(r["error"]) for r in rows if isinstance(r.get("error"), (int, float))]
+    text = (f"The serving simulator ({esc(res.source)}) predicts {num(len(rows))} published figures of the two PRs "
+            f"({esc(', '.join(sorted({str(r.get('gpu')) for r in rows})))})")
+    if errors:
+        text += f", within {pct(max(errors))} of each (median {pct(sorted(errors)[len(errors) // 2])})."
+    else:
+        text += "."
+    detail = format_table(rows, columns=["arm", "gpu", "metric", "predicted", "published", "error"])._repr_html_()
+    return Answer(text, (cite(res),), detail)
+
+
+def _census_answer(censuses: list) -> Answer:
+    from labkit.viz import inside_vllm
+
+    if not censuses:
+        return Answer(inside_vllm.NO_STEP)
+    census = next((c for c in censuses if "schedule_alone" in inside_vllm._savings(c)), censuses[0])
+    savings = inside_vllm._savings(census)
+    points = sorted(savings.get("schedule", {}), key=lambda p: p[0] * p[1])
+    if not points:
+        return Answer("The recorded census has no baseline / merged pair: " + inside_vllm.NO_STEP, (cite(census),))
+    point = (128, 32) if (128, 32) in points else points[-1]
+    step = savings["schedule"][point]
+    by = {(r["variant"], r["phase"]): r.get("median_us") for r in census.rows
+          if (r["num_requests"], r["images"]) == point}
+    whole = (by.get(("baseline", "step")) or 0) - (by.get(("merged", "step")) or 0)
+    text = (f"In vLLM's real engine step (CPU build, {esc(census.slug)}, {esc(census.source)}) at {point[0]} requests x "
+            f"{point[1]} images, the pre-#40143 scheduler loop costs {num(step / 1e3, ' ms')} of "
+            f"<code>schedule()</code> per decode step (baseline - merged)")
+    if whole > 0:
+        text += f" of a {num(whole / 1e3, ' ms')} step saving"
+    text += "."
+    alone = savings.get("schedule_alone", {}).get(point) or savings.get("scheduler_only", {}).get(point)
+    if alone:
+        what = "the engine's scheduler driven alone" if savings.get("schedule_alone", {}).get(point) else "the stand-in scheduler alone"
+        text += (f" Inside the step it saves {num(step / alone, 'x')} what {what} saves back to back "
+                 f"({num(alone / 1e3, ' ms')}): the rest of the step evicts the scheduler's data from the caches "
+                 f"between two <code>schedule()</code> calls")
+        swept = savings.get("schedule_alone_swept", {}).get(point)
+        text += (f" (with the last-level cache swept between its steps, the scheduler alone saves "
+                 f"{num(swept / 1e3, ' ms')})." if swept else ".")
+    items = [(label, savings[phase][point] / 1e3) for phase, label, _ in inside_vllm.SAVINGS
+             if point in savings.get(phase, {})]
+    detail = bars_html(items, "ms", log=False, highlight=("inside the engine step (census)",),
+                       caption=f"schedule() saving, baseline - merged, {point[0]} x {point[1]}")
+    return Answer(text, (cite(census),), detail)
+
+
+def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
+    """08: the serving simulator's predicted-vs-published table (``serve_sim`` result) where one is
+    recorded; otherwise the step census's finding (the schedule saving inside a step and alone)."""
+    results = recorded(results)
+    sim = pick(results, SERVE_SIM, where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
+    if sim is not None:
+        return _serve_sim_answer(sim)
+    if censuses is None:
+        from labkit.viz import inside_vllm
+
+        censuses = inside_vllm.recorded_censuses()
+    return _census_answer(censuses)
