@@ -33,8 +33,8 @@ from labkit.vllm.variants import VARIANTS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RESULT_NAME", "FILE_SETS", "STOCK", "DEFAULT_VARIANTS", "TEST_DEPS", "EXPLAINED", "Outcome", "parse_junit", "counts",
-           "compare_runs", "explain", "run_row", "choose_files", "choose_variants"]
+__all__ = ["RESULT_NAME", "FILE_SETS", "STOCK", "DEFAULT_VARIANTS", "TEST_DEPS", "EXPLAINED", "Explanation",
+           "Outcome", "parse_junit", "counts", "compare_runs", "explain", "run_row", "choose_files", "choose_variants"]
 
 RESULT_NAME = "vllm_own_tests"
 #: the run without ``$LABKIT_VLLM_AB`` (vLLM as installed, no plugin applied)
@@ -58,13 +58,35 @@ FILE_SETS: dict[str, tuple[str, ...]] = {
     "streaming": ("tests/v1/streaming_input/test_scheduler_streaming.py",),
 }
 
-#: (variant, junit test id pattern) -> why the difference is the variant's vLLM, not a lab bug
-_TENSOR_CUMSUM = ("the pre-#40143 embeds_cumsum is a torch tensor, as vLLM cached it before #40143; "
-                  "the test compares it with the Python list #40143 made it")
-EXPLAINED: dict[tuple[str, str], str] = {
-    (variant, "tests.multimodal.test_inputs::test_placeholder_range_embeds_cumsum[[]*"): _TENSOR_CUMSUM
-    for variant in ("baseline", "pr38794")
-}
+@dataclass(frozen=True)
+class Explanation:
+    """A known difference: tests matching ``pattern`` fail under every variant whose ``field`` is ``value``.
+
+    ``why``: the rule the variant's vLLM had and the installed tests check (README: "vLLM's own
+    tests judge the variants").
+    """
+
+    pattern: str  # junit test id, fnmatch pattern
+    field: str  # a Variant field: "placeholder" or "scheduler"
+    value: str
+    why: str
+
+
+#: the differences the variants are meant to have (they model vLLM before a change the tests check)
+EXPLAINED: tuple[Explanation, ...] = (
+    Explanation("tests.multimodal.test_inputs::test_placeholder_range_embeds_cumsum[[]*", "placeholder", "tensor",
+                "the pre-#40143 embeds_cumsum is a torch tensor, as vLLM cached it before #40143; "
+                "the test compares it with the Python list #40143 made it"),
+    Explanation("tests.v1.core.test_scheduler::test_no_mm_input_chunking[[]True[]]", "scheduler", "loop",
+                "vLLM 0.20's loop checks the encoder cache before disable_chunked_mm_input: a cached image "
+                "is a hit and the step runs into it; the installed rule rolls back first"),
+    Explanation("tests.v1.core.test_scheduler::test_no_mm_input_chunking_for_same_step_duplicate", "scheduler",
+                "loop", "vLLM 0.20's loop skips a same-step duplicate before disable_chunked_mm_input, so the "
+                "step runs into the repeated image; the installed rule rolls back first"),
+    Explanation("tests.v1.core.test_scheduler::test_mamba_align_eagle_schedules_encoder_at_boundary", "scheduler",
+                "loop", "vLLM 0.20's loop ends the scheduled slice without the EAGLE shift: an image starting "
+                "at the step's end has an empty slice and is not encoded; the installed slice includes the shift"),
+)
 
 _OUTCOMES = ("passed", "failed", "error", "skipped")
 
@@ -127,9 +149,12 @@ def counts(run: dict[str, Outcome]) -> dict[str, int]:
 
 def explain(variant: str, test_id: str) -> str | None:
     """The recorded explanation of a difference, or None when :data:`EXPLAINED` has none."""
-    for (name, pattern), why in EXPLAINED.items():
-        if name == variant and fnmatch.fnmatchcase(test_id, pattern):
-            return why
+    spec = VARIANTS.get(variant)
+    if spec is None:
+        return None
+    for known in EXPLAINED:
+        if getattr(spec, known.field) == known.value and fnmatch.fnmatchcase(test_id, known.pattern):
+            return known.why
     return None
 
 
@@ -175,7 +200,7 @@ def run_row(variant: str, run: dict[str, Outcome], wall_s: float, exit_code: int
 
 
 def choose_files(spec: str | None) -> list[str]:
-    """The test files of comma-separated set names (:data:`FILE_SETS`) or paths under ``tests/``; all sets when empty."""
+    """The test files of comma-separated set names (:data:`FILE_SETS`) or ``tests/`` paths; every set when empty."""
     if not spec:
         return [f for files in FILE_SETS.values() for f in files]
     chosen: list[str] = []
