@@ -55,7 +55,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 
 __all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "measure_media_decode",
-           "measure_hf_processor", "measure_vllm_stages", "ttft_statement", "memory_statement", "main"]
+           "measure_hf_processor", "measure_vllm_stages", "input_rows", "ttft_statement", "memory_statement", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -313,21 +313,13 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
     return stages, fresh, decode, hf, hf_class, build
 
 
-def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, model=None):
-    """The measurements of the module text; returns the result (rows per stage, the TTFT statement in params)."""
-    from labkit.device import describe_machine
-    from labkit.machine_load import machine_load
-    from labkit.results import make_result, sized_name
-    from labkit.vllm.models import config_hash, make_model, model_arch
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
-    if model_arch(model) != "gemma4":
-        raise UsageError("vllm-input needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
+def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
+    """Every row of the module text for a made model of either architecture (``spec``: images per
+    request, requests, repeats; images ``width x height`` px); and what the rows were measured with
+    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
-    with machine_load() as load:
-        stages, fresh, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64)
+    stages, fresh, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64)
     rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
     for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
@@ -340,6 +332,24 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
         rows.append(_row("add_request_kernel" + suffix, [s["add_request_kernel_us"] for s in runs],
                          where=f"the process's kernel time inside add_request (getrusage), {how}",
                          minor_faults_per_image=float(statistics.median(s["minor_faults"] for s in runs))))
+    return rows, {"hf_image_processor": hf_class, "build": build}
+
+
+def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, model=None):
+    """The measurements of the module text; returns the result (rows per stage, the TTFT statement in params)."""
+    from labkit.device import describe_machine
+    from labkit.machine_load import machine_load
+    from labkit.results import make_result, sized_name
+    from labkit.vllm.models import config_hash, make_model, model_arch
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
+    if model_arch(model) != "gemma4":
+        raise UsageError("vllm-input needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
+    m = spec["images"]
+    with machine_load() as load:
+        rows, info = input_rows(spec, model, run_dir, width=width, height=height)
+    hf_class, build = info["hf_image_processor"], info["build"]
     params = {"size": size, "image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
