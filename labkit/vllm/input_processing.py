@@ -292,7 +292,15 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
+def context_length(model, images: int, *, width: int, height: int) -> int:
+    """The engine's context for ``images`` placeholders of the made model's architecture at ``width x height``
+    px, and 64 tokens of text (1024 x 1536: 262 tokens per image for Gemma 4, 150 for Pixtral)."""
+    from labkit.vllm.models import model_arch, placeholder_layout
+
+    return images * placeholder_layout(model_arch(model), width, height).length + 64
+
+
+def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_model_len: int):
     """Every timing of :func:`run_input`: vLLM's stages (cache kept, then cleared before each request),
     the media decode, the HF processor alone, and vLLM's build."""
     from labkit.vllm.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
@@ -302,7 +310,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
     hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
     with quiet_vllm():
         llm = build_engine(model, run_dir, images_per_prompt=spec["images"], max_num_seqs=4,
-                           max_model_len=spec["images"] * 262 + 64, enable_mm_processor_stats=True,
+                           max_model_len=max_model_len, enable_mm_processor_stats=True,
                            mm_processor_cache_gb=4)
         try:
             build = vllm_build()
@@ -319,7 +327,8 @@ def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> 
     (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
-    stages, fresh, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64)
+    stages, fresh, decode, hf, hf_class, build = _measure_all(
+        spec, model, run_dir, b64, context_length(model, m, width=width, height=height))
     rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
     for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),

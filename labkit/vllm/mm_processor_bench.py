@@ -46,22 +46,22 @@ MODELS = ("gemma4", "pixtral-llava")
 BENCH_MODULE = "vllm.benchmarks.mm_processor"
 #: the longest one side of one round may take (s)
 SIDE_TIMEOUT_S = 1800
-#: placeholder tokens per image the engine's context is sized for (Gemma 4's 262 at 1024 x 1536, the larger)
-_TOKENS_PER_IMAGE = 262
 
 
-def _engine_args(model: Path, images: int) -> list[str]:
+def _engine_args(model: Path, images: int, context: int) -> list[str]:
     """The lab's engine settings (as :func:`labkit.vllm.input_processing.input_rows` builds its engine)."""
     return ["--model", str(model), "--load-format", "dummy", "--dtype", "bfloat16", "--enforce-eager",
-            "--max-model-len", str(images * _TOKENS_PER_IMAGE + 64), "--max-num-seqs", "4",
+            "--max-model-len", str(context), "--max-num-seqs", "4",
             "--max-num-batched-tokens", "2048", "--no-enable-prefix-caching", "--mm-processor-cache-gb", "4",
             "--seed", "0", "--limit-mm-per-prompt", json.dumps({"image": images})]
 
 
 def vllm_benchmark_args(model: Path, spec: dict, *, width: int, height: int, out: Path) -> list[str]:
     """The arguments of vLLM's benchmark for ``spec`` (images per request, requests) at ``height x width``."""
+    from labkit.vllm.input_processing import context_length
+
     m = spec["images"]
-    return _engine_args(model, m) + [
+    return _engine_args(model, m, context_length(model, m, width=width, height=height)) + [
         "--dataset-name", "random-mm", "--num-prompts", str(spec["requests"]), "--num-warmups", "1",
         "--random-input-len", "8", "--random-output-len", "1", "--random-range-ratio", "0",
         "--random-mm-base-items-per-request", str(m), "--random-mm-num-mm-items-range-ratio", "0",
@@ -154,8 +154,8 @@ def run_mmproc(spec: dict, size: str, run_dir: Path, *, width: int, height: int,
               "tolerance": TOLERANCE, "order": order, **{f"vllm_{k}": v for k, v in build.items()},
               "models": {a: {k: v for k, v in i.items() if k != "build"} for a, i in info.items()},
               "vllm_benchmark": {"module": BENCH_MODULE, "warmups": 1, "dataset": "random-mm",
-                                 "args": vllm_benchmark_args(Path("MODEL"), spec, width=width, height=height,
-                                                             out=Path("OUT"))},
+                                 "args": {a: vllm_benchmark_args(run_dir / "models" / a, spec, width=width,
+                                                                 height=height, out=Path("OUT")) for a in models}},
               "machine_load": load}
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
