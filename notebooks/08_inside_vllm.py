@@ -158,6 +158,32 @@ print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "me
       or "no input result with the processor cache cleared recorded yet: rerun `labkit bench vllm-input`")
 
 # %% [markdown]
+# ### vLLM's own processor benchmark beside the lab's
+#
+# vLLM ships its own benchmark of this path (`vllm.benchmarks.mm_processor`, behind `vllm bench
+# mm-processor`): `LLM.chat` on its random-mm dataset, reading the same stage timers. `labkit bench
+# vllm-mmproc` runs it and `labkit bench vllm-input` back to back on the lab's Gemma 4 and Pixtral
+# models at #40143's image size, in rounds of alternating order, and sets their figures per image
+# side by side (vLLM's per request divided by the images per request). Stages only one side times
+# say why in their note: vLLM's benchmark decodes the JPEGs before any of its timers starts and runs
+# the encoder; the lab times the HF processor alone and the whole `add_request` call.
+
+# %%
+from labkit.viz import mmproc
+mmprocs = mmproc.recorded_mmprocs()  # one per machine that recorded it, this machine's first
+mmproc_result = mmprocs[0] if mmprocs else None
+print(provenance(mmproc_result) if mmproc_result else mmproc.NO_MMPROC)
+
+# %%
+mmproc.side_by_side_table(mmproc_result)
+
+# %%
+mmproc.plot_side_by_side(mmproc_result)
+
+# %%
+print("\n".join(mmproc.verdicts(mmproc_result)))
+
+# %% [markdown]
 # ## 3. The A/B in vLLM's own server
 #
 # `scripts/vllm_ab.sh` serves a model with `vllm serve` once per variant and repeat (alternating

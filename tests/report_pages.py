@@ -152,7 +152,8 @@ def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
 def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
     """Notebook 08: the scheduler alone (``vllm_sched``: schedule() per decode step, ms, as drawn); where
     recorded, the census's schedule and prepare_inputs per point and variant (ms, as drawn), the input
-    stages per image (ms) and the real-server A/B's mean TPOT per variant and repeat (ms)."""
+    stages per image (ms), the real-server A/B's mean TPOT per variant and repeat (ms), and vLLM's own
+    processor benchmark's figures beside the lab's per model and stage (ms per image, as drawn)."""
     out = [KeyNumber(f"{r.slug} vllm_sched {row['variant']} {row['num_requests']}x{row['images']}: ms",
                      row["median_ns"] / NS_PER_MS)
            for r, row in rec.rows("vllm_sched", phase="schedule")]
@@ -167,6 +168,11 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
         out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
                           row["mean_tpot_us"] / NS_PER_US)
                 for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
+    if rec.has("vllm_mmproc"):  # vLLM's own processor benchmark beside the lab's, both figures as drawn
+        out += [KeyNumber(f"{r.slug} vllm_mmproc {row['model']} {row['stage']} {side}: ms per image",
+                          row[key] / NS_PER_US)
+                for r in rec.find("vllm_mmproc") for row in r.rows if row["status"] != "no_peer"
+                for side, key in (("vLLM", "vllm_us"), ("lab", "lab_us"))]
     return out
 
 
@@ -214,7 +220,7 @@ PAGES: dict[str, PageExpectation] = {
     "08_inside_vllm": PageExpectation(
         headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
                   "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),
-        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab")),
+        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc")),
 }
 
 

@@ -55,7 +55,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 
 __all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "measure_media_decode",
-           "measure_hf_processor", "measure_vllm_stages", "ttft_statement", "memory_statement", "main"]
+           "measure_hf_processor", "measure_vllm_stages", "input_rows", "ttft_statement", "memory_statement", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,15 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
+def context_length(model, images: int, *, width: int, height: int) -> int:
+    """The engine's context for ``images`` placeholders of the made model's architecture at ``width x height``
+    px, and 64 tokens of text (1024 x 1536: 262 tokens per image for Gemma 4, 150 for Pixtral)."""
+    from labkit.vllm.models import model_arch, placeholder_layout
+
+    return images * placeholder_layout(model_arch(model), width, height).length + 64
+
+
+def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_model_len: int):
     """Every timing of :func:`run_input`: vLLM's stages (cache kept, then cleared before each request),
     the media decode, the HF processor alone, and vLLM's build."""
     from labkit.vllm.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
@@ -302,7 +310,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
     hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
     with quiet_vllm():
         llm = build_engine(model, run_dir, images_per_prompt=spec["images"], max_num_seqs=4,
-                           max_model_len=spec["images"] * 262 + 64, enable_mm_processor_stats=True,
+                           max_model_len=max_model_len, enable_mm_processor_stats=True,
                            mm_processor_cache_gb=4)
         try:
             build = vllm_build()
@@ -311,6 +319,29 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]]):
         finally:
             shutdown_engine(llm)
     return stages, fresh, decode, hf, hf_class, build
+
+
+def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
+    """Every row of the module text for a made model of either architecture (``spec``: images per
+    request, requests, repeats; images ``width x height`` px); and what the rows were measured with
+    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.engine.vllm_build`)."""
+    m = spec["images"]
+    b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
+    stages, fresh, decode, hf, hf_class, build = _measure_all(
+        spec, model, run_dir, b64, context_length(model, m, width=width, height=height))
+    rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
+            _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
+    for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
+                              (CACHE_RESET, fresh, "processor cache cleared before each request")):
+        for stage in VLLM_STAGES:
+            rows.append(_row(stage + suffix, [s[f"{stage}_us"] for s in runs],
+                             where=f"vLLM's stage timers (TimingContext), {how}"))
+        rows.append(_row("add_request" + suffix, [s["add_request_us"] for s in runs],
+                         where=f"LLMEngine.add_request, whole call, {how}"))
+        rows.append(_row("add_request_kernel" + suffix, [s["add_request_kernel_us"] for s in runs],
+                         where=f"the process's kernel time inside add_request (getrusage), {how}",
+                         minor_faults_per_image=float(statistics.median(s["minor_faults"] for s in runs))))
+    return rows, {"hf_image_processor": hf_class, "build": build}
 
 
 def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, model=None):
@@ -325,21 +356,9 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     if model_arch(model) != "gemma4":
         raise UsageError("vllm-input needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
     m = spec["images"]
-    b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
     with machine_load() as load:
-        stages, fresh, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64)
-    rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
-            _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
-    for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
-                              (CACHE_RESET, fresh, "processor cache cleared before each request")):
-        for stage in VLLM_STAGES:
-            rows.append(_row(stage + suffix, [s[f"{stage}_us"] for s in runs],
-                             where=f"vLLM's stage timers (TimingContext), {how}"))
-        rows.append(_row("add_request" + suffix, [s["add_request_us"] for s in runs],
-                         where=f"LLMEngine.add_request, whole call, {how}"))
-        rows.append(_row("add_request_kernel" + suffix, [s["add_request_kernel_us"] for s in runs],
-                         where=f"the process's kernel time inside add_request (getrusage), {how}",
-                         minor_faults_per_image=float(statistics.median(s["minor_faults"] for s in runs))))
+        rows, info = input_rows(spec, model, run_dir, width=width, height=height)
+    hf_class, build = info["hf_image_processor"], info["build"]
     params = {"size": size, "image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
