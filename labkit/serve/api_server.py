@@ -89,11 +89,13 @@ class ApiServer:
         """Requests whose inputs are done by ``until_ns`` (after :meth:`advance`)."""
         return [i for i, t in enumerate(self.handover_ns) if t is not None and t <= until_ns]
 
-    def next_handover_ns(self) -> float | None:
-        """When the next request not yet handed over will be (running jobs until it is)."""
-        if self.next_input >= len(self.input_ns):
-            return None
-        i = self.next_input
-        while self.handover_ns[i] is None:
+    def next_handover_ns(self, after_ns: float) -> float | None:
+        """When the next request is handed over after ``after_ns`` (running jobs until one is);
+        None when every request was handed over by then."""
+        while True:
+            later = [t for t in self.handover_ns if t is not None and t > after_ns]
+            if later:
+                return min(later)
+            if self.next_input >= len(self.input_ns):
+                return None
             self._run_one()
-        return self.handover_ns[i]

@@ -144,7 +144,7 @@ def simulate(driver: EngineDriver, *, input_ns: list[float], host: HostModel,
         if finished >= n:
             break
         if not driver.has_work():
-            nxt = api.next_handover_ns()
+            nxt = api.next_handover_ns(t)
             if nxt is None:
                 raise RuntimeError("no request is left to join, yet not every request finished")
             t = max(t, nxt)
@@ -155,8 +155,8 @@ def simulate(driver: EngineDriver, *, input_ns: list[float], host: HostModel,
             got = driver.flush()
             deliver(got)
             submit(None)
-            if not got:
-                nxt = api.next_handover_ns()
+            if not got and driver.has_work():
+                nxt = api.next_handover_ns(t)
                 if nxt is None:
                     raise RuntimeError("the engine holds requests but schedules nothing and none can join")
                 t = max(t, nxt)

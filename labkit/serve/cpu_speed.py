@@ -21,7 +21,7 @@ __all__ = ["UNIT_COSTS", "CpuSpeed", "cpu_speed_from_rows", "load_cpu_speed"]
 #: the calibration rows (``variant``) the factor is derived from
 UNIT_COSTS = ("tensor_index_int", "loop_only")
 RULE = ("geometric mean over calibration rows tensor_index_int and loop_only of "
-        "median_ns(GPU node's host) / median_ns(this CPU)")
+        "median_ns(GPU node's host) / median_ns(the machine the host cost was recorded or measured on)")
 
 
 @dataclass(frozen=True)

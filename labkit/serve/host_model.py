@@ -26,8 +26,9 @@ _MEASURED = ("schedule", "update_from_output")
 
 @dataclass(frozen=True)
 class ServeHost:
-    """Host model of one arm (see the module text); ``census.cpu_speed`` scales the census and
-    ``cpu_speed`` the measured calls (the same factor)."""
+    """Host model of one arm (see the module text); ``census.cpu_speed`` scales the census (the
+    census machine -> the GPU node's host) and ``cpu_speed`` the calls measured here (this
+    machine -> the GPU node's host)."""
 
     census: CensusHost
     cpu_speed: float
