@@ -134,7 +134,7 @@ class VllmDriver:
             if before >= r.num_prompt_tokens:
                 decode.append(before)
             else:
-                prefill.append((n, before))
+                prefill.append((n, before, before + n >= r.num_prompt_tokens))
         images = sum(len(v) for v in out.scheduled_encoder_inputs.values())
         return StepShape(tuple(decode), tuple(prefill), images)
 
