@@ -77,7 +77,7 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 
 
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
-            input_ns_per_request: float, config, scheduler_source: str = "measured") -> dict:
+            input_ns_per_request: float, config, scheduler_source: str = "measured", charge: str = "cpu") -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM)."""
     from labkit.serve.clock import simulate
     from labkit.serve.host_census import census_host_from_rows
@@ -93,10 +93,16 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
     t0 = time.perf_counter()
     with patched_vllm(arm):
         driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
-                            async_scheduling=config.async_scheduling)
+                            async_scheduling=config.async_scheduling, charge=charge)
+
+        def progress(step) -> None:
+            if step.index % 1000 == 0:
+                logger.info("serve-sim %s: step %d at %.1f simulated s, %d requests finished, %.0f s of wall time",
+                            arm, step.index, step.end_ns / 1e9, step.finished_before, time.perf_counter() - t0)
+
         tl = simulate(driver, input_ns=[input_ns_per_request] * workload.requests, host=host,
                       device=lambda s: device(s.decode_context_lens, s.prefill_chunks, s.images_encoded),
-                      async_scheduling=config.async_scheduling)
+                      async_scheduling=config.async_scheduling, on_step=progress)
     wall = time.perf_counter() - t0
     metrics = compute_metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], [prompt_len] * workload.requests)
     logger.info("serve-sim %s: %d steps simulated in %.1f s of wall time", arm, len(tl.steps), wall)
@@ -105,7 +111,7 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
 
 
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
-                  census_machine: str = "cpu-xeon-2c"):
+                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu"):
     """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result."""
     import tempfile
 
@@ -126,8 +132,10 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
                          max_item_tokens=spans[0].length if spans else 1)
     compare = size == "full"
+    from labkit.machine_load import machine_load
+
     rows, params_gpu, speeds, inputs_prov, devices = [], {}, {}, {}, {}
-    with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp, machine_load() as load:
         model_dir = write_model_config(tmp)
         for gpu in gpus:
             device, dev_desc = device_for(gpu)
@@ -146,7 +154,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 run = run_arm(arm, workload, model_dir=model_dir, device=device, census_rows=inputs.census["rows"],
                               cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
                               input_ns_per_request=input_ns, config=config,
-                              scheduler_source=scheduler_source)
+                              scheduler_source=scheduler_source, charge=charge)
                 by_arm[arm] = run["metrics"]
                 rows += metric_rows(arm, gpu, run["metrics"], compare=compare)
                 rows += [{"kind": "phase", "arm": arm, "gpu": gpu, **r} for r in phase_rows(run["timeline"])]
@@ -167,6 +175,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         "scheduler": f"vLLM {version} {'AsyncScheduler' if config.async_scheduling else 'Scheduler'}, run for real "
                      f"on {machine.get('cpu_model')} ({machine['slug']})",
         "scheduler_config": config.describe(), "scheduler_host_cost": scheduler_source,
+        "scheduler_clock_charged": charge, "machine_load": load,
         "census_machine": census_machine,
         "host": "census off_host phases (other, prepare_inputs, sample; process_outputs on the API server) at the "
                 "step's requests, linear between the census points, images 32; schedule() and "
@@ -226,6 +235,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", default="baseline,pr40143", help=f"comma list from {', '.join(ARMS)} (default baseline,pr40143)")
     p.add_argument("--census-machine", default="cpu-xeon-2c",
                    help="machine whose recorded census and input processing to read (default cpu-xeon-2c)")
+    p.add_argument("--scheduler-clock", choices=("cpu", "wall"), default="cpu",
+                   help="which measured clock of the scheduler's calls the host is charged: the thread's CPU time "
+                        "(default: a shared machine's waits for a core left out) or the wall clock")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
     return p
@@ -251,8 +263,11 @@ def _main(argv: list[str]) -> int:
         if dev is None:
             raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
-                           save=False, census_machine=args.census_machine)
+                           save=False, census_machine=args.census_machine, charge=args.scheduler_clock)
     print_table(result)
+    from labkit.machine_load import describe_load
+
+    print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
 

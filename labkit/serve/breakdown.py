@@ -97,7 +97,8 @@ def _q(values: list[float], p: float) -> float:
 
 def scheduler_cost_rows(timings: list[dict], buckets: list[tuple[int, int]], census=None) -> list[dict]:
     """The real scheduler's measured calls per step shape (decode or mixed, requests range):
-    median, p20, p80 ns of ``schedule()`` and ``update_from_output()``, with the census's
+    median, p20, p80 ns of ``schedule()`` and ``update_from_output()`` (wall clock, and the
+    thread's CPU time as ``*_cpu_*`` where measured), with the census's
     ``schedule`` (scaled) at the range's top point beside them when ``census`` is given."""
     rows = []
     for kind in ("decode", "mixed"):
@@ -106,7 +107,9 @@ def scheduler_cost_rows(timings: list[dict], buckets: list[tuple[int, int]], cen
             if not sel:
                 continue
             row = {"shape": kind, "requests": f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}", "steps": len(sel)}
-            for key in ("schedule_ns", "update_ns"):
+            for key in ("schedule_ns", "update_ns", "schedule_cpu_ns", "update_cpu_ns"):
+                if key not in sel[0]:
+                    continue
                 vals = [float(t[key]) for t in sel]
                 row.update({f"{key[:-3]}_median_ns": _q(vals, 0.5), f"{key[:-3]}_p20_ns": _q(vals, 0.2),
                             f"{key[:-3]}_p80_ns": _q(vals, 0.8)})

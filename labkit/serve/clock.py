@@ -107,8 +107,9 @@ class Timeline:
 
 def simulate(driver: EngineDriver, *, input_ns: list[float], host: HostModel,
              device: Callable[[StepShape], float], async_scheduling: bool = True,
-             max_steps: int = 10_000_000) -> Timeline:
-    """Run ``driver``'s requests (``len(input_ns)``, every one to its end) on the simulated clock."""
+             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
+    """Run ``driver``'s requests (``len(input_ns)``, every one to its end) on the simulated clock;
+    ``on_step`` sees each step's timing as it is made (progress)."""
     n = len(input_ns)
     api = ApiServer(input_ns)
     jobs: dict = {}  # step -> its output job
@@ -169,6 +170,8 @@ def simulate(driver: EngineDriver, *, input_ns: list[float], host: HostModel,
         waiting.append(rec.index)
         steps.append(StepTiming(rec.index, t, end, dev, core, len(rec.shape.decode_context_lens),
                                 rec.shape.prefill_tokens, rec.shape.images_encoded, added, finished))
+        if on_step is not None:
+            on_step(steps[-1])
         deliver(rec.deliveries)
         # async: this step's outputs come with the next step's plan; sync: with this one
         submit(rec.index if async_scheduling else None)
