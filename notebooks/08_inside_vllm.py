@@ -68,7 +68,7 @@ for res in censuses + inputs:
 # Each bar is one decode step of all the shape's requests (median of the unprofiled steps,
 # wrapper timers), cut into the phases of vLLM's engine step: `schedule` (with the encoder-input
 # checks, `_try_schedule_encoder_inputs`, inside it), `prepare_inputs` (the model runner's input
-# preparation), `forward` (the CPU's own model: never read as a GPU figure), `sample`,
+# preparation, vLLM's `synchronize_input_prep` block timed as one span), `forward` (the CPU's own model: never read as a GPU figure), `sample`,
 # `update_from_output` and `process_outputs` (output processing and detokenization), and `other`
 # (the engine's glue). vLLM's own profiler trace of separate steps, read by `labkit analyze`,
 # gives the same phases; the checks below compare them with the timers of those same profiled

@@ -403,6 +403,21 @@ def test_window_scheduler_gets_the_020_loop(monkeypatch):
     assert sched()._try_schedule_encoder_inputs() == "installed"
 
 
+def test_the_arms_of_40143_both_run_the_020_loop_and_merged_keeps_the_window(monkeypatch):
+    ph, _, sched = _fake_vllm(monkeypatch, per_step_on_class=True, window=True)
+    mask = torch.tensor([True, False, True])
+    # (variant, cumsum type, scheduler method): #40143's two arms differ only in the cumsum
+    for name, cumsum_type, loop in (("baseline", torch.Tensor, True), ("pr40143", list, True),
+                                    ("merged", list, False)):
+        with vllm_ab.patched_vllm(name):
+            assert isinstance(ph(0, 3, mask).embeds_cumsum, cumsum_type), name
+            method = sched.__dict__.get("_try_schedule_encoder_inputs")
+            assert (method is try_schedule_encoder_inputs_v020) == loop, name
+        assert sched()._try_schedule_encoder_inputs() == "installed"
+    assert vllm_ab.get_variant("pr40143").scheduler == "loop"
+    assert vllm_ab.get_variant("merged").scheduler == "window"
+
+
 def test_per_layer_variant_refuses_a_vllm_without_a_per_step_build(monkeypatch):
     _fake_vllm(monkeypatch, per_step_on_class=False, window=False)
     with pytest.raises(RuntimeError, match="predates #38794"):

@@ -53,9 +53,10 @@ from labkit.errors import UsageError
 __all__ = ["VARIANT_ENGINE", "HOST_PHASES", "FORWARDS", "HostTable", "host_table_from_rows", "load_host_table",
            "run_host_from", "solve_published", "ratio_rows"]
 
-#: vLLM A/B variant -> (placeholder, scheduling) of the mini engine: the pre-#40143 tensor reads in
-#: vLLM 0.20's per-image loop; the list cumsum on the installed (windowed) scheduler; the early return
-VARIANT_ENGINE = {"baseline": ("tensor", "loop"), "pr40143": ("list", "window"), "merged": ("list", "window"),
+#: vLLM A/B variant -> (placeholder, scheduling) of the mini engine: the pre-#40143 tensor reads and
+#: #40143's list reads, both in vLLM 0.20's per-image loop; the list cumsum on the installed (windowed)
+#: scheduler; the early return
+VARIANT_ENGINE = {"baseline": ("tensor", "loop"), "pr40143": ("list", "loop"), "merged": ("list", "window"),
                   "early-return": ("list", "cursor")}
 #: census phases the simulated host pays (``encoder`` is folded into ``other``: nothing in decode)
 #: which of the census's steps a host table takes (:func:`host_table_from_rows`)

@@ -8,13 +8,16 @@ merged variant and nothing else differs between the two runs:
     ``PlaceholderRange.embeds_cumsum`` is a cached CPU int64 tensor again, and
     ``get_num_embeds()`` / ``get_embeds_indices_in_range()`` index it and call ``int()``
     (the pre-#40143 code, including its edge cases: an empty mask raises ``IndexError``,
-    ``end_idx == 0`` wraps to the last element). On vLLM >= 0.21, whose scheduler no longer
-    visits the images already in the KV cache, ``Scheduler._try_schedule_encoder_inputs``
-    also becomes vLLM 0.20's loop again (:mod:`labkit.vllm.sched020`: every image visited,
-    ``get_num_embeds()`` first), so a decode step pays the per-image reads #40143 removed.
-    Applying or undoing this clears the ``embeds_cumsum`` that live placeholder objects
-    cached under the other definition (a stale tensor would break the list code, and a
-    stale list the tensor code).
+    ``end_idx == 0`` wraps to the last element). Applying or undoing this clears the
+    ``embeds_cumsum`` that live placeholder objects cached under the other definition (a
+    stale tensor would break the list code, and a stale list the tensor code).
+``scheduler="loop"`` (vLLM 0.20, where both PRs first shipped)
+    On vLLM >= 0.21, whose scheduler no longer visits the images already in the KV cache,
+    ``Scheduler._try_schedule_encoder_inputs`` becomes vLLM 0.20's loop again
+    (:mod:`labkit.vllm.sched020`: every image of every running request visited,
+    ``get_num_embeds()`` first), so a decode step makes the per-image reads #40143 made
+    cheap. The arms of #40143 both run it: ``baseline`` with the tensor reads, ``pr40143``
+    with the list reads, as vLLM 0.20 ran them; ``merged`` keeps the installed window.
 ``prefix_range="per-layer"`` (before #38794)
     ``TritonAttentionMetadata.mm_prefix_range_tensor`` becomes a property rebuilt from
     ``mm_prefix_range`` on every read, i.e. once per attention layer per step, the old
@@ -24,8 +27,9 @@ merged variant and nothing else differs between the two runs:
     >= 0.21: ``triton_attn.compute_mm_prefix_range_tensor`` in the metadata builder) is
     switched off so only the per-layer cost remains.
 
-Variants (:data:`VARIANTS`): ``baseline`` (both reverted), ``pr40143`` (only #40143
-applied), ``pr38794`` (only #38794 applied), ``merged`` (vLLM as installed), and one step
+Variants (:data:`VARIANTS`): ``baseline`` (both reverted, vLLM 0.20's loop), ``pr40143`` (only
+#40143 applied, on the same loop: vLLM 0.20 as the PR left it), ``pr38794`` (only #38794
+applied, the loop), ``merged`` (vLLM as installed: list reads, windowed scheduler), and one step
 beyond: ``early-return`` (as installed, plus ``patches/vllm-0.33.0-encoder-early-return.diff``
 applied in-process: the scheduler skips its window bisects once a request's last item is in
 the KV cache; see :mod:`labkit.vllm.sched_census`).
@@ -179,6 +183,11 @@ def _patch_placeholder(undo: list) -> None:
     # on undo (runs in reverse order) drop the tensors cached while the patch was active
     undo.append(_Call(lambda: clear_cached_cumsums(list)))
     clear_cached_cumsums(torch.Tensor)
+
+
+def _patch_loop(undo: list) -> None:
+    """vLLM 0.20's per-image loop in place of the installed windowed scheduler (a no-op on a vLLM
+    that still has the loop: 0.20 itself)."""
     if scheduler_has_window():
         from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -242,6 +251,8 @@ def apply_variant(name: str) -> Callable[[], None]:
     try:
         if variant.placeholder == "tensor":
             _patch_placeholder(undo)
+        if variant.scheduler == "loop":
+            _patch_loop(undo)
         if variant.prefix_range == "per-layer":
             _patch_prefix_range(undo)
         if variant.early_return:
@@ -361,7 +372,8 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "variants":
         for v in VARIANTS.values():
-            print(f"{v.name:<12} placeholder={v.placeholder:<6} prefix_range={v.prefix_range:<9} {v.description}")
+            print(f"{v.name:<12} placeholder={v.placeholder:<6} scheduler={v.scheduler:<6} "
+                  f"prefix_range={v.prefix_range:<9} {v.description}")
         return 0
     if args.cmd == "ingest":
         if args.images is not None and args.images < 0:

@@ -138,7 +138,7 @@ def _run(model_dir, arch, shape, variants, run: Path, dest: Path) -> tuple[Check
         if not decode:
             report.add(f"{v}: decode steps counted", False, "no pure decode step")
             continue
-        if VARIANTS[v].placeholder == "tensor":
+        if VARIANTS[v].scheduler == "loop":
             short = [s for s in decode if s.num_embeds_calls < s.requests * shape.images]
             full = runs[v].decode_calls(shape.requests)
             report.add(f"{v}: get_num_embeds per decode step >= running requests x images", not short,

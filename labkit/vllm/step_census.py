@@ -45,8 +45,10 @@ says how much the profiler stretched each phase.
 Every step counted must be a pure decode step of all the point's requests (else
 ``RuntimeError``). Rows (:func:`measure_point`): one per (point, variant, phase) with
 ``median_us`` / ``p20_us`` / ``p80_us`` over the timed steps, ``parent`` (the phase it lies
-in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us`` and
-``named_share`` (the top-level phases' share of the step, wrapper and trace). The scheduler
+in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us``,
+``named_share`` (the top-level phases' share of the step, wrapper and trace) and
+``named_share_max`` (the largest share of one step; every top-level phase is a timed call, see
+:func:`_derived`, so it is at most 1). The scheduler
 driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
 ``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``), and the
 stand-in one per variant it ran (``scheduler_only``). The steps with the forward off the host add
@@ -284,11 +286,22 @@ def _block(run: _PointRun, variant: str, steps: int, *, profile: Callable | None
 
 
 def _derived(phases_ns: dict) -> dict:
-    """Wrapper ns per phase -> us per phase with the derived ones (same rules as the trace table)."""
+    """Wrapper ns per phase -> us per phase with the top-level ones (same rules as the trace table).
+
+    ``prepare_inputs`` is the runner's input-preparation span (``input_prep``,
+    :data:`labkit.vllm.step_timers.SPAN_PHASES`) less the encoder, which runs inside it (in
+    ``_preprocess``); ``forward`` is ``model_forward`` + ``logits``, both after the span. Every
+    top-level phase is thus a measured call (or a measured call less one measured inside it), the
+    calls disjoint and inside the step, so their sum is at most ``step``; ``other`` is what is
+    left: the engine core's, executor's and worker's glue and the runner's own code outside its
+    input preparation and forward (``set_forward_context``, the hidden states' indexing). Before
+    the span was timed, ``prepare_inputs`` was ``execute_model`` less the forward and the encoder,
+    clipped at 0: the same input preparation plus that runner and executor glue, a remainder in
+    which a phase counted twice would have vanished."""
     us = {k: v / 1e3 for k, v in phases_ns.items()}
     g = us.get
     forward = g("model_forward", 0.0) + g("logits", 0.0)
-    out = dict(us, forward=forward, prepare_inputs=max(0.0, g("execute_model", 0.0) - forward - g("encoder", 0.0)))
+    out = dict(us, forward=forward, prepare_inputs=g("input_prep", 0.0) - g("encoder", 0.0))
     out.setdefault("encoder", 0.0)
     out["other"] = g("step", 0.0) - sum(out.get(p, 0.0) for p in TOP)
     return out
@@ -397,11 +410,14 @@ def _runner(llm):
 
 
 def _named(wrapper) -> dict:
-    """``phase_sum_us`` (median over the steps of the top-level phases' sum) and ``named_share`` (median of
-    that sum's share of each step), from the wrapper timers' per-step phases (us)."""
+    """``phase_sum_us`` (median over the steps of the top-level phases' sum), ``named_share`` (median of
+    that sum's share of each step) and ``named_share_max`` (its largest share of any one step), from the
+    wrapper timers' per-step phases (us). The phases are disjoint timed calls inside the step, so no
+    step's share can exceed 1 (:func:`labkit.vllm.step_checks.census_checks` holds the largest to it)."""
     sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
-    return {"phase_sum_us": float(statistics.median(sums)),
-            "named_share": float(statistics.median([s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]))}
+    shares = [s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]
+    return {"phase_sum_us": float(statistics.median(sums)), "named_share": float(statistics.median(shares)),
+            "named_share_max": float(max(shares))}
 
 
 def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:
@@ -444,6 +460,7 @@ def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace
         if phase == "step":
             row.update(_named(wrapper))
             row["trace_named_share"] = float(table["named_share"].median())
+            row["trace_named_share_max"] = float(table["named_share"].max())
             row["trace"] = Path(trace).name
         rows.append(row)
     return rows

@@ -26,6 +26,10 @@ class Variant:
     placeholder: str  # "tensor" (before #40143) or "list" (after)
     prefix_range: str  # "per-layer" (before #38794) or "per-step" (after)
     description: str
+    #: which encoder-input scheduler: "loop" (vLLM 0.20's walk over every image of every running
+    #: request, as #40143 found and left it: :mod:`labkit.vllm.sched020`) or "window" (the installed
+    #: scheduler; vLLM >= 0.21 bisects to the images inside the step's token window)
+    scheduler: str = "window"
     #: beyond both PRs: the scheduler's early return once every item is computed
     #: (patches/vllm-0.33.0-encoder-early-return.diff, vLLM >= 0.21)
     early_return: bool = False
@@ -34,10 +38,15 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("baseline", "tensor", "per-layer", "before both PRs (tensor cumsum, per-layer prefix ranges)"),
-        Variant("pr40143", "list", "per-layer", "#40143 only (list cumsum, per-layer prefix ranges)"),
-        Variant("pr38794", "tensor", "per-step", "#38794 only (tensor cumsum, per-step prefix ranges)"),
-        Variant("merged", "list", "per-step", "vLLM as installed (both PRs)"),
+        Variant("baseline", "tensor", "per-layer",
+                "before both PRs (tensor cumsum, vLLM 0.20's per-image loop, per-layer prefix ranges)",
+                scheduler="loop"),
+        Variant("pr40143", "list", "per-layer",
+                "#40143 as merged in vLLM 0.20 (list cumsum, the same per-image loop, per-layer prefix ranges)",
+                scheduler="loop"),
+        Variant("pr38794", "tensor", "per-step",
+                "#38794 only (tensor cumsum, vLLM 0.20's per-image loop, per-step prefix ranges)", scheduler="loop"),
+        Variant("merged", "list", "per-step", "vLLM as installed (both PRs, the installed windowed scheduler)"),
         Variant("early-return", "list", "per-step", "as installed + the scheduler's early return (next step)",
                 early_return=True),
     )

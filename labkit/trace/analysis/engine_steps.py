@@ -14,10 +14,15 @@ default) also has the frames of the whole step: :func:`engine_steps` finds them 
     ``_try_schedule_encoder_inputs`` call, whoever defines it) and inside that
     ``get_num_embeds`` (the placeholder reads #40143 made cheap);
 ``prepare_inputs``
-    the executor's ``execute_model`` (the model runner's where the trace has no executor frame)
-    less the forward, the encoder and the logits: the persistent batch update, input ids and
-    positions, attention metadata, embeddings gather (``update_states``, ``prepare_inputs_fn``,
-    ``attention_metadata``, ``preprocess`` below it) and the executor's and worker's own calls;
+    the model runner's input preparation, the block vLLM runs inside ``with
+    self.synchronize_input_prep():`` (the span :class:`labkit.vllm.step_timers.PhaseTimers`
+    times): ``input_prep``, from the first frame of that generator (entered) to its last (resumed
+    as the block exits), less the encoder that runs inside it; the persistent batch update, input
+    ids and positions, attention metadata, embeddings gather (``update_states``,
+    ``prepare_inputs_fn``, ``attention_metadata``, ``preprocess`` below it). Where the trace has no
+    such frames, from the first ``_update_states`` frame's start to the last ``_preprocess``
+    frame's end; 0 without those. The rest of ``execute_model`` (the executor's and worker's
+    calls, the forward context) is ``other``;
 ``encoder``
     ``_execute_mm_encoder`` (the vision tower; nothing in a decode step);
 ``forward``
@@ -34,7 +39,9 @@ default) also has the frames of the whole step: :func:`engine_steps` finds them 
     the rest of the step frame (the engine core's glue between these calls).
 
 The top-level phases (:data:`TOP_PHASES`) partition the step: with ``other`` they add up to
-the step's time exactly, so ``other`` says how much of the step no named phase explains. A
+the step's time exactly, so ``other`` says how much of the step no named phase explains. Each is
+made of frames (or a span of frames less frames inside it) disjoint from the others', so ``other``
+is never negative: a frame counted in two phases would show as a named share above 1. A
 phase's time in a step is the union of its frames there (a frame nested in another of the same
 phase counts once), clipped to the step. Times are microseconds of the trace's clock, profiler
 overhead included: compare them with timers that ran in the same profiled steps.
@@ -70,6 +77,8 @@ ENGINE_PHASES = (
     PhaseSpec("encoder_inputs", r"\(\d+\): _try_schedule_encoder_inputs$", "schedule"),
     PhaseSpec("get_num_embeds", r"\(\d+\): get_num_embeds$", "encoder_inputs"),
     PhaseSpec("execute_model", _VLLM + r"v1/(executor/\w+|worker/\w*model_runner)\.py\(\d+\): execute_model$"),
+    PhaseSpec("input_prep", _VLLM + r"v1/worker/\w*model_runner\.py\(\d+\): synchronize_input_prep$",
+              "prepare_inputs"),
     PhaseSpec("update_states", _VLLM + r"v1/worker/\w*model_runner\.py\(\d+\): _update_states$", "prepare_inputs"),
     PhaseSpec("prepare_inputs_fn", _VLLM + r"v1/worker/\w*model_runner\.py\(\d+\): _prepare_inputs$",
               "prepare_inputs"),
@@ -156,6 +165,24 @@ def _union_inside(ts: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tupl
     return total + (cur_b - cur_a), count + 1
 
 
+def _input_prep_span(frames: dict, st) -> float:
+    """us of the runner's input preparation in step ``st`` (its process), clipped to the step: from the
+    start of the first ``input_prep`` frame (``synchronize_input_prep`` entered) to the end of the last
+    (the generator resumed as the block exits); where the trace has none, from the first
+    ``update_states`` frame's start to the last ``preprocess`` frame's end; 0 where those are missing."""
+    def inside(name):
+        pid, ts, end = frames[name]
+        keep = (pid == st.pid) & (ts < st.end_us) & (end > st.start_us)
+        return np.maximum(ts[keep], st.start_us), np.minimum(end[keep], st.end_us)
+
+    first, last = inside("input_prep")
+    if len(first) < 2:
+        (first, _), (_, last) = inside("update_states"), inside("preprocess")
+    if not len(first) or not len(last):
+        return 0.0
+    return max(0.0, float(last.max() - first.min()))
+
+
 def engine_phase_table(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per engine step: ``step``, ``start_us``, ``dur_us``, ``<phase>_us`` for every top-level
     phase (:data:`TOP_PHASES`) and sub-phase (:data:`SUB_PHASES`), ``<phase>_count`` for the
@@ -175,9 +202,9 @@ def engine_phase_table(trace: Trace, steps: pd.DataFrame | None = None) -> pd.Da
         for name, (pid, ts, end) in frames.items():
             mine = pid == st.pid
             row[f"{name}_us"], row[f"{name}_count"] = _union_inside(ts[mine], end[mine], st.start_us, st.end_us)
-        forward = row["model_forward_us"] + row["logits_us"]
-        row["forward_us"] = forward
-        row["prepare_inputs_us"] = max(0.0, row["execute_model_us"] - forward - row["encoder_us"])
+        row["forward_us"] = row["model_forward_us"] + row["logits_us"]
+        row["input_prep_us"] = _input_prep_span(frames, st)
+        row["prepare_inputs_us"] = row["input_prep_us"] - row["encoder_us"]
         row["other_us"] = row["dur_us"] - sum(row[f"{p}_us"] for p in TOP_PHASES)
         row["named_share"] = 1.0 - row["other_us"] / row["dur_us"] if row["dur_us"] > 0 else None
         rows.append(row)
