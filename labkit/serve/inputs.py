@@ -1,0 +1,94 @@
+"""The recorded inputs of ``labkit bench serve-sim``: which files, read how, and their provenance.
+
+- the census of vLLM's step, ``<this machine>/vllm_step.json`` (host phases per step);
+- vLLM's input processing, ``<this machine>/vllm_input.json``: per image the stages a server pays
+  for every image it is sent, :data:`INPUT_STAGES`: ``media_decode`` (``ImageMediaIO.load_base64``,
+  the JPEG decode the API server does for a base64 image) and ``add_request`` (the whole
+  ``add_request`` call: the HF processor, hashing, the processor cache, placeholder expansion;
+  the other stage rows are parts of it, or the processor alone, and would count twice);
+- the calibrations of the GPU node's host, of the machine that recorded the census and the input
+  processing, and of this machine (where the scheduler's calls are measured): two CPU-speed
+  factors (:mod:`labkit.serve.cpu_speed`), one for the recorded host costs, one for the measured.
+
+The census machine defaults to :data:`CENSUS_MACHINE`, whose census holds the steps with the
+forward off the host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.errors import UsageError
+
+__all__ = ["INPUT_STAGES", "CENSUS_MACHINE", "ServeInputs", "load_inputs", "per_image_input_ns"]
+
+INPUT_STAGES = ("media_decode", "add_request")
+#: the machine whose recorded census (with the forward off the host) and input processing are read
+CENSUS_MACHINE = "cpu-xeon-2c"
+#: the machine whose host the GPU runs' calibration describes, per GPU the comparison can name
+GPU_HOST_MACHINE = {"h200": "h200", "h100": "h200"}
+
+
+@dataclass(frozen=True)
+class ServeInputs:
+    census: dict
+    input_processing: dict
+    calibration_gpu_host: dict
+    calibration_census: dict
+    calibration_here: dict
+    paths: dict  #: role -> path
+
+    def provenance(self) -> dict:
+        """Per input: path, machine, commit, size, source, created."""
+        out = {}
+        for role, doc in (("census", self.census), ("input_processing", self.input_processing),
+                          ("calibration_gpu_host", self.calibration_gpu_host),
+                          ("calibration_census", self.calibration_census), ("calibration_here", self.calibration_here)):
+            out[role] = {"path": self.paths[role], "machine": (doc.get("machine") or {}).get("slug"),
+                         "labkit_commit": doc.get("labkit_commit"), "size": doc.get("size"),
+                         "source": doc.get("source"), "created": doc.get("created"), "name": doc.get("name")}
+        return out
+
+
+def _read(path: Path, name: str) -> dict:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"serve-sim needs {path} ({name}): {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise UsageError(f"{path} is not a labkit result")
+    return doc
+
+
+def load_inputs(machine: str, gpu: str, *, census_machine: str = CENSUS_MACHINE, root=None) -> ServeInputs:
+    """The recorded inputs: the census and input processing of ``census_machine``, the
+    calibrations of it, of this machine (``machine``: its slug) and of ``gpu``'s host."""
+    from labkit.results import results_root
+
+    root = Path(root) if root is not None else results_root()
+    host = GPU_HOST_MACHINE.get(gpu)
+    if host is None:
+        raise UsageError(f"unknown GPU {gpu!r}: choose from {', '.join(GPU_HOST_MACHINE)}")
+    paths = {"census": root / census_machine / "vllm_step.json",
+             "input_processing": root / census_machine / "vllm_input.json",
+             "calibration_gpu_host": root / host / "calibration_quick.json",
+             "calibration_census": root / census_machine / "calibration.json",
+             "calibration_here": root / machine / "calibration.json"}
+    if not paths["calibration_gpu_host"].exists() and (root / host / "calibration.json").exists():
+        paths["calibration_gpu_host"] = root / host / "calibration.json"
+    docs = {k: _read(p, k) for k, p in paths.items()}
+    rel = {k: f"{p.parent.name}/{p.name}" for k, p in paths.items()}  # under the results folder
+    return ServeInputs(docs["census"], docs["input_processing"], docs["calibration_gpu_host"],
+                       docs["calibration_census"], docs["calibration_here"], rel)
+
+
+def per_image_input_ns(doc: dict) -> tuple[float, dict]:
+    """ns of input processing per image on the recording machine (sum of :data:`INPUT_STAGES`)."""
+    by = {r.get("stage"): r for r in doc.get("rows", [])}
+    missing = [s for s in INPUT_STAGES if s not in by or by[s].get("per_image_median_us") is None]
+    if missing:
+        raise UsageError(f"the input-processing result lacks the stages {', '.join(missing)}")
+    parts = {s: float(by[s]["per_image_median_us"]) * 1e3 for s in INPUT_STAGES}
+    return sum(parts.values()), {s: {"per_image_ns": v, "where": by[s].get("where")} for s, v in parts.items()}

@@ -1,0 +1,196 @@
+"""vLLM's real scheduler, stepped for a whole serving run (the clock's :class:`EngineDriver`).
+
+The scheduler is vLLM's own, built on the CPU from a generated model configuration as
+:func:`labkit.vllm.sched_census.make_scheduler` builds it (no weights, no tokenizer; only the
+encoder budget is a stand-in: compute budget and cache ``max(max_num_batched_tokens, tokens
+per item)`` embeddings, as vLLM sizes them), but with the settings ``vllm serve`` takes on an
+H100 or H200 (:data:`SERVE_DEFAULTS`, read from the installed vLLM's
+``vllm/engine/arg_utils.py`` for ``UsageContext.OPENAI_API_SERVER`` on a GPU of 70-160 GiB
+that is no A100: 8,192 batched tokens, 1,024 sequences; chunked prefill on; async scheduling on,
+vLLM's default since it became one (before 0.20), so the engine core's ``AsyncScheduler`` plans
+step n+1 before step n's output is processed: a request is scheduled again with a placeholder
+for the token step n is still producing). The KV cache is sized so that no request is ever
+preempted (every request's prompt and output fit at once); that is the published run's regime
+on an 80-141 GB GPU for a 4B model (a stated assumption, not measured here).
+
+Stepping follows :meth:`labkit.vllm.sched_census.SchedulerRun.step`: a stand-in
+``ModelRunnerOutput`` samples one token for each request of the step that finished its
+prompt. The order is the engine core's with a batch queue of two: ``schedule()`` of step n,
+then ``update_from_output()`` of step n-1. Both calls are timed: the scheduler runs for real, so
+what it costs on this CPU is measured per step, not modelled. Each call gets two clocks: the wall
+clock (``perf_counter_ns``) and the thread's CPU time (``thread_time_ns``). The clock is charged
+the CPU time by default (:data:`CHARGED_CLOCKS`): on a shared machine the wall clock also counts
+the time the process waited for a core, which a GPU server's dedicated host does not pay.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from labkit.serve.clock import Delivery, StepRecord
+from labkit.serve.device import StepShape
+
+__all__ = ["SERVE_DEFAULTS", "CHARGED_CLOCKS", "ServeConfig", "make_serving_scheduler", "VllmDriver"]
+
+#: which measured clock the simulated host is charged: the thread's CPU time (default) or the wall clock
+CHARGED_CLOCKS = ("cpu", "wall")
+
+#: ``vllm serve`` on an H100/H200 (vLLM's ``_set_default_max_num_seqs_and_batched_tokens_args``)
+SERVE_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024, "enable_chunked_prefill": True,
+                  "async_scheduling": True, "enable_prefix_caching": False}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The scheduler's settings; ``num_blocks`` of ``block_size`` tokens in the KV cache."""
+
+    max_num_batched_tokens: int = SERVE_DEFAULTS["max_num_batched_tokens"]
+    max_num_seqs: int = SERVE_DEFAULTS["max_num_seqs"]
+    async_scheduling: bool = SERVE_DEFAULTS["async_scheduling"]
+    max_model_len: int = 32768
+    block_size: int = 16
+    num_blocks: int = 0
+    max_item_tokens: int = 262
+
+    def describe(self) -> dict:
+        return {"max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
+                "async_scheduling": self.async_scheduling, "enable_chunked_prefill": True,
+                "enable_prefix_caching": False, "max_model_len": self.max_model_len, "block_size": self.block_size,
+                "kv_blocks": self.num_blocks,
+                "encoder_budget_embeddings": max(self.max_num_batched_tokens, self.max_item_tokens),
+                "kv_cache": "every request's prompt and output fit at once: no preemption"}
+
+
+def kv_blocks_for(requests: int, prompt_tokens: int, output_tokens: int, block_size: int = 16) -> int:
+    """KV blocks so that every request's prompt and output (and one token of slack) fit at once."""
+    per = -(-(prompt_tokens + output_tokens + 2) // block_size)
+    return requests * per + 16
+
+
+def make_serving_scheduler(model_dir, config: ServeConfig):
+    """vLLM's ``AsyncScheduler`` (or ``Scheduler`` when ``async_scheduling`` is off) for the
+    generated model config in ``model_dir``, with ``config``'s settings."""
+    import torch
+    import vllm.v1.core.sched.scheduler as vsched
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from labkit.vllm.sched_census import _budget_class
+
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                        max_model_len=config.max_model_len, enforce_eager=True)
+    sched = SchedulerConfig(max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+                            max_model_len=config.max_model_len, is_encoder_decoder=False,
+                            enable_chunked_prefill=True, async_scheduling=config.async_scheduling)
+    cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=False)
+    cache.num_gpu_blocks = config.num_blocks
+    vconf = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
+                       device_config=DeviceConfig("cpu"))
+    spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=1, head_size=32, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=config.num_blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layers.0"], spec)])
+    cls = AsyncScheduler if config.async_scheduling else vsched.Scheduler
+    real_budget = vsched.MultiModalBudget
+    vsched.MultiModalBudget = _budget_class(config.max_item_tokens)
+    try:
+        return cls(vconf, kv, StructuredOutputManager(vconf), block_size=config.block_size)
+    finally:
+        vsched.MultiModalBudget = real_budget
+
+
+class VllmDriver:
+    """The clock's engine: ``requests`` (vLLM ``Request`` objects, index = position) join on
+    :meth:`add_request`; each :meth:`step` is one real ``schedule()`` (and, async, the previous
+    step's ``update_from_output()``), timed."""
+
+    def __init__(self, scheduler, requests, *, async_scheduling: bool = True, charge: str = "cpu",
+                 clock=time.perf_counter_ns, cpu_clock=time.thread_time_ns) -> None:
+        if charge not in CHARGED_CLOCKS:
+            raise ValueError(f"charge must be one of {CHARGED_CLOCKS}")
+        self.charge = charge
+        self.cpu_clock = cpu_clock
+        self.s = scheduler
+        self.requests = list(requests)
+        self.index = {r.request_id: i for i, r in enumerate(self.requests)}
+        self.async_scheduling = async_scheduling
+        self.clock = clock
+        self.steps = 0
+        self._in_flight = None  # (index, scheduler output, model runner output)
+        self.timings: list[dict] = []  # per step: shape and the measured calls (ns)
+
+    def add_request(self, index: int) -> None:
+        self.s.add_request(self.requests[index])
+
+    def has_work(self) -> bool:
+        return self.s.has_requests() or self._in_flight is not None
+
+    def _runner_output(self, out):
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids = list(out.num_scheduled_tokens)
+        reqs = [self.s.requests[rid] for rid in ids]
+        # num_computed_tokens already counts this step: a request whose prompt is in by its end samples
+        sampled = [[0] if r.num_computed_tokens >= r.num_prompt_tokens else [] for r in reqs]
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                                 sampled_token_ids=sampled)
+
+    def _shape(self, out) -> StepShape:
+        decode, prefill = [], []
+        for rid, n in out.num_scheduled_tokens.items():
+            r = self.s.requests[rid]
+            before = r.num_computed_tokens - n
+            if before >= r.num_prompt_tokens:
+                decode.append(before)
+            else:
+                prefill.append((n, before, before + n >= r.num_prompt_tokens))
+        images = sum(len(v) for v in out.scheduled_encoder_inputs.values())
+        return StepShape(tuple(decode), tuple(prefill), images)
+
+    def _timed(self, fn, *args):
+        """``(result, wall ns, CPU ns)`` of ``fn(*args)``."""
+        c0, t0 = self.cpu_clock(), self.clock()
+        result = fn(*args)
+        t1, c1 = self.clock(), self.cpu_clock()
+        return result, t1 - t0, c1 - c0
+
+    def _update(self, step: int, out, mro) -> tuple[tuple, tuple]:
+        result, wall, cpu = self._timed(self.s.update_from_output, out, mro)
+        got = []
+        for eco in result.values():
+            for o in eco.outputs:
+                if o.request_id in self.index and (o.new_token_ids or o.finish_reason is not None):
+                    got.append(Delivery(step, self.index[o.request_id], len(o.new_token_ids),
+                                        o.finish_reason is not None))
+        return (wall, cpu), tuple(got)
+
+    def step(self) -> StepRecord | None:
+        out, sched_wall, sched_cpu = self._timed(self.s.schedule)
+        if out.total_num_scheduled_tokens == 0:
+            from vllm.v1.outputs import ModelRunnerOutput
+
+            self.s.update_from_output(out, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[]))
+            return None
+        shape = self._shape(out)
+        mro = self._runner_output(out)
+        index = self.steps
+        self.steps += 1
+        if self.async_scheduling:
+            (up_wall, up_cpu), got = ((0, 0), ()) if self._in_flight is None else self._update(*self._in_flight)
+            self._in_flight = (index, out, mro)
+        else:
+            (up_wall, up_cpu), got = self._update(index, out, mro)
+        self.timings.append({"step": index, "requests": shape.num_requests, "prefill_tokens": shape.prefill_tokens,
+                             "images": shape.images_encoded, "schedule_ns": sched_wall, "update_ns": up_wall,
+                             "schedule_cpu_ns": sched_cpu, "update_cpu_ns": up_cpu})
+        charged = (sched_cpu, up_cpu) if self.charge == "cpu" else (sched_wall, up_wall)
+        return StepRecord(index, shape, {"schedule": charged[0], "update_from_output": charged[1]}, got)
+
+    def flush(self) -> tuple:
+        if self._in_flight is None:
+            return ()
+        _ns, got = self._update(*self._in_flight)
+        self._in_flight = None
+        return got

@@ -1,0 +1,136 @@
+"""The simulated clock and the API server's thread on a hand-worked three-request run.
+
+Three requests, one image each, three output tokens, every request's input processing 10 time
+units, the engine core's host 2 per step, the device 8 for a step with prefill and 5 without,
+each output job 1. The engine is a hand-made one (every joined request prefills in one step, then
+decodes one token per step). The token times below were worked out by hand, step by step, in
+the order the module text states (admission at the step's start; async: a step takes
+max(host, device) and its outputs reach the API server with the next step; the API server takes
+output jobs that arrived before it finishes a job, then the next request's inputs).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.serve.api_server import ApiServer, OutputJob
+from labkit.serve.clock import Delivery, StepRecord, simulate
+from labkit.serve.device import StepShape
+
+PROMPT, OUTPUT = 5, 3
+
+
+class HandEngine:
+    """Every joined request prefills (whole prompt, one image) in one step, then decodes."""
+
+    def __init__(self) -> None:
+        self.joined: list[int] = []
+        self.tokens: dict[int, int] = {}
+        self.steps = 0
+
+    def add_request(self, index: int) -> None:
+        self.joined.append(index)
+
+    def _live(self):
+        return [i for i in self.joined if self.tokens.get(i, 0) < OUTPUT]
+
+    def has_work(self) -> bool:
+        return bool(self._live())
+
+    def step(self):
+        live = self._live()
+        decode = tuple(PROMPT + self.tokens[i] - 1 for i in live if i in self.tokens)
+        prefill = tuple((PROMPT, 0, True) for i in live if i not in self.tokens)
+        out = []
+        for i in live:
+            self.tokens[i] = self.tokens.get(i, 0) + 1
+            out.append(Delivery(self.steps, i, 1, self.tokens[i] == OUTPUT))
+        rec = StepRecord(self.steps, StepShape(decode, prefill, len(prefill)), {}, tuple(out))
+        self.steps += 1
+        return rec
+
+    def flush(self):
+        return ()
+
+
+class FixedHost:
+    def core_ns(self, rec):
+        return {"schedule": 1.5, "update_from_output": 0.5}
+
+    def frontend_ns(self, outputs):
+        return 1.0
+
+
+def device(shape: StepShape) -> float:
+    return 8.0 if shape.prefill_chunks else 5.0
+
+
+def _run(async_scheduling: bool):
+    return simulate(HandEngine(), input_ns=[10.0] * 3, host=FixedHost(), device=device,
+                    async_scheduling=async_scheduling)
+
+
+def test_async_three_requests_by_hand():
+    tl = _run(True)
+    assert tl.handover_ns == [10.0, 20.0, 31.0]
+    assert tl.token_ns == [[21.0, 32.0, 33.0], [33.0, 40.0, 45.0], [40.0, 45.0, 50.0]]
+    assert [(s.start_ns, s.end_ns) for s in tl.steps] == [(10, 18), (18, 23), (23, 31), (31, 39), (39, 44),
+                                                          (44, 49)]
+    ttft = [ts[0] for ts in tl.token_ns]
+    tpot = [(ts[-1] - ts[0]) / (OUTPUT - 1) for ts in tl.token_ns]
+    assert ttft == [21.0, 33.0, 40.0] and tpot == [6.0, 6.0, 5.0]
+    assert max(ts[-1] for ts in tl.token_ns) == 50.0  # duration
+
+
+def test_sync_three_requests_by_hand():
+    tl = _run(False)
+    assert tl.handover_ns == [10.0, 20.0, 31.0]
+    assert tl.token_ns == [[21.0, 32.0, 38.0], [32.0, 38.0, 48.0], [48.0, 55.0, 62.0]]
+    assert [s.end_ns - s.start_ns for s in tl.steps] == [10, 10, 7, 10, 7, 7]  # host 2 + device
+    assert [(ts[-1] - ts[0]) / 2 for ts in tl.token_ns] == [8.5, 8.0, 7.0]
+
+
+def test_steps_record_shape_and_bounds():
+    tl = _run(True)
+    first = tl.steps[0]
+    assert (first.decode_requests, first.prefill_tokens, first.images_encoded, first.admitted) == (0, PROMPT, 1, 1)
+    assert not any(s.host_bound for s in tl.steps)  # host 2 < device 5 or 8
+    assert tl.api_busy_inputs_ns == 30.0 and tl.api_busy_outputs_ns == 6.0
+
+
+def test_api_server_takes_arrived_outputs_before_the_next_inputs():
+    api = ApiServer([10.0, 10.0])
+    api.advance(1.0)  # request 0's inputs start at 0
+    assert api.handover_ns == [10.0, None]
+    api.submit(OutputJob(5.0, 0, 2.0))  # arrives while request 0's inputs run
+    api.advance(11.0)
+    assert api.finished_outputs[0].done_ns == 12.0  # taken at 10, before request 1's inputs
+    assert api.handover_ns == [10.0, None]  # request 1's inputs start at 12, not before 11
+    api.advance(13.0)
+    assert api.handover_ns == [10.0, 22.0]
+
+
+def test_api_server_idles_until_outputs_arrive():
+    api = ApiServer([1.0])
+    api.submit(OutputJob(5.0, 0, 1.0))
+    api.advance(4.0)
+    assert api.handover_ns == [1.0] and not api.finished_outputs  # nothing starts before 4
+    api.drain()
+    assert api.finished_outputs[0].done_ns == 6.0
+
+
+def test_next_handover_after_a_time():
+    api = ApiServer([3.0, 3.0])
+    assert api.next_handover_ns(0.0) == 3.0
+    assert api.next_handover_ns(3.0) == 6.0
+    assert api.next_handover_ns(6.0) is None
+
+
+def test_engine_that_never_finishes_is_an_error():
+    class Stuck(HandEngine):
+        def step(self):
+            rec = super().step()
+            return StepRecord(rec.index, rec.shape, {}, ())  # never delivers
+
+    with pytest.raises(RuntimeError):
+        simulate(Stuck(), input_ns=[1.0], host=FixedHost(), device=device, max_steps=50)
