@@ -412,12 +412,14 @@ def _runner(llm):
 def _named(wrapper) -> dict:
     """``phase_sum_us`` (median over the steps of the top-level phases' sum), ``named_share`` (median of
     that sum's share of each step) and ``named_share_max`` (its largest share of any one step), from the
-    wrapper timers' per-step phases (us). The phases are disjoint timed calls inside the step, so no
-    step's share can exceed 1 (:func:`labkit.vllm.step_checks.census_checks` holds the largest to it)."""
+    wrapper timers' per-step phases (us), and ``named_phases``: the phases summed. The phases are
+    disjoint timed calls inside the step, so no step's share can exceed 1
+    (:func:`labkit.vllm.step_checks.census_checks` holds the largest to it, and the phases summed to
+    its own list of the step's top-level calls)."""
     sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
     shares = [s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]
     return {"phase_sum_us": float(statistics.median(sums)), "named_share": float(statistics.median(shares)),
-            "named_share_max": float(max(shares))}
+            "named_share_max": float(max(shares)), "named_phases": list(TOP)}
 
 
 def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:

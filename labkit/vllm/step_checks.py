@@ -13,18 +13,19 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     wrappers' overhead (a wrapper's own cost falls outside the interval it reads, inside the
     step's, so it can only add to the glue). The only allowance is ``SHARE_SLACK``, the float
     rounding of nanoseconds turned to microseconds. A phase counted twice (one call's time in two
-    phases) makes the sum exceed the step by that call's time, and fails. Below: the glue (the
-    step less its named phases: the engine core's, executor's and worker's calls and the runner's
-    forward context) is at most ``SUM_TOLERANCE`` of the step (median over the unprofiled steps,
-    wrapper timers): a phase of the step left out of the sum shows as glue. The trace's share is
-    held to the bound above only: under the profiler every Python call of the glue (tens of them,
-    through the executor's and worker's layers) pays the profiler's per-call cost, and the
-    collector's pauses, which no frame records, fall wherever they fall;
+    phases) makes the sum exceed the step by that call's time, and fails. Below, the timers prove
+    nothing: the glue (the step less its named phases: the engine core's, executor's and worker's
+    calls and the runner's forward context) is code no timer wraps, and its cost is a fixed few
+    hundred microseconds plus a little per request on a CPU, whatever the step's size, so no share
+    of the step bounds it on every machine and batch (its share of a one-request step is several
+    times its share of a 128-request one). What is held instead is that the sum leaves no top-level call
+    out: the phases the census summed (``named_phases`` on the step row) are exactly
+    :data:`TOP_PHASES`, the step's top-level calls as this module lists them; a phase left out of
+    the sum fails whatever its size. The glue is reported (``glue_us``, its share in the text), not
+    bounded. The trace's share is held to the bound above: under the profiler every Python call of
+    the glue pays the profiler's per-call cost, so its share is lower, never higher;
 ``phases add up with the forward off the host``
-    the same bounds on the steps with the forward off the host (``off_host:step``), the glue
-    bound in microseconds the same as the measured steps': ``SUM_TOLERANCE`` of the measured
-    step. Taking the forward off the host changes no line of the glue's code, so its allowance
-    does not shrink with the step;
+    the same checks on the steps with the forward off the host (``off_host:step``);
 ``trace agrees with the timers``
     per point, variant and top-level phase taking at least ``MIN_SHARE`` of the profiled step,
     the trace's total over the profiled steps within ``TRACE_TOLERANCE`` of the wrapper timers'
@@ -77,11 +78,10 @@ import contextlib
 
 from labkit.vllm.step_census import OFF_HOST
 
-__all__ = ["SUM_TOLERANCE", "SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
+__all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
            "stand_in_scheduler", "STAND_IN_TIMER"]
 
-SUM_TOLERANCE = 0.05
 #: how far above 1 a step's named share may read: float rounding only (the timers nest exactly)
 SHARE_SLACK = 1e-9
 TRACE_TOLERANCE = 0.10
@@ -268,11 +268,10 @@ def census_checks(rows) -> list[dict]:
             step = by.get((n, m, v, "step"))
             if step is None:
                 continue
-            out.append(_phases_add_up("phases add up", n, m, v, step, step.get("median_us")))
+            out.append(_phases_add_up("phases add up", n, m, v, step))
             off = by.get((n, m, v, OFF_HOST + "step"))
             if off is not None:
-                out.append(_phases_add_up("phases add up with the forward off the host", n, m, v, off,
-                                          step.get("median_us")))
+                out.append(_phases_add_up("phases add up with the forward off the host", n, m, v, off))
             held, loose = [], []
             prof_step = step.get("wrapper_profiled_median_us") or 0.0
             for p in TOP_PHASES + ("step",):
@@ -292,23 +291,25 @@ def census_checks(rows) -> list[dict]:
     return out
 
 
-def _phases_add_up(check: str, n: int, m: int, v: str, step: dict, measured_step_us) -> dict:
-    """The ``phases add up`` bounds of the module text on one ``step`` row (``measured_step_us``: the
-    median measured step, with the forward, whose ``SUM_TOLERANCE`` is the glue's allowance in us)."""
+def _phases_add_up(check: str, n: int, m: int, v: str, step: dict) -> dict:
+    """The ``phases add up`` checks of the module text on one ``step`` row."""
     share, top = step.get("named_share"), step.get("named_share_max")
     trace_top = step.get("trace_named_share_max", step.get("trace_named_share"))
     glue = None if share is None or not step.get("median_us") else (1 - share) * step["median_us"]
-    allowance = SUM_TOLERANCE * measured_step_us if measured_step_us else None
     above = [(k, x) for k, x in (("wrapper", top if top is not None else share), ("trace", trace_top))
              if x is not None]
-    ok = (share is not None and all(x <= 1 + SHARE_SLACK for _, x in above)
-          and glue is not None and allowance is not None and glue <= allowance)
+    summed = step.get("named_phases")
+    missing = [p for p in TOP_PHASES if summed is not None and p not in summed]
+    extra = [p for p in (summed or ()) if p not in TOP_PHASES]
+    ok = share is not None and all(x <= 1 + SHARE_SLACK for _, x in above) and not missing and not extra
     return {"check": check, "num_requests": n, "images": m, "variant": v, "passed": ok,
-            "named_share": share, "named_share_max": top, "glue_us": glue, "glue_allowance_us": allowance,
+            "named_share": share, "named_share_max": top, "glue_us": glue,
             "detail": (f"named phases {100 * share:.1f}% of the step (median), " if share is not None else "")
             + "largest share of one step " + ", ".join(f"{k} {x:.4f}" for k, x in above) + " (at most 1)"
-            + (f"; glue {glue:.0f} us, at most {allowance:.0f} us ({100 * SUM_TOLERANCE:.0f}% of the measured step)"
-               if glue is not None and allowance is not None else "")}
+            + (f"; left out of the sum: {', '.join(missing)}" if missing else "")
+            + (f"; summed but not a top-level call: {', '.join(extra)}" if extra else "")
+            + ("; the record does not list the phases it summed" if summed is None else "")
+            + (f"; glue {glue:.0f} us, not bounded (code outside every timer)" if glue is not None else "")}
 
 
 def _saving(by, n, m, phase) -> float | None:
