@@ -44,6 +44,24 @@ serve_sim.serve_sim_table(sim).round(3) if sim is not None else print(serve_sim.
 # %%
 serve_sim.plot_serve_sim(sim)
 
+# %% [markdown]
+# **One parameter fitted: the device time.** The run above fits nothing. In it the after arm's
+# steps are device-bound, so its TPOT is the device model's step, and the model's Gemma-4-E4B
+# step is shorter than the PR's. `labkit bench serve-sim --fit device-scale` multiplies every
+# step's device time by the one factor that brings pr40143's mean TPOT to the published one,
+# and predicts everything else again. The host (census, scheduler, API server) is unchanged, so
+# the baseline's TPOT, both durations and the ratio test the host model on its own; the fitted
+# factor is in the result's `params.fitted`, and pr40143's TPOT row is fitted, not predicted.
+
+# %%
+from IPython.display import display
+fit = serve_sim.recorded_serve_sim(name="serve_sim_device_scale")
+if fit is None:
+    print("No fitted run recorded yet: run `.venv-vllm-cpu/bin/labkit bench serve-sim --size full --fit device-scale`.")
+else:
+    print("fitted:", fit.params.get("fitted"))
+    display(serve_sim.serve_sim_table(fit).round(3))
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"

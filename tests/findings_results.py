@@ -74,12 +74,15 @@ def write_five(store) -> None:
     ], machine=CPU_A, source="simulated")
 
 
-def write_serve_sim(store) -> None:
-    """``serve_sim``: before 1000 tok/s predicted, after 1200 -> 1.20x output tok/s."""
+def write_serve_sim(store, extra_gpu: str | None = None) -> None:
+    """``serve_sim``: before 1000 tok/s predicted, after 1200 -> 1.20x output tok/s on the h200;
+    ``extra_gpu``: a second GPU's rows after it (before 1000, after 2000), the result naming h200."""
     rows = []
-    for arm, tok_s, tpot in (("baseline", 1000.0, 30.0), ("pr40143", 1200.0, 25.0)):
-        rows.append({"arm": arm, "gpu": "h200", "metric": "output_throughput", "predicted": tok_s,
-                     "published": tok_s * 1.1, "error": -0.09})
-        rows.append({"arm": arm, "gpu": "h200", "metric": "mean_tpot_ms", "predicted": tpot,
-                     "published": tpot * 0.9, "error": 0.11})
-    record(store, "serve_sim", rows, machine=CPU_A, source="simulated")
+    for gpu, after in (("h200", 1200.0),) + (((extra_gpu, 2000.0),) if extra_gpu else ()):
+        for arm, tok_s, tpot in (("baseline", 1000.0, 30.0), ("pr40143", after, 25.0)):
+            rows.append({"arm": arm, "gpu": gpu, "metric": "output_throughput", "predicted": tok_s,
+                         "published": tok_s * 1.1, "error": -0.09})
+            rows.append({"arm": arm, "gpu": gpu, "metric": "mean_tpot_ms", "predicted": tpot,
+                         "published": tpot * 0.9, "error": 0.11})
+    params = {"gpu": ["h200", extra_gpu]} if extra_gpu else {"gpu": "h200"}
+    record(store, "serve_sim", rows, machine=CPU_A, source="simulated", params=params)

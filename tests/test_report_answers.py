@@ -141,10 +141,30 @@ def test_inside_vllm_falls_back_to_the_census():
     assert "evicts the scheduler's data" in t and "swept between its steps, the scheduler alone saves 2.5 ms" in t
 
 
-def test_inside_vllm_reads_serve_sim_when_recorded():
-    sim = res("serve_sim", "m", "simulated", [
-        {"arm": "pr40143", "gpu": "H100", "metric": "output_tok_s", "predicted": 1100.0, "published": 1000.0, "error": 0.1},
-        {"arm": "pr38794", "gpu": "H200", "metric": "tpot_ms", "predicted": 19.0, "published": 20.0, "error": -0.05}])
+def _sim_rows(gpu, base_tpot, after_tpot, ratio):
+    rows = [{"kind": "ratio", "arm": "pr40143/baseline", "gpu": gpu, "metric": "output_throughput_ratio",
+             "predicted": ratio, "published": 1.27, "error": (ratio - 1.27) / 1.27}]
+    for arm, pred, pub in (("baseline", base_tpot, 33.81), ("pr40143", after_tpot, 24.58)):
+        rows.append({"kind": "metric", "arm": arm, "gpu": gpu, "metric": "mean_tpot_ms", "predicted": pred,
+                     "published": pub, "error": (pred - pub) / pub})
+    rows.append({"kind": "phase", "arm": "baseline", "gpu": gpu, "phase": "tail", "steps": 10})
+    return rows
+
+
+def test_inside_vllm_reads_the_named_gpus_serve_sim():
+    # h200 is the GPU the result names; the h100 rows after it are not its answer
+    sim = res("serve_sim", "m", "simulated", _sim_rows("h200", 20.0, 16.0, 1.25) + _sim_rows("h100", 40.0, 30.0, 1.5),
+              params={"gpu": ["h200", "h100"], "fitted": {}})
     t = text(answers.inside_vllm_answer([sim], censuses=[census()]))
-    assert "predicts 2 published figures" in t and "within 10% of each" in t
-    assert "pr38794" in t and "H200" in t and "schedule()" not in t
+    assert "simulated h200" in t and "nothing fitted" in t
+    assert "ratio 1.25x against the published 1.27x (error -1.57%)" in t
+    assert "shorter than published on both arms" in t and "mean TPOT 20 ms / 16 ms against 33.8 ms / 24.6 ms" in t
+    assert "the ratio holds within 10%" in t and "schedule()" not in t
+
+
+def test_inside_vllm_serve_sim_says_a_miss_of_the_ratio_and_a_fit():
+    sim = res("serve_sim", "m", "simulated", _sim_rows("h100", 40.0, 30.0, 1.5),
+              params={"gpu": "h100", "fitted": {"device_scale": 2.0}})
+    t = text(answers.inside_vllm_answer([sim], censuses=[census()]))
+    assert "fitted: device_scale" in t and "ratio 1.5x" in t
+    assert "the ratio holds" not in t and "The absolute times miss" in t  # 40 > 33.81: not shorter on both

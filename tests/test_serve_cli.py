@@ -40,3 +40,22 @@ def test_device_model_adapter_counts_the_new_token():
                                                                    prefill_chunks=(dm.PrefillChunk(50, 0, True),),
                                                                    images_encoded=1)).total_ns
     assert device((100, 200), ((50, 0, True),), 1) == pytest.approx(expected)
+
+
+def test_the_device_scale_fit_finds_the_factor_where_the_tpot_is_not_proportional_to_it():
+    from labkit.errors import UsageError
+    from labkit.serve.bench import fit_device_scale
+
+    # a run whose TPOT grows faster than the factor (hand-made: 10 ms at 1, 10 + 20 (k - 1) ms beyond):
+    # the published 24 ms needs k = 1.7, not the first guess 24 / 10 = 2.4
+    scale, tried = fit_device_scale(lambda k: 10.0 + 20.0 * (k - 1.0), 24.0)
+    assert scale == pytest.approx(1.7, rel=0.005)
+    assert tried[0] == (1.0, 10.0) and tried[1][0] == pytest.approx(2.4) and len(tried) == 3  # linear: one secant
+    # already there at 1: one run, factor 1
+    assert fit_device_scale(lambda k: 24.0 * k, 24.0) == (1.0, [(1.0, 24.0)])
+    with pytest.raises(UsageError):
+        fit_device_scale(lambda k: 0.0, 24.0)
+    with pytest.raises(UsageError):
+        fit_device_scale(lambda k: 10.0, None)
+    with pytest.raises(UsageError, match="after 3 runs"):  # a TPOT the device does not move
+        fit_device_scale(lambda k: 10.0 + 0 * k, 24.0, max_runs=3)

@@ -110,9 +110,60 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
             "wall_s": wall}
 
 
+#: the device-scale fit stops when the after arm's mean TPOT is within this of the published one
+FIT_TOLERANCE = 0.005
+#: and after at most this many runs of the after arm
+FIT_MAX_RUNS = 8
+
+
+def fit_device_scale(tpot_at, published_tpot_ms: float, *, tolerance: float = FIT_TOLERANCE,
+                     max_runs: int = FIT_MAX_RUNS) -> tuple[float, list]:
+    """The one fitted parameter of ``--fit device-scale``: the factor on every step's device time at
+    which the after arm's mean TPOT (``tpot_at(scale) -> ms``, one simulated run) is the published
+    one. Not a closed form: a slower device changes the run itself (more requests decode at once,
+    so longer steps), so the TPOT is not proportional to the factor. Secant steps from 1 (the
+    first guess ``published / predicted``), until within ``tolerance``; returns ``(scale, [(scale,
+    tpot ms), ...])`` for every run. Raises :class:`UsageError` where a run gives no positive TPOT
+    or the runs end without meeting the tolerance."""
+    if not published_tpot_ms or published_tpot_ms <= 0:
+        raise UsageError("--fit device-scale: needs a positive published mean TPOT")
+    tried = []
+
+    def run(scale: float) -> float:
+        t = tpot_at(scale)
+        if not t or t <= 0:
+            raise UsageError(f"--fit device-scale: the after arm gave no positive mean TPOT at scale {scale:g}")
+        tried.append((scale, t))
+        return t
+
+    s0, t0 = 1.0, run(1.0)
+    s1 = s0 * published_tpot_ms / t0
+    while True:
+        if abs(t0 - published_tpot_ms) <= tolerance * published_tpot_ms:
+            return s0, tried
+        if len(tried) >= max_runs:
+            raise UsageError(f"--fit device-scale: no scale within {tolerance:.1%} of the published mean TPOT "
+                             f"after {len(tried)} runs ({', '.join(f'{a:.3f}: {b:.2f} ms' for a, b in tried)})")
+        t1 = run(s1)
+        if abs(t1 - published_tpot_ms) <= tolerance * published_tpot_ms:
+            return s1, tried
+        slope = (t1 - t0) / (s1 - s0) if s1 != s0 else 0.0
+        s_next = s1 + (published_tpot_ms - t1) / slope if slope > 0 else s1 * published_tpot_ms / t1
+        s0, t0, s1 = s1, t1, max(s_next, 1e-3)
+
+
+def _scaled(device, factor: float):
+    return lambda *a: factor * device(*a)
+
+
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
-                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu"):
-    """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result."""
+                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu", fit: str | None = None):
+    """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result.
+
+    ``fit="device-scale"`` (full size only): per GPU, the after arm (``pr40143``) runs first as is,
+    :func:`fit_device_scale` turns its mean TPOT into the device-time factor that matches the
+    published after-TPOT, and every arm then runs with the device scaled by it; the factor is the
+    result's one fitted parameter (``params.fitted``) and the after arm's TPOT row says it was fitted."""
     import tempfile
 
     from labkit.device import describe_machine
@@ -132,8 +183,11 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
                          max_item_tokens=spans[0].length if spans else 1)
     compare = size == "full"
+    if fit is not None and (fit != "device-scale" or not compare or "pr40143" not in arms):
+        raise UsageError("--fit device-scale needs --size full and the pr40143 arm (the published after-TPOT)")
     from labkit.machine_load import machine_load
 
+    fitted: dict = {}
     rows, params_gpu, speeds, inputs_prov, devices = [], {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp, machine_load() as load:
         model_dir = write_model_config(tmp)
@@ -149,14 +203,34 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                            "census_machine": census_machine, "this_machine": machine["slug"]}
             per_image_ns, stages = per_image_input_ns(inputs.input_processing)
             input_ns = per_image_ns * workload.images * speed.factor
+
+            def one(arm, dev):
+                return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
+                               cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
+                               input_ns_per_request=input_ns, config=config,
+                               scheduler_source=scheduler_source, charge=charge)
+
+            if fit == "device-scale":
+                factor, tried = fit_device_scale(
+                    lambda k: one("pr40143", _scaled(device, k))["metrics"]["mean_tpot_ms"],
+                    published_value("mean_tpot_ms", "after"))
+                fitted[gpu] = {"device_scale": factor, "fitted_to": "pr40143 mean_tpot_ms (published)",
+                               "runs": [{"device_scale": a, "mean_tpot_ms": b} for a, b in tried],
+                               "rule": f"secant on the factor from 1 until pr40143's mean TPOT is within "
+                                       f"{FIT_TOLERANCE:.1%} of the published; every step's device time x factor"}
+                logger.info("serve-sim %s: device scale %.3f after %d runs", gpu, factor, len(tried))
+                device = _scaled(device, factor)
+                devices[gpu] = f"{dev_desc}, x {factor:.3f} fitted to pr40143's published mean TPOT"
             by_arm = {}
             for arm in arms:
-                run = run_arm(arm, workload, model_dir=model_dir, device=device, census_rows=inputs.census["rows"],
-                              cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
-                              input_ns_per_request=input_ns, config=config,
-                              scheduler_source=scheduler_source, charge=charge)
+                run = one(arm, device)
                 by_arm[arm] = run["metrics"]
-                rows += metric_rows(arm, gpu, run["metrics"], compare=compare)
+                mrows = metric_rows(arm, gpu, run["metrics"], compare=compare)
+                if fit == "device-scale" and arm == "pr40143":
+                    for r in mrows:
+                        if r["metric"] == "mean_tpot_ms":
+                            r["fitted"] = True
+                rows += mrows
                 rows += [{"kind": "phase", "arm": arm, "gpu": gpu, **r} for r in phase_rows(run["timeline"])]
                 rows.append({"kind": "ttft_parts", "arm": arm, "gpu": gpu, **ttft_parts(run["timeline"])})
                 buckets = requests_buckets(run["census_host"].requests_points)
@@ -184,11 +258,12 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         "admission": "a request joins the engine at the first step starting after its inputs are done",
         "input_stages": list(INPUT_STAGES), "per_gpu": params_gpu, "device": devices,
         "cpu_speed": speeds if len(gpus) > 1 else speeds[gpus[0]], "inputs": inputs_prov,
-        "fitted": {}, "published_compared": compare,
+        "fitted": (fitted if len(gpus) > 1 else fitted.get(gpus[0], {})), "published_compared": compare,
         "note": "source simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, "
                 "device from the device model) is simulated; not a GPU measurement",
     }
-    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="simulated", size=size)
+    name = RESULT_NAME if fit is None else f"{RESULT_NAME}_{fit.replace('-', '_')}"
+    result = make_result(sized_name(name, size), rows, params=params, source="simulated", size=size)
     if save:
         save_result(result)
     return result
@@ -204,7 +279,7 @@ def print_table(result) -> None:
                 "max_output_tokens_per_s", "median_tpot_ms", "mean_itl_ms", "p99_ttft_ms"):
             continue
         pub = "-" if r["published"] is None else f"{r['published']:.4g}"
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        err = "fitted" if r.get("fitted") else "-" if r["error"] is None else f"{r['error']:+.1%}"
         print(f"{r['gpu']:<5} {r['arm']:<16} {r['metric'] + ' (' + r['unit'] + ')':<24} {r['predicted']:>12.4g} "
               f"{pub:>12} {err:>8}")
     print("\nphases of the run (simulated s; host-bound share of the steps)")
@@ -238,6 +313,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler-clock", choices=("cpu", "wall"), default="cpu",
                    help="which measured clock of the scheduler's calls the host is charged: the thread's CPU time "
                         "(default: a shared machine's waits for a core left out) or the wall clock")
+    p.add_argument("--fit", choices=("device-scale",), default=None,
+                   help="fit one parameter: device-scale multiplies every step's device time by the factor that "
+                        "brings pr40143's mean TPOT to the published one (full size; result serve_sim_device_scale)")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
     return p
@@ -263,7 +341,8 @@ def _main(argv: list[str]) -> int:
         if dev is None:
             raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
-                           save=False, census_machine=args.census_machine, charge=args.scheduler_clock)
+                           save=False, census_machine=args.census_machine, charge=args.scheduler_clock,
+                           fit=args.fit)
     print_table(result)
     from labkit.machine_load import describe_load
 

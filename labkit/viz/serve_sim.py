@@ -24,13 +24,14 @@ NO_SERVE_SIM = ("no serve_sim result recorded: run `labkit bench serve-sim --siz
                 "(needs the device model)")
 
 
-def recorded_serve_sim(root=None):
-    """The recorded ``serve_sim`` (a full run before a quick one, this machine's first), or None."""
+def recorded_serve_sim(root=None, name: str = RESULT_NAME):
+    """The recorded ``serve_sim`` (``name``: or ``serve_sim_device_scale``, the run with the device time
+    fitted; a full run before a quick one, this machine's first), or None."""
     from labkit.device import describe_machine
     from labkit.results import load_results
 
     here = describe_machine("cpu")["slug"]
-    found = sorted(load_results(root, name=RESULT_NAME), key=lambda r: (r.size != "full", r.slug != here, r.slug))
+    found = sorted(load_results(root, name=name), key=lambda r: (r.size != "full", r.slug != here, r.slug))
     return found[0] if found else None
 
 

@@ -43,14 +43,36 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
 
 
 def _serve_sim_answer(res) -> Answer:
-    rows = res.rows
-    errors = [abs(r["error"]) for r in rows if isinstance(r.get("error"), (int, float))]
-    text = (f"The serving simulator ({esc(res.source)}) predicts {num(len(rows))} published figures of the two PRs "
-            f"({esc(', '.join(sorted({str(r.get('gpu')) for r in rows})))})")
-    if errors:
-        text += f", within {pct(max(errors))} of each (median {pct(sorted(errors)[len(errors) // 2])})."
+    """The named GPU's before/after output tok/s ratio against the published one, then the absolute
+    times' misses, all read from the ``serve_sim`` rows."""
+    gpu = res.params.get("gpu")
+    gpu = gpu[0] if isinstance(gpu, list) and gpu else gpu
+    rows = [r for r in res.rows if r.get("kind", "metric") in ("metric", "ratio") and r.get("published") is not None
+            and (gpu is None or r.get("gpu") == gpu)]
+    ratio = next((r for r in rows if r.get("kind") == "ratio"), None)
+    fitted = res.params.get("fitted") or {}
+    text = (f"vLLM's real scheduler, driven over #40143's whole run on a simulated {esc(gpu or 'GPU')} "
+            f"({esc(res.source)}; host from {esc(res.slug)}'s census, "
+            + (f"fitted: {esc(', '.join(fitted))}" if fitted else "nothing fitted") + ")")
+    if ratio is not None:
+        text += (f", predicts the before/after output tok/s ratio {num(ratio['predicted'], 'x')} against the "
+                 f"published {num(ratio['published'], 'x')} (error {pct(ratio['error'])}).")
     else:
         text += "."
+    misses, under = [], []
+    for metric, label, scale, unit in (("mean_tpot_ms", "mean TPOT", 1.0, " ms"), ("mean_ttft_ms", "mean TTFT", 1e-3, " s"),
+                                       ("duration_s", "duration", 1.0, " s")):
+        got = {r["arm"]: r for r in rows if r.get("metric") == metric}
+        if len(got) == 2:
+            (bn, b), (an, a) = sorted(got.items(), key=lambda kv: kv[0] != "baseline")
+            under += [b["predicted"] < b["published"], a["predicted"] < a["published"]]
+            misses.append(f"{label} {num(b['predicted'] * scale, unit)} / {num(a['predicted'] * scale, unit)} "
+                          f"against {num(b['published'] * scale, unit)} / {num(a['published'] * scale, unit)}")
+    if misses:
+        text += (" The absolute times " + ("are shorter than published on both arms" if all(under) else "miss")
+                 + " (baseline / pr40143: " + "; ".join(misses) + ")"
+                 + ("; the ratio holds within 10%, the run's length does not." if ratio is not None
+                    and abs(ratio["error"]) <= 0.10 else "."))
     detail = format_table(rows, columns=["arm", "gpu", "metric", "predicted", "published", "error"])._repr_html_()
     return Answer(text, (cite(res),), detail)
 
