@@ -168,3 +168,19 @@ def test_inside_vllm_serve_sim_says_a_miss_of_the_ratio_and_a_fit():
     t = text(answers.inside_vllm_answer([sim], censuses=[census()]))
     assert "fitted: device_scale" in t and "ratio 1.5x" in t
     assert "the ratio holds" not in t and "The absolute times miss" in t  # 40 > 33.81: not shorter on both
+
+
+def test_inside_vllm_adds_the_device_fit_and_says_why_the_ratio_falls():
+    sim = res("serve_sim", "m", "simulated", _sim_rows("h200", 20.0, 16.0, 1.25), params={"gpu": "h200", "fitted": {}})
+    # device fitted: after-TPOT at the published 24.58, baseline 25 ms (host hidden), ratio 1.0
+    fit = res("serve_sim_device_scale", "m", "simulated", _sim_rows("h200", 25.0, 24.58, 1.0),
+              params={"gpu": "h200", "fitted": {"device_scale": 1.6}})
+    a = answers.inside_vllm_answer([sim, fit], censuses=[census()])
+    t = text(a)
+    assert "fitted to pr40143's published mean TPOT (x 1.6" in t and "the ratio is 1x" in t
+    assert "baseline's mean TPOT 25 ms against the published 33.8 ms" in t and "hides behind" in t
+    assert "m/serve_sim_device_scale.json (simulated)" in a.sources
+    # a fit that keeps the gain says nothing of hiding
+    fit_ok = res("serve_sim_device_scale", "m", "simulated", _sim_rows("h200", 33.0, 24.58, 1.3),
+                 params={"gpu": "h200", "fitted": {"device_scale": 1.6}})
+    assert "hides behind" not in text(answers.inside_vllm_answer([sim, fit_ok], censuses=[census()]))

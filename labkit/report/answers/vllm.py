@@ -77,6 +77,30 @@ def _serve_sim_answer(res) -> Answer:
     return Answer(text, (cite(res),), detail)
 
 
+def _device_fit_sentence(fit) -> str:
+    """The run with the device time fitted to pr40143's published TPOT: the factor, the ratio it then
+    predicts and the baseline's TPOT against the published, read from ``serve_sim_device_scale``."""
+    gpu = fit.params.get("gpu")
+    gpu = gpu[0] if isinstance(gpu, list) and gpu else gpu
+    factor = (fit.params.get("fitted") or {}).get("device_scale")
+    rows = [r for r in fit.rows if r.get("gpu") == gpu]
+    ratio = next((r for r in rows if r.get("kind") == "ratio"), None)
+    base = next((r for r in rows if r.get("kind") == "metric" and r.get("arm") == "baseline"
+                 and r.get("metric") == "mean_tpot_ms"), None)
+    if factor is None or ratio is None or base is None:
+        return ""
+    text = (f"With the device time fitted to pr40143's published mean TPOT (x {num(factor)}, the one fitted "
+            f"parameter), the ratio is {num(ratio['predicted'], 'x')} and the baseline's mean TPOT "
+            f"{num(base['predicted'], ' ms')} against the published {num(base['published'], ' ms')}")
+    if ratio["error"] < -0.10 and base["predicted"] < base["published"]:
+        text += (": under vLLM's async scheduling as simulated (a step lasts the longer of the device and the "
+                 "host), the baseline's measured host hides behind the PR's device step, so the published gain "
+                 "needs host time that the step does not overlap.")
+    else:
+        text += "."
+    return text
+
+
 def _census_answer(censuses: list) -> Answer:
     from labkit.viz import inside_vllm
 
@@ -120,7 +144,11 @@ def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
     results = recorded(results)
     sim = pick(results, SERVE_SIM, where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
     if sim is not None:
-        return _serve_sim_answer(sim)
+        answer = _serve_sim_answer(sim)
+        fit = pick(results, SERVE_SIM + "_device_scale", machine=sim.slug,
+                   where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
+        return answer if fit is None else Answer(answer.text + " " + _device_fit_sentence(fit),
+                                                 answer.sources + (cite(fit),), answer.detail)
     if censuses is None:
         from labkit.viz import inside_vllm
 
