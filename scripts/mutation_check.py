@@ -161,6 +161,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_vllm_step.py",),
     ),
     Mutation(
+        "census-phase-left-out-passes",
+        "census checks: a step whose sum leaves a top-level phase out passes (the summed phases not compared)",
+        "missing = [p for p in TOP_PHASES if summed is not None and p not in summed]",
+        "missing = []",
+        ("tests/test_vllm_step.py",),
+    ),
+    Mutation(
+        "serve-fit-one-shot",
+        "serve-sim device fit: the first guess (published / predicted) taken as the factor, no secant runs",
+        "        t1 = run(s1)\n",
+        "        return s1, tried\n",
+        ("tests/test_serve_cli.py",),
+    ),
+    Mutation(
         "census-bracket-widened",
         "census checks: schedule() in the step held to the scheduler alone's bracket widened by 20%",
         '"passed": lo <= x <= hi',
