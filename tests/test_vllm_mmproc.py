@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm.input_processing import VLLM_STAGES
-from labkit.vllm.mmproc_compare import (NO_PEER, STAGE_MAP, compare, lab_figures, model_verdict, pool_rounds,
+from labkit.vllm.processor.input_processing import VLLM_STAGES
+from labkit.vllm.processor.mmproc_compare import (NO_PEER, STAGE_MAP, compare, lab_figures, model_verdict, pool_rounds,
                                         stage_status, vllm_figures)
 
 SHARED = ("get_mm_hashes", "get_cache_missing_items", "apply_hf_processor", "merge_mm_kwargs",

@@ -14,7 +14,7 @@ Which of the census's steps: ``forward="cpu"`` (``--host-forward cpu``, the defa
 steps as measured, where the CPU build's own forward runs between the host phases and, reading
 the KV cache and the vocabulary's logits, evicts what they read next; ``off-host`` takes the steps
 the census timed with the forward off the host (``off_host:`` rows,
-:func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server's host pays them.
+:func:`labkit.vllm.census.step_census.forward_off_host`), the host phases as a GPU server's host pays them.
 
 engine core, one thread, in this order: ``other`` (the core's glue), ``schedule``,
 ``prepare_inputs`` (the runner's input preparation; on the CPU build it includes the CPU
@@ -98,8 +98,8 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
 
     ``forward``: ``cpu`` takes the census's steps as measured (the CPU's forward between the host
     phases); ``off-host`` the steps it timed with the forward off the host (``off_host:`` rows,
-    :func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server pays them."""
-    from labkit.vllm.step_census import OFF_HOST
+    :func:`labkit.vllm.census.step_census.forward_off_host`), the host phases as a GPU server pays them."""
+    from labkit.vllm.census.step_rows import OFF_HOST
 
     if not cpu_speed > 0:
         raise UsageError(f"--cpu-speed must be > 0, got {cpu_speed}")

@@ -43,7 +43,7 @@ METRIC_UNITS = {"duration_s": "s", "completed": "requests", "total_input_tokens"
 def published_value(metric: str, side: str) -> float | None:
     """#40143's published figure of ``metric`` for ``side`` (``before``/``after``), or None."""
     from labkit.mm.overlap import PR40143
-    from labkit.vllm.input_processing import PR40143_TTFT_S
+    from labkit.vllm.processor.input_processing import PR40143_TTFT_S
 
     table = {"output_throughput": (PR40143.output_tok_s_before, PR40143.output_tok_s_after),
              "mean_tpot_ms": (PR40143.mean_tpot_ms_before, PR40143.mean_tpot_ms_after),
@@ -122,8 +122,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     from labkit.serve.inputs import INPUT_STAGES, load_inputs, per_image_input_ns
     from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for
     from labkit.serve.workload import get_workload, prompt_layout
-    from labkit.vllm.sched_census import write_model_config
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.sched_census import write_model_config
+    from labkit.vllm.census.step_bench import require_vllm
 
     version = require_vllm()
     machine = describe_machine()
@@ -255,7 +255,7 @@ def _main(argv: list[str]) -> int:
     bad = [a for a in arms if a not in ARMS]
     if bad or not arms:
         raise UsageError(f"--arms: choose from {', '.join(ARMS)} (got {args.arms!r})")
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.step_bench import require_vllm
 
     require_vllm()
     for gpu in args.gpu:

@@ -38,7 +38,7 @@ Images: the processor pads every image to ``max_soft_tokens x 9`` = 2520 patches
 ``image_processing_pil_gemma4.py``, ``pad_along_first_dim``) and vLLM encodes the padded length
 (``gemma4_mm.py``, buckets by ``pixel_values.shape[0]``), so the encoder's default is 2520
 patches per image; #40143's 1024x1536 image holds :data:`PR40143_REAL_PATCHES` of them
-(:func:`labkit.vllm.models.placeholder_layout`: 260 soft tokens x 9).
+(:func:`labkit.vllm.conformance.models.placeholder_layout`: 260 soft tokens x 9).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from labkit.errors import UsageError
 from labkit.serve.device_efficiency import Efficiencies, load_efficiencies
 from labkit.serve.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
 from labkit.viz.peaks import GpuPeak, load_peaks
-from labkit.vllm.models import placeholder_layout
+from labkit.vllm.conformance.models import placeholder_layout
 
 __all__ = ["GPUS", "get_gpu", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",

@@ -2,7 +2,7 @@
 
 :data:`GEMMA4_E4B` is the model of vLLM #40143's benchmark (``google/gemma-4-E4B-it``). The
 field names follow transformers' ``Gemma4TextConfig`` / ``Gemma4VisionConfig`` (the lab's made
-Gemma 4 model is written with them, :func:`labkit.vllm.models._write_gemma4`). Those classes'
+Gemma 4 model is written with them, :func:`labkit.vllm.conformance.models._write_gemma4`). Those classes'
 defaults describe another checkpoint (their docstrings name ``google/gemma-4-e2b-it``; the text
 defaults, hidden 2304 over 30 layers, are not E4B's), so every E4B value below comes from a
 published E4B configuration:

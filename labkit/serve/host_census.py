@@ -1,6 +1,6 @@
 """The host time of an engine step from the census of vLLM's step (result ``vllm_step``).
 
-The census (:mod:`labkit.vllm.step_census`) timed vLLM's whole decode step per phase and A/B
+The census (:mod:`labkit.vllm.census.step_census`) timed vLLM's whole decode step per phase and A/B
 variant at a few points (requests x images per request). Here one variant's phases at one
 images-per-request value become functions of the number of requests in the step: linear
 between the census's points, flat beyond the first and last. By default the rows are the

@@ -1,6 +1,6 @@
 """The step census's checks as a reader takes them: invariants in one line each, observations as findings.
 
-The census (:mod:`labkit.vllm.step_checks`) records every check with ``passed`` and its figures.
+The census (:mod:`labkit.vllm.census.step_checks`) records every check with ``passed`` and its figures.
 Two kinds are told apart here, by the check's name (:data:`CHECK_KINDS`):
 
 - an **invariant** must hold for the census to be read at all (the phases add up to the step, the

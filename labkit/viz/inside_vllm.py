@@ -179,7 +179,7 @@ def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, s
     from labkit.engine.hostfrom import host_table_from_rows, run_host_from
     from labkit.engine.profiles import load_profile
 
-    from labkit.vllm.step_census import OFF_HOST
+    from labkit.vllm.census.step_rows import OFF_HOST
 
     if result is None or (forward == "off-host" and not any(r["phase"].startswith(OFF_HOST) for r in result.rows)):
         return []
@@ -406,7 +406,7 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
     there: no model runs)."""
     import pandas as pd
 
-    from labkit.vllm.step_census import OFF_HOST
+    from labkit.vllm.census.step_rows import OFF_HOST
 
     cols = ["phase", "before_ms", "after_ms", "saving_ms", "share", "off_host_saving_ms", "off_host_share"]
     if result is None:

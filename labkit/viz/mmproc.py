@@ -1,12 +1,12 @@
 """Notebook 08's "vLLM's own processor benchmark beside the lab's": the recorded ``vllm_mmproc``, viewed.
 
-``labkit bench vllm-mmproc`` (:mod:`labkit.vllm.mm_processor_bench`) records, per made model and
+``labkit bench vllm-mmproc`` (:mod:`labkit.vllm.processor.mm_processor_bench`) records, per made model and
 stage, vLLM's ``vllm.benchmarks.mm_processor`` figure and ``labkit bench vllm-input``'s for the same
-stage (us per image), their ratio and why a stage has no peer (:mod:`labkit.vllm.mmproc_compare`).
+stage (us per image), their ratio and why a stage has no peer (:mod:`labkit.vllm.processor.mmproc_compare`).
 
 - :func:`recorded_mmprocs`: every machine's recorded result (full where there is one), this machine's first;
 - :func:`side_by_side_table`: one row per model and stage, both figures in ms per image, the ratio, the status;
-- :func:`verdicts`: one sentence per model, read from the rows (:func:`labkit.vllm.mmproc_compare.model_verdict`);
+- :func:`verdicts`: one sentence per model, read from the rows (:func:`labkit.vllm.processor.mmproc_compare.model_verdict`);
 - :func:`plot_side_by_side`: both figures of every stage both sides time, one panel per model.
 """
 
@@ -55,7 +55,7 @@ def side_by_side_table(result):
 
 def verdicts(result) -> list[str]:
     """One sentence per model of ``result``, read from its rows."""
-    from labkit.vllm.mmproc_compare import model_verdict
+    from labkit.vllm.processor.mmproc_compare import model_verdict
 
     if result is None:
         return [NO_MMPROC]

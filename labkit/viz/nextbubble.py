@@ -1,6 +1,6 @@
 """Figures for the next bubble: vLLM's per-step ``compute_mm_prefix_ranges``, installed vs patched.
 
-All functions take rows as ``labkit.vllm.nextbubble.recorded_rows()`` returns them and return a
+All functions take rows as ``labkit.vllm.census.nextbubble.recorded_rows()`` returns them and return a
 ``go.Figure`` (never shown here). Host times measured on a CPU say so in the title.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.vllm.nextbubble import expected_effect, side_by_side
+from labkit.vllm.census.nextbubble import expected_effect, side_by_side
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
 

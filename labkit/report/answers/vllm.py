@@ -15,7 +15,7 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
     """07: installed vLLM's ``compute_mm_prefix_ranges`` against the patched one per step at ``point``
     (``vllm_prefix_ranges`` rows), and the GPU idle share each would leave with a ``device_step_ms``
     device step (perfect overlap bound)."""
-    from labkit.vllm import nextbubble
+    from labkit.vllm.census import nextbubble
 
     if rows is None:
         rows = nextbubble.recorded_rows()

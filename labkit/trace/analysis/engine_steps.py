@@ -15,7 +15,7 @@ default) also has the frames of the whole step: :func:`engine_steps` finds them 
     ``get_num_embeds`` (the placeholder reads #40143 made cheap);
 ``prepare_inputs``
     the model runner's input preparation, the block vLLM runs inside ``with
-    self.synchronize_input_prep():`` (the span :class:`labkit.vllm.step_timers.PhaseTimers`
+    self.synchronize_input_prep():`` (the span :class:`labkit.vllm.census.step_timers.PhaseTimers`
     times): ``input_prep``, from the first frame of that generator (entered) to its last (resumed
     as the block exits), less the encoder that runs inside it; the persistent batch update, input
     ids and positions, attention metadata, embeddings gather (``update_states``,

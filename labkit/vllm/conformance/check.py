@@ -1,9 +1,9 @@
 """The in-process check on vLLM's real engine: ``labkit vllm check`` and ``make test-vllm-cpu``.
 
-On one engine built from a made model (:mod:`labkit.vllm.engine`), for each A/B variant:
+On one engine built from a made model (:mod:`labkit.vllm.conformance.engine`), for each A/B variant:
 
 1. every request's placeholders, as vLLM's processor made them, have the layout the model's
-   rules give (:func:`labkit.vllm.models.placeholder_layout`);
+   rules give (:func:`labkit.vllm.conformance.models.placeholder_layout`);
 2. greedy tokens are identical across the variants (and differ between requests, so the
    images reach the model);
 3. the scheduler's ``get_num_embeds`` calls in every decode step: at least the running
@@ -90,7 +90,7 @@ def _names_placeholder_site(sites: Sequence[str]) -> list[str]:
 def run_check(model_dir: str | Path, shape, variants: Sequence[str], *, run_dir: str | Path | None = None,
               traces: str | Path | None = None, json_out: str | Path | None = None) -> CheckReport:
     """Build one engine for ``model_dir``, run every variant, check the findings; see the module text."""
-    from labkit.vllm.models import config_hash, model_arch, placeholder_layout
+    from labkit.vllm.conformance.models import config_hash, model_arch, placeholder_layout
 
     arch = model_arch(model_dir)
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-check-") as tmp:
@@ -110,7 +110,7 @@ def run_check(model_dir: str | Path, shape, variants: Sequence[str], *, run_dir:
 
 def _run(model_dir, arch, shape, variants, run: Path, dest: Path) -> tuple[CheckReport, dict]:
     from labkit.vllm.ab import scheduler_has_window
-    from labkit.vllm.engine import build_engine, make_requests, run_variants, shape_dict, shutdown_engine, vllm_build
+    from labkit.vllm.conformance.engine import build_engine, make_requests, run_variants, shape_dict, shutdown_engine, vllm_build
     from labkit.vllm.variants import VARIANTS
 
     llm = build_engine(model_dir, run, images_per_prompt=shape.images, profile_dir=run / "profile",

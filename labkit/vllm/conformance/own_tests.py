@@ -3,9 +3,9 @@
 The A/B switch (:mod:`labkit.vllm.ab`) replaces parts of an installed vLLM in-process. vLLM's
 own tests of the scheduler, the encoder cache and the multimodal inputs say whether a
 variant still behaves as vLLM does. :func:`run_matrix` takes the ``tests/`` tree of the
-source distribution of the installed vLLM's version (:mod:`labkit.vllm.sdist`: fetched from
+source distribution of the installed vLLM's version (:mod:`labkit.vllm.conformance.sdist`: fetched from
 PyPI, its SHA-256 checked against the registry's listing, cached under the venv), makes the
-hub models those tests name as local folders (:mod:`labkit.vllm.hub_models`, offline), and
+hub models those tests name as local folders (:mod:`labkit.vllm.conformance.hub_models`, offline), and
 runs the chosen files once stock and once per variant. A variant is switched in the way a
 server gets it: ``$LABKIT_VLLM_AB`` set, and vLLM's plugin loader run at pytest's start
 (``-p labkit.vllm.pytest_ab``, which calls ``vllm.plugins.load_general_plugins()``; that runs

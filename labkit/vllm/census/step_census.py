@@ -1,6 +1,6 @@
 """The census of vLLM's whole engine step: host time per phase, per variant, at #40143's steady state.
 
-One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
+One in-process engine (:mod:`labkit.vllm.conformance.engine`) serves a Gemma 4 model made by
 ``labkit vllm make-model`` (Gemma 4's real placeholders: 262 tokens, 260 embeddings, for
 #40143's 1024 x 1536 images or 64 x 96 ones of the same aspect). For each grid point
 (requests x images per request), :func:`measure_point`:
@@ -15,7 +15,7 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
    :attr:`CensusPlan.block` decode steps for :attr:`CensusPlan.rounds` rounds, the order
    rotated each round, the first step after each switch left out (it recomputes the cached
    cumsums the switch cleared). Each step is timed phase by phase by
-   :class:`labkit.vllm.step_timers.PhaseTimers`, with no profiler running. With
+   :class:`labkit.vllm.census.step_timers.PhaseTimers`, with no profiler running. With
    :attr:`CensusPlan.off_host`, each variant's block is followed in the same round by a block
    with the forward taken off the host (:func:`forward_off_host`: the model, its logits and the
    sampler return ready outputs, as a GPU server's host finds them; rows ``off_host:<phase>``).
@@ -28,7 +28,7 @@ One in-process engine (:mod:`labkit.vllm.engine`) serves a Gemma 4 model made by
 4. last, the engine's own scheduler driven alone on the same live requests, ``schedule()`` then
    a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
    back to back, and with the last-level cache swept between steps;
-   :func:`labkit.vllm.step_checks.engine_scheduler_alone`). It advances the requests without
+   :func:`labkit.vllm.census.step_checks.engine_scheduler_alone`). It advances the requests without
    the model runner, so nothing runs the engine after it: the point ends there. ``labkit bench
    vllm-sched``'s stand-in scheduler at the same shape is stepped in the same rounds as the
    back-to-back mode (baseline and merged). What the same scheduler code costs with the rest of
@@ -66,30 +66,18 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
+
+from labkit.vllm.census.step_rows import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CENSUS_VARIANTS", "PHASES", "ALONE_MODES", "OFF_HOST", "CensusPlan", "forward_off_host",
-           "step_quantiles", "build_census_engine", "measure_point", "drop_encoded_inputs", "prompt_tokens",
-           "kv_cache_gib"]
+__all__ = ["CENSUS_VARIANTS", "CensusPlan", "forward_off_host", "build_census_engine", "measure_point",
+           "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
-#: every phase a row is written for: (phase, parent); top-level ones have no parent
-PHASES = (("step", None), ("schedule", None), ("prepare_inputs", None), ("encoder", None), ("forward", None),
-          ("sample", None), ("update_from_output", None), ("process_outputs", None), ("other", None),
-          ("encoder_inputs", "schedule"), ("get_num_embeds", "encoder_inputs"), ("update_states", "prepare_inputs"),
-          ("prepare_inputs_fn", "prepare_inputs"), ("attention_metadata", "prepare_inputs"),
-          ("preprocess", "prepare_inputs"), ("model_forward", "forward"), ("logits", "forward"),
-          ("sampler", "sample"), ("bookkeeping", "sample"), ("detokenize", "process_outputs"))
-TOP = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
-#: the engine's own scheduler driven alone after a point's steps (:func:`labkit.vllm.step_checks.engine_scheduler_alone`):
-#: row phase -> whether the last-level cache is swept between its steps
-ALONE_MODES = {"schedule_alone": False, "schedule_alone_swept": True}
-#: prefix of the phases of the steps timed with the forward off the host (:func:`forward_off_host`)
-OFF_HOST = "off_host:"
-#: text tokens of the made Gemma 4 prompt around its images (``labkit.vllm.models.image_prompt``), with margin
+#: text tokens of the made Gemma 4 prompt around its images (``labkit.vllm.conformance.models.image_prompt``), with margin
 PROMPT_TEXT_TOKENS = 16
 
 
@@ -138,7 +126,7 @@ def kv_cache_gib(plan: CensusPlan) -> int:
 
 def build_census_engine(model_dir, run_dir, plan: CensusPlan, *, profile_dir):
     """One engine sized for every point of ``plan`` (requests, images, prompt and output lengths)."""
-    from labkit.vllm.engine import build_engine
+    from labkit.vllm.conformance.engine import build_engine
 
     max_n = max(n for n, _ in plan.points)
     max_m = max(m for _, m in plan.points)
@@ -235,7 +223,7 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
     """Add the point's requests wave by wave; step until all decode. Returns timings of the set-up."""
     from vllm import SamplingParams
 
-    from labkit.vllm.engine import Shape, make_requests
+    from labkit.vllm.conformance.engine import Shape, make_requests
 
     shape = Shape(run.requests, run.images, plan.width, plan.height, output_len=plan.max_tokens(run.requests))
     params = SamplingParams(temperature=0.0, max_tokens=shape.output_len, ignore_eos=True)
@@ -269,7 +257,7 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
 def _block(run: _PointRun, variant: str, steps: int, *, profile: Callable | None = None) -> list:
     """``steps`` timed decode steps of ``variant`` after one left out; returns their StepRecords."""
     from labkit.vllm.ab import patched_vllm
-    from labkit.vllm.step_timers import PhaseTimers
+    from labkit.vllm.census.step_timers import PhaseTimers
 
     engine = run.llm.llm_engine
     with patched_vllm(variant):
@@ -289,7 +277,7 @@ def _derived(phases_ns: dict) -> dict:
     """Wrapper ns per phase -> us per phase with the top-level ones (same rules as the trace table).
 
     ``prepare_inputs`` is the runner's input-preparation span (``input_prep``,
-    :data:`labkit.vllm.step_timers.SPAN_PHASES`) less the encoder, which runs inside it (in
+    :data:`labkit.vllm.census.step_timers.SPAN_PHASES`) less the encoder, which runs inside it (in
     ``_preprocess``); ``forward`` is ``model_forward`` + ``logits``, both after the span. Every
     top-level phase is thus a measured call (or a measured call less one measured inside it), the
     calls disjoint and inside the step, so their sum is at most ``step``; ``other`` is what is
@@ -305,16 +293,6 @@ def _derived(phases_ns: dict) -> dict:
     out.setdefault("encoder", 0.0)
     out["other"] = g("step", 0.0) - sum(out.get(p, 0.0) for p in TOP)
     return out
-
-
-def step_quantiles(values: Sequence[float]) -> dict:
-    """``median_us`` and the nearest-rank ``p20_us`` / ``p80_us`` of per-step values (us)."""
-    v = sorted(values)
-
-    def q(p):
-        return float(v[min(len(v) - 1, int(round(p * (len(v) - 1))))])
-
-    return {"median_us": float(statistics.median(v)), "p20_us": q(0.2), "p80_us": q(0.8)}
 
 
 @contextlib.contextmanager
@@ -340,7 +318,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     """Rows of one grid point (see the module text) and the point's set-up facts (times, traces)."""
     from labkit.trace.analysis.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
-    from labkit.vllm.engine import engine_scheduler
+    from labkit.vllm.conformance.engine import engine_scheduler
 
     run = _PointRun(llm, engine_scheduler(llm), requests, images)
     facts = _admit(run, model_dir, plan, seed)
@@ -391,7 +369,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
 def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
     """The engine's scheduler driven alone at the point (:data:`ALONE_MODES`), with vllm-sched's stand-in
     for the baseline and merged variants stepped in the same rounds as its back-to-back mode."""
-    from labkit.vllm.step_checks import engine_scheduler_alone, stand_in_scheduler, sweep_bytes
+    from labkit.vllm.census.step_checks import engine_scheduler_alone, stand_in_scheduler, sweep_bytes
 
     pair = tuple(v for v in plan.variants if v in ("baseline", "merged"))
     steps = plan.alone_rounds * (plan.alone_block + 1) + 2
@@ -404,7 +382,7 @@ def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
 
 
 def _runner(llm):
-    from labkit.vllm.step_timers import engine_parts
+    from labkit.vllm.census.step_timers import engine_parts
 
     return engine_parts(llm)["runner"]
 
@@ -414,7 +392,7 @@ def _named(wrapper) -> dict:
     that sum's share of each step) and ``named_share_max`` (its largest share of any one step), from the
     wrapper timers' per-step phases (us), and ``named_phases``: the phases summed. The phases are
     disjoint timed calls inside the step, so no step's share can exceed 1
-    (:func:`labkit.vllm.step_checks.census_checks` holds the largest to it, and the phases summed to
+    (:func:`labkit.vllm.census.step_checks.census_checks` holds the largest to it, and the phases summed to
     its own list of the step's top-level calls)."""
     sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
     shares = [s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]

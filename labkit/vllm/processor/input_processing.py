@@ -108,7 +108,7 @@ def measure_hf_processor(model_dir, images, *, repeats: int = 3) -> tuple[list[f
     ``repeats`` times; and the processor's image-processor class."""
     from transformers import AutoProcessor
 
-    from labkit.vllm.models import image_prompt, model_arch
+    from labkit.vllm.conformance.models import image_prompt, model_arch
 
     proc = AutoProcessor.from_pretrained(str(model_dir))
     arch = model_arch(model_dir)
@@ -138,7 +138,7 @@ def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]], *, reset_
     cleared before each request (``LLM.reset_mm_cache``)."""
     from vllm import SamplingParams
 
-    from labkit.vllm.models import image_prompt, model_arch
+    from labkit.vllm.conformance.models import image_prompt, model_arch
 
     engine = llm.llm_engine
     registry = engine.renderer._mm_timing_registry  # vLLM's own per-request stage timers
@@ -276,7 +276,7 @@ def _main(argv: list[str]) -> int:
                 raise UsageError(f"--{key} must be in 1..64")
             spec[key] = getattr(args, key)
     width, height = parse_image_size(args.image_size)
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.step_bench import require_vllm
 
     require_vllm()
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-input-") as tmp:
@@ -295,7 +295,7 @@ def _main(argv: list[str]) -> int:
 def context_length(model, images: int, *, width: int, height: int) -> int:
     """The engine's context for ``images`` placeholders of the made model's architecture at ``width x height``
     px, and 64 tokens of text (1024 x 1536: 262 tokens per image for Gemma 4, 150 for Pixtral)."""
-    from labkit.vllm.models import model_arch, placeholder_layout
+    from labkit.vllm.conformance.models import model_arch, placeholder_layout
 
     return images * placeholder_layout(model_arch(model), width, height).length + 64
 
@@ -303,7 +303,7 @@ def context_length(model, images: int, *, width: int, height: int) -> int:
 def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_model_len: int):
     """Every timing of :func:`run_input`: vLLM's stages (cache kept, then cleared before each request),
     the media decode, the HF processor alone, and vLLM's build."""
-    from labkit.vllm.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
+    from labkit.vllm.conformance.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
 
     decode = [t for req in b64 for t in measure_media_decode(req)]
     images, _ = _decode(b64[0])
@@ -324,7 +324,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
 def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
     """Every row of the module text for a made model of either architecture (``spec``: images per
     request, requests, repeats; images ``width x height`` px); and what the rows were measured with
-    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.engine.vllm_build`)."""
+    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.conformance.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
     stages, fresh, decode, hf, hf_class, build = _measure_all(
@@ -349,7 +349,7 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
     from labkit.results import make_result, sized_name
-    from labkit.vllm.models import config_hash, make_model, model_arch
+    from labkit.vllm.conformance.models import config_hash, make_model, model_arch
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)

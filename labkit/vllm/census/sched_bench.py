@@ -3,7 +3,7 @@
 Runs in the vLLM environment of ``make test-vllm`` on the CPU (no network, no weights): for
 each grid point (requests x images per request) it times ``schedule()`` and
 ``update_from_output()`` per decode step for a text-only batch, the installed vLLM and the
-early-return patch (:mod:`labkit.vllm.sched_census`), interleaved, and saves the rows as
+early-return patch (:mod:`labkit.vllm.census.sched_census`), interleaved, and saves the rows as
 ``vllm_sched`` (``measured-cpu``, with the vLLM version and size).
 """
 
@@ -25,10 +25,10 @@ FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
 
 
 def sweep(grid: dict, model_dir) -> list[dict]:
-    """Rows of :func:`labkit.vllm.sched_census.measure_point` over the grid, with the
+    """Rows of :func:`labkit.vllm.census.sched_census.measure_point` over the grid, with the
     multimodal overhead cut (``overhead_cut``: 1 - patched overhead / installed overhead)."""
     from labkit.progress import progress
-    from labkit.vllm.sched_census import measure_point
+    from labkit.vllm.census.sched_census import measure_point
 
     points = [(n, m) for n in grid["requests"] for m in grid["images"]]
     rows = []
@@ -48,10 +48,10 @@ def summary(rows, device_step_ms: float | None = None) -> list[dict]:
     Columns: ``text_ms``, ``installed_ms``, ``early_return_ms`` (median ``schedule()`` per decode
     step), ``mm_overhead_ms`` / ``mm_overhead_patched_ms`` (over the text-only batch) and
     ``overhead_cut``. With ``device_step_ms``, also the step under the two bubble bounds of
-    :func:`labkit.vllm.nextbubble.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
+    :func:`labkit.vllm.census.nextbubble.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
     a device-bound step hides the saving when scheduling overlaps the GPU, a serial one keeps it.
     """
-    from labkit.vllm.nextbubble import expected_effect
+    from labkit.vllm.census.nextbubble import expected_effect
 
     table: dict[tuple, dict] = {}
     for r in rows:
@@ -107,7 +107,7 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-sched")
     from labkit.vllm.cli import grid_from_args
-    from labkit.vllm.nextbubble import vllm_version
+    from labkit.vllm.census.nextbubble import vllm_version
 
     grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
     if args.steps is not None:
@@ -115,7 +115,7 @@ def _main(argv: list[str]) -> int:
     if grid["steps"] < 1:
         raise UsageError("--steps must be >= 1")
     version = vllm_version()  # UsageError without vLLM
-    from labkit.vllm.sched_census import profile_step, temporary_model_dir
+    from labkit.vllm.census.sched_census import profile_step, temporary_model_dir
 
     with temporary_model_dir() as model_dir:
         profile = None

@@ -17,7 +17,7 @@ side and compared on randomized inputs.
 
 Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
 and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
-The workload builder and the patch (:mod:`labkit.vllm.ranges`) need only torch.
+The workload builder and the patch (:mod:`labkit.vllm.census.ranges`) need only torch.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 
 from labkit.errors import UsageError
-from labkit.vllm.ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
+from labkit.vllm.census.ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
     CACHE_ATTR,
     GEMMA_PLACEHOLDER_LEN,
     SimpleFeature,

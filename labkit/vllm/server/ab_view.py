@@ -42,7 +42,7 @@ def summary_table(results=None, root=None):
     """One row per (machine, variant): source, vLLM build, shape, repeats, medians and spreads (ms)."""
     import pandas as pd
 
-    from labkit.vllm.ab_results import variant_summary
+    from labkit.vllm.server.ab_results import variant_summary
 
     results = recorded_runs(root) if results is None else results
     out = []

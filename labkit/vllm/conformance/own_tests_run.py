@@ -1,12 +1,12 @@
 """Running vLLM's own tests stock and under each A/B variant, and filing ``vllm_own_tests``.
 
-``python -m labkit.vllm.own_tests_run [--variants a,b] [--files core,inputs]`` in the venv of
-the vLLM under test (``make test-vllm-own``; see :mod:`labkit.vllm.own_tests` for what is
+``python -m labkit.vllm.conformance.own_tests_run [--variants a,b] [--files core,inputs]`` in the venv of
+the vLLM under test (``make test-vllm-own``; see :mod:`labkit.vllm.conformance.own_tests` for what is
 compared). Steps: the installed vLLM's version; the registry's listing of
 ``vllm-<version>.tar.gz`` (address, SHA-256); the file, cached under
 ``<venv>/share/labkit/vllm-sdist/`` and checked; its ``tests/`` unpacked into a run folder
 with a Hugging Face cache of the hub models the chosen files name; vLLM's test
-dependencies (:data:`~labkit.vllm.own_tests.TEST_DEPS`) installed into the venv where
+dependencies (:data:`~labkit.vllm.conformance.own_tests.TEST_DEPS`) installed into the venv where
 missing; one pytest process per run; the result filed. Exit 0 when no test that passes stock
 fails under a variant without an explanation, 1 otherwise, 2 for bad input.
 """
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.vllm.own_tests import (FILE_SETS, RESULT_NAME, STOCK, TEST_DEPS, choose_files, choose_variants,
+from labkit.vllm.conformance.own_tests import (FILE_SETS, RESULT_NAME, STOCK, TEST_DEPS, choose_files, choose_variants,
                                    parse_junit, run_row)
 from labkit.vllm.variants import ENV_VAR
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["installed_vllm_version", "ensure_test_deps", "models_named", "run_pytest", "run_matrix", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 #: the pytest configuration of the run folder: vLLM's markers are not registered (warnings only)
 _PYTEST_INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
 
@@ -127,8 +127,8 @@ def run_pytest(variant: str, files: list[str], run_dir: Path, hf_home: Path, jun
 def run_matrix(variants: list[str], files: list[str], *, work: Path, cache_dir: Path, timeout_s: float,
                progress=logger.info) -> tuple[list[dict], dict]:
     """Every run of ``variants`` (stock first) over ``files``; returns ``(rows, params)``."""
-    from labkit.vllm import sdist
-    from labkit.vllm.hub_models import HUB_MODELS, make_hub_cache
+    from labkit.vllm.conformance import sdist
+    from labkit.vllm.conformance.hub_models import HUB_MODELS, make_hub_cache
 
     version = installed_vllm_version()
     listed = sdist.registry_sdist(version)
@@ -166,7 +166,7 @@ def run_matrix(variants: list[str], files: list[str], *, work: Path, cache_dir: 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m labkit.vllm.own_tests_run", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m labkit.vllm.conformance.own_tests_run", description=__doc__.split("\n")[0])
     p.add_argument("--variants", default="", help="comma-separated A/B variants (default: all); stock always runs")
     p.add_argument("--files", default="", help=f"comma-separated file sets ({', '.join(FILE_SETS)}) or "
                                                 "tests/... paths (default: every set)")
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit code."""
     from labkit.vllm.cli import run_main
 
-    return run_main("labkit.vllm.own_tests_run", _main, argv)
+    return run_main("labkit.vllm.conformance.own_tests_run", _main, argv)
 
 
 def _main(argv: list[str]) -> int:

@@ -104,7 +104,7 @@ def build_engine(model_dir: str | Path, run_dir: str | Path, *, images_per_promp
     ``kv_cache_gib`` replaces :data:`ENGINE_ENV`'s KV-cache size.
     Other keyword arguments override :data:`ENGINE_DEFAULTS`.
     """
-    from labkit.vllm.models import model_arch
+    from labkit.vllm.conformance.models import model_arch
 
     model_arch(model_dir)  # a made folder, or a one-line error
     apply_engine_env(run_dir)
@@ -156,7 +156,7 @@ def make_requests(model_dir: str | Path, shape: Shape, *, seed: int = 0, pixels:
     import numpy as np
     from PIL import Image
 
-    from labkit.vllm.models import image_prompt, model_arch
+    from labkit.vllm.conformance.models import image_prompt, model_arch
 
     shape.check()
     if pixels not in ("solid", "random"):

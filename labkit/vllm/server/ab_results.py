@@ -104,7 +104,7 @@ def _model_params(model: str | None) -> dict:
     """The made model's architecture and config hash, where ``model`` is a folder made by the lab."""
     if not model or not Path(model).is_dir():
         return {}
-    from labkit.vllm.models import config_hash, model_arch
+    from labkit.vllm.conformance.models import config_hash, model_arch
 
     try:
         return {"model_arch": model_arch(model), "model_config_hash": config_hash(model)}
