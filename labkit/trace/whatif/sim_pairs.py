@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.whatif.ab_pairs import AB_CASES, variant_dir
+from labkit.trace.whatif.ab_cases import AB_CASES, variant_dir
 
 #: (case of ``AB_CASES``, CUDA-graph mode); ``full`` cannot capture ``per_layer`` (copies inside
 #: attention), so its graph case is ``piecewise``
