@@ -55,7 +55,7 @@ declare_sources("measured-cpu", *(["measured-gpu"] if gpu else []))
 # the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
 
 # %%
-from labkit.viz.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
+from labkit.viz.vllm.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
 profile, aten_ops = nextbubble.recorded_profile()
 plot_profile(profile, aten_ops)
 
@@ -94,7 +94,7 @@ except ImportError:
 # the H200 machine's host when that result exists; the quick cell re-measures here.
 
 # %%
-from labkit.viz.h2d import plot_ranges_sweep
+from labkit.viz.lab.h2d import plot_ranges_sweep
 plot_ranges_sweep(load_results(name="ranges_sweep"))
 
 # %%

@@ -37,7 +37,7 @@ answers.inside_vllm_answer()
 # from `vllm-input`. Predicted beside published (hatched bars: simulated):
 
 # %%
-from labkit.viz import serve_sim
+from labkit.viz.vllm import serve_sim
 sim = serve_sim.recorded_serve_sim()
 serve_sim.serve_sim_table(sim).round(3) if sim is not None else print(serve_sim.NO_SERVE_SIM)
 
@@ -53,7 +53,7 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %%
-from labkit.viz import inside_vllm
+from labkit.viz.vllm import inside_vllm
 from labkit.vllm.server import ab_view
 from labkit.results import provenance
 censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
@@ -90,7 +90,7 @@ table = inside_vllm.census_table(census)
 format_table(table) if not table.empty else print(inside_vllm.NO_STEP)
 
 # %%
-from labkit.viz.census_checks import checks_view
+from labkit.viz.vllm.census_checks import checks_view
 checks_view(census)
 
 # %% [markdown]
@@ -183,7 +183,7 @@ print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "me
 # the encoder; the lab times the HF processor alone and the whole `add_request` call.
 
 # %%
-from labkit.viz import mmproc
+from labkit.viz.vllm import mmproc
 mmprocs = mmproc.recorded_mmprocs()  # one per machine that recorded it, this machine's first
 mmproc_result = mmprocs[0] if mmprocs else None
 print(provenance(mmproc_result) if mmproc_result else mmproc.NO_MMPROC)

@@ -182,7 +182,7 @@ ROWS = [
 
 def test_figures_from_recorded_rows():
     pytest.importorskip("plotly")
-    from labkit.viz.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
+    from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
 
     fig = plot_installed_vs_patched(ROWS)
     assert len(fig.data) == 4  # installed + patched for each of 2 image counts (one machine)

@@ -114,7 +114,7 @@ def test_prefill_chunks_against_the_window():
 
 def test_prefill_window_pairs_match_the_mask_rule():
     from labkit.attn.prefix_mask import count_allowed_pairs
-    from labkit.viz.roofline import needed_keys
+    from labkit.viz.lab.roofline import needed_keys
 
     arch = Gemma4Arch(**{**{f: getattr(E4B, f) for f in E4B.__dataclass_fields__}, "sliding_window": 7})
     rng = random.Random(3)
@@ -196,7 +196,7 @@ def test_describe_rows_and_floor():
 
 
 def test_recorded_efficiencies_match_the_roofline_reading():
-    from labkit.viz.roofline import recorded_roofline
+    from labkit.viz.lab.roofline import recorded_roofline
 
     eff = load_efficiencies("h200")
     points = {(p["case"], p["variant"]): p for p in recorded_roofline().points if p["gpu"] == "H200 SXM"}

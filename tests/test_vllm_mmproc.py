@@ -159,7 +159,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 def test_the_notebook_table_and_figure_show_both_figures_in_ms():
     from types import SimpleNamespace
 
-    from labkit.viz import mmproc
+    from labkit.viz.vllm import mmproc
 
     bench = _bench()
     bench["mm_processor_stats"]["apply_hf_processor_ms"] = _stat(52.0, 50.0, 56.0)

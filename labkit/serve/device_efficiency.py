@@ -19,7 +19,7 @@ Measured on the H200 (read from the files at every load, never typed here):
 - ``attn_decode_stream``, ``attn_prefill_sliding_compute``, ``attn_prefill_global_compute``:
   ``attn_bench`` on the H200 (``data/results/h200/attn_bench_quick.json``; the variant
   :data:`ATTN_VARIANT`, the lab's Triton prefix kernel at its default tile): the ``decode`` case's
-  K/V and Q/O bytes (the counting rule of :mod:`labkit.viz.roofline`) per second, and the
+  K/V and Q/O bytes (the counting rule of :mod:`labkit.viz.lab.roofline`) per second, and the
   ``prefill_local`` / ``prefill_global`` cases' FLOPs per second. Their shapes are Gemma-3-4B's
   (head dim 256, window 1024), not E4B's: the efficiency is carried over.
 
@@ -162,7 +162,7 @@ def _attn_efficiencies(peak: GpuPeak, result) -> dict[str, Efficiency]:
     if dec.get("sliding_window", 0) != 0 or dec.get("total_q") != dec.get("num_seqs"):
         raise UsageError(f"{where}: the decode case must be one query per row over whole contexts")
     b = 2 if dec.get("dtype", "bfloat16") in ("bfloat16", "float16") else 4
-    # labkit.viz.roofline's rule: Q read and O written once, K and V of every needed key once
+    # labkit.viz.lab.roofline's rule: Q read and O written once, K and V of every needed key once
     dec_bytes = (2 * dec["total_q"] * dec["num_heads"] * dec["head_dim"] * b
                  + 2 * dec["total_kv"] * dec["num_kv_heads"] * dec["head_dim"] * b)
     out = {"attn_decode_stream": Efficiency(dec_bytes / dec["median_ns"] / (peak.mem_tb_s * 1e3),

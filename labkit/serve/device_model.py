@@ -23,7 +23,7 @@ Parts and their counting rule (bf16 everywhere, ``b = 2`` bytes; ``T`` tokens in
   every key a query may see, read once per reading layer (a KV-shared layer reads its owner's
   cache, so it pays the read again), plus Q read and O written; a sliding layer sees at most
   ``sliding_window`` keys per query, a global one the whole context. ``FLOPs = 4 x head_dim x
-  heads x (query, key) pairs`` (the rule of :mod:`labkit.viz.roofline`). Prefill pairs are
+  heads x (query, key) pairs`` (the rule of :mod:`labkit.viz.lab.roofline`). Prefill pairs are
   causal: the bidirectional pairs inside an image are not added.
 - ``vision_gemm``: the tower's matrices streamed once when images are encoded;
   ``FLOPs = 2 x (layers' + patch embedder's params) x patches + 2 x projection x soft tokens``,

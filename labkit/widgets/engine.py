@@ -7,7 +7,7 @@ and returns the summary rows and the figure.
 
 from __future__ import annotations
 
-from labkit.viz.engine import plot_engine_bars
+from labkit.viz.lab.engine import plot_engine_bars
 
 PLACEHOLDERS = ("tensor", "list", "fast")
 SCHEDULING = ("loop", "cursor")

@@ -56,7 +56,7 @@ def _serve_sim_answer(res) -> Answer:
 
 
 def _census_answer(censuses: list) -> Answer:
-    from labkit.viz import inside_vllm
+    from labkit.viz.vllm import inside_vllm
 
     if not censuses:
         return Answer(inside_vllm.NO_STEP)
@@ -100,7 +100,7 @@ def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
     if sim is not None:
         return _serve_sim_answer(sim)
     if censuses is None:
-        from labkit.viz import inside_vllm
+        from labkit.viz.vllm import inside_vllm
 
         censuses = inside_vllm.recorded_censuses()
     return _census_answer(censuses)

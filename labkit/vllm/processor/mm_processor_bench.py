@@ -20,7 +20,7 @@ the lab's side
 
 Rounds alternate the order (vLLM's side first in even rounds, the lab's in odd ones). The rows,
 stage mapping and verdicts are :mod:`labkit.vllm.processor.mmproc_compare`'s; the viewer is
-:mod:`labkit.viz.mmproc`.
+:mod:`labkit.viz.vllm.mmproc`.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def verdicts(result) -> list[str]:
 def plot_side_by_side(result) -> go.Figure:
     """Both figures (ms per image, log scale) of every stage both sides time, one group per model and stage,
     the ratio over each pair."""
-    from labkit.viz.inside_vllm import no_result
+    from labkit.viz.vllm.inside_vllm import no_result
 
     title = "vLLM's own processor benchmark beside the lab's, per image"
     if result is None:

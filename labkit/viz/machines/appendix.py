@@ -4,7 +4,7 @@ side by side behind its own click.
 :func:`results_matrix` has one row per result name and one column per machine; a cell exists
 only where the machine recorded that result (its source, size and row count), so nothing is a
 "no result" line. :func:`side_by_side_html` folds each result's comparison (``comparison_table``
-of :mod:`labkit.viz.compare`) into a ``<details>`` of its own, with only the machines that have it.
+of :mod:`labkit.viz.machines.compare`) into a ``<details>`` of its own, with only the machines that have it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def results_matrix(results):
 
 
 def missing_metrics(results):
-    """``labkit.viz.compare.missing_table`` without the results a machine has no file for (the
+    """``labkit.viz.machines.compare.missing_table`` without the results a machine has no file for (the
     matrix's empty cells say those): only results and rows recorded without their metric."""
-    from labkit.viz.compare import missing_table
+    from labkit.viz.machines.compare import missing_table
 
     table = missing_table(results)
     if table.empty:
@@ -45,7 +45,7 @@ def missing_metrics(results):
 
 
 def side_by_side_html(table) -> str:
-    """Each result of ``table`` (``labkit.viz.compare.comparison_table``) folded in a ``<details>``:
+    """Each result of ``table`` (``labkit.viz.machines.compare.comparison_table``) folded in a ``<details>``:
     its rows (label, metric) with one ``value (source)`` column per machine that recorded it."""
     if table is None or table.empty:
         return "<p>no result recorded yet</p>"
