@@ -1,4 +1,4 @@
-"""vLLM's whole engine step by phase (``labkit.trace.analysis.engine_steps``), on a hand-built trace and
+"""vLLM's whole engine step by phase (``labkit.trace.analysis.host.engine_steps``), on a hand-built trace and
 on the real CPU traces of vLLM 0.32 in tests/data.
 
 The hand-built trace has two whole ``LLMEngine.step`` frames, one cut by the end of the trace,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.engine_steps import TOP_PHASES, engine_phase_table, engine_steps, phase_summary
+from labkit.trace.analysis.host.engine_steps import TOP_PHASES, engine_phase_table, engine_steps, phase_summary
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).parent / "data"

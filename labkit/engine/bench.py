@@ -324,7 +324,7 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
 
 def _trace_idle(path: str) -> dict:
     """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints)."""
-    from labkit.trace.analysis.idle import busiest_stream_idle
+    from labkit.trace.analysis.device.idle import busiest_stream_idle
 
     idle = busiest_stream_idle(path)
     return {**idle, "idle_from": "trace of the profiled steps (profiler overhead included)"} if idle else {}

@@ -28,7 +28,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES
+from labkit.trace.analysis.device.h2d import MIN_COUNT, SMALL_BYTES
 from labkit.trace.whatif.changes import Change, is_pageable_h2d
 
 #: entries per list

@@ -37,7 +37,7 @@ NO_INPUT = ("no vllm_input result recorded yet: run `.venv-vllm-cpu/bin/labkit b
 PHASE_COLOURS = {"schedule": "#d62728", "prepare_inputs": "#ff7f0e", "encoder": "#bcbd22", "forward": "#c7c7c7",
                  "sample": "#2ca02c", "update_from_output": "#1f77b4", "process_outputs": "#9467bd",
                  "other": "#8c564b"}
-#: the phases reported inside a top-level one (names as in labkit.trace.analysis.engine_steps)
+#: the phases reported inside a top-level one (names as in labkit.trace.analysis.host.engine_steps)
 SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention_metadata", "preprocess",
               "sampler", "bookkeeping", "detokenize")
 

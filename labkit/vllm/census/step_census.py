@@ -24,7 +24,7 @@ One in-process engine (:mod:`labkit.vllm.conformance.engine`) serves a Gemma 4 m
    traffic stays on the device, so these rows are the host phases as a GPU server pays them;
 3. then, per variant, one block under vLLM's own torch profiler (``llm.start_profile()``,
    Python stacks on, vLLM's default), the wrapper timers running too, and reads the trace
-   with :func:`labkit.trace.analysis.engine_steps.engine_phase_table`;
+   with :func:`labkit.trace.analysis.host.engine_steps.engine_phase_table`;
 4. last, the engine's own scheduler driven alone on the same live requests, ``schedule()`` then
    a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
    back to back, and with the last-level cache swept between steps;
@@ -316,7 +316,7 @@ def _profiled(llm, profile_dir: Path, dest: Path, prefix: str, found: list):
 def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, *, profile_dir, trace_dir,
                   seed: int = 0) -> tuple[list[dict], dict]:
     """Rows of one grid point (see the module text) and the point's set-up facts (times, traces)."""
-    from labkit.trace.analysis.engine_steps import engine_phase_table
+    from labkit.trace.analysis.host.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
     from labkit.vllm.conformance.engine import engine_scheduler
 

@@ -1,7 +1,7 @@
 """Wrapper timers on vLLM's engine step: host time of each phase, per step, without the profiler.
 
 :class:`PhaseTimers` wraps the methods that make the phases of
-:mod:`labkit.trace.analysis.engine_steps` on a live in-process engine (``vllm.LLM`` with
+:mod:`labkit.trace.analysis.host.engine_steps` on a live in-process engine (``vllm.LLM`` with
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with ``perf_counter_ns`` and keeps one record per
 ``LLMEngine.step()`` call: the nanoseconds spent in each phase (a call nested in another of the
 same phase counts once), and what the step scheduled. The same phase names as the trace table,

@@ -28,7 +28,7 @@ TOLERANCE = 0.10
 
 
 def _engine_step_ms(path) -> float | None:
-    from labkit.trace.analysis.engine_steps import engine_phase_table
+    from labkit.trace.analysis.host.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
 
     table = engine_phase_table(load_trace(path))

@@ -3,7 +3,7 @@
 The H2D benchmark, the copy ledger and the engine's rows need a few numbers from a profiler
 trace (busy and idle time per stream, the busiest stream's idle share, H2D copy counts). They
 get them here, from the same loader (``labkit.trace.read.load``) and the same idle rules
-(``labkit.trace.analysis.bubbles``: device ops merged per stream, every positive gap between the first
+(``labkit.trace.analysis.device.bubbles``: device ops merged per stream, every positive gap between the first
 start and the last end is idle) as ``labkit analyze``, so an engine row's ``device_idle_frac``
 is the ``idle_fraction`` that ``labkit analyze`` prints for the busiest stream of the same file.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit.trace.analysis.bubbles import device_ops, find_bubbles, stream_idle
+from labkit.trace.analysis.device.bubbles import device_ops, find_bubbles, stream_idle
 from labkit.trace.read.load import as_trace
 
 #: GPU memcpy event names (Kineto) -> staging kind
@@ -24,7 +24,7 @@ _NO_STEPS = pd.DataFrame({"step": [], "start_us": [], "end_us": []})
 
 
 def stream_table(trace) -> pd.DataFrame:
-    """``labkit analyze``'s per-stream table (``STREAM_COLUMNS`` of ``labkit.trace.analysis.bubbles``) for a
+    """``labkit analyze``'s per-stream table (``STREAM_COLUMNS`` of ``labkit.trace.analysis.device.bubbles``) for a
     trace path, decoded document or ``Trace``."""
     tr = as_trace(trace)
     ops = device_ops(tr)

@@ -30,7 +30,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.bubbles import gaps_in_runs
+from labkit.trace.analysis.device.bubbles import gaps_in_runs
 from labkit.trace.read.columns import cat_mask
 from labkit.trace.read.load import Trace
 

@@ -29,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.callsite import (
+from labkit.trace.analysis.host.callsite import (
     LAYER_NAMES,
     LAYERS,
     call_site_label,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.bubbles import attribute_windows, label_call_sites
-from labkit.trace.analysis.callsite import LAYER_NAMES
+from labkit.trace.analysis.device.bubbles import attribute_windows, label_call_sites
+from labkit.trace.analysis.host.callsite import LAYER_NAMES
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import Trace
 
@@ -29,7 +29,7 @@ HOST_SITE_COLUMNS = ["call_site", *LAYER_NAMES, "host_us", "window_count", "shar
 def between_step_windows(steps: pd.DataFrame) -> pd.DataFrame:
     """Windows from each step's end to the next step's start on the same thread.
 
-    ``steps``: the step table of ``labkit.trace.analysis.steps.detect_steps`` (``start_us``, ``end_us``,
+    ``steps``: the step table of ``labkit.trace.analysis.host.steps.detect_steps`` (``start_us``, ``end_us``,
     ``pid``, ``tid``). Returns ``id``, ``pid``, ``tid``, ``start_us``, ``end_us`` (positive gaps only).
     """
     cols = ["id", "pid", "tid", "start_us", "end_us"]

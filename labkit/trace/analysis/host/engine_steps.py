@@ -1,6 +1,6 @@
 """vLLM's whole engine step, phase by phase, from the Python frames of its own profiler trace.
 
-``labkit analyze``'s steps (``labkit.trace.analysis.steps``) are the model runner's
+``labkit analyze``'s steps (``labkit.trace.analysis.host.steps``) are the model runner's
 ``execute_context_*`` spans: on vLLM's CPU build, in-process, they hold the input preparation and
 the forward, while the scheduler, sampling, ``update_from_output`` and the output processing run
 between them. A vLLM trace recorded with Python stacks (``torch_profiler_with_stack``, vLLM's

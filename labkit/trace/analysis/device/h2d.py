@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.bubbles import _assign_step, runtime_calls, thread_events
-from labkit.trace.analysis.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
+from labkit.trace.analysis.device.bubbles import _assign_step, runtime_calls, thread_events
+from labkit.trace.analysis.host.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import Trace
 
