@@ -16,7 +16,7 @@ import random
 import pytest
 
 from labkit.errors import UsageError
-from labkit.serve.device_efficiency import (
+from labkit.serve.gpu.device_efficiency import (
     EFFICIENCY_NAMES,
     PROFILE_DECODE_ROWS,
     PROFILE_PREFILL_TOKENS,
@@ -24,7 +24,7 @@ from labkit.serve.device_efficiency import (
     load_efficiencies,
     uniform_efficiencies,
 )
-from labkit.serve.device_model import (
+from labkit.serve.gpu.device_model import (
     ENCODER_PATCHES,
     GPUS,
     PR40143_REAL_PATCHES,
@@ -36,8 +36,8 @@ from labkit.serve.device_model import (
     get_gpu,
     step_device_time,
 )
-from labkit.serve.gemma4_arch import GEMMA4_E4B as E4B
-from labkit.serve.gemma4_arch import GLOBAL, SLIDING, Gemma4Arch, VisionTower
+from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B as E4B
+from labkit.serve.gpu.gemma4_arch import GLOBAL, SLIDING, Gemma4Arch, VisionTower
 
 ONE = uniform_efficiencies(1.0, 1.0)
 

@@ -7,7 +7,7 @@ between the census's points, flat beyond the first and last. By default the rows
 steps with the CPU build's forward taken off the host (``off_host:<phase>``): the host phases
 as a GPU server's host pays them, without the CPU's own model evicting the caches between them.
 
-Every phase is scaled by the CPU-speed factor (:mod:`labkit.serve.cpu_speed`). The census holds
+Every phase is scaled by the CPU-speed factor (:mod:`labkit.serve.host.cpu_speed`). The census holds
 decode steps only: a step carrying prefill is charged the decode step's phases at the same
 number of requests (the input preparation of a prefill chunk grows with its tokens, not
 modelled here), and the encoder's host side is taken as the census's (a few us: on a GPU the

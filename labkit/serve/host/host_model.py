@@ -1,6 +1,6 @@
 """Each step's host time: the census's phases, with the scheduler's own calls as measured here.
 
-The engine core's serial chain per step (:data:`labkit.serve.host_census.CORE_PHASES`):
+The engine core's serial chain per step (:data:`labkit.serve.host.host_census.CORE_PHASES`):
 ``other``, ``prepare_inputs`` and ``sample`` from the census (the arm's variant, steps with the
 forward off the host, at the number of requests in the step), and ``schedule`` and
 ``update_from_output`` from the real scheduler's calls in this run (``scheduler="measured"``,
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from labkit.errors import UsageError
 from labkit.serve.clock import StepRecord
-from labkit.serve.host_census import CensusHost
+from labkit.serve.host.host_census import CensusHost
 
 __all__ = ["SCHEDULER_SOURCES", "ServeHost"]
 

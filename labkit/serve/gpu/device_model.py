@@ -1,6 +1,6 @@
 """How long one engine step of Gemma 4 takes on a GPU: a roofline per part, summed (simulated).
 
-:func:`step_device_time` takes the architecture (:data:`labkit.serve.gemma4_arch.GEMMA4_E4B`),
+:func:`step_device_time` takes the architecture (:data:`labkit.serve.gpu.gemma4_arch.GEMMA4_E4B`),
 a GPU (:data:`GPUS`: the H100 SXM and H200 SXM of the lab's datasheet table,
 :mod:`labkit.viz.peaks`) and one step's work (:class:`StepBatch`), counts the bytes each part must
 move through HBM and the FLOPs it must do, and charges each part
@@ -8,7 +8,7 @@ move through HBM and the FLOPs it must do, and charges each part
 The peaks are the datasheet figures of ``labkit/viz/gpu_peaks.json`` (H100 SXM: 3.35 TB/s HBM3,
 H200 SXM: 4.8 TB/s HBM3e, both 989.4 dense bf16 TFLOP/s; each entry's ``source`` names the NVIDIA
 document). The efficiencies are the H200's recorded ones, which the H100 borrows
-(:mod:`labkit.serve.device_efficiency`).
+(:mod:`labkit.serve.gpu.device_efficiency`).
 
 Parts and their counting rule (bf16 everywhere, ``b = 2`` bytes; ``T`` tokens in the step,
 ``R`` rows sampled):
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from labkit.errors import UsageError
-from labkit.serve.device_efficiency import Efficiencies, load_efficiencies
-from labkit.serve.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
+from labkit.serve.gpu.device_efficiency import Efficiencies, load_efficiencies
+from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
 from labkit.viz.peaks import GpuPeak, load_peaks
 from labkit.vllm.conformance.models import placeholder_layout
 
@@ -288,7 +288,7 @@ def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, batch: StepBatch, *,
     """The device time of one engine step (ns, simulated): a roofline per part, summed (module text).
 
     ``gpu``: ``"h100"``/``"h200"`` (:data:`GPUS`). ``efficiencies``: default the recorded ones
-    for ``gpu`` (:func:`labkit.serve.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
+    for ``gpu`` (:func:`labkit.serve.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
     fixed per-step cost added on top (none is measured, :data:`STEP_FLOOR_ORIGIN`).
     """
     key, peak = get_gpu(gpu)
