@@ -42,9 +42,9 @@ setup_notebook()
 
 # %%
 import tempfile
-from labkit.engine.bench import run_notebook_set, print_table
-from labkit.engine.bench import default_profile_name
-from labkit.engine.profiles import load_profile
+from labkit.engine.runs import run_notebook_set, print_table
+from labkit.engine.runs import default_profile_name
+from labkit.engine.device.profiles import load_profile
 profile = load_profile(default_profile_name())
 print(profile.label())
 print(f"host cost per op: {profile.launch_overhead_ns / 1e3:.1f} us; "

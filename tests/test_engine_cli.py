@@ -22,7 +22,7 @@ def test_bench_engine_writes_results_and_traces(tmp_path, monkeypatch, capsys):
     assert [r["variant"] for r in data["rows"]] == ["tensor/loop/none/async", "fast/loop/none/async"]
     (saved,) = (tmp_path / "results").glob("*/engine_quick.json")  # quick by default, filed as such
     assert json.loads(saved.read_text())["rows"] == data["rows"]
-    from labkit.engine.bench import TRACE_STEPS
+    from labkit.engine.runs import TRACE_STEPS
     from labkit.engine.config import get_model_config
     from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
     from labkit.trace.capture import read_trace
@@ -178,8 +178,8 @@ def test_before_after_ratios_per_mode_against_the_published_gain():
 
 
 def test_eager_vs_graph_timelines_switch_with_a_menu(tmp_path):
-    from labkit.engine.bench import run_variants
-    from labkit.engine.profiles import parametric_profile
+    from labkit.engine.runs import run_variants
+    from labkit.engine.device.profiles import parametric_profile
     from labkit.viz.lab.engine import plot_mode_timelines
 
     variants = [("fast", "cursor", "none", True, m) for m in ("none", "full")]

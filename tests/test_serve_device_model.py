@@ -212,7 +212,7 @@ def test_recorded_efficiencies_match_the_roofline_reading():
 
 
 def test_profile_efficiencies_by_hand():
-    from labkit.engine.profiles import profiles_root
+    from labkit.engine.device.profiles import profiles_root
 
     prof = json.loads((profiles_root() / "h200.json").read_text(encoding="utf-8"))
     ops = prof["ops"]

@@ -4,7 +4,7 @@ The mini engine's host side is its own small scheduler and metadata code. A reco
 vLLM's whole engine step (``labkit bench vllm-step``, result ``vllm_step``: vLLM's CPU build,
 host time per phase and A/B variant) says what a real vLLM step costs the host. Here each
 phase's measured median, times a stated CPU-speed factor (``cpu_speed``: 1.0 = the census's CPU;
-0.5 = a host twice as fast), becomes a fixed host cost (:class:`labkit.engine.hostcost.FixedHostCosts`)
+0.5 = a host twice as fast), becomes a fixed host cost (:class:`labkit.engine.device.hostcost.FixedHostCosts`)
 of the mini engine on a frozen host clock, while the device keeps the recorded GPU profile
 (``data/profiles/h200.json``), under no, piecewise or full CUDA graphs. Where each phase goes,
 as in vLLM's GPU engine (``EngineCore.step`` / ``step_with_batch_queue``, one GPU, the
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from labkit.engine.hostcost import FixedHostCosts
+from labkit.engine.device.hostcost import FixedHostCosts
 from labkit.errors import UsageError
 
 __all__ = ["VARIANT_ENGINE", "HOST_PHASES", "FORWARDS", "HostTable", "host_table_from_rows", "load_host_table",
@@ -159,7 +159,7 @@ def run_host_from(table: HostTable, *, profile=None, cudagraph=("none", "piecewi
     (``labkit.engine.loop.summarize_run`` plus ``vllm_variant``, ``cpu_speed_factor``, ``host_from``,
     the phases' host ms and the engine core's serial host per step)."""
     from labkit.engine.config import EngineConfig
-    from labkit.engine.hostcost import make_fixed_cost_device
+    from labkit.engine.device.hostcost import make_fixed_cost_device
     from labkit.engine.loop import Engine, summarize_run
 
     rows = []

@@ -184,7 +184,7 @@ def _with_borrowed(measured: dict[str, Efficiency]) -> dict[str, Efficiency]:
 
 @functools.lru_cache(maxsize=8)
 def _measured(results_root: str | None, profile_name: str) -> tuple[tuple[str, Efficiency], ...]:
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.results import load_results
 
     found = [r for r in load_results(results_root, name="attn_bench", machine=MEASURED_ON)

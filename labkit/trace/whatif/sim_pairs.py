@@ -107,9 +107,9 @@ def make_sim_pairs(out_dir: str | Path, cases=SIM_CASES, *, model: str = "tiny",
     waiting and 1 warm-up; graphs are captured before the first step."""
     from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import SimDevice
+    from labkit.engine.device.devices import SimDevice
     from labkit.engine.loop import Engine
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.trace.capture import make_capture
 
     prof = load_profile(profile)

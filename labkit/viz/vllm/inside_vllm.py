@@ -175,9 +175,9 @@ def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, s
     :func:`labkit.engine.hostfrom.run_host_from` (none / piecewise / full graphs, async and sync).
     ``forward``: the census's steps as measured (``cpu``) or those with the forward off the host
     (``off-host``; no rows where the census has none)."""
-    from labkit.engine.bench import default_profile_name
+    from labkit.engine.runs import default_profile_name
     from labkit.engine.hostfrom import host_table_from_rows, run_host_from
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
 
     from labkit.vllm.census.step_rows import OFF_HOST
 

@@ -12,7 +12,7 @@ of every event rounded the same way), so gaps in the file match the simulation t
 
 from __future__ import annotations
 
-from labkit.engine.devices import SimDevice
+from labkit.engine.device.devices import SimDevice
 
 #: simulated ns are shifted by this many us so no timestamp is zero
 BASE_US = 1_000_000.0

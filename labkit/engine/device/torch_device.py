@@ -1,6 +1,6 @@
 """The real device for the mini engine: torch ops on CUDA (asynchronously) or on the CPU.
 
-Same interface as ``labkit.engine.devices.SimDevice`` (``launch``, ``copy_h2d``, ``copy_d2h``,
+Same interface as ``labkit.engine.device.devices.SimDevice`` (``launch``, ``copy_h2d``, ``copy_d2h``,
 ``record_event``/``wait_event``, ``synchronize``, ``produce``, ``annotate``); CUDA-graph
 replays are made by ``labkit.engine.cudagraph_torch`` on this device's tensors.
 """

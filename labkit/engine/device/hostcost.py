@@ -1,7 +1,7 @@
 """A fixed host cost model for the simulated device: deterministic runs, no wall clock.
 
 By default the simulated device's host time is the real Python time of the scheduler and the
-metadata code on this machine (``labkit.engine.devices``). For checks that must not depend on how
+metadata code on this machine (``labkit.engine.device.devices``). For checks that must not depend on how
 fast or how loaded the machine is, ``FixedHostCosts`` states the host time of each engine phase
 instead, and ``make_fixed_cost_device`` builds a ``SimDevice`` on a clock that never moves: every
 host nanosecond then comes from this model or from the profile's runtime costs (launch, replay,
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from labkit.engine.devices import FROZEN_CLOCK, SimDevice
-from labkit.engine.profiles import DeviceProfile
+from labkit.engine.device.devices import FROZEN_CLOCK, SimDevice
+from labkit.engine.device.profiles import DeviceProfile
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The engine talks to a device only through ``launch``, ``copy_h2d``, ``copy_d2h``,
 ``record_event``/``wait_event``, ``synchronize`` and ``annotate``:
 
-- ``TorchDevice`` (``labkit.engine.torch_device``, re-exported here) runs the real ops (``fn``) on
+- ``TorchDevice`` (``labkit.engine.device.torch_device``, re-exported here) runs the real ops (``fn``) on
   CUDA (or on the CPU, for the tiny model in tests); copies are real copies and phases are
   ``torch.profiler.record_function`` ranges.
 - ``SimDevice`` is a deterministic in-order stream: each launched op gets a device duration from a
@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from labkit.engine.profiles import DeviceProfile, parametric_profile
-from labkit.engine.torch_device import TorchDevice  # noqa: F401  (re-exported: one place for both devices)
+from labkit.engine.device.profiles import DeviceProfile, parametric_profile
+from labkit.engine.device.torch_device import TorchDevice  # noqa: F401  (re-exported: one place for both devices)
 
 #: Kineto-style names of the copy kinds, keyed by (direction, pinned)
 MEMCPY_NAMES = {
