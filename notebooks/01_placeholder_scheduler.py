@@ -87,7 +87,7 @@ declare_sources(*sorted({r.source for r in results.values()}))
 # after #40143 (the next bubble, see notebook 07).
 
 # %%
-from labkit.viz.mm import (plot_placeholder_calls, plot_decode_step, plot_sweep, plot_before_after,
+from labkit.viz.lab.mm import (plot_placeholder_calls, plot_decode_step, plot_sweep, plot_before_after,
                            plot_workload, plot_bubble_model, plot_step_timeline)
 plot_placeholder_calls(results["mm_get_num_embeds"].rows)
 

@@ -42,9 +42,9 @@ setup_notebook()
 
 # %%
 import tempfile
-from labkit.engine.bench import run_notebook_set, print_table
-from labkit.engine.bench import default_profile_name
-from labkit.engine.profiles import load_profile
+from labkit.engine.runs import run_notebook_set, print_table
+from labkit.engine.runs import default_profile_name
+from labkit.engine.device.profiles import load_profile
 profile = load_profile(default_profile_name())
 print(profile.label())
 print(f"host cost per op: {profile.launch_overhead_ns / 1e3:.1f} us; "
@@ -92,7 +92,7 @@ print_table(rows)
 # The buttons switch the metric (they work in the exported HTML too).
 
 # %%
-from labkit.viz.engine import plot_engine_bars, plot_timeline_choice
+from labkit.viz.lab.engine import plot_engine_bars, plot_timeline_choice
 plot_engine_bars(eager_rows, title="Mini engine (eager), 128 requests x 32 images")
 
 # %% [markdown]
@@ -147,7 +147,7 @@ plot_engine_bars([r for r in rows if r["cudagraph"] == "full"], metric="device_i
 # opens them only where its host time is longer than the device step (next section).
 
 # %%
-from labkit.viz.engine import plot_mode_timelines
+from labkit.viz.lab.engine import plot_mode_timelines
 pairs = {v: (traces[v], traces[f"{v}/full"]) for v in ("tensor/loop/none/async", "list/loop/none/async",
          "fast/cursor/none/async", "fast/cursor/per_layer/async", "fast/cursor/per_step/async")
          if v in traces and f"{v}/full" in traces}
@@ -162,7 +162,7 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 
 # %%
 from labkit.engine.recorded import before_after_ratios, ratio_reading
-from labkit.viz.engine import plot_mode_ratios
+from labkit.viz.lab.engine import plot_mode_ratios
 from labkit.viz.tables import format_table
 ratios = before_after_ratios(rows)
 format_table(ratios)
@@ -288,7 +288,7 @@ gpu_ratios = before_after_ratios(gpu_rows) if gpu else None
 
 # %%
 from labkit.engine.recorded import sim_vs_measured
-from labkit.viz.engine import plot_sim_vs_measured
+from labkit.viz.lab.engine import plot_sim_vs_measured
 table = sim_vs_measured(rows, gpu_rows, measured) if gpu else None
 format_table(table) if table is not None else None
 

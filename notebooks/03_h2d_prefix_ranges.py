@@ -87,7 +87,7 @@ format_table(results["h2d_step"].rows, columns=["variant", "layers", "model", "m
 # buttons switch between host time, copies and synchronizing copies per step.
 
 # %%
-from labkit.viz.h2d import plot_before_after, plot_sweep, plot_gpu_idle
+from labkit.viz.lab.h2d import plot_before_after, plot_sweep, plot_gpu_idle
 plot_before_after(load_results(name="h2d_step"))
 
 # %% [markdown]
@@ -127,7 +127,7 @@ format_table(ranges["ranges_step"].rows, columns=["kind", "variant", "median_ns"
                                                   "speedup_vs_v033_pinned"])
 
 # %%
-from labkit.viz.h2d import plot_ranges_sweep
+from labkit.viz.lab.h2d import plot_ranges_sweep
 plot_ranges_sweep(load_results(name="ranges_sweep"))
 
 # %% [markdown]

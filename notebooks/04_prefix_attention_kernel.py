@@ -47,7 +47,7 @@ setup_notebook()
 # sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
 
 # %%
-from labkit.viz.mask import plot_mask_examples, plot_mask_window_slider
+from labkit.viz.lab.mask import plot_mask_examples, plot_mask_window_slider
 plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
 
 # %%
@@ -94,7 +94,7 @@ recorded = recorded_gpu_results()
 print(summarize_recorded(recorded))
 
 # %%
-from labkit.viz.mask import plot_attn_bench
+from labkit.viz.lab.mask import plot_attn_bench
 if recorded:
     declare_sources("measured-gpu")
     gpus = ", ".join(sorted({r.machine.get("gpu_name") or r.slug for r in recorded}))
@@ -122,12 +122,12 @@ format_table(results_rows(recorded), columns=cols) if recorded else "no GPU resu
 # bytes follow from its shapes: FLOPs as above; bytes as the traffic no kernel can avoid (Q read
 # and the output written once, K and V read once for every key some query may attend to), so
 # the intensity is an upper bound and the share of the roof a lower bound
-# (`labkit.viz.roofline`). A decode row has one query, so per byte of K and V it reads it does
+# (`labkit.viz.lab.roofline`). A decode row has one query, so per byte of K and V it reads it does
 # only `num_heads / num_kv_heads` FLOPs (grouped-query heads share K and V): it can only be
 # memory-bound, while a prefill over thousands of tokens lands far right of the ridge.
 
 # %%
-from labkit.viz.roofline import describe, plot_roofline, recorded_roofline, roofline_table
+from labkit.viz.lab.roofline import describe, plot_roofline, recorded_roofline, roofline_table
 roof = recorded_roofline()
 print(describe(roof))
 plot_roofline(roof)

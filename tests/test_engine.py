@@ -9,11 +9,11 @@ device step (1 ms) sits between the two.
 import pytest
 
 from labkit.engine.config import EngineConfig
-from labkit.engine.devices import SimDevice
-from labkit.engine.hostcost import FixedHostCosts, make_fixed_cost_device
+from labkit.engine.device.devices import SimDevice
+from labkit.engine.device.hostcost import FixedHostCosts, make_fixed_cost_device
 from labkit.engine.loop import Engine, summarize_run
 from labkit.engine.model import LAYER_OPS
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost
+from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
 from labkit.trace.capture import make_capture
 
@@ -119,13 +119,13 @@ def test_fixed_host_costs_make_runs_repeatable(device_step_ns):
     with pytest.raises(KeyError):
         FixedHostCosts(schedule_ns={"list/loop": 1.0}).schedule_cost("tensor", "loop")
     with pytest.raises(UsageError):  # a fixed host cost model applies to the simulated device only
-        from labkit.engine.devices import TorchDevice
+        from labkit.engine.device.devices import TorchDevice
 
         Engine(EngineConfig(model="tiny", workload="tiny"), TorchDevice("cpu"), host_costs=HOST)
 
 
 def test_real_tiny_model_on_cpu_runs_and_samples():
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
 
     cfg = EngineConfig(model="tiny", workload="small", placeholder="fast", scheduling="cursor",
                        prefix_ranges="per_layer", start_in_decode=False)

@@ -22,7 +22,7 @@ def test_bench_engine_writes_results_and_traces(tmp_path, monkeypatch, capsys):
     assert [r["variant"] for r in data["rows"]] == ["tensor/loop/none/async", "fast/loop/none/async"]
     (saved,) = (tmp_path / "results").glob("*/engine_quick.json")  # quick by default, filed as such
     assert json.loads(saved.read_text())["rows"] == data["rows"]
-    from labkit.engine.bench import TRACE_STEPS
+    from labkit.engine.runs import TRACE_STEPS
     from labkit.engine.config import get_model_config
     from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
     from labkit.trace.capture import read_trace
@@ -134,7 +134,7 @@ def test_bad_input_is_one_line_exit_2(argv, tmp_path, monkeypatch, capsys):
 
 
 def test_figures_and_widget_callback():
-    from labkit.viz.engine import METRICS, plot_engine_bars, plot_step_series
+    from labkit.viz.lab.engine import METRICS, plot_engine_bars, plot_step_series
     from labkit.widgets.engine import run_selection
 
     rows, fig = run_selection(["fast"], ["cursor"], ["none", "per_step"], num_requests=8, steps=2, warmup=1,
@@ -157,7 +157,7 @@ def test_figures_and_widget_callback():
 def test_before_after_ratios_per_mode_against_the_published_gain():
     from labkit.engine.recorded import before_after_ratios
     from labkit.mm.overlap import PR40143
-    from labkit.viz.engine import plot_mode_ratios
+    from labkit.viz.lab.engine import plot_mode_ratios
 
     def row(variant, mode, tok_s):
         name = variant if mode == "none" else f"{variant}/{mode}"
@@ -178,9 +178,9 @@ def test_before_after_ratios_per_mode_against_the_published_gain():
 
 
 def test_eager_vs_graph_timelines_switch_with_a_menu(tmp_path):
-    from labkit.engine.bench import run_variants
-    from labkit.engine.profiles import parametric_profile
-    from labkit.viz.engine import plot_mode_timelines
+    from labkit.engine.runs import run_variants
+    from labkit.engine.device.profiles import parametric_profile
+    from labkit.viz.lab.engine import plot_mode_timelines
 
     variants = [("fast", "cursor", "none", True, m) for m in ("none", "full")]
     variants += [("tensor", "loop", "none", True, m) for m in ("none", "full")]

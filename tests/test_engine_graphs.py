@@ -9,13 +9,13 @@ import pytest
 
 from labkit.device import has_cuda
 from labkit.engine.config import EngineConfig
-from labkit.engine.devices import SimDevice
+from labkit.engine.device.devices import SimDevice
 from labkit.engine.graphs import (ATTN_OPS, capture_sizes, effective_mode, padded_size, piece_ops, plan_step,
                                   replays_per_step)
-from labkit.engine.hostcost import FixedHostCosts, make_fixed_cost_device
+from labkit.engine.device.hostcost import FixedHostCosts, make_fixed_cost_device
 from labkit.engine.loop import Engine, summarize_run
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost
+from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
 
 OP_NS = 10_000  # every op: 10 us of device time (+ PER_TOKEN_NS per query token)
@@ -278,7 +278,7 @@ def test_full_graph_engine_samples_what_the_eager_engine_samples_on_cpu():
     import torch
 
     from labkit.engine.config import get_model_config
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.model import TransformerStack
 
     model = TransformerStack(get_model_config("tiny"), "cpu", dtype=torch.float32, seed=1,
@@ -301,7 +301,7 @@ def test_graph_runner_matches_the_eager_forward_on_cpu(mode, q_lens, kv_lens, ra
 
     from labkit.engine.config import get_model_config
     from labkit.engine.cudagraph_torch import CudaGraphRunner
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.loop import make_batch
     from labkit.engine.model import TransformerStack
 
@@ -339,7 +339,7 @@ def test_full_graph_steps_build_their_padded_inputs_once_on_cpu():
 
     from labkit.engine.config import get_model_config
     from labkit.engine.cudagraph_torch import CudaGraphRunner
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.model import TransformerStack
 
     model = TransformerStack(get_model_config("tiny"), "cpu", dtype=torch.float32, seed=2,
@@ -388,7 +388,7 @@ def test_cuda_graphs_replay_the_eager_forward(mode):
 
     from labkit.engine.config import get_model_config
     from labkit.engine.cudagraph_torch import CudaGraphRunner
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.loop import make_batch
     from labkit.engine.model import TransformerStack
 
@@ -427,7 +427,7 @@ def test_engine_on_cuda_with_full_graphs_and_ranges():
     import torch
 
     from labkit.engine.config import get_model_config
-    from labkit.engine.devices import TorchDevice
+    from labkit.engine.device.devices import TorchDevice
     from labkit.engine.model import TransformerStack
 
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -19,7 +19,7 @@ import pytest
 from labkit.engine.hostfrom import (HOST_PHASES, VARIANT_ENGINE, host_table_from_rows, load_host_table, ratio_rows,
                                     run_host_from, solve_published)
 from labkit.engine.model import LAYER_OPS
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost
+from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
 from labkit.mm.overlap import PublishedResult
 

@@ -61,9 +61,9 @@ class _StallingCapture:
 
 
 def test_profiler_start_never_enters_the_measured_window(monkeypatch):
-    import labkit.engine.devices as devices
+    import labkit.engine.device.devices as devices
     import labkit.trace.capture as capture
-    from labkit.engine.bench import run_variants
+    from labkit.engine.runs import run_variants
 
     made = []
 
@@ -154,9 +154,9 @@ def test_sim_vs_measured_ratios_by_hand():
 
 
 def test_h200_profile_is_the_default_and_covers_every_layer_op():
-    from labkit.engine.bench import default_profile_name
+    from labkit.engine.runs import default_profile_name
     from labkit.engine.model import LAYER_OPS
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
 
     assert default_profile_name() == "h200"
     p = load_profile("h200")
@@ -171,9 +171,9 @@ def test_h200_profile_is_the_default_and_covers_every_layer_op():
 
 def test_simulated_device_time_per_step_matches_the_h200_trace():
     # independent reference: the device busy time per profiled step in the recorded H200 trace
-    from labkit.engine.devices import SimDevice
+    from labkit.engine.device.devices import SimDevice
     from labkit.engine.loop import Engine
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.trace.analysis.analyze import analyze_trace
 
     trace = recorded_traces("h200")["fast/cursor/per_step/async"]

@@ -33,7 +33,7 @@ SITE = Path(sysconfig.get_paths()["purelib"])
 CELLS = [
     "from labkit.viz.notebook import setup_notebook, declare_sources\nsetup_notebook()\n"
     "declare_sources('simulated')",
-    "from labkit.viz.mask import plot_mask\nplot_mask(12, 12, [(2, 5)])",
+    "from labkit.viz.lab.mask import plot_mask\nplot_mask(12, 12, [(2, 5)])",
     "from labkit.widgets.mask import make_mask_widget\nmake_mask_widget(q_len=8, kv_len=8, ranges='1-3')",
 ]
 CDN_HOSTS = ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com", "cdn.plot.ly")

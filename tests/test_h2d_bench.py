@@ -109,7 +109,7 @@ def _result(name, rows, source="measured-cpu"):
 
 
 def test_figures_from_results():
-    from labkit.viz.h2d import plot_before_after, plot_gpu_idle, plot_sweep
+    from labkit.viz.lab.h2d import plot_before_after, plot_gpu_idle, plot_sweep
 
     ranges = bench_h2d.make_batch_ranges(2, 1)
     rows = [bench_h2d.measure_host(s, ranges, L, "cpu", repeats=1, warmup=0)
@@ -131,7 +131,7 @@ def test_figures_from_results():
 def test_gpu_idle_figure_sets_idle_beside_the_profiled_step_it_comes_from():
     """Idle per step is read from the profiled steps, so its peer is the profiled step (busy + idle), not
     only the unprofiled median, which the profiler's own time per CUDA call can make shorter."""
-    from labkit.viz.h2d import plot_gpu_idle
+    from labkit.viz.lab.h2d import plot_gpu_idle
 
     rows = [{"variant": "per_layer", "layers": 34, "model": "g", "idle_us_per_step": 226_000.0, "busy_us_per_step": 6_000.0,
              "step_median_ns": 160e6},

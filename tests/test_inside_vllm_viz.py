@@ -3,7 +3,7 @@
 import math
 from types import SimpleNamespace
 
-from labkit.viz import inside_vllm
+from labkit.viz.vllm import inside_vllm
 
 
 def _census():

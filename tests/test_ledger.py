@@ -227,8 +227,8 @@ def test_ledger_and_engine_idle_equal_labkit_analyze(tmp_path, capsys):
     `labkit analyze` writes for the same (simulated engine) trace all equal busy and idle counted
     from the raw JSON (stream by stream: the union of its device events, and the rest of its span)."""
     from labkit.cli import main as labkit_main
-    from labkit.engine.bench import _trace_idle, run_variants
-    from labkit.engine.profiles import parametric_profile
+    from labkit.engine.runs import _trace_idle, run_variants
+    from labkit.engine.device.profiles import parametric_profile
 
     rows, traces = run_variants("sim", [("tensor", "loop", "per_layer", True)], model="tiny", workload="small",
                                 num_requests=4, steps=2, warmup=1, profile=parametric_profile(), trace_dir=tmp_path)

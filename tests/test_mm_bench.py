@@ -99,7 +99,7 @@ def _sweep_rows():
 
 
 def test_before_after_buttons_toggle_combos():
-    from labkit.viz.mm import COMBO_LABELS, plot_before_after
+    from labkit.viz.lab.mm import COMBO_LABELS, plot_before_after
 
     fig = plot_before_after(_sweep_rows(), "images")
     names = [t.name for t in fig.data]
@@ -114,7 +114,7 @@ def test_before_after_buttons_toggle_combos():
 
 def test_bubble_model_figure_marks_published_points():
     from labkit.mm.overlap import compare_with_published
-    from labkit.viz.mm import plot_bubble_model, plot_step_timeline
+    from labkit.viz.lab.mm import plot_bubble_model, plot_step_timeline
 
     fig = plot_bubble_model(compare_with_published(5.0, non_overlap_ms=1.0).as_row())
     pts = {t.name: (t.x[0], t.y[0]) for t in fig.data if t.mode == "markers+text"}
@@ -146,7 +146,7 @@ def test_widget_callback_measures_and_draws(monkeypatch):
     box.on_measure()
     (fig,) = shown
     assert "2 requests x 2 images x 4 tokens" in fig.layout.title.text
-    from labkit.viz.mm import COMBO_LABELS
+    from labkit.viz.lab.mm import COMBO_LABELS
 
     assert list(fig.data[0].y) == [COMBO_LABELS.get(c, c) for c in ("list+loop", "fast+cursor")]
     assert len(fig.data[0].x) == 2 and all(x > 0 for x in fig.data[0].x)

@@ -1,4 +1,4 @@
-"""labkit.vllm.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
+"""labkit.vllm.census.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
 
 The measurement against the installed vLLM (and the patch file applied to vLLM's source)
 is checked in tests/vllm_conformance/.
@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from labkit.vllm import nextbubble as nb
+from labkit.vllm.census import nextbubble as nb
 from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
 from labkit.results import make_result, save_result
 
@@ -182,7 +182,7 @@ ROWS = [
 
 def test_figures_from_recorded_rows():
     pytest.importorskip("plotly")
-    from labkit.viz.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
+    from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
 
     fig = plot_installed_vs_patched(ROWS)
     assert len(fig.data) == 4  # installed + patched for each of 2 image counts (one machine)

@@ -171,7 +171,7 @@ def test_timeline_titles_are_bounded_and_full_names_go_to_hover(tmp_path):
 
 
 def test_engine_bars_title_bounds_the_profile_description():
-    from labkit.viz.engine import PROFILE_CHARS, plot_engine_bars
+    from labkit.viz.lab.engine import PROFILE_CHARS, plot_engine_bars
     from labkit.viz.labels import CAPTION_NAME
 
     origin = "measured on NVIDIA H200 (2026-11-29) with labkit bench engine --write-profile, model gemma4-e4b-like"

@@ -335,7 +335,7 @@ def test_good_arguments_give_host_facts():
 # -- figures and the widget --------------------------------------------------------------------
 
 def test_mask_categories_hand_worked():
-    from labkit.viz.mask import mask_categories
+    from labkit.viz.lab.mask import mask_categories
 
     want = [[1, 0, 0, 0, 0, 0],
             [1, 1, 2, 2, 0, 0],
@@ -348,7 +348,7 @@ def test_mask_categories_hand_worked():
 
 def test_mask_figures_hold_their_controls():
     pytest.importorskip("plotly")
-    from labkit.viz.mask import EXAMPLE_RANGE_SETS, plot_mask, plot_mask_examples, plot_mask_window_slider
+    from labkit.viz.lab.mask import EXAMPLE_RANGE_SETS, plot_mask, plot_mask_examples, plot_mask_window_slider
 
     fig = plot_mask(3, 6, [(2, 4)])
     assert list(fig.data[0].y) == [3, 4, 5] and len(fig.data[0].z[0]) == 6
@@ -363,7 +363,7 @@ def test_mask_figures_hold_their_controls():
 
 def test_plot_attn_bench_skips_untimed_and_sweep_rows():
     pytest.importorskip("plotly")
-    from labkit.viz.mask import plot_attn_bench
+    from labkit.viz.lab.mask import plot_attn_bench
 
     rows = [
         {"case": "a", "variant": "triton_prefix", "median_ns": 2e6, "tflops": 100.0},

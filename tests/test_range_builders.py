@@ -281,7 +281,7 @@ def test_bench_cli_bad_input(argv, tmp_path, monkeypatch, capsys):
 def test_ranges_sweep_figure():
     from labkit.attn import bench_ranges
     from labkit.results import make_result
-    from labkit.viz.h2d import plot_ranges_sweep
+    from labkit.viz.lab.h2d import plot_ranges_sweep
 
     rows = bench_ranges.bench_sweep(["v033", "incremental"], requests=(1, 2), images=(1, 2), repeats=1)
     fig = plot_ranges_sweep([make_result("ranges_sweep", rows, source="measured-cpu", machine={"slug": "t"})])

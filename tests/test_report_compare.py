@@ -1,12 +1,12 @@
-"""Machines side by side (labkit.viz.compare) and the calibration figures, on hand-made results."""
+"""Machines side by side (labkit.viz.machines.compare) and the calibration figures, on hand-made results."""
 
 from __future__ import annotations
 
 import pytest
 
 from labkit.results import make_result
-from labkit.viz import calibration as vcal
-from labkit.viz import compare
+from labkit.viz.machines import calibration as vcal
+from labkit.viz.machines import compare
 
 
 def _r(name, slug, rows, source="measured-gpu"):

@@ -16,7 +16,7 @@ from labkit.attn.bench_attn import CASES, AttnCase
 from labkit.attn.prefix_mask import prefix_lm_mask
 from labkit.results import make_result, save_result
 from labkit.viz.peaks import load_peaks, peak_for
-from labkit.viz.roofline import (
+from labkit.viz.lab.roofline import (
     AttnTraffic,
     attention_traffic,
     case_traffic,

@@ -24,15 +24,15 @@ def test_bad_arms_exit_2(capsys):
 
 
 def test_no_device_model_is_said_not_made_up(monkeypatch):
-    monkeypatch.setitem(sys.modules, "labkit.serve.device_model", None)  # import fails
+    monkeypatch.setitem(sys.modules, "labkit.serve.gpu.device_model", None)  # import fails
     device, why = load_device_model("h200")
     assert device is None and "no device model" in why
 
 
 def test_device_model_adapter_counts_the_new_token():
-    pytest.importorskip("labkit.serve.device_model")
-    from labkit.serve import device_model as dm
-    from labkit.serve.gemma4_arch import GEMMA4_E4B
+    pytest.importorskip("labkit.serve.gpu.device_model")
+    from labkit.serve.gpu import device_model as dm
+    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
 
     device, why = load_device_model("h200")
     assert "simulated" in why

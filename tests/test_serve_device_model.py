@@ -16,7 +16,7 @@ import random
 import pytest
 
 from labkit.errors import UsageError
-from labkit.serve.device_efficiency import (
+from labkit.serve.gpu.device_efficiency import (
     EFFICIENCY_NAMES,
     PROFILE_DECODE_ROWS,
     PROFILE_PREFILL_TOKENS,
@@ -24,7 +24,7 @@ from labkit.serve.device_efficiency import (
     load_efficiencies,
     uniform_efficiencies,
 )
-from labkit.serve.device_model import (
+from labkit.serve.gpu.device_model import (
     ENCODER_PATCHES,
     GPUS,
     PR40143_REAL_PATCHES,
@@ -36,8 +36,8 @@ from labkit.serve.device_model import (
     get_gpu,
     step_device_time,
 )
-from labkit.serve.gemma4_arch import GEMMA4_E4B as E4B
-from labkit.serve.gemma4_arch import GLOBAL, SLIDING, Gemma4Arch, VisionTower
+from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B as E4B
+from labkit.serve.gpu.gemma4_arch import GLOBAL, SLIDING, Gemma4Arch, VisionTower
 
 ONE = uniform_efficiencies(1.0, 1.0)
 
@@ -114,7 +114,7 @@ def test_prefill_chunks_against_the_window():
 
 def test_prefill_window_pairs_match_the_mask_rule():
     from labkit.attn.prefix_mask import count_allowed_pairs
-    from labkit.viz.roofline import needed_keys
+    from labkit.viz.lab.roofline import needed_keys
 
     arch = Gemma4Arch(**{**{f: getattr(E4B, f) for f in E4B.__dataclass_fields__}, "sliding_window": 7})
     rng = random.Random(3)
@@ -196,7 +196,7 @@ def test_describe_rows_and_floor():
 
 
 def test_recorded_efficiencies_match_the_roofline_reading():
-    from labkit.viz.roofline import recorded_roofline
+    from labkit.viz.lab.roofline import recorded_roofline
 
     eff = load_efficiencies("h200")
     points = {(p["case"], p["variant"]): p for p in recorded_roofline().points if p["gpu"] == "H200 SXM"}
@@ -212,7 +212,7 @@ def test_recorded_efficiencies_match_the_roofline_reading():
 
 
 def test_profile_efficiencies_by_hand():
-    from labkit.engine.profiles import profiles_root
+    from labkit.engine.device.profiles import profiles_root
 
     prof = json.loads((profiles_root() / "h200.json").read_text(encoding="utf-8"))
     ops = prof["ops"]

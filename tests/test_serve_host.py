@@ -8,10 +8,10 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.serve.clock import StepRecord
-from labkit.serve.cpu_speed import cpu_speed_from_rows
+from labkit.serve.host.cpu_speed import cpu_speed_from_rows
 from labkit.serve.device import StepShape
-from labkit.serve.host_census import PHASES, census_host_from_rows, interpolate
-from labkit.serve.host_model import ServeHost
+from labkit.serve.host.host_census import PHASES, census_host_from_rows, interpolate
+from labkit.serve.host.host_model import ServeHost
 
 
 def _rows(variant="baseline", images=32):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.results import make_result
-from labkit.viz.serve_sim import plot_serve_sim, serve_sim_table
+from labkit.viz.vllm.serve_sim import plot_serve_sim, serve_sim_table
 
 
 def _result():

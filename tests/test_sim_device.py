@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from labkit.engine.devices import SimDevice
-from labkit.engine.profiles import (CopyCost, DeviceProfile, OpCost, fit_op_costs, load_profile,
+from labkit.engine.device.devices import SimDevice
+from labkit.engine.device.profiles import (CopyCost, DeviceProfile, OpCost, fit_op_costs, load_profile,
                                     parametric_profile, profile_from_json, save_profile)
 from labkit.errors import UsageError
 
@@ -139,7 +139,7 @@ def test_profile_cost_model_and_fit():
 
 
 def test_copy_cost_through_two_sizes_by_hand():
-    from labkit.engine.profiles import copy_cost_from_two_sizes
+    from labkit.engine.device.profiles import copy_cost_from_two_sizes
 
     big = 16 * 2**20
     # a copy engine of 13 B/ns behind a 15 us fixed cost: the fit gives both back

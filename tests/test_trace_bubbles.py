@@ -11,7 +11,7 @@ from hta_reference import CHECKED, COLUMNS, RECORDED, hta_live, hta_version, raw
 from real_traces import fixtures, find, shared, shared_trace
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
+from labkit.trace.analysis.device.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,4 +1,4 @@
-"""vLLM's whole engine step by phase (``labkit.trace.analysis.engine_steps``), on a hand-built trace and
+"""vLLM's whole engine step by phase (``labkit.trace.analysis.host.engine_steps``), on a hand-built trace and
 on the real CPU traces of vLLM 0.32 in tests/data.
 
 The hand-built trace has two whole ``LLMEngine.step`` frames, one cut by the end of the trace,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.engine_steps import TOP_PHASES, engine_phase_table, engine_steps, phase_summary
+from labkit.trace.analysis.host.engine_steps import TOP_PHASES, engine_phase_table, engine_steps, phase_summary
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -35,7 +35,7 @@ def _hand_trace(path: Path) -> Path:
         _ev("torch/profiler/profiler.py(800): start", 0, 5),  # the trace's first event
         # step 0: [100, 1100)
         _ev(STEP, 100, 1000),
-        _ev("labkit/vllm/step_timers.py(60): timed", 105, 210),  # a wrapper outside vLLM: not a phase
+        _ev("labkit/vllm/census/step_timers.py(60): timed", 105, 210),  # a wrapper outside vLLM: not a phase
         _ev(SCHED, 110, 200),
         _ev(ENC, 120, 50), _ev(ENC, 130, 30),  # nested in the first: counted once -> 50
         _ev(ENC, 180, 80),  # -> encoder_inputs 50 + 80 = 130

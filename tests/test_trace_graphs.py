@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.bubbles import device_ops
-from labkit.trace.analysis.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index, graph_launches
+from labkit.trace.analysis.device.bubbles import device_ops
+from labkit.trace.analysis.device.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index, graph_launches
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.bubbles import device_ops, find_steps
-from labkit.trace.analysis.h2d import classify_copy, copy_report
+from labkit.trace.analysis.device.bubbles import device_ops, find_steps
+from labkit.trace.analysis.device.h2d import classify_copy, copy_report
 
 DATA = Path(__file__).resolve().parent / "data"
 

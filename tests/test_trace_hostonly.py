@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.hostonly import between_step_call_sites, between_step_windows
+from labkit.trace.analysis.host.hostonly import between_step_call_sites, between_step_windows
 from labkit.trace.read.load import as_trace
-from labkit.trace.analysis.steps import detect_steps
+from labkit.trace.analysis.host.steps import detect_steps
 
 DATA = Path(__file__).resolve().parent / "data"
 BASELINE = DATA / "vllm-cpu-gemma4-baseline.trimmed.pt.trace.json.gz"

@@ -54,7 +54,7 @@ def test_tensor_loop_host_starvation_names_schedule():
 
 def test_simulated_engine_trace_takes_the_same_path(tmp_path):
     from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import SimDevice
+    from labkit.engine.device.devices import SimDevice
     from labkit.engine.loop import Engine
     from labkit.trace.capture import make_capture
 

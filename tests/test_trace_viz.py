@@ -95,7 +95,7 @@ def test_notebook_helpers():
 
 def test_build_big_trace_repeats_steps(tmp_path):
     from labkit.trace.analysis.bench import build_big_trace
-    from labkit.trace.analysis.bubbles import hta_idle_breakdown, hta_idle_totals
+    from labkit.trace.analysis.device.bubbles import hta_idle_breakdown, hta_idle_totals
 
     info = build_big_trace(BERT, tmp_path / "big.json", size_mb=2.0)
     assert info["copies"] >= 2

@@ -13,7 +13,7 @@ from real_traces import shared_trace
 from labkit.cli import main as labkit_main
 from labkit.trace.analysis.analyze import analyze_trace
 from labkit.trace.read.load import load_trace
-from labkit.trace.analysis.steps import NO_STEPS_NOTE, detect_steps
+from labkit.trace.analysis.host.steps import NO_STEPS_NOTE, detect_steps
 
 DATA = Path(__file__).resolve().parent / "data"
 NVLLM_STEP = DATA / "nvllm-gb10-one-step.trimmed.pt.trace.json.gz"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit.results import BenchResult
-from labkit.viz.appendix import results_matrix, side_by_side_html
+from labkit.viz.machines.appendix import results_matrix, side_by_side_html
 
 
 def res(name, slug, source, n, size="full"):

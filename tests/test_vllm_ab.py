@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labkit.vllm import ab as vllm_ab, ab_results as vllm_ab_results
+from labkit.vllm import ab as vllm_ab
+from labkit.vllm.server import ab_results as vllm_ab_results
 from labkit.attn.prefix_ranges import build_prefix_range_tensor
 from labkit.errors import UsageError
 from labkit.mm.encoder_cache import EncoderCacheManager
@@ -30,9 +31,9 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm.ab, labkit.vllm.ab_results, labkit.vllm.nextbubble, labkit.vllm.cli, "
-            "labkit.vllm.models, labkit.vllm.engine, labkit.vllm.check, labkit.vllm.wheel_diff, "
-            "labkit.vllm.torchvision_compat, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.nextbubble, labkit.vllm.cli, "
+            "labkit.vllm.conformance.cli, labkit.vllm.conformance.models, labkit.vllm.conformance.engine, "
+            "labkit.vllm.conformance.check, labkit.vllm.conformance.wheel_diff, labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm.input_processing import VLLM_STAGES
-from labkit.vllm.mmproc_compare import (NO_PEER, STAGE_MAP, compare, lab_figures, model_verdict, pool_rounds,
+from labkit.vllm.processor.input_processing import VLLM_STAGES
+from labkit.vllm.processor.mmproc_compare import (NO_PEER, STAGE_MAP, compare, lab_figures, model_verdict, pool_rounds,
                                         stage_status, vllm_figures)
 
 SHARED = ("get_mm_hashes", "get_cache_missing_items", "apply_hf_processor", "merge_mm_kwargs",
@@ -159,7 +159,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 def test_the_notebook_table_and_figure_show_both_figures_in_ms():
     from types import SimpleNamespace
 
-    from labkit.viz import mmproc
+    from labkit.viz.vllm import mmproc
 
     bench = _bench()
     bench["mm_processor_stats"]["apply_hf_processor_ms"] = _stat(52.0, 50.0, 56.0)

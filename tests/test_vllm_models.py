@@ -1,4 +1,4 @@
-"""labkit.vllm.models without vLLM: the made models' image placeholders against hand-worked counts.
+"""labkit.vllm.conformance.models without vLLM: the made models' image placeholders against hand-worked counts.
 
 vLLM's own placeholders for the same sizes are checked in tests/vllm_cpu/ (make test-vllm-cpu).
 """
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm.models import ARCHS, config_hash, image_prompt, make_model, model_arch, placeholder_layout
+from labkit.vllm.conformance.models import ARCHS, config_hash, image_prompt, make_model, model_arch, placeholder_layout
 
 
 @pytest.mark.parametrize("width,height,soft", [

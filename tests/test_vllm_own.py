@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm import own_tests, own_tests_run, sdist
-from labkit.vllm.hub_models import repo_folder, write_hub_model
-from labkit.vllm.own_tests import compare_runs, counts, parse_junit, run_row
+from labkit.vllm.conformance import own_tests, own_tests_run, sdist
+from labkit.vllm.conformance.hub_models import repo_folder, write_hub_model
+from labkit.vllm.conformance.own_tests import compare_runs, counts, parse_junit, run_row
 
 
 # --------------------------------------------------------------------------------------

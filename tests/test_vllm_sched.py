@@ -10,7 +10,7 @@ import pytest
 
 from labkit.cli import main as cli_main
 from labkit.results import make_result, save_result
-from labkit.vllm import sched_bench
+from labkit.vllm.census import sched_bench
 
 
 def _rows(n, m, text, installed, early):

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm import step_census
-from labkit.vllm.input_processing import memory_statement, ttft_statement
-from labkit.vllm.step_checks import TOP_PHASES, census_checks
-from labkit.vllm.step_timers import PhaseTimers
+from labkit.vllm.census import step_census
+from labkit.vllm.processor.input_processing import memory_statement, ttft_statement
+from labkit.vllm.census.step_checks import TOP_PHASES, census_checks
+from labkit.vllm.census.step_timers import PhaseTimers
 
 
 class _Clock:
@@ -327,7 +327,7 @@ def test_census_plan_sizes_the_engine_for_every_point():
 
 
 def test_plan_for_takes_the_sizes_and_the_command_lines_choices():
-    from labkit.vllm.step_bench import SIZES, _parser, plan_for
+    from labkit.vllm.census.step_bench import SIZES, _parser, plan_for
 
     full = plan_for(_parser().parse_args(["--size", "full"]), "full")
     assert full.points == SIZES["full"]["points"] and full.off_host and full.alone_rounds == 6
@@ -388,8 +388,8 @@ def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
     import contextlib
 
     import labkit.vllm.ab as ab
-    import labkit.vllm.sched_census as sc
-    from labkit.vllm.step_checks import scheduler_only_point
+    import labkit.vllm.census.sched_census as sc
+    from labkit.vllm.census.step_checks import scheduler_only_point
 
     state = {"active": None, "fresh": False}
 
@@ -422,7 +422,7 @@ def test_scheduler_alone_never_times_the_step_after_a_switch(monkeypatch):
 
 
 def test_sweep_is_twice_the_last_level_cache_within_bounds():
-    from labkit.vllm.step_checks import sweep_bytes
+    from labkit.vllm.census.step_checks import sweep_bytes
 
     assert sweep_bytes(480 * 2**20) == 960 * 2**20
     assert sweep_bytes(8 * 2**20) == 64 * 2**20 and sweep_bytes(4 * 2**30) == 2 * 2**30
@@ -439,7 +439,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     import numpy
 
     import labkit.vllm.ab as ab
-    from labkit.vllm.step_checks import engine_scheduler_alone
+    from labkit.vllm.census.step_checks import engine_scheduler_alone
 
     clock = _Clock()
     state = {"active": None, "fresh": False, "sums": [], "steps": 0}
@@ -498,7 +498,7 @@ def test_stand_in_is_stepped_in_the_same_rounds_as_the_engine_scheduler_back_to_
     import contextlib
 
     import labkit.vllm.ab as ab
-    from labkit.vllm.step_checks import engine_scheduler_alone
+    from labkit.vllm.census.step_checks import engine_scheduler_alone
 
     log = []
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm import ab_results
+from labkit.vllm.server import ab_results
 from labkit.vllm.cli import bench_parser, grid_from_args, run_main
-from labkit.vllm.wheel_diff import LAB_SOURCES, compare_trees, installed_sources, wheel_sources
+from labkit.vllm.conformance.wheel_diff import LAB_SOURCES, compare_trees, installed_sources, wheel_sources
 
 DATA = Path(__file__).resolve().parent / "data"
 

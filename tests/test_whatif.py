@@ -18,7 +18,8 @@ from whatif_traces import K, X, write_trace
 from labkit.cli import main
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
-from labkit.trace.whatif.predict import Change, find_step_spans, parse_changes, predict
+from labkit.trace.whatif.predict import Change, parse_changes, predict
+from labkit.trace.whatif.steps import find_step_spans
 from labkit.trace.whatif.ab_pairs import bubble_model_rows, derive_changes, predict_pair
 from labkit.trace.whatif.dependency_graph import build_graph, records_from_trace
 from labkit.trace.whatif.replay import replay

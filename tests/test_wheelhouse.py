@@ -62,7 +62,7 @@ def test_notebook_extra_builds_on_report():
 
 def test_report_extra_covers_what_the_report_and_notebooks_import():
     sources = [*(ROOT / "notebooks").glob("[0-9][0-9]_*.py"), *(ROOT / "labkit" / "report").glob("*.py"),
-               *(ROOT / "labkit" / "viz").glob("*.py"), *(ROOT / "labkit" / "widgets").glob("*.py")]
+               *(ROOT / "labkit" / "viz").rglob("*.py"), *(ROOT / "labkit" / "widgets").glob("*.py")]
     third_party = {m for m in _top_level_imports(sources)
                    if m not in sys.stdlib_module_names and m != "labkit" and m != "__future__"}
     report = {_name(r) for r in _extras()["report"]}

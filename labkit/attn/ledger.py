@@ -195,7 +195,7 @@ def count_h2d_in_profile(trace) -> dict:
     trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
     ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``).
     """
-    from labkit.trace.analysis.idle import count_h2d
+    from labkit.trace.analysis.device.idle import count_h2d
 
     return count_h2d(_as_trace(trace))
 
@@ -204,8 +204,8 @@ def gpu_stream_busy_idle(trace) -> list[dict]:
     """Busy and idle time per GPU stream between its first and last event, in microseconds.
 
     ``device``, ``stream``, ``events``, ``busy_us``, ``idle_us``, ``span_us``: the per-stream
-    figures of ``labkit analyze`` (``labkit.trace.analysis.idle.stream_busy_idle``).
+    figures of ``labkit analyze`` (``labkit.trace.analysis.device.idle.stream_busy_idle``).
     """
-    from labkit.trace.analysis.idle import stream_busy_idle
+    from labkit.trace.analysis.device.idle import stream_busy_idle
 
     return stream_busy_idle(_as_trace(trace))

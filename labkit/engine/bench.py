@@ -19,68 +19,21 @@ GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace 
 variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
 simulated-device profile.
 
-Each variant is measured first, without a profiler (throughput both as ``tokens_per_s_median``,
-tokens per step over the median step, and ``tokens_per_s_window``, over the whole measured
-window; ``stall_ns`` shows a one-off stall), and only then profiled in a separate short run; the
-profiler is started once before all variants so its one-off start-up never lands in a variant.
+How each variant runs (measured first, without a profiler, then profiled in a separate short run)
+and when a graph-mode trace's idle share counts as checked: :mod:`labkit.engine.runs`.
 The result file is rewritten after each variant (rows so far, ``complete: false`` until the end:
 ``labkit.results.PartialResult``), so a run stopped part-way keeps the variants it finished.
-
-On a GPU, a traced CUDA-graph run keeps CUPTI loaded between profiler sessions
-(``TEARDOWN_CUPTI=0``, as PyTorch does for graphs under Inductor: tearing CUPTI down under live
-graphs has crashed). The idle share read from a graph-mode trace is labelled ``idle_status``
-``tentative``: CUPTI's records of graph kernels are reported wrong before CUDA 13.1 (kineto#1165),
-so it stays tentative unless the kernels' busy time per profiled step in that trace agrees, within
-``GRAPH_BUSY_TOLERANCE``, with the same variant's eager trace of this run (the same kernels,
-launched one by one: ``checked``).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import logging
-import os
 import sys
-import time
 
+from labkit.engine.runs import (DEFAULT_VARIANTS, SIZES, _csv, cudagraph_modes, default_profile_name, print_table,
+                               run_variants)
 from labkit.errors import UsageError
-
-logger = logging.getLogger(__name__)
-
-#: (placeholder, scheduling, prefix_ranges) of the default variant set
-DEFAULT_VARIANTS = (
-    ("tensor", "loop", "none"),
-    ("list", "loop", "none"),
-    ("fast", "cursor", "none"),
-    ("fast", "cursor", "per_layer"),
-    ("fast", "cursor", "per_step"),
-    ("fast", "cursor", "pinned"),
-    ("fast", "cursor", "cached"),
-)
-
-#: per device kind and size: (model, workload, num_requests, measured steps, warm-up steps)
-SIZES = {
-    ("sim", "quick"): ("gemma4-e4b-like", "pr40143", None, 4, 2),
-    ("sim", "full"): ("gemma4-e4b-like", "pr40143", None, 20, 3),
-    ("cuda", "quick"): ("gemma4-e4b-like", "pr40143", None, 8, 3),
-    ("cuda", "full"): ("gemma4-e4b-like", "pr40143", None, 30, 5),
-    ("cpu", "quick"): ("tiny", "small", None, 3, 1),
-    ("cpu", "full"): ("tiny", "small", None, 3, 1),
-}
-
-
-#: profiled steps per traced variant (after one profiler warm-up step)
-TRACE_STEPS = 2
-#: profiler warm-up steps per traced variant (Kineto starts here; never inside the measured run)
-TRACE_WARMUP = 1
-#: largest relative difference of a graph run's kernel busy time per step from its eager run's for
-#: its trace idle figure to count as checked (see the module docstring)
-GRAPH_BUSY_TOLERANCE = 0.10
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,17 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cudagraph_modes(text: str | None) -> list[str]:
-    """The ``--cudagraph`` comma list, checked against ``CUDAGRAPH_MODES``."""
-    from labkit.engine.config import CUDAGRAPH_MODES
-
-    modes = _csv(text or "none")
-    bad = [m for m in modes if m not in CUDAGRAPH_MODES]
-    if bad or not modes:
-        raise UsageError(f"unknown cudagraph mode(s) {bad or modes}: choose from {', '.join(CUDAGRAPH_MODES)}")
-    return list(dict.fromkeys(modes))
-
-
 def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
     """(placeholder, scheduling, prefix_ranges, async, cudagraph) tuples to run."""
     from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES
@@ -173,210 +115,6 @@ def resolve_kind(choice: str) -> str:
     return choice
 
 
-def default_profile_name() -> str:
-    """The recorded profile to simulate by default: ``h200`` if present, else ``parametric``."""
-    from labkit.engine.profiles import PARAMETRIC_NAME, list_profiles
-
-    names = list_profiles()
-    return "h200" if "h200" in names else PARAMETRIC_NAME
-
-
-def run_variants(kind: str, variants, *, model: str, workload: str, num_requests, steps: int, warmup: int,
-                 profile=None, trace_dir=None, progress_desc: str = "engine",
-                 on_rows=None) -> tuple[list[dict], list[str]]:
-    """Run each variant; returns (summary rows, trace paths). Real models are built once and shared;
-    the variants run with the heap alive before them frozen out of the collector, as in vLLM
-    (``labkit.engine.loop.frozen_gc_heap``). ``on_rows(rows)`` is called with every row so far after
-    each variant (e.g. ``PartialResult.update``)."""
-    from labkit.attn.prefix_ranges import warm_up
-    from labkit.engine.config import EngineConfig, get_model_config
-    from labkit.engine.devices import make_device
-    from labkit.engine.loop import Engine, frozen_gc_heap
-    from labkit.engine.model import TransformerStack
-
-    shared_model = None
-    warm_up("cuda" if kind == "cuda" else "cpu")  # torch's first-use imports, before any variant runs
-    if trace_dir and kind == "cuda" and any(_with_graph(v)[4] != "none" for v in variants):
-        os.environ.setdefault("TEARDOWN_CUPTI", "0")  # see the module docstring; read when a session stops
-    if trace_dir and kind in ("cuda", "cpu"):
-        from labkit.trace.capture import warm_up_profiler
-
-        warm_up_profiler(cuda=kind == "cuda")  # one-off Kineto/CUPTI start-up, outside every variant
-    if kind in ("cuda", "cpu"):
-        shared_model = TransformerStack(get_model_config(model), kind)
-        # compile and warm every kernel once (ranges on and off) so no variant pays for it
-        for pr in ("none", "per_step"):
-            warm = Engine(EngineConfig(model=model, workload=workload, num_requests=num_requests,
-                                       placeholder="fast", scheduling="cursor", prefix_ranges=pr),
-                          make_device(kind), model=shared_model)
-            warm.run(3)
-    with frozen_gc_heap():  # as vLLM's engine core, once started
-        return _run_each(kind, variants, model=model, workload=workload, num_requests=num_requests, steps=steps,
-                         warmup=warmup, profile=profile, trace_dir=trace_dir, progress_desc=progress_desc,
-                         shared_model=shared_model, on_rows=on_rows or (lambda rows: None))
-
-
-def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, profile, trace_dir, progress_desc,
-              shared_model, on_rows) -> tuple[list[dict], list[str]]:
-    from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import make_device
-    from labkit.engine.graphs import effective_mode
-    from labkit.engine.loop import Engine, summarize_run
-    from labkit.progress import progress
-    from labkit.trace.capture import make_capture
-
-    rows, traces = [], []
-    runners: dict = {}  # real GPU: graphs captured once per (mode, ranges) and shared by the variants
-    ran: dict = {}  # (variant, mode run) -> its row, shared by a mode that falls back to it
-    for ph, sc, pr, is_async, graph in progress([_with_graph(v) for v in variants], total=len(variants),
-                                                desc=progress_desc):
-        cfg = EngineConfig(model=model, workload=workload, num_requests=num_requests, placeholder=ph,
-                           scheduling=sc, prefix_ranges=pr, async_scheduling=is_async, cudagraph=graph)
-        mode_run, note = effective_mode(graph, pr)
-        same = ran.get((ph, sc, pr, is_async, mode_run))
-        if same is not None:
-            rows.append(dict(same, variant=cfg.variant_name(), cudagraph=graph, cudagraph_note=note,
-                             same_run_as=same["variant"]))
-            on_rows(rows)
-            continue
-        dev = make_device(kind, profile=profile)
-        engine = Engine(cfg, dev, model=shared_model,
-                        graph_runner=runners.get(_runner_key(cfg)) if kind == "cuda" else None)
-        if kind == "cuda" and engine.runner is not None:
-            engine.capture_graphs()  # before any measured step (a shared runner captured already)
-            runners[_runner_key(cfg)] = engine.runner
-        meta = {"variant": cfg.variant_name(), "placeholder": ph, "scheduling": sc, "prefix_ranges": pr,
-                "async_scheduling": is_async, "model": model, "workload": workload, "source": dev.source,
-                "cudagraph": graph, "cudagraph_run": engine.graph_mode, "cudagraph_note": engine.graph_note}
-        if kind == "sim":
-            meta.update(dev.profile.describe())
-        run_name = cfg.variant_name().replace("/", "-")
-        t0 = time.perf_counter()
-        # Measured run first, without any profiler: one step more than measured, so the last
-        # measured step's tokens are collected in steady state (async: while the next step runs).
-        engine.run(warmup + steps + 1)
-        row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
-        # Then a separate profiled run: the profiler starts (and may stall the host) only after
-        # every measured output has been collected, so it can never enter the numbers.
-        cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
-                           active=TRACE_STEPS)
-        if trace_dir:
-            with cap:
-                engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
-        row["source"] = dev.source
-        row["wall_s"] = time.perf_counter() - t0
-        if kind == "sim":
-            row.update(dev.profile.describe())
-        paths = [str(p) for p in getattr(cap, "paths", [])]
-        if paths:
-            row["trace"] = paths[0]
-            if kind == "cuda":
-                row.update(_trace_idle(paths[0]))
-                if engine.graph_mode != "none":
-                    row.update(graph_idle_check(row, ran.get((ph, sc, pr, is_async, "none"))))
-        traces.extend(paths)
-        rows.append(row)
-        ran[(ph, sc, pr, is_async, mode_run)] = row
-        on_rows(rows)
-        logger.info("%s: %.0f tok/s (median step)", cfg.variant_name(), row["tokens_per_s_median"])
-    return rows, traces
-
-
-def _with_graph(v: tuple) -> tuple:
-    """Variant tuples without a CUDA-graph mode run eagerly."""
-    return tuple(v) if len(v) == 5 else (*v, "none")
-
-
-def _runner_key(cfg) -> tuple:
-    from labkit.engine.graphs import effective_mode
-
-    mode = effective_mode(cfg.cudagraph, cfg.prefix_ranges)[0]
-    return mode, mode == "full" and cfg.prefix_ranges != "none"  # only full graphs read the ranges
-
-
-def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True,
-                     cudagraph=("none",)):
-    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
-
-    ``cudagraph``: the CUDA-graph modes to run every variant in (``none``, ``piecewise``, ``full``).
-
-    ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
-    result ``engine_sim`` (``engine_sim_quick`` in quick size) (source simulated) when ``save``; traces map variant -> file.
-    """
-    from labkit.device import describe_machine
-    from labkit.engine.profiles import load_profile
-    from labkit.results import make_result, save_result, sized_name
-
-    if size not in ("quick", "full"):
-        raise UsageError(f"size must be quick or full, got {size!r}")
-    model, workload, nreq, steps, warmup = SIZES[("sim", size)]
-    prof = profile if profile is not None else load_profile(default_profile_name())
-    variants = [(a, b, c, True, g) for g in cudagraph_modes(",".join(cudagraph)) for a, b, c in DEFAULT_VARIANTS]
-    rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
-                               warmup=warmup, profile=prof, trace_dir=trace_dir)
-    if save:
-        save_result(make_result(sized_name("engine_sim", size), rows, source="simulated", machine=describe_machine("cpu"),
-                                params={"size": size, "model": model, "workload": workload,
-                                        "cudagraph": list(cudagraph), **prof.describe()}))
-    traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}
-    return rows, traces
-
-
-def _trace_idle(path: str) -> dict:
-    """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints)."""
-    from labkit.trace.analysis.idle import busiest_stream_idle
-
-    idle = busiest_stream_idle(path)
-    return {**idle, "idle_from": "trace of the profiled steps (profiler overhead included)"} if idle else {}
-
-
-def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
-    """``idle_status`` of a graph-mode row's trace idle figure: ``checked`` when its kernel busy time
-    per profiled step is within ``GRAPH_BUSY_TOLERANCE`` of the eager run's (same variant, same
-    run), else ``tentative``; ``idle_check`` says what was compared (see the module docstring)."""
-    busy = graph_row.get("trace_busy_us")
-    ref = (eager_row or {}).get("trace_busy_us")
-    if not busy or not ref:
-        return {"idle_status": "tentative",
-                "idle_check": "no eager trace of this variant in the run to check the graph kernels' "
-                              "durations against (CUDA-graph profiling before CUDA 13.1: kineto#1165)"}
-    diff = busy / ref - 1.0
-    ok = abs(diff) <= GRAPH_BUSY_TOLERANCE
-    return {"idle_status": "checked" if ok else "tentative",
-            "idle_check": f"kernel busy per profiled step {busy / TRACE_STEPS:.0f} us under graphs vs "
-                          f"{ref / TRACE_STEPS:.0f} us eager ({100 * diff:+.1f}%, tolerance "
-                          f"{100 * GRAPH_BUSY_TOLERANCE:.0f}%)"}
-
-
-def print_table(rows: list[dict]) -> None:
-    """The summary table: tok/s from the median step and from the whole window, step time, TPOT, idle."""
-    from labkit.engine.recorded import with_robust_metrics
-
-    head = (f"{'variant':40s} {'graphs':>9s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} "
-            f"{'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}")
-    print(head)
-    notes = []
-    for r in with_robust_metrics(rows):
-        idle = r.get("device_idle_frac")
-        idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
-        if r.get("idle_status") == "tentative":
-            idle_s = f"{idle_s.strip()}?".rjust(6)
-            notes.append(f"{r['variant']}: idle tentative: {r['idle_check']}")
-        graphs = r.get("cudagraph_run") or r.get("cudagraph") or "none"
-        if r.get("cudagraph_note"):
-            same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
-            notes.append(f"{r['variant']}: {r['cudagraph_note']}{same}")
-            graphs += "*"
-        print(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
-              f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
-              f"{r['h2d_per_step']:8.0f}")
-    print("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
-          "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run; "
-          "idle ?: tentative")
-    for n in notes:
-        print(f"* {n}")
-
-
 def _host_point(text: str) -> tuple[int, int]:
     try:
         n, m = (int(x) for x in text.lower().split("x"))
@@ -392,7 +130,7 @@ def main_host_from(args, size: str) -> int:
     from labkit.cli import emit_result
     from labkit.device import describe_machine
     from labkit.engine.hostfrom import load_host_table, ratio_rows, run_host_from, solve_published
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.mm.overlap import PR40143
     from labkit.results import make_result, sized_name
 
@@ -475,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_profile and kind != "cuda":
         raise UsageError("--write-profile needs a CUDA GPU (it records real device durations)")
     from labkit.engine.config import get_model_config
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.mm.workload import get_workload_spec
 
     get_model_config(model)
@@ -515,7 +253,7 @@ def _write_profile(path: str, model_name: str) -> None:
     from labkit.device import describe_machine
     from labkit.engine.config import get_model_config
     from labkit.engine.model import TransformerStack
-    from labkit.engine.profiles import save_profile
+    from labkit.engine.device.profiles import save_profile
     from labkit.engine.record_profile import record_profile
 
     desc = describe_machine("cuda")

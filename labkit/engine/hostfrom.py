@@ -4,7 +4,7 @@ The mini engine's host side is its own small scheduler and metadata code. A reco
 vLLM's whole engine step (``labkit bench vllm-step``, result ``vllm_step``: vLLM's CPU build,
 host time per phase and A/B variant) says what a real vLLM step costs the host. Here each
 phase's measured median, times a stated CPU-speed factor (``cpu_speed``: 1.0 = the census's CPU;
-0.5 = a host twice as fast), becomes a fixed host cost (:class:`labkit.engine.hostcost.FixedHostCosts`)
+0.5 = a host twice as fast), becomes a fixed host cost (:class:`labkit.engine.device.hostcost.FixedHostCosts`)
 of the mini engine on a frozen host clock, while the device keeps the recorded GPU profile
 (``data/profiles/h200.json``), under no, piecewise or full CUDA graphs. Where each phase goes,
 as in vLLM's GPU engine (``EngineCore.step`` / ``step_with_batch_queue``, one GPU, the
@@ -14,7 +14,7 @@ Which of the census's steps: ``forward="cpu"`` (``--host-forward cpu``, the defa
 steps as measured, where the CPU build's own forward runs between the host phases and, reading
 the KV cache and the vocabulary's logits, evicts what they read next; ``off-host`` takes the steps
 the census timed with the forward off the host (``off_host:`` rows,
-:func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server's host pays them.
+:func:`labkit.vllm.census.step_census.forward_off_host`), the host phases as a GPU server's host pays them.
 
 engine core, one thread, in this order: ``other`` (the core's glue), ``schedule``,
 ``prepare_inputs`` (the runner's input preparation; on the CPU build it includes the CPU
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from labkit.engine.hostcost import FixedHostCosts
+from labkit.engine.device.hostcost import FixedHostCosts
 from labkit.errors import UsageError
 
 __all__ = ["VARIANT_ENGINE", "HOST_PHASES", "FORWARDS", "HostTable", "host_table_from_rows", "load_host_table",
@@ -98,8 +98,8 @@ def host_table_from_rows(rows, *, requests: int = 128, images: int = 32, cpu_spe
 
     ``forward``: ``cpu`` takes the census's steps as measured (the CPU's forward between the host
     phases); ``off-host`` the steps it timed with the forward off the host (``off_host:`` rows,
-    :func:`labkit.vllm.step_census.forward_off_host`), the host phases as a GPU server pays them."""
-    from labkit.vllm.step_census import OFF_HOST
+    :func:`labkit.vllm.census.step_census.forward_off_host`), the host phases as a GPU server pays them."""
+    from labkit.vllm.census.step_rows import OFF_HOST
 
     if not cpu_speed > 0:
         raise UsageError(f"--cpu-speed must be > 0, got {cpu_speed}")
@@ -159,7 +159,7 @@ def run_host_from(table: HostTable, *, profile=None, cudagraph=("none", "piecewi
     (``labkit.engine.loop.summarize_run`` plus ``vllm_variant``, ``cpu_speed_factor``, ``host_from``,
     the phases' host ms and the engine core's serial host per step)."""
     from labkit.engine.config import EngineConfig
-    from labkit.engine.hostcost import make_fixed_cost_device
+    from labkit.engine.device.hostcost import make_fixed_cost_device
     from labkit.engine.loop import Engine, summarize_run
 
     rows = []

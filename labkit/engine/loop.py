@@ -1,7 +1,7 @@
 """The engine step loop: schedule -> prepare metadata -> forward -> sample, as vLLM's engine runs it.
 
 ``Engine(config, device)`` drives a workload for N steps on a device from
-``labkit.engine.devices``:
+``labkit.engine.device.devices``:
 
 1. ``schedule``: the lab's ``StepScheduler`` (any placeholder variant, any scheduling strategy)
    plans the step and advances ``num_computed_tokens`` at once (what makes async scheduling work);
@@ -80,7 +80,7 @@ class Engine:
 
     ``model`` may be given (e.g. a prebuilt real stack reused across variants); otherwise a
     weightless stack (simulated device) or a random-weight one (real device) is built.
-    ``host_costs`` (a ``labkit.engine.hostcost.FixedHostCosts``, simulated device only) charges
+    ``host_costs`` (a ``labkit.engine.device.hostcost.FixedHostCosts``, simulated device only) charges
     fixed host times per phase instead of measuring Python time: use it with a frozen clock.
     ``graph_mode`` is the CUDA-graph mode actually run and ``graph_note`` says why it differs
     from the configured one (None when it does not). ``graph_runner``: a runner with graphs

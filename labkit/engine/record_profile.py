@@ -25,10 +25,10 @@ import sys
 
 import numpy as np
 
-from labkit.engine.devices import TorchDevice
+from labkit.engine.device.devices import TorchDevice
 from labkit.engine.loop import make_batch
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
-from labkit.engine.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
+from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
 from labkit.timing import time_host
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from labkit.engine.profiles import load_profile, save_profile
+    from labkit.engine.device.profiles import load_profile, save_profile
     from labkit.errors import UsageError
     from labkit.results import parse_result
 

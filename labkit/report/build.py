@@ -31,9 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.errors import UsageError
+from labkit.errors import ReportStopped, UsageError
 from labkit.report import assets
-from labkit.report.execute import CellError, ReportStopped, execute_notebook
+from labkit.report.execute import CellError, execute_notebook
 from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources, strip_remote_scripts  # noqa: F401 (re-exported)
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result

@@ -46,7 +46,7 @@ from nbclient.output_widget import OutputWidget
 from nbclient.util import run_sync
 from traitlets import Type
 
-from labkit.report.execute import ReportStopped
+from labkit.errors import ReportStopped
 
 logger = logging.getLogger(__name__)
 

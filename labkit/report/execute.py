@@ -14,17 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from labkit.errors import ReportStopped
 from labkit.report.startup import KERNEL_EXEC_LINES
 
 logger = logging.getLogger(__name__)
-
-
-class ReportStopped(Exception):
-    """The run was stopped by a signal (SIGINT, SIGTERM); ``signum`` names it."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
 
 
 @dataclass

@@ -174,7 +174,7 @@ def _h200_eager(root) -> Finding | None:
 
 def _vllm_cpu_ab(root) -> Finding | None:
     from labkit.results import load_results
-    from labkit.vllm.ab_results import variant_summary
+    from labkit.vllm.server.ab_results import variant_summary
 
     for res in _by_source(load_results(root, name="vllm_ab"), ("measured-gpu", "measured-cpu")):
         table = variant_summary(res.rows)

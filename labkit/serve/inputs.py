@@ -8,7 +8,7 @@
   the other stage rows are parts of it, or the processor alone, and would count twice);
 - the calibrations of the GPU node's host, of the machine that recorded the census and the input
   processing, and of this machine (where the scheduler's calls are measured): two CPU-speed
-  factors (:mod:`labkit.serve.cpu_speed`), one for the recorded host costs, one for the measured.
+  factors (:mod:`labkit.serve.host.cpu_speed`), one for the recorded host costs, one for the measured.
 
 The census machine defaults to :data:`CENSUS_MACHINE`, whose census holds the steps with the
 forward off the host.

@@ -1,7 +1,7 @@
 """vLLM's real scheduler, stepped for a whole serving run (the clock's :class:`EngineDriver`).
 
 The scheduler is vLLM's own, built on the CPU from a generated model configuration as
-:func:`labkit.vllm.sched_census.make_scheduler` builds it (no weights, no tokenizer; only the
+:func:`labkit.vllm.census.sched_census.make_scheduler` builds it (no weights, no tokenizer; only the
 encoder budget is a stand-in: compute budget and cache ``max(max_num_batched_tokens, tokens
 per item)`` embeddings, as vLLM sizes them), but with the settings ``vllm serve`` takes on an
 H100 or H200 (:data:`SERVE_DEFAULTS`, read from the installed vLLM's
@@ -13,7 +13,7 @@ for the token step n is still producing). The KV cache is sized so that no reque
 preempted (every request's prompt and output fit at once); that is the published run's regime
 on an 80-141 GB GPU for a 4B model (a stated assumption, not measured here).
 
-Stepping follows :meth:`labkit.vllm.sched_census.SchedulerRun.step`: a stand-in
+Stepping follows :meth:`labkit.vllm.census.sched_census.SchedulerRun.step`: a stand-in
 ``ModelRunnerOutput`` samples one token for each request of the step that finished its
 prompt. The order is the engine core's with a batch queue of two: ``schedule()`` of step n,
 then ``update_from_output()`` of step n-1. Both calls are timed: the scheduler runs for real, so
@@ -78,7 +78,7 @@ def make_serving_scheduler(model_dir, config: ServeConfig):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from labkit.vllm.sched_census import _budget_class
+    from labkit.vllm.census.sched_census import _budget_class
 
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=config.max_model_len, enforce_eager=True)

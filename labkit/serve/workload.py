@@ -4,7 +4,7 @@
 (request rate inf: every request is sent at t = 0), 32 images of 1024 x 1536 per request,
 ``--random-input-len`` at its default (1,024 random text tokens), 8,000 output tokens with
 ``--ignore-eos``. Each image gets Gemma 4's real placeholder
-(:func:`labkit.vllm.models.placeholder_layout`: 262 tokens, 260 embeddings, the two ends not
+(:func:`labkit.vllm.conformance.models.placeholder_layout`: 262 tokens, 260 embeddings, the two ends not
 embedded); the images are spread through the prompt with the text (33 text runs around 32
 images). :func:`prompt_layout` is pure Python; :func:`make_vllm_requests` builds vLLM's own
 ``Request`` objects from it (vLLM imported inside).
@@ -75,7 +75,7 @@ class PlaceholderSpan:
 def prompt_layout(workload: ServeWorkload) -> tuple[int, list[PlaceholderSpan]]:
     """``(prompt tokens, placeholders)`` of one request: the text split into ``images + 1`` runs
     as evenly as it divides (the first runs one token longer), an image after each run but the last."""
-    from labkit.vllm.models import placeholder_layout
+    from labkit.vllm.conformance.models import placeholder_layout
 
     layout = placeholder_layout("gemma4", workload.image_width, workload.image_height)
     runs = workload.images + 1

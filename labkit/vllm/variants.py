@@ -1,7 +1,7 @@
 """The vLLM A/B variants: which side of #40143 and #38794 an installed vLLM runs.
 
 Shared by the switch (:mod:`labkit.vllm.ab`) and the results filing
-(:mod:`labkit.vllm.ab_results`); imports neither.
+(:mod:`labkit.vllm.server.ab_results`); imports neither.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and returns the summary rows and the figure.
 
 from __future__ import annotations
 
-from labkit.viz.engine import plot_engine_bars
+from labkit.viz.lab.engine import plot_engine_bars
 
 PLACEHOLDERS = ("tensor", "list", "fast")
 SCHEDULING = ("loop", "cursor")
@@ -19,7 +19,7 @@ def run_selection(placeholders, scheduling, prefix_ranges, *, num_requests: int 
                   warmup: int = 2, async_scheduling: bool = True, model: str = "gemma4-e4b-like",
                   workload: str = "pr40143", profile=None, cudagraph: str = "none"):
     """Run every combination on the simulated device (in CUDA-graph mode ``cudagraph``); returns ``(rows, figure)``."""
-    from labkit.engine.bench import run_variants
+    from labkit.engine.runs import run_variants
 
     variants = [(p, s, r, async_scheduling, cudagraph) for p in placeholders for s in scheduling
                 for r in prefix_ranges]

@@ -4,7 +4,7 @@
 :func:`mask_figure`, testable without a kernel. The heatmap is put in the box's Output
 widget as its state (``outputs``), never displayed inside it, so no client has to answer
 the kernel while the cell runs. Exported HTML keeps no Python callbacks:
-use :func:`labkit.viz.mask.plot_mask_window_slider` for a control that survives export.
+use :func:`labkit.viz.lab.mask.plot_mask_window_slider` for a control that survives export.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def parse_ranges(text: str) -> list[tuple[int, int]]:
 
 def mask_figure(q_len: int, kv_len: int, ranges_text: str, sliding_window: int = 0):
     """The mask heatmap for the widget's current values (q_len is capped at kv_len)."""
-    from labkit.viz.mask import plot_mask
+    from labkit.viz.lab.mask import plot_mask
 
     return plot_mask(min(q_len, kv_len), kv_len, parse_ranges(ranges_text), sliding_window)
 

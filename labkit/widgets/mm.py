@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from labkit.mm.measure import DEFAULT_COMBOS, measure_decode_grid
-from labkit.viz.mm import COMBO_LABELS
+from labkit.viz.lab.mm import COMBO_LABELS
 
 __all__ = ["measure_shape", "shape_figure", "make_mm_widget"]
 

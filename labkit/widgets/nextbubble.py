@@ -2,12 +2,12 @@
 
 ``make_next_bubble_widget(rows)`` returns an ipywidgets box; its callback is the plain
 function :func:`describe_point`, testable without a kernel. It reads recorded
-``vllm_prefix_ranges`` rows (``labkit.vllm.nextbubble.recorded_rows()``); nothing is measured live.
+``vllm_prefix_ranges`` rows (``labkit.vllm.census.nextbubble.recorded_rows()``); nothing is measured live.
 """
 
 from __future__ import annotations
 
-from labkit.vllm.nextbubble import expected_effect, lookup, side_by_side
+from labkit.vllm.census.nextbubble import expected_effect, lookup, side_by_side
 
 
 def describe_point(rows: list[dict], num_requests: int, images: int, device_step_ms: float) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 
-from labkit.viz.roofline import SHOWN_VARIANTS, Roofline, plot_roofline, roofline_points
+from labkit.viz.lab.roofline import SHOWN_VARIANTS, Roofline, plot_roofline, roofline_points
 
 #: case kind -> (description, sliding window)
 KINDS = {
@@ -88,7 +88,7 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
     import ipywidgets as w
 
     from labkit.device import resolve_device
-    from labkit.viz.roofline import recorded_roofline
+    from labkit.viz.lab.roofline import recorded_roofline
 
     gpu = resolve_device(device) == "cuda"
     recorded = recorded if recorded is not None else recorded_roofline()

@@ -20,7 +20,7 @@ import vllm.utils.torch_utils as vtu  # noqa: E402
 from vllm.multimodal.inputs import PlaceholderRange  # noqa: E402
 from vllm.v1.attention.backends.utils import compute_mm_prefix_range_tensor, compute_mm_prefix_ranges  # noqa: E402
 
-from labkit.vllm import nextbubble  # noqa: E402
+from labkit.vllm.census import nextbubble  # noqa: E402
 from labkit.attn.prefix_ranges import build_prefix_range_tensor  # noqa: E402
 
 

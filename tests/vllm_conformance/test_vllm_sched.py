@@ -2,7 +2,7 @@
 
 - ``patches/vllm-0.33.0-encoder-early-return.diff`` applies cleanly to the installed
   scheduler; the patched method (compiled from the patched file) and the in-process patch
-  (``labkit.vllm.sched_census.early_return_patch``) return what the installed method returns
+  (``labkit.vllm.census.sched_census.early_return_patch``) return what the installed method returns
   and leave the encoder cache in the same state, call by call, on random scenarios (with and
   without EAGLE shift and ``disable_chunked_mm_input``; repeated items, evictions, failed
   admissions, preemption).
@@ -31,7 +31,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 
-from labkit.vllm import sched_census as sc  # noqa: E402
+from labkit.vllm.census import sched_census as sc  # noqa: E402
 from test_scheduler_vllm import VllmSide, _scenarios, play  # noqa: E402
 
 PATCH = Path(__file__).resolve().parents[2] / "patches" / "vllm-0.33.0-encoder-early-return.diff"
@@ -65,7 +65,7 @@ class _PatchedSide(VllmSide):
 
 @pytest.mark.parametrize("shift,disable_chunked", [(0, False), (1, False), (0, True), (1, True)])
 def test_patched_method_equals_installed_call_by_call(patched_method, shift, disable_chunked):
-    from labkit.vllm.sched_census import _make_early_return
+    from labkit.vllm.census.sched_census import _make_early_return
 
     in_process = _make_early_return(vsched.Scheduler.__dict__["_try_schedule_encoder_inputs"])
     total = 0

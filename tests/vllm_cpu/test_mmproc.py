@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-from labkit.vllm.mmproc_compare import STAGE_MAP
+from labkit.vllm.processor.mmproc_compare import STAGE_MAP
 
 
 def test_both_sides_produce_every_mapped_stage(run_root, capsys):
-    from labkit.vllm.mm_processor_bench import MODELS, main
+    from labkit.vllm.processor.mm_processor_bench import MODELS, main
 
     out = run_root / "mmproc.json"
     rc = main(["--images", "2", "--requests", "1", "--image-size", "64x96", "--no-save", "--json", str(out),

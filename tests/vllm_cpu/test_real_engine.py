@@ -1,6 +1,6 @@
 """vLLM's real V1 engine on this CPU, with a made Gemma 4 model and the lab's A/B variants.
 
-One engine, four variants, a few requests with images (``labkit.vllm.check.run_check``):
+One engine, four variants, a few requests with images (``labkit.vllm.conformance.check.run_check``):
 placeholders against hand-worked counts, tokens identical across variants, the scheduler's
 ``get_num_embeds`` calls per decode step, and vLLM's own profiler trace read by ``labkit analyze``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.vllm.engine import Shape
+from labkit.vllm.conformance.engine import Shape
 
 # 4 requests x 3 images of 96 x 64 px (width x height), 8 output tokens: small enough for CI
 SHAPE = Shape(requests=4, images=3, width=96, height=64, output_len=8)
@@ -18,7 +18,7 @@ VARIANTS = ["baseline", "pr40143", "merged", "early-return"]
 
 @pytest.fixture(scope="module")
 def report(gemma4_model, run_root):
-    from labkit.vllm.check import run_check
+    from labkit.vllm.conformance.check import run_check
 
     return run_check(gemma4_model, SHAPE, VARIANTS, run_dir=run_root / "check", traces=run_root / "traces")
 

@@ -23,7 +23,7 @@ def _device(decode, prefill, images):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from labkit.vllm.sched_census import write_model_config
+    from labkit.vllm.census.sched_census import write_model_config
 
     return write_model_config(tmp_path_factory.mktemp("serve-sim-model"))
 

@@ -15,7 +15,7 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
     """07: installed vLLM's ``compute_mm_prefix_ranges`` against the patched one per step at ``point``
     (``vllm_prefix_ranges`` rows), and the GPU idle share each would leave with a ``device_step_ms``
     device step (perfect overlap bound)."""
-    from labkit.vllm import nextbubble
+    from labkit.vllm.census import nextbubble
 
     if rows is None:
         rows = nextbubble.recorded_rows()
@@ -102,7 +102,7 @@ def _device_fit_sentence(fit) -> str:
 
 
 def _census_answer(censuses: list) -> Answer:
-    from labkit.viz import inside_vllm
+    from labkit.viz.vllm import inside_vllm
 
     if not censuses:
         return Answer(inside_vllm.NO_STEP)
@@ -150,7 +150,7 @@ def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
         return answer if fit is None else Answer(answer.text + " " + _device_fit_sentence(fit),
                                                  answer.sources + (cite(fit),), answer.detail)
     if censuses is None:
-        from labkit.viz import inside_vllm
+        from labkit.viz.vllm import inside_vllm
 
         censuses = inside_vllm.recorded_censuses()
     return _census_answer(censuses)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.trace.read import load as _load
-from labkit.trace.analysis.bubbles import (
+from labkit.trace.analysis.device.bubbles import (
     DEFAULT_KERNEL_WAIT_US,
     cat_mask,
     device_ops,
@@ -29,13 +29,13 @@ from labkit.trace.analysis.bubbles import (
     steps_table,
     stream_idle,
 )
-from labkit.trace.analysis.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
-from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
-from labkit.trace.analysis.engine_steps import engine_phase_table
-from labkit.trace.analysis.hostonly import between_step_call_sites
+from labkit.trace.analysis.device.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
+from labkit.trace.analysis.device.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
+from labkit.trace.analysis.host.engine_steps import engine_phase_table
+from labkit.trace.analysis.host.hostonly import between_step_call_sites
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import DEVICE_CATS, Trace, as_trace
-from labkit.trace.analysis.steps import detect_steps, step_phases
+from labkit.trace.analysis.host.steps import detect_steps, step_phases
 
 SCHEMA = 1
 
@@ -57,13 +57,13 @@ class Analysis:
     params: dict = field(default_factory=dict)
     trace: Trace | None = field(default=None, repr=False)
     ops: pd.DataFrame | None = field(default=None, repr=False)
-    replays: pd.DataFrame | None = None  #: CUDA-graph replays, one row per launch (labkit.trace.analysis.cuda_graphs)
-    devices: pd.DataFrame | None = None  #: idle per device, real gaps only (labkit.trace.analysis.cuda_graphs)
+    replays: pd.DataFrame | None = None  #: CUDA-graph replays, one row per launch (labkit.trace.analysis.device.cuda_graphs)
+    devices: pd.DataFrame | None = None  #: idle per device, real gaps only (labkit.trace.analysis.device.cuda_graphs)
     device_gaps: pd.DataFrame | None = field(default=None, repr=False)
-    step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.analysis.steps.detect_steps)
+    step_info: dict = field(default_factory=dict)  #: how steps were found (labkit.trace.analysis.host.steps.detect_steps)
     step_phases: pd.DataFrame | None = None  #: host time per annotated phase per step
-    host_sites: pd.DataFrame | None = None  #: host-only traces: call sites between steps (labkit.trace.analysis.hostonly)
-    engine_phases: pd.DataFrame | None = None  #: vLLM's whole engine steps by phase (labkit.trace.analysis.engine_steps)
+    host_sites: pd.DataFrame | None = None  #: host-only traces: call sites between steps (labkit.trace.analysis.host.hostonly)
+    engine_phases: pd.DataFrame | None = None  #: vLLM's whole engine steps by phase (labkit.trace.analysis.host.engine_steps)
 
     @property
     def h2d(self) -> pd.DataFrame:
@@ -142,7 +142,7 @@ class Analysis:
         return out
 
     def _engine_lines(self) -> list[str]:
-        from labkit.trace.analysis.engine_steps import phase_summary
+        from labkit.trace.analysis.host.engine_steps import phase_summary
 
         table = self.engine_phases
         if table is None or len(table) == 0:
@@ -304,7 +304,7 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
 
     ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
     ``step_pattern``: regex for step spans (None: ``ProfilerStep#N``, else vLLM's
-    ``execute_context_*`` / ``execute_model`` markers, see ``labkit.trace.analysis.steps``).
+    ``execute_context_*`` / ``execute_model`` markers, see ``labkit.trace.analysis.host.steps``).
     ``small_bytes``/``min_count``: the small pageable copy rule.
     ``top``: keep only the top call sites in ``host_starvation`` (None: all).
     ``skip_malformed``: read a trace even when more than 0.1% of its events are malformed

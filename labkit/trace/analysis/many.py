@@ -8,7 +8,7 @@ and analyses one trace and hands back only its JSON record (the same schema as a
 coordinating process never holds a loaded trace. ``combine`` then builds the cross-rank
 view from those records:
 
-* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.analysis.cuda_graphs``; rank
+* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.analysis.device.cuda_graphs``; rank
   from ``distributedInfo`` where present);
 * ``per_step``: for each step index found in the traces, the slowest rank and the spread;
 * ``stragglers``: ranks whose total step time exceeds the median over the ranks with steps by

@@ -34,33 +34,15 @@ from __future__ import annotations
 import logging
 import re
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from labkit.errors import UsageError
+from labkit.trace.whatif.ab_cases import AB_CASES, ABCase, base_case, variant_dir
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ABCase:
-    """A before/after pair of engine variants (``(placeholder, scheduling, prefix_ranges)``)."""
-
-    name: str
-    before: tuple
-    after: tuple
-    what: str  #: the difference, in words
-
-
-AB_CASES = {
-    "tensor->list": ABCase("tensor->list", ("tensor", "loop", "none"), ("list", "loop", "none"),
-                           "placeholder reads from a Python list instead of a tensor (#40143)"),
-    "per_layer->per_step": ABCase("per_layer->per_step", ("fast", "cursor", "per_layer"),
-                                  ("fast", "cursor", "per_step"),
-                                  "the prefix-range copies made once per step instead of per row and layer (#38794)"),
-}
 SCHEDULE = r"^schedule$"
 LAYERS = r"^forward/layer_\d+$"
 #: host spans that are placeholder reads, and how many reads each is: a tensor read's ``int()``
@@ -68,16 +50,6 @@ LAYERS = r"^forward/layer_\d+$"
 READ_SPANS = ((re.compile(r"^aten::item$"), 1),
               (re.compile(r"^TensorPlaceholderRange\.get_num_embeds$"), 1),
               (re.compile(r"^TensorPlaceholderRange\.get_embeds_indices_in_range$"), 2))
-
-
-def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
-    """The trace folder name the engine writes for a variant, e.g. ``tensor-loop-none-async``."""
-    return "-".join([*v, "async" if async_scheduling else "sync"])
-
-
-def base_case(case: str) -> ABCase:
-    """The ``AB_CASES`` entry of ``case`` (a simulated pair's name may end in ``/<cudagraph mode>``)."""
-    return AB_CASES[case.split("/")[0]]
 
 
 def host_work_us(trace, pattern: str) -> list[float]:
@@ -113,7 +85,7 @@ def reads_per_step(trace, within: str = SCHEDULE) -> list[int]:
     """Placeholder reads (``READ_SPANS``) inside the spans matching ``within``, per step of ``trace``."""
     from labkit.trace.read.load import as_trace
     from labkit.trace.whatif.dependency_graph import trace_records
-    from labkit.trace.whatif.predict import find_step_spans
+    from labkit.trace.whatif.steps import find_step_spans
 
     rec = trace_records(as_trace(trace))
     steps, _ = find_step_spans(rec)

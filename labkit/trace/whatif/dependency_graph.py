@@ -11,7 +11,7 @@ correlation id. ``build_graph`` then derives the constraints the replay honours:
   after the previous op on its stream. Which of the two held it back in the trace decides
   which one keeps its measured slack: an op that started right after its predecessor keeps
   that gap and gets the typical launch latency, an op that waited for its launch keeps its own
-  launch latency. CUDA-graph replays (grouped by ``labkit.trace.analysis.cuda_graphs``) move as
+  launch latency. CUDA-graph replays (grouped by ``labkit.trace.analysis.device.cuda_graphs``) move as
   one unit: the first op follows the launch, the others keep their offsets from it;
 * a synchronizing call (stream/device/event synchronize, a pageable host-to-device copy, a
   copy to pageable host memory, a plain ``cudaMemcpy``) holds its thread until the device
@@ -42,7 +42,7 @@ import numpy as np
 
 import pandas as pd
 
-from labkit.trace.analysis.cuda_graphs import graph_launches, replay_index
+from labkit.trace.analysis.device.cuda_graphs import graph_launches, replay_index
 from labkit.trace.read.columns import cat_mask, column_strings
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Op:
     end: float
     corr: int
     nbytes: int = -1
-    replay: int = -1  #: the CUDA-graph replay it belongs to (``labkit.trace.analysis.cuda_graphs``; -1: none)
+    replay: int = -1  #: the CUDA-graph replay it belongs to (``labkit.trace.analysis.device.cuda_graphs``; -1: none)
 
 
 @dataclass

@@ -6,8 +6,8 @@ thread, and scheduling, sampling, ``update_from_output`` and output processing r
 them. The what-if replays that thread alone; a step's time is the host's step-to-step time
 (from one step's end to the next one's), so the work between two steps counts in the second.
 
-``between_steps`` gives the host time between steps: what a device would wait for unless it
-overlapped that work; ``labkit whatif --suggest`` ranks host spans by it on such a trace.
+``labkit.trace.whatif.steps.between_steps`` gives the host time between steps: what a device would
+wait for unless it overlapped that work; ``labkit whatif --suggest`` ranks host spans by it on such a trace.
 ``predict_host_only(trace)`` predicts the step time with the scheduler's placeholder reads
 removed (the #40143 change: ``labkit.trace.whatif.reads``), derived from that trace alone;
 ``predict_host_only(trace, scale={"get_num_embeds$": 0.0, ...})`` with any ``--scale`` changes
@@ -21,25 +21,7 @@ from typing import Mapping
 
 from labkit.errors import UsageError
 
-__all__ = ["HostOnlyPrediction", "between_steps", "predict_host_only"]
-
-
-def between_steps(step_spans: list, win) -> list:
-    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step
-    span's end to the next one's start on its thread (a host-only trace's stand-in for device idle:
-    what a device would wait for unless it overlapped that work)."""
-    by: dict = {}
-    for key, s in step_spans:
-        by.setdefault(key, []).append(s)
-    out = []
-    lo, hi = win
-    for spans in by.values():
-        spans.sort(key=lambda s: s.start)
-        for a, b in zip(spans, spans[1:]):
-            z0, z1 = max(a.end, lo), min(b.start, hi)
-            if z1 > z0:
-                out.append((z0, z1))
-    return sorted(out)
+__all__ = ["HostOnlyPrediction", "predict_host_only"]
 
 
 @dataclass(frozen=True)
@@ -68,8 +50,9 @@ def predict_host_only(trace, scale: Mapping[str, float] | None = None, *,
     from labkit.trace.read.load import as_trace
     from labkit.trace.whatif.changes import parse_changes
     from labkit.trace.whatif.dependency_graph import trace_graph
-    from labkit.trace.whatif.predict import find_step_spans, predict
+    from labkit.trace.whatif.predict import predict
     from labkit.trace.whatif.reads import find_placeholder_reads
+    from labkit.trace.whatif.steps import find_step_spans
 
     tr = as_trace(trace)
     rec, g = trace_graph(tr)

@@ -35,6 +35,8 @@ from labkit.errors import UsageError
 from labkit.trace.whatif.changes import Change, closest_names, parse_changes, plan_copy_drops
 from labkit.trace.whatif.dependency_graph import Graph, Records, trace_graph, trace_records
 from labkit.trace.whatif.replay import Replay, replay
+from labkit.trace.whatif.steps import (_step_of_ops, _windows, device_idle_intervals, find_step_spans,
+                                       step_median_us)
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ SCHEMA = 1
 REPLAY_TOLERANCE = 0.02
 #: device gaps at least this long (us) count as bubbles; one that shrinks below it has closed
 GAP_MIN_US = 10.0
-STEP_PATTERNS = (r"^ProfilerStep\s*#\s*\d+", r"^execute_(model|context)")
 _TOKENS = re.compile(r"execute_context_\d+\((\d+)\)_generation_\d+\((\d+)\)")
 
 __all__ = ["Change", "WhatIf", "parse_changes", "predict"]
@@ -137,30 +138,6 @@ def _clean(obj):
     return obj
 
 
-# -- steps ------------------------------------------------------------------------------------------
-def find_step_spans(rec: Records, pattern: str | None = None) -> tuple[list, str | None]:
-    """``[(thread key, Span)]`` of the outermost spans matching ``pattern`` (default: ProfilerStep,
-    then vLLM's execute spans), sorted by start; and the pattern used (None: no steps)."""
-    for pat in ([pattern] if pattern else STEP_PATTERNS):
-        try:
-            rx = re.compile(pat)
-        except re.error as exc:
-            raise UsageError(f"--steps {pat!r} is not a valid regex: {exc}") from None
-        found = []
-        for key, spans in rec.threads.items():
-            last_end = -math.inf
-            for s in spans:
-                if s.corr < 0 and rx.search(s.name) and s.start >= last_end:
-                    found.append((key, s))
-                    last_end = s.end
-        if found:
-            return sorted(found, key=lambda x: x[1].start), pat
-        if pattern:
-            names = {s.name for spans in rec.threads.values() for s in spans}
-            raise UsageError(f"--steps {pattern!r} matches no host span; closest: {closest_names(pattern, names)}")
-    return [], None
-
-
 def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tokens, gone=frozenset()) -> dict:
     lo, hi = win
     length = hi - lo
@@ -197,49 +174,6 @@ def _union(iv: list) -> float:
         else:
             cur_e = max(cur_e, z)
     return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
-
-
-def _step_of_ops(g: Graph, steps: list) -> dict:
-    """Op index -> step index, by when its launch call started (measured)."""
-    starts = [s.start for _, s in steps]
-    out = {}
-    for i, (key, lt) in g.launch_of.items():
-        j = bisect_right(starts, lt) - 1
-        if j >= 0 and lt < steps[j][1].end:
-            out[i] = j
-    return out
-
-
-def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict, gone=frozenset()):
-    """Per step (measured, or replayed with ``rep``) durations and the whole window (us).
-
-    A step completes when its host span has ended and the device has finished the work launched
-    in it; a step's time runs from the previous step's completion (the first: from its start), so
-    a host that runs ahead of the device cannot hide the device's pace."""
-    rec = g.rec
-    ends = np.array([o.end for o in rec.ops]) if rep is None else rep.end
-    if steps:
-        if rep is None:
-            host = [(s.start, s.end) for _, s in steps]
-        else:
-            host = [(rep.host_time(k, s.start), rep.host_time(k, s.end)) for k, s in steps]
-        done = [z for _, z in host]
-        for i, j in step_of.items():
-            if i not in gone:
-                done[j] = max(done[j], float(ends[i]))
-        times, prev = [], host[0][0]
-        for c in done:
-            c = max(c, prev)
-            times.append(c - prev)
-            prev = c
-        return times, (host[0][0], prev)
-    firsts = [sp[0].start for sp in rec.threads.values() if sp] + [o.start for o in rec.ops]
-    lo = min(firsts) if firsts else 0.0
-    if rep is None:
-        hi = max([max(s.end for s in sp) for sp in rec.threads.values() if sp] + [o.end for o in rec.ops] or [lo])
-    else:
-        hi = max([rep.host_end()] + ([float(rep.end.max())] if len(rep.end) else []))
-    return [hi - lo], (lo, hi)
 
 
 def _steady(times: list, win: tuple) -> tuple:
@@ -341,20 +275,6 @@ def _copy_span_names(g: Graph) -> set:
     return out
 
 
-def device_idle_intervals(rec: Records, win) -> list:
-    """Measured device idle inside the window ``win``: ``[(start, end)]`` with no device op running (us)."""
-    lo, hi = win
-    iv = sorted((max(o.start, lo), min(o.end, hi)) for o in rec.ops if o.end > lo and o.start < hi)
-    out, t = [], lo
-    for a, z in iv:
-        if a > t:
-            out.append((t, a))
-        t = max(t, z)
-    if rec.ops and t < hi:
-        out.append((t, hi))
-    return out
-
-
 def idle_overlap_us(rec: Records, idle: list, pattern: str) -> float:
     """Device idle (``device_idle_intervals``) overlapped by the host spans matching ``pattern`` (each
     idle moment counted once per thread)."""
@@ -388,12 +308,6 @@ def _waiting_syncs(g: Graph, exclude) -> str:
                 tot[c.name] = (n + 1, w + (c.end - c.start) - c.cost)
     top = sorted(tot.items(), key=lambda kv: -kv[1][1])[:2]
     return ", ".join(f"{name!r} ({n} calls, {w / 1e3:.3f} ms waited)" for name, (n, w) in top if w > 0) or "none"
-
-
-def step_median_us(g: Graph, step_spans: list, rep: Replay, step_of: dict) -> float:
-    """The median replayed step time (us) of ``rep``."""
-    times, _ = _windows(g, step_spans, rep, step_of, rep.drops.ops)
-    return float(np.median(times))
 
 
 def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spans: list, step_of: dict,

@@ -142,7 +142,7 @@ def find_placeholder_reads(trace, steps: list | None = None) -> PlaceholderReads
     ``steps``: ``(thread key, Span)`` step spans (default: those ``labkit whatif`` finds). Frames are
     preferred where a trace has both shapes: they cover each read whole."""
     from labkit.trace.whatif.dependency_graph import Graph, trace_graph
-    from labkit.trace.whatif.predict import find_step_spans
+    from labkit.trace.whatif.steps import find_step_spans
 
     if isinstance(trace, Graph):
         g = trace

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.whatif.ab_pairs import AB_CASES, variant_dir
+from labkit.trace.whatif.ab_cases import AB_CASES, variant_dir
 
 #: (case of ``AB_CASES``, CUDA-graph mode); ``full`` cannot capture ``per_layer`` (copies inside
 #: attention), so its graph case is ``piecewise``
@@ -107,9 +107,9 @@ def make_sim_pairs(out_dir: str | Path, cases=SIM_CASES, *, model: str = "tiny",
     waiting and 1 warm-up; graphs are captured before the first step."""
     from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig
-    from labkit.engine.devices import SimDevice
+    from labkit.engine.device.devices import SimDevice
     from labkit.engine.loop import Engine
-    from labkit.engine.profiles import load_profile
+    from labkit.engine.device.profiles import load_profile
     from labkit.trace.capture import make_capture
 
     prof = load_profile(profile)

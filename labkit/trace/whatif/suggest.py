@@ -28,7 +28,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from labkit.trace.analysis.h2d import MIN_COUNT, SMALL_BYTES
+from labkit.trace.analysis.device.h2d import MIN_COUNT, SMALL_BYTES
 from labkit.trace.whatif.changes import Change, is_pageable_h2d
 
 #: entries per list
@@ -156,10 +156,9 @@ def _copy_sites(g, steps, step_rx) -> dict:
 def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top: int = TOP) -> dict:
     """The three lists of the module docstring for a graph ``g`` (``labkit.trace.whatif.predict``
     supplies the steps, the unchanged replay's median step ``base_us`` and the measured window)."""
-    from labkit.trace.whatif.host_only import between_steps
-    from labkit.trace.whatif.predict import _step_of_ops, device_idle_intervals, step_median_us
     from labkit.trace.whatif.reads import find_placeholder_reads
     from labkit.trace.whatif.replay import replay
+    from labkit.trace.whatif.steps import _step_of_ops, between_steps, device_idle_intervals, step_median_us
 
     step_of = _step_of_ops(g, step_spans) if step_spans else {}
     host_only = not g.rec.ops

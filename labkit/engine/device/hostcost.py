@@ -1,0 +1,57 @@
+"""A fixed host cost model for the simulated device: deterministic runs, no wall clock.
+
+By default the simulated device's host time is the real Python time of the scheduler and the
+metadata code on this machine (``labkit.engine.device.devices``). For checks that must not depend on how
+fast or how loaded the machine is, ``FixedHostCosts`` states the host time of each engine phase
+instead, and ``make_fixed_cost_device`` builds a ``SimDevice`` on a clock that never moves: every
+host nanosecond then comes from this model or from the profile's runtime costs (launch, replay,
+copy, sync), so the same run always gives the same timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from labkit.engine.device.devices import FROZEN_CLOCK, SimDevice
+from labkit.engine.device.profiles import DeviceProfile
+
+
+@dataclass(frozen=True)
+class FixedHostCosts:
+    """Host time per engine step phase, in ns.
+
+    ``schedule_ns``: keyed ``"placeholder/scheduling"`` (e.g. ``"tensor/loop"``), or by
+    placeholder alone, or ``"*"`` (looked up in that order); ``prepare_ns``: input metadata and
+    prefix-range bookkeeping per step (the copies themselves cost what the profile says);
+    ``range_copy_ns``: host work before each prefix-range copy (a small host tensor built per
+    sequence, before the runtime call), paid wherever the strategy copies.
+
+    The phases of a real vLLM step beyond the mini engine's own (``labkit.engine.hostfrom``
+    fills them from a recorded census of vLLM's engine): ``other_ns``, the engine core's glue,
+    at the start of every step; ``sample_ns``, the sampler's host side, before the step's event
+    is recorded; ``update_ns``, ``update_from_output``, once the step's tokens have reached the
+    host (it needs them); ``output_ns``, the frontend's output processing and detokenization,
+    in a process of its own (vLLM's API server): it overlaps the engine core and bounds the
+    pace only when it is the longer side (the step's tokens reach the client when it is done).
+    """
+
+    schedule_ns: Mapping[str, float] = field(default_factory=lambda: {"*": 0.0})
+    prepare_ns: float = 0.0
+    range_copy_ns: float = 0.0
+    other_ns: float = 0.0
+    sample_ns: float = 0.0
+    update_ns: float = 0.0
+    output_ns: float = 0.0
+
+    def schedule_cost(self, placeholder: str, scheduling: str) -> float:
+        """Host ns of one ``schedule()`` for a placeholder variant and scheduling strategy."""
+        for key in (f"{placeholder}/{scheduling}", placeholder, "*"):
+            if key in self.schedule_ns:
+                return float(self.schedule_ns[key])
+        raise KeyError(f"no schedule cost for {placeholder}/{scheduling} (and no '*' default)")
+
+
+def make_fixed_cost_device(profile: DeviceProfile | None = None, *, record: bool = False) -> SimDevice:
+    """A ``SimDevice`` whose host clock never moves (use with an engine given ``FixedHostCosts``)."""
+    return SimDevice(profile, clock=FROZEN_CLOCK, record=record)

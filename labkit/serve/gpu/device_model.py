@@ -1,0 +1,338 @@
+"""How long one engine step of Gemma 4 takes on a GPU: a roofline per part, summed (simulated).
+
+:func:`step_device_time` takes the architecture (:data:`labkit.serve.gpu.gemma4_arch.GEMMA4_E4B`),
+a GPU (:data:`GPUS`: the H100 SXM and H200 SXM of the lab's datasheet table,
+:mod:`labkit.viz.peaks`) and one step's work (:class:`StepBatch`), counts the bytes each part must
+move through HBM and the FLOPs it must do, and charges each part
+``max(bytes / (peak bandwidth x stream efficiency), FLOPs / (peak bf16 x compute efficiency))``.
+The peaks are the datasheet figures of ``labkit/viz/gpu_peaks.json`` (H100 SXM: 3.35 TB/s HBM3,
+H200 SXM: 4.8 TB/s HBM3e, both 989.4 dense bf16 TFLOP/s; each entry's ``source`` names the NVIDIA
+document). The efficiencies are the H200's recorded ones, which the H100 borrows
+(:mod:`labkit.serve.gpu.device_efficiency`).
+
+Parts and their counting rule (bf16 everywhere, ``b = 2`` bytes; ``T`` tokens in the step,
+``R`` rows sampled):
+
+- ``decoder_gemm``: every decoder matrix (q/k/v/o, the gated MLP, each layer's two PLE matrices,
+  the PLE model projection) streamed once: ``bytes = b x params``; ``FLOPs = 2 x params x T``.
+- ``lm_head``: the (tied) ``vocab x hidden`` matrix, streamed once when ``R > 0``;
+  ``FLOPs = 2 x vocab x hidden x R`` (only sampled rows get logits).
+- ``embedding``: each token's embedding row and PLE row gathered (looked up, not streamed).
+- ``kv_write``: each token's K and V written to the 24 layers that own a cache.
+- ``decode_attn_<type>`` / ``prefill_attn_<type>`` (type ``sliding`` or ``global``): K and V of
+  every key a query may see, read once per reading layer (a KV-shared layer reads its owner's
+  cache, so it pays the read again), plus Q read and O written; a sliding layer sees at most
+  ``sliding_window`` keys per query, a global one the whole context. ``FLOPs = 4 x head_dim x
+  heads x (query, key) pairs`` (the rule of :mod:`labkit.viz.lab.roofline`). Prefill pairs are
+  causal: the bidirectional pairs inside an image are not added.
+- ``vision_gemm``: the tower's matrices streamed once when images are encoded;
+  ``FLOPs = 2 x (layers' + patch embedder's params) x patches + 2 x projection x soft tokens``,
+  plus one add per pooled element. ``vision_attn``: full bidirectional attention over each
+  image's patches (``4 x 64 x 12 x patches^2`` per layer), Q/K/V/O traffic once.
+
+Not counted: activations between kernels (a decode step's stay in L2; a long prefill is
+compute-bound), norms, rotary, activation functions, the sampler's pass over the logits.
+:data:`STEP_FLOOR_ORIGIN` says why no fixed per-step floor is charged by default.
+
+Images: the processor pads every image to ``max_soft_tokens x 9`` = 2520 patches (transformers
+``image_processing_pil_gemma4.py``, ``pad_along_first_dim``) and vLLM encodes the padded length
+(``gemma4_mm.py``, buckets by ``pixel_values.shape[0]``), so the encoder's default is 2520
+patches per image; #40143's 1024x1536 image holds :data:`PR40143_REAL_PATCHES` of them
+(:func:`labkit.vllm.conformance.models.placeholder_layout`: 260 soft tokens x 9).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Sequence
+
+from labkit.errors import UsageError
+from labkit.serve.gpu.device_efficiency import Efficiencies, load_efficiencies
+from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
+from labkit.viz.peaks import GpuPeak, load_peaks
+from labkit.vllm.conformance.models import placeholder_layout
+
+__all__ = ["GPUS", "get_gpu", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
+           "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
+           "STEP_FLOOR_ORIGIN", "SOURCE"]
+
+SOURCE = "simulated"
+#: the peak-table entries (:mod:`labkit.viz.peaks`) of the two GPUs
+_GPU_TABLE_NAMES = {"h100": "H100 SXM", "h200": "H200 SXM"}
+#: soft tokens of one of #40143's 1024 x 1536 images, and the real patches behind them
+PR40143_SOFT_TOKENS = placeholder_layout("gemma4", 1024, 1536).num_embeds
+PR40143_REAL_PATCHES = PR40143_SOFT_TOKENS * GEMMA4_E4B.vision.pooling_kernel_size ** 2
+#: patches the encoder runs per image: the processor's padded length
+ENCODER_PATCHES = GEMMA4_E4B.vision.max_patches
+STEP_FLOOR_ORIGIN = ("none measured: data/profiles/h200.json records host time per op (launch_overhead_ns) and "
+                     "no graph replay time, no per-step device floor; 0 unless step_floor_ns is given")
+
+
+def _gpus() -> dict[str, GpuPeak]:
+    by_name = {p.name: p for p in load_peaks()}
+    return {key: by_name[name] for key, name in _GPU_TABLE_NAMES.items()}
+
+
+#: ``"h100"`` / ``"h200"`` -> their datasheet peaks (dense bf16 TFLOP/s, HBM TB/s, with the source)
+GPUS: dict[str, GpuPeak] = _gpus()
+
+
+def get_gpu(gpu: str | GpuPeak) -> tuple[str, GpuPeak]:
+    """``(key, peak)`` of ``gpu`` (a key of :data:`GPUS`); ``UsageError`` names the choices."""
+    if isinstance(gpu, GpuPeak):
+        for key, peak in GPUS.items():
+            if peak == gpu:
+                return key, peak
+        raise UsageError(f"GPU {gpu.name!r} has no recorded efficiencies: choose from {', '.join(GPUS)}")
+    try:
+        return gpu, GPUS[gpu]
+    except (KeyError, TypeError):
+        raise UsageError(f"unknown GPU {gpu!r}: choose from {', '.join(GPUS)}") from None
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """One request's prompt chunk: ``tokens`` scheduled after ``context_before`` already cached.
+
+    ``samples``: the chunk ends the prompt, so the step samples a token for it (its row gets logits).
+    """
+
+    tokens: int
+    context_before: int = 0
+    samples: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1 or self.context_before < 0:
+            raise UsageError(f"a prefill chunk needs tokens >= 1 and context_before >= 0, "
+                             f"got {self.tokens} after {self.context_before}")
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One engine step's work.
+
+    ``decode_contexts``: one entry per decode request, the keys its new token attends to (its
+    sequence length, the new token included). ``prefill_chunks``: :class:`PrefillChunk` (or
+    ``(tokens, context_before[, samples])`` tuples). ``images_encoded``: images the vision tower
+    encodes this step, ``patches_per_image`` patches each (default :data:`ENCODER_PATCHES`)
+    giving ``soft_tokens_per_image`` embeddings each.
+    """
+
+    decode_contexts: Sequence[int] = ()
+    prefill_chunks: Sequence[PrefillChunk] = ()
+    images_encoded: int = 0
+    patches_per_image: int = ENCODER_PATCHES
+    soft_tokens_per_image: int = PR40143_SOFT_TOKENS
+
+    def __post_init__(self) -> None:
+        ctx = tuple(self.decode_contexts)
+        if ctx and min(ctx) < 1:
+            raise UsageError(f"decode contexts must be >= 1 token, got {min(ctx)}")
+        chunks = tuple(c if isinstance(c, PrefillChunk) else PrefillChunk(*c) for c in self.prefill_chunks)
+        if self.images_encoded < 0:
+            raise UsageError(f"images_encoded must be >= 0, got {self.images_encoded}")
+        if self.patches_per_image < 1 or self.soft_tokens_per_image < 1:
+            raise UsageError("patches_per_image and soft_tokens_per_image must be >= 1")
+        object.__setattr__(self, "decode_contexts", ctx)
+        object.__setattr__(self, "prefill_chunks", chunks)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decode_contexts) + sum(c.tokens for c in self.prefill_chunks)
+
+    @property
+    def sampled_rows(self) -> int:
+        return len(self.decode_contexts) + sum(1 for c in self.prefill_chunks if c.samples)
+
+
+@dataclass(frozen=True)
+class PartTime:
+    """One part's roofline: its bytes and FLOPs, both times (ns), the bound, the efficiencies used."""
+
+    name: str
+    bytes: int
+    flops: int
+    memory_ns: float
+    compute_ns: float
+    stream_efficiency: str
+    compute_efficiency: str
+    stream_value: float
+    compute_value: float
+    assumed: bool
+    source: str = SOURCE
+
+    @property
+    def time_ns(self) -> float:
+        return max(self.memory_ns, self.compute_ns)
+
+    @property
+    def bound(self) -> str:
+        if not self.bytes and not self.flops:
+            return "none"
+        return "compute" if self.compute_ns > self.memory_ns else "memory"
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """One step's device time (ns) on ``gpu``: the parts, the floor, and the K/V bytes attention read."""
+
+    gpu: str
+    gpu_name: str
+    parts: tuple[PartTime, ...]
+    kv_read_bytes: int
+    floor_ns: float = 0.0
+    floor_origin: str = STEP_FLOOR_ORIGIN
+    source: str = SOURCE
+
+    @property
+    def total_ns(self) -> float:
+        return sum(p.time_ns for p in self.parts) + self.floor_ns
+
+    @property
+    def total_ms(self) -> float:
+        return self.total_ns / 1e6
+
+    def part(self, name: str) -> PartTime:
+        for p in self.parts:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def _sum(self, attr: str, prefix: str) -> int:
+        return sum(getattr(p, attr) for p in self.parts if p.name.startswith(prefix))
+
+    @property
+    def weight_bytes(self) -> int:
+        """Decoder and LM-head weights streamed this step."""
+        return self.part("decoder_gemm").bytes + self.part("lm_head").bytes
+
+    @property
+    def gemm_flops(self) -> int:
+        return self.part("decoder_gemm").flops
+
+    @property
+    def lm_head_flops(self) -> int:
+        return self.part("lm_head").flops
+
+    @property
+    def attention_flops(self) -> int:
+        return self._sum("flops", "decode_attn_") + self._sum("flops", "prefill_attn_")
+
+    @property
+    def vision_flops(self) -> int:
+        return self._sum("flops", "vision_")
+
+
+def _window_pairs(context_before: int, tokens: int, window: int) -> int:
+    """Sum over the chunk's queries (positions ``context_before + 1 .. + tokens``, 1-based) of ``min(pos, window)``."""
+    a, b = context_before + 1, context_before + tokens
+    if window <= 0 or b <= window:
+        return (a + b) * tokens // 2
+    if a > window:
+        return tokens * window
+    return (a + window) * (window - a + 1) // 2 + (b - window) * window
+
+
+@functools.lru_cache(maxsize=16)
+def _default_efficiencies(gpu: str) -> Efficiencies:
+    return load_efficiencies(gpu)
+
+
+def _attention_parts(arch: Gemma4Arch, batch: StepBatch) -> tuple[list, int]:
+    """``(name, bytes, flops, stream, compute)`` of each attention part, and the K/V bytes read."""
+    eb = arch.element_bytes
+    ctx = batch.decode_contexts
+    full_keys = sum(ctx)
+    parts, kv_read = [], 0
+    for g in arch.attention_groups:
+        kind = "sliding" if g.layer_type == SLIDING else "global"
+        kv_tok = g.kv_bytes_per_token(eb)
+        qo_tok = 2 * g.num_heads * g.head_dim * eb
+        pair_flops = 4 * g.head_dim * g.num_heads
+        w = g.window
+        dec_keys = full_keys if w == 0 else sum(c if c < w else w for c in ctx)
+        dec_kv = g.reading_layers * dec_keys * kv_tok
+        parts.append((f"decode_attn_{kind}", dec_kv + g.reading_layers * len(ctx) * qo_tok,
+                      g.reading_layers * dec_keys * pair_flops, "attn_decode_stream", "attn_decode_compute"))
+        pre_keys = pre_pairs = pre_q = 0
+        for ch in batch.prefill_chunks:
+            seen = ch.context_before + ch.tokens
+            pre_keys += seen if w == 0 else seen - max(0, ch.context_before - w + 1)
+            pre_pairs += _window_pairs(ch.context_before, ch.tokens, w)
+            pre_q += ch.tokens
+        pre_kv = g.reading_layers * pre_keys * kv_tok
+        compute = "attn_prefill_sliding_compute" if kind == "sliding" else "attn_prefill_global_compute"
+        parts.append((f"prefill_attn_{kind}", pre_kv + g.reading_layers * pre_q * qo_tok,
+                      g.reading_layers * pre_pairs * pair_flops, "attn_prefill_stream", compute))
+        kv_read += dec_kv + pre_kv
+    return parts, kv_read
+
+
+def _vision_parts(arch: Gemma4Arch, batch: StepBatch) -> list:
+    v, n = arch.vision, batch.images_encoded
+    p, s = batch.patches_per_image, batch.soft_tokens_per_image
+    eb = arch.element_bytes
+    weights = v.streamed_params(arch.hidden_size) * eb if n else 0
+    gemm = n * (2 * (v.num_layers * v.layer_params + v.patch_embed_params) * p
+                + 2 * v.projection_params(arch.hidden_size) * s + p * v.hidden_size)
+    attn_flops = n * v.num_layers * 4 * v.head_dim * v.num_heads * p * p
+    attn_bytes = n * v.num_layers * (2 * v.num_heads + 2 * v.num_kv_heads) * v.head_dim * p * eb
+    return [("vision_gemm", weights, gemm, "vision_stream", "vision_gemm_compute"),
+            ("vision_attn", attn_bytes, attn_flops, "attn_prefill_stream", "vision_attn_compute")]
+
+
+def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, batch: StepBatch, *,
+                     efficiencies: Efficiencies | None = None, step_floor_ns: float = 0.0,
+                     floor_origin: str | None = None) -> DeviceTime:
+    """The device time of one engine step (ns, simulated): a roofline per part, summed (module text).
+
+    ``gpu``: ``"h100"``/``"h200"`` (:data:`GPUS`). ``efficiencies``: default the recorded ones
+    for ``gpu`` (:func:`labkit.serve.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
+    fixed per-step cost added on top (none is measured, :data:`STEP_FLOOR_ORIGIN`).
+    """
+    key, peak = get_gpu(gpu)
+    if not isinstance(batch, StepBatch):
+        raise UsageError(f"batch must be a StepBatch, got {type(batch).__name__}")
+    if step_floor_ns < 0:
+        raise UsageError(f"step_floor_ns must be >= 0, got {step_floor_ns}")
+    eff = efficiencies if efficiencies is not None else _default_efficiencies(key)
+    eb, tokens, rows = arch.element_bytes, batch.num_tokens, batch.sampled_rows
+    raw = [
+        ("decoder_gemm", (arch.decoder_params * eb) if tokens else 0, 2 * arch.decoder_params * tokens,
+         "gemm_stream", "gemm_compute"),
+        ("lm_head", (arch.lm_head_params * eb) if rows else 0, 2 * arch.lm_head_params * rows,
+         "lm_head_stream", "gemm_compute"),
+        ("embedding", tokens * arch.embedding_row_elements * eb, 0, "gather_stream", "gemm_compute"),
+        ("kv_write", tokens * arch.kv_write_bytes_per_token, 0, "gather_stream", "gemm_compute"),
+    ]
+    attn, kv_read = _attention_parts(arch, batch)
+    raw += attn + _vision_parts(arch, batch)
+    bw, fl = peak.mem_tb_s * 1e3, peak.bf16_dense_tflops * 1e3  # bytes/ns, FLOP/ns
+    parts = tuple(
+        PartTime(name, nbytes, flops, nbytes / (bw * eff[s].value), flops / (fl * eff[c].value), s, c,
+                 eff[s].value, eff[c].value, assumed=(nbytes > 0 and eff[s].assumed) or (flops > 0 and eff[c].assumed))
+        for name, nbytes, flops, s, c in raw)
+    return DeviceTime(key, peak.name, parts, kv_read, float(step_floor_ns),
+                      floor_origin or (STEP_FLOOR_ORIGIN if not step_floor_ns else "given by the caller"))
+
+
+def decode_step_ms(arch: Gemma4Arch, gpu: str | GpuPeak, batch_size: int, context: int, **kwargs) -> float:
+    """Device time (ms, simulated) of a pure decode step: ``batch_size`` requests at ``context`` tokens each."""
+    if batch_size < 1:
+        raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+    return step_device_time(arch, gpu, StepBatch(decode_contexts=(context,) * batch_size), **kwargs).total_ms
+
+
+def describe(result: DeviceTime) -> list[dict]:
+    """One row per part (and the floor) for a table: bytes, FLOPs, times (``_ns``), bound, efficiencies, source."""
+    rows = [{"part": p.name, "bytes": p.bytes, "flops": p.flops, "memory_ns": p.memory_ns,
+             "compute_ns": p.compute_ns, "time_ns": p.time_ns, "bound": p.bound,
+             "stream_efficiency": p.stream_efficiency, "stream_value": p.stream_value,
+             "compute_efficiency": p.compute_efficiency, "compute_value": p.compute_value,
+             "assumed": p.assumed, "gpu": result.gpu_name, "source": p.source} for p in result.parts]
+    rows.append({"part": "step_floor", "bytes": 0, "flops": 0, "memory_ns": 0.0, "compute_ns": 0.0,
+                 "time_ns": result.floor_ns, "bound": "none", "stream_efficiency": None, "stream_value": None,
+                 "compute_efficiency": None, "compute_value": None,
+                 "assumed": True, "gpu": result.gpu_name, "source": result.source, "origin": result.floor_origin})
+    return rows

@@ -1,0 +1,52 @@
+"""Each step's host time: the census's phases, with the scheduler's own calls as measured here.
+
+The engine core's serial chain per step (:data:`labkit.serve.host.host_census.CORE_PHASES`):
+``other``, ``prepare_inputs`` and ``sample`` from the census (the arm's variant, steps with the
+forward off the host, at the number of requests in the step), and ``schedule`` and
+``update_from_output`` from the real scheduler's calls in this run (``scheduler="measured"``,
+the default: the census holds decode steps only, while this run's scheduler plans every step of
+the run, prefill included, with the arm's own code) or from the census too
+(``scheduler="census"``). Everything is scaled by the CPU-speed factor. The API server's output
+job per step is the census's ``process_outputs`` at the number of requests with outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.errors import UsageError
+from labkit.serve.clock import StepRecord
+from labkit.serve.host.host_census import CensusHost
+
+__all__ = ["SCHEDULER_SOURCES", "ServeHost"]
+
+SCHEDULER_SOURCES = ("measured", "census")
+_MEASURED = ("schedule", "update_from_output")
+
+
+@dataclass(frozen=True)
+class ServeHost:
+    """Host model of one arm (see the module text); ``census.cpu_speed`` scales the census (the
+    census machine -> the GPU node's host) and ``cpu_speed`` the calls measured here (this
+    machine -> the GPU node's host)."""
+
+    census: CensusHost
+    cpu_speed: float
+    scheduler: str = "measured"
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULER_SOURCES:
+            raise UsageError(f"scheduler host cost must be one of {', '.join(SCHEDULER_SOURCES)}")
+
+    def core_ns(self, rec: StepRecord) -> dict:
+        n = max(1, rec.shape.num_requests)
+        out = {p: self.census.phase_ns(p, n) for p in ("other", "prepare_inputs", "sample")}
+        for p in _MEASURED:
+            if self.scheduler == "measured":
+                out[p] = float(rec.measured_ns.get(p, 0.0)) * self.cpu_speed
+            else:
+                out[p] = self.census.phase_ns(p, n)
+        return out
+
+    def frontend_ns(self, outputs: int) -> float:
+        return self.census.phase_ns("process_outputs", max(1, outputs))

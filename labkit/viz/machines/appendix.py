@@ -1,0 +1,67 @@
+"""The recorded results as an appendix: a machines x results matrix, and each result's numbers
+side by side behind its own click.
+
+:func:`results_matrix` has one row per result name and one column per machine; a cell exists
+only where the machine recorded that result (its source, size and row count), so nothing is a
+"no result" line. :func:`side_by_side_html` folds each result's comparison (``comparison_table``
+of :mod:`labkit.viz.machines.compare`) into a ``<details>`` of its own, with only the machines that have it.
+"""
+
+from __future__ import annotations
+
+import html
+
+from labkit.results import base_name
+from labkit.viz.sources import source_rank
+from labkit.viz.tables import format_table, sig3
+
+
+def _machines(results) -> list[str]:
+    return sorted({r.slug for r in results},
+                  key=lambda m: (min(source_rank(r.source) for r in results if r.slug == m), m))
+
+
+def results_matrix(results):
+    """A :class:`labkit.viz.tables.Table`: per result name (quick runs under their full name), per
+    machine ``source, size, N rows`` where that machine recorded it, empty where it did not."""
+    machines = _machines(results)
+    by: dict[str, dict[str, str]] = {}
+    for r in sorted(results, key=lambda r: r.name != base_name(r.name), reverse=True):  # full runs last: they win
+        by.setdefault(base_name(r.name), {})[r.slug] = f"{r.source}, {r.size}, {len(r.rows)} rows"
+    rows = [{"result": name, **{m: cells.get(m, "") for m in machines}} for name, cells in sorted(by.items())]
+    return format_table(rows, max_rows=len(rows) or 1)
+
+
+def missing_metrics(results):
+    """``labkit.viz.machines.compare.missing_table`` without the results a machine has no file for (the
+    matrix's empty cells say those): only results and rows recorded without their metric."""
+    from labkit.viz.machines.compare import missing_table
+
+    table = missing_table(results)
+    if table.empty:
+        return format_table([])
+    absent = table["reason"] == "no " + table["result"] + " result"
+    return format_table(table[~absent], columns=["machine", "source", "result", "rows", "missing_rows", "reason"])
+
+
+def side_by_side_html(table) -> str:
+    """Each result of ``table`` (``labkit.viz.machines.compare.comparison_table``) folded in a ``<details>``:
+    its rows (label, metric) with one ``value (source)`` column per machine that recorded it."""
+    if table is None or table.empty:
+        return "<p>no result recorded yet</p>"
+    parts = []
+    for result, g in table.groupby("result", sort=True):
+        machines = [m for m in dict.fromkeys(g["machine"])]
+        rows = []
+        for (label, metric), h in g.groupby(["label", "metric"], sort=False):
+            rec = {"label": label, "metric": metric}
+            for m in machines:
+                hit = h[h["machine"] == m]
+                if not hit.empty:
+                    v = hit["value"].iloc[0]
+                    rec[m] = ("missing" if v != v else sig3(float(v))) + f" ({hit['source'].iloc[0]})"
+            rows.append(rec)
+        body = format_table(rows, max_rows=len(rows))._repr_html_()
+        parts.append(f"<details><summary><code>{html.escape(str(result))}</code>: {len(rows)} rows on "
+                     f"{html.escape(', '.join(machines))}</summary>{body}</details>")
+    return "".join(parts)

@@ -1,0 +1,398 @@
+"""The next host bubble: vLLM's per-step ``compute_mm_prefix_ranges``, as installed vs patched.
+
+For mm-prefix-LM models (Gemma 3, Gemma 4 with vision bidirectional attention, PaliGemma,
+...) vLLM 0.33 calls ``compute_mm_prefix_ranges`` once per engine step, and it calls
+``PlaceholderRange.extract_embeds_range()`` for every image of every request in the
+batch. That method runs torch ``diff``/``nonzero``/``stack``/``tolist`` on each call and
+caches nothing, although a placeholder never changes after it is built. At 128
+requests x 32 images that is 4,096 small torch programs per step, in decode as in
+prefill.
+
+The patch measured here is the one in ``patches/`` (``vllm-0.33.0-cache-embeds-ranges.diff``):
+compute the runs once per placeholder (a ``cached_property`` holding a tuple) and have
+``extract_embeds_range()`` return a fresh list built from it. :func:`cached_embeds_ranges`
+applies the same change in-process to any placeholder class (vLLM's, or the lab's
+stand-ins in tests), so the installed function and the patched one can be timed side by
+side and compared on randomized inputs.
+
+Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
+and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
+The workload builder and the patch (:mod:`labkit.vllm.census.ranges`) need only torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import logging
+import pstats
+import random
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from labkit.errors import UsageError
+from labkit.vllm.census.ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
+    CACHE_ATTR,
+    GEMMA_PLACEHOLDER_LEN,
+    SimpleFeature,
+    cached_embeds_ranges,
+    clear_cached_runs,
+    gemma_mask,
+    make_features,
+    make_random_features,
+    patched_placeholder,
+    random_mask,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "vllm_prefix_ranges"
+QUICK_GRID = {"requests": (1, 32, 128), "images": (1, 8, 32)}
+FULL_GRID = {"requests": (1, 8, 32, 128, 256), "images": (1, 8, 32, 64)}
+
+
+# --------------------------------------------------------------------------------------
+# vLLM side (imports inside functions)
+# --------------------------------------------------------------------------------------
+
+
+def vllm_version() -> str:
+    """Installed vLLM version; ``UsageError`` when vLLM is not importable."""
+    try:
+        import vllm
+    except ImportError:
+        raise UsageError("vLLM is not installed here: run this in .venv-vllm (bash scripts/test_vllm.sh sets it up)") from None
+    return vllm.__version__
+
+
+def vllm_objects():
+    """``(PlaceholderRange, MultiModalFeatureSpec, compute_mm_prefix_ranges)`` from the installed vLLM."""
+    vllm_version()
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+    from vllm.v1.attention.backends.utils import compute_mm_prefix_ranges
+
+    return PlaceholderRange, MultiModalFeatureSpec, compute_mm_prefix_ranges
+
+
+def _vllm_feature(**kw):
+    from vllm.multimodal.inputs import MultiModalFeatureSpec
+
+    return MultiModalFeatureSpec(data=None, **kw)
+
+
+_RANGE_KWARGS = (
+    {},
+    {"sliding_window": 100},
+    {"sliding_window": 8},
+    {"sliding_window": 8, "clamp_sliding_window": True},
+    {"span_pad": 4},
+)
+
+
+def check_patch(cases: int = 300, seed: int = 0) -> int:
+    """Compare installed and patched ``compute_mm_prefix_ranges`` on random inputs.
+
+    Each case builds features twice (fresh objects per side), calls the function twice
+    on the patched side (cold, then cached) and requires results equal in value and
+    type (dict of lists of ``(int, int)`` tuples). Returns the number of cases;
+    ``AssertionError`` names the first mismatch.
+    """
+    placeholder, _, compute = vllm_objects()
+    rng = random.Random(seed)
+    for case in range(cases):
+        state = rng.getstate()
+        kwargs = _RANGE_KWARGS[case % len(_RANGE_KWARGS)]
+        before = compute(make_random_features(rng, placeholder_cls=placeholder, feature_factory=_vllm_feature), **kwargs)
+        rng.setstate(state)
+        with patched_placeholder(placeholder):
+            feats = make_random_features(rng, placeholder_cls=placeholder, feature_factory=_vllm_feature)
+            cold = compute(feats, **kwargs)
+            warm = compute(feats, **kwargs)
+        for name, got in (("cold", cold), ("warm", warm)):
+            if _typed(got) != _typed(before):
+                raise AssertionError(f"case {case} ({name}, {kwargs}): patched {got} != installed {before}")
+    return cases
+
+
+def _typed(ranges: dict) -> list:
+    return [(type(k), k, [(type(r), tuple(type(x) for x in r), r) for r in v]) for k, v in sorted(ranges.items())]
+
+
+def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7) -> dict:
+    """Host time of one ``compute_mm_prefix_ranges`` call over ``num_requests`` x ``images``.
+
+    ``patched=True`` times the steady state (runs cached by a first call, as from the
+    second step of a request on); the cold first call is reported as ``cold_ns``.
+    """
+    from labkit.timing import auto_number, time_host
+
+    placeholder, _, compute = vllm_objects()
+    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
+    with ctx:
+        feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
+        cold = None
+        if patched:
+            cold = time_host(lambda: compute(feats), warmup=0, repeats=3, setup=lambda: clear_cached_runs(feats))
+        fn = lambda: compute(feats)  # noqa: E731
+        number = auto_number(fn, target_ns=2e6, cap=1000)
+        # a full collection before each sample keeps garbage-collector pauses of earlier
+        # work out of the samples (vLLM freezes its long-lived objects out of the GC too)
+        t = time_host(fn, warmup=1, repeats=repeats, number=number, setup=gc.collect)
+    row = {
+        "variant": "patched" if patched else "installed",
+        "num_requests": num_requests,
+        "images": images,
+        "features": num_requests * images,
+        **t.as_row(),
+        "per_feature_ns": t.median_ns / max(1, num_requests * images),
+    }
+    if cold is not None:
+        row["cold_ns"] = cold.median_ns
+    return row
+
+
+def sweep(grid: dict, *, repeats: int = 7) -> list[dict]:
+    """Rows for every (requests, images) in ``grid``, installed and patched side by side."""
+    from labkit.progress import progress
+
+    points = [(r, i) for r in grid["requests"] for i in grid["images"]]
+    rows = []
+    for r, i in progress(points, total=len(points), desc="prefix ranges"):
+        a = time_step(r, i, patched=False, repeats=repeats)
+        b = time_step(r, i, patched=True, repeats=repeats)
+        b["speedup"] = a["median_ns"] / b["median_ns"]
+        rows += [a, b]
+    return rows
+
+
+def profile_step(num_requests: int = 128, images: int = 32, *, top: int = 12, patched: bool = False) -> list[dict]:
+    """cProfile of one ``compute_mm_prefix_ranges`` call: the ``top`` functions by own time.
+
+    Rows: ``function``, ``ncalls``, ``tottime_us``, ``cumtime_us`` (profiler overhead included).
+    """
+    placeholder, _, compute = vllm_objects()
+    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
+    with ctx:
+        feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
+        compute(feats)  # warm (and fill the cache when patched)
+        prof = cProfile.Profile()
+        prof.runcall(compute, feats)
+    stats = pstats.Stats(prof)
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+        where = f"{Path(file).name}:{line}({func})" if line else func
+        rows.append({"function": where, "ncalls": nc, "tottime_us": tt * 1e6, "cumtime_us": ct * 1e6})
+    rows.sort(key=lambda r: r["tottime_us"], reverse=True)
+    return rows[:top]
+
+
+def torch_op_counts(num_requests: int = 128, images: int = 32, *, patched: bool = False) -> dict[str, int]:
+    """Number of each aten op one ``compute_mm_prefix_ranges`` call runs (torch.profiler)."""
+    placeholder, _, compute = vllm_objects()
+    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
+    with ctx:
+        feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
+        compute(feats)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            compute(feats)
+    counts: dict[str, int] = {}
+    for ev in prof.events():
+        if ev.name.startswith("aten::"):
+            counts[ev.name] = counts.get(ev.name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+# --------------------------------------------------------------------------------------
+# Reading recorded results (main venv, no vLLM needed)
+# --------------------------------------------------------------------------------------
+
+
+def recorded_rows(machine: str | None = None, root=None) -> list[dict]:
+    """Rows of every recorded ``vllm_prefix_ranges`` result (all machines unless ``machine``),
+    each with ``machine`` (slug), ``source`` and ``vllm_version`` added."""
+    from labkit.results import load_results
+
+    rows = []
+    for res in load_results(root, name=RESULT_NAME, machine=machine):
+        for r in res.rows:
+            rows.append({**r, "machine": res.slug, "source": res.source,
+                         "vllm_version": res.params.get("vllm_version")})
+    return rows
+
+
+def side_by_side(rows: Sequence[dict]) -> list[dict]:
+    """One record per (machine, requests, images): installed and patched medians in us, speedup."""
+    table: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r.get("machine"), r["num_requests"], r["images"])
+        rec = table.setdefault(key, {"machine": key[0], "num_requests": key[1], "images": key[2]})
+        rec[f"{r['variant']}_us"] = r["median_ns"] / 1e3
+    out = []
+    for rec in table.values():
+        if "installed_us" in rec and "patched_us" in rec:
+            rec["speedup"] = rec["installed_us"] / rec["patched_us"]
+            rec["saved_us"] = rec["installed_us"] - rec["patched_us"]
+        out.append(rec)
+    return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
+
+
+def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
+    """The side-by-side record for a grid point, or None if it was not measured."""
+    for rec in side_by_side(rows):
+        if rec["num_requests"] == num_requests and rec["images"] == images:
+            return rec
+    return None
+
+
+def expected_effect(host_installed_ms: float, host_patched_ms: float, device_step_ms: float) -> dict:
+    """What the GPU would see per decode step when the range build sits on the step's host path.
+
+    Two bounds: the build overlaps the previous step's GPU work perfectly
+    (``step = max(device, host)``), or not at all (``step = device + host``). Returns
+    ``step_ms_*`` for both variants and bounds, ``gpu_idle_fraction_*`` (share of the step
+    the GPU waits) and ``speedup_*`` (installed step / patched step), all floats.
+    """
+    if min(host_installed_ms, host_patched_ms) < 0 or device_step_ms <= 0:
+        raise UsageError("host times must be >= 0 and the device step time > 0")
+    out = {"device_step_ms": device_step_ms}
+    for name, host in (("installed", host_installed_ms), ("patched", host_patched_ms)):
+        overlap, serial = max(device_step_ms, host), device_step_ms + host
+        out[f"step_ms_{name}_overlapped"] = overlap
+        out[f"step_ms_{name}_serial"] = serial
+        out[f"gpu_idle_fraction_{name}_overlapped"] = 1 - device_step_ms / overlap
+        out[f"gpu_idle_fraction_{name}_serial"] = 1 - device_step_ms / serial
+    for bound in ("overlapped", "serial"):
+        out[f"speedup_{bound}"] = out[f"step_ms_installed_{bound}"] / out[f"step_ms_patched_{bound}"]
+    return out
+
+
+def published_device_step_ms(root=None) -> tuple[float, str]:
+    """The device step the GPU bounds assume, and where it was read.
+
+    #40143's published mean TPOT after the change (Gemma-4-E4B, 128 x 32): read from the
+    recorded ``mm_overlap`` result's ``published_tpot_after_ms``, else from
+    ``labkit.mm.overlap.PR40143`` (the published figures the lab carries).
+    """
+    from labkit.mm.overlap import PR40143
+    from labkit.results import load_results
+
+    for res in load_results(root, name="mm_overlap"):
+        for r in res.rows:
+            if r.get("published_tpot_after_ms"):
+                return float(r["published_tpot_after_ms"]), f"{res.slug}/mm_overlap.json"
+    return PR40143.mean_tpot_ms_after, "labkit.mm.overlap.PR40143"
+
+
+def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
+    """Per machine, the recorded host time of one range build at ``num_requests`` x ``images``.
+
+    Rows: ``machine``, ``what`` (``vllm installed`` from ``vllm_prefix_ranges``, or the lab's
+    ``v033`` builder from ``ranges_step``, the same algorithm), ``median_ms``, ``source``.
+    """
+    from labkit.results import load_results
+
+    out = []
+    for r in recorded_rows(root=root):
+        if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:
+            out.append({"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6,
+                        "source": r["source"]})
+    for res in load_results(root, name="ranges_step"):
+        for r in res.rows:
+            if (r.get("variant") == "v033" and r.get("num_requests") == num_requests
+                    and r.get("images_per_request") == images):
+                out.append({"machine": res.slug, "what": "lab v033 builder", "median_ms": r["median_ns"] / 1e6,
+                            "source": res.source})
+    return sorted(out, key=lambda d: (d["what"], d["machine"]))
+
+
+def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
+    """The cProfile rows and aten-op counts saved with the most recent ``--profile`` run (or empty)."""
+    from labkit.results import load_results
+
+    for res in sorted(load_results(root, name=RESULT_NAME), key=lambda r: r.created, reverse=True):
+        if "profile_128x32" in res.params:
+            return res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})
+    return [], {}
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    from labkit.vllm.cli import bench_parser
+
+    p = bench_parser("labkit bench vllm-ranges",
+                     "Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
+                     size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
+    p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
+    p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
+    p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Verify the patch, sweep, save; returns the exit code."""
+    from labkit.vllm.cli import run_main
+
+    return run_main("labkit bench vllm-ranges", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options
+    from labkit.vllm.cli import grid_from_args
+
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench vllm-ranges")
+    quick = size == "quick"
+    grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
+    if args.repeats < 1:
+        raise UsageError("--repeats must be >= 1")
+    checks = args.checks if args.checks is not None else (60 if quick else 300)
+    if checks < 1:
+        raise UsageError("--checks must be >= 1")
+    version = vllm_version()
+    logging.basicConfig(level=logging.WARNING)
+    n = check_patch(checks)
+    print(f"vLLM {version}: patched compute_mm_prefix_ranges == installed on {n} randomized cases")
+    profile = ops = None
+    if args.profile:
+        profile, ops = profile_step(), torch_op_counts()
+        print("cProfile, one call at 128 requests x 32 images (installed):")
+        for r in profile:
+            print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:9.2f} ms own  {r['function']}")
+        print("aten ops per call:", ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:8]))
+    rows = sweep(grid, repeats=args.repeats)
+    print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
+    for a, b in zip(rows[::2], rows[1::2]):
+        print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
+    from labkit.results import make_result, sized_name
+
+    params = {
+        "vllm_version": version,
+        "placeholder_len": GEMMA_PLACEHOLDER_LEN,
+        "mask": "gemma (first and last token not embedded)",
+        "grid": {k: list(v) for k, v in grid.items()},
+        "equivalence_cases": n,
+        "patch": "patches/vllm-0.33.0-cache-embeds-ranges.diff",
+        "torch": torch.__version__,
+    }
+    if profile is not None:
+        params["profile_128x32"] = profile
+        params["aten_ops_128x32"] = ops
+        params["aten_ops_128x32_total"] = sum(ops.values())
+    # host (CPU) time, also on a GPU machine: the function never touches the device
+    result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
+                         source="measured-cpu", size=size)
+    emit_result(result, args)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

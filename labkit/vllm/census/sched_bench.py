@@ -1,0 +1,151 @@
+"""``labkit bench vllm-sched``: the census of vLLM's real scheduler step (result ``vllm_sched``).
+
+Runs in the vLLM environment of ``make test-vllm`` on the CPU (no network, no weights): for
+each grid point (requests x images per request) it times ``schedule()`` and
+``update_from_output()`` per decode step for a text-only batch, the installed vLLM and the
+early-return patch (:mod:`labkit.vllm.census.sched_census`), interleaved, and saves the rows as
+``vllm_sched`` (``measured-cpu``, with the vLLM version and size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from labkit.errors import UsageError
+
+__all__ = ["RESULT_NAME", "QUICK_GRID", "FULL_GRID", "sweep", "summary", "recorded_rows", "main"]
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "vllm_sched"
+QUICK_GRID = {"requests": (32, 128), "images": (8, 32), "steps": 10}
+FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
+
+
+def sweep(grid: dict, model_dir) -> list[dict]:
+    """Rows of :func:`labkit.vllm.census.sched_census.measure_point` over the grid, with the
+    multimodal overhead cut (``overhead_cut``: 1 - patched overhead / installed overhead)."""
+    from labkit.progress import progress
+    from labkit.vllm.census.sched_census import measure_point
+
+    points = [(n, m) for n in grid["requests"] for m in grid["images"]]
+    rows = []
+    for n, m in progress(points, total=len(points), desc="vllm sched"):
+        point = measure_point(model_dir, n, m, steps=grid["steps"])
+        over = {r["variant"]: r["overhead_vs_text_ns"] for r in point if r["phase"] == "schedule"}
+        for r in point:
+            if r["phase"] == "schedule" and r["variant"] == "early_return" and over["installed"] > 0:
+                r["overhead_cut"] = 1 - over["early_return"] / over["installed"]
+        rows.extend(point)
+    return rows
+
+
+def summary(rows, device_step_ms: float | None = None) -> list[dict]:
+    """One record per (machine, requests, images) from recorded ``vllm_sched`` rows (``schedule`` phase).
+
+    Columns: ``text_ms``, ``installed_ms``, ``early_return_ms`` (median ``schedule()`` per decode
+    step), ``mm_overhead_ms`` / ``mm_overhead_patched_ms`` (over the text-only batch) and
+    ``overhead_cut``. With ``device_step_ms``, also the step under the two bubble bounds of
+    :func:`labkit.vllm.census.nextbubble.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
+    a device-bound step hides the saving when scheduling overlaps the GPU, a serial one keeps it.
+    """
+    from labkit.vllm.census.nextbubble import expected_effect
+
+    table: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("phase") != "schedule":
+            continue
+        key = (r.get("machine"), r["num_requests"], r["images"])
+        rec = table.setdefault(key, {"machine": key[0], "num_requests": key[1], "images": key[2]})
+        rec[f"{r['variant']}_ms"] = r["median_ns"] / 1e6
+    out = []
+    for rec in table.values():
+        if not all(f"{v}_ms" in rec for v in ("text", "installed", "early_return")):
+            continue
+        rec["mm_overhead_ms"] = rec["installed_ms"] - rec["text_ms"]
+        rec["mm_overhead_patched_ms"] = rec["early_return_ms"] - rec["text_ms"]
+        rec["overhead_cut"] = (1 - rec["mm_overhead_patched_ms"] / rec["mm_overhead_ms"]
+                               if rec["mm_overhead_ms"] > 0 else None)
+        if device_step_ms is not None:
+            eff = expected_effect(rec["installed_ms"], rec["early_return_ms"], device_step_ms)
+            rec.update({k: v for k, v in eff.items() if k.startswith("step_ms_")})
+        out.append(rec)
+    return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
+
+
+def recorded_rows(root=None) -> list[dict]:
+    """Rows of every recorded ``vllm_sched`` result (full size), each with ``machine`` and ``source``."""
+    from labkit.results import load_results
+
+    return [{**r, "machine": res.slug, "source": res.source, "vllm_version": res.params.get("vllm_version")}
+            for res in load_results(root, name=RESULT_NAME) for r in res.rows]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from labkit.vllm.cli import bench_parser
+
+    p = bench_parser("labkit bench vllm-sched",
+                     "Time vLLM's real Scheduler per decode step (text-only vs images, installed vs early return).",
+                     size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
+    p.add_argument("--steps", type=int, default=None, help="timed decode steps per variant (quick 10, full 30)")
+    p.add_argument("--profile", action="store_true", help="print a cProfile of one installed 128 x 32 schedule()")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, print a table, save; returns the exit code."""
+    from labkit.vllm.cli import run_main
+
+    return run_main("labkit bench vllm-sched", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from labkit.cli import emit_result, resolve_run_options
+
+    args = _parser().parse_args(argv)
+    size = resolve_run_options(args, "labkit bench vllm-sched")
+    from labkit.vllm.cli import grid_from_args
+    from labkit.vllm.census.nextbubble import vllm_version
+
+    grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
+    if args.steps is not None:
+        grid["steps"] = args.steps
+    if grid["steps"] < 1:
+        raise UsageError("--steps must be >= 1")
+    version = vllm_version()  # UsageError without vLLM
+    from labkit.vllm.census.sched_census import profile_step, temporary_model_dir
+
+    with temporary_model_dir() as model_dir:
+        profile = None
+        if args.profile:
+            profile = profile_step(model_dir)
+            print("cProfile, one installed schedule() at 128 requests x 32 images (decode):")
+            for r in profile:
+                print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:8.3f} ms own  {r['function']}")
+        rows = sweep(grid, model_dir)
+    print(f"{'requests':>8} {'images':>6} {'text_ms':>8} {'installed_ms':>12} {'early_ret_ms':>12} {'cut':>5}")
+    sched = {(r["num_requests"], r["images"], r["variant"]): r for r in rows if r["phase"] == "schedule"}
+    for n in grid["requests"]:
+        for m in grid["images"]:
+            t, i, e = (sched[(n, m, v)] for v in ("text", "installed", "early_return"))
+            cut = e.get("overhead_cut")
+            print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
+                  f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
+    from labkit.results import make_result, sized_name
+
+    params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
+                                                               for k, v in grid.items()},
+              "placeholder_len": 258, "model": "generated tiny Gemma-3 config, no weights",
+              "patch": "patches/vllm-0.33.0-encoder-early-return.diff",
+              "stubbed": "MultiModalBudget (encoder budget = cache = max(max_num_batched_tokens, 258))"}
+    if profile is not None:
+        params["profile_128x32"] = profile
+    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
+    emit_result(result, args)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

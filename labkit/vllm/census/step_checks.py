@@ -1,0 +1,366 @@
+"""What the step census must show about itself, and the scheduler-only figure it is checked against.
+
+:func:`census_checks` reads the rows of :mod:`labkit.vllm.census.step_census` and returns one record per
+check (``check``, ``passed``, ``detail`` and the figures compared):
+
+``phases add up``
+    per point and variant, two bounds on the top-level phases' share of the step. Above: no step's
+    share exceeds 1 (``named_share_max``), by the wrapper timers and by the trace alike. Every
+    top-level phase is a timed call (``prepare_inputs`` too: the runner's input-preparation span,
+    :data:`labkit.vllm.census.step_timers.SPAN_PHASES`), the calls disjoint on one thread and inside the
+    step, each timed by two readings of one monotonic clock taken between the step's own two: the
+    sum cannot exceed the step by a single nanosecond, whatever the clock's resolution or the
+    wrappers' overhead (a wrapper's own cost falls outside the interval it reads, inside the
+    step's, so it can only add to the glue). The only allowance is ``SHARE_SLACK``, the float
+    rounding of nanoseconds turned to microseconds. A phase counted twice (one call's time in two
+    phases) makes the sum exceed the step by that call's time, and fails. Below, the timers prove
+    nothing: the glue (the step less its named phases: the engine core's, executor's and worker's
+    calls and the runner's forward context) is code no timer wraps, and its cost is a fixed few
+    hundred microseconds plus a little per request on a CPU, whatever the step's size, so no share
+    of the step bounds it on every machine and batch (its share of a one-request step is several
+    times its share of a 128-request one). What is held instead is that the sum leaves no top-level call
+    out: the phases the census summed (``named_phases`` on the step row) are exactly
+    :data:`TOP_PHASES`, the step's top-level calls as this module lists them; a phase left out of
+    the sum fails whatever its size. The glue is reported (``glue_us``, its share in the text), not
+    bounded. The trace's share is held to the bound above: under the profiler every Python call of
+    the glue pays the profiler's per-call cost, so its share is lower, never higher;
+``phases add up with the forward off the host``
+    the same checks on the steps with the forward off the host (``off_host:step``);
+``trace agrees with the timers``
+    per point, variant and top-level phase taking at least ``MIN_SHARE`` of the profiled step,
+    the trace's total over the profiled steps within ``TRACE_TOLERANCE`` of the wrapper timers'
+    total over the same steps (one trace step per timed step; no ratio, and the check fails,
+    where the counts differ). Smaller phases are listed, not held to it: a wrapped call costs the profiler about a
+    microsecond of its own outside the frame the trace records, a sizeable share of a phase of
+    a few microseconds (``encoder`` in decode);
+``schedule saving matches the scheduler alone``
+    where the stand-in ran (``scheduler_only`` rows), baseline - merged in the census's
+    ``schedule`` phase within ``SCHED_TOLERANCE`` of the same difference in vLLM's scheduler
+    driven alone (``labkit bench vllm-sched``'s mechanism, :func:`stand_in_scheduler`: a real
+    ``Scheduler`` with its own requests and a stand-in model runner), run in the same process
+    with the collector on as in the census;
+``schedule() in the step lies between the scheduler alone, warm and swept``
+    per point and variant where the census drove the engine's own scheduler alone
+    (:func:`engine_scheduler_alone`), the census's ``schedule`` (median, unprofiled steps) is at
+    least that scheduler's ``schedule()`` back to back (``schedule_alone``: its data warm in the
+    caches) and at most its ``schedule()`` with the last-level cache swept between its steps
+    (``schedule_alone_swept``: its data evicted), with no allowance. The same code on the same
+    requests: inside a step the rest of the step (the forward above all, on a CPU) runs between
+    two ``schedule()`` calls and can only evict what the scheduler reads, never warm it beyond
+    back to back, and evicts no more than a sweep of twice the cache. The mechanism bounds each
+    variant's cost, not the saving: baseline - merged is a difference of two bracketed figures,
+    and the eviction each variant pays differs (at one image a request the two read nearly the
+    same data, and the saving in the step can fall below the saving back to back while both
+    variants stay inside their brackets). The savings are in the record (``census_us``,
+    ``alone_us``, ``alone_swept_us``) and its text;
+``schedule saving with the forward off the host matches the scheduler alone``
+    where the census timed steps with the forward off the host (``off_host:`` rows,
+    :func:`labkit.vllm.census.step_census.forward_off_host`: the host phases as a GPU server's host pays
+    them), baseline - merged in their ``schedule`` phase within ``SCHED_TOLERANCE`` of the
+    stand-in's (the first check's reference). The first check holds the census's own steps to it,
+    where the CPU's forward, between two ``schedule()`` calls, evicts what the scheduler reads;
+``schedule saving with the forward off the host matches the engine's scheduler alone``
+    the same difference in the steps with the forward off the host within ``SCHED_TOLERANCE`` of
+    the engine's own scheduler driven alone back to back (the same requests, the same objects):
+    where it holds, what the step adds to the scheduler's saving is the CPU's forward, and what
+    sets the scheduler's saving apart from the stand-in's is the requests it reads;
+``the engine's scheduler alone matches the stand-in``
+    the engine's own scheduler driven alone (its live requests) against ``labkit bench
+    vllm-sched``'s stand-in at the same shape, back to back both and stepped in the same rounds:
+    baseline - merged within ``SCHED_TOLERANCE``. Where it holds and the first check does not,
+    the two schedulers run the same code at the same cost, and what differs is running inside
+    a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from labkit.vllm.census.step_rows import OFF_HOST
+
+__all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
+           "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
+           "stand_in_scheduler", "STAND_IN_TIMER"]
+
+#: how far above 1 a step's named share may read: float rounding only (the timers nest exactly)
+SHARE_SLACK = 1e-9
+TRACE_TOLERANCE = 0.10
+MIN_SHARE = 0.02
+SCHED_TOLERANCE = 0.20
+TOP_PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
+
+
+def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> dict:
+    """Time A/B variants in alternating blocks: ``{(stepper name, variant): [ns per step]}``.
+
+    ``steppers`` maps a name to ``step(variant) -> ns`` (None: it does not run that variant). Each
+    round (the variants' order rotated each round), each variant is applied
+    (:func:`labkit.vllm.ab.patched_vllm`) and every stepper in turn takes one step left out, then
+    ``block`` timed steps: switching a variant clears the cumsums cached under the other definition
+    on every live placeholder, so the first step after a switch recomputes them, a cost neither arm
+    pays in steady decode. Steppers of one round run back to back, so they see the same machine."""
+    from labkit.vllm.ab import patched_vllm
+
+    variants = tuple(variants)
+    times: dict = {(name, v): [] for name in steppers for v in variants}
+    for r in range(rounds):
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            with patched_vllm(v):
+                for name, step in steppers.items():
+                    if step(v) is None:  # else left out: it recomputes the cumsums the switch cleared
+                        continue
+                    times[(name, v)] += [step(v) for _ in range(block)]
+    return {k: t for k, t in times.items() if t}
+
+
+def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
+    from labkit.vllm.census.step_rows import step_quantiles
+
+    return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
+             **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
+            for (name, v), t in times.items()]
+
+
+@contextlib.contextmanager
+def stand_in_scheduler(requests: int, images: int, variants, decode_steps: int):
+    """``labkit bench vllm-sched``'s stand-in at one shape: ``step(variant) -> ns`` of ``schedule()``.
+
+    One real ``Scheduler`` per variant (:mod:`labkit.vllm.census.sched_census`: a generated tiny Gemma-3
+    config, Gemma-style 258-token placeholders, a stand-in model runner), its requests brought to
+    steady decode under that variant; each has room for ``decode_steps`` more steps. A step that
+    is not a decode step of all ``requests`` raises ``RuntimeError``; a variant it was not made for
+    gives None."""
+    from labkit.vllm.ab import patched_vllm
+    from labkit.vllm.census.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
+
+    with temporary_model_dir() as model_dir:
+        _prompt, blocks, max_len = _sizes(requests, images, decode_steps)
+        runs = {v: SchedulerRun(make_scheduler(model_dir, num_blocks=blocks, max_model_len=max_len),
+                                make_requests(requests, images, prefix=f"{v}-")) for v in variants}
+        for v, run in runs.items():
+            with patched_vllm(v):
+                run.run_to_decode()
+
+        def step(v: str) -> int | None:
+            if v not in runs:
+                return None
+            sched_ns, _update_ns, out = runs[v].step()
+            if len(out.num_scheduled_tokens) != requests or out.scheduled_encoder_inputs:
+                raise RuntimeError(f"{v}: a stand-in scheduler step is not a steady decode step of all {requests}")
+            return sched_ns
+
+        yield step
+
+
+STAND_IN_TIMER = "scheduler driven alone (labkit bench vllm-sched's mechanism)"
+
+
+def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: int = 5, warmup: int = 3,
+                         variants=("baseline", "merged")) -> list[dict]:
+    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks.
+
+    The mechanism of ``labkit bench vllm-sched`` (:func:`stand_in_scheduler`) with the lab's A/B
+    variants applied around each variant's steps, the collector on (as in the step census),
+    timed by :func:`alternate_blocks`. ``warmup`` steps per variant first, left out. Rows:
+    ``variant``, ``num_requests``, ``images``, ``phase="scheduler_only"``, ``median_us``, ``steps``."""
+    import gc
+
+    from labkit.vllm.ab import patched_vllm
+
+    rounds = -(-steps // block)
+    with stand_in_scheduler(requests, images, variants, warmup + rounds * (block + 1) + 2) as step:
+        gc.collect()
+        for v in variants:
+            with patched_vllm(v):
+                for _ in range(warmup):
+                    step(v)
+        times = alternate_blocks({"scheduler_only": step}, variants, rounds=rounds, block=block)
+    return _timed_rows(times, requests, images, {"scheduler_only": STAND_IN_TIMER})
+
+
+def sweep_bytes(llc: int | None = None) -> int:
+    """Bytes read between the swept steps of :func:`engine_scheduler_alone`: twice the last-level
+    cache (``llc``, default :func:`labkit.device.last_level_cache_bytes`), within 64 MiB..2 GiB;
+    256 MiB where the size is unknown."""
+    from labkit.device import last_level_cache_bytes
+
+    llc = last_level_cache_bytes() if llc is None else llc
+    if not llc:
+        return 256 * 2**20
+    return min(2 * 2**30, max(64 * 2**20, 2 * int(llc)))
+
+
+def _stand_in_output(req_ids: list, tokens: list):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                             sampled_token_ids=tokens)
+
+
+def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, rounds: int, block: int,
+                           sweep: int, stand_in=None, make_output=_stand_in_output) -> list[dict]:
+    """``schedule()`` of the engine's own scheduler driven alone on its live decoding requests.
+
+    Each step is ``schedule()`` (timed), then ``update_from_output`` with a stand-in for the
+    model's output: every request samples its own last token again (a token that did not stop
+    it before). Nothing else runs between steps, so the scheduler's data stays in the caches
+    (``schedule_alone``); in the second mode ``sweep`` bytes are read between steps
+    (``schedule_alone_swept``: the last-level cache swept, what the scheduler reads evicted).
+    Each mode is timed by :func:`alternate_blocks` (``rounds`` rounds of ``block`` timed steps).
+    ``stand_in`` (``step(variant) -> ns``, :func:`stand_in_scheduler`) is stepped in the same
+    rounds as the back-to-back mode, block after block (rows ``scheduler_only``): the two
+    schedulers alone compare on the same machine at the same time. The requests advance a token
+    a step without the model runner, so the engine must not step again before they finish (the
+    census aborts them). Every step must schedule one token for each of the ``requests`` and no
+    encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
+    ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
+    import time
+
+    import numpy as np
+
+    from labkit.vllm.census.step_rows import ALONE_MODES
+
+    buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
+
+    def stepper(swept: bool):
+        def step(label: str) -> int:
+            t0 = time.perf_counter_ns()
+            out = scheduler.schedule()
+            dt = time.perf_counter_ns() - t0
+            tokens = out.num_scheduled_tokens
+            if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
+                raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "
+                                   f"requests ({len(tokens)} scheduled)")
+            ids = list(tokens)
+            scheduler.update_from_output(out, make_output(ids, [[scheduler.requests[r].output_token_ids[-1]]
+                                                                for r in ids]))
+            if swept:
+                buf.sum()  # reads every byte once: the next schedule() finds its data evicted
+            return dt
+
+        return step
+
+    timers = {"scheduler_only": STAND_IN_TIMER + ", interleaved with the engine's scheduler alone"}
+    rows = []
+    for phase, swept in ALONE_MODES.items():
+        timers[phase] = "the engine's scheduler driven alone" + (f", {sweep / 2**20:.0f} MiB read between steps"
+                                                                 if swept else ", back to back")
+        steppers = {phase: stepper(swept)}
+        if stand_in is not None and not swept:
+            steppers["scheduler_only"] = stand_in
+        rows += _timed_rows(alternate_blocks(steppers, variants, rounds=rounds, block=block), requests, images,
+                            timers)
+    return rows
+
+
+def _index(rows) -> dict:
+    return {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
+
+
+def census_checks(rows) -> list[dict]:
+    """One record per check of the module text, for every point and variant the rows hold."""
+    by = _index(rows)
+    points = sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"})
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
+    out = []
+    for n, m in points:
+        for v in variants:
+            step = by.get((n, m, v, "step"))
+            if step is None:
+                continue
+            out.append(_phases_add_up("phases add up", n, m, v, step))
+            off = by.get((n, m, v, OFF_HOST + "step"))
+            if off is not None:
+                out.append(_phases_add_up("phases add up with the forward off the host", n, m, v, off))
+            held, loose = [], []
+            prof_step = step.get("wrapper_profiled_median_us") or 0.0
+            for p in TOP_PHASES + ("step",):
+                r = by.get((n, m, v, p))
+                ratio = None if r is None else r.get("trace_vs_wrapper")
+                if ratio is None:
+                    continue
+                size = r.get("wrapper_profiled_median_us") or 0.0
+                (held if p == "step" or size >= MIN_SHARE * prof_step else loose).append((p, ratio))
+            bad = [(p, x) for p, x in held if abs(x - 1) > TRACE_TOLERANCE]
+            out.append({"check": "trace agrees with the timers", "num_requests": n, "images": m, "variant": v,
+                        "passed": bool(held) and not bad,
+                        "detail": "trace / timers: " + ", ".join(f"{p} {x:.3f}" for p, x in held)
+                        + (f"; below {100 * MIN_SHARE:.0f}% of the step, not held: "
+                           + ", ".join(f"{p} {x:.3f}" for p, x in loose) if loose else "")})
+        out += _saving_checks(by, n, m)
+    return out
+
+
+def _phases_add_up(check: str, n: int, m: int, v: str, step: dict) -> dict:
+    """The ``phases add up`` checks of the module text on one ``step`` row."""
+    share, top = step.get("named_share"), step.get("named_share_max")
+    trace_top = step.get("trace_named_share_max", step.get("trace_named_share"))
+    glue = None if share is None or not step.get("median_us") else (1 - share) * step["median_us"]
+    above = [(k, x) for k, x in (("wrapper", top if top is not None else share), ("trace", trace_top))
+             if x is not None]
+    summed = step.get("named_phases")
+    missing = [p for p in TOP_PHASES if summed is not None and p not in summed]
+    extra = [p for p in (summed or ()) if p not in TOP_PHASES]
+    ok = share is not None and all(x <= 1 + SHARE_SLACK for _, x in above) and not missing and not extra
+    return {"check": check, "num_requests": n, "images": m, "variant": v, "passed": ok,
+            "named_share": share, "named_share_max": top, "glue_us": glue,
+            "detail": (f"named phases {100 * share:.1f}% of the step (median), " if share is not None else "")
+            + "largest share of one step " + ", ".join(f"{k} {x:.4f}" for k, x in above) + " (at most 1)"
+            + (f"; left out of the sum: {', '.join(missing)}" if missing else "")
+            + (f"; summed but not a top-level call: {', '.join(extra)}" if extra else "")
+            + ("; the record does not list the phases it summed" if summed is None else "")
+            + (f"; glue {glue:.0f} us, not bounded (code outside every timer)" if glue is not None else "")}
+
+
+def _saving(by, n, m, phase) -> float | None:
+    b, g = by.get((n, m, "baseline", phase)), by.get((n, m, "merged", phase))
+    return b["median_us"] - g["median_us"] if b and g else None
+
+
+def _match(check: str, n: int, m: int, value: float, ref: float, figures: dict, text: str) -> dict:
+    """A check that ``value`` lies within ``SCHED_TOLERANCE`` of ``ref`` (both us); ``text`` says what they are."""
+    rel = value / ref - 1 if ref > 0 else None
+    return {"check": check, "num_requests": n, "images": m, "variant": "baseline-merged",
+            "passed": rel is not None and abs(rel) <= SCHED_TOLERANCE, **figures,
+            "detail": text + (f" ({100 * rel:+.1f}%, tolerance {100 * SCHED_TOLERANCE:.0f}%)" if rel is not None else "")}
+
+
+def _saving_checks(by, n, m) -> list[dict]:
+    """The checks of the schedule saving at one point (see the module text), where their rows are recorded."""
+    census, warm = _saving(by, n, m, "schedule"), _saving(by, n, m, "schedule_alone")
+    cold, stand_in = _saving(by, n, m, "schedule_alone_swept"), _saving(by, n, m, "scheduler_only")
+    off_host = _saving(by, n, m, OFF_HOST + "schedule")
+    out = []
+    if census is not None and stand_in is not None:
+        out.append(_match("schedule saving matches the scheduler alone", n, m, census, stand_in,
+                          {"census_us": census, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(): {census / 1e3:.3f} ms in the engine, "
+                          f"{stand_in / 1e3:.3f} ms in the scheduler alone"))
+    if off_host is not None and stand_in is not None:
+        out.append(_match("schedule saving with the forward off the host matches the scheduler alone", n, m, off_host,
+                          stand_in, {"off_host_us": off_host, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
+                          f"off the host, {stand_in / 1e3:.3f} ms in the scheduler alone"))
+    if off_host is not None and warm is not None:
+        out.append(_match("schedule saving with the forward off the host matches the engine's scheduler alone", n, m,
+                          off_host, warm, {"off_host_us": off_host, "alone_us": warm},
+                          f"baseline - merged schedule(): {off_host / 1e3:.3f} ms in the engine step with the forward "
+                          f"off the host, {warm / 1e3:.3f} ms in the engine's scheduler alone, back to back"))
+    for v in dict.fromkeys(r[2] for r in by if r[:2] == (n, m)):
+        in_step, alone, swept = (by.get((n, m, v, p)) for p in ("schedule", "schedule_alone", "schedule_alone_swept"))
+        if in_step is None or alone is None or swept is None:
+            continue
+        x, lo, hi = in_step["median_us"], alone["median_us"], swept["median_us"]
+        out.append({"check": "schedule() in the step lies between the scheduler alone, warm and swept",
+                    "num_requests": n, "images": m, "variant": v, "passed": lo <= x <= hi, "census_us": x,
+                    "alone_us": lo, "alone_swept_us": hi,
+                    "detail": f"schedule(): {x / 1e3:.3f} ms in the engine step; the engine's scheduler alone "
+                              f"{lo / 1e3:.3f} ms back to back, {hi / 1e3:.3f} ms with the cache swept between steps"
+                              + (f" (baseline - merged: {census / 1e3:.3f} ms in the step, {warm / 1e3:.3f} and "
+                                 f"{cold / 1e3:.3f} ms alone)" if None not in (census, warm, cold) else "")})
+    if warm is not None and stand_in is not None:
+        out.append(_match("the engine's scheduler alone matches the stand-in", n, m, warm, stand_in,
+                          {"alone_us": warm, "scheduler_only_us": stand_in},
+                          f"baseline - merged schedule(), back to back: {warm / 1e3:.3f} ms in the engine's "
+                          f"scheduler, {stand_in / 1e3:.3f} ms in vllm-sched's stand-in"))
+    return out

@@ -1,0 +1,126 @@
+"""The serving A/B inside vLLM's own server, beside the lab's own numbers: tables and a figure.
+
+Reads recorded ``vllm_ab`` results (``scripts/vllm_ab.sh``: ``measured-gpu`` on a GPU machine,
+``measured-cpu`` for vLLM's CPU build) and the lab's own decode-step measurement of the same
+code path (``mm_decode_step``: the scheduler's placeholder loop at 128 requests x 32 images,
+tensor vs list cumsum, host time). Every row says where its number came from.
+
+What a CPU figure means for a GPU server: on vLLM's CPU build the forward runs on the host
+too and the CPU platform turns async scheduling off, so nothing overlaps the scheduler: every
+microsecond it adds is added to the step (TPOT) one for one. On a GPU the same host time is
+hidden while the device step is longer than the host's (async scheduling overlaps them) and
+exposed, one for one again, once the host's side is the longer (#40143's Gemma-4-E4B case).
+:func:`lab_prediction` scales the lab's per-image host cost to a recorded run's shape: the
+TPOT difference a fully exposed scheduler would show there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["recorded_runs", "summary_table", "lab_prediction", "plot_ab", "NO_RESULT"]
+
+NO_RESULT = ("no vllm_ab result recorded yet: run `bash scripts/vllm_ab.sh --model <made model>` "
+             "(on a CPU after `make vllm-cpu` and `labkit vllm make-model`)")
+
+
+def recorded_runs(root=None) -> list:
+    """Every recorded ``vllm_ab`` result (full size), as ``labkit.results`` objects."""
+    from labkit.results import load_results
+    from labkit.vllm.variants import RESULT_NAME
+
+    return load_results(root, name=RESULT_NAME)
+
+
+def _shape(res) -> dict:
+    shape = dict(res.params.get("shape") or {})
+    first = res.rows[0] if res.rows else {}
+    shape.setdefault("num_prompts", first.get("num_prompts"))
+    shape.setdefault("images", first.get("images_per_request"))
+    return shape
+
+
+def summary_table(results=None, root=None):
+    """One row per (machine, variant): source, vLLM build, shape, repeats, medians and spreads (ms)."""
+    import pandas as pd
+
+    from labkit.vllm.server.ab_results import variant_summary
+
+    results = recorded_runs(root) if results is None else results
+    out = []
+    for res in results:
+        shape = _shape(res)
+        table = variant_summary(res.rows)
+        for rec in table.to_dict(orient="records"):
+            row = {"machine": res.slug, "source": res.source,
+                   "vllm": f"{res.params.get('vllm_version')} ({res.params.get('vllm_distribution') or 'vllm'})",
+                   "requests": shape.get("num_prompts"), "images": shape.get("images"),
+                   "image_size": shape.get("image_size"), "output_len": shape.get("output_len"),
+                   "variant": rec["variant"], "repeats": rec["repeats"]}
+            for key in ("mean_tpot_us", "median_tpot_us", "mean_itl_us", "mean_ttft_us"):
+                if key in rec:
+                    row[key.replace("_us", "_ms")] = rec[key] / 1e3
+                    row[key.replace("_us", "_spread_ms")] = rec[f"{key}_spread"] / 1e3
+            for key in ("duration_s", "output_throughput_tok_s", "request_throughput_req_s"):
+                if key in rec:
+                    row[key] = rec[key]
+            if "tpot_above_merged_all" in rec:
+                row["tpot_above_merged_every_repeat"] = bool(rec["tpot_above_merged_all"])
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def lab_prediction(requests: int, images: int, root=None) -> dict | None:
+    """The lab's own host time per decode step that the pre-#40143 scheduler adds at this shape.
+
+    From the recorded ``mm_decode_step`` result (tensor+loop minus list+loop, 128 x 32, host
+    time), per image, times ``requests x images``. None when that result is not recorded.
+    """
+    from labkit.results import load_results
+
+    for res in load_results(root, name="mm_decode_step"):
+        by = {r.get("combo"): r for r in res.rows}
+        if "tensor+loop" in by and "list+loop" in by:
+            t, lst = by["tensor+loop"], by["list+loop"]
+            n = t["num_requests"] * t["images_per_request"]
+            per_image_ns = (t["median_ns"] - lst["median_ns"]) / n
+            return {"machine": res.slug, "source": res.source, "per_image_ns": per_image_ns,
+                    "added_ms": per_image_ns * requests * images / 1e6,
+                    "from": f"mm_decode_step on {res.slug} ({res.source}, {t['num_requests']} x {t['images_per_request']})"}
+    return None
+
+
+def plot_ab(results=None, root=None):
+    """Mean TPOT per variant and repeat for each recorded run, with the lab's own prediction of
+    the baseline's excess (``lab_prediction``) drawn on merged's median; a go.Figure."""
+    import plotly.graph_objects as go
+
+    results = recorded_runs(root) if results is None else results
+    title = "The A/B in vLLM's own server: mean TPOT per variant and repeat"
+    fig = go.Figure()
+    if not results:
+        fig.add_annotation(text=NO_RESULT, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=300)
+        return fig
+    notes = []
+    for res in results:
+        shape = _shape(res)
+        label = f"{res.slug} ({res.source})"
+        rows = [r for r in res.rows if r.get("mean_tpot_us") is not None]
+        fig.add_trace(go.Scatter(
+            x=[f"{label}<br>{r['variant']}" for r in rows], y=[r["mean_tpot_us"] / 1e3 for r in rows],
+            mode="markers", name=f"{label}: each repeat", marker=dict(size=9),
+            text=[f"repeat {r.get('repeat')}, order {r.get('order')}" for r in rows]))
+        pred = lab_prediction(shape.get("num_prompts") or 0, shape.get("images") or 0, root)
+        merged = [r["mean_tpot_us"] / 1e3 for r in rows if r["variant"] == "merged"]
+        if pred is not None and merged:
+            import statistics
+
+            y = statistics.median(merged) + pred["added_ms"]
+            fig.add_trace(go.Scatter(x=[f"{label}<br>baseline"], y=[y], mode="markers",
+                                     marker=dict(symbol="line-ew-open", size=40, line=dict(width=3)),
+                                     name=f"lab's prediction for baseline ({pred['source']})",
+                                     hovertext=pred["from"]))
+        notes.append(f"{label}: vLLM {res.params.get('vllm_version')}, {shape.get('num_prompts')} requests x "
+                     f"{shape.get('images')} images, {shape.get('output_len')} output tokens")
+    fig.update_layout(title=dict(text=f"{title}<br><sup>{'; '.join(notes)}</sup>"), yaxis_title="mean TPOT (ms)",
+                      height=440, margin=dict(t=100))
+    return fig
