@@ -274,10 +274,10 @@ _AFTER_ARMS = ("pr40143", "after", "merged", "list")
 
 def _serve_sim(root) -> Finding | None:
     from labkit.results import load_results
+    from labkit.serve.bench import named_gpu
 
     for res in _newest(load_results(root, name="serve_sim")):
-        named = res.params.get("gpu")
-        named = named[0] if isinstance(named, list) and named else named
+        named = named_gpu(res)
         rows = [r for r in res.rows if r.get("metric") in ("output_throughput", "mean_tpot_ms")
                 and (named is None or r.get("gpu") == named)]
         arms = list(dict.fromkeys(r.get("arm") for r in rows))
@@ -314,15 +314,13 @@ def _serve_sim(root) -> Finding | None:
 def _serve_sim_misses(res, gpu, before: str, after: str) -> str:
     """``mean TPOT 18.9 -> 12.7 ms vs published 33.8 -> 24.6`` and the like for the named GPU's
     mean TPOT, mean TTFT and duration, where the result holds them with the published figure."""
-    parts = []
-    for metric, label, scale, unit in (("mean_tpot_ms", "mean TPOT", 1.0, "ms"),
-                                       ("mean_ttft_ms", "mean TTFT", 1e-3, "s"),
-                                       ("duration_s", "duration", 1.0, "s")):
-        got = {r["arm"]: r for r in res.rows if r.get("metric") == metric and r.get("kind", "metric") == "metric"
-               and (gpu is None or r.get("gpu") == gpu) and r.get("predicted") is not None
-               and r.get("published") is not None}
-        if before in got and after in got:
-            b, a = got[before], got[after]
+    from labkit.serve.bench import ABSOLUTE_METRICS, before_after, compared_rows
+
+    rows, parts = compared_rows(res, gpu), []
+    for metric, label, scale, unit in ABSOLUTE_METRICS:
+        pair = before_after(rows, metric, before, after)
+        if pair:
+            b, a = pair
             parts.append(f"{label} {b['predicted'] * scale:.3g} -> {a['predicted'] * scale:.3g} {unit} vs published "
                          f"{b['published'] * scale:.3g} -> {a['published'] * scale:.3g}")
     return "; ".join(parts)

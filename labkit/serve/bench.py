@@ -22,7 +22,8 @@ import time
 
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "ARMS", "PUBLISHED_ARMS", "published_value", "metric_rows", "run_arm", "run_serve_sim",
+__all__ = ["RESULT_NAME", "ARMS", "PUBLISHED_ARMS", "ABSOLUTE_METRICS", "named_gpu", "compared_rows", "before_after",
+           "published_value", "metric_rows", "run_arm", "run_serve_sim",
            "print_table", "main"]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,30 @@ METRIC_UNITS = {"duration_s": "s", "completed": "requests", "total_input_tokens"
                 "total_token_throughput": "tok/s", "max_output_tokens_per_s": "tok/s", "mean_ttft_ms": "ms",
                 "median_ttft_ms": "ms", "p99_ttft_ms": "ms", "mean_tpot_ms": "ms", "median_tpot_ms": "ms",
                 "mean_itl_ms": "ms", "mean_e2el_ms": "ms"}
+
+
+#: the absolute figures set beside the published ones: (metric, label, scale to the unit shown, unit)
+ABSOLUTE_METRICS = (("mean_tpot_ms", "mean TPOT", 1.0, "ms"), ("mean_ttft_ms", "mean TTFT", 1e-3, "s"),
+                    ("duration_s", "duration", 1.0, "s"))
+
+
+def named_gpu(result) -> str | None:
+    """The GPU a ``serve_sim`` result names (``params.gpu``; the first where it lists several)."""
+    gpu = result.params.get("gpu")
+    return (gpu[0] if gpu else None) if isinstance(gpu, list) else gpu
+
+
+def compared_rows(result, gpu: str | None = None) -> list[dict]:
+    """The metric and ratio rows of ``gpu`` (default: the named one) that carry a published figure."""
+    gpu = gpu or named_gpu(result)
+    return [r for r in result.rows if r.get("kind", "metric") in ("metric", "ratio") and r.get("published") is not None
+            and r.get("predicted") is not None and (gpu is None or r.get("gpu") == gpu)]
+
+
+def before_after(rows, metric: str, before: str = "baseline", after: str = "pr40143") -> tuple[dict, dict] | None:
+    """``(before row, after row)`` of ``metric`` among ``rows``, or None where either arm lacks it."""
+    got = {r["arm"]: r for r in rows if r.get("metric") == metric and r.get("kind", "metric") == "metric"}
+    return (got[before], got[after]) if before in got and after in got else None
 
 
 def published_value(metric: str, side: str) -> float | None:

@@ -45,10 +45,10 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
 def _serve_sim_answer(res) -> Answer:
     """The named GPU's before/after output tok/s ratio against the published one, then the absolute
     times' misses, all read from the ``serve_sim`` rows."""
-    gpu = res.params.get("gpu")
-    gpu = gpu[0] if isinstance(gpu, list) and gpu else gpu
-    rows = [r for r in res.rows if r.get("kind", "metric") in ("metric", "ratio") and r.get("published") is not None
-            and (gpu is None or r.get("gpu") == gpu)]
+    from labkit.serve.bench import ABSOLUTE_METRICS, before_after, compared_rows, named_gpu
+
+    gpu = named_gpu(res)
+    rows = compared_rows(res, gpu)
     ratio = next((r for r in rows if r.get("kind") == "ratio"), None)
     fitted = res.params.get("fitted") or {}
     text = (f"vLLM's real scheduler, driven over #40143's whole run on a simulated {esc(gpu or 'GPU')} "
@@ -60,11 +60,10 @@ def _serve_sim_answer(res) -> Answer:
     else:
         text += "."
     misses, under = [], []
-    for metric, label, scale, unit in (("mean_tpot_ms", "mean TPOT", 1.0, " ms"), ("mean_ttft_ms", "mean TTFT", 1e-3, " s"),
-                                       ("duration_s", "duration", 1.0, " s")):
-        got = {r["arm"]: r for r in rows if r.get("metric") == metric}
-        if len(got) == 2:
-            (bn, b), (an, a) = sorted(got.items(), key=lambda kv: kv[0] != "baseline")
+    for metric, label, scale, unit in ABSOLUTE_METRICS:
+        pair, unit = before_after(rows, metric), " " + unit
+        if pair:
+            b, a = pair
             under += [b["predicted"] < b["published"], a["predicted"] < a["published"]]
             misses.append(f"{label} {num(b['predicted'] * scale, unit)} / {num(a['predicted'] * scale, unit)} "
                           f"against {num(b['published'] * scale, unit)} / {num(a['published'] * scale, unit)}")
@@ -80,15 +79,15 @@ def _serve_sim_answer(res) -> Answer:
 def _device_fit_sentence(fit) -> str:
     """The run with the device time fitted to pr40143's published TPOT: the factor, the ratio it then
     predicts and the baseline's TPOT against the published, read from ``serve_sim_device_scale``."""
-    gpu = fit.params.get("gpu")
-    gpu = gpu[0] if isinstance(gpu, list) and gpu else gpu
+    from labkit.serve.bench import before_after, compared_rows
+
     factor = (fit.params.get("fitted") or {}).get("device_scale")
-    rows = [r for r in fit.rows if r.get("gpu") == gpu]
+    rows = compared_rows(fit)
     ratio = next((r for r in rows if r.get("kind") == "ratio"), None)
-    base = next((r for r in rows if r.get("kind") == "metric" and r.get("arm") == "baseline"
-                 and r.get("metric") == "mean_tpot_ms"), None)
-    if factor is None or ratio is None or base is None:
+    pair = before_after(rows, "mean_tpot_ms")
+    if factor is None or ratio is None or pair is None:
         return ""
+    base = pair[0]
     text = (f"With the device time fitted to pr40143's published mean TPOT (x {num(factor)}, the one fitted "
             f"parameter), the ratio is {num(ratio['predicted'], 'x')} and the baseline's mean TPOT "
             f"{num(base['predicted'], ' ms')} against the published {num(base['published'], ' ms')}")

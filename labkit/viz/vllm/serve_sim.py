@@ -11,11 +11,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from labkit.serve.bench import RESULT_NAME, named_gpu
 from labkit.viz.sources import source_title
 
 __all__ = ["RESULT_NAME", "TABLE_METRICS", "NO_SERVE_SIM", "recorded_serve_sim", "serve_sim_table", "plot_serve_sim"]
 
-RESULT_NAME = "serve_sim"
 #: metric -> (column name with its unit, factor from the row's unit)
 TABLE_METRICS = {"output_throughput": ("output (tok/s)", 1.0), "mean_tpot_ms": ("mean TPOT (ms)", 1.0),
                  "mean_ttft_ms": ("mean TTFT (s)", 1e-3), "duration_s": ("duration (s)", 1.0),
@@ -36,14 +36,9 @@ def recorded_serve_sim(root=None, name: str = RESULT_NAME):
 
 
 def _metric_rows(result, gpu=None) -> list[dict]:
-    gpu = gpu or _named_gpu(result)
+    gpu = gpu or named_gpu(result)
     return [r for r in result.rows if r.get("kind") in ("metric", "ratio") and r.get("gpu") == gpu
             and r["metric"] in TABLE_METRICS]
-
-
-def _named_gpu(result) -> str:
-    g = result.params.get("gpu")
-    return g[0] if isinstance(g, list) else g
 
 
 def serve_sim_table(result, gpu=None):
@@ -72,7 +67,7 @@ def plot_serve_sim(result, gpu=None) -> go.Figure:
         fig.add_annotation(text=NO_SERVE_SIM, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=260)
         return fig
-    gpu = gpu or _named_gpu(result)
+    gpu = gpu or named_gpu(result)
     rows = _metric_rows(result, gpu)
     metrics = [m for m in TABLE_METRICS if any(r["metric"] == m for r in rows)]
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[TABLE_METRICS[m][0] for m in metrics])
