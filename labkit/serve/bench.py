@@ -38,7 +38,11 @@ METRIC_UNITS = {"duration_s": "s", "completed": "requests", "total_input_tokens"
                 "total_output_tokens": "tokens", "request_throughput": "req/s", "output_throughput": "tok/s",
                 "total_token_throughput": "tok/s", "max_output_tokens_per_s": "tok/s", "mean_ttft_ms": "ms",
                 "median_ttft_ms": "ms", "p99_ttft_ms": "ms", "mean_tpot_ms": "ms", "median_tpot_ms": "ms",
-                "mean_itl_ms": "ms", "mean_e2el_ms": "ms"}
+                "mean_itl_ms": "ms", "mean_e2el_ms": "ms", "finish_spread_s": "s"}
+#: metrics derived from the others: the finish spread is the duration less the mean E2E latency,
+#: how long before the end the average request finished (its published value follows from
+#: duration, mean TTFT and mean TPOT: mean E2EL = mean TTFT + (output tokens - 1) x mean TPOT)
+DERIVED_METRICS = {"finish_spread_s": lambda m: m["duration_s"] - m["mean_e2el_ms"] / 1e3}
 
 
 #: the absolute figures set beside the published ones: (metric, label, scale to the unit shown, unit)
@@ -74,6 +78,11 @@ def published_value(metric: str, side: str) -> float | None:
              "mean_tpot_ms": (PR40143.mean_tpot_ms_before, PR40143.mean_tpot_ms_after),
              "duration_s": (PR40143.duration_s_before, PR40143.duration_s_after),
              "mean_ttft_ms": (PR40143_TTFT_S["before"] * 1e3, PR40143_TTFT_S["after"] * 1e3)}
+    if metric == "finish_spread_s":
+        duration, ttft_ms, tpot_ms = (published_value(m, side) for m in ("duration_s", "mean_ttft_ms", "mean_tpot_ms"))
+        tok_s = published_value("output_throughput", side)
+        out_per_request = round(tok_s * duration / PR40143.batch_size)
+        return duration - ttft_ms / 1e3 - (out_per_request - 1) * tpot_ms / 1e3
     pair = table.get(metric)
     return None if pair is None else pair[0 if side == "before" else 1]
 
@@ -84,7 +93,7 @@ def metric_rows(arm: str, gpu: str, metrics: dict, *, compare: bool) -> list[dic
     side = PUBLISHED_ARMS.get(arm) if compare else None
     for m, unit in METRIC_UNITS.items():
         pub = published_value(m, side) if side else None
-        pred = float(metrics[m])
+        pred = float(metrics[m] if m in metrics else DERIVED_METRICS[m](metrics))
         rows.append({"kind": "metric", "arm": arm, "gpu": gpu, "metric": m, "unit": unit, "predicted": pred,
                      "published": pub, "error": None if pub is None else (pred - pub) / pub})
     return rows

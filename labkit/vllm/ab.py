@@ -314,6 +314,9 @@ def load_plugin() -> None:
     Registered under the ``vllm.general_plugins`` entry-point group; vLLM may call it
     several times per process, so a second call with the same variant does nothing.
     """
+    from labkit.vllm.server.handover_probe import install_probe
+
+    install_probe()  # only with $LABKIT_VLLM_HANDOVER set
     name = os.environ.get(ENV_VAR, "").strip()
     if not name:
         return

@@ -19,6 +19,7 @@ __all__ = ["RESULT_NAME", "TABLE_METRICS", "NO_SERVE_SIM", "recorded_serve_sim",
 #: metric -> (column name with its unit, factor from the row's unit)
 TABLE_METRICS = {"output_throughput": ("output (tok/s)", 1.0), "mean_tpot_ms": ("mean TPOT (ms)", 1.0),
                  "mean_ttft_ms": ("mean TTFT (s)", 1e-3), "duration_s": ("duration (s)", 1.0),
+                 "finish_spread_s": ("finish spread (s)", 1.0),
                  "output_throughput_ratio": ("tok/s after / before (x)", 1.0)}
 NO_SERVE_SIM = ("no serve_sim result recorded: run `labkit bench serve-sim --size full` in .venv-vllm-cpu "
                 "(needs the device model)")

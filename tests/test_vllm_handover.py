@@ -1,0 +1,116 @@
+"""The handover run's reading of the probe's events, against hand-worked cases (no vLLM needed)."""
+
+import asyncio
+import json
+
+import pytest
+
+from labkit.errors import UsageError
+from labkit.vllm.server import handover_probe
+from labkit.vllm.server.handover import analyze, read_events
+
+
+def _events(sends, *, entries=None, adds=None, t0=100.0):
+    """Probe events for requests ``r0..``: handler starts ``entries``, handovers ``sends``, engine adds ``adds``
+    (s after t0; api server pid 1, engine pid 2, the API server's CPU time = its clock)."""
+    entries = entries if entries is not None else [0.01 * i for i in range(len(sends))]
+    adds = adds if adds is not None else [s + 0.05 for s in sends]
+    ev = [{"event": "api_entry", "t": t0 + t, "pid": 1, "cpu": t} for t in entries]
+    ev += [{"event": "api_send", "t": t0 + t, "pid": 1, "cpu": t, "request_id": f"r{i}"} for i, t in enumerate(sends)]
+    ev += [{"event": "engine_add", "t": t0 + t, "pid": 2, "cpu": 0.0, "request_id": f"r{i}"} for i, t in enumerate(adds)]
+    return sorted(ev, key=lambda e: e["t"])
+
+
+def _bench(n, ttft=2.0, t0=100.0):
+    return {"start_times": [t0 + 0.001 * i for i in range(n)], "ttfts": [ttft + i for i in range(n)]}
+
+
+def test_one_after_another_reads_as_such():
+    # four requests prepared 1 s each, one after another: handovers at 1, 2, 3, 4 s
+    rows, s = analyze(_events([1.0, 2.0, 3.0, 4.0]), _bench(4))
+    assert s["handover"]["first_frac"] == pytest.approx(0.25)
+    assert s["handover"]["mean_frac"] == pytest.approx(2.5 / 4)
+    assert s["one_after_another"] == {"first_frac": 0.25, "mean_frac": 5 / 8}
+    assert s["handover_s"] == {"first": 1.0, "mean": 2.5, "last": 4.0}
+    assert s["engine_wait_s"] == pytest.approx(0.05)
+    assert [r["order"] for r in rows] == [0, 1, 2, 3]
+    assert s["api_server_cpu_s"] == pytest.approx(4.0)  # from the first handler start (cpu 0) to the last send
+    assert "at 25% of the last handover's time and the mean at 62%" in s["text"]
+
+
+def test_side_by_side_reads_as_such():
+    # all prepared together: every handover within the last 5% of the time
+    rows, s = analyze(_events([3.85, 3.9, 3.95, 4.0]), _bench(4))
+    assert s["handover"]["first_frac"] == pytest.approx(3.85 / 4)
+    assert s["handover"]["mean_frac"] > 0.95
+    # rows are in handover order, whichever request came first
+    rows, _ = analyze(_events([4.0, 1.0, 3.0, 2.0]), _bench(4))
+    assert [r["api_send_s"] for r in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert [r["engine_add_s"] for r in rows] == pytest.approx([1.05, 2.05, 3.05, 4.05])
+
+
+def test_the_clock_starts_at_the_first_request_sent():
+    # the client's first start is t0 = 100 s; a first token 2 s after it is at 2 s
+    rows, s = analyze(_events([1.0, 2.0]), _bench(2))
+    assert s["first_token_s"]["first"] == pytest.approx(2.0)
+    assert s["first_token_s"]["last"] == pytest.approx(0.001 + 3.0)
+
+
+@pytest.mark.parametrize("drop", ["api_entry", "api_send", "engine_add"])
+def test_a_stage_short_of_requests_is_refused(drop):
+    ev = [e for e in _events([1.0, 2.0]) if not (e["event"] == drop and e.get("request_id", "r1") == "r1"
+                                                 and e["t"] > 100.005)]
+    with pytest.raises(UsageError, match=drop):
+        analyze(ev, _bench(2))
+
+
+def test_a_bench_without_details_is_refused():
+    with pytest.raises(UsageError, match="save-detailed"):
+        analyze(_events([1.0]), {"duration": 1.0})
+
+
+def test_unmatched_engine_add_is_refused():
+    ev = _events([1.0, 2.0])
+    for e in ev:
+        if e["event"] == "engine_add" and e["request_id"] == "r1":
+            e["request_id"] = "other"
+    with pytest.raises(UsageError, match="never added"):
+        analyze(ev, _bench(2))
+
+
+def test_read_events_merges_processes_in_time_order(tmp_path):
+    (tmp_path / "events-1.jsonl").write_text(json.dumps({"event": "api_send", "t": 2.0}) + "\n")
+    (tmp_path / "events-2.jsonl").write_text(json.dumps({"event": "engine_add", "t": 1.0}) + "\n\n")
+    assert [e["t"] for e in read_events(tmp_path)] == [1.0, 2.0]
+    (tmp_path / "events-3.jsonl").write_text("{not json\n")
+    with pytest.raises(UsageError, match="events-3.jsonl line 1"):
+        read_events(tmp_path)
+
+
+def test_the_probe_logs_a_call_and_passes_it_through(tmp_path):
+    class Core:
+        def add_request(self, request, wave=0):
+            return ("added", request.request_id, wave)
+
+    class Client:
+        async def add_request_async(self, request):
+            return "sent"
+
+    class Req:
+        request_id, arrival_time = "abc", 12.5
+
+    log = handover_probe._Log(tmp_path)
+    assert handover_probe._wrap_add_request(Core, "add_request", log, "engine_add", is_async=False)
+    assert not handover_probe._wrap_add_request(Core, "add_request", log, "engine_add", is_async=False)  # once
+    assert handover_probe._wrap_add_request(Client, "add_request_async", log, "api_send", is_async=True)
+    assert Core().add_request(Req(), wave=3) == ("added", "abc", 3)
+    assert asyncio.run(Client().add_request_async(Req())) == "sent"
+    got = read_events(tmp_path)
+    assert [(e["event"], e["request_id"], e["arrival_time"]) for e in got] == [("engine_add", "abc", 12.5),
+                                                                              ("api_send", "abc", 12.5)]
+    assert all({"t", "wall", "cpu", "pid"} <= set(e) for e in got)
+
+
+def test_no_folder_no_probe(monkeypatch):
+    monkeypatch.delenv(handover_probe.ENV_VAR, raising=False)
+    assert handover_probe.install_probe() == []
