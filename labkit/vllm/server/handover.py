@@ -153,6 +153,26 @@ def _wait_healthy(port: int, proc: subprocess.Popen, log: Path) -> None:
     raise UsageError(f"vllm serve not healthy after {SERVER_START_S} s; see {log}")
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after 60 s."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                proc.poll()
+                return
+            proc.poll()
+            time.sleep(0.5)
+
+
 def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, variant: str,
                  width: int, height: int, input_len: int = 64):
     """Serve, send every request at once, and file the handovers (needs vLLM's CPU build)."""
@@ -195,7 +215,9 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
     client_env = {k_: v for k_, v in env.items() if k_ not in (PROBE_ENV, AB_ENV)}
     with machine_load() as load:
         with open(log, "w") as fh:
-            proc = subprocess.Popen(serve, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            # a session of its own: the engine core and its worker are stopped with the server, even
+            # where the API server itself died (out of memory) and left them behind
+            proc = subprocess.Popen(serve, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             logger.info("waiting for vllm serve (log %s)", log)
             _wait_healthy(port, proc, log)
@@ -208,11 +230,7 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
             if done.returncode != 0:
                 raise UsageError(f"vllm bench serve failed (code {done.returncode}); see {run_dir / 'bench.log'}")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop_group(proc)
     bench = json.loads((run_dir / "bench.json").read_text())
     if bench.get("failed"):
         raise UsageError(f"{bench['failed']} of {n} requests failed (the server's log says why: out of memory? "
