@@ -216,6 +216,32 @@ mmproc.plot_side_by_side(mmproc_result)
 print("\n".join(mmproc.verdicts(mmproc_result)))
 
 # %% [markdown]
+# ### When the real server hands each request to its engine
+#
+# The serving simulator at the top of this page takes the API server as one thread that prepares
+# the requests one after another from the moment they are sent, each costing the `vllm_input`
+# stages per image (dashed line below). `labkit bench vllm-handover` checks that in a real `vllm
+# serve` (vLLM's CPU build, the lab's Gemma 4, #40143's image size, every request sent at once by
+# `vllm bench serve`): a probe the lab's plugin puts in the server's processes stamps when each
+# request's handler starts (its HTTP body is in), when its inputs go to the engine core and when
+# the engine core takes it; the client stamps each first token. The shape of the handovers needs
+# no cost model: one after another, the first would come at 1/N of the last. On a 2-core machine
+# the engine's CPU forward and the client share the cores with the API server, so the absolute
+# times are this machine's under that load (recorded with the result).
+
+# %%
+from labkit.viz.vllm import handover
+handovers = handover.recorded_handovers()  # one per machine that recorded it, this machine's first
+ho = handovers[0] if handovers else None
+print(f"{provenance(ho)}\n{ho.params['summary']['text']}" if ho else handover.NO_HANDOVER)
+
+# %%
+format_table(handover.handover_table(ho))
+
+# %%
+handover.plot_handovers(ho)
+
+# %% [markdown]
 # ## 3. The A/B in vLLM's own server
 #
 # `scripts/vllm_ab.sh` serves a model with `vllm serve` once per variant and repeat (alternating

@@ -175,6 +175,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_serve_cli.py",),
     ),
     Mutation(
+        "serve-finish-spread-every-token",
+        "serve-sim: the published finish spread counts the mean TPOT for every output token, the first too",
+        "(out_per_request - 1) * tpot_ms / 1e3",
+        "out_per_request * tpot_ms / 1e3",
+        ("tests/test_serve_cli.py",),
+    ),
+    Mutation(
+        "handover-first-as-assumed",
+        "vllm-handover: the first handover's fraction of the last read as one after another's 1/N",
+        '"first_frac": min(times) / last if last > 0 else None',
+        '"first_frac": 1 / len(times) if last > 0 else None',
+        ("tests/test_vllm_handover.py",),
+    ),
+    Mutation(
         "census-bracket-widened",
         "census checks: schedule() in the step held to the scheduler alone's bracket widened by 20%",
         '"passed": lo <= x <= hi',

@@ -173,6 +173,9 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
                           row[key] / NS_PER_US)
                 for r in rec.find("vllm_mmproc") for row in r.rows if row["status"] != "no_peer"
                 for side, key in (("vLLM", "vllm_us"), ("lab", "lab_us"))]
+    if rec.has("vllm_handover"):  # the real server's handovers, as drawn per request
+        out += [KeyNumber(f"{r.slug} vllm_handover request {row['order']}: handed over, s", row["api_send_s"])
+                for r in rec.find("vllm_handover") for row in r.rows if row.get("kind") == "request"][:3]
     return out
 
 
@@ -220,7 +223,7 @@ PAGES: dict[str, PageExpectation] = {
     "08_inside_vllm": PageExpectation(
         headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
                   "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),
-        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc")),
+        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc", "vllm_handover")),
 }
 
 

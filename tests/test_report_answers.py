@@ -184,3 +184,30 @@ def test_inside_vllm_adds_the_device_fit_and_says_why_the_ratio_falls():
     fit_ok = res("serve_sim_device_scale", "m", "simulated", _sim_rows("h200", 33.0, 24.58, 1.3),
                  params={"gpu": "h200", "fitted": {"device_scale": 1.6}})
     assert "hides behind" not in text(answers.inside_vllm_answer([sim, fit_ok], censuses=[census()]))
+
+
+def _spread_rows(gpu, base, after):
+    """finish-spread rows: the published ones as #40143's table gives them (4.81 / 4.49 s)."""
+    return [{"kind": "metric", "arm": arm, "gpu": gpu, "metric": "finish_spread_s", "predicted": pred,
+             "published": pub, "error": (pred - pub) / pub}
+            for arm, pred, pub in (("baseline", base, 4.81), ("pr40143", after, 4.49))]
+
+
+def test_inside_vllm_says_the_requests_finished_apart_and_the_handovers():
+    sim = res("serve_sim", "m", "simulated", _sim_rows("h200", 20.0, 16.0, 1.25) + _spread_rows("h200", 38.8, 42.5),
+              params={"gpu": "h200", "fitted": {}})
+    t = text(answers.inside_vllm_answer([sim], censuses=[census()]))
+    assert "duration less the mean E2E latency" in t and "is 4.81 s / 4.49 s, the simulated run's 38.8 s / 42.5 s" in t
+    assert "decoded side by side" in t
+    # a simulated spread like the published one claims nothing
+    close = res("serve_sim", "m", "simulated", _sim_rows("h200", 20.0, 16.0, 1.25) + _spread_rows("h200", 5.0, 4.6),
+                params={"gpu": "h200", "fitted": {}})
+    assert "decoded side by side" not in text(answers.inside_vllm_answer([close], censuses=[census()]))
+    # the real server's handovers: first at half the last, one after another would be 1/24
+    ho = res("vllm_handover", "m", "measured-cpu", [{"kind": "request", "order": 0, "api_send_s": 1.0}],
+             params={"images_per_request": 32, "summary": {"requests": 24, "handover": {"first_frac": 0.5, "mean_frac": 0.8},
+                                                           "one_after_another": {"first_frac": 1 / 24,
+                                                                                 "mean_frac": 25 / 48}}})
+    a = answers.inside_vllm_answer([sim, ho], censuses=[census()])
+    assert "24 requests x 32 images sent at once) the first request reached the engine at 50% of the last" in text(a)
+    assert "not the 4.17% one after another would give" in text(a) and "m/vllm_handover.json (measured-cpu)" in a.sources

@@ -59,3 +59,20 @@ def test_the_device_scale_fit_finds_the_factor_where_the_tpot_is_not_proportiona
         fit_device_scale(lambda k: 10.0, None)
     with pytest.raises(UsageError, match="after 3 runs"):  # a TPOT the device does not move
         fit_device_scale(lambda k: 10.0 + 0 * k, 24.0, max_runs=3)
+
+
+def test_the_finish_spread_published_and_predicted():
+    from labkit.serve.bench import metric_rows, published_value
+
+    # #40143's table: 413.16 s, mean TTFT 137.9 s, mean TPOT 33.81 ms, 2478.5 tok/s over 128 requests
+    # = 8000 tokens each, so the mean E2E latency is 137.9 + 7999 x 0.03381 s
+    assert published_value("finish_spread_s", "before") == pytest.approx(413.16 - 137.9 - 7999 * 33.81e-3)
+    assert published_value("finish_spread_s", "after") == pytest.approx(325.41 - 124.3 - 7999 * 24.58e-3)
+    metrics = dict.fromkeys(("completed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                             "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+                             "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+                             "mean_itl_ms"), 1.0)
+    metrics.update(duration_s=250.0, mean_e2el_ms=210_000.0)
+    row = next(r for r in metric_rows("baseline", "h200", metrics, compare=True) if r["metric"] == "finish_spread_s")
+    assert row["predicted"] == pytest.approx(40.0) and row["unit"] == "s"
+    assert row["published"] == pytest.approx(413.16 - 137.9 - 7999 * 33.81e-3)

@@ -134,3 +134,23 @@ def test_engine_that_never_finishes_is_an_error():
 
     with pytest.raises(RuntimeError):
         simulate(Stuck(), input_ns=[1.0], host=FixedHost(), device=device, max_steps=50)
+
+
+def test_media_first_three_requests_by_hand():
+    from labkit.serve.api_server import input_jobs
+
+    # each request: 6 of image decode, 4 of processor work (10 in all, as above); every decode first,
+    # so request 0 is handed over at 6 + 6 + 6 + 4 = 22, then 26 and 30, not at 10, 20, 31
+    jobs = input_jobs([6.0] * 3, [4.0] * 3, "media-first")
+    assert jobs == [(6.0, None)] * 3 + [(4.0, 0), (4.0, 1), (4.0, 2)]
+    tl = simulate(HandEngine(), input_jobs=jobs, host=FixedHost(), device=device)
+    assert tl.handover_ns == [22.0, 26.0, 30.0]
+    # step 0 prefills request 0 (22-30); step 1 decodes it and prefills 1 and 2 (30-38); two decode steps
+    assert [(s.start_ns, s.end_ns) for s in tl.steps] == [(22, 30), (30, 38), (38, 43), (43, 48)]
+    # each step's outputs cost the API thread 1 once the next step is planned (async)
+    assert tl.token_ns == [[31.0, 39.0, 44.0], [39.0, 44.0, 49.0], [39.0, 44.0, 49.0]]
+    assert input_jobs([6.0], [4.0], "one-after-another") == [(10.0, 0)]
+    with pytest.raises(ValueError, match="media-first"):
+        input_jobs([6.0], [4.0], "sideways")
+    with pytest.raises(ValueError, match="exactly one job"):
+        ApiServer(jobs=[(1.0, None), (1.0, 1)])

@@ -114,3 +114,45 @@ def test_the_probe_logs_a_call_and_passes_it_through(tmp_path):
 def test_no_folder_no_probe(monkeypatch):
     monkeypatch.delenv(handover_probe.ENV_VAR, raising=False)
     assert handover_probe.install_probe() == []
+
+
+def _recorded(tmp_path, slug="box"):
+    """A vllm_handover of 3 requests x 2 images (handovers at 1, 2, 4 s) and that machine's vllm_input
+    (10 + 5 ms per image: the simulator's request costs 30 ms)."""
+    from labkit.results import make_result, save_result
+
+    rows, summary = analyze(_events([1.0, 2.0, 4.0]), _bench(3))
+    ho = make_result("vllm_handover", rows, source="measured-cpu", machine={"slug": slug},
+                     params={"requests": 3, "images_per_request": 2, "image_size": "1024x1536", "summary": summary})
+    save_result(ho, tmp_path)
+    save_result(make_result("vllm_input", [{"stage": "media_decode", "per_image_median_us": 10_000.0},
+                                           {"stage": "add_request", "per_image_median_us": 5_000.0},
+                                           {"stage": "hf_processor", "per_image_median_us": 4_000.0}],
+                            source="measured-cpu", machine={"slug": slug}), tmp_path)
+    return ho
+
+
+def test_the_simulators_assumption_is_set_beside_the_measurement(tmp_path):
+    from labkit.viz.vllm import handover
+
+    ho = _recorded(tmp_path)
+    got = handover.assumed_handovers(ho, tmp_path)
+    assert got == pytest.approx([0.03, 0.06, 0.09])  # media_decode + add_request, 2 images, one after another
+    table = handover.handover_table(ho, tmp_path).set_index("quantity")
+    assert table.loc["first handover (s)", "measured"] == pytest.approx(1.0)
+    assert table.loc["first handover (s)", "simulator assumes"] == pytest.approx(0.03)
+    assert table.loc["mean / last", "measured"] == pytest.approx(7 / 12)
+    assert table.loc["first / last", "simulator assumes"] == pytest.approx(1 / 3)
+    fig = handover.plot_handovers(ho, tmp_path)
+    assert [t.name for t in fig.data][-1].startswith("simulator's API server")
+    assert list(fig.data[1].y) == [1.0, 2.0, 4.0]
+
+
+def test_no_input_result_no_assumption_and_no_result_a_note(tmp_path):
+    from labkit.viz.vllm import handover
+
+    ho = _recorded(tmp_path)
+    assert handover.assumed_handovers(ho, tmp_path / "elsewhere") is None
+    assert handover.recorded_handovers(tmp_path / "none") == []
+    assert handover.NO_HANDOVER in handover.plot_handovers(None).layout.annotations[0].text
+    assert handover.handover_table(None).empty

@@ -1,10 +1,19 @@
 """The API server's one thread: every request's input processing, and the engine's outputs.
 
 In ``vllm serve`` the API server is a process of its own whose event loop does, on one thread,
-each request's input processing (image decode, the HF processor, hashing: a blocking call per
-request, in the order the requests came) and the output processing of every engine step
-(detokenizing, streaming each request's new tokens). A request reaches the engine core when its
-input processing ends. The engine's outputs of a step wait for the thread: when the thread
+each request's input processing (image decode, the HF processor, hashing) and the output
+processing of every engine step (detokenizing, streaming each request's new tokens). A request
+reaches the engine core when its input processing ends. The input jobs run in one of two orders
+(:data:`API_ORDERS`):
+
+``one-after-another``
+    each request's whole input processing, request by request in the order they came;
+``media-first``
+    every request's image decode first (vLLM's media loading pool takes them as the handlers
+    start), then each request's processor work, request by request: what the real server's
+    handovers look like (``labkit bench vllm-handover``: the first handover at about half the
+    last, then one after another).
+ The engine's outputs of a step wait for the thread: when the thread
 finishes a job it first takes the output jobs that arrived before that moment (the loop's
 output handler wakes when the engine's outputs arrive), then the next request's inputs. Jobs
 never preempt each other. A step's tokens reach the client when its output job ends.
@@ -19,7 +28,21 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-__all__ = ["OutputJob", "ApiServer"]
+__all__ = ["API_ORDERS", "OutputJob", "ApiServer", "input_jobs"]
+
+API_ORDERS = ("media-first", "one-after-another")
+
+
+def input_jobs(media_ns: list[float], process_ns: list[float], order: str) -> list[tuple[float, int | None]]:
+    """The API server's input jobs ``(ns, request handed over when it ends, or None)`` for requests
+    whose image decode costs ``media_ns[i]`` and the rest ``process_ns[i]``, in ``order``."""
+    if len(media_ns) != len(process_ns):
+        raise ValueError("one media and one processing cost per request")
+    if order == "one-after-another":
+        return [(m + p, i) for i, (m, p) in enumerate(zip(media_ns, process_ns))]
+    if order == "media-first":
+        return [(m, None) for m in media_ns] + [(p, i) for i, p in enumerate(process_ns)]
+    raise ValueError(f"API server order must be one of {', '.join(API_ORDERS)}, got {order!r}")
 
 
 @dataclass(order=True)
@@ -34,11 +57,18 @@ class OutputJob:
 
 
 class ApiServer:
-    """One thread; ``input_ns[i]`` the input processing of request ``i`` (all sent at t = 0)."""
+    """One thread; ``input_ns[i]`` the input processing of request ``i`` (all sent at t = 0), or ``jobs``:
+    the input jobs in the order the thread runs them (:func:`input_jobs`)."""
 
-    def __init__(self, input_ns: list[float]) -> None:
-        self.input_ns = list(input_ns)
-        self.handover_ns: list[float | None] = [None] * len(self.input_ns)
+    def __init__(self, input_ns: list[float] | None = None, *, jobs: list[tuple[float, int | None]] | None = None) -> None:
+        if (input_ns is None) == (jobs is None):
+            raise ValueError("give input_ns or jobs")
+        self.jobs = [(float(ns), i) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
+        requests = {i for _, i in self.jobs if i is not None}
+        if requests != set(range(len(requests))):
+            raise ValueError("every request 0..n-1 must be handed over by exactly one job")
+        self.input_ns = [ns for ns, _ in self.jobs]
+        self.handover_ns: list[float | None] = [None] * len(requests)
         self.free_ns = 0.0
         self.next_input = 0
         self._pending: list[OutputJob] = []
@@ -58,11 +88,12 @@ class ApiServer:
             self.busy_outputs_ns += job.cost_ns
             self.finished_outputs.append(job)
             return True
-        if self.next_input < len(self.input_ns):
-            i = self.next_input
-            self.free_ns += self.input_ns[i]
-            self.busy_inputs_ns += self.input_ns[i]
-            self.handover_ns[i] = self.free_ns
+        if self.next_input < len(self.jobs):
+            ns, request = self.jobs[self.next_input]
+            self.free_ns += ns
+            self.busy_inputs_ns += ns
+            if request is not None:
+                self.handover_ns[request] = self.free_ns
             self.next_input += 1
             return True
         if self._pending:
@@ -74,7 +105,7 @@ class ApiServer:
     def advance(self, until_ns: float) -> None:
         """Run every job that starts before ``until_ns``."""
         while self.free_ns < until_ns:
-            if self._pending and self._pending[0].ready_ns > self.free_ns and self.next_input >= len(self.input_ns):
+            if self._pending and self._pending[0].ready_ns > self.free_ns and self.next_input >= len(self.jobs):
                 if self._pending[0].ready_ns >= until_ns:
                     return
             if not self._run_one():
@@ -96,6 +127,6 @@ class ApiServer:
             later = [t for t in self.handover_ns if t is not None and t > after_ns]
             if later:
                 return min(later)
-            if self.next_input >= len(self.input_ns):
+            if self.next_input >= len(self.jobs):
                 return None
             self._run_one()

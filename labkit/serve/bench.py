@@ -111,8 +111,11 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 
 
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
-            input_ns_per_request: float, config, scheduler_source: str = "measured", charge: str = "cpu") -> dict:
-    """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM)."""
+            input_ns_per_request: float | None = None, config, scheduler_source: str = "measured", charge: str = "cpu",
+            input_jobs: list | None = None) -> dict:
+    """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM). The API server's
+    input processing: ``input_jobs`` (:func:`labkit.serve.api_server.input_jobs`) or the same
+    ``input_ns_per_request`` for every request, one after another."""
     from labkit.serve.clock import simulate
     from labkit.serve.host.host_census import census_host_from_rows
     from labkit.serve.host.host_model import ServeHost
@@ -134,7 +137,8 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
                 logger.info("serve-sim %s: step %d at %.1f simulated s, %d requests finished, %.0f s of wall time",
                             arm, step.index, step.end_ns / 1e9, step.finished_before, time.perf_counter() - t0)
 
-        tl = simulate(driver, input_ns=[input_ns_per_request] * workload.requests, host=host,
+        tl = simulate(driver, input_ns=None if input_jobs else [input_ns_per_request] * workload.requests,
+                      input_jobs=input_jobs, host=host,
                       device=lambda s: device(s.decode_context_lens, s.prefill_chunks, s.images_encoded),
                       async_scheduling=config.async_scheduling, on_step=progress)
     wall = time.perf_counter() - t0
@@ -191,7 +195,8 @@ def _scaled(device, factor: float):
 
 
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
-                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu", fit: str | None = None):
+                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu", fit: str | None = None,
+                  api_order: str = "media-first"):
     """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result.
 
     ``fit="device-scale"`` (full size only): per GPU, the after arm (``pr40143``) runs first as is,
@@ -202,6 +207,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
 
     from labkit.device import describe_machine
     from labkit.results import make_result, save_result, sized_name
+    from labkit.serve.api_server import API_ORDERS, input_jobs
     from labkit.serve.breakdown import phase_rows, requests_buckets, scheduler_cost_rows, ttft_parts
     from labkit.serve.host.cpu_speed import cpu_speed_from_rows
     from labkit.serve.inputs import INPUT_STAGES, load_inputs, per_image_input_ns
@@ -217,6 +223,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
                          max_item_tokens=spans[0].length if spans else 1)
     compare = size == "full"
+    if api_order not in API_ORDERS:
+        raise UsageError(f"--api-order must be one of {', '.join(API_ORDERS)}")
     if fit is not None and (fit != "device-scale" or not compare or "pr40143" not in arms):
         raise UsageError("--fit device-scale needs --size full and the pr40143 arm (the published after-TPOT)")
     from labkit.machine_load import machine_load
@@ -237,11 +245,13 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                            "census_machine": census_machine, "this_machine": machine["slug"]}
             per_image_ns, stages = per_image_input_ns(inputs.input_processing)
             input_ns = per_image_ns * workload.images * speed.factor
+            media_ns = stages["media_decode"]["per_image_ns"] * workload.images * speed.factor
+            jobs = input_jobs([media_ns] * workload.requests, [input_ns - media_ns] * workload.requests, api_order)
 
             def one(arm, dev):
                 return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
                                cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
-                               input_ns_per_request=input_ns, config=config,
+                               input_jobs=jobs, config=config,
                                scheduler_source=scheduler_source, charge=charge)
 
             if fit == "device-scale":
@@ -275,7 +285,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             r = ratio_row(gpu, by_arm, compare=compare)
             if r:
                 rows.append(r)
-            params_gpu[gpu] = {"input_stages": stages, "input_ns_per_request": input_ns}
+            params_gpu[gpu] = {"input_stages": stages, "input_ns_per_request": input_ns,
+                               "media_ns_per_request": media_ns}
     params = {
         "size": size, "gpu": gpus[0] if len(gpus) == 1 else list(gpus), "gpus": list(gpus), "arms": list(arms),
         "workload": workload.describe(), "prompt_tokens": prompt_len,
@@ -290,6 +301,10 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 "update_from_output() as measured in this run; all x cpu_speed",
         "overlap": "async: step = max(device, engine-core host); non-overlapping part 0",
         "admission": "a request joins the engine at the first step starting after its inputs are done",
+        "api_server": {"order": api_order, "orders": {
+            "media-first": "every request's media_decode first, then each request's add_request, one after another "
+                           "(the shape the real server's handovers have: labkit bench vllm-handover)",
+            "one-after-another": "each request's media_decode + add_request, request by request"}[api_order]},
         "input_stages": list(INPUT_STAGES), "per_gpu": params_gpu, "device": devices,
         "cpu_speed": speeds if len(gpus) > 1 else speeds[gpus[0]], "inputs": inputs_prov,
         "fitted": (fitted if len(gpus) > 1 else fitted.get(gpus[0], {})), "published_compared": compare,
@@ -350,6 +365,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", choices=("device-scale",), default=None,
                    help="fit one parameter: device-scale multiplies every step's device time by the factor that "
                         "brings pr40143's mean TPOT to the published one (full size; result serve_sim_device_scale)")
+    from labkit.serve.api_server import API_ORDERS
+
+    p.add_argument("--api-order", choices=API_ORDERS, default="media-first",
+                   help="the API server's input jobs: every request's image decode first, then each request's "
+                        "processor work (default: what the real server's handovers show) or each request whole, "
+                        "one after another")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
     return p
@@ -376,7 +397,7 @@ def _main(argv: list[str]) -> int:
             raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
                            save=False, census_machine=args.census_machine, charge=args.scheduler_clock,
-                           fit=args.fit)
+                           fit=args.fit, api_order=args.api_order)
     print_table(result)
     from labkit.machine_load import describe_load
 

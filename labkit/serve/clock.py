@@ -105,13 +105,15 @@ class Timeline:
     async_scheduling: bool = True
 
 
-def simulate(driver: EngineDriver, *, input_ns: list[float], host: HostModel,
+def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host: HostModel,
              device: Callable[[StepShape], float], async_scheduling: bool = True,
-             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
-    """Run ``driver``'s requests (``len(input_ns)``, every one to its end) on the simulated clock;
+             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None,
+             input_jobs: list | None = None) -> Timeline:
+    """Run ``driver``'s requests (``len(input_ns)``, or those ``input_jobs`` hand over: see
+    :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
     ``on_step`` sees each step's timing as it is made (progress)."""
-    n = len(input_ns)
-    api = ApiServer(input_ns)
+    api = ApiServer(input_ns, jobs=input_jobs)
+    n = len(api.handover_ns)
     jobs: dict = {}  # step -> its output job
     waiting: list = []  # steps whose output jobs wait for their deliveries
     steps: list = []

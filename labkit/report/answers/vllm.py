@@ -72,8 +72,29 @@ def _serve_sim_answer(res) -> Answer:
                  + " (baseline / pr40143: " + "; ".join(misses) + ")"
                  + ("; the ratio holds within 10%, the run's length does not." if ratio is not None
                     and abs(ratio["error"]) <= 0.10 else "."))
+    spread = before_after(rows, "finish_spread_s")
+    if spread:
+        b, a = spread
+        text += (f" The published table also fixes how close together the requests finished: its duration less "
+                 f"the mean E2E latency (mean TTFT + the other tokens x mean TPOT) is {num(b['published'], ' s')} / "
+                 f"{num(a['published'], ' s')}, the simulated run's {num(b['predicted'], ' s')} / "
+                 f"{num(a['predicted'], ' s')}")
+        text += (": the PR's requests decoded side by side, the simulated ones start decoding as the API server "
+                 "hands them over, one after another." if b["predicted"] > 2 * b["published"] else ".")
     detail = format_table(rows, columns=["arm", "gpu", "metric", "predicted", "published", "error"])._repr_html_()
     return Answer(text, (cite(res),), detail)
+
+
+def _handover_sentence(ho) -> str:
+    """What the real server's handovers (``vllm_handover``) say of the simulator's one-after-another API server."""
+    s = ho.params.get("summary") or {}
+    h, ref = s.get("handover"), s.get("one_after_another")
+    if not h or not ref:
+        return ""
+    return (f"In a real vllm serve ({esc(ho.slug)}, {s['requests']} requests x {ho.params.get('images_per_request')} "
+            f"images sent at once) the first request reached the engine at {pct(h['first_frac'])} of the last "
+            f"handover's time, not the {pct(ref['first_frac'])} one after another would give, and the mean at "
+            f"{pct(h['mean_frac'])} (one after another: {pct(ref['mean_frac'])}).")
 
 
 def _device_fit_sentence(fit) -> str:
@@ -146,8 +167,12 @@ def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
         answer = _serve_sim_answer(sim)
         fit = pick(results, SERVE_SIM + "_device_scale", machine=sim.slug,
                    where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
-        return answer if fit is None else Answer(answer.text + " " + _device_fit_sentence(fit),
-                                                 answer.sources + (cite(fit),), answer.detail)
+        if fit is not None:
+            answer = Answer(answer.text + " " + _device_fit_sentence(fit), answer.sources + (cite(fit),), answer.detail)
+        ho = pick(results, "vllm_handover", where=lambda rows: "api_send_s" in rows[0])
+        if ho is not None and _handover_sentence(ho):
+            answer = Answer(answer.text + " " + _handover_sentence(ho), answer.sources + (cite(ho),), answer.detail)
+        return answer
     if censuses is None:
         from labkit.viz.vllm import inside_vllm
 
