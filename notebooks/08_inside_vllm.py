@@ -34,7 +34,7 @@ answers.inside_vllm_answer()
 # **The whole published run, simulated.** `labkit bench serve-sim` replays #40143's benchmark (128
 # requests x 32 images, 8,000 tokens each) with vLLM's real scheduler on a simulated clock: host
 # from the census below, device from the lab's device model, the API server's input processing
-# from `vllm-input`. Predicted beside published (hatched bars: simulated):
+# from `vllm-input` (in the order the real server's handovers show: section 2). Predicted beside published (hatched bars: simulated):
 
 # %%
 from labkit.viz.vllm import serve_sim
@@ -218,9 +218,10 @@ print("\n".join(mmproc.verdicts(mmproc_result)))
 # %% [markdown]
 # ### When the real server hands each request to its engine
 #
-# The serving simulator at the top of this page takes the API server as one thread that prepares
-# the requests one after another from the moment they are sent, each costing the `vllm_input`
-# stages per image (dashed line below). `labkit bench vllm-handover` checks that in a real `vllm
+# The serving simulator at the top of this page takes the API server as one thread that first
+# decodes every request's images and then does each request's processor work, request by request
+# (dashed line below; dotted: each request whole, one after another), each stage costing what
+# `vllm_input` measured per image. `labkit bench vllm-handover` checks that in a real `vllm
 # serve` (vLLM's CPU build, the lab's Gemma 4, #40143's image size, every request sent at once by
 # `vllm bench serve`): a probe the lab's plugin puts in the server's processes stamps when each
 # request's handler starts (its HTTP body is in), when its inputs go to the engine core and when

@@ -136,15 +136,20 @@ def test_the_simulators_assumption_is_set_beside_the_measurement(tmp_path):
     from labkit.viz.vllm import handover
 
     ho = _recorded(tmp_path)
-    got = handover.assumed_handovers(ho, tmp_path)
-    assert got == pytest.approx([0.03, 0.06, 0.09])  # media_decode + add_request, 2 images, one after another
+    # media-first: 3 x 20 ms of decode, then 10 ms of the rest per request -> 70, 80, 90 ms
+    assert handover.assumed_handovers(ho, tmp_path) == pytest.approx([0.07, 0.08, 0.09])
+    # one after another: 30 ms per request (media_decode + add_request, 2 images)
+    assert handover.assumed_handovers(ho, tmp_path, "one-after-another") == pytest.approx([0.03, 0.06, 0.09])
     table = handover.handover_table(ho, tmp_path).set_index("quantity")
     assert table.loc["first handover (s)", "measured"] == pytest.approx(1.0)
-    assert table.loc["first handover (s)", "simulator assumes"] == pytest.approx(0.03)
+    assert table.loc["first handover (s)", "simulator: media-first"] == pytest.approx(0.07)
+    assert table.loc["first handover (s)", "one after another"] == pytest.approx(0.03)
     assert table.loc["mean / last", "measured"] == pytest.approx(7 / 12)
-    assert table.loc["first / last", "simulator assumes"] == pytest.approx(1 / 3)
+    assert table.loc["first / last", "one after another"] == pytest.approx(1 / 3)
+    assert table.loc["first / last", "simulator: media-first"] == pytest.approx(7 / 9)
     fig = handover.plot_handovers(ho, tmp_path)
-    assert [t.name for t in fig.data][-1].startswith("simulator's API server")
+    assert [t.name for t in fig.data][-2:] == ["simulator's API server, media-first (vllm_input's stages)",
+                                              "simulator's API server, one-after-another (vllm_input's stages)"]
     assert list(fig.data[1].y) == [1.0, 2.0, 4.0]
 
 

@@ -3,14 +3,14 @@
 ``labkit bench vllm-handover`` (:mod:`labkit.vllm.server.handover`) timed, in a real ``vllm serve``,
 when each request's handler started, when its inputs were handed to the engine core and when
 its first token reached the client. Here they are set beside what the serving simulator's API
-server assumes (:mod:`labkit.serve.api_server`: one thread preparing the requests one after
-another from t = 0, each costing the ``vllm_input`` stages the simulator reads, per image,
-recorded on the same machine).
+server assumes (:mod:`labkit.serve.api_server`: one thread, every request's image decode first and
+then each request's processor work, or each request whole one after another; each costing the
+``vllm_input`` stages the simulator reads, per image, recorded on the same machine).
 
 - :func:`recorded_handovers`: every machine's recorded result, this machine's first;
 - :func:`assumed_handovers`: the simulator's handover times for the run's shape, from that machine's ``vllm_input``;
-- :func:`handover_table`: the summary beside the assumption;
-- :func:`plot_handovers`: per request (in handover order) its stages' times, and the assumption as a line.
+- :func:`handover_table`: the summary beside both orders;
+- :func:`plot_handovers`: per request (in handover order) its stages' times, and both orders as lines.
 """
 
 from __future__ import annotations
@@ -35,44 +35,56 @@ def recorded_handovers(root=None) -> list:
     return _per_machine(HANDOVER_RESULT, root)
 
 
-def assumed_handovers(result, root=None) -> list[float] | None:
-    """The simulator's handover times (s) for ``result``'s requests and images, each request costing the
-    ``vllm_input`` stages per image recorded on ``result``'s machine, one after another from t = 0; None
-    where that machine recorded no ``vllm_input``."""
+def assumed_handovers(result, root=None, order: str = "media-first") -> list[float] | None:
+    """The simulator's handover times (s) for ``result``'s requests and images in API-server ``order``
+    (:data:`labkit.serve.api_server.API_ORDERS`), each request costing the ``vllm_input`` stages per
+    image recorded on ``result``'s machine (unscaled); None where that machine recorded no ``vllm_input``."""
     from labkit.results import load_results
+    from labkit.serve.api_server import ApiServer, input_jobs
     from labkit.serve.inputs import per_image_input_ns
 
     found = [r for r in load_results(root, name="vllm_input") if r.slug == result.slug]
     if not found:
         return None
-    per_image_ns, _ = per_image_input_ns({"rows": found[0].rows})
-    per_request_s = per_image_ns * result.params["images_per_request"] / 1e9
-    return [(i + 1) * per_request_s for i in range(result.params["requests"])]
+    per_image_ns, stages = per_image_input_ns({"rows": found[0].rows})
+    n, k = result.params["requests"], result.params["images_per_request"]
+    media = stages["media_decode"]["per_image_ns"] * k
+    api = ApiServer(jobs=input_jobs([media] * n, [per_image_ns * k - media] * n, order))
+    api.drain()
+    return [t / 1e9 for t in api.handover_ns]
+
+
+def _shape(times: list[float] | None) -> list:
+    if not times:
+        return [None] * 5
+    last = max(times)
+    return [min(times), sum(times) / len(times), last, min(times) / last, sum(times) / len(times) / last]
 
 
 def handover_table(result, root=None):
-    """One row per quantity: measured in the real server, and the simulator's assumption where it has one."""
+    """One row per quantity: measured in the real server, and the simulator's API server in either order
+    (from the same machine's ``vllm_input``) where that is recorded."""
     import pandas as pd
 
+    cols = ["quantity", "measured", "simulator: media-first", "one after another"]
     if result is None:
-        return pd.DataFrame(columns=["quantity", "measured", "simulator assumes"])
+        return pd.DataFrame(columns=cols)
     s = result.params["summary"]
-    assumed = assumed_handovers(result, root)
     n = s["requests"]
-    rows = [("requests sent at once", n, n),
-            ("first handover (s)", s["handover_s"]["first"], assumed[0] if assumed else None),
-            ("mean handover (s)", s["handover_s"]["mean"], sum(assumed) / n if assumed else None),
-            ("last handover (s)", s["handover_s"]["last"], assumed[-1] if assumed else None),
-            ("first / last", s["handover"]["first_frac"], s["one_after_another"]["first_frac"]),
-            ("mean / last", s["handover"]["mean_frac"], s["one_after_another"]["mean_frac"]),
-            ("API server CPU per request (s)", None if s.get("api_server_cpu_s") is None else s["api_server_cpu_s"] / n,
-             assumed[0] if assumed else None)]
-    return pd.DataFrame(rows, columns=["quantity", "measured", "simulator assumes"])
+    measured = [s["handover_s"]["first"], s["handover_s"]["mean"], s["handover_s"]["last"],
+                s["handover"]["first_frac"], s["handover"]["mean_frac"]]
+    media, fifo = _shape(assumed_handovers(result, root)), _shape(assumed_handovers(result, root, "one-after-another"))
+    names = ["first handover (s)", "mean handover (s)", "last handover (s)", "first / last", "mean / last"]
+    rows = [("requests sent at once", n, n, n)] + [(q, m, a, b) for q, m, a, b in zip(names, measured, media, fifo)]
+    cpu = s.get("api_server_cpu_s")
+    per_request = None if fifo[0] is None else fifo[0]  # one request's whole input processing
+    rows.append(("API server CPU per request (s)", None if cpu is None else cpu / n, per_request, per_request))
+    return pd.DataFrame(rows, columns=cols)
 
 
 def plot_handovers(result, root=None) -> go.Figure:
     """Per request, in handover order: when its handler started, when it was handed over and when its
-    first token came; the simulator's assumed handovers as a dashed line."""
+    first token came; the simulator's handovers in either order as lines."""
     title = "When the real vllm serve hands each request to its engine"
     if result is None:
         return no_result(NO_HANDOVER, title)
@@ -82,10 +94,11 @@ def plot_handovers(result, root=None) -> go.Figure:
     for key, label, colour in _STAGES:
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="markers", name=label,
                                  marker=dict(color=colour, size=7)))
-    assumed = assumed_handovers(result, root)
-    if assumed:
-        fig.add_trace(go.Scatter(x=x, y=assumed, mode="lines", name="simulator's API server (one after another, "
-                                 "vllm_input's stages)", line=dict(color="#1f5fa8", dash="dash")))
+    for order, dash in (("media-first", "dash"), ("one-after-another", "dot")):
+        assumed = assumed_handovers(result, root, order)
+        if assumed:
+            fig.add_trace(go.Scatter(x=x, y=assumed, mode="lines", line=dict(color="#1f5fa8", dash=dash),
+                                     name=f"simulator's API server, {order} (vllm_input's stages)"))
     p = result.params
     fig.update_layout(title=f"{title} ({p['requests']} x {p['images_per_request']} images of {p['image_size']}, "
                             f"{result.slug}, measured)",
