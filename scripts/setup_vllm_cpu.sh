@@ -85,10 +85,10 @@ for name in torchaudio torchcodec; do
   fi
 done
 
-say "installing $TORCHVISION (no dependencies) and labkit (editable, no dependencies) with pandas and pytest"
+say "installing $TORCHVISION (no dependencies) and labkit (editable, no dependencies) with pandas, pytest and py-spy"
 "${pip[@]}" --no-deps "$TORCHVISION"
 "${pip[@]}" --no-deps -e .
-"${pip[@]}" "pandas>=2.0" "pytest>=8.0" "$TORCH"
+"${pip[@]}" "pandas>=2.0" "pytest>=8.0" "py-spy==0.4.3" "$TORCH"
 site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "import labkit.vllm.torchvision_compat as _labkit_tv; _labkit_tv.install()" > "$site/labkit-torchvision-compat.pth"
 

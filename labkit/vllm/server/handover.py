@@ -14,6 +14,10 @@ clock the client stamps its requests with (t = 0: the first request sent):
 - ``engine_add``: the engine core takes it (between its steps);
 - the client's first token.
 
+With ``--gil-profile`` py-spy also samples the API server while the client runs, only when one
+of its threads holds the GIL (the part of its work no second core can share), and the summary
+gets each stage's share of those samples (:data:`GIL_STAGES`).
+
 The shape of the handovers answers the question without any cost model: one after another,
 the first comes after ``1/N`` of the last and the mean at ``(N + 1) / 2N`` of it; all prepared
 side by side, both near the last. Result ``vllm_handover`` (source ``measured-cpu``): one row per
@@ -41,7 +45,8 @@ from labkit.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RESULT_NAME", "SIZES", "read_events", "analyze", "shape_text", "run_handover", "main"]
+__all__ = ["RESULT_NAME", "SIZES", "GIL_STAGES", "read_events", "analyze", "gil_shares", "gil_text", "shape_text",
+           "run_handover", "main"]
 
 RESULT_NAME = "vllm_handover"
 #: per size: requests (all sent at once), images per request, output tokens
@@ -124,6 +129,13 @@ def analyze(events: list[dict], bench: dict) -> tuple[list[dict], dict]:
     return rows, summary
 
 
+def gil_text(stages: dict) -> str:
+    """One sentence: where the API server held the GIL, per request."""
+    parts = [f"{name} {v['per_request_s']:.2f} s ({100 * v['share']:.0f}%)" for name, v in stages.items()
+             if v.get("share") and v.get("per_request_s") is not None]
+    return "The API server held the GIL, per request: " + ", ".join(parts) + "."
+
+
 def shape_text(s: dict) -> str:
     """One sentence: where the handovers fell against one-after-another."""
     h, ref, n = s["handover"], s["one_after_another"], s["requests"]
@@ -132,6 +144,44 @@ def shape_text(s: dict) -> str:
             f"(one after another: {100 * ref['first_frac']:.0f}% and {100 * ref['mean_frac']:.0f}%; "
             f"all side by side: both near 100%); every handler had started by "
             f"{s['api_entry_s']['last']:.2f} s, the last handover came at {s['handover_s']['last']:.2f} s.")
+
+
+#: the API server's stages by the frames a GIL-holding sample passes through, first match wins
+#: (``--gil-profile``: py-spy samples only the thread that holds the GIL)
+GIL_STAGES = (
+    ("HTTP body in", ("httptools_impl.py", "h11_impl.py", "starlette/requests.py")),
+    ("JSON parse", ("json/decoder.py", "json/__init__.py", "pydantic")),
+    ("processor (renderer)", ("_process_multimodal", "apply_hf_processor", "image_processing")),
+    ("image decode", ("load_base64", "_load_data_url", "media/connector.py")),
+    ("send to the engine core", ("add_request_async", "msgpack", "send_multipart", "serial_utils")),
+    ("outputs", ("output_handler", "process_outputs", "chat_completion_stream_generator")),
+)
+GIL_RATE_HZ = 20
+
+
+def gil_shares(raw: str, *, rate_hz: float = GIL_RATE_HZ, requests: int | None = None) -> dict:
+    """Stage -> ``{"samples", "share", "held_s"}`` (and ``per_request_s``) from py-spy's raw (collapsed)
+    output: one line per stack, ``frame;frame;... count``; a stack is the first stage of
+    :data:`GIL_STAGES` any of its frames names, else ``other``. ``held_s`` = samples / rate (py-spy
+    falling behind its rate loses samples, so a lower bound)."""
+    counts = {name: 0 for name, _ in GIL_STAGES}
+    counts["other"] = 0
+    for n, line in enumerate(raw.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            raise UsageError(f"py-spy output line {n}: not 'stack count'")
+        stage = next((name for name, keys in GIL_STAGES if any(k in stack for k in keys)), "other")
+        counts[stage] += int(count)
+    total = sum(counts.values())
+    out = {}
+    for name, c in counts.items():
+        out[name] = {"samples": c, "share": c / total if total else None, "held_s": c / rate_hz}
+        if requests:
+            out[name]["per_request_s"] = c / rate_hz / requests
+    return out
 
 
 def _free_port() -> int:
@@ -173,8 +223,17 @@ def _stop_group(proc: subprocess.Popen) -> None:
             time.sleep(0.5)
 
 
+def _py_spy() -> str:
+    import shutil
+
+    found = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if not found:
+        raise UsageError("--gil-profile needs py-spy (make vllm-cpu installs it into .venv-vllm-cpu)")
+    return found
+
+
 def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, variant: str,
-                 width: int, height: int, input_len: int = 64):
+                 width: int, height: int, input_len: int = 64, gil_profile: bool = False):
     """Serve, send every request at once, and file the handovers (needs vLLM's CPU build)."""
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
@@ -224,9 +283,23 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
             # the health check and start-up leave no probe events that count: start afresh
             for p in events.glob("events-*.jsonl"):
                 p.unlink()
+            spy = None
+            if gil_profile:  # the API server is the launcher's own process
+                with open(run_dir / "py-spy.log", "w") as spy_log:
+                    spy = subprocess.Popen([_py_spy(), "record", "-p", str(proc.pid), "--gil", "--rate",
+                                            str(GIL_RATE_HZ), "--format", "raw", "-o", str(run_dir / "api_gil.txt"),
+                                            "--nonblocking"], stdout=subprocess.DEVNULL, stderr=spy_log)
             logger.info("sending %d requests x %d images of %dx%d", n, k, height, width)
             with open(run_dir / "bench.log", "w") as fh:
                 done = subprocess.run(bench_cmd, env=client_env, stdout=fh, stderr=subprocess.STDOUT)
+            if spy is not None:
+                import signal
+
+                spy.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+                try:
+                    spy.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    spy.kill()
             if done.returncode != 0:
                 raise UsageError(f"vllm bench serve failed (code {done.returncode}); see {run_dir / 'bench.log'}")
         finally:
@@ -236,6 +309,13 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
         raise UsageError(f"{bench['failed']} of {n} requests failed (the server's log says why: out of memory? "
                          f"try fewer --requests); see {run_dir / 'bench.log'}")
     rows, summary = analyze(read_events(events), bench)
+    if gil_profile:
+        raw = run_dir / "api_gil.txt"
+        if not raw.is_file():
+            raise UsageError(f"py-spy wrote no samples (see {run_dir / 'py-spy.log'}; it needs ptrace rights)")
+        summary["gil"] = {"stages": gil_shares(raw.read_text(), requests=n), "rate_hz": GIL_RATE_HZ,
+                          "how": "py-spy record --gil on the API server process while the client ran"}
+        summary["gil_text"] = gil_text(summary["gil"]["stages"])
     import vllm
 
     params = {"size": size, "variant": variant, "requests": n, "images_per_request": k,
@@ -261,6 +341,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default="merged", help="the A/B variant the server runs (default merged)")
     p.add_argument("--model", default=None, help="a folder made by `labkit vllm make-model` (default: a Gemma 4 made here)")
     p.add_argument("--run-dir", default=None, help="keep the server log, events and bench JSON here")
+    p.add_argument("--gil-profile", action="store_true",
+                   help="also sample, with py-spy, what the API server holds the GIL for (stage shares in the summary)")
     return p
 
 
@@ -293,9 +375,13 @@ def _main(argv: list[str]) -> int:
     require_vllm()
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-handover-") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
+        if args.gil_profile:
+            _py_spy()
         result = run_handover(spec, size, run_dir, model=args.model, variant=args.variant, width=width,
-                              height=height)
+                              height=height, gil_profile=args.gil_profile)
     print(result.params["summary"]["text"])
+    if "gil_text" in result.params["summary"]:
+        print(result.params["summary"]["gil_text"])
     print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
