@@ -226,7 +226,10 @@ print("\n".join(mmproc.verdicts(mmproc_result)))
 # `vllm bench serve`): a probe the lab's plugin puts in the server's processes stamps when each
 # request's handler starts (its HTTP body is in), when its inputs go to the engine core and when
 # the engine core takes it; the client stamps each first token. The shape of the handovers needs
-# no cost model: one after another, the first would come at 1/N of the last. On a 2-core machine
+# no cost model: one after another, the first would come at 1/N of the last. With `--gil-profile`
+# (recorded here where the summary has a second sentence) py-spy also samples the API server while
+# one of its threads holds the GIL: that part of its work is serial whatever the machine's cores,
+# so it is what the many cores of a GPU node cannot spread. On a 2-core machine
 # the engine's CPU forward and the client share the cores with the API server, so the absolute
 # times are this machine's under that load (recorded with the result).
 
@@ -234,7 +237,8 @@ print("\n".join(mmproc.verdicts(mmproc_result)))
 from labkit.viz.vllm import handover
 handovers = handover.recorded_handovers()  # one per machine that recorded it, this machine's first
 ho = handovers[0] if handovers else None
-print(f"{provenance(ho)}\n{ho.params['summary']['text']}" if ho else handover.NO_HANDOVER)
+print(f"{provenance(ho)}\n{ho.params['summary']['text']}\n{ho.params['summary'].get('gil_text', '')}"
+      if ho else handover.NO_HANDOVER)
 
 # %%
 format_table(handover.handover_table(ho))

@@ -211,3 +211,9 @@ def test_inside_vllm_says_the_requests_finished_apart_and_the_handovers():
     a = answers.inside_vllm_answer([sim, ho], censuses=[census()])
     assert "24 requests x 32 images sent at once) the first request reached the engine at 50% of the last" in text(a)
     assert "not the 4.17% one after another would give" in text(a) and "m/vllm_handover.json (measured-cpu)" in a.sources
+    assert "held the GIL" not in text(a)  # not profiled
+    ho.params["summary"]["gil"] = {"stages": {"HTTP body in": {"share": 0.5, "per_request_s": 0.3},
+                                              "JSON parse": {"share": 0.25, "per_request_s": 0.15},
+                                              "other": {"share": 0.25, "per_request_s": 0.15}}}
+    t = text(answers.inside_vllm_answer([sim, ho], censuses=[census()]))
+    assert "held the GIL 0.6 s per request (py-spy), 50% of it for HTTP body in" in t

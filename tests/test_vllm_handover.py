@@ -170,7 +170,8 @@ def test_gil_samples_by_stage_first_match_wins():
 
     raw = "\n".join([
         "run (asyncio/runners.py:118);on_body (uvicorn/protocols/http/httptools_impl.py:314) 10",
-        "run;loads (json/__init__.py:341);raw_decode (json/decoder.py:353) 5",
+        # starlette's request.json() parses the body: the parse counts as JSON, not as the HTTP body
+        "run;json (starlette/requests.py:268);loads (json/__init__.py:341);raw_decode (json/decoder.py:353) 5",
         # the renderer's processor calls into PIL: it counts as the processor, not as image decode
         "worker;_process_multimodal (vllm/renderers/base.py:1);copy (PIL/Image.py:1363) 3",
         "worker;load_base64 (vllm/multimodal/media/image.py:105);load (PIL/ImageFile.py:425) 2",
@@ -179,10 +180,11 @@ def test_gil_samples_by_stage_first_match_wins():
     ])
     got = gil_shares(raw, rate_hz=20, requests=2)
     assert {k: v["samples"] for k, v in got.items()} == {
-        "HTTP body in": 10, "JSON parse": 5, "processor (renderer)": 3, "image decode": 2,
+        "JSON parse": 5, "HTTP body in": 10, "processor (renderer)": 3, "image decode": 2,
         "send to the engine core": 0, "outputs": 0, "other": 4}
     assert got["HTTP body in"]["share"] == pytest.approx(10 / 24)
     assert got["HTTP body in"]["held_s"] == pytest.approx(0.5) and got["HTTP body in"]["per_request_s"] == 0.25
-    assert gil_text(got).startswith("The API server held the GIL, per request: HTTP body in 0.25 s (42%)")
+    assert gil_text(got).startswith("The API server held the GIL, per request: JSON parse 0.12 s (21%), "
+                                    "HTTP body in 0.25 s (42%)")
     with pytest.raises(UsageError, match="line 1"):
         gil_shares("no count here")

@@ -94,7 +94,19 @@ def _handover_sentence(ho) -> str:
     return (f"In a real vllm serve ({esc(ho.slug)}, {s['requests']} requests x {ho.params.get('images_per_request')} "
             f"images sent at once) the first request reached the engine at {pct(h['first_frac'])} of the last "
             f"handover's time, not the {pct(ref['first_frac'])} one after another would give, and the mean at "
-            f"{pct(h['mean_frac'])} (one after another: {pct(ref['mean_frac'])}).")
+            f"{pct(h['mean_frac'])} (one after another: {pct(ref['mean_frac'])})." + _gil_clause(s))
+
+
+def _gil_clause(summary: dict) -> str:
+    """`` Its API server held the GIL 0.6 s per request, 51% of it for HTTP body in.`` where profiled."""
+    stages = (summary.get("gil") or {}).get("stages") or {}
+    held = [(name, v) for name, v in stages.items() if v.get("per_request_s") is not None and v.get("share")]
+    if not held:
+        return ""
+    top, v = max(held, key=lambda kv: kv[1]["share"])
+    total = sum(x["per_request_s"] for _, x in held)
+    return (f" Its API server held the GIL {num(total, ' s')} per request (py-spy), {pct(v['share'])} of it for "
+            f"{esc(top)}: work no second core shares.")
 
 
 def _device_fit_sentence(fit) -> str:

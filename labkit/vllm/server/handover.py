@@ -149,8 +149,8 @@ def shape_text(s: dict) -> str:
 #: the API server's stages by the frames a GIL-holding sample passes through, first match wins
 #: (``--gil-profile``: py-spy samples only the thread that holds the GIL)
 GIL_STAGES = (
+    ("JSON parse", ("json/decoder.py", "json/__init__.py", "pydantic")),  # before HTTP: starlette's json() parses
     ("HTTP body in", ("httptools_impl.py", "h11_impl.py", "starlette/requests.py")),
-    ("JSON parse", ("json/decoder.py", "json/__init__.py", "pydantic")),
     ("processor (renderer)", ("_process_multimodal", "apply_hf_processor", "image_processing")),
     ("image decode", ("load_base64", "_load_data_url", "media/connector.py")),
     ("send to the engine core", ("add_request_async", "msgpack", "send_multipart", "serial_utils")),
