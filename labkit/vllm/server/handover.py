@@ -1,9 +1,10 @@
 """When the real ``vllm serve`` hands each request to its engine: ``labkit bench vllm-handover``.
 
 The serving simulator (:mod:`labkit.serve.api_server`) takes the API server's input processing
-as one thread preparing the requests one after another, in the order they came: request ``i``
-reaches the engine after ``i + 1`` requests' worth of processing. Whether vLLM's server does
-that decides most of the simulated TTFT and how many requests decode side by side. This run
+as one thread, in one of two orders: each request whole, one after another (request ``i`` reaches
+the engine after ``i + 1`` requests' worth of processing), or every request's image decode first
+and then each request's processor work. Which one vLLM's server follows decides most of the
+simulated TTFT and how many requests decode side by side. This run
 measures it on vLLM's CPU build: ``vllm serve`` with a made model and the probe of
 :mod:`labkit.vllm.server.handover_probe`, ``vllm bench serve`` sending every request at once
 (random-mm, base64 JPEG images, as #40143's benchmark), then per request, on the monotonic
