@@ -154,3 +154,5 @@ def test_media_first_three_requests_by_hand():
         input_jobs([6.0], [4.0], "sideways")
     with pytest.raises(ValueError, match="exactly one job"):
         ApiServer(jobs=[(1.0, None), (1.0, 1)])
+    with pytest.raises(ValueError, match="exactly one job"):
+        ApiServer(jobs=[(1.0, 0), (1.0, 0)])

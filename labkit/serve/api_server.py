@@ -13,7 +13,8 @@ reaches the engine core when its input processing ends. The input jobs run in on
     start), then each request's processor work, request by request: what the real server's
     handovers look like (``labkit bench vllm-handover``: the first handover at about half the
     last, then one after another).
- The engine's outputs of a step wait for the thread: when the thread
+
+The engine's outputs of a step wait for the thread: when the thread
 finishes a job it first takes the output jobs that arrived before that moment (the loop's
 output handler wakes when the engine's outputs arrive), then the next request's inputs. Jobs
 never preempt each other. A step's tokens reach the client when its output job ends.
@@ -64,8 +65,8 @@ class ApiServer:
         if (input_ns is None) == (jobs is None):
             raise ValueError("give input_ns or jobs")
         self.jobs = [(float(ns), i) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
-        requests = {i for _, i in self.jobs if i is not None}
-        if requests != set(range(len(requests))):
+        requests = sorted(i for _, i in self.jobs if i is not None)
+        if requests != list(range(len(requests))):
             raise ValueError("every request 0..n-1 must be handed over by exactly one job")
         self.input_ns = [ns for ns, _ in self.jobs]
         self.handover_ns: list[float | None] = [None] * len(requests)
