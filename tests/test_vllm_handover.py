@@ -99,9 +99,9 @@ def test_the_probe_logs_a_call_and_passes_it_through(tmp_path):
         request_id, arrival_time = "abc", 12.5
 
     log = handover_probe._Log(tmp_path)
-    assert handover_probe._wrap_add_request(Core, "add_request", log, "engine_add", is_async=False)
-    assert not handover_probe._wrap_add_request(Core, "add_request", log, "engine_add", is_async=False)  # once
-    assert handover_probe._wrap_add_request(Client, "add_request_async", log, "api_send", is_async=True)
+    assert handover_probe._wrap(Core, "add_request", log, "engine_add", with_request=True)
+    assert not handover_probe._wrap(Core, "add_request", log, "engine_add", with_request=True)  # once
+    assert handover_probe._wrap(Client, "add_request_async", log, "api_send", with_request=True)
     assert Core().add_request(Req(), wave=3) == ("added", "abc", 3)
     coro = Client().add_request_async(Req())  # awaits nothing: one send runs it (no event loop needed)
     with pytest.raises(StopIteration) as done:

@@ -35,23 +35,36 @@ def recorded_handovers(root=None) -> list:
     return _per_machine(HANDOVER_RESULT, root)
 
 
-def assumed_handovers(result, root=None, order: str = "media-first") -> list[float] | None:
-    """The simulator's handover times (s) for ``result``'s requests and images in API-server ``order``
-    (:data:`labkit.serve.api_server.API_ORDERS`), each request costing the ``vllm_input`` stages per
-    image recorded on ``result``'s machine (unscaled); None where that machine recorded no ``vllm_input``."""
+def _input_costs(result, root=None) -> tuple[float, float] | None:
+    """One request's ``(image decode, the rest)`` in ns from the ``vllm_input`` stages recorded on
+    ``result``'s machine (unscaled), or None where it recorded none."""
     from labkit.results import load_results
-    from labkit.serve.api_server import ApiServer, input_jobs
     from labkit.serve.inputs import per_image_input_ns
 
     found = [r for r in load_results(root, name="vllm_input") if r.slug == result.slug]
     if not found:
         return None
     per_image_ns, stages = per_image_input_ns({"rows": found[0].rows})
-    n, k = result.params["requests"], result.params["images_per_request"]
+    k = result.params["images_per_request"]
     media = stages["media_decode"]["per_image_ns"] * k
-    api = ApiServer(jobs=input_jobs([media] * n, [per_image_ns * k - media] * n, order))
+    return media, per_image_ns * k - media
+
+
+def _handover_times(costs, n: int, order: str) -> list[float] | None:
+    from labkit.serve.api_server import ApiServer, input_jobs
+
+    if costs is None:
+        return None
+    api = ApiServer(jobs=input_jobs([costs[0]] * n, [costs[1]] * n, order))
     api.drain()
     return [t / 1e9 for t in api.handover_ns]
+
+
+def assumed_handovers(result, root=None, order: str = "media-first") -> list[float] | None:
+    """The simulator's handover times (s) for ``result``'s requests and images in API-server ``order``
+    (:data:`labkit.serve.api_server.API_ORDERS`), each request costing the ``vllm_input`` stages per
+    image recorded on ``result``'s machine (unscaled); None where that machine recorded no ``vllm_input``."""
+    return _handover_times(_input_costs(result, root), result.params["requests"], order)
 
 
 def _shape(times: list[float] | None) -> list:
@@ -73,12 +86,13 @@ def handover_table(result, root=None):
     n = s["requests"]
     measured = [s["handover_s"]["first"], s["handover_s"]["mean"], s["handover_s"]["last"],
                 s["handover"]["first_frac"], s["handover"]["mean_frac"]]
-    media, fifo = _shape(assumed_handovers(result, root)), _shape(assumed_handovers(result, root, "one-after-another"))
+    costs = _input_costs(result, root)
+    media, fifo = (_shape(_handover_times(costs, n, order)) for order in ("media-first", "one-after-another"))
     names = ["first handover (s)", "mean handover (s)", "last handover (s)", "first / last", "mean / last"]
     rows = [("requests sent at once", n, n, n)] + [(q, m, a, b) for q, m, a, b in zip(names, measured, media, fifo)]
     cpu = s.get("api_server_cpu_s")
-    per_request = None if fifo[0] is None else fifo[0]  # one request's whole input processing
-    rows.append(("API server CPU per request (s)", None if cpu is None else cpu / n, per_request, per_request))
+    whole = fifo[0]  # one after another, the first handover is one request's whole input processing
+    rows.append(("API server CPU per request (s)", None if cpu is None else cpu / n, whole, whole))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -88,18 +102,19 @@ def plot_handovers(result, root=None) -> go.Figure:
     title = "When the real vllm serve hands each request to its engine"
     if result is None:
         return no_result(NO_HANDOVER, title)
+    p = result.params
     rows = sorted(result.rows, key=lambda r: r["order"])
     x = [r["order"] + 1 for r in rows]
     fig = go.Figure()
     for key, label, colour in _STAGES:
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="markers", name=label,
                                  marker=dict(color=colour, size=7)))
+    costs = _input_costs(result, root)
     for order, dash in (("media-first", "dash"), ("one-after-another", "dot")):
-        assumed = assumed_handovers(result, root, order)
+        assumed = _handover_times(costs, p["requests"], order)
         if assumed:
             fig.add_trace(go.Scatter(x=x, y=assumed, mode="lines", line=dict(color="#1f5fa8", dash=dash),
                                      name=f"simulator's API server, {order} (vllm_input's stages)"))
-    p = result.params
     fig.update_layout(title=f"{title} ({p['requests']} x {p['images_per_request']} images of {p['image_size']}, "
                             f"{result.slug}, measured)",
                       xaxis_title="request, in handover order", yaxis_title="s after the first request was sent",

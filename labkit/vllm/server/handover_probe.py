@@ -24,6 +24,7 @@ wrappers' clock reads and one appended line are added to each call.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -54,40 +55,32 @@ class _Log:
             fh.write(line)
 
 
-def _wrap_async(owner, name: str, log: _Log, event: str) -> bool:
-    fn = getattr(owner, name, None)
-    if fn is None or getattr(fn, "_labkit_probe", False):
-        return False
-
-    @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
-        log.write(event=event)
-        return await fn(*args, **kwargs)
-
-    wrapper._labkit_probe = True  # type: ignore[attr-defined]
-    setattr(owner, name, wrapper)
-    return True
-
-
 def _request_fields(request) -> dict:
     return {"request_id": str(getattr(request, "request_id", "")),
             "arrival_time": getattr(request, "arrival_time", None)}
 
 
-def _wrap_add_request(owner, name: str, log: _Log, event: str, *, is_async: bool) -> bool:
+def _wrap(owner, name: str, log: _Log, event: str, *, with_request: bool = False) -> bool:
+    """Wrap ``owner.name`` (sync or async) to log ``event`` on each call; ``with_request``: its first
+    argument after ``self`` is a request whose id and arrival time are logged. False where there is
+    no such member or it is wrapped already."""
     fn = getattr(owner, name, None)
     if fn is None or getattr(fn, "_labkit_probe", False):
         return False
-    if is_async:
+
+    def note(args) -> None:
+        log.write(event=event, **(_request_fields(args[1]) if with_request else {}))
+
+    if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
-        async def wrapper(self, request, *args, **kwargs):
-            log.write(event=event, **_request_fields(request))
-            return await fn(self, request, *args, **kwargs)
+        async def wrapper(*args, **kwargs):
+            note(args)
+            return await fn(*args, **kwargs)
     else:
         @functools.wraps(fn)
-        def wrapper(self, request, *args, **kwargs):
-            log.write(event=event, **_request_fields(request))
-            return fn(self, request, *args, **kwargs)
+        def wrapper(*args, **kwargs):
+            note(args)
+            return fn(*args, **kwargs)
 
     wrapper._labkit_probe = True  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
@@ -105,30 +98,30 @@ def install_probe(folder: str | os.PathLike | None = None) -> list[str]:
     try:
         from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
 
-        if "api_entry" not in _installed and _wrap_async(OpenAIServingChat, "create_chat_completion", log, "api_entry"):
+        if "api_entry" not in _installed and _wrap(OpenAIServingChat, "create_chat_completion", log, "api_entry"):
             done.append("api_entry")
     except ImportError:  # an older layout: the stage is not probed
         pass
     try:
         from vllm.renderers.base import BaseRenderer
 
-        if "render_start" not in _installed and _wrap_async(BaseRenderer, "render_chat_async", log, "render_start"):
+        if "render_start" not in _installed and _wrap(BaseRenderer, "render_chat_async", log, "render_start"):
             done.append("render_start")
     except ImportError:
         pass
     try:
         from vllm.v1.engine.core_client import AsyncMPClient
 
-        if "api_send" not in _installed and _wrap_add_request(AsyncMPClient, "add_request_async", log, "api_send",
-                                                              is_async=True):
+        if "api_send" not in _installed and _wrap(AsyncMPClient, "add_request_async", log, "api_send",
+                                                  with_request=True):
             done.append("api_send")
     except ImportError:
         pass
     try:
         from vllm.v1.engine.core import EngineCore
 
-        if "engine_add" not in _installed and _wrap_add_request(EngineCore, "add_request", log, "engine_add",
-                                                                is_async=False):
+        if "engine_add" not in _installed and _wrap(EngineCore, "add_request", log, "engine_add",
+                                                    with_request=True):
             done.append("engine_add")
     except ImportError:
         pass
