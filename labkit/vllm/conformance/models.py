@@ -41,7 +41,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 
 __all__ = ["ARCHS", "PlaceholderLayout", "placeholder_layout", "make_model", "config_hash", "model_arch",
-           "image_prompt", "MARKER_FILE"]
+           "read_vocab_size", "image_prompt", "MARKER_FILE"]
 
 #: written into every made folder: the architecture and the sizes it was made with
 MARKER_FILE = "labkit_model.json"
@@ -143,14 +143,18 @@ def image_prompt(arch: str, images: int, text: str = "describe") -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _tokenizer(special: list[str], chat_template: str, extra: dict):
+def _tokenizer(special: list[str], chat_template: str, extra: dict, vocab_size: int | None = None):
+    """A word-level tokenizer: the special tokens, words ``w0, w1, ...`` and a few English words;
+    ``vocab_size``: as many ``w`` words as make the vocabulary that size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    english = ("describe", "the", "image", "images", "a", "of")
+    words = _WORDS if vocab_size is None else vocab_size - len(special) - len(english)
     vocab = {tok: i for i, tok in enumerate(special)}
-    for i in range(_WORDS):
+    for i in range(words):
         vocab[f"w{i}"] = len(vocab)
-    for word in ("describe", "the", "image", "images", "a", "of"):
+    for word in english:
         vocab.setdefault(word, len(vocab))
     unk = "<unk>"
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
@@ -205,7 +209,7 @@ def _write_pixtral(out: Path) -> dict:
     return {"vocab_size": len(vocab), "image_token_id": vocab["[IMG]"]}
 
 
-def _write_gemma4(out: Path, causal_text: bool = False) -> dict:
+def _write_gemma4(out: Path, causal_text: bool = False, vocab_size: int | None = None) -> dict:
     from transformers import Gemma4Config
     from transformers.models.gemma4 import Gemma4ImageProcessorPil
 
@@ -213,7 +217,7 @@ def _write_gemma4(out: Path, causal_text: bool = False) -> dict:
     extra = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
              "extra_special_tokens": {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
                                       "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>"}}
-    tok, vocab = _tokenizer(_GEMMA4_SPECIAL, _GEMMA4_CHAT, extra)
+    tok, vocab = _tokenizer(_GEMMA4_SPECIAL, _GEMMA4_CHAT, extra, vocab_size)
     n = len(vocab)
     layers = sizes["text"]["num_hidden_layers"]
     text = dict(sizes["text"], vocab_size=n, vocab_size_per_layer_input=n, max_position_embeddings=32768,
@@ -243,7 +247,8 @@ def _write_gemma4(out: Path, causal_text: bool = False) -> dict:
     return {"vocab_size": n, "image_token_id": vocab["<|image|>"]}
 
 
-def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: bool = False) -> Path:
+def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: bool = False,
+               vocab_size: int | None = None) -> Path:
     """Write a tiny model folder for ``arch`` at ``out``; returns the folder.
 
     An existing non-empty folder is an error unless it is a folder this function made
@@ -257,6 +262,12 @@ def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: 
         raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
     if causal_text and arch != "gemma4":
         raise UsageError("--causal-text applies to the gemma4 architecture only")
+    if vocab_size is not None:
+        if arch != "gemma4":
+            raise UsageError("--vocab-size applies to the gemma4 architecture only")
+        least = len(_GEMMA4_SPECIAL) + _WORDS
+        if not least <= vocab_size <= 1 << 20:
+            raise UsageError(f"--vocab-size must be in {least}..{1 << 20}, got {vocab_size}")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not (out / MARKER_FILE).is_file():
@@ -274,7 +285,7 @@ def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        info = _write_pixtral(tmp) if arch == "pixtral-llava" else _write_gemma4(tmp, causal_text)
+        info = _write_pixtral(tmp) if arch == "pixtral-llava" else _write_gemma4(tmp, causal_text, vocab_size)
         marker = {"arch": arch, "sizes": ARCHS[arch], **info, "weights": "none (load_format='dummy')"}
         if causal_text:
             marker["text_attention"] = "causal (no bidirectional attention over images: not an mm-prefix model)"
@@ -293,6 +304,15 @@ def model_arch(model_dir: str | Path) -> str:
     try:
         return json.loads(marker.read_text(encoding="utf-8"))["arch"]
     except (OSError, ValueError, KeyError):
+        raise UsageError(f"{model_dir} is not a model folder made by `labkit vllm make-model`") from None
+
+
+def read_vocab_size(model_dir: str | Path) -> int | None:
+    """The vocabulary size a made folder's marker records (None where it records none)."""
+    marker = Path(model_dir) / MARKER_FILE
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError):
         raise UsageError(f"{model_dir} is not a model folder made by `labkit vllm make-model`") from None
 
 

@@ -32,14 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 from labkit.errors import UsageError
@@ -57,7 +53,6 @@ SIZES = {"quick": {"requests": 4, "images": 2, "output_len": 2},
 #: by default) beside the requests in flight, and at 32 x 32 images the API server ran out of this
 #: machine's 24 GiB (it holds ~230 MB of pixel values per request of 32 images of 1024 x 1536)
 SERVE_CACHE_GB = 0
-SERVER_START_S = 900
 
 
 def read_events(folder: str | Path) -> list[dict]:
@@ -185,45 +180,6 @@ def gil_shares(raw: str, *, rate_hz: float = GIL_RATE_HZ, requests: int | None =
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise UsageError(f"vllm serve exited early (code {proc.returncode}); see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
-                return
-        except OSError:
-            time.sleep(1)
-    raise UsageError(f"vllm serve not healthy after {SERVER_START_S} s; see {log}")
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's process group, then SIGKILL what is left after 60 s."""
-    import signal
-
-    for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                proc.poll()
-                return
-            proc.poll()
-            time.sleep(0.5)
-
-
 def _py_spy() -> str:
     import shutil
 
@@ -239,9 +195,10 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
     from labkit.results import make_result, sized_name
-    from labkit.vllm.conformance.engine import ENGINE_ENV
     from labkit.vllm.conformance.models import config_hash, make_model, model_arch, placeholder_layout
     from labkit.vllm.server.handover_probe import ENV_VAR as PROBE_ENV
+    from labkit.vllm.server.launch import (bench_command, free_port, serve_command, server_env, stop_group,
+                                           wait_healthy)
     from labkit.vllm.variants import ENV_VAR as AB_ENV, get_variant
 
     get_variant(variant)
@@ -250,29 +207,14 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
     arch = model_arch(model_dir)
     n, k, out_len = spec["requests"], spec["images"], spec["output_len"]
     max_len = k * placeholder_layout(arch, width, height).length + input_len + out_len + 64
-    port = _free_port()
+    port = free_port()
     events = run_dir / "events"
-    py = sys.executable
-    env = dict(os.environ)
-    env.update({k_: v for k_, v in ENGINE_ENV.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"})
-    env.update(VLLM_CPU_KVCACHE_SPACE="4", VLLM_RPC_TIMEOUT="1800000", VLLM_CACHE_ROOT=str(run_dir / "vllm-cache"))
-    env[PROBE_ENV], env[AB_ENV] = str(events), variant
-    serve = [py, "-m", "labkit.vllm.ab", "run", "--", "serve", str(model_dir), "--host", "127.0.0.1",
-             "--port", str(port), "--limit-mm-per-prompt", json.dumps({"image": k}), "--load-format", "dummy",
-             "--dtype", "bfloat16", "--enforce-eager", "--no-enable-prefix-caching", "--max-num-seqs", str(n),
-             "--mm-processor-cache-gb", str(SERVE_CACHE_GB),
-             "--max-num-batched-tokens", "2048", "--max-model-len", str(max_len)]
-    bench_cmd = [py, "-m", "labkit.vllm.ab", "run", "--", "bench", "serve", "--backend", "openai-chat",
-                 "--endpoint", "/v1/chat/completions", "--base-url", f"http://127.0.0.1:{port}",
-                 "--model", str(model_dir), "--dataset-name", "random-mm", "--num-prompts", str(n),
-                 "--max-concurrency", str(n), "--random-mm-base-items-per-request", str(k),
-                 "--random-mm-num-mm-items-range-ratio", "0",
-                 "--random-mm-limit-mm-per-prompt", json.dumps({"image": k, "video": 0}),
-                 "--random-mm-bucket-config", f"{{({height}, {width}, 1): 1.0}}", "--random-input-len",
-                 str(input_len), "--random-output-len", str(out_len), "--ignore-eos", "--seed", "0",
-                 "--save-result", "--save-detailed", "--result-dir", str(run_dir), "--result-filename", "bench.json"]
+    env, client_env = server_env(run_dir, {PROBE_ENV: str(events), AB_ENV: variant})
+    serve = serve_command(model_dir, port, images=k, max_num_seqs=n, max_model_len=max_len,
+                          processor_cache_gb=SERVE_CACHE_GB)
+    bench_cmd = bench_command(model_dir, port, run_dir, requests=n, images=k, width=width, height=height,
+                              input_len=input_len, output_len=out_len)
     log = run_dir / "server.log"
-    client_env = {k_: v for k_, v in env.items() if k_ not in (PROBE_ENV, AB_ENV)}
     with machine_load() as load:
         with open(log, "w") as fh:
             # a session of its own: the engine core and its worker are stopped with the server, even
@@ -280,7 +222,7 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
             proc = subprocess.Popen(serve, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             logger.info("waiting for vllm serve (log %s)", log)
-            _wait_healthy(port, proc, log)
+            wait_healthy(port, proc, log)
             # the health check and start-up leave no probe events that count: start afresh
             for p in events.glob("events-*.jsonl"):
                 p.unlink()
@@ -304,7 +246,7 @@ def run_handover(spec: dict, size: str, run_dir: Path, *, model: str | None, var
             if done.returncode != 0:
                 raise UsageError(f"vllm bench serve failed (code {done.returncode}); see {run_dir / 'bench.log'}")
         finally:
-            _stop_group(proc)
+            stop_group(proc)
     bench = json.loads((run_dir / "bench.json").read_text())
     if bench.get("failed"):
         raise UsageError(f"{bench['failed']} of {n} requests failed (the server's log says why: out of memory? "
