@@ -245,6 +245,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "changes = []",
         ("tests/test_whatif_hostonly.py",),
     ),
+    Mutation(
+        "serve-outputs-never-merge",
+        "serve-sim API server: outputs waiting for the thread run one step at a time, each paying its chunks",
+        "while self.merge_outputs and self._pending and",
+        "while False and self._pending and",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "serve-host-window-edges-kept",
+        "vllm-serve-host: the steady decode window keeps its first and last steps",
+        "window = best[edge:len(best) - edge] if len(best) > 2 * edge else []",
+        "window = best",
+        ("tests/test_vllm_serve_host.py",),
+    ),
+    Mutation(
+        "server-host-chunk-per-step",
+        "serve-sim server host: a stream's chunk charged the whole step's stream work instead of its share",
+        "return max(0.0, rest) / requests",
+        "return max(0.0, rest)",
+        ("tests/test_serve_host.py",),
+    ),
 )
 
 

@@ -156,3 +156,39 @@ def test_media_first_three_requests_by_hand():
         ApiServer(jobs=[(1.0, None), (1.0, 1)])
     with pytest.raises(ValueError, match="exactly one job"):
         ApiServer(jobs=[(1.0, 0), (1.0, 0)])
+
+
+def _job(ready, step, cost, requests, stream):
+    from labkit.serve.clock import Delivery
+
+    return OutputJob(ready, step, cost, [Delivery(step, r, 1) for r in requests], stream_per_request_ns=stream)
+
+
+def test_outputs_waiting_for_the_api_thread_merge_into_one_chunk_per_stream():
+    # inputs busy until 10; two steps' outputs for requests 0 and 1 ready at 3 and 5, each 1 of
+    # output processing and 2 per stream's chunk: merged, 1 + 1 + 2 x 2 streams = 6, both done at 16
+    api = ApiServer([10.0], merge_outputs=True)
+    api.submit(_job(3.0, 0, 1.0, (0, 1), 2.0))
+    api.submit(_job(5.0, 1, 1.0, (0, 1), 2.0))
+    api.drain()
+    assert [j.done_ns for j in api.finished_outputs] == [16.0, 16.0]
+    assert api.busy_outputs_ns == 6.0 and api.merged_jobs == 1
+
+
+def test_without_merging_each_step_pays_its_chunks():
+    # the same jobs one at a time: 10 + 1 + 4 = 15, then 15 + 1 + 4 = 20
+    api = ApiServer([10.0])
+    api.submit(_job(3.0, 0, 1.0, (0, 1), 2.0))
+    api.submit(_job(5.0, 1, 1.0, (0, 1), 2.0))
+    api.drain()
+    assert [j.done_ns for j in api.finished_outputs] == [15.0, 20.0]
+    assert api.merged_jobs == 0
+
+
+def test_only_outputs_already_there_merge():
+    # the second step's outputs come at 12, after the thread took the first (at 10): not merged
+    api = ApiServer([10.0], merge_outputs=True)
+    api.submit(_job(3.0, 0, 1.0, (0,), 2.0))
+    api.submit(_job(12.0, 1, 1.0, (0, 1), 2.0))
+    api.drain()
+    assert [j.done_ns for j in api.finished_outputs] == [13.0, 18.0]

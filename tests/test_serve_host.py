@@ -84,3 +84,53 @@ def test_host_model_measured_scheduler_and_census_rest():
     assert from_census["schedule"] == pytest.approx(160_000.0)
     with pytest.raises(UsageError):
         ServeHost(census, 1.0, scheduler="guess")
+
+
+def _server_rows():
+    # per step at 32 and 128 streams (ns): output thread 0.2 / 0.6 ms, input thread 0 / 0.04 ms,
+    # API server 8 / 32 ms of which the output processor 2 / 8 ms
+    rows = []
+    for n, out_t, in_t, api, proc in ((32, 200e3, 0.0, 8e6, 2e6), (128, 600e3, 40e3, 32e6, 8e6)):
+        for phase, v in (("engine_output_thread", out_t), ("engine_input_thread", in_t),
+                         ("api_server_outputs", api), ("api_output_processor", proc)):
+            rows.append({"kind": "per_step", "requests": n, "phase": phase, "median_ns": v})
+    rows.append({"kind": "per_step", "requests": 128, "phase": "client", "median_ns": None, "mean_ns": 1e6})
+    return rows
+
+
+def test_server_host_linear_between_points_proportional_outside():
+    from labkit.serve.host.server_host import server_host_from_rows
+
+    s = server_host_from_rows(_server_rows(), cpu_speed=2.0)
+    # between the points: at 80 streams the output thread is 0.2 + 0.4 * 48/96 = 0.4 ms, x2
+    assert s.phase_ns("engine_output_thread", 80) == pytest.approx(800e3)
+    # below the first point proportional to the streams: 8 of 32 -> a quarter of 0.2 ms, x2
+    assert s.phase_ns("engine_output_thread", 8) == pytest.approx(100e3)
+    assert s.io_threads_ns(128) == pytest.approx(2 * 640e3)
+    # a stream's chunk: (32 - 8) ms / 128 at 128 streams, x2; (8 - 2) / 32 at 32
+    assert s.stream_ns_per_request(128) == pytest.approx(2 * 24e6 / 128)
+    assert s.stream_ns_per_request(32) == pytest.approx(2 * 6e6 / 32)
+    assert s.output_processor_ns(128) == pytest.approx(16e6)
+
+
+def test_server_host_needs_every_phase():
+    from labkit.serve.host.server_host import server_host_from_rows
+
+    rows = [r for r in _server_rows() if r["phase"] != "engine_input_thread"]
+    with pytest.raises(UsageError, match="engine_input_thread"):
+        server_host_from_rows(rows)
+
+
+def test_serve_host_with_the_server_adds_io_threads_and_the_measured_output_processor():
+    from labkit.serve.host.server_host import server_host_from_rows
+
+    census = census_host_from_rows(_rows(), "baseline")
+    rec = StepRecord(0, StepShape(decode_context_lens=(100,) * 128), {"schedule": 1e6, "update_from_output": 2e5})
+    plain = ServeHost(census, 1.0)
+    with_server = ServeHost(census, 1.0, server=server_host_from_rows(_server_rows()))
+    assert "io_threads" not in plain.core_ns(rec)
+    assert with_server.core_ns(rec)["io_threads"] == pytest.approx(640e3)
+    assert {k: v for k, v in with_server.core_ns(rec).items() if k != "io_threads"} == plain.core_ns(rec)
+    assert with_server.frontend_ns(128) == pytest.approx(8e6) and plain.frontend_ns(128) == pytest.approx(500e3)
+    assert plain.stream_ns_per_request(128) == 0.0
+    assert with_server.stream_ns_per_request(128) == pytest.approx(24e6 / 128)

@@ -19,6 +19,12 @@ finishes a job it first takes the output jobs that arrived before that moment (t
 output handler wakes when the engine's outputs arrive), then the next request's inputs. Jobs
 never preempt each other. A step's tokens reach the client when its output job ends.
 
+With ``merge_outputs`` the thread takes every output job waiting for it at once, as vLLM's
+output handler does (it drains the engine's outputs queued for it, each through the output
+processor, before the request streams run; each stream then sends what it gathered as one
+chunk): the merged job costs the sum of the jobs' per-step parts (``cost_ns``) plus one chunk
+(``stream_per_request_ns``) per request with tokens in any of them, and all end together.
+
 :class:`ApiServer` is advanced lazily by the clock: :meth:`ApiServer.advance` runs every job
 that starts before a given time, which is exact because every output job that could start
 before that time has been submitted by then.
@@ -55,13 +61,15 @@ class OutputJob:
     cost_ns: float = field(compare=False)
     deliveries: list = field(compare=False, default_factory=list)
     done_ns: float | None = field(compare=False, default=None)
+    stream_per_request_ns: float = field(compare=False, default=0.0)
 
 
 class ApiServer:
     """One thread; ``input_ns[i]`` the input processing of request ``i`` (all sent at t = 0), or ``jobs``:
     the input jobs in the order the thread runs them (:func:`input_jobs`)."""
 
-    def __init__(self, input_ns: list[float] | None = None, *, jobs: list[tuple[float, int | None]] | None = None) -> None:
+    def __init__(self, input_ns: list[float] | None = None, *, jobs: list[tuple[float, int | None]] | None = None,
+                 merge_outputs: bool = False) -> None:
         if (input_ns is None) == (jobs is None):
             raise ValueError("give input_ns or jobs")
         self.jobs = [(float(ns), i) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
@@ -76,6 +84,8 @@ class ApiServer:
         self.finished_outputs: list[OutputJob] = []
         self.busy_inputs_ns = 0.0
         self.busy_outputs_ns = 0.0
+        self.merge_outputs = merge_outputs
+        self.merged_jobs = 0  #: output jobs that ran merged with an earlier one
 
     def submit(self, job: OutputJob) -> None:
         heapq.heappush(self._pending, job)
@@ -83,11 +93,19 @@ class ApiServer:
     def _run_one(self) -> bool:
         """Run the next job the thread would take at ``free_ns``; False when there is none yet."""
         if self._pending and self._pending[0].ready_ns <= self.free_ns:
-            job = heapq.heappop(self._pending)
-            job.done_ns = self.free_ns + job.cost_ns
-            self.free_ns = job.done_ns
-            self.busy_outputs_ns += job.cost_ns
-            self.finished_outputs.append(job)
+            batch = [heapq.heappop(self._pending)]
+            while self.merge_outputs and self._pending and self._pending[0].ready_ns <= self.free_ns:
+                batch.append(heapq.heappop(self._pending))
+            streams = {d.request for job in batch for d in job.deliveries}
+            cost = sum(job.cost_ns for job in batch)
+            cost += max(job.stream_per_request_ns for job in batch) * len(streams)
+            done = self.free_ns + cost
+            for job in batch:
+                job.done_ns = done
+            self.free_ns = done
+            self.busy_outputs_ns += cost
+            self.merged_jobs += len(batch) - 1
+            self.finished_outputs.extend(batch)
             return True
         if self.next_input < len(self.jobs):
             ns, request = self.jobs[self.next_input]

@@ -31,6 +31,14 @@ logger = logging.getLogger(__name__)
 RESULT_NAME = "serve_sim"
 #: arms the run can take; ``baseline`` and ``pr40143`` are #40143's published two
 ARMS = ("baseline", "pr40143", "merged", "early-return")
+#: ``--server-host``: what each choice adds to the host (the description goes into the result)
+SERVER_HOSTS = {
+    "measured": "vllm_serve_host (the census machine's real vllm serve, per steady decode step): the engine core's "
+                "output and input threads join its serial chain (phase io_threads); the API server's output job is "
+                "the measured output processor plus each stream's chunk per request, jobs waiting for the API "
+                "server merged as vLLM's output handler drains them; all x the census CPU-speed factor",
+    "none": "the census's process_outputs as the API server's output job; no engine-core I/O threads",
+}
 #: arm -> side of #40143's published table
 PUBLISHED_ARMS = {"baseline": "before", "pr40143": "after"}
 #: metric -> unit, for the table and the rows
@@ -112,10 +120,12 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
             input_ns_per_request: float | None = None, config, scheduler_source: str = "measured", charge: str = "cpu",
-            input_jobs: list | None = None) -> dict:
+            input_jobs: list | None = None, server_rows: list | None = None) -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM). The API server's
     input processing: ``input_jobs`` (:func:`labkit.serve.api_server.input_jobs`) or the same
-    ``input_ns_per_request`` for every request, one after another."""
+    ``input_ns_per_request`` for every request, one after another. ``server_rows``: the real server's
+    per-step host beside the step (``vllm_serve_host`` rows, recorded on the census machine), added
+    to the engine core's chain and the API server's output jobs, which then merge when it is behind."""
     from labkit.serve.clock import simulate
     from labkit.serve.host.host_census import census_host_from_rows
     from labkit.serve.host.host_model import ServeHost
@@ -124,8 +134,11 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
     from labkit.serve.workload import make_vllm_requests, prompt_layout
     from labkit.vllm.ab import patched_vllm
 
+    from labkit.serve.host.server_host import server_host_from_rows
+
     census = census_host_from_rows(census_rows, arm, images=32, cpu_speed=cpu_speed)
-    host = ServeHost(census, cpu_speed_here, scheduler_source)
+    server = server_host_from_rows(server_rows, cpu_speed=cpu_speed) if server_rows is not None else None
+    host = ServeHost(census, cpu_speed_here, scheduler_source, server)
     prompt_len, _ = prompt_layout(workload)
     t0 = time.perf_counter()
     with patched_vllm(arm):
@@ -140,7 +153,8 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
         tl = simulate(driver, input_ns=None if input_jobs else [input_ns_per_request] * workload.requests,
                       input_jobs=input_jobs, host=host,
                       device=lambda s: device(s.decode_context_lens, s.prefill_chunks, s.images_encoded),
-                      async_scheduling=config.async_scheduling, on_step=progress)
+                      async_scheduling=config.async_scheduling, on_step=progress,
+                      merge_outputs=server is not None)
     wall = time.perf_counter() - t0
     metrics = compute_metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], [prompt_len] * workload.requests)
     logger.info("serve-sim %s: %d steps simulated in %.1f s of wall time", arm, len(tl.steps), wall)
@@ -196,7 +210,7 @@ def _scaled(device, factor: float):
 
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
                   census_machine: str = "cpu-xeon-2c", charge: str = "cpu", fit: str | None = None,
-                  api_order: str = "media-first"):
+                  api_order: str = "media-first", server_host: str = "measured"):
     """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result.
 
     ``fit="device-scale"`` (full size only): per GPU, the after arm (``pr40143``) runs first as is,
@@ -225,6 +239,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     compare = size == "full"
     if api_order not in API_ORDERS:
         raise UsageError(f"--api-order must be one of {', '.join(API_ORDERS)}")
+    if server_host not in SERVER_HOSTS:
+        raise UsageError(f"--server-host must be one of {', '.join(SERVER_HOSTS)}")
     if fit is not None and (fit != "device-scale" or not compare or "pr40143" not in arms):
         raise UsageError("--fit device-scale needs --size full and the pr40143 arm (the published after-TPOT)")
     from labkit.machine_load import machine_load
@@ -236,7 +252,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         for gpu in gpus:
             device, dev_desc = device_for(gpu)
             devices[gpu] = dev_desc
-            inputs = load_inputs(machine["slug"], gpu, census_machine=census_machine)
+            inputs = load_inputs(machine["slug"], gpu, census_machine=census_machine,
+                                 server_host=server_host == "measured")
             inputs_prov[gpu] = inputs.provenance()
             # recorded host costs: the census machine -> the GPU node's host; measured: this machine -> it
             speed = cpu_speed_from_rows(inputs.calibration_gpu_host["rows"], inputs.calibration_census["rows"])
@@ -252,7 +269,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
                                cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
                                input_jobs=jobs, config=config,
-                               scheduler_source=scheduler_source, charge=charge)
+                               scheduler_source=scheduler_source, charge=charge,
+                               server_rows=inputs.server_host["rows"] if inputs.server_host else None)
 
             if fit == "device-scale":
                 factor, tried = fit_device_scale(
@@ -281,7 +299,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 rows += [{"kind": "scheduler_cost", "arm": arm, "gpu": gpu, "where": "this CPU (unscaled)", **r}
                          for r in scheduler_cost_rows(run["timings"], buckets, run["census_host"])]
                 rows.append({"kind": "run", "arm": arm, "gpu": gpu, "steps": len(run["timeline"].steps),
-                             "wall_s": run["wall_s"]})
+                             "wall_s": run["wall_s"], "api_merged_jobs": run["timeline"].api_merged_jobs})
             r = ratio_row(gpu, by_arm, compare=compare)
             if r:
                 rows.append(r)
@@ -300,6 +318,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 "step's requests, linear between the census points, images 32; schedule() and "
                 "update_from_output() as measured in this run; all x cpu_speed",
         "overlap": "async: step = max(device, engine-core host); non-overlapping part 0",
+        "server_host": SERVER_HOSTS[server_host],
         "admission": "a request joins the engine at the first step starting after its inputs are done",
         "api_server": {"order": api_order, "orders": {
             "media-first": "every request's media_decode first, then each request's add_request, one after another "
@@ -371,6 +390,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the API server's input jobs: every request's image decode first, then each request's "
                         "processor work (default: what the real server's handovers show) or each request whole, "
                         "one after another")
+    p.add_argument("--server-host", choices=tuple(SERVER_HOSTS), default="measured",
+                   help="the real server's per-step host beside the step (engine core I/O threads, the API server's "
+                        "stream chunks; labkit bench vllm-serve-host, recorded on the census machine): measured "
+                        "(default) or none (the census's output processor only)")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
     return p
@@ -397,7 +420,7 @@ def _main(argv: list[str]) -> int:
             raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
                            save=False, census_machine=args.census_machine, charge=args.scheduler_clock,
-                           fit=args.fit, api_order=args.api_order)
+                           fit=args.fit, api_order=args.api_order, server_host=args.server_host)
     print_table(result)
     from labkit.machine_load import describe_load
 

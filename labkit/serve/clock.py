@@ -70,7 +70,9 @@ class HostModel(Protocol):
     def core_ns(self, rec: StepRecord) -> dict: ...
 
     def frontend_ns(self, outputs: int) -> float:
-        """The API server's output processing of one step's outputs for ``outputs`` requests."""
+        """The API server's output processing of one step's outputs for ``outputs`` requests (a host
+        model may also have ``stream_ns_per_request(outputs)``: each stream's chunk, see
+        :class:`~labkit.serve.api_server.ApiServer`)."""
 
 
 @dataclass(frozen=True)
@@ -103,16 +105,19 @@ class Timeline:
     api_busy_inputs_ns: float = 0.0
     api_busy_outputs_ns: float = 0.0
     async_scheduling: bool = True
+    api_merged_jobs: int = 0
 
 
 def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host: HostModel,
              device: Callable[[StepShape], float], async_scheduling: bool = True,
              max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None,
-             input_jobs: list | None = None) -> Timeline:
+             input_jobs: list | None = None, merge_outputs: bool = False) -> Timeline:
     """Run ``driver``'s requests (``len(input_ns)``, or those ``input_jobs`` hand over: see
     :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
-    ``on_step`` sees each step's timing as it is made (progress)."""
-    api = ApiServer(input_ns, jobs=input_jobs)
+    ``on_step`` sees each step's timing as it is made (progress); ``merge_outputs``: the API server
+    takes every output job waiting for it at once."""
+    api = ApiServer(input_ns, jobs=input_jobs, merge_outputs=merge_outputs)
+    stream_ns = getattr(host, "stream_ns_per_request", None)
     n = len(api.handover_ns)
     jobs: dict = {}  # step -> its output job
     waiting: list = []  # steps whose output jobs wait for their deliveries
@@ -135,6 +140,8 @@ def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host:
                 continue
             job = jobs[s]
             job.cost_ns = float(host.frontend_ns(len(job.deliveries))) if job.deliveries else 0.0
+            if job.deliveries and stream_ns is not None:
+                job.stream_per_request_ns = float(stream_ns(len(job.deliveries)))
             api.submit(job)
         waiting[:] = keep
 
@@ -188,4 +195,4 @@ def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host:
         for d in job.deliveries:
             token_ns[d.request].extend([job.done_ns] * d.tokens)
     return Timeline(token_ns, list(api.handover_ns), steps, api.busy_inputs_ns, api.busy_outputs_ns,
-                    async_scheduling)
+                    async_scheduling, api.merged_jobs)

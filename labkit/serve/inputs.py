@@ -8,7 +8,9 @@
   the other stage rows are parts of it, or the processor alone, and would count twice);
 - the calibrations of the GPU node's host, of the machine that recorded the census and the input
   processing, and of this machine (where the scheduler's calls are measured): two CPU-speed
-  factors (:mod:`labkit.serve.host.cpu_speed`), one for the recorded host costs, one for the measured.
+  factors (:mod:`labkit.serve.host.cpu_speed`), one for the recorded host costs, one for the measured;
+- with ``server_host=True``, the real server's per-step host beside the step,
+  ``<census machine>/vllm_serve_host.json`` (:mod:`labkit.serve.host.server_host`).
 
 The census machine defaults to :data:`CENSUS_MACHINE`, whose census holds the steps with the
 forward off the host.
@@ -39,13 +41,17 @@ class ServeInputs:
     calibration_census: dict
     calibration_here: dict
     paths: dict  #: role -> path
+    server_host: dict | None = None
 
     def provenance(self) -> dict:
         """Per input: path, machine, commit, size, source, created."""
         out = {}
-        for role, doc in (("census", self.census), ("input_processing", self.input_processing),
-                          ("calibration_gpu_host", self.calibration_gpu_host),
-                          ("calibration_census", self.calibration_census), ("calibration_here", self.calibration_here)):
+        docs = [("census", self.census), ("input_processing", self.input_processing),
+                ("calibration_gpu_host", self.calibration_gpu_host),
+                ("calibration_census", self.calibration_census), ("calibration_here", self.calibration_here)]
+        if self.server_host is not None:
+            docs.append(("server_host", self.server_host))
+        for role, doc in docs:
             out[role] = {"path": self.paths[role], "machine": (doc.get("machine") or {}).get("slug"),
                          "labkit_commit": doc.get("labkit_commit"), "size": doc.get("size"),
                          "source": doc.get("source"), "created": doc.get("created"), "name": doc.get("name")}
@@ -62,9 +68,11 @@ def _read(path: Path, name: str) -> dict:
     return doc
 
 
-def load_inputs(machine: str, gpu: str, *, census_machine: str = CENSUS_MACHINE, root=None) -> ServeInputs:
+def load_inputs(machine: str, gpu: str, *, census_machine: str = CENSUS_MACHINE, root=None,
+                server_host: bool = False) -> ServeInputs:
     """The recorded inputs: the census and input processing of ``census_machine``, the
-    calibrations of it, of this machine (``machine``: its slug) and of ``gpu``'s host."""
+    calibrations of it, of this machine (``machine``: its slug) and of ``gpu``'s host (and with
+    ``server_host`` the census machine's ``vllm_serve_host``)."""
     from labkit.results import results_root
 
     root = Path(root) if root is not None else results_root()
@@ -78,10 +86,12 @@ def load_inputs(machine: str, gpu: str, *, census_machine: str = CENSUS_MACHINE,
              "calibration_here": root / machine / "calibration.json"}
     if not paths["calibration_gpu_host"].exists() and (root / host / "calibration.json").exists():
         paths["calibration_gpu_host"] = root / host / "calibration.json"
+    if server_host:
+        paths["server_host"] = root / census_machine / "vllm_serve_host.json"
     docs = {k: _read(p, k) for k, p in paths.items()}
     rel = {k: f"{p.parent.name}/{p.name}" for k, p in paths.items()}  # under the results folder
     return ServeInputs(docs["census"], docs["input_processing"], docs["calibration_gpu_host"],
-                       docs["calibration_census"], docs["calibration_here"], rel)
+                       docs["calibration_census"], docs["calibration_here"], rel, docs.get("server_host"))
 
 
 def per_image_input_ns(doc: dict) -> tuple[float, dict]:

@@ -8,6 +8,12 @@ the default: the census holds decode steps only, while this run's scheduler plan
 the run, prefill included, with the arm's own code) or from the census too
 (``scheduler="census"``). Everything is scaled by the CPU-speed factor. The API server's output
 job per step is the census's ``process_outputs`` at the number of requests with outputs.
+
+With ``server`` (:class:`~labkit.serve.host.server_host.ServerHost`, the real server's per-step
+host measured beside the step) the core's chain gains ``io_threads`` (its output and input
+threads, which hold the same interpreter lock), and the API server's output job becomes the
+measured output processor plus, per request, its stream's chunk (:meth:`stream_ns_per_request`,
+merged across steps when the API server is behind).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from labkit.errors import UsageError
 from labkit.serve.clock import StepRecord
 from labkit.serve.host.host_census import CensusHost
+from labkit.serve.host.server_host import ServerHost
 
 __all__ = ["SCHEDULER_SOURCES", "ServeHost"]
 
@@ -33,6 +40,7 @@ class ServeHost:
     census: CensusHost
     cpu_speed: float
     scheduler: str = "measured"
+    server: ServerHost | None = None
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULER_SOURCES:
@@ -46,7 +54,16 @@ class ServeHost:
                 out[p] = float(rec.measured_ns.get(p, 0.0)) * self.cpu_speed
             else:
                 out[p] = self.census.phase_ns(p, n)
+        if self.server is not None:
+            out["io_threads"] = self.server.io_threads_ns(n)
         return out
 
     def frontend_ns(self, outputs: int) -> float:
+        """The API server's per-step part of a step's outputs (the output processor)."""
+        if self.server is not None:
+            return self.server.output_processor_ns(max(1, outputs))
         return self.census.phase_ns("process_outputs", max(1, outputs))
+
+    def stream_ns_per_request(self, outputs: int) -> float:
+        """Each stream's chunk (0 without the measured server host)."""
+        return self.server.stream_ns_per_request(max(1, outputs)) if self.server is not None else 0.0

@@ -51,9 +51,13 @@ __all__ = ["RESULT_NAME", "SIZES", "PHASES", "GEMMA4_VOCAB", "read_events", "dec
 RESULT_NAME = "vllm_serve_host"
 #: Gemma 4's tokenizer vocabulary (``vocab_size`` of google/gemma-4-E4B-it's text config)
 GEMMA4_VOCAB = 262144
-#: per size: the requests points (each a server run), images per request, output tokens
+#: per size: the requests points (each a server run), images per request, output tokens. What is
+#: measured is per step's outputs (tokens), which the images do not change; they only lengthen the
+#: prefill, during which the early requests decode and then finish before the last joins (at 32
+#: images x 128 requests the CPU build's prefill outlasts hundreds of decode steps): two images
+#: keep every request decoding side by side for most of the output
 SIZES = {"quick": {"points": [4], "images": 2, "output_len": 40},
-         "full": {"points": [32, 128], "images": 32, "output_len": 160}}
+         "full": {"points": [32, 128], "images": 2, "output_len": 200}}
 #: the phases filed per point, with where each is measured
 PHASES = {
     "engine_output_thread": "engine core's output thread (EngineCoreProc.process_output_sockets): its CPU clock per step",
@@ -151,9 +155,9 @@ def analyze_point(events: list[dict], requests: int, client_samples: list[tuple[
     add("api_server_outputs", _deltas([e["proc_cpu_ns"] for e in outs]))
     add("api_output_processor", [float(e["call_cpu_ns"]) for e in outs])
     if client_samples and len(client_samples) > 1 and client_samples[0][0] <= t_start and client_samples[-1][0] >= t_end:
-        per = (_cpu_at(client_samples, t_end) - _cpu_at(client_samples, t_start)) / max(1, len(window) - 1)
+        per = (_cpu_at(client_samples, t_end) - _cpu_at(client_samples, t_start)) / len(window)
         rows.append({"kind": "per_step", "requests": requests, "phase": "client", "median_ns": None, "p20_ns": None,
-                     "p80_ns": None, "mean_ns": per, "steps": len(window) - 1, "where": PHASES["client"]})
+                     "p80_ns": None, "mean_ns": per, "steps": len(window), "where": PHASES["client"]})
     walls = [(s["t"] - s["t0"]) * 1e9 for s in window]
     periods = _deltas([s["t0"] * 1e9 for s in window])
     summary = {"requests": requests, "window_steps": len(window), "step_median_ms": statistics.median(walls) / 1e6,
