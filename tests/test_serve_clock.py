@@ -142,14 +142,15 @@ def test_media_first_three_requests_by_hand():
     # each request: 6 of image decode, 4 of processor work (10 in all, as above); every decode first,
     # so request 0 is handed over at 6 + 6 + 6 + 4 = 22, then 26 and 30, not at 10, 20, 31
     jobs = input_jobs([6.0] * 3, [4.0] * 3, "media-first")
-    assert jobs == [(6.0, None)] * 3 + [(4.0, 0), (4.0, 1), (4.0, 2)]
+    # (ns, handed over, not before, after job): each processor job waits for its request's decode
+    assert jobs == [(6.0, None, 0.0, None)] * 3 + [(4.0, 0, 0.0, 0), (4.0, 1, 0.0, 1), (4.0, 2, 0.0, 2)]
     tl = simulate(HandEngine(), input_jobs=jobs, host=FixedHost(), device=device)
     assert tl.handover_ns == [22.0, 26.0, 30.0]
     # step 0 prefills request 0 (22-30); step 1 decodes it and prefills 1 and 2 (30-38); two decode steps
     assert [(s.start_ns, s.end_ns) for s in tl.steps] == [(22, 30), (30, 38), (38, 43), (43, 48)]
     # each step's outputs cost the API thread 1 once the next step is planned (async)
     assert tl.token_ns == [[31.0, 39.0, 44.0], [39.0, 44.0, 49.0], [39.0, 44.0, 49.0]]
-    assert input_jobs([6.0], [4.0], "one-after-another") == [(10.0, 0)]
+    assert input_jobs([6.0], [4.0], "one-after-another") == [(10.0, 0, 0.0, None)]
     with pytest.raises(ValueError, match="media-first"):
         input_jobs([6.0], [4.0], "sideways")
     with pytest.raises(ValueError, match="exactly one job"):
@@ -192,3 +193,36 @@ def test_only_outputs_already_there_merge():
     api.submit(_job(12.0, 1, 1.0, (0, 1), 2.0))
     api.drain()
     assert [j.done_ns for j in api.finished_outputs] == [13.0, 18.0]
+
+
+def test_bodies_parsed_as_they_come_and_the_thread_never_idles_while_a_job_is_ready():
+    from labkit.serve.api_server import input_jobs
+
+    # the API thread parses a body in 1, decodes a request's images in 2, processes it in 3 (media first)
+    # bodies in at 1, 2, 3 (the thread is the bottleneck): every parse, every decode, then the processors:
+    # parse 0 1-2, decode 0 2-4, parse 1 4-5, parse 2 5-6, decode 1 6-8, decode 2 8-10, then 10-13, 13-16, 16-19
+    api = ApiServer(jobs=input_jobs([2.0] * 3, [3.0] * 3, "media-first", parse_ns=[1.0] * 3, body_ns=[1.0, 2.0, 3.0]))
+    api.drain()
+    assert api.handover_ns == [13.0, 16.0, 19.0]
+    # bodies in at 5, 10, 15 (the client is): request 0 is processed while body 1 is still coming:
+    # parse 0 5-6, decode 0 6-8, process 0 8-11, parse 1 11-12, decode 1 12-14, process 1 14-17, ...
+    api = ApiServer(jobs=input_jobs([2.0] * 3, [3.0] * 3, "media-first", parse_ns=[1.0] * 3, body_ns=[5.0, 10.0, 15.0]))
+    api.drain()
+    assert api.handover_ns == [11.0, 17.0, 23.0]
+    assert api.busy_inputs_ns == 18.0
+
+
+def test_a_job_waits_only_for_one_before_it():
+    with pytest.raises(ValueError, match="before it"):
+        ApiServer(jobs=[(1.0, 0, 0.0, 1), (1.0, None, 0.0, None)])
+
+
+def test_metrics_count_from_each_requests_start():
+    from labkit.serve.metrics import compute_metrics
+
+    # request 1 started at 2 s (the client serialized request 0 first): its TTFT and latency from 2
+    m = compute_metrics([[3.0, 4.0], [5.0, 7.0]], [10, 10], start_s=[0.0, 2.0])
+    assert m.mean_ttft_ms == pytest.approx(3000.0)  # (3 + 3) / 2
+    assert m.mean_e2el_ms == pytest.approx(4500.0)  # (4 + 5) / 2
+    assert m.duration_s == 7.0  # the last token since the benchmark's start
+    assert m.mean_tpot_ms == pytest.approx(1500.0)

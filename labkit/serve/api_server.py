@@ -40,15 +40,30 @@ __all__ = ["API_ORDERS", "OutputJob", "ApiServer", "input_jobs"]
 API_ORDERS = ("media-first", "one-after-another")
 
 
-def input_jobs(media_ns: list[float], process_ns: list[float], order: str) -> list[tuple[float, int | None]]:
-    """The API server's input jobs ``(ns, request handed over when it ends, or None)`` for requests
-    whose image decode costs ``media_ns[i]`` and the rest ``process_ns[i]``, in ``order``."""
-    if len(media_ns) != len(process_ns):
-        raise ValueError("one media and one processing cost per request")
+def input_jobs(media_ns: list[float], process_ns: list[float], order: str, *, parse_ns: list[float] | None = None,
+               body_ns: list[float] | None = None) -> list[tuple]:
+    """The API server's input jobs ``(ns, request handed over when it ends or None, not before ns,
+    index of the job that must end first or None)`` for requests whose image decode costs
+    ``media_ns[i]`` and the rest ``process_ns[i]``, in ``order``. With ``parse_ns`` each request
+    first has its HTTP body parsed (before its handler starts: its image decode waits for it), not
+    before its body is in (``body_ns[i]``, default 0)."""
+    n = len(media_ns)
+    if len(process_ns) != n or (parse_ns is not None and len(parse_ns) != n) or (body_ns is not None and len(body_ns) != n):
+        raise ValueError("one media, processing, parse and body time per request")
+    body = body_ns if body_ns is not None else [0.0] * n
+    jobs: list[tuple] = []
+    parsed: list = [None] * n
+    if parse_ns is not None:
+        for i in range(n):
+            parsed[i] = len(jobs)
+            jobs.append((parse_ns[i], None, body[i], None))
+    ready = [0.0 if parse_ns is not None else body[i] for i in range(n)]
     if order == "one-after-another":
-        return [(m + p, i) for i, (m, p) in enumerate(zip(media_ns, process_ns))]
+        return jobs + [(m + p, i, ready[i], parsed[i]) for i, (m, p) in enumerate(zip(media_ns, process_ns))]
     if order == "media-first":
-        return [(m, None) for m in media_ns] + [(p, i) for i, p in enumerate(process_ns)]
+        first = len(jobs)
+        jobs += [(m, None, ready[i], parsed[i]) for i, m in enumerate(media_ns)]
+        return jobs + [(p, i, 0.0, first + i) for i, p in enumerate(process_ns)]
     raise ValueError(f"API server order must be one of {', '.join(API_ORDERS)}, got {order!r}")
 
 
@@ -66,20 +81,28 @@ class OutputJob:
 
 class ApiServer:
     """One thread; ``input_ns[i]`` the input processing of request ``i`` (all sent at t = 0), or ``jobs``:
-    the input jobs in the order the thread runs them (:func:`input_jobs`)."""
+    the input jobs (:func:`input_jobs`; ``(ns, request)`` pairs are taken as ready at once). Of the
+    input jobs the thread takes the first in the list that is ready (its time has come and the job
+    it waits for has ended), so it never idles while one is."""
 
     def __init__(self, input_ns: list[float] | None = None, *, jobs: list[tuple[float, int | None]] | None = None,
                  merge_outputs: bool = False) -> None:
         if (input_ns is None) == (jobs is None):
             raise ValueError("give input_ns or jobs")
-        self.jobs = [(float(ns), i) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
-        requests = sorted(i for _, i in self.jobs if i is not None)
+        raw = [(float(ns), i) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
+        self.jobs = [(float(j[0]), j[1], float(j[2]) if len(j) > 2 else 0.0, j[3] if len(j) > 3 else None)
+                     for j in raw]
+        requests = sorted(j[1] for j in self.jobs if j[1] is not None)
         if requests != list(range(len(requests))):
             raise ValueError("every request 0..n-1 must be handed over by exactly one job")
-        self.input_ns = [ns for ns, _ in self.jobs]
+        if any(after is not None and not 0 <= after < k for k, (*_, after) in enumerate(self.jobs)):
+            raise ValueError("a job can wait only for one listed before it")
+        self.input_ns = [j[0] for j in self.jobs]
         self.handover_ns: list[float | None] = [None] * len(requests)
         self.free_ns = 0.0
-        self.next_input = 0
+        self._ended: list[float | None] = [None] * len(self.jobs)
+        self._todo = list(range(len(self.jobs)))
+        self.next_input = 0  #: input jobs done
         self._pending: list[OutputJob] = []
         self.finished_outputs: list[OutputJob] = []
         self.busy_inputs_ns = 0.0
@@ -107,27 +130,49 @@ class ApiServer:
             self.merged_jobs += len(batch) - 1
             self.finished_outputs.extend(batch)
             return True
-        if self.next_input < len(self.jobs):
-            ns, request = self.jobs[self.next_input]
+        k = self._ready_input()
+        if k is not None:
+            ns, request, _, _ = self.jobs[k]
+            self._todo.remove(k)
             self.free_ns += ns
             self.busy_inputs_ns += ns
+            self._ended[k] = self.free_ns
             if request is not None:
                 self.handover_ns[request] = self.free_ns
             self.next_input += 1
             return True
-        if self._pending:
-            # idle until the next outputs arrive
-            self.free_ns = max(self.free_ns, self._pending[0].ready_ns)
+        nxt = [t for t in (self._next_input_ns(), self._pending[0].ready_ns if self._pending else None) if t is not None]
+        if nxt:
+            # idle until the next outputs arrive or the next input job is ready
+            self.free_ns = max(self.free_ns, min(nxt))
             return self._run_one()
         return False
 
+    def _ready_input(self) -> int | None:
+        """The first listed input job ready at ``free_ns``."""
+        for k in self._todo:
+            _, _, not_before, after = self.jobs[k]
+            if not_before <= self.free_ns and (after is None or self._ended[after] is not None):
+                return k
+        return None
+
+    def _next_input_ns(self) -> float | None:
+        """When the next input job whose prerequisite has ended becomes ready (None: none left)."""
+        times = [self.jobs[k][2] for k in self._todo if self.jobs[k][3] is None or self._ended[self.jobs[k][3]] is not None]
+        return min(times) if times else None
+
+    def _next_start_ns(self) -> float | None:
+        """When the thread starts its next job (None: nothing left that could start)."""
+        if (self._pending and self._pending[0].ready_ns <= self.free_ns) or self._ready_input() is not None:
+            return self.free_ns
+        nxt = [t for t in (self._next_input_ns(), self._pending[0].ready_ns if self._pending else None) if t is not None]
+        return max(self.free_ns, min(nxt)) if nxt else None
+
     def advance(self, until_ns: float) -> None:
         """Run every job that starts before ``until_ns``."""
-        while self.free_ns < until_ns:
-            if self._pending and self._pending[0].ready_ns > self.free_ns and self.next_input >= len(self.jobs):
-                if self._pending[0].ready_ns >= until_ns:
-                    return
-            if not self._run_one():
+        while True:
+            start = self._next_start_ns()
+            if start is None or start >= until_ns or not self._run_one():
                 return
 
     def drain(self) -> None:
@@ -146,6 +191,6 @@ class ApiServer:
             later = [t for t in self.handover_ns if t is not None and t > after_ns]
             if later:
                 return min(later)
-            if self.next_input >= len(self.jobs):
+            if not self._todo:
                 return None
             self._run_one()

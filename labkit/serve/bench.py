@@ -31,6 +31,14 @@ logger = logging.getLogger(__name__)
 RESULT_NAME = "serve_sim"
 #: arms the run can take; ``baseline`` and ``pr40143`` are #40143's published two
 ARMS = ("baseline", "pr40143", "merged", "early-return")
+#: ``--api-intake``: how requests come in (the description goes into the result)
+API_INTAKES = {
+    "measured": "vllm_input's client_serialize and request_parse (per image x images x the census CPU-speed factor): "
+                "the client serializes the bodies one after another (request i starts after i of them and its body "
+                "is in after i + 1); the API server's thread parses each body once it is in, before that "
+                "request's image decode; TTFT and latency count from each request's start",
+    "none": "every request sent and its body in at t = 0; no parse",
+}
 #: ``--server-host``: what each choice adds to the host (the description goes into the result)
 SERVER_HOSTS = {
     "measured": "vllm_serve_host (the census machine's real vllm serve, per steady decode step): the engine core's "
@@ -120,12 +128,14 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
             input_ns_per_request: float | None = None, config, scheduler_source: str = "measured", charge: str = "cpu",
-            input_jobs: list | None = None, server_rows: list | None = None) -> dict:
+            input_jobs: list | None = None, server_rows: list | None = None,
+            start_ns: list | None = None) -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM). The API server's
     input processing: ``input_jobs`` (:func:`labkit.serve.api_server.input_jobs`) or the same
     ``input_ns_per_request`` for every request, one after another. ``server_rows``: the real server's
     per-step host beside the step (``vllm_serve_host`` rows, recorded on the census machine), added
-    to the engine core's chain and the API server's output jobs, which then merge when it is behind."""
+    to the engine core's chain and the API server's output jobs, which then merge when it is behind.
+    ``start_ns``: when the client started each request (default all at t = 0)."""
     from labkit.serve.clock import simulate
     from labkit.serve.host.host_census import census_host_from_rows
     from labkit.serve.host.host_model import ServeHost
@@ -154,9 +164,10 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
                       input_jobs=input_jobs, host=host,
                       device=lambda s: device(s.decode_context_lens, s.prefill_chunks, s.images_encoded),
                       async_scheduling=config.async_scheduling, on_step=progress,
-                      merge_outputs=server is not None)
+                      merge_outputs=server is not None, start_ns=start_ns)
     wall = time.perf_counter() - t0
-    metrics = compute_metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], [prompt_len] * workload.requests)
+    metrics = compute_metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], [prompt_len] * workload.requests,
+                              start_s=[t / 1e9 for t in tl.starts_ns()])
     logger.info("serve-sim %s: %d steps simulated in %.1f s of wall time", arm, len(tl.steps), wall)
     return {"metrics": metrics.as_dict(), "timeline": tl, "timings": driver.timings, "census_host": census,
             "wall_s": wall}
@@ -209,8 +220,8 @@ def _scaled(device, factor: float):
 
 
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
-                  census_machine: str = "cpu-xeon-2c", charge: str = "cpu", fit: str | None = None,
-                  api_order: str = "media-first", server_host: str = "measured"):
+                  census_machine: str | None = None, charge: str = "cpu", fit: str | None = None,
+                  api_order: str = "media-first", server_host: str = "measured", api_intake: str = "measured"):
     """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result.
 
     ``fit="device-scale"`` (full size only): per GPU, the after arm (``pr40143``) runs first as is,
@@ -224,7 +235,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     from labkit.serve.api_server import API_ORDERS, input_jobs
     from labkit.serve.breakdown import phase_rows, requests_buckets, scheduler_cost_rows, ttft_parts
     from labkit.serve.host.cpu_speed import cpu_speed_from_rows
-    from labkit.serve.inputs import INPUT_STAGES, load_inputs, per_image_input_ns
+    from labkit.serve.inputs import INPUT_STAGES, intake_ns, load_inputs, per_image_input_ns
     from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for
     from labkit.serve.workload import get_workload, prompt_layout
     from labkit.vllm.census.sched_census import write_model_config
@@ -241,10 +252,14 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         raise UsageError(f"--api-order must be one of {', '.join(API_ORDERS)}")
     if server_host not in SERVER_HOSTS:
         raise UsageError(f"--server-host must be one of {', '.join(SERVER_HOSTS)}")
+    if api_intake not in API_INTAKES:
+        raise UsageError(f"--api-intake must be one of {', '.join(API_INTAKES)}")
     if fit is not None and (fit != "device-scale" or not compare or "pr40143" not in arms):
         raise UsageError("--fit device-scale needs --size full and the pr40143 arm (the published after-TPOT)")
     from labkit.machine_load import machine_load
+    from labkit.serve.inputs import CENSUS_MACHINE
 
+    census_machine = census_machine or CENSUS_MACHINE
     fitted: dict = {}
     rows, params_gpu, speeds, inputs_prov, devices = [], {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp, machine_load() as load:
@@ -263,14 +278,26 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             per_image_ns, stages = per_image_input_ns(inputs.input_processing)
             input_ns = per_image_ns * workload.images * speed.factor
             media_ns = stages["media_decode"]["per_image_ns"] * workload.images * speed.factor
-            jobs = input_jobs([media_ns] * workload.requests, [input_ns - media_ns] * workload.requests, api_order)
+            n_req = workload.requests
+            intake, starts = None, None
+            if api_intake == "measured":
+                intake = {k: v * workload.images * speed.factor for k, v in intake_ns(inputs.input_processing).items()}
+                # the client serializes request i's body after requests 0..i-1's: it starts then, and
+                # its body is in when its own serialization ends
+                starts = [i * intake["client_serialize"] for i in range(n_req)]
+                jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order,
+                                  parse_ns=[intake["request_parse"]] * n_req,
+                                  body_ns=[(i + 1) * intake["client_serialize"] for i in range(n_req)])
+            else:
+                jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order)
 
             def one(arm, dev):
                 return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
                                cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
                                input_jobs=jobs, config=config,
                                scheduler_source=scheduler_source, charge=charge,
-                               server_rows=inputs.server_host["rows"] if inputs.server_host else None)
+                               server_rows=inputs.server_host["rows"] if inputs.server_host else None,
+                               start_ns=starts)
 
             if fit == "device-scale":
                 factor, tried = fit_device_scale(
@@ -304,7 +331,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             if r:
                 rows.append(r)
             params_gpu[gpu] = {"input_stages": stages, "input_ns_per_request": input_ns,
-                               "media_ns_per_request": media_ns}
+                               "media_ns_per_request": media_ns, "intake_ns_per_request": intake}
     params = {
         "size": size, "gpu": gpus[0] if len(gpus) == 1 else list(gpus), "gpus": list(gpus), "arms": list(arms),
         "workload": workload.describe(), "prompt_tokens": prompt_len,
@@ -314,11 +341,12 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         "scheduler_config": config.describe(), "scheduler_host_cost": scheduler_source,
         "scheduler_clock_charged": charge, "machine_load": load,
         "census_machine": census_machine,
-        "host": "census off_host phases (other, prepare_inputs, sample; process_outputs on the API server) at the "
-                "step's requests, linear between the census points, images 32; schedule() and "
-                "update_from_output() as measured in this run; all x cpu_speed",
+        "host": "census off_host phases (other, prepare_inputs, sample; process_outputs on the API server unless "
+                "server_host says otherwise) at the step's requests, linear between the census points, images 32; "
+                "schedule() and update_from_output() as measured in this run; all x cpu_speed",
         "overlap": "async: step = max(device, engine-core host); non-overlapping part 0",
         "server_host": SERVER_HOSTS[server_host],
+        "api_intake": API_INTAKES[api_intake],
         "admission": "a request joins the engine at the first step starting after its inputs are done",
         "api_server": {"order": api_order, "orders": {
             "media-first": "every request's media_decode first, then each request's add_request, one after another "
@@ -376,8 +404,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", nargs="+", choices=("h100", "h200"), default=["h200"],
                    help="GPU(s) of the device model (default h200; the first is the one the comparison names)")
     p.add_argument("--arms", default="baseline,pr40143", help=f"comma list from {', '.join(ARMS)} (default baseline,pr40143)")
-    p.add_argument("--census-machine", default="cpu-xeon-2c",
-                   help="machine whose recorded census and input processing to read (default cpu-xeon-2c)")
+    from labkit.serve.inputs import CENSUS_MACHINE
+
+    p.add_argument("--census-machine", default=CENSUS_MACHINE,
+                   help=f"machine whose recorded census, input processing and server host to read "
+                        f"(default {CENSUS_MACHINE})")
     p.add_argument("--scheduler-clock", choices=("cpu", "wall"), default="cpu",
                    help="which measured clock of the scheduler's calls the host is charged: the thread's CPU time "
                         "(default: a shared machine's waits for a core left out) or the wall clock")
@@ -394,6 +425,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the real server's per-step host beside the step (engine core I/O threads, the API server's "
                         "stream chunks; labkit bench vllm-serve-host, recorded on the census machine): measured "
                         "(default) or none (the census's output processor only)")
+    p.add_argument("--api-intake", choices=tuple(API_INTAKES), default="measured",
+                   help="how requests come in: measured (default: the client serializes each body in turn, the API "
+                        "server parses each; vllm_input's client_serialize and request_parse) or none (all at t = 0)")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
     return p
@@ -420,7 +454,8 @@ def _main(argv: list[str]) -> int:
             raise UsageError(f"serve-sim has no device model for {gpu}: {why}")
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
                            save=False, census_machine=args.census_machine, charge=args.scheduler_clock,
-                           fit=args.fit, api_order=args.api_order, server_host=args.server_host)
+                           fit=args.fit, api_order=args.api_order, server_host=args.server_host,
+                           api_intake=args.api_intake)
     print_table(result)
     from labkit.machine_load import describe_load
 

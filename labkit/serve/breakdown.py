@@ -68,12 +68,14 @@ def phase_rows(tl: Timeline) -> list[dict]:
 
 
 def ttft_parts(tl: Timeline) -> dict:
-    """Mean TTFT (s) and its parts: waiting for the API server's inputs, and after the handover."""
+    """Mean TTFT (s, from each request's start) and its parts: waiting for the API server's inputs
+    (from the start to the handover), and after the handover."""
     done = [i for i, ts in enumerate(tl.token_ns) if ts]
     if not done:
         return {"mean_ttft_s": 0.0, "mean_input_wait_s": 0.0, "mean_after_handover_s": 0.0}
-    ttft = statistics.fmean(tl.token_ns[i][0] for i in done) / 1e9
-    wait = statistics.fmean(tl.handover_ns[i] for i in done) / 1e9
+    start = tl.starts_ns()
+    ttft = statistics.fmean(tl.token_ns[i][0] - start[i] for i in done) / 1e9
+    wait = statistics.fmean(tl.handover_ns[i] - start[i] for i in done) / 1e9
     return {"mean_ttft_s": ttft, "mean_input_wait_s": wait, "mean_after_handover_s": ttft - wait,
             "input_wait_share": wait / ttft if ttft > 0 else 0.0,
             "api_thread_inputs_s": tl.api_busy_inputs_ns / 1e9, "api_thread_outputs_s": tl.api_busy_outputs_ns / 1e9}

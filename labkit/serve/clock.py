@@ -106,16 +106,22 @@ class Timeline:
     api_busy_outputs_ns: float = 0.0
     async_scheduling: bool = True
     api_merged_jobs: int = 0
+    start_ns: list | None = None  #: per request, when the client started it (None: all at t = 0)
+
+    def starts_ns(self) -> list:
+        return list(self.start_ns) if self.start_ns is not None else [0.0] * len(self.token_ns)
 
 
 def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host: HostModel,
              device: Callable[[StepShape], float], async_scheduling: bool = True,
              max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None,
-             input_jobs: list | None = None, merge_outputs: bool = False) -> Timeline:
+             input_jobs: list | None = None, merge_outputs: bool = False,
+             start_ns: list[float] | None = None) -> Timeline:
     """Run ``driver``'s requests (``len(input_ns)``, or those ``input_jobs`` hand over: see
     :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
     ``on_step`` sees each step's timing as it is made (progress); ``merge_outputs``: the API server
-    takes every output job waiting for it at once."""
+    takes every output job waiting for it at once; ``start_ns``: when the client started each request
+    (kept in the timeline; its TTFT counts from there)."""
     api = ApiServer(input_ns, jobs=input_jobs, merge_outputs=merge_outputs)
     stream_ns = getattr(host, "stream_ns_per_request", None)
     n = len(api.handover_ns)
@@ -194,5 +200,7 @@ def simulate(driver: EngineDriver, *, input_ns: list[float] | None = None, host:
     for job in sorted(api.finished_outputs, key=lambda j: j.done_ns):
         for d in job.deliveries:
             token_ns[d.request].extend([job.done_ns] * d.tokens)
+    if start_ns is not None and len(start_ns) != n:
+        raise ValueError("one start time per request")
     return Timeline(token_ns, list(api.handover_ns), steps, api.busy_inputs_ns, api.busy_outputs_ns,
-                    async_scheduling, api.merged_jobs)
+                    async_scheduling, api.merged_jobs, None if start_ns is None else list(start_ns))

@@ -24,11 +24,16 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["INPUT_STAGES", "CENSUS_MACHINE", "ServeInputs", "load_inputs", "per_image_input_ns"]
+__all__ = ["INPUT_STAGES", "INTAKE_STAGES", "CENSUS_MACHINE", "ServeInputs", "load_inputs", "per_image_input_ns",
+           "intake_ns"]
 
 INPUT_STAGES = ("media_decode", "add_request")
+#: a request's way in, before its handler starts: the client's serialization of its body (the
+#: client, one process, serializes every request's body in turn before sending it) and the API
+#: server's parse of it (JSON and the request's validation)
+INTAKE_STAGES = ("client_serialize", "request_parse")
 #: the machine whose recorded census (with the forward off the host) and input processing are read
-CENSUS_MACHINE = "cpu-xeon-2c"
+CENSUS_MACHINE = "cpu-epyc-2c"
 #: the machine whose host the GPU runs' calibration describes, per GPU the comparison can name
 GPU_HOST_MACHINE = {"h200": "h200", "h100": "h200"}
 
@@ -102,3 +107,14 @@ def per_image_input_ns(doc: dict) -> tuple[float, dict]:
         raise UsageError(f"the input-processing result lacks the stages {', '.join(missing)}")
     parts = {s: float(by[s]["per_image_median_us"]) * 1e3 for s in INPUT_STAGES}
     return sum(parts.values()), {s: {"per_image_ns": v, "where": by[s].get("where")} for s, v in parts.items()}
+
+
+def intake_ns(doc: dict) -> dict:
+    """Per image, ns of :data:`INTAKE_STAGES` on the recording machine (``UsageError`` when the
+    input-processing result predates them: record it again with ``labkit bench vllm-input``)."""
+    by = {r.get("stage"): r for r in doc.get("rows", [])}
+    missing = [s for s in INTAKE_STAGES if s not in by or by[s].get("per_image_median_us") is None]
+    if missing:
+        raise UsageError(f"the input-processing result lacks the stages {', '.join(missing)} (record it again "
+                         f"with labkit bench vllm-input, or pass --api-intake none)")
+    return {s: float(by[s]["per_image_median_us"]) * 1e3 for s in INTAKE_STAGES}

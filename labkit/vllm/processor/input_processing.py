@@ -4,6 +4,12 @@ Before a request reaches the scheduler, vLLM's frontend turns each image into mo
 #40143's benchmark shape (128 requests x 32 images of 1024 x 1536, sent by ``vllm bench serve``'s
 random-mm dataset as base64 JPEG), on this CPU, per image:
 
+``request_parse``
+    the API server's parse of the request's HTTP body before its handler starts: ``json.loads`` of
+    the JSON ``vllm bench serve``'s chat backend sends (the request's text and its images as base64
+    JPEG data URLs) and validation into vLLM's ``ChatCompletionRequest``, as the chat route does;
+    per request, divided by its images (``client_serialize``, the client's ``json.dumps`` of the
+    same body, in another process, is recorded beside it);
 ``media_decode``
     vLLM's own ``ImageMediaIO.load_base64`` on the JPEG ``vllm bench serve`` sends (what the API
     server does with each ``image_url`` before anything else);
@@ -54,7 +60,8 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "measure_media_decode",
+__all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "chat_body",
+           "measure_request_parse", "measure_media_decode",
            "measure_hf_processor", "measure_vllm_stages", "input_rows", "ttft_statement", "memory_statement", "main"]
 
 logger = logging.getLogger(__name__)
@@ -96,6 +103,36 @@ def _decode(b64: list[str]) -> tuple[list, list[float]]:
         images.append(io_.load_base64("image/jpeg", data))
         times.append((time.perf_counter_ns() - t0) / 1e3)
     return images, times
+
+
+def chat_body(b64: list[str], *, text: str = "describe the images", output_len: int = 8000) -> dict:
+    """The JSON ``vllm bench serve`` posts for one random-mm request to the chat endpoint (its
+    ``openai-chat`` backend: the text first, then one data URL per image; streamed; ``--ignore-eos``)."""
+    content = [{"type": "text", "text": text}]
+    content += [{"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{data}"}} for data in b64]
+    return {"model": "model", "messages": [{"role": "user", "content": content}], "max_completion_tokens": output_len,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+
+
+def measure_request_parse(requests_b64: list[list[str]]) -> tuple[list[float], list[float]]:
+    """Per request, us per image of (the client's ``json.dumps`` of its body, the API server's
+    ``json.loads`` of it and validation into vLLM's ``ChatCompletionRequest``)."""
+    import json
+
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    ChatCompletionRequest.model_validate(chat_body(requests_b64[0][:1]))  # first-call set-up, not timed
+    dumps, parse = [], []
+    for b64 in requests_b64:
+        body = chat_body(b64)
+        t0 = time.perf_counter_ns()
+        raw = json.dumps(body).encode()
+        t1 = time.perf_counter_ns()
+        ChatCompletionRequest.model_validate(json.loads(raw))
+        t2 = time.perf_counter_ns()
+        dumps.append((t1 - t0) / 1e3 / len(b64))
+        parse.append((t2 - t1) / 1e3 / len(b64))
+    return dumps, parse
 
 
 def measure_media_decode(b64: list[str]) -> list[float]:
@@ -305,6 +342,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
     the media decode, the HF processor alone, and vLLM's build."""
     from labkit.vllm.conformance.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
 
+    dumps, parse = measure_request_parse(b64)
     decode = [t for req in b64 for t in measure_media_decode(req)]
     images, _ = _decode(b64[0])
     hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
@@ -318,7 +356,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
             fresh = measure_vllm_stages(llm, model, b64[1:], reset_cache=True)
         finally:
             shutdown_engine(llm)
-    return stages, fresh, decode, hf, hf_class, build
+    return stages, fresh, decode, hf, hf_class, build, (dumps, parse)
 
 
 def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
@@ -327,9 +365,13 @@ def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> 
     (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.conformance.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
-    stages, fresh, decode, hf, hf_class, build = _measure_all(
+    stages, fresh, decode, hf, hf_class, build, (dumps, parse) = _measure_all(
         spec, model, run_dir, b64, context_length(model, m, width=width, height=height))
-    rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
+    rows = [_row("request_parse", parse, where="json.loads of the chat request's body + ChatCompletionRequest "
+                                               "validation, per request / its images"),
+            _row("client_serialize", dumps, where="the client's json.dumps of the same body (another process), "
+                                                  "per request / its images"),
+            _row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
     for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
                               (CACHE_RESET, fresh, "processor cache cleared before each request")):
