@@ -247,6 +247,30 @@ format_table(handover.handover_table(ho))
 handover.plot_handovers(ho)
 
 # %% [markdown]
+# ### What the real server pays beside each step
+#
+# The census times vLLM's step in one process. A `vllm serve` also pays, every step, for the
+# engine core's output thread (encoding the step's outputs, the ZMQ send) and input thread, for
+# the API server's work on the step's outputs (the output processor, then every request's stream
+# chunk: response object, JSON, SSE line, HTTP write) and for the client reading each chunk.
+# `labkit bench vllm-serve-host` measures them in a real `vllm serve` (vLLM's CPU build, the lab's
+# Gemma 4 with a tokenizer of Gemma 4's vocabulary size) once every request decodes side by side:
+# each thread's own CPU clock per step, the API server's process CPU from one step's outputs to
+# the next, the client's from `/proc`. The serving simulator at the top of this page adds the
+# engine core's threads to its serial chain (they hold the same interpreter lock) and gives the API
+# server the measured output processor plus one chunk per stream, merged across steps when it is
+# behind (as vLLM's output handler drains every waiting step before the streams run).
+
+# %%
+from labkit.viz.vllm import server_host
+hosts = server_host.recorded_serve_hosts()  # one per machine that recorded it, this machine's first
+sh = hosts[0] if hosts else None
+print(f"{provenance(sh)}\n{server_host.summary_text(sh)}" if sh else server_host.NO_SERVE_HOST)
+
+# %%
+format_table(server_host.serve_host_table(sh))
+
+# %% [markdown]
 # ## 3. The A/B in vLLM's own server
 #
 # `scripts/vllm_ab.sh` serves a model with `vllm serve` once per variant and repeat (alternating

@@ -246,6 +246,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_whatif_hostonly.py",),
     ),
     Mutation(
+        "serve-body-parsed-before-it-is-in",
+        "serve-sim API server: a request's body parsed at t = 0 instead of once the client has serialized it",
+        "jobs.append((parse_ns[i], None, body[i], None))",
+        "jobs.append((parse_ns[i], None, 0.0, None))",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "serve-ttft-from-zero",
+        "serve-sim metrics: every request's TTFT counted from t = 0, not from when the client started it",
+        "ttfts = [token_s[i][0] - start[i] for i in done]",
+        "ttfts = [token_s[i][0] for i in done]",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
         "serve-outputs-never-merge",
         "serve-sim API server: outputs waiting for the thread run one step at a time, each paying its chunks",
         "while self.merge_outputs and self._pending and",

@@ -76,3 +76,40 @@ def test_the_finish_spread_published_and_predicted():
     row = next(r for r in metric_rows("baseline", "h200", metrics, compare=True) if r["metric"] == "finish_spread_s")
     assert row["predicted"] == pytest.approx(40.0) and row["unit"] == "s"
     assert row["published"] == pytest.approx(413.16 - 137.9 - 7999 * 33.81e-3)
+
+
+def test_the_host_fit_finds_the_host_where_the_after_arm_turns_host_bound():
+    from labkit.errors import UsageError
+    from labkit.serve.bench import fit_host_per_request
+
+    # hand-made run of 128 requests: device-bound at 16 ms until the host (10 ms + 128 x ns per
+    # request) is longer; the published 24 ms needs (24 - 10) / 128 ms = 109,375 ns per request
+    def tpot(ns):
+        return max(16.0, 10.0 + 128 * ns / 1e6)
+
+    ns, tried = fit_host_per_request(tpot, 24.0, first_guess_ns=0.0, requests=128)
+    assert ns == pytest.approx(109_375, rel=0.005)
+    # from 0 (16 ms) the first step spreads the missing 8 ms over 128 requests: 62,500 ns, 18 ms (host-bound
+    # by then); the secant through (0, 16) and (62,500, 18) overshoots to 250,000 ns (42 ms), the next
+    # one, on the host-bound line, lands
+    assert tried == [(0.0, 16.0), (62_500.0, 18.0), (250_000.0, 42.0), (109_375.0, 24.0)]
+    # a good first guess: one run
+    assert fit_host_per_request(tpot, 24.0, first_guess_ns=109_375.0, requests=128)[1] == [(109_375.0, 24.0)]
+    with pytest.raises(UsageError, match="after 3 runs"):  # a TPOT the host does not move
+        fit_host_per_request(lambda ns: 16.0, 24.0, first_guess_ns=0.0, requests=128, max_runs=3)
+    with pytest.raises(UsageError):
+        fit_host_per_request(tpot, None, first_guess_ns=0.0, requests=128)
+
+
+def test_a_finish_spread_bounds_the_clients_serialization():
+    from types import SimpleNamespace
+
+    from labkit.report.answers.vllm import client_start_bound
+
+    # 5 requests, each body 0.5 s to serialize: starts at 0, 0.5, ..., 2 s, a mean delay of 1 s;
+    # a spread of 0.8 s allows at most 0.8 / 2 = 0.4 s per body
+    res = SimpleNamespace(params={"workload": {"requests": 5},
+                                  "per_gpu": {"h200": {"intake_ns_per_request": {"client_serialize": 5e8}}}})
+    b = client_start_bound(res, "h200", 0.8)
+    assert b == pytest.approx({"serialize_s": 0.5, "mean_start_s": 1.0, "bound_s": 0.4})
+    assert client_start_bound(res, "h100", 0.8) is None  # no intake recorded for that GPU

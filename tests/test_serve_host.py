@@ -134,3 +134,11 @@ def test_serve_host_with_the_server_adds_io_threads_and_the_measured_output_proc
     assert with_server.frontend_ns(128) == pytest.approx(8e6) and plain.frontend_ns(128) == pytest.approx(500e3)
     assert plain.stream_ns_per_request(128) == 0.0
     assert with_server.stream_ns_per_request(128) == pytest.approx(24e6 / 128)
+
+
+def test_a_fitted_host_per_request_joins_the_core_chain():
+    census = census_host_from_rows(_rows(), "baseline")
+    rec = StepRecord(0, StepShape(decode_context_lens=(100,) * 120, prefill_chunks=((50, 0, True),) * 8), {})
+    host = ServeHost(census, 1.0, extra_ns_per_request=1000.0)
+    assert host.core_ns(rec)["fitted_host"] == pytest.approx(128_000.0)  # 120 decoding + 8 prefilling
+    assert "fitted_host" not in ServeHost(census, 1.0).core_ns(rec)

@@ -120,7 +120,8 @@ def test_no_folder_no_probe(monkeypatch):
 
 def _recorded(tmp_path, slug="box"):
     """A vllm_handover of 3 requests x 2 images (handovers at 1, 2, 4 s) and that machine's vllm_input
-    (10 + 5 ms per image: the simulator's request costs 30 ms)."""
+    (10 + 5 ms per image: the simulator's request costs 30 ms; its body takes the client 20 ms per
+    image to serialize and the API server 2.5 ms per image to parse)."""
     from labkit.results import make_result, save_result
 
     rows, summary = analyze(_events([1.0, 2.0, 4.0]), _bench(3))
@@ -129,7 +130,9 @@ def _recorded(tmp_path, slug="box"):
     save_result(ho, tmp_path)
     save_result(make_result("vllm_input", [{"stage": "media_decode", "per_image_median_us": 10_000.0},
                                            {"stage": "add_request", "per_image_median_us": 5_000.0},
-                                           {"stage": "hf_processor", "per_image_median_us": 4_000.0}],
+                                           {"stage": "hf_processor", "per_image_median_us": 4_000.0},
+                                           {"stage": "client_serialize", "per_image_median_us": 20_000.0},
+                                           {"stage": "request_parse", "per_image_median_us": 2_500.0}],
                             source="measured-cpu", machine={"slug": slug}), tmp_path)
     return ho
 
@@ -144,14 +147,22 @@ def test_the_simulators_assumption_is_set_beside_the_measurement(tmp_path):
     assert handover.assumed_handovers(ho, tmp_path, "one-after-another") == pytest.approx([0.03, 0.06, 0.09])
     table = handover.handover_table(ho, tmp_path).set_index("quantity")
     assert table.loc["first handover (s)", "measured"] == pytest.approx(1.0)
-    assert table.loc["first handover (s)", "simulator: media-first"] == pytest.approx(0.07)
+    assert table.loc["first handover (s)", "media-first, all in at once"] == pytest.approx(0.07)
+    # client-paced: bodies in at 40, 80, 120 ms; request 0 parsed 40-45, decoded 45-65 and processed
+    # 65-75 while body 1 is still coming; 1: 80-85, 85-105, 105-115; 2: 120-125, 125-145, 145-155
+    assert table.loc["first handover (s)", "simulator: media-first, client-paced"] == pytest.approx(0.075)
+    assert table.loc["last handover (s)", "simulator: media-first, client-paced"] == pytest.approx(0.155)
+    # its API server's CPU per request: the request's whole processing and its parse (30 + 5 ms)
+    assert table.loc["API server CPU per request (s)", "simulator: media-first, client-paced"] == pytest.approx(0.035)
     assert table.loc["first handover (s)", "one after another"] == pytest.approx(0.03)
     assert table.loc["mean / last", "measured"] == pytest.approx(7 / 12)
     assert table.loc["first / last", "one after another"] == pytest.approx(1 / 3)
-    assert table.loc["first / last", "simulator: media-first"] == pytest.approx(7 / 9)
+    assert table.loc["first / last", "media-first, all in at once"] == pytest.approx(7 / 9)
     fig = handover.plot_handovers(ho, tmp_path)
-    assert [t.name for t in fig.data][-2:] == ["simulator's API server, media-first (vllm_input's stages)",
-                                              "simulator's API server, one-after-another (vllm_input's stages)"]
+    assert [t.name for t in fig.data][-3:] == [
+        "simulator's API server, media-first, client-paced (vllm_input's stages)",
+        "simulator's API server, media-first, all in at once (vllm_input's stages)",
+        "simulator's API server, one after another (vllm_input's stages)"]
     assert list(fig.data[1].y) == [1.0, 2.0, 4.0]
 
 

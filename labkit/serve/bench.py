@@ -31,6 +31,11 @@ logger = logging.getLogger(__name__)
 RESULT_NAME = "serve_sim"
 #: arms the run can take; ``baseline`` and ``pr40143`` are #40143's published two
 ARMS = ("baseline", "pr40143", "merged", "early-return")
+#: ``--fit``: the one parameter a run may fit, to pr40143's published mean TPOT
+FITS = {
+    "device-scale": "every step's device time x one factor",
+    "host-per-request": "one host time per request per step, added to the engine core's serial chain in every arm",
+}
 #: ``--api-intake``: how requests come in (the description goes into the result)
 API_INTAKES = {
     "measured": "vllm_input's client_serialize and request_parse (per image x images x the census CPU-speed factor): "
@@ -129,13 +134,14 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
             input_ns_per_request: float | None = None, config, scheduler_source: str = "measured", charge: str = "cpu",
             input_jobs: list | None = None, server_rows: list | None = None,
-            start_ns: list | None = None) -> dict:
+            start_ns: list | None = None, host_per_request_ns: float = 0.0) -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM). The API server's
     input processing: ``input_jobs`` (:func:`labkit.serve.api_server.input_jobs`) or the same
     ``input_ns_per_request`` for every request, one after another. ``server_rows``: the real server's
     per-step host beside the step (``vllm_serve_host`` rows, recorded on the census machine), added
     to the engine core's chain and the API server's output jobs, which then merge when it is behind.
-    ``start_ns``: when the client started each request (default all at t = 0)."""
+    ``start_ns``: when the client started each request (default all at t = 0); ``host_per_request_ns``:
+    host time per request per step added to the engine core's chain (``--fit host-per-request``)."""
     from labkit.serve.clock import simulate
     from labkit.serve.host.host_census import census_host_from_rows
     from labkit.serve.host.host_model import ServeHost
@@ -148,7 +154,7 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
 
     census = census_host_from_rows(census_rows, arm, images=32, cpu_speed=cpu_speed)
     server = server_host_from_rows(server_rows, cpu_speed=cpu_speed) if server_rows is not None else None
-    host = ServeHost(census, cpu_speed_here, scheduler_source, server)
+    host = ServeHost(census, cpu_speed_here, scheduler_source, server, host_per_request_ns)
     prompt_len, _ = prompt_layout(workload)
     t0 = time.perf_counter()
     with patched_vllm(arm):
@@ -215,6 +221,46 @@ def fit_device_scale(tpot_at, published_tpot_ms: float, *, tolerance: float = FI
         s0, t0, s1 = s1, t1, max(s_next, 1e-3)
 
 
+def fit_host_per_request(tpot_at, published_tpot_ms: float, *, first_guess_ns: float, requests: int,
+                         tolerance: float = FIT_TOLERANCE, max_runs: int = FIT_MAX_RUNS) -> tuple[float, list]:
+    """The one fitted parameter of ``--fit host-per-request``: the host time per request per step
+    (ns) added to the engine core's serial chain at which the after arm's mean TPOT
+    (``tpot_at(ns) -> ms``, one simulated run) is the published one. The TPOT does not move while
+    the device is the longer side, so the secant starts from ``first_guess_ns`` (what the after arm's
+    pure-decode host lacks of the published TPOT, per request) and, where the TPOT did not move,
+    steps by the TPOT still missing spread over ``requests`` (a full step's). Returns ``(ns, [(ns,
+    tpot ms), ...])``; :class:`UsageError` where a run gives no positive TPOT or the runs end
+    without meeting the tolerance."""
+    if not published_tpot_ms or published_tpot_ms <= 0:
+        raise UsageError("--fit host-per-request: needs a positive published mean TPOT")
+    tried = []
+
+    def run(ns: float) -> float:
+        t = tpot_at(ns)
+        if not t or t <= 0:
+            raise UsageError(f"--fit host-per-request: the after arm gave no positive mean TPOT at {ns:g} ns")
+        tried.append((ns, t))
+        return t
+
+    if requests < 1:
+        raise UsageError("--fit host-per-request: needs at least one request")
+    per_ms = 1e6 / requests  # ns per request that lengthen a full step by 1 ms
+    s0 = max(0.0, first_guess_ns)
+    t0 = run(s0)
+    while abs(t0 - published_tpot_ms) > tolerance * published_tpot_ms:
+        if len(tried) >= max_runs:
+            raise UsageError(f"--fit host-per-request: nothing within {tolerance:.1%} of the published mean TPOT "
+                             f"after {len(tried)} runs ({', '.join(f'{a:.0f} ns: {b:.2f} ms' for a, b in tried)})")
+        if len(tried) == 1:
+            s1 = s0 + (published_tpot_ms - t0) * per_ms
+        else:
+            (sa, ta), (sb, tb) = tried[-2], tried[-1]
+            slope = (tb - ta) / (sb - sa) if sb != sa else 0.0
+            s1 = sb + (published_tpot_ms - tb) / slope if slope > 0 else sb + (published_tpot_ms - tb) * per_ms
+        s0, t0 = max(0.0, s1), run(max(0.0, s1))
+    return s0, tried
+
+
 def _scaled(device, factor: float):
     return lambda *a: factor * device(*a)
 
@@ -254,8 +300,8 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         raise UsageError(f"--server-host must be one of {', '.join(SERVER_HOSTS)}")
     if api_intake not in API_INTAKES:
         raise UsageError(f"--api-intake must be one of {', '.join(API_INTAKES)}")
-    if fit is not None and (fit != "device-scale" or not compare or "pr40143" not in arms):
-        raise UsageError("--fit device-scale needs --size full and the pr40143 arm (the published after-TPOT)")
+    if fit is not None and (fit not in FITS or not compare or "pr40143" not in arms):
+        raise UsageError(f"--fit {fit} needs --size full and the pr40143 arm (the published after-TPOT)")
     from labkit.machine_load import machine_load
     from labkit.serve.inputs import CENSUS_MACHINE
 
@@ -291,8 +337,11 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             else:
                 jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order)
 
-            def one(arm, dev):
+            extra_ns = 0.0
+
+            def one(arm, dev, extra=None):
                 return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
+                               host_per_request_ns=extra_ns if extra is None else extra,
                                cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
                                input_jobs=jobs, config=config,
                                scheduler_source=scheduler_source, charge=charge,
@@ -310,12 +359,29 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 logger.info("serve-sim %s: device scale %.3f after %d runs", gpu, factor, len(tried))
                 device = _scaled(device, factor)
                 devices[gpu] = f"{dev_desc}, x {factor:.3f} fitted to pr40143's published mean TPOT"
+            elif fit == "host-per-request":
+                first = one("pr40143", device, 0.0)
+                decode = [r for r in phase_rows(first["timeline"]) if r.get("phase") == "pure decode"]
+                published = published_value("mean_tpot_ms", "after")
+                host_ms = decode[0]["mean_core_host_ms"] if decode else first["metrics"]["mean_tpot_ms"]
+                guess = max(0.0, published - host_ms) * 1e6 / workload.requests
+                extra_ns, tried = fit_host_per_request(
+                    lambda x: one("pr40143", device, x)["metrics"]["mean_tpot_ms"], published, first_guess_ns=guess,
+                    requests=workload.requests)
+                tried = [(0.0, first["metrics"]["mean_tpot_ms"])] + tried
+                fitted[gpu] = {"host_per_request_ns": extra_ns, "fitted_to": "pr40143 mean_tpot_ms (published)",
+                               "runs": [{"host_per_request_ns": a, "mean_tpot_ms": b} for a, b in tried],
+                               "rule": f"host ns per request per step added to the engine core's serial chain (phase "
+                                       f"fitted_host), every arm alike; first guess: the published TPOT less "
+                                       f"pr40143's pure-decode host with none, per request; secant until within "
+                                       f"{FIT_TOLERANCE:.1%}"}
+                logger.info("serve-sim %s: host %.0f ns per request per step after %d runs", gpu, extra_ns, len(tried))
             by_arm = {}
             for arm in arms:
                 run = one(arm, device)
                 by_arm[arm] = run["metrics"]
                 mrows = metric_rows(arm, gpu, run["metrics"], compare=compare)
-                if fit == "device-scale" and arm == "pr40143":
+                if fit is not None and arm == "pr40143":
                     for r in mrows:
                         if r["metric"] == "mean_tpot_ms":
                             r["fitted"] = True
@@ -412,9 +478,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler-clock", choices=("cpu", "wall"), default="cpu",
                    help="which measured clock of the scheduler's calls the host is charged: the thread's CPU time "
                         "(default: a shared machine's waits for a core left out) or the wall clock")
-    p.add_argument("--fit", choices=("device-scale",), default=None,
-                   help="fit one parameter: device-scale multiplies every step's device time by the factor that "
-                        "brings pr40143's mean TPOT to the published one (full size; result serve_sim_device_scale)")
+    p.add_argument("--fit", choices=tuple(FITS), default=None,
+                   help="fit one parameter to pr40143's published mean TPOT (full size): device-scale multiplies "
+                        "every step's device time by a factor (result serve_sim_device_scale); host-per-request adds "
+                        "one host time per request per step to the engine core's chain in every arm (result "
+                        "serve_sim_host_per_request)")
     from labkit.serve.api_server import API_ORDERS
 
     p.add_argument("--api-order", choices=API_ORDERS, default="media-first",

@@ -107,3 +107,23 @@ def test_cli_without_a_device_or_with_bad_arms_exits_2(capsys):
 
     assert main(["--arms", "nope", "--no-save"]) == 2
     assert "--arms" in capsys.readouterr().err
+
+
+def test_quick_serve_sim_reads_the_recorded_intake_and_server_host():
+    """The default path end to end: the census machine's vllm_input (its intake stages) and
+    vllm_serve_host, the device model, vLLM's scheduler; TTFT counts from each request's start."""
+    from labkit.serve.bench import run_serve_sim
+    from labkit.serve.device import load_device_model
+
+    res = run_serve_sim("quick", ["h200"], ["pr40143"], device_for=load_device_model, save=False)
+    p = res.params
+    assert "client_serialize" in p["api_intake"] and "io_threads" in p["server_host"]
+    assert set(p["inputs"]["h200"]) >= {"server_host", "input_processing", "census"}
+    intake = p["per_gpu"]["h200"]["intake_ns_per_request"]
+    assert intake["client_serialize"] > 0 and intake["request_parse"] > 0
+    parts = next(r for r in res.rows if r["kind"] == "ttft_parts")
+    assert 0 < parts["mean_input_wait_s"] < parts["mean_ttft_s"]
+    metrics = {r["metric"]: r["predicted"] for r in res.rows if r["kind"] == "metric"}
+    assert metrics["completed"] == 4
+    # the TTFT's parts count from the same starts as the client's metrics do
+    assert parts["mean_ttft_s"] * 1e3 == pytest.approx(metrics["mean_ttft_ms"])

@@ -81,8 +81,40 @@ def _serve_sim_answer(res) -> Answer:
                  f"{num(a['predicted'], ' s')}")
         text += (": the PR's requests decoded side by side, the simulated ones start decoding as the API server "
                  "hands them over, one after another." if b["predicted"] > 2 * b["published"] else ".")
+        text += _client_bound_clause(res, gpu, min(b["published"], a["published"]))
     detail = format_table(rows, columns=["arm", "gpu", "metric", "predicted", "published", "error"])._repr_html_()
     return Answer(text, (cite(res),), detail)
+
+
+def client_start_bound(res, gpu: str | None, spread_s: float) -> dict | None:
+    """What a finish spread says of the client: duration - mean E2EL = mean(duration - each end) +
+    mean(each start), so the mean start delay, ``(N - 1) / 2`` body serializations when the client
+    serializes them one after another, is at most the spread. ``{"serialize_s", "mean_start_s",
+    "bound_s"}``: the simulated run's serialization per request, the mean start delay it gives, and
+    the longest serialization the spread allows; None where the run has no measured intake."""
+    per = ((res.params.get("per_gpu") or {}).get(gpu) or {}).get("intake_ns_per_request") or {}
+    n = (res.params.get("workload") or {}).get("requests")
+    if not per.get("client_serialize") or not n or n < 2 or spread_s is None:
+        return None
+    d = per["client_serialize"] / 1e9
+    return {"serialize_s": d, "mean_start_s": (n - 1) / 2 * d, "bound_s": spread_s / ((n - 1) / 2)}
+
+
+def _client_bound_clause(res, gpu, spread_s) -> str:
+    b = client_start_bound(res, gpu, spread_s)
+    if b is None:
+        return ""
+    text = (f" That spread also bounds the client, which serializes the request bodies one after another and "
+            f"starts each request's clock before its own: the mean start delay cannot exceed it. This CPU's "
+            f"serialization of a body, scaled to the GPU node's host, is {num(b['serialize_s'] * 1e3, ' ms')}, a mean "
+            f"start delay of {num(b['mean_start_s'], ' s')}")
+    if b["mean_start_s"] > spread_s:
+        text += (f", more than the published spread allows: the PR's client took at most "
+                 f"{num(b['bound_s'] * 1e3, ' ms')} per body, faster than the calibration's CPU-speed factor "
+                 f"predicts for this work.")
+    else:
+        text += "."
+    return text
 
 
 def _handover_sentence(ho) -> str:
@@ -107,6 +139,55 @@ def _gil_clause(summary: dict) -> str:
     total = sum(x["per_request_s"] for _, x in held)
     return (f" Its API server held the GIL {num(total, ' s')} per request (py-spy), {pct(v['share'])} of it for "
             f"{esc(top)}: work no second core shares.")
+
+
+def _host_fit_sentence(fit) -> str:
+    """The run with one host time per request per step fitted to pr40143's published mean TPOT
+    (``serve_sim_host_per_request``): the host it needed, and the baseline's TPOT and the ratio it
+    then predicts."""
+    from labkit.serve.bench import before_after, compared_rows
+
+    ns = (fit.params.get("fitted") or {}).get("host_per_request_ns")
+    rows = compared_rows(fit)
+    ratio = next((r for r in rows if r.get("kind") == "ratio"), None)
+    pair = before_after(rows, "mean_tpot_ms")
+    if ns is None or ratio is None or pair is None:
+        return ""
+    base = pair[0]
+    requests = (fit.params.get("workload") or {}).get("requests") or 0
+    text = (f"Fitting instead one host time per request per step, added to the engine core's chain in both arms "
+            f"({num(ns / 1e3, ' us')}, {num(ns * requests / 1e6, ' ms')} a step at {requests} requests), the "
+            f"baseline's mean TPOT is {num(base['predicted'], ' ms')} against the published "
+            f"{num(base['published'], ' ms')} and the ratio {num(ratio['predicted'], 'x')} against "
+            f"{num(ratio['published'], 'x')}")
+    if abs(base["error"]) <= 0.10:
+        text += (": with both arms host-bound, a host step longer than the census's by that much in both arms "
+                 "gives both published TPOTs; what that host is, the census on this CPU does not hold.")
+    else:
+        text += "."
+    return text
+
+
+def _serve_host_sentence(sh) -> str:
+    """What a real vllm serve paid beside each decode step (``vllm_serve_host``), at its largest point."""
+    got: dict = {}
+    for r in sh.rows:
+        if r.get("kind") == "per_step":
+            v = r["median_ns"] if r.get("median_ns") is not None else r.get("mean_ns")
+            got[(r["phase"], r["requests"])] = v
+    if not got:
+        return ""
+    n = max(k[1] for k in got)
+    io = sum(got.get((p, n)) or 0.0 for p in ("engine_output_thread", "engine_input_thread"))
+    api, client = got.get(("api_server_outputs", n)), got.get(("client", n))
+    if api is None:
+        return ""
+    text = (f"Beside each decode step a real vllm serve ({esc(sh.slug)}, {n} streams) paid "
+            f"{num(io / 1e6, ' ms')} in the engine core's I/O threads and {num(api / 1e6, ' ms')} in the API "
+            f"server ({num(api / 1e3 / n, ' us')} per stream)")
+    if client is not None:
+        text += f", its client {num(client / 1e6, ' ms')}"
+    return text + "; the simulation adds both, at the GPU node's CPU speed."
 
 
 def _device_fit_sentence(fit) -> str:
@@ -181,6 +262,14 @@ def inside_vllm_answer(results=None, censuses: list | None = None) -> Answer:
                    where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
         if fit is not None:
             answer = Answer(answer.text + " " + _device_fit_sentence(fit), answer.sources + (cite(fit),), answer.detail)
+        hfit = pick(results, SERVE_SIM + "_host_per_request", machine=sim.slug,
+                    where=lambda rows: all(k in rows[0] for k in ("predicted", "published")))
+        if hfit is not None and _host_fit_sentence(hfit):
+            answer = Answer(answer.text + " " + _host_fit_sentence(hfit), answer.sources + (cite(hfit),),
+                            answer.detail)
+        sh = pick(results, "vllm_serve_host", machine=sim.slug, where=lambda rows: "phase" in rows[0])
+        if sh is not None and _serve_host_sentence(sh):
+            answer = Answer(answer.text + " " + _serve_host_sentence(sh), answer.sources + (cite(sh),), answer.detail)
         ho = pick(results, "vllm_handover", where=lambda rows: "api_send_s" in rows[0])
         if ho is not None and _handover_sentence(ho):
             answer = Answer(answer.text + " " + _handover_sentence(ho), answer.sources + (cite(ho),), answer.detail)

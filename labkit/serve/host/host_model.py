@@ -41,6 +41,8 @@ class ServeHost:
     cpu_speed: float
     scheduler: str = "measured"
     server: ServerHost | None = None
+    #: host ns per request per step added to the core's chain (``fitted_host``; ``--fit host-per-request``)
+    extra_ns_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULER_SOURCES:
@@ -56,6 +58,8 @@ class ServeHost:
                 out[p] = self.census.phase_ns(p, n)
         if self.server is not None:
             out["io_threads"] = self.server.io_threads_ns(n)
+        if self.extra_ns_per_request:
+            out["fitted_host"] = self.extra_ns_per_request * rec.shape.num_requests
         return out
 
     def frontend_ns(self, outputs: int) -> float:

@@ -35,11 +35,12 @@ def recorded_handovers(root=None) -> list:
     return _per_machine(HANDOVER_RESULT, root)
 
 
-def _input_costs(result, root=None) -> tuple[float, float] | None:
-    """One request's ``(image decode, the rest)`` in ns from the ``vllm_input`` stages recorded on
-    ``result``'s machine (unscaled), or None where it recorded none."""
+def _input_costs(result, root=None) -> tuple | None:
+    """One request's ``(image decode, the rest, {intake stage: ns} or None)`` in ns from the
+    ``vllm_input`` stages recorded on ``result``'s machine (unscaled), or None where it recorded none."""
+    from labkit.errors import UsageError
     from labkit.results import load_results
-    from labkit.serve.inputs import per_image_input_ns
+    from labkit.serve.inputs import intake_ns, per_image_input_ns
 
     found = [r for r in load_results(root, name="vllm_input") if r.slug == result.slug]
     if not found:
@@ -47,15 +48,25 @@ def _input_costs(result, root=None) -> tuple[float, float] | None:
     per_image_ns, stages = per_image_input_ns({"rows": found[0].rows})
     k = result.params["images_per_request"]
     media = stages["media_decode"]["per_image_ns"] * k
-    return media, per_image_ns * k - media
+    try:
+        intake = {s: v * k for s, v in intake_ns({"rows": found[0].rows}).items()}
+    except UsageError:  # recorded before the intake stages
+        intake = None
+    return media, per_image_ns * k - media, intake
 
 
-def _handover_times(costs, n: int, order: str) -> list[float] | None:
+def _handover_times(costs, n: int, order: str, intake: bool = False) -> list[float] | None:
+    """The simulator's handovers (s): ``intake``, as serve-sim runs by default (the client serializes
+    each body in turn, the API server parses each before its images)."""
     from labkit.serve.api_server import ApiServer, input_jobs
 
-    if costs is None:
+    if costs is None or (intake and costs[2] is None):
         return None
-    api = ApiServer(jobs=input_jobs([costs[0]] * n, [costs[1]] * n, order))
+    extra = {}
+    if intake:
+        c = costs[2]
+        extra = {"parse_ns": [c["request_parse"]] * n, "body_ns": [(i + 1) * c["client_serialize"] for i in range(n)]}
+    api = ApiServer(jobs=input_jobs([costs[0]] * n, [costs[1]] * n, order, **extra))
     api.drain()
     return [t / 1e9 for t in api.handover_ns]
 
@@ -79,7 +90,8 @@ def handover_table(result, root=None):
     (from the same machine's ``vllm_input``) where that is recorded."""
     import pandas as pd
 
-    cols = ["quantity", "measured", "simulator: media-first", "one after another"]
+    cols = ["quantity", "measured", "simulator: media-first, client-paced", "media-first, all in at once",
+            "one after another"]
     if result is None:
         return pd.DataFrame(columns=cols)
     s = result.params["summary"]
@@ -87,12 +99,17 @@ def handover_table(result, root=None):
     measured = [s["handover_s"]["first"], s["handover_s"]["mean"], s["handover_s"]["last"],
                 s["handover"]["first_frac"], s["handover"]["mean_frac"]]
     costs = _input_costs(result, root)
+    paced = _shape(_handover_times(costs, n, "media-first", intake=True))
     media, fifo = (_shape(_handover_times(costs, n, order)) for order in ("media-first", "one-after-another"))
     names = ["first handover (s)", "mean handover (s)", "last handover (s)", "first / last", "mean / last"]
-    rows = [("requests sent at once", n, n, n)] + [(q, m, a, b) for q, m, a, b in zip(names, measured, media, fifo)]
+    rows = [("requests sent at once", n, n, n, n)] + [
+        (q, m, c, a, b) for q, m, c, a, b in zip(names, measured, paced, media, fifo)]
     cpu = s.get("api_server_cpu_s")
     whole = fifo[0]  # one after another, the first handover is one request's whole input processing
-    rows.append(("API server CPU per request (s)", None if cpu is None else cpu / n, whole, whole))
+    per = None
+    if costs is not None and costs[2] is not None:
+        per = whole + costs[2]["request_parse"] / 1e9  # the client's serialization runs in its own process
+    rows.append(("API server CPU per request (s)", None if cpu is None else cpu / n, per, whole, whole))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -110,11 +127,13 @@ def plot_handovers(result, root=None) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="markers", name=label,
                                  marker=dict(color=colour, size=7)))
     costs = _input_costs(result, root)
-    for order, dash in (("media-first", "dash"), ("one-after-another", "dot")):
-        assumed = _handover_times(costs, p["requests"], order)
+    for order, intake, dash, what in (("media-first", True, "solid", "media-first, client-paced"),
+                                      ("media-first", False, "dash", "media-first, all in at once"),
+                                      ("one-after-another", False, "dot", "one after another")):
+        assumed = _handover_times(costs, p["requests"], order, intake=intake)
         if assumed:
             fig.add_trace(go.Scatter(x=x, y=assumed, mode="lines", line=dict(color="#1f5fa8", dash=dash),
-                                     name=f"simulator's API server, {order} (vllm_input's stages)"))
+                                     name=f"simulator's API server, {what} (vllm_input's stages)"))
     fig.update_layout(title=f"{title} ({p['requests']} x {p['images_per_request']} images of {p['image_size']}, "
                             f"{result.slug}, measured)",
                       xaxis_title="request, in handover order", yaxis_title="s after the first request was sent",
