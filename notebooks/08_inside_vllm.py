@@ -33,8 +33,11 @@ answers.inside_vllm_answer()
 # %% [markdown]
 # **The whole published run, simulated.** `labkit bench serve-sim` replays #40143's benchmark (128
 # requests x 32 images, 8,000 tokens each) with vLLM's real scheduler on a simulated clock: host
-# from the census below, device from the lab's device model, the API server's input processing
-# from `vllm-input` (in the order the real server's handovers show: section 2). Predicted beside published (hatched bars: simulated):
+# from the census below and what a real server pays beside each step (section 2), device from the
+# lab's device model, the requests' way in from `vllm-input` (the client serializing each body in
+# turn, the API server parsing it, then decoding every request's images before each request's
+# processor work, as the real server's handovers show: section 2). Predicted beside published
+# (hatched bars: simulated):
 
 # %%
 from labkit.viz.vllm import serve_sim
@@ -59,8 +62,23 @@ fit = serve_sim.recorded_serve_sim(name="serve_sim_device_scale")
 if fit is None:
     print("No fitted run recorded yet: run `.venv-vllm-cpu/bin/labkit bench serve-sim --size full --fit device-scale`.")
 else:
-    print("fitted:", fit.params.get("fitted"))
+    print("fitted:", {k: v for k, v in (fit.params.get("fitted") or {}).items() if k != "runs"})
     display(serve_sim.serve_sim_table(fit).round(3))
+
+# %% [markdown]
+# **Or one parameter fitted on the host.** The other way to reach pr40143's published TPOT: the
+# device as modelled, and one host time per request per step added to the engine core's chain in
+# both arms (`--fit host-per-request`): a host the census on this CPU does not hold (a GPU model
+# runner's own per-request work, say). If both published TPOTs come from host-bound steps, this
+# one parameter predicts the baseline's TPOT too.
+
+# %%
+hfit = serve_sim.recorded_serve_sim(name="serve_sim_host_per_request")
+if hfit is None:
+    print("No host-fitted run recorded yet: run `.venv-vllm-cpu/bin/labkit bench serve-sim --size full --fit host-per-request`.")
+else:
+    print("fitted:", {k: v for k, v in (hfit.params.get("fitted") or {}).items() if k != "runs"})
+    display(serve_sim.serve_sim_table(hfit).round(3))
 
 # %% tags=["parameters"]
 device = "auto"

@@ -176,6 +176,11 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
     if rec.has("vllm_handover"):  # the real server's handovers, as drawn per request
         out += [KeyNumber(f"{r.slug} vllm_handover request {row['order']}: handed over, s", row["api_send_s"])
                 for r in rec.find("vllm_handover") for row in r.rows if row.get("kind") == "request"][:3]
+    if rec.has("vllm_serve_host"):  # the real server's API server per decode step, as tabled
+        out += [KeyNumber(f"{r.slug} vllm_serve_host {row['phase']} at {row['requests']}: ms per step",
+                          row["median_ns"] / NS_PER_MS)
+                for r in rec.find("vllm_serve_host") for row in r.rows
+                if row.get("kind") == "per_step" and row["phase"] == "api_server_outputs"]
     return out
 
 
@@ -223,7 +228,7 @@ PAGES: dict[str, PageExpectation] = {
     "08_inside_vllm": PageExpectation(
         headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
                   "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),
-        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc", "vllm_handover")),
+        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc", "vllm_handover", "vllm_serve_host")),
 }
 
 

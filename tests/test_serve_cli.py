@@ -87,16 +87,20 @@ def test_the_host_fit_finds_the_host_where_the_after_arm_turns_host_bound():
     def tpot(ns):
         return max(16.0, 10.0 + 128 * ns / 1e6)
 
-    ns, tried = fit_host_per_request(tpot, 24.0, first_guess_ns=0.0, requests=128)
-    assert ns == pytest.approx(109_375, rel=0.005)
-    # from 0 (16 ms) the first step spreads the missing 8 ms over 128 requests: 62,500 ns, 18 ms (host-bound
-    # by then); the secant through (0, 16) and (62,500, 18) overshoots to 250,000 ns (42 ms), the next
-    # one, on the host-bound line, lands
-    assert tried == [(0.0, 16.0), (62_500.0, 18.0), (250_000.0, 42.0), (109_375.0, 24.0)]
+    # from 0 (16 ms, the floor) the next run spreads the missing 8 ms over 128 requests: 62,500 ns,
+    # 18 ms, the only run above the floor; once more by the TPOT still missing: 109,375 ns, 24 ms
+    ns, tried = fit_host_per_request(tpot, 24.0, first_guess_ns=0.0, requests=128, floor_ms=16.0)
+    assert ns == pytest.approx(109_375)
+    assert tried == [(0.0, 16.0), (62_500.0, 18.0), (109_375.0, 24.0)]
     # a good first guess: one run
     assert fit_host_per_request(tpot, 24.0, first_guess_ns=109_375.0, requests=128)[1] == [(109_375.0, 24.0)]
-    with pytest.raises(UsageError, match="after 3 runs"):  # a TPOT the host does not move
-        fit_host_per_request(lambda ns: 16.0, 24.0, first_guess_ns=0.0, requests=128, max_runs=3)
+    # a TPOT that jitters by 1 ms from run to run: the least-squares line's root after the last run
+    jitter = iter([0.6, -0.6, 0.6, -0.6])
+    ns, tried = fit_host_per_request(lambda x: tpot(x) + next(jitter), 24.0, first_guess_ns=80_000.0,
+                                     requests=128, floor_ms=16.0, tolerance=0.001, max_runs=4)
+    assert len(tried) == 4 and ns == pytest.approx(109_375, rel=0.05)
+    with pytest.raises(UsageError, match="does not rise"):  # a TPOT the host does not move
+        fit_host_per_request(lambda ns: 16.0, 24.0, first_guess_ns=0.0, requests=128, max_runs=3, floor_ms=16.0)
     with pytest.raises(UsageError):
         fit_host_per_request(tpot, None, first_guess_ns=0.0, requests=128)
 

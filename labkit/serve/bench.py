@@ -221,44 +221,65 @@ def fit_device_scale(tpot_at, published_tpot_ms: float, *, tolerance: float = FI
         s0, t0, s1 = s1, t1, max(s_next, 1e-3)
 
 
+#: the host fit: TPOT within this of the published ends it (a host-bound run's TPOT moves with the
+#: scheduler's cost measured live in it, about a percent or two from run to run on a 2-core machine)
+HOST_FIT_TOLERANCE = 0.01
+HOST_FIT_MAX_RUNS = 6
+
+
+def _least_squares_root(points: list, target: float) -> float | None:
+    """Where the least-squares line through ``points`` ``[(x, y)]`` reaches ``target`` (None: no rising line)."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return mx + (target - my) / slope if slope > 0 else None
+
+
 def fit_host_per_request(tpot_at, published_tpot_ms: float, *, first_guess_ns: float, requests: int,
-                         tolerance: float = FIT_TOLERANCE, max_runs: int = FIT_MAX_RUNS) -> tuple[float, list]:
+                         tolerance: float = HOST_FIT_TOLERANCE, max_runs: int = HOST_FIT_MAX_RUNS,
+                         floor_ms: float | None = None) -> tuple[float, list]:
     """The one fitted parameter of ``--fit host-per-request``: the host time per request per step
     (ns) added to the engine core's serial chain at which the after arm's mean TPOT
-    (``tpot_at(ns) -> ms``, one simulated run) is the published one. The TPOT does not move while
-    the device is the longer side, so the secant starts from ``first_guess_ns`` (what the after arm's
-    pure-decode host lacks of the published TPOT, per request) and, where the TPOT did not move,
-    steps by the TPOT still missing spread over ``requests`` (a full step's). Returns ``(ns, [(ns,
-    tpot ms), ...])``; :class:`UsageError` where a run gives no positive TPOT or the runs end
-    without meeting the tolerance."""
+    (``tpot_at(ns) -> ms``, one simulated run) is the published one. The first run is at
+    ``first_guess_ns`` (what the after arm's pure-decode host lacks of the published TPOT, per
+    request). While the TPOT has not left ``floor_ms`` (the run without it: the device is the
+    longer side) the next run adds the TPOT still missing spread over ``requests`` (a full step's);
+    after that, the next run is where the least-squares line through the runs above the floor
+    reaches the published TPOT (runs of one x differ by the scheduler's live cost, so no secant).
+    Ends at a run within ``tolerance``, or after ``max_runs`` at the last line's root. Returns
+    ``(ns, [(ns, tpot ms), ...])``; :class:`UsageError` where a run gives no positive TPOT or the
+    runs never leave the floor."""
     if not published_tpot_ms or published_tpot_ms <= 0:
         raise UsageError("--fit host-per-request: needs a positive published mean TPOT")
-    tried = []
-
-    def run(ns: float) -> float:
-        t = tpot_at(ns)
-        if not t or t <= 0:
-            raise UsageError(f"--fit host-per-request: the after arm gave no positive mean TPOT at {ns:g} ns")
-        tried.append((ns, t))
-        return t
-
     if requests < 1:
         raise UsageError("--fit host-per-request: needs at least one request")
     per_ms = 1e6 / requests  # ns per request that lengthen a full step by 1 ms
-    s0 = max(0.0, first_guess_ns)
-    t0 = run(s0)
-    while abs(t0 - published_tpot_ms) > tolerance * published_tpot_ms:
+    tried: list = []
+
+    def above(points):
+        return [(x, t) for x, t in points if floor_ms is None or t > floor_ms * (1 + tolerance)]
+
+    x = max(0.0, first_guess_ns)
+    while True:
+        t = tpot_at(x)
+        if not t or t <= 0:
+            raise UsageError(f"--fit host-per-request: the after arm gave no positive mean TPOT at {x:g} ns")
+        tried.append((x, t))
+        if abs(t - published_tpot_ms) <= tolerance * published_tpot_ms:
+            return x, tried
+        root = _least_squares_root(above(tried), published_tpot_ms)
         if len(tried) >= max_runs:
-            raise UsageError(f"--fit host-per-request: nothing within {tolerance:.1%} of the published mean TPOT "
-                             f"after {len(tried)} runs ({', '.join(f'{a:.0f} ns: {b:.2f} ms' for a, b in tried)})")
-        if len(tried) == 1:
-            s1 = s0 + (published_tpot_ms - t0) * per_ms
-        else:
-            (sa, ta), (sb, tb) = tried[-2], tried[-1]
-            slope = (tb - ta) / (sb - sa) if sb != sa else 0.0
-            s1 = sb + (published_tpot_ms - tb) / slope if slope > 0 else sb + (published_tpot_ms - tb) * per_ms
-        s0, t0 = max(0.0, s1), run(max(0.0, s1))
-    return s0, tried
+            if root is None:
+                raise UsageError(f"--fit host-per-request: the TPOT does not rise with the host after {len(tried)} "
+                                 f"runs ({', '.join(f'{a:.0f} ns: {b:.2f} ms' for a, b in tried)})")
+            return max(0.0, root), tried
+        x = max(0.0, root if root is not None else x + (published_tpot_ms - t) * per_ms)
 
 
 def _scaled(device, factor: float):
@@ -367,14 +388,15 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 guess = max(0.0, published - host_ms) * 1e6 / workload.requests
                 extra_ns, tried = fit_host_per_request(
                     lambda x: one("pr40143", device, x)["metrics"]["mean_tpot_ms"], published, first_guess_ns=guess,
-                    requests=workload.requests)
+                    requests=workload.requests, floor_ms=first["metrics"]["mean_tpot_ms"])
                 tried = [(0.0, first["metrics"]["mean_tpot_ms"])] + tried
                 fitted[gpu] = {"host_per_request_ns": extra_ns, "fitted_to": "pr40143 mean_tpot_ms (published)",
                                "runs": [{"host_per_request_ns": a, "mean_tpot_ms": b} for a, b in tried],
                                "rule": f"host ns per request per step added to the engine core's serial chain (phase "
                                        f"fitted_host), every arm alike; first guess: the published TPOT less "
-                                       f"pr40143's pure-decode host with none, per request; secant until within "
-                                       f"{FIT_TOLERANCE:.1%}"}
+                                       f"pr40143's pure-decode host with none, per request; then the root of the "
+                                       f"least-squares line through the runs above the first run's TPOT, until a run "
+                                       f"is within {HOST_FIT_TOLERANCE:.0%} or after {HOST_FIT_MAX_RUNS} runs"}
                 logger.info("serve-sim %s: host %.0f ns per request per step after %d runs", gpu, extra_ns, len(tried))
             by_arm = {}
             for arm in arms:
