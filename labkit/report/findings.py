@@ -16,7 +16,9 @@ The methods, in the order the index and README list them:
   (``engine_vllm_host_off_host`` / ``engine_vllm_host``, notebook 08);
 - ``bubble_model``: the bubble model fed with the lab's measured scheduler saving (``mm_overlap``, notebook 01);
 - ``serve_sim``: the serving simulator (``serve_sim``, rows ``arm``, ``gpu``, ``metric``,
-  ``predicted``, ``published``, ``error``), where it is recorded.
+  ``predicted``, ``published``, ``error``), where it is recorded;
+- ``serve_sim_host_per_request``: the same with one host time per request per step fitted to
+  pr40143's published TPOT (``serve_sim_host_per_request``).
 
 ``python -m labkit.report.findings --readme README.md`` rewrites the README's block between
 :data:`BEGIN` and :data:`END` from the recorded results (``--check`` only compares).
@@ -273,10 +275,25 @@ _AFTER_ARMS = ("pr40143", "after", "merged", "list")
 
 
 def _serve_sim(root) -> Finding | None:
+    return _serve_sim_finding(root, "serve_sim", "The serving simulator (labkit bench serve-sim)",
+                              lambda res: "a real GPU and server: every figure is simulated")
+
+
+def _serve_sim_host_fit(root) -> Finding | None:
+    def leaves_out(res) -> str:
+        ns = (res.params.get("fitted") or {}).get("host_per_request_ns")
+        what = f"{ns / 1e3:.0f} us" if ns is not None else "a host time"
+        return f"the host it fits, {what} per request per step in both arms, is not measured"
+
+    return _serve_sim_finding(root, "serve_sim_host_per_request",
+                              "The serving simulator, one host time per request fitted", leaves_out, beyond=0.10)
+
+
+def _serve_sim_finding(root, name: str, method: str, leaves_out, beyond: float | None = None) -> Finding | None:
     from labkit.results import load_results
     from labkit.serve.bench import named_gpu
 
-    for res in _newest(load_results(root, name="serve_sim")):
+    for res in _newest(load_results(root, name=name)):
         named = named_gpu(res)
         rows = [r for r in res.rows if r.get("metric") in ("output_throughput", "mean_tpot_ms")
                 and (named is None or r.get("gpu") == named)]
@@ -298,22 +315,22 @@ def _serve_sim(root) -> Finding | None:
                 published, shown = _tpot_ratio_published(), f"{a['predicted']:.2f} ms"
             pub_after = f" vs published {a['published']:g}" if a.get("published") is not None else ""
             gpu = a.get("gpu") or "GPU"
-            misses = _serve_sim_misses(res, named, before, after)
+            misses = _serve_sim_misses(res, named, before, after, beyond=beyond)
             return Finding(
-                key="serve_sim", method="The serving simulator (labkit bench serve-sim)",
+                key=name, method=method,
                 figure=f"{ratio:.2f}x {unit}", value=float(ratio),
                 published=f"{published:.2f}x {unit}", published_value=float(published),
                 detail=f"{after} predicted {shown}{pub_after}; arms {before} and {after} on {gpu}",
-                leaves_out="a real GPU and server: every figure is simulated"
-                + (f"; the absolute times miss ({misses})" if misses else ""),
+                leaves_out=leaves_out(res) + (f"; the absolute times miss ({misses})" if misses else ""),
                 source=res.source, machine=res.slug, device=f"simulated {gpu}; host {_device_words(res)}",
                 result=_result_file(res), labkit_commit=res.labkit_commit, notebook="08_inside_vllm")
     return None
 
 
-def _serve_sim_misses(res, gpu, before: str, after: str) -> str:
+def _serve_sim_misses(res, gpu, before: str, after: str, beyond: float | None = None) -> str:
     """``mean TPOT 18.9 -> 12.7 ms vs published 33.8 -> 24.6`` and the like for the named GPU's
-    mean TPOT, mean TTFT and duration, where the result holds them with the published figure."""
+    mean TPOT, mean TTFT and duration, where the result holds them with the published figure
+    (``beyond``: only those where an arm misses by more than that fraction)."""
     from labkit.serve.bench import ABSOLUTE_METRICS, before_after, compared_rows
 
     rows, parts = compared_rows(res, gpu), []
@@ -321,6 +338,8 @@ def _serve_sim_misses(res, gpu, before: str, after: str) -> str:
         pair = before_after(rows, metric, before, after)
         if pair:
             b, a = pair
+            if beyond is not None and all(abs(x.get("error") or 0.0) <= beyond for x in pair if not x.get("fitted")):
+                continue
             parts.append(f"{label} {b['predicted'] * scale:.3g} -> {a['predicted'] * scale:.3g} {unit} vs published "
                          f"{b['published'] * scale:.3g} -> {a['published'] * scale:.3g}")
     return "; ".join(parts)
@@ -334,6 +353,7 @@ METHODS = {
     "sim_gpu_vllm_host": _sim_gpu_vllm_host,
     "bubble_model": _bubble_model,
     "serve_sim": _serve_sim,
+    "serve_sim_host_per_request": _serve_sim_host_fit,
 }
 
 
