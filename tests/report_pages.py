@@ -178,7 +178,7 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
                 for r in rec.find("vllm_handover") for row in r.rows if row.get("kind") == "request"][:3]
     if rec.has("vllm_serve_host"):  # the real server's API server per decode step, as tabled
         out += [KeyNumber(f"{r.slug} vllm_serve_host {row['phase']} at {row['requests']}: ms per step",
-                          row["median_ns"] / NS_PER_MS)
+                          row["median_ns"] / NS_PER_MS, "text")
                 for r in rec.find("vllm_serve_host") for row in r.rows
                 if row.get("kind") == "per_step" and row["phase"] == "api_server_outputs"]
     return out

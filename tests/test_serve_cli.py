@@ -44,7 +44,7 @@ def test_device_model_adapter_counts_the_new_token():
 
 def test_the_device_scale_fit_finds_the_factor_where_the_tpot_is_not_proportional_to_it():
     from labkit.errors import UsageError
-    from labkit.serve.bench import fit_device_scale
+    from labkit.serve.fit import fit_device_scale
 
     # a run whose TPOT grows faster than the factor (hand-made: 10 ms at 1, 10 + 20 (k - 1) ms beyond):
     # the published 24 ms needs k = 1.7, not the first guess 24 / 10 = 2.4
@@ -80,7 +80,7 @@ def test_the_finish_spread_published_and_predicted():
 
 def test_the_host_fit_finds_the_host_where_the_after_arm_turns_host_bound():
     from labkit.errors import UsageError
-    from labkit.serve.bench import fit_host_per_request
+    from labkit.serve.fit import fit_host_per_request
 
     # hand-made run of 128 requests: device-bound at 16 ms until the host (10 ms + 128 x ns per
     # request) is longer; the published 24 ms needs (24 - 10) / 128 ms = 109,375 ns per request
@@ -117,3 +117,12 @@ def test_a_finish_spread_bounds_the_clients_serialization():
     b = client_start_bound(res, "h200", 0.8)
     assert b == pytest.approx({"serialize_s": 0.5, "mean_start_s": 1.0, "bound_s": 0.4})
     assert client_start_bound(res, "h100", 0.8) is None  # no intake recorded for that GPU
+
+
+def test_result_names_say_the_fit_and_an_order_other_than_the_measured():
+    from labkit.serve.bench import result_name
+
+    assert result_name() == "serve_sim"
+    assert result_name("host-per-request") == "serve_sim_host_per_request"
+    assert result_name("host-per-request", "side-by-side") == "serve_sim_host_per_request_side_by_side"
+    assert result_name(None, "one-after-another") == "serve_sim_one_after_another"

@@ -226,3 +226,27 @@ def test_metrics_count_from_each_requests_start():
     assert m.mean_e2el_ms == pytest.approx(4500.0)  # (4 + 5) / 2
     assert m.duration_s == 7.0  # the last token since the benchmark's start
     assert m.mean_tpot_ms == pytest.approx(1500.0)
+
+
+def test_side_by_side_three_requests_by_hand():
+    from labkit.serve.api_server import input_jobs
+
+    # bodies in at 2, 4, 6; parsing each costs 1; each request then 6 of decode + 4 of processor
+    # work, cut in two halves of 5 for side-by-side. By hand: parse 0 (2-3), half 1 of request 0
+    # (3-8), parses 1 and 2 (8-10), halves 1 of requests 1 and 2 (10-20), then the second halves:
+    # request 0 handed over at 25, 1 at 30, 2 at 35
+    kw = dict(parse_ns=[1.0] * 3, body_ns=[2.0, 4.0, 6.0])
+    jobs = input_jobs([6.0] * 3, [4.0] * 3, "side-by-side", slices=2, **kw)
+    assert len(jobs) == 3 + 3 * 2 and [j[0] for j in jobs[3:]] == [5.0] * 6
+    handovers = {}
+    for order, extra in (("side-by-side", {"slices": 2}), ("media-first", {}), ("one-after-another", {})):
+        api = ApiServer(jobs=input_jobs([6.0] * 3, [4.0] * 3, order, **kw, **extra))
+        api.drain()
+        handovers[order] = api.handover_ns
+    assert handovers["side-by-side"] == [25.0, 30.0, 35.0]
+    # the same intake media-first: decodes 3-9, 11-17, 17-23 (parses 1 and 2 at 9-11), then processors
+    assert handovers["media-first"] == [27.0, 31.0, 35.0]
+    # one after another: request 0 whole at 3-13, parses 13-15, then requests 1 and 2
+    assert handovers["one-after-another"] == [13.0, 25.0, 35.0]
+    with pytest.raises(ValueError, match="slice"):
+        input_jobs([6.0], [4.0], "side-by-side", slices=0)

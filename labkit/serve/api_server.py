@@ -3,7 +3,7 @@
 In ``vllm serve`` the API server is a process of its own whose event loop does, on one thread,
 each request's input processing (image decode, the HF processor, hashing) and the output
 processing of every engine step (detokenizing, streaming each request's new tokens). A request
-reaches the engine core when its input processing ends. The input jobs run in one of two orders
+reaches the engine core when its input processing ends. The input jobs run in one of three orders
 (:data:`API_ORDERS`):
 
 ``one-after-another``
@@ -13,6 +13,12 @@ reaches the engine core when its input processing ends. The input jobs run in on
     start), then each request's processor work, request by request: what the real server's
     handovers look like (``labkit bench vllm-handover``: the first handover at about half the
     last, then one after another).
+``side-by-side``
+    a bound, not vLLM's code (its processor runs on one worker, request by request): every
+    request's input processing cut into ``slices`` equal parts (one per image), taken in turn
+    across the requests whose bodies are in, so each request is handed over only when the
+    thread has done nearly all of the intake; the shape the published finish spread of #40143
+    asks for (every request handed over within a short window at the end).
 
 The engine's outputs of a step wait for the thread: when the thread
 finishes a job it first takes the output jobs that arrived before that moment (the loop's
@@ -37,16 +43,17 @@ from dataclasses import dataclass, field
 
 __all__ = ["API_ORDERS", "OutputJob", "ApiServer", "input_jobs"]
 
-API_ORDERS = ("media-first", "one-after-another")
+API_ORDERS = ("media-first", "one-after-another", "side-by-side")
 
 
 def input_jobs(media_ns: list[float], process_ns: list[float], order: str, *, parse_ns: list[float] | None = None,
-               body_ns: list[float] | None = None) -> list[tuple]:
+               body_ns: list[float] | None = None, slices: int = 1) -> list[tuple]:
     """The API server's input jobs ``(ns, request handed over when it ends or None, not before ns,
     index of the job that must end first or None)`` for requests whose image decode costs
     ``media_ns[i]`` and the rest ``process_ns[i]``, in ``order``. With ``parse_ns`` each request
     first has its HTTP body parsed (before its handler starts: its image decode waits for it), not
-    before its body is in (``body_ns[i]``, default 0)."""
+    before its body is in (``body_ns[i]``, default 0). ``side-by-side`` cuts each request's whole
+    processing into ``slices`` jobs."""
     n = len(media_ns)
     if len(process_ns) != n or (parse_ns is not None and len(parse_ns) != n) or (body_ns is not None and len(body_ns) != n):
         raise ValueError("one media, processing, parse and body time per request")
@@ -64,6 +71,15 @@ def input_jobs(media_ns: list[float], process_ns: list[float], order: str, *, pa
         first = len(jobs)
         jobs += [(m, None, ready[i], parsed[i]) for i, m in enumerate(media_ns)]
         return jobs + [(p, i, 0.0, first + i) for i, p in enumerate(process_ns)]
+    if order == "side-by-side":
+        if slices < 1:
+            raise ValueError("side-by-side needs at least one slice per request")
+        last = list(parsed)
+        for k in range(slices):
+            for i, (m, p) in enumerate(zip(media_ns, process_ns)):
+                jobs.append(((m + p) / slices, i if k == slices - 1 else None, ready[i] if k == 0 else 0.0, last[i]))
+                last[i] = len(jobs) - 1
+        return jobs
     raise ValueError(f"API server order must be one of {', '.join(API_ORDERS)}, got {order!r}")
 
 

@@ -21,9 +21,10 @@ import sys
 import time
 
 from labkit.errors import UsageError
+from labkit.serve.fit import FIT_TOLERANCE, HOST_FIT_MAX_RUNS, HOST_FIT_TOLERANCE, fit_device_scale, fit_host_per_request
 
 __all__ = ["RESULT_NAME", "ARMS", "PUBLISHED_ARMS", "ABSOLUTE_METRICS", "named_gpu", "compared_rows", "before_after",
-           "published_value", "metric_rows", "run_arm", "run_serve_sim",
+           "published_value", "metric_rows", "run_arm", "run_serve_sim", "result_name",
            "print_table", "main"]
 
 logger = logging.getLogger(__name__)
@@ -179,109 +180,6 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
             "wall_s": wall}
 
 
-#: the device-scale fit stops when the after arm's mean TPOT is within this of the published one
-FIT_TOLERANCE = 0.005
-#: and after at most this many runs of the after arm
-FIT_MAX_RUNS = 8
-
-
-def fit_device_scale(tpot_at, published_tpot_ms: float, *, tolerance: float = FIT_TOLERANCE,
-                     max_runs: int = FIT_MAX_RUNS) -> tuple[float, list]:
-    """The one fitted parameter of ``--fit device-scale``: the factor on every step's device time at
-    which the after arm's mean TPOT (``tpot_at(scale) -> ms``, one simulated run) is the published
-    one. Not a closed form: a slower device changes the run itself (more requests decode at once,
-    so longer steps), so the TPOT is not proportional to the factor. Secant steps from 1 (the
-    first guess ``published / predicted``), until within ``tolerance``; returns ``(scale, [(scale,
-    tpot ms), ...])`` for every run. Raises :class:`UsageError` where a run gives no positive TPOT
-    or the runs end without meeting the tolerance."""
-    if not published_tpot_ms or published_tpot_ms <= 0:
-        raise UsageError("--fit device-scale: needs a positive published mean TPOT")
-    tried = []
-
-    def run(scale: float) -> float:
-        t = tpot_at(scale)
-        if not t or t <= 0:
-            raise UsageError(f"--fit device-scale: the after arm gave no positive mean TPOT at scale {scale:g}")
-        tried.append((scale, t))
-        return t
-
-    s0, t0 = 1.0, run(1.0)
-    s1 = s0 * published_tpot_ms / t0
-    while True:
-        if abs(t0 - published_tpot_ms) <= tolerance * published_tpot_ms:
-            return s0, tried
-        if len(tried) >= max_runs:
-            raise UsageError(f"--fit device-scale: no scale within {tolerance:.1%} of the published mean TPOT "
-                             f"after {len(tried)} runs ({', '.join(f'{a:.3f}: {b:.2f} ms' for a, b in tried)})")
-        t1 = run(s1)
-        if abs(t1 - published_tpot_ms) <= tolerance * published_tpot_ms:
-            return s1, tried
-        slope = (t1 - t0) / (s1 - s0) if s1 != s0 else 0.0
-        s_next = s1 + (published_tpot_ms - t1) / slope if slope > 0 else s1 * published_tpot_ms / t1
-        s0, t0, s1 = s1, t1, max(s_next, 1e-3)
-
-
-#: the host fit: TPOT within this of the published ends it (a host-bound run's TPOT moves with the
-#: scheduler's cost measured live in it, about a percent or two from run to run on a 2-core machine)
-HOST_FIT_TOLERANCE = 0.01
-HOST_FIT_MAX_RUNS = 6
-
-
-def _least_squares_root(points: list, target: float) -> float | None:
-    """Where the least-squares line through ``points`` ``[(x, y)]`` reaches ``target`` (None: no rising line)."""
-    if len(points) < 2:
-        return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx <= 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return mx + (target - my) / slope if slope > 0 else None
-
-
-def fit_host_per_request(tpot_at, published_tpot_ms: float, *, first_guess_ns: float, requests: int,
-                         tolerance: float = HOST_FIT_TOLERANCE, max_runs: int = HOST_FIT_MAX_RUNS,
-                         floor_ms: float | None = None) -> tuple[float, list]:
-    """The one fitted parameter of ``--fit host-per-request``: the host time per request per step
-    (ns) added to the engine core's serial chain at which the after arm's mean TPOT
-    (``tpot_at(ns) -> ms``, one simulated run) is the published one. The first run is at
-    ``first_guess_ns`` (what the after arm's pure-decode host lacks of the published TPOT, per
-    request). While the TPOT has not left ``floor_ms`` (the run without it: the device is the
-    longer side) the next run adds the TPOT still missing spread over ``requests`` (a full step's);
-    after that, the next run is where the least-squares line through the runs above the floor
-    reaches the published TPOT (runs of one x differ by the scheduler's live cost, so no secant).
-    Ends at a run within ``tolerance``, or after ``max_runs`` at the last line's root. Returns
-    ``(ns, [(ns, tpot ms), ...])``; :class:`UsageError` where a run gives no positive TPOT or the
-    runs never leave the floor."""
-    if not published_tpot_ms or published_tpot_ms <= 0:
-        raise UsageError("--fit host-per-request: needs a positive published mean TPOT")
-    if requests < 1:
-        raise UsageError("--fit host-per-request: needs at least one request")
-    per_ms = 1e6 / requests  # ns per request that lengthen a full step by 1 ms
-    tried: list = []
-
-    def above(points):
-        return [(x, t) for x, t in points if floor_ms is None or t > floor_ms * (1 + tolerance)]
-
-    x = max(0.0, first_guess_ns)
-    while True:
-        t = tpot_at(x)
-        if not t or t <= 0:
-            raise UsageError(f"--fit host-per-request: the after arm gave no positive mean TPOT at {x:g} ns")
-        tried.append((x, t))
-        if abs(t - published_tpot_ms) <= tolerance * published_tpot_ms:
-            return x, tried
-        root = _least_squares_root(above(tried), published_tpot_ms)
-        if len(tried) >= max_runs:
-            if root is None:
-                raise UsageError(f"--fit host-per-request: the TPOT does not rise with the host after {len(tried)} "
-                                 f"runs ({', '.join(f'{a:.0f} ns: {b:.2f} ms' for a, b in tried)})")
-            return max(0.0, root), tried
-        x = max(0.0, root if root is not None else x + (published_tpot_ms - t) * per_ms)
-
-
 def _scaled(device, factor: float):
     return lambda *a: factor * device(*a)
 
@@ -354,9 +252,10 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
                 starts = [i * intake["client_serialize"] for i in range(n_req)]
                 jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order,
                                   parse_ns=[intake["request_parse"]] * n_req,
-                                  body_ns=[(i + 1) * intake["client_serialize"] for i in range(n_req)])
+                                  body_ns=[(i + 1) * intake["client_serialize"] for i in range(n_req)],
+                                  slices=workload.images)
             else:
-                jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order)
+                jobs = input_jobs([media_ns] * n_req, [input_ns - media_ns] * n_req, api_order, slices=workload.images)
 
             extra_ns = 0.0
 
@@ -439,18 +338,28 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         "api_server": {"order": api_order, "orders": {
             "media-first": "every request's media_decode first, then each request's add_request, one after another "
                            "(the shape the real server's handovers have: labkit bench vllm-handover)",
-            "one-after-another": "each request's media_decode + add_request, request by request"}[api_order]},
+            "one-after-another": "each request's media_decode + add_request, request by request",
+            "side-by-side": "a bound, not vLLM's code: each request's media_decode + add_request cut in one slice per "
+                            "image, taken in turn across the requests whose bodies are in, so every request is handed "
+                            "over near the end of the whole intake"}[api_order]},
         "input_stages": list(INPUT_STAGES), "per_gpu": params_gpu, "device": devices,
         "cpu_speed": speeds if len(gpus) > 1 else speeds[gpus[0]], "inputs": inputs_prov,
         "fitted": (fitted if len(gpus) > 1 else fitted.get(gpus[0], {})), "published_compared": compare,
         "note": "source simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, "
                 "device from the device model) is simulated; not a GPU measurement",
     }
-    name = RESULT_NAME if fit is None else f"{RESULT_NAME}_{fit.replace('-', '_')}"
+    name = result_name(fit, api_order)
     result = make_result(sized_name(name, size), rows, params=params, source="simulated", size=size)
     if save:
         save_result(result)
     return result
+
+
+def result_name(fit: str | None = None, api_order: str = "media-first") -> str:
+    """``serve_sim``, with ``_<fit>`` for a fitted run and ``_<order>`` for an API order other than
+    the measured ``media-first`` (``serve_sim_host_per_request_side_by_side``)."""
+    parts = [RESULT_NAME] + ([fit] if fit else []) + ([api_order] if api_order != "media-first" else [])
+    return "_".join(p.replace("-", "_") for p in parts)
 
 
 def print_table(result) -> None:
@@ -509,8 +418,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p.add_argument("--api-order", choices=API_ORDERS, default="media-first",
                    help="the API server's input jobs: every request's image decode first, then each request's "
-                        "processor work (default: what the real server's handovers show) or each request whole, "
-                        "one after another")
+                        "processor work (default: what the real server's handovers show), each request whole, "
+                        "one after another, or side-by-side (a bound: every request handed over near the end of the "
+                        "whole intake; result name gains _side_by_side)")
     p.add_argument("--server-host", choices=tuple(SERVER_HOSTS), default="measured",
                    help="the real server's per-step host beside the step (engine core I/O threads, the API server's "
                         "stream chunks; labkit bench vllm-serve-host, recorded on the census machine): measured "
