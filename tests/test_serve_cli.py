@@ -126,3 +126,4 @@ def test_result_names_say_the_fit_and_an_order_other_than_the_measured():
     assert result_name("host-per-request") == "serve_sim_host_per_request"
     assert result_name("host-per-request", "side-by-side") == "serve_sim_host_per_request_side_by_side"
     assert result_name(None, "one-after-another") == "serve_sim_one_after_another"
+    assert result_name("host-per-request", "media-first", "census") == "serve_sim_host_per_request_census_scheduler"

@@ -348,17 +348,19 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
         "note": "source simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, "
                 "device from the device model) is simulated; not a GPU measurement",
     }
-    name = result_name(fit, api_order)
+    name = result_name(fit, api_order, scheduler_source)
     result = make_result(sized_name(name, size), rows, params=params, source="simulated", size=size)
     if save:
         save_result(result)
     return result
 
 
-def result_name(fit: str | None = None, api_order: str = "media-first") -> str:
-    """``serve_sim``, with ``_<fit>`` for a fitted run and ``_<order>`` for an API order other than
-    the measured ``media-first`` (``serve_sim_host_per_request_side_by_side``)."""
-    parts = [RESULT_NAME] + ([fit] if fit else []) + ([api_order] if api_order != "media-first" else [])
+def result_name(fit: str | None = None, api_order: str = "media-first", scheduler_source: str = "measured") -> str:
+    """``serve_sim``, with ``_<fit>`` for a fitted run, ``_<order>`` for an API order other than the
+    measured ``media-first`` and ``_census_scheduler`` where schedule() is charged the census's cost
+    (``serve_sim_host_per_request_side_by_side_census_scheduler``)."""
+    parts = ([RESULT_NAME] + ([fit] if fit else []) + ([api_order] if api_order != "media-first" else [])
+             + (["census-scheduler"] if scheduler_source == "census" else []))
     return "_".join(p.replace("-", "_") for p in parts)
 
 
@@ -429,7 +431,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="how requests come in: measured (default: the client serializes each body in turn, the API "
                         "server parses each; vllm_input's client_serialize and request_parse) or none (all at t = 0)")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
-                   help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's")
+                   help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's (result name gains _census_scheduler)")
     return p
 
 
