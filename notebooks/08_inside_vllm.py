@@ -80,6 +80,22 @@ else:
     print("fitted:", {k: v for k, v in (hfit.params.get("fitted") or {}).items() if k != "runs"})
     display(serve_sim.serve_sim_table(hfit).round(3))
 
+# %% [markdown]
+# **What each of the simulator's open choices moves.** Two things the measurements here leave
+# open are recorded as choices, each host-fitted run making one of each: the API server's
+# handover shape (`media-first`, what the real server's handovers show, or `side-by-side`, a
+# bound with every request handed over near the end of the intake), and what vLLM's scheduler
+# is charged per step (its own calls alone in the run, or its cost inside vLLM's real step as
+# the census timed it with the forward off the host). Each row fits the one host parameter
+# again; the cells give each metric's error against the published.
+
+# %%
+from labkit.viz.vllm import serve_choices
+grid = serve_choices.recorded_choices()
+print(serve_choices.choices_text(grid))
+if grid:
+    display(serve_choices.choices_table(grid))
+
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"

@@ -176,12 +176,22 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
     if rec.has("vllm_handover"):  # the real server's handovers, as drawn per request
         out += [KeyNumber(f"{r.slug} vllm_handover request {row['order']}: handed over, s", row["api_send_s"])
                 for r in rec.find("vllm_handover") for row in r.rows if row.get("kind") == "request"][:3]
-    if rec.has("vllm_serve_host"):  # the real server's API server per decode step, as tabled
+    if rec.has("vllm_serve_host"):  # the real server's API server per decode step, as its sentence prints it
         out += [KeyNumber(f"{r.slug} vllm_serve_host {row['phase']} at {row['requests']}: ms per step",
                           row["median_ns"] / NS_PER_MS, "text")
                 for r in rec.find("vllm_serve_host") for row in r.rows
                 if row.get("kind") == "per_step" and row["phase"] == "api_server_outputs"]
+    for name in _HOST_FITTED:  # the grid of the simulator's choices: each run's fitted host, as tabled
+        if rec.has(name):
+            out += [KeyNumber(f"{r.slug} {name}: fitted us per request", r.params["fitted"]["host_per_request_ns"] / NS_PER_US,
+                              "text")
+                    for r in rec.find(name) if (r.params.get("fitted") or {}).get("host_per_request_ns") is not None]
     return out
+
+
+#: the host-fitted serve_sim runs, one per (handover shape, scheduler cost) choice
+_HOST_FITTED = ("serve_sim_host_per_request", "serve_sim_host_per_request_side_by_side",
+                "serve_sim_host_per_request_census_scheduler", "serve_sim_host_per_request_side_by_side_census_scheduler")
 
 
 @dataclass(frozen=True)

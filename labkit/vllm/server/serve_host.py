@@ -288,7 +288,7 @@ def run_serve_host(spec: dict, size: str, run_dir: Path, *, model: str | None, v
 
 
 def summary_text(result) -> str:
-    """One sentence per point: the per-step costs (medians; the client's mean)."""
+    """One sentence per point: the per-step costs (medians; the client's mean), in ms to the us."""
     out = []
     for n in result.params.get("points", []):
         got = {r["phase"]: r for r in result.rows if r.get("requests") == n}
@@ -296,7 +296,7 @@ def summary_text(result) -> str:
         def ms(phase: str) -> str:
             r = got.get(phase)
             v = None if r is None else (r["median_ns"] if r.get("median_ns") is not None else r["mean_ns"])
-            return "-" if v is None else f"{v / 1e6:.2f} ms"
+            return "-" if v is None else f"{v / 1e6:.3f} ms"
 
         out.append(f"At {n} streams, per decode step: engine core output thread {ms('engine_output_thread')}, "
                    f"input thread {ms('engine_input_thread')}; API server {ms('api_server_outputs')} "
