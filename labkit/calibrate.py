@@ -93,10 +93,17 @@ def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
     }
 
 
-def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3) -> list[dict]:
-    """Per-element host time (ns) of each CPU variant; rows with ``kind="cpu"``."""
+def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
+    """Per-element host time (ns) of each CPU variant (``variants``: a subset of :data:`CPU_VARIANTS`);
+    rows with ``kind="cpu"``."""
+    loops = cpu_loops(n)
+    unknown = sorted(set(variants or ()) - set(loops))
+    if unknown:
+        raise UsageError(f"unknown CPU calibration variants: {', '.join(unknown)}")
     rows = []
-    for variant, fn in cpu_loops(n).items():
+    for variant, fn in loops.items():
+        if variants is not None and variant not in variants:
+            continue
         t = _scaled(time_host(fn, warmup=warmup, repeats=repeats), n)
         rows.append(_row("cpu", variant, "host_ns", t, elements=n))
     return rows

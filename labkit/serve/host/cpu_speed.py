@@ -5,6 +5,13 @@ Rule: for each unit cost both calibrations hold (``tensor_index_int``: one torch
 node's median ns to this CPU's; the factor is the geometric mean of those ratios. A host time
 measured here times the factor is that time on the GPU node's host (> 1: that host is slower).
 Nothing is fitted: both calibrations are recorded results.
+
+A host cost and the calibration it is scaled by are best measured in the same run: these
+machines' speed moves by tens of percent from one hour to the next, and a cost recorded in a
+slow hour scaled by a calibration of a fast one reads as a host that is not there. A result that
+ran the unit costs itself keeps them in ``params["calibration_in_run"]`` (:func:`in_run_calibration`:
+a list of rows, or per grid point a list of rows); :func:`calibration_of` prefers those to the
+machine's ``calibration.json`` and says which it used.
 """
 
 from __future__ import annotations
@@ -16,7 +23,11 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["UNIT_COSTS", "CpuSpeed", "cpu_speed_from_rows", "load_cpu_speed"]
+__all__ = ["UNIT_COSTS", "IN_RUN_KEY", "CpuSpeed", "cpu_speed_from_rows", "load_cpu_speed", "in_run_calibration",
+           "calibration_of"]
+
+#: where a result keeps the unit costs it measured in its own run
+IN_RUN_KEY = "calibration_in_run"
 
 #: the calibration rows (``variant``) the factor is derived from
 UNIT_COSTS = ("tensor_index_int", "loop_only")
@@ -60,3 +71,32 @@ def load_cpu_speed(target_path, here_path) -> CpuSpeed:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"cannot read the calibration {p}: {exc}") from None
     return cpu_speed_from_rows(rows[0], rows[1])
+
+
+def in_run_calibration(repeats: int = 20) -> list[dict]:
+    """The unit costs (:data:`UNIT_COSTS`), measured now in this process: rows as ``labkit calibrate``
+    writes them (a second or two)."""
+    from labkit.calibrate import calibrate_cpu
+
+    return calibrate_cpu(repeats=repeats, variants=UNIT_COSTS)
+
+
+def calibration_of(doc: dict, fallback: dict | None) -> tuple[list, str]:
+    """``(rows, where)``: the unit costs ``doc`` (a result) measured in its own run (the median per
+    unit cost over its grid points, where it holds one list per point), else ``fallback``'s rows
+    (the machine's recorded calibration). ``UsageError`` when neither holds them."""
+    kept = (doc.get("params") or {}).get(IN_RUN_KEY)
+    lists = list(kept.values()) if isinstance(kept, dict) else ([kept] if kept else [])
+    by: dict = {}
+    for rows in lists:
+        for unit, ns in _medians(rows).items():
+            by.setdefault(unit, []).append(ns)
+    if all(u in by for u in UNIT_COSTS):
+        import statistics
+
+        where = "in its own run" + (f" (median over {len(lists)} points)" if len(lists) > 1 else "")
+        return [{"variant": u, "median_ns": statistics.median(by[u])} for u in UNIT_COSTS], where
+    if fallback is None or not _medians(fallback.get("rows") or []):
+        raise UsageError(f"{doc.get('name', 'the result')} holds no unit costs of its run and no calibration "
+                         f"of its machine is recorded")
+    return fallback["rows"], f"the machine's calibration ({fallback.get('name', 'calibration')}, another run)"

@@ -114,6 +114,24 @@ def _published(res, metric: str, arm: str):
     return None if r is None else r.get("published")
 
 
+def _pair(by: dict, pairs, *metrics):
+    """For the first pair of choices ``(a, b)`` both recorded, ``([(values a, b), published] per metric
+    ..., a)``; each metric ``(name, arm)``; None when no pair has every value."""
+    for a, b in pairs:
+        if a not in by or b not in by:
+            continue
+        out = []
+        for metric, arm in metrics:
+            vals = [_value(by[k], metric, arm) for k in (a, b)]
+            pub = _published(by[a], metric, arm)
+            if None in vals or pub is None:
+                break
+            out.append((vals, pub))
+        else:
+            return (*out, a)
+    return None
+
+
 def choices_text(results) -> str:
     """What moving each choice does, from the runs that differ in that choice alone: the scheduler's
     cost against the baseline's TPOT and the ratio, the handover shape against the mean TTFT and the
@@ -122,38 +140,26 @@ def choices_text(results) -> str:
         return NO_CHOICES
     by = {_choices(r): r for r in results}
     parts = []
-    for order in ORDERS:
-        alone, census = by.get((order, "measured")), by.get((order, "census"))
-        if alone is None or census is None:
-            continue
-        tp = [_value(r, "mean_tpot_ms", "baseline") for r in (alone, census)]
-        ra = [_value(r, "output_throughput_ratio", "ratio") for r in (alone, census)]
-        pub_tp, pub_ra = _published(alone, "mean_tpot_ms", "baseline"), _published(alone, "output_throughput_ratio", "ratio")
-        if None in tp or None in ra or pub_tp is None or pub_ra is None:
-            continue
-        between = min(tp) <= pub_tp <= max(tp)
+    got = _pair(by, [((o, "measured"), (o, "census")) for o in ORDERS],
+                ("mean_tpot_ms", "baseline"), ("output_throughput_ratio", "ratio"))
+    if got is not None:
+        (tp, pub_tp), (ra, pub_ra), (order, _) = got
+        between = min(tp) <= pub_tp <= max(tp) and min(ra) <= pub_ra <= max(ra)
         parts.append(f"Charging schedule() its cost inside vLLM's step instead of its cost alone in the run ({order} "
                      f"handovers) moves the baseline's mean TPOT from {tp[0]:.1f} to {tp[1]:.1f} ms and the ratio "
                      f"from {ra[0]:.3f}x to {ra[1]:.3f}x (published {pub_tp:.2f} ms, {pub_ra:.3f}x)"
                      + (": the two measured costs of the pre-#40143 loop bracket the published baseline."
-                        if between and min(ra) <= pub_ra <= max(ra) else "."))
-        break
-    for sched in SCHEDULERS:
-        mf, sbs = by.get(("media-first", sched)), by.get(("side-by-side", sched))
-        if mf is None or sbs is None:
-            continue
-        tt = [_value(r, "mean_ttft_ms", "baseline") for r in (mf, sbs)]
-        fs = [_value(r, "finish_spread_s", "baseline") for r in (mf, sbs)]
-        pub_tt, pub_fs = _published(mf, "mean_ttft_ms", "baseline"), _published(mf, "finish_spread_s", "baseline")
-        if None in tt or None in fs or pub_tt is None or pub_fs is None:
-            continue
+                        if between else "."))
+    got = _pair(by, [(("media-first", c), ("side-by-side", c)) for c in SCHEDULERS],
+                ("mean_ttft_ms", "baseline"), ("finish_spread_s", "baseline"))
+    if got is not None:
+        (tt, pub_tt), (fs, pub_fs), _ = got
         parts.append(f"Handing every request over near the end of the intake (side-by-side, a bound: vLLM's "
                      f"processor runs on one worker) instead of media-first moves the baseline's mean TTFT from "
                      f"{tt[0] / 1e3:.1f} to {tt[1] / 1e3:.1f} s (published {pub_tt / 1e3:.1f} s) and its finish spread "
                      f"from {fs[0]:.1f} to {fs[1]:.1f} s (published {pub_fs:.2f} s)"
                      + (": even with every request handed over at the end, the intake is shorter than the published "
                         "TTFT asks for." if tt[1] < pub_tt * 0.9 else "."))
-        break
     gaps = []
     for r in results:
         b, a = _value(r, "mean_ttft_ms", "baseline"), _value(r, "mean_ttft_ms", "pr40143")

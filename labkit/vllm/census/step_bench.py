@@ -185,6 +185,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     from labkit.device import last_level_cache_bytes
     from labkit.machine_load import machine_load
     from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, in_run_calibration
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
@@ -210,6 +211,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     machine = describe_machine("cpu")
     rows: list[dict] = []
     facts: dict = {}
+    in_run: dict = {}
     partial = None
     with machine_load() as load, quiet_vllm():
         llm = build_census_engine(model, run_dir, plan, profile_dir=run_dir / "profile")
@@ -222,7 +224,11 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
                                                         trace_dir=trace_dir)
                 rows += point_rows
                 facts[f"{n}x{m}"] = {**point_facts, "traces": {k: Path(t).name for k, t in point_facts["traces"].items()}}
+                # the unit costs in the same process and hour as the point's steps (what the serving
+                # simulator scales this census by)
+                in_run[f"{n}x{m}"] = in_run_calibration()
                 partial.params["points_done"] = facts
+                partial.params[IN_RUN_KEY] = in_run
                 partial.update(rows)
         finally:
             shutdown_engine(llm)
@@ -230,6 +236,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
         for n, m in plan.points:  # else the stand-in ran beside the engine's scheduler alone, at each point
             rows += scheduler_only_point(n, m, steps=STAND_IN_STEPS)
     params["points_done"] = facts
+    params[IN_RUN_KEY] = in_run
     params["machine_load"] = load
     params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,

@@ -77,6 +77,8 @@ __all__ = ["CENSUS_VARIANTS", "CensusPlan", "forward_off_host", "build_census_en
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
+#: the variants vllm-sched's stand-in scheduler is stepped for beside the engine's scheduler alone
+STAND_IN_VARIANTS = ("baseline", "pr40143", "merged")
 #: text tokens of the made Gemma 4 prompt around its images (``labkit.vllm.conformance.models.image_prompt``), with margin
 PROMPT_TEXT_TOKENS = 16
 
@@ -368,12 +370,13 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
 
 def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
     """The engine's scheduler driven alone at the point (:data:`ALONE_MODES`), with vllm-sched's stand-in
-    for the baseline and merged variants stepped in the same rounds as its back-to-back mode."""
+    for the baseline, pr40143 and merged variants stepped in the same rounds as its back-to-back mode
+    (the serving simulator's scheduler is that stand-in's kind: the two compare within one run)."""
     from labkit.vllm.census.step_checks import engine_scheduler_alone, stand_in_scheduler, sweep_bytes
 
-    pair = tuple(v for v in plan.variants if v in ("baseline", "merged"))
+    pair = tuple(v for v in plan.variants if v in STAND_IN_VARIANTS)
     steps = plan.alone_rounds * (plan.alone_block + 1) + 2
-    with (stand_in_scheduler(run.requests, run.images, pair, steps) if len(pair) == 2
+    with (stand_in_scheduler(run.requests, run.images, pair, steps) if {"baseline", "merged"} <= set(pair)
           else contextlib.nullcontext()) as stand_in:
         gc.collect()
         return engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants,
