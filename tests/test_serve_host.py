@@ -142,3 +142,48 @@ def test_a_fitted_host_per_request_joins_the_core_chain():
     host = ServeHost(census, 1.0, extra_ns_per_request=1000.0)
     assert host.core_ns(rec)["fitted_host"] == pytest.approx(128_000.0)  # 120 decoding + 8 prefilling
     assert "fitted_host" not in ServeHost(census, 1.0).core_ns(rec)
+
+
+def _cal(tensor_ns: float, loop_ns: float) -> list:
+    return [{"variant": "tensor_index_int", "median_ns": tensor_ns}, {"variant": "loop_only", "median_ns": loop_ns}]
+
+
+def test_a_results_own_unit_costs_come_before_the_machines_calibration():
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, calibration_of
+
+    machine = {"name": "calibration", "rows": _cal(1000.0, 5.0)}
+    # per point: 1200 / 1400 / 1600 ns and 6 / 8 / 7 ns -> medians 1400 and 7
+    doc = {"name": "vllm_step", "params": {IN_RUN_KEY: {"1x32": _cal(1200.0, 6.0), "8x32": _cal(1400.0, 8.0),
+                                                         "128x32": _cal(1600.0, 7.0)}}}
+    rows, where = calibration_of(doc, machine)
+    assert {r["variant"]: r["median_ns"] for r in rows} == {"tensor_index_int": 1400.0, "loop_only": 7.0}
+    assert where == "in its own run (median over 3 points)"
+    # one list: used as it is
+    rows, where = calibration_of({"params": {IN_RUN_KEY: _cal(900.0, 4.0)}}, machine)
+    assert {r["variant"]: r["median_ns"] for r in rows} == {"tensor_index_int": 900.0, "loop_only": 4.0}
+    assert where == "in its own run"
+    # none kept, or a unit cost missing: the machine's
+    for params in ({}, {IN_RUN_KEY: {"1x32": _cal(1200.0, 6.0)[:1]}}):
+        rows, where = calibration_of({"params": params}, machine)
+        assert rows is machine["rows"] and where.startswith("the machine's calibration")
+    with pytest.raises(UsageError, match="no unit costs"):
+        calibration_of({"name": "vllm_input", "params": {}}, None)
+
+
+def test_the_serving_speeds_divide_each_cost_by_its_own_runs_unit_costs():
+    from types import SimpleNamespace
+
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, serve_speeds
+
+    gpu = {"rows": _cal(1400.0, 5.0)}
+    machine = {"rows": _cal(1000.0, 5.0)}  # the census machine's calibration.json
+    census = {"params": {IN_RUN_KEY: {"128x32": _cal(1750.0, 6.25)}}}  # a slow hour: 1.25x on both
+    inputs = SimpleNamespace(calibration_gpu_host=gpu, calibration_census=machine, calibration_here={"rows": _cal(700.0, 2.5)},
+                             census=census, input_processing={"params": {}}, server_host=None)
+    sp = serve_speeds(inputs, here_rows=_cal(1400.0, 10.0))
+    # census: sqrt(1400/1750 * 5/6.25) = 0.8; inputs (the machine's): sqrt(1.4 * 1) = 1.1832; here: sqrt(1 * 0.5)
+    assert sp["census"][0].factor == pytest.approx(0.8) and sp["census"][1] == "in its own run"
+    assert sp["inputs"][0].factor == pytest.approx(1.4 ** 0.5) and "machine's calibration" in sp["inputs"][1]
+    assert sp["here"][0].factor == pytest.approx(0.5 ** 0.5) and sp["server_host"] is None
+    # without the unit costs measured now, this machine's recorded calibration: sqrt(2 * 2) = 2
+    assert serve_speeds(inputs)["here"][0].factor == pytest.approx(2.0)

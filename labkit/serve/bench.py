@@ -53,6 +53,9 @@ SERVER_HOSTS = {
                 "server merged as vLLM's output handler drains them; all x the census CPU-speed factor",
     "none": "the census's process_outputs as the API server's output job; no engine-core I/O threads",
 }
+#: what the scheduler's calls measured here are scaled by: the unit costs measured in the run, or
+#: this machine's recorded calibration (another run)
+HERE_CALIBRATIONS = ("in-run", "recorded")
 #: arm -> side of #40143's published table
 PUBLISHED_ARMS = {"baseline": "before", "pr40143": "after"}
 #: metric -> unit, for the table and the rows
@@ -135,7 +138,8 @@ def ratio_row(gpu: str, by_arm: dict, *, compare: bool) -> dict | None:
 def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: float, cpu_speed_here: float,
             input_ns_per_request: float | None = None, config, scheduler_source: str = "measured", charge: str = "cpu",
             input_jobs: list | None = None, server_rows: list | None = None,
-            start_ns: list | None = None, host_per_request_ns: float = 0.0) -> dict:
+            start_ns: list | None = None, host_per_request_ns: float = 0.0,
+            cpu_speed_server: float | None = None) -> dict:
     """One arm's run: ``{"metrics", "timeline", "timings", "census_host"}`` (needs vLLM). The API server's
     input processing: ``input_jobs`` (:func:`labkit.serve.api_server.input_jobs`) or the same
     ``input_ns_per_request`` for every request, one after another. ``server_rows``: the real server's
@@ -154,7 +158,8 @@ def run_arm(arm: str, workload, *, model_dir, device, census_rows, cpu_speed: fl
     from labkit.serve.host.server_host import server_host_from_rows
 
     census = census_host_from_rows(census_rows, arm, images=32, cpu_speed=cpu_speed)
-    server = server_host_from_rows(server_rows, cpu_speed=cpu_speed) if server_rows is not None else None
+    server = (server_host_from_rows(server_rows, cpu_speed=cpu_speed if cpu_speed_server is None else cpu_speed_server)
+              if server_rows is not None else None)
     host = ServeHost(census, cpu_speed_here, scheduler_source, server, host_per_request_ns)
     prompt_len, _ = prompt_layout(workload)
     t0 = time.perf_counter()
@@ -186,7 +191,8 @@ def _scaled(device, factor: float):
 
 def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = "measured", save: bool = True,
                   census_machine: str | None = None, charge: str = "cpu", fit: str | None = None,
-                  api_order: str = "media-first", server_host: str = "measured", api_intake: str = "measured"):
+                  api_order: str = "media-first", server_host: str = "measured", api_intake: str = "measured",
+                  here_calibration: str = "in-run"):
     """The whole comparison; ``device_for(gpu) -> (device time, description)``. Returns the result.
 
     ``fit="device-scale"`` (full size only): per GPU, the after arm (``pr40143``) runs first as is,
@@ -199,7 +205,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     from labkit.results import make_result, save_result, sized_name
     from labkit.serve.api_server import API_ORDERS, input_jobs
     from labkit.serve.breakdown import phase_rows, requests_buckets, scheduler_cost_rows, ttft_parts
-    from labkit.serve.host.cpu_speed import cpu_speed_from_rows
+    from labkit.serve.host.cpu_speed import describe_speeds, in_run_calibration, serve_speeds
     from labkit.serve.inputs import INPUT_STAGES, intake_ns, load_inputs, per_image_input_ns
     from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for
     from labkit.serve.workload import get_workload, prompt_layout
@@ -227,6 +233,10 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
     census_machine = census_machine or CENSUS_MACHINE
     fitted: dict = {}
     rows, params_gpu, speeds, inputs_prov, devices = [], {}, {}, {}, {}
+    if here_calibration not in HERE_CALIBRATIONS:
+        raise UsageError(f"--here-calibration must be one of {', '.join(HERE_CALIBRATIONS)}")
+    # the unit costs now, in this process: what the scheduler's calls measured in this run are scaled by
+    here_rows = in_run_calibration() if here_calibration == "in-run" else None
     with tempfile.TemporaryDirectory(prefix="labkit-serve-sim-") as tmp, machine_load() as load:
         model_dir = write_model_config(tmp)
         for gpu in gpus:
@@ -235,18 +245,18 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             inputs = load_inputs(machine["slug"], gpu, census_machine=census_machine,
                                  server_host=server_host == "measured")
             inputs_prov[gpu] = inputs.provenance()
-            # recorded host costs: the census machine -> the GPU node's host; measured: this machine -> it
-            speed = cpu_speed_from_rows(inputs.calibration_gpu_host["rows"], inputs.calibration_census["rows"])
-            speed_here = cpu_speed_from_rows(inputs.calibration_gpu_host["rows"], inputs.calibration_here["rows"])
-            speeds[gpu] = {"recorded": speed.as_dict(), "measured_here": speed_here.as_dict(),
-                           "census_machine": census_machine, "this_machine": machine["slug"]}
+            # each host cost -> the GPU node's host, against the unit costs of the run it was measured in
+            sp = serve_speeds(inputs, here_rows)
+            speed, speed_here, speed_in = sp["census"][0], sp["here"][0], sp["inputs"][0]
+            speed_server = sp["server_host"][0].factor if sp["server_host"] else None
+            speeds[gpu] = {**describe_speeds(sp), "census_machine": census_machine, "this_machine": machine["slug"]}
             per_image_ns, stages = per_image_input_ns(inputs.input_processing)
-            input_ns = per_image_ns * workload.images * speed.factor
-            media_ns = stages["media_decode"]["per_image_ns"] * workload.images * speed.factor
+            input_ns = per_image_ns * workload.images * speed_in.factor
+            media_ns = stages["media_decode"]["per_image_ns"] * workload.images * speed_in.factor
             n_req = workload.requests
             intake, starts = None, None
             if api_intake == "measured":
-                intake = {k: v * workload.images * speed.factor for k, v in intake_ns(inputs.input_processing).items()}
+                intake = {k: v * workload.images * speed_in.factor for k, v in intake_ns(inputs.input_processing).items()}
                 # the client serializes request i's body after requests 0..i-1's: it starts then, and
                 # its body is in when its own serialization ends
                 starts = [i * intake["client_serialize"] for i in range(n_req)]
@@ -262,7 +272,7 @@ def run_serve_sim(size: str, gpus, arms, *, device_for, scheduler_source: str = 
             def one(arm, dev, extra=None):
                 return run_arm(arm, workload, model_dir=model_dir, device=dev, census_rows=inputs.census["rows"],
                                host_per_request_ns=extra_ns if extra is None else extra,
-                               cpu_speed=speed.factor, cpu_speed_here=speed_here.factor,
+                               cpu_speed=speed.factor, cpu_speed_here=speed_here.factor, cpu_speed_server=speed_server,
                                input_jobs=jobs, config=config,
                                scheduler_source=scheduler_source, charge=charge,
                                server_rows=inputs.server_host["rows"] if inputs.server_host else None,
@@ -432,6 +442,9 @@ def _parser() -> argparse.ArgumentParser:
                         "server parses each; vllm_input's client_serialize and request_parse) or none (all at t = 0)")
     p.add_argument("--scheduler-host", choices=("measured", "census"), default="measured",
                    help="schedule()/update_from_output() host cost: as measured in this run (default) or the census's (result name gains _census_scheduler)")
+    p.add_argument("--here-calibration", choices=HERE_CALIBRATIONS, default="in-run",
+                   help="what the calls measured here are scaled by: the unit costs measured at the start of this run "
+                        "(default) or this machine's recorded calibration.json")
     return p
 
 
@@ -457,7 +470,7 @@ def _main(argv: list[str]) -> int:
     result = run_serve_sim(size, args.gpu, arms, device_for=load_device_model, scheduler_source=args.scheduler_host,
                            save=False, census_machine=args.census_machine, charge=args.scheduler_clock,
                            fit=args.fit, api_order=args.api_order, server_host=args.server_host,
-                           api_intake=args.api_intake)
+                           api_intake=args.api_intake, here_calibration=args.here_calibration)
     print_table(result)
     from labkit.machine_load import describe_load
 

@@ -100,3 +100,33 @@ def calibration_of(doc: dict, fallback: dict | None) -> tuple[list, str]:
         raise UsageError(f"{doc.get('name', 'the result')} holds no unit costs of its run and no calibration "
                          f"of its machine is recorded")
     return fallback["rows"], f"the machine's calibration ({fallback.get('name', 'calibration')}, another run)"
+
+
+def serve_speeds(inputs, here_rows=None) -> dict:
+    """The serving simulator's CPU-speed factors, each against the unit costs of the run its host
+    costs come from (:func:`calibration_of`): ``census`` (the step census), ``inputs`` (the input
+    processing), ``server_host`` (the real server's host beside the step; None without it) and
+    ``here`` (the scheduler's calls measured in this run: ``here_rows`` measured now, else this
+    machine's recorded calibration). ``inputs`` is a :class:`labkit.serve.inputs.ServeInputs`.
+    Returns ``{role: (CpuSpeed, where)}``."""
+    target = inputs.calibration_gpu_host["rows"]
+    docs = {"census": inputs.census, "inputs": inputs.input_processing, "server_host": inputs.server_host}
+    out = {}
+    for role, doc in docs.items():
+        if doc is None:
+            out[role] = None
+            continue
+        rows, where = calibration_of(doc, inputs.calibration_census)
+        out[role] = (cpu_speed_from_rows(target, rows), where)
+    if here_rows is not None:
+        out["here"] = (cpu_speed_from_rows(target, here_rows), "in this run (the scheduler's calls beside it)")
+    else:
+        out["here"] = (cpu_speed_from_rows(target, inputs.calibration_here["rows"]),
+                       "this machine's recorded calibration (another run)")
+    return out
+
+
+def describe_speeds(speeds: dict) -> dict:
+    """``serve_speeds``' factors as the result's parameters: per role the factor, its ratios and where
+    the unit costs it divides by were measured."""
+    return {role: None if v is None else {**v[0].as_dict(), "calibration": v[1]} for role, v in speeds.items()}

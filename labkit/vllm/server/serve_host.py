@@ -283,6 +283,9 @@ def run_serve_host(spec: dict, size: str, run_dir: Path, *, model: str | None, v
                        "api_server_outputs: tens of us against ms)",
               "note": "vLLM's CPU build: the forward runs on the host, so steps are slow and every step's outputs "
                       "are handled alone; the costs are per step at the number of streams"}
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, in_run_calibration
+
+    params[IN_RUN_KEY] = in_run_calibration()  # the unit costs in the same hour, right after the runs
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
 
