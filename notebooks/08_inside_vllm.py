@@ -48,6 +48,17 @@ serve_sim.serve_sim_table(sim).round(3) if sim is not None else print(serve_sim.
 serve_sim.plot_serve_sim(sim)
 
 # %% [markdown]
+# **Every answer the lab gives to "why 1.27x?"**, beside the published figure and with what each
+# leaves out (read from the recorded results; the same table heads the report's index page):
+
+# %%
+from labkit.report.findings import lab_findings
+from labkit.viz.tables import format_table
+answers_table = [{"method": f.method, "the lab's figure": f.figure, "published": f.published,
+                  "what it leaves out": f.leaves_out, "source": f"{f.source}, {f.result}"} for f in lab_findings()]
+format_table(answers_table) if answers_table else print("no result of any method recorded yet")
+
+# %% [markdown]
 # **One parameter fitted: the device time.** The run above fits nothing. In it the after arm's
 # steps are device-bound, so its TPOT is the device model's step, and the model's Gemma-4-E4B
 # step is shorter than the PR's. `labkit bench serve-sim --fit device-scale` multiplies every
@@ -95,6 +106,18 @@ grid = serve_choices.recorded_choices()
 print(serve_choices.choices_text(grid))
 if grid:
     display(serve_choices.choices_table(grid))
+
+# %% [markdown]
+# **How each host cost reaches the GPU node's host.** Every host time above was measured on a CPU
+# and is scaled to the GPU node's host by the ratio of two unit costs (one torch tensor read, one
+# Python loop iteration) on the two machines. This machine's speed moves by tens of percent
+# between hours, so each input is divided by the unit costs measured in its own run where it
+# kept them (the census after each grid point, the input processing and the real server's host
+# after their runs, the scheduler's calls at the start of the simulation):
+
+# %%
+if hfit is not None:
+    display(serve_sim.speeds_table(hfit))
 
 # %% tags=["parameters"]
 device = "auto"

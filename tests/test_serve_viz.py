@@ -48,3 +48,28 @@ def test_figure_is_labelled_simulated():
 def test_nothing_recorded():
     assert serve_sim_table(None).empty
     assert "no serve_sim result" in plot_serve_sim(None).layout.annotations[0].text
+
+
+def test_speeds_table_one_row_per_input_and_where_its_unit_costs_came_from():
+    from labkit.viz.vllm.serve_sim import speeds_table
+
+    def speed(f, t, lo, where=None):
+        out = {"factor": f, "ratios": {"tensor_index_int": t, "loop_only": lo}, "rule": "r"}
+        return {**out, "calibration": where} if where else out
+
+    new = {"census": speed(0.9, 1.1, 0.7, "in its own run (median over 6 points)"), "inputs": speed(1.0, 1.2, 0.8, "in its own run"),
+           "server_host": None, "here": speed(0.8, 1.0, 0.6, "in this run"), "census_machine": "cpu-a", "this_machine": "cpu-a"}
+    res = make_result("serve_sim", [], params={"gpu": ["h200", "h100"], "cpu_speed": {"h200": new, "h100": {}}},
+                      source="simulated", size="full")
+    t = speeds_table(res)
+    assert list(t["host input"]) == ["the step census (vllm_step)", "the input processing (vllm_input)",
+                                     "the scheduler's calls timed in this run"]
+    assert list(t["factor"]) == [0.9, 1.0, 0.8] and t["unit costs divided by"][0].startswith("in its own run")
+    # a run recorded before the rule: two factors, both against the machine's calibration
+    old = make_result("serve_sim", [], params={"gpu": "h200", "cpu_speed": {"recorded": speed(1.18, 1.35, 1.03),
+                                                                             "measured_here": speed(1.18, 1.35, 1.03)}},
+                      source="simulated", size="full")
+    t = speeds_table(old)
+    assert list(t["host input"]) == ["every recorded host cost", "the scheduler's calls timed in this run"]
+    assert set(t["unit costs divided by"]) == {"the machine's calibration (another run)"}
+    assert speeds_table(None).empty

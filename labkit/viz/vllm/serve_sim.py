@@ -3,7 +3,8 @@
 :func:`recorded_serve_sim` finds the recorded result (a full run first), :func:`serve_sim_table`
 is the table of notebook 08 (one row per arm and kind: predicted, published, error; units in
 the column names), :func:`plot_serve_sim` the figure: per metric a panel, published bars solid,
-predicted bars hatched (simulated).
+predicted bars hatched (simulated); :func:`speeds_table` the CPU-speed factor each host input of a
+run was scaled by, and whose unit costs it divides by.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from plotly.subplots import make_subplots
 from labkit.serve.bench import RESULT_NAME, named_gpu
 from labkit.viz.sources import source_title
 
-__all__ = ["RESULT_NAME", "TABLE_METRICS", "NO_SERVE_SIM", "recorded_serve_sim", "serve_sim_table", "plot_serve_sim"]
+__all__ = ["RESULT_NAME", "TABLE_METRICS", "NO_SERVE_SIM", "recorded_serve_sim", "serve_sim_table", "plot_serve_sim",
+           "speeds_table"]
 
 #: metric -> (column name with its unit, factor from the row's unit)
 TABLE_METRICS = {"output_throughput": ("output (tok/s)", 1.0), "mean_tpot_ms": ("mean TPOT (ms)", 1.0),
@@ -91,3 +93,31 @@ def plot_serve_sim(result, gpu=None) -> go.Figure:
                                       f"{result.slug}; simulated clock and device; fitted parameters: "
                                       f"{len(fitted)}; commit {result.labkit_commit}</sup>"))
     return fig
+
+
+#: the host inputs a serve_sim run scales, in the order the table shows them (older runs: two factors)
+_SPEED_ROLES = {"census": "the step census (vllm_step)", "inputs": "the input processing (vllm_input)",
+                "server_host": "the real server's host beside the step (vllm_serve_host)",
+                "here": "the scheduler's calls timed in this run",
+                "recorded": "every recorded host cost", "measured_here": "the scheduler's calls timed in this run"}
+
+
+def speeds_table(result, gpu=None):
+    """One row per host input of the run: the CPU-speed factor it was scaled by to the GPU node's
+    host, the two unit-cost ratios behind it and where the unit costs it divides by were measured
+    (in the input's own run, or the machine's calibration from another run)."""
+    import pandas as pd
+
+    cols = ["host input", "factor", "tensor_index_int ratio", "loop_only ratio", "unit costs divided by"]
+    sp = (result.params.get("cpu_speed") or {}) if result is not None else {}
+    if sp and not any(k in sp for k in _SPEED_ROLES):  # several GPUs: one set each
+        sp = sp.get(gpu or named_gpu(result)) or {}
+    rows = []
+    for role, label in _SPEED_ROLES.items():
+        v = sp.get(role)
+        if not isinstance(v, dict) or v.get("factor") is None:
+            continue
+        ratios = v.get("ratios") or {}
+        rows.append((label, v["factor"], ratios.get("tensor_index_int"), ratios.get("loop_only"),
+                     v.get("calibration", "the machine's calibration (another run)")))
+    return pd.DataFrame(rows, columns=cols)
