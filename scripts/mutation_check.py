@@ -280,6 +280,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return max(0.0, rest)",
         ("tests/test_serve_host.py",),
     ),
+    Mutation(
+        "cpu-speed-in-run-ignored",
+        "serve-sim CPU speed: a result's own unit costs passed over for the machine's calibration of another run",
+        "    if all(u in by for u in UNIT_COSTS):",
+        "    if False and all(u in by for u in UNIT_COSTS):",
+        ("tests/test_serve_host.py",),
+    ),
+    Mutation(
+        "cpu-speed-one-calibration-for-all",
+        "serve-sim CPU speed: every recorded host input divided by the census's unit costs",
+        "        rows, where = calibration_of(doc, inputs.calibration_census)",
+        "        rows, where = calibration_of(inputs.census, inputs.calibration_census)",
+        ("tests/test_serve_host.py",),
+    ),
 )
 
 

@@ -107,9 +107,21 @@ def test_the_baseline_trace_reads_placeholders_and_merged_none(census):
     assert rows[("baseline", "get_num_embeds")]["trace_median_us"] > 0
     assert rows[("merged", "get_num_embeds")]["trace_median_us"] == 0
     assert rows[("early-return", "get_num_embeds")]["trace_median_us"] == 0
-    # vllm-sched's stand-in, stepped beside the engine's scheduler alone, for baseline and merged only
-    assert {v for v, p in rows if p == "scheduler_only"} == {"baseline", "merged"}
+    # vllm-sched's stand-in, stepped beside the engine's scheduler alone, for every arm on the per-image
+    # loop and for merged, not for early-return (a patch of the engine's own scheduler)
+    assert {v for v, p in rows if p == "scheduler_only"} == {"baseline", "pr40143", "merged"}
     assert rows[("baseline", "scheduler_only")]["timer"].endswith("interleaved with the engine's scheduler alone")
+
+
+def test_the_census_keeps_the_unit_costs_of_its_run_per_point(census):
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, UNIT_COSTS, calibration_of
+
+    kept = census.params[IN_RUN_KEY]
+    assert set(kept) == set(census.params["points_done"])
+    for rows in kept.values():
+        assert {r["variant"] for r in rows} == set(UNIT_COSTS) and all(r["median_ns"] > 0 for r in rows)
+    rows, where = calibration_of(census.to_json(), None)
+    assert where.startswith("in its own run") and {r["variant"] for r in rows} == set(UNIT_COSTS)
 
 
 def test_whatif_check_runs_on_the_census_traces(census, run_root):
