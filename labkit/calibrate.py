@@ -2,7 +2,10 @@
 
 CPU part (every machine), the #40143 unit cost: reading one element of a Python list
 vs indexing a 1-D torch tensor (a 0-d tensor comes back) and converting it with
-``int()``, per element, inside a Python loop (the loop alone is measured too).
+``int()``, per element, inside a Python loop (the loop alone is measured too); and, with
+Pillow, the image path's unit cost (``image_decode_resize``: one of #40143's 1024 x 1536 JPEGs
+decoded, resized and normalized, per image), which the serving simulator scales the API
+server's intake by.
 
 GPU part (CUDA only), the #38794 unit costs: a small host-to-device copy from pageable
 vs pinned memory, and the launch of a (nearly) empty kernel. Each is measured three ways,
@@ -91,6 +94,49 @@ def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
         "tensor_index_int": tensor_index_int,
         "tensor_index_item": tensor_index_item,
     }
+
+
+#: the image path's unit cost: one of #40143's images (1024 x 1536) as a server takes it in
+IMAGE_VARIANT = "image_decode_resize"
+#: the image (width, height) and what it is resized to: 960 x 624 is 20 x 13 pooled 48-pixel
+#: cells, the 260 soft tokens of Gemma 4's processor for this aspect
+IMAGE_SIZE, IMAGE_RESIZED = (1536, 1024), (960, 624)
+
+
+def image_path():
+    """The image path's unit of work, or None without Pillow: a noise JPEG of :data:`IMAGE_SIZE`
+    (what ``vllm bench serve``'s random-mm sends), base64-decoded, decoded, resized (bicubic) to
+    :data:`IMAGE_RESIZED`, rescaled and normalized to float32 (what the HF processor does). Memory
+    and SIMD work, unlike the Python loop and the tensor read: the intake's own unit cost."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    import base64
+    import io
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (IMAGE_SIZE[1], IMAGE_SIZE[0], 3), dtype=np.uint8)).save(buf, format="JPEG")
+    encoded = base64.b64encode(buf.getvalue())
+
+    def one():
+        img = Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB")
+        arr = np.asarray(img.resize(IMAGE_RESIZED, Image.Resampling.BICUBIC), dtype=np.float32)
+        return (arr * (1 / 255.0) - 0.5) * 2.0
+
+    return one
+
+
+def calibrate_image(*, repeats: int = 10, warmup: int = 2) -> list[dict]:
+    """The image path's host time per image (:func:`image_path`): one row, ``kind="cpu"``,
+    ``variant`` :data:`IMAGE_VARIANT`; none without Pillow."""
+    fn = image_path()
+    if fn is None:
+        return []
+    return [_row("cpu", IMAGE_VARIANT, "host_ns", time_host(fn, warmup=warmup, repeats=repeats), elements=1)]
 
 
 def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
@@ -236,7 +282,7 @@ def run_calibration(device: str = "auto", *, quick: bool = True, on_rows=None) -
     from labkit.device import measured_source, resolve_device
 
     kind = resolve_device(device)
-    rows = calibrate_cpu(repeats=15 if quick else 60)
+    rows = calibrate_cpu(repeats=15 if quick else 60) + calibrate_image(repeats=10 if quick else 30)
     if on_rows:
         on_rows(rows)
     if kind == "cuda":

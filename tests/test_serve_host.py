@@ -187,3 +187,37 @@ def test_the_serving_speeds_divide_each_cost_by_its_own_runs_unit_costs():
     assert sp["here"][0].factor == pytest.approx(0.5 ** 0.5) and sp["server_host"] is None
     # without the unit costs measured now, this machine's recorded calibration: sqrt(2 * 2) = 2
     assert serve_speeds(inputs)["here"][0].factor == pytest.approx(2.0)
+
+
+def test_the_intake_is_scaled_by_the_image_paths_unit_cost_where_both_machines_hold_it():
+    from types import SimpleNamespace
+
+    from labkit.serve.host.cpu_speed import IN_RUN_KEY, serve_speeds
+
+    image = lambda ns: [{"variant": "image_decode_resize", "median_ns": ns}]  # noqa: E731
+    gpu = {"rows": _cal(1400.0, 5.0) + image(30e6)}
+    machine = {"rows": _cal(1000.0, 5.0)}
+    inputs_doc = {"params": {IN_RUN_KEY: _cal(1000.0, 5.0) + image(20e6)}}
+    inputs = SimpleNamespace(calibration_gpu_host=gpu, calibration_census=machine, calibration_here=machine,
+                             census={"params": {}}, input_processing=inputs_doc, server_host=None)
+    sp = serve_speeds(inputs)
+    # the intake: 30 / 20 ms = 1.5 (not the Python unit costs' sqrt(1.4)); the census keeps those
+    assert sp["inputs"][0].factor == pytest.approx(1.5) and sp["inputs"][0].ratios == {"image_decode_resize": 1.5}
+    assert sp["inputs"][1].endswith("the image path's unit cost")
+    assert sp["census"][0].factor == pytest.approx(1.4 ** 0.5)
+    # the GPU node's host without it: the Python unit costs, and the reason said
+    inputs.calibration_gpu_host = {"rows": _cal(1400.0, 5.0)}
+    sp = serve_speeds(inputs)
+    assert sp["inputs"][0].factor == pytest.approx(1.4 ** 0.5) and "no image-path unit cost" in sp["inputs"][1]
+
+
+def test_the_image_path_unit_cost_decodes_resizes_and_normalizes_one_image():
+    pytest.importorskip("PIL")
+    from labkit.calibrate import IMAGE_RESIZED, calibrate_image, image_path
+
+    out = image_path()()
+    # (height, width, RGB) of the resized image, values in [-1, 1] as the processor's normalization gives
+    assert out.shape == (IMAGE_RESIZED[1], IMAGE_RESIZED[0], 3) and out.dtype.name == "float32"
+    assert -1.0 <= float(out.min()) < -0.9 and 0.9 < float(out.max()) <= 1.0
+    (row,) = calibrate_image(repeats=2, warmup=1)
+    assert row["variant"] == "image_decode_resize" and row["kind"] == "cpu" and row["median_ns"] > 0

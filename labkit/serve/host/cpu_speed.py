@@ -12,6 +12,12 @@ slow hour scaled by a calibration of a fast one reads as a host that is not ther
 ran the unit costs itself keeps them in ``params["calibration_in_run"]`` (:func:`in_run_calibration`:
 a list of rows, or per grid point a list of rows); :func:`calibration_of` prefers those to the
 machine's ``calibration.json`` and says which it used.
+
+The API server's intake (JPEG decode, the HF image processor, the request's JSON) is memory and
+SIMD work the two unit costs above do not describe, so where both the GPU node's calibration and
+the input processing's own run hold the image path's unit cost (:data:`IMAGE_UNIT_COSTS`,
+:func:`labkit.calibrate.image_path`) the intake is scaled by that ratio alone;
+:func:`serve_speeds` says which.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["UNIT_COSTS", "IN_RUN_KEY", "CpuSpeed", "cpu_speed_from_rows", "load_cpu_speed", "in_run_calibration",
-           "calibration_of"]
+__all__ = ["UNIT_COSTS", "IMAGE_UNIT_COSTS", "IN_RUN_KEY", "has_units", "CpuSpeed", "cpu_speed_from_rows",
+           "load_cpu_speed", "in_run_calibration", "calibration_of", "serve_speeds", "describe_speeds"]
 
+#: the intake's unit cost (images decoded, resized, normalized): what the input processing is scaled by
+#: where both machines measured it (:func:`labkit.calibrate.image_path`)
+IMAGE_UNIT_COSTS = ("image_decode_resize",)
 #: where a result keeps the unit costs it measured in its own run
 IN_RUN_KEY = "calibration_in_run"
 
@@ -47,19 +56,25 @@ class CpuSpeed:
         return asdict(self)
 
 
-def _medians(rows) -> dict:
+def _medians(rows, units=UNIT_COSTS + IMAGE_UNIT_COSTS) -> dict:
     return {r["variant"]: float(r["median_ns"]) for r in rows
-            if r.get("variant") in UNIT_COSTS and r.get("median_ns") is not None}
+            if r.get("variant") in units and r.get("median_ns") is not None}
 
 
-def cpu_speed_from_rows(target_rows, here_rows) -> CpuSpeed:
-    """The factor from two calibrations' rows; ``UsageError`` when a unit cost is missing."""
-    target, here = _medians(target_rows), _medians(here_rows)
-    missing = [u for u in UNIT_COSTS if u not in target or u not in here or here[u] <= 0 or target[u] <= 0]
+def cpu_speed_from_rows(target_rows, here_rows, units=UNIT_COSTS) -> CpuSpeed:
+    """The factor from two calibrations' rows over ``units``; ``UsageError`` when a unit cost is missing."""
+    target, here = _medians(target_rows, units), _medians(here_rows, units)
+    missing = [u for u in units if u not in target or u not in here or here[u] <= 0 or target[u] <= 0]
     if missing:
         raise UsageError(f"the calibrations lack the unit costs {', '.join(missing)}")
-    ratios = {u: target[u] / here[u] for u in UNIT_COSTS}
-    return CpuSpeed(math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)), ratios)
+    ratios = {u: target[u] / here[u] for u in units}
+    rule = RULE if tuple(units) == UNIT_COSTS else RULE.replace("tensor_index_int and loop_only", " and ".join(units))
+    return CpuSpeed(math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)), ratios, rule)
+
+
+def has_units(rows, units) -> bool:
+    """Whether ``rows`` (a calibration's) hold every one of ``units``."""
+    return all(u in _medians(rows, units) for u in units)
 
 
 def load_cpu_speed(target_path, here_path) -> CpuSpeed:
@@ -73,12 +88,12 @@ def load_cpu_speed(target_path, here_path) -> CpuSpeed:
     return cpu_speed_from_rows(rows[0], rows[1])
 
 
-def in_run_calibration(repeats: int = 20) -> list[dict]:
-    """The unit costs (:data:`UNIT_COSTS`), measured now in this process: rows as ``labkit calibrate``
-    writes them (a second or two)."""
-    from labkit.calibrate import calibrate_cpu
+def in_run_calibration(repeats: int = 20, *, images: bool = False) -> list[dict]:
+    """The unit costs (:data:`UNIT_COSTS`; with ``images`` also :data:`IMAGE_UNIT_COSTS` where Pillow
+    imports), measured now in this process: rows as ``labkit calibrate`` writes them (a second or two)."""
+    from labkit.calibrate import calibrate_cpu, calibrate_image
 
-    return calibrate_cpu(repeats=repeats, variants=UNIT_COSTS)
+    return calibrate_cpu(repeats=repeats, variants=UNIT_COSTS) + (calibrate_image() if images else [])
 
 
 def calibration_of(doc: dict, fallback: dict | None) -> tuple[list, str]:
@@ -95,7 +110,7 @@ def calibration_of(doc: dict, fallback: dict | None) -> tuple[list, str]:
         import statistics
 
         where = "in its own run" + (f" (median over {len(lists)} points)" if len(lists) > 1 else "")
-        return [{"variant": u, "median_ns": statistics.median(by[u])} for u in UNIT_COSTS], where
+        return [{"variant": u, "median_ns": statistics.median(v)} for u, v in by.items()], where
     if fallback is None or not _medians(fallback.get("rows") or []):
         raise UsageError(f"{doc.get('name', 'the result')} holds no unit costs of its run and no calibration "
                          f"of its machine is recorded")
@@ -117,6 +132,11 @@ def serve_speeds(inputs, here_rows=None) -> dict:
             out[role] = None
             continue
         rows, where = calibration_of(doc, inputs.calibration_census)
+        if role == "inputs":
+            if has_units(target, IMAGE_UNIT_COSTS) and has_units(rows, IMAGE_UNIT_COSTS):
+                out[role] = (cpu_speed_from_rows(target, rows, IMAGE_UNIT_COSTS), where + "; the image path's unit cost")
+                continue
+            where += "; the Python unit costs (the GPU node's host has no image-path unit cost recorded)"
         out[role] = (cpu_speed_from_rows(target, rows), where)
     if here_rows is not None:
         out["here"] = (cpu_speed_from_rows(target, here_rows), "in this run (the scheduler's calls beside it)")
