@@ -208,7 +208,11 @@ def test_the_intake_is_scaled_by_the_image_paths_unit_cost_where_both_machines_h
     # the GPU node's host without it: the Python unit costs, and the reason said
     inputs.calibration_gpu_host = {"rows": _cal(1400.0, 5.0)}
     sp = serve_speeds(inputs)
-    assert sp["inputs"][0].factor == pytest.approx(1.4 ** 0.5) and "no image-path unit cost" in sp["inputs"][1]
+    assert sp["inputs"][0].factor == pytest.approx(1.4 ** 0.5) and "GPU node's host has no image-path" in sp["inputs"][1]
+    # the input's run without it (recorded before the unit existed): the same, and it says which lacks it
+    inputs.calibration_gpu_host = gpu
+    inputs.input_processing = {"params": {IN_RUN_KEY: _cal(1000.0, 5.0)}}
+    assert "this input's run has no image-path" in serve_speeds(inputs)["inputs"][1]
 
 
 def test_the_image_path_unit_cost_decodes_resizes_and_normalizes_one_image():

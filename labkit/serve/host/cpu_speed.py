@@ -136,7 +136,8 @@ def serve_speeds(inputs, here_rows=None) -> dict:
             if has_units(target, IMAGE_UNIT_COSTS) and has_units(rows, IMAGE_UNIT_COSTS):
                 out[role] = (cpu_speed_from_rows(target, rows, IMAGE_UNIT_COSTS), where + "; the image path's unit cost")
                 continue
-            where += "; the Python unit costs (the GPU node's host has no image-path unit cost recorded)"
+            lacks = "the GPU node's host" if not has_units(target, IMAGE_UNIT_COSTS) else "this input's run"
+            where += f"; the Python unit costs ({lacks} has no image-path unit cost recorded)"
         out[role] = (cpu_speed_from_rows(target, rows), where)
     if here_rows is not None:
         out["here"] = (cpu_speed_from_rows(target, here_rows), "in this run (the scheduler's calls beside it)")
