@@ -65,6 +65,7 @@ def test_speeds_table_one_row_per_input_and_where_its_unit_costs_came_from():
     assert list(t["host input"]) == ["the step census (vllm_step)", "the input processing (vllm_input)",
                                      "the scheduler's calls timed in this run"]
     assert list(t["factor"]) == [0.9, 1.0, 0.8] and t["unit costs divided by"][0].startswith("in its own run")
+    assert t["unit-cost ratios (GPU node / here)"][0] == "tensor_index_int 1.1, loop_only 0.7"
     # a run recorded before the rule: two factors, both against the machine's calibration
     old = make_result("serve_sim", [], params={"gpu": "h200", "cpu_speed": {"recorded": speed(1.18, 1.35, 1.03),
                                                                              "measured_here": speed(1.18, 1.35, 1.03)}},

@@ -104,11 +104,11 @@ _SPEED_ROLES = {"census": "the step census (vllm_step)", "inputs": "the input pr
 
 def speeds_table(result, gpu=None):
     """One row per host input of the run: the CPU-speed factor it was scaled by to the GPU node's
-    host, the two unit-cost ratios behind it and where the unit costs it divides by were measured
+    host, the unit-cost ratios behind it (the image path's alone for an intake scaled by it) and where the unit costs it divides by were measured
     (in the input's own run, or the machine's calibration from another run)."""
     import pandas as pd
 
-    cols = ["host input", "factor", "tensor_index_int ratio", "loop_only ratio", "unit costs divided by"]
+    cols = ["host input", "factor", "unit-cost ratios (GPU node / here)", "unit costs divided by"]
     sp = (result.params.get("cpu_speed") or {}) if result is not None else {}
     if sp and not any(k in sp for k in _SPEED_ROLES):  # several GPUs: one set each
         sp = sp.get(gpu or named_gpu(result)) or {}
@@ -117,7 +117,6 @@ def speeds_table(result, gpu=None):
         v = sp.get(role)
         if not isinstance(v, dict) or v.get("factor") is None:
             continue
-        ratios = v.get("ratios") or {}
-        rows.append((label, v["factor"], ratios.get("tensor_index_int"), ratios.get("loop_only"),
-                     v.get("calibration", "the machine's calibration (another run)")))
+        ratios = ", ".join(f"{unit} {r:.3g}" for unit, r in (v.get("ratios") or {}).items())
+        rows.append((label, v["factor"], ratios, v.get("calibration", "the machine's calibration (another run)")))
     return pd.DataFrame(rows, columns=cols)
