@@ -406,9 +406,9 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
               **{f"vllm_{k}": v for k, v in build.items()}, "published_ttft_s": PR40143_TTFT_S}
     params["machine_load"] = load
-    from labkit.serve.host.cpu_speed import IN_RUN_KEY, in_run_calibration
+    from labkit.calibrate import IN_RUN_KEY, in_run_calibration
 
-    params[IN_RUN_KEY] = in_run_calibration(images=True)  # the unit costs in the same hour: what the stages are scaled by
+    params[IN_RUN_KEY] = in_run_calibration()  # the unit costs in the same hour: what the stages are scaled by
     params["ttft"] = ttft_statement(rows)
     params["memory"] = memory_statement(rows)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
