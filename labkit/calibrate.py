@@ -249,7 +249,7 @@ def run_calibration(device: str = "auto", *, quick: bool = True, on_rows=None) -
     from labkit.device import measured_source, resolve_device
 
     kind = resolve_device(device)
-    rows = calibrate_cpu(repeats=15 if quick else 60) + calibrate_image(repeats=10 if quick else 30)
+    rows = calibrate_cpu(repeats=15 if quick else 60)
     if on_rows:
         on_rows(rows)
     if kind == "cuda":

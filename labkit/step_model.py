@@ -5,7 +5,7 @@ the device runs step n, so a step takes ``max(device, host) + non_overlap``. Syn
 add, ``device + host + non_overlap``. ``non_overlap`` is whatever cannot hide behind the other
 side (none is measured by the lab: callers pass 0 and say so). Every part of labkit that turns
 host and device time into step time calls :func:`step_time`; the mini engine, which simulates its
-own device, plans :func:`planned_ahead` steps ahead. Reasoning: docs/step-model.md.
+own device, plans :func:`planned_ahead` steps ahead. Reasoning: docs/serve-sim.md.
 """
 
 from __future__ import annotations

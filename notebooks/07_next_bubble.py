@@ -107,16 +107,16 @@ format_table(quick, columns=["variant", "num_requests", "images_per_request", "m
 # %% [markdown]
 # ## 4. What a GPU run would show
 #
-# The range build runs in the model runner while it prepares the step's inputs. If it
-# overlapped the previous step's GPU work perfectly, a step would last
-# `max(device, host)`; if not at all, `device + host`. The device step assumed below is the
-# published mean TPOT of #40143 after the change (Gemma-4-E4B, 128 x 32), read from the
-# recorded `mm_overlap` result. The host times per machine come from the recorded results:
+# The range build runs in the model runner while it prepares the step's inputs. Under async
+# scheduling a step lasts `max(device, host)`; under sync, `device + host` (the one step model,
+# notebook 08). The device step below is Gemma-4-E4B's full-batch decode step at 128 x 32 on an
+# H200 from the lab's roofline, the step whose peak notebook 08 checks against the published one.
+# The host times per machine come from the recorded results:
 # the GPU machine's host is *slower* at this build than the development CPU, so a GPU host
 # does not make it go away. The widget does the same live in JupyterLab.
 
 # %%
-device_step_ms, step_from = nextbubble.published_device_step_ms()
+device_step_ms, step_from = nextbubble.device_step_ms()
 print(f"device step: {device_step_ms} ms (from {step_from})")
 format_table(nextbubble.host_comparison(128, 32))
 

@@ -23,7 +23,7 @@ WIDTH = 1280
 #: result-name prefixes each notebook reads (06 compares every result)
 READS = {"00": ["calibration"], "01": ["mm_", "calibration"], "02": ["engine", "calibration"],
          "03": ["h2d", "ranges"], "04": ["attn"], "05": ["trace", "engine"], "06": [""],
-         "07": ["vllm", "mm_overlap", "ranges"], "08": ["vllm", "mm_decode"]}
+         "07": ["vllm", "ranges"], "08": ["vllm", "pr_table"]}
 SOURCES = ["measured-gpu", "measured-cpu", "simulated", "interpreted"]
 #: every source on one row, in the orders that pack worst (long badges side by side)
 ALL_FOUR = [["interpreted", "measured-cpu", "measured-gpu", "simulated"],
@@ -114,17 +114,10 @@ def _manifest() -> dict:
             "findings": _findings()}
 
 
-def _findings() -> list[dict]:
-    import tempfile
-
-    from findings_results import write_serve_sim
+def _findings() -> dict:
     from labkit.report.findings import lab_findings
 
-    found = [f.as_dict() for f in lab_findings(REPO / "data" / "results")]
-    with tempfile.TemporaryDirectory() as tmp:
-        write_serve_sim(tmp)
-        found += [f.as_dict() for f in lab_findings(tmp)]
-    return found
+    return lab_findings(REPO / "data" / "results")
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +182,7 @@ def test_the_findings_table_fits_at_1280_px(browser, index_page):
         page_width = page.evaluate("() => document.documentElement.scrollWidth")
     finally:
         page.close()
-    assert len(rows) >= 6 and rows[-1]["key"] == "serve_sim"
+    assert [r["key"] for r in rows] == ["unit_cost", "engine_saving", "server_ab", "peaks", "whole_table"]
     assert page_width <= WIDTH, "the index scrolls sideways"
     for r in rows:
         assert r["outside"] == [], f"{r['key']}: {r['outside'][:5]}"

@@ -12,7 +12,7 @@ was sent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from labkit.serve.api_server import ApiServer, OutputJob
