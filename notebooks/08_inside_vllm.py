@@ -23,11 +23,6 @@
 from labkit.report import answers
 answers.inside_vllm_answer()
 
-# %%
-from labkit.viz.vllm import pr_table
-pr = pr_table.recorded_pr_table()
-pr_table.plot_phases(pr)
-
 # %% tags=["parameters"]
 device = "auto"
 size = "quick"
@@ -36,6 +31,11 @@ size = "quick"
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 declare_sources("measured-cpu", "simulated")
+
+# %%
+from labkit.viz.vllm import pr_table
+pr = pr_table.recorded_pr_table()
+pr_table.plot_phases(pr)
 
 # %% [markdown]
 # ## The whole table, predicted

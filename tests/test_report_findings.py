@@ -52,7 +52,8 @@ def test_the_answer_reads_the_same_results(store):
     assert "an H100's 20.0 ms step caps it at 6,400" in text
     assert "2.00 us (the lab measures cpu-a 1.00-4.00 us)" in text
     assert "45 ms per image" in text and "23 ms here" in text
-    assert "within 20% (worst: pr40143 mean_tpot_ms)" in text
+    assert "misses most in pr40143 mean_tpot_ms -20%, baseline mean_tpot_ms -11%, pr40143 output_tok_s -11%" in text
+    assert "finish 40 and 30 s apart, where the published figures say 4.8 and 4.5 s" in text
 
 
 @pytest.mark.parametrize("gone, key", [("calibration", "unit_cost"), ("vllm_step", "engine_saving"),

