@@ -162,8 +162,10 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 # sampling) and its device busy time per step give `max(device, host)` under async scheduling and
 # `device + host` under sync. Eagerly the host launches op by op and is the longer side in every
 # variant; under full graphs the after-fix variants are device-bound and the `tensor` scheduler is
-# host-bound only where its loop outlasts the device step. The measured step is within a few
-# percent of the model's (the replay and the copies the device starts before the host is done).
+# host-bound only where its loop outlasts the device step. The last column is the measured step
+# over the model's, less one: where it is well above zero, part of the step does not overlap the
+# device (the eager attention between piecewise replays), the part the model's `non_overlap` stands
+# for, which the lab does not measure on a real GPU.
 
 # %%
 from labkit.engine.recorded import step_model_rows

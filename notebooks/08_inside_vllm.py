@@ -65,6 +65,14 @@ format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_
 format_table(pr_table.peaks_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
 
 # %% [markdown]
+# The device step on the H200, part by part (the roofline, simulated): each part's bytes and FLOPs
+# against the datasheet peaks at an efficiency measured on the lab's H200 or carried over from one
+# that was, as each row says. At full batch the global layers' KV-cache reads dominate.
+
+# %%
+format_table(pr_table.device_parts_frame("h200"))
+
+# %% [markdown]
 # ## The two unknowns of the PR's machine
 #
 # The baseline's published peak gives the PR host's cost per tensor read (its step is host-bound;

@@ -191,5 +191,5 @@ def test_step_model_rows_hand_worked():
     t, lst, sync = rows
     # host 21 vs device 10: host-bound, async 21, sync 31; host 3: device-bound, async 10, sync 13
     assert (t["host_ms"], t["model_async_ms"], t["model_sync_ms"], t["bound"]) == (21.0, 21.0, 31.0, "host")
-    assert (lst["model_async_ms"], lst["bound"], lst["error"]) == (10.0, "device", pytest.approx(0.05))
-    assert sync["regime"] == "sync" and sync["error"] == pytest.approx(0.0)
+    assert (lst["model_async_ms"], lst["bound"], lst["measured_over_model"]) == (10.0, "device", pytest.approx(0.05))
+    assert sync["regime"] == "sync" and sync["measured_over_model"] == pytest.approx(0.0)

@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from labkit.viz.vllm import inside_vllm
 
 
@@ -100,3 +102,35 @@ def test_saving_by_phase_worked_by_hand():
     assert inside_vllm.saving_by_phase(None).empty and inside_vllm.saving_by_phase(_census()).empty
 
 
+
+
+def test_the_answers_views_read_the_result(tmp_path):
+    from findings_results import write_results
+
+    from labkit.serve.gpu.device_model import decode_step_ms
+    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.serve.published import PR40143, two_phases
+    from labkit.viz.vllm import pr_table
+
+    write_results(tmp_path)
+    res = pr_table.recorded_pr_table(tmp_path)
+    for g in ("h200", "h100"):  # the figure draws every phase: give the hand-made result all four
+        for a in ("baseline", "pr40143"):
+            res.params["phases"][f"{a}/{g}"]["arithmetic"].update(arrival_s=100.0, decode_step_ms=20.0,
+                                                                  fastest_step_ms=14.0)
+    table = pr_table.table_frame(res).set_index("figure")
+    assert table.loc["peak output tok/s", "pr40143 predicted"] == 9600
+    assert table.loc["peak output tok/s", "baseline error"] == "inferred from it"
+    assert table.loc["mean TPOT (ms)", "pr40143 error"] == "-20.0%"
+    fig = pr_table.plot_phases(res)
+    published = [t for t in fig.data if t.name == "published"]
+    assert [list(t.y) for t in published][0] == [two_phases(PR40143.before)["arrival_s"],
+                                                  two_phases(PR40143.after)["arrival_s"]]
+    assert list(fig.data[1].y) == [100.0, 100.0] and fig.data[1].marker.pattern.shape == "/"  # simulated: hatched
+    inf = pr_table.inferred_frame(res)
+    assert inf["inferred"].tolist() == [2.0, 45.0] and inf["the lab measures"][0] == "cpu-a 1.00-4.00 us"
+    assert len(pr_table.peaks_frame(res)) == 4
+    parts = pr_table.device_parts_frame("h200")
+    assert parts["time_ms"].sum() == pytest.approx(decode_step_ms(GEMMA4_E4B, "h200", 128, 1024 + 32 * 262 + 1))
+    assert all(f.startswith(("measured: ", "carried over: ")) for f in parts["from"])
+    assert pr_table.recorded_pr_table(tmp_path / "none") is None and not pr_table.plot_phases(None).data

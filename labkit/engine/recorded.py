@@ -165,7 +165,7 @@ def step_model_rows(rows: list[dict]) -> list[dict]:
                     "host_ms": host / 1e6, "measured_step_ms": r["median_ns"] / 1e6,
                     "model_async_ms": model["async"].step_ns / 1e6, "model_sync_ms": model["sync"].step_ns / 1e6,
                     "bound": model[regime].bound,
-                    "error": r["median_ns"] / model[regime].step_ns - 1})
+                    "measured_over_model": r["median_ns"] / model[regime].step_ns - 1})
     return out
 
 

@@ -65,8 +65,8 @@ def inside_vllm_answer(results=None) -> Answer:
             f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())} against "
             f"the published {tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was "
             f"host-bound, which puts the PR host's tensor read at {num(read, ' us')}.")
-    detail = bars_html([("published, after", PR40143.after.peak_output_tok_s)]
-                       + [(f"predicted, {g.upper()}", peak[g]["predicted"]) for g in p["gpus"]]
-                       + [("published, before", PR40143.before.peak_output_tok_s)], "tok/s", log=False,
+    detail = bars_html([("published, after", round(PR40143.after.peak_output_tok_s))]
+                       + [(f"predicted, {g.upper()}", round(peak[g]["predicted"])) for g in p["gpus"]]
+                       + [("published, before", round(PR40143.before.peak_output_tok_s))], "tok/s", log=False,
                        highlight=(f"predicted, {gpu.upper()}",), caption="peak output tok/s at full batch")
     return Answer(text, (cite(census), cite(pr)), detail)

@@ -1,8 +1,8 @@
 """Notebook 08's answer: #40143's published table beside the one step model's prediction (result ``pr_table``).
 
 :func:`recorded_pr_table` picks the result, :func:`plot_phases` draws both arms' two phases
-published against predicted, :func:`table_frame`, :func:`peaks_frame` and :func:`inferred_frame`
-are the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
+published against predicted, :func:`table_frame`, :func:`peaks_frame`, :func:`device_parts_frame`
+and :func:`inferred_frame` are the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
             r = next((x for x in result.rows if (x["arm"], x["gpu"], x["metric"]) == (arm, gpu, metric)), None)
             if r is None:
                 continue
-            row[f"{arm} predicted"] = r["predicted"]
+            whole = metric.endswith("tok_s")  # token rates printed whole, as vllm bench serve prints them
+            row[f"{arm} predicted"] = round(r["predicted"]) if whole else r["predicted"]
             if r["published"] is not None:
-                row[f"{arm} published"] = r["published"]
+                row[f"{arm} published"] = round(r["published"]) if whole else r["published"]
                 row[f"{arm} error"] = "inferred from it" if r.get("inferred") else f"{r['error']:+.1%}"
         out.append(row)
     return pd.DataFrame(out)
@@ -76,6 +77,34 @@ def inferred_frame(result) -> pd.DataFrame:
          "from": f"the baseline's mean TTFT (published {PR40143.before.mean_ttft_s:g} s)",
          "the lab measures": "; ".join(f"{m} {v:.1f} ms" for m, v in intake["lab_measured_ms"].items())},
     ])
+
+
+def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
+    """The roofline's full-batch decode step at #40143's shape on ``gpu``, part by part: its time,
+    which bound sets it, and the efficiency it ran at with where that comes from (measured on
+    the lab's H200, or carried over from a measured one)."""
+    from labkit.serve.gpu.device_efficiency import load_efficiencies
+    from labkit.serve.gpu.device_model import StepBatch, step_device_time
+    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.serve.workload import get_workload, prompt_layout
+
+    prompt, _ = prompt_layout(get_workload("full"))
+    step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))
+    def where(r) -> str:  # measured: what it was measured from; assumed: the measured one it carries over
+        if r["assumed"]:
+            return "carried over: " + r["origin"].split(" (")[0].removeprefix("assumed: ")
+        return "measured: " + r["origin"].split(" (")[0]
+
+    origin = {r["name"]: where(r) for r in load_efficiencies(gpu).rows()}
+    rows = []
+    for p in step.parts:
+        if p.time_ns <= 0:
+            continue
+        eff = p.stream_efficiency if p.bound == "memory" else p.compute_efficiency
+        value = p.stream_value if p.bound == "memory" else p.compute_value
+        rows.append({"part": p.name, "time_ms": p.time_ns / 1e6, "bound": p.bound,
+                     "efficiency": f"{eff} {value:.2f}", "from": origin[eff]})
+    return pd.DataFrame(rows)
 
 
 def plot_phases(result) -> go.Figure:
