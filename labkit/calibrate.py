@@ -7,24 +7,7 @@ Pillow, the image path's unit cost (``image_decode_resize``: one of #40143's 102
 decoded, resized and normalized, per image), which the serving simulator scales the API
 server's intake by.
 
-GPU part (CUDA only), the #38794 unit costs: a small host-to-device copy from pageable
-vs pinned memory, and the launch of a (nearly) empty kernel. Each is measured three ways,
-labelled by what the number is:
-
-- ``host_ns``: host wall time per call (a copy including the synchronization it forces);
-- ``event_span_ns``: the span between two CUDA events recorded around the calls, per call.
-  It is *not* device time: a pageable copy blocks the host while it stages the data, and
-  back-to-back launches are spaced by the host's launch rate, so the span includes host
-  time whenever the host cannot keep the stream fed;
-- ``device_ns``: device time per call as the profiler reports it (the ``Memcpy HtoD`` or
-  kernel activity's own duration).
-
-Rows are tidy: ``kind`` (cpu / gpu), ``variant``, ``metric`` (``host_ns``,
-``event_span_ns`` or ``device_ns``), ``size_bytes`` for copies, ``median_ns``/``p20_ns``/``p80_ns``.
-Results recorded before this split call the event span ``device_ns``.
-Saved as result ``calibration`` (``calibration_quick`` for a quick run; source measured-cpu,
-or measured-gpu when the GPU part ran), rewritten after each part while it runs
-(``complete: false`` until the end). Needs only torch (and numpy); bounded to about 30 s on a GPU.
+More: docs/reference.md, ``labkit.calibrate``.
 """
 
 from __future__ import annotations

@@ -7,23 +7,7 @@ soft tokens plus text (8616 tokens, image tokens bidirectional within their imag
 one query over ~8.6k keys) and, in full mode, ``mixed`` (a 2048-token chunk ending between images plus
 64 decode rows in one launch).
 
-Variants (:data:`VARIANTS`), one interface: ``prepare(case, inputs) -> fn`` where ``fn()``
-returns the packed output ``(total_q, H, D)``; masks, BlockMasks and padding are built in
-``prepare``, outside the timed region:
-
-- ``triton_prefix``: :func:`labkit.attn.prefix_attention.prefix_attention` on the packed batch;
-- ``flex_attention``: ``torch.compile(flex_attention)`` with a BlockMask from the same rule
-  over a left-aligned padded batch ``(B, H, S, D)`` (GPU only);
-- ``sdpa_mask``: ``scaled_dot_product_attention`` with an explicit boolean mask, padded batch.
-
-On a GPU each variant is timed with CUDA events (bf16) and checked against an fp32 torch
-reference (the command fails when a kernel row is off by more than ``REL_TOL``); TFLOP/s count
-only allowed pairs: ``FLOPs = 4 * head_dim * num_heads * allowed_pairs``. Without a GPU the
-kernel runs under the Triton interpreter on a tiny case, correctness only (source
-``interpreted``); no speed is claimed. Result: ``attn_bench``, rewritten after each row while the
-run goes (``complete: false`` until it ends). ``--sweep-cases`` limits the
-config sweep to some cases (a GPU run with little time sweeps the two regimes, a prefill and the
-decode case, and times the others with the default config only).
+More: docs/reference.md, ``labkit.attn.bench_attn``.
 """
 
 from __future__ import annotations

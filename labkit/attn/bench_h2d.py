@@ -3,18 +3,9 @@
 A decode step of a prefix-LM model on vLLM's Triton backend hands the prefix-range tensor
 to every attention layer. This benchmark replays that for ``S`` sequences with ``I`` images
 each (Gemma layout: 256 soft tokens per image) and ``L`` layers, for every strategy in
-:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`:
+:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`.
 
-- ``h2d_step``: the PR's scale (128 sequences x 32 images) at Gemma 3 layer counts
-  (4B: 34, 12B: 48, 27B: 62 layers);
-- ``h2d_sweep``: over sequences and layers;
-- ``h2d_gpu_idle`` (CUDA only): device idle time per step from a torch.profiler trace of a
-  loop where every layer launches a matmul (weights streamed from memory, like a decode
-  layer) and a small kernel that reads the prefix-range tensor, plus the profiler's
-  H2D memcpy counts next to the ledger's.
-
-On a CPU the "copies" are the ones the code would make on a GPU (``copy_target`` says
-``cpu-equivalent``); the host time is real CPU time of this machine.
+More: docs/reference.md, ``labkit.attn.bench_h2d``.
 """
 
 from __future__ import annotations

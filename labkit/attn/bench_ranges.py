@@ -3,13 +3,9 @@
 For prefix-LM models vLLM rebuilds every request's image ranges on every step. This
 benchmark times each builder in :data:`~labkit.attn.range_builders.RANGE_BUILDERS` on
 steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token placeholders,
-256 embeddings each, ``list`` placeholders as in vLLM after #40143):
+256 embeddings each, ``list`` placeholders as in vLLM after #40143).
 
-- ``ranges_step``: at the PR's scale (128 requests x 32 images), builders alone
-  (``kind = "builder"``) and whole metadata paths, ranges plus the prefix-range tensor for
-  every layer (``kind = "pipeline"``): ``pr38794+per_step`` (vLLM 0.20),
-  ``v033+pinned`` (vLLM 0.33) and ``incremental+cached`` (this lab);
-- ``ranges_sweep``: builders over requests (1-256) x images per request (1-64).
+More: docs/reference.md, ``labkit.attn.bench_ranges``.
 """
 
 from __future__ import annotations

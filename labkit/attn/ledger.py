@@ -7,10 +7,7 @@ one the same code would make on a GPU (``torch.tensor(..., device="cpu")`` copie
 across a bus), so each record says which it is (``target``): ``"cuda-h2d"`` or
 ``"cpu-equivalent"``.
 
-On a GPU the counts can be checked against a torch.profiler trace:
-:func:`count_h2d_in_profile` counts ``Memcpy HtoD (Pageable -> Device)`` and
-``Memcpy HtoD (Pinned -> Device)`` events in a profiler object or an exported Chrome
-trace (``.json`` or ``.json.gz``), read with the trace analyzer's loader (``labkit.trace``).
+More: docs/reference.md, ``labkit.attn.ledger``.
 """
 
 from __future__ import annotations

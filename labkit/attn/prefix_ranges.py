@@ -5,16 +5,7 @@ of one image attend to each other bidirectionally. It reads, for every batch row
 image ranges as an int32 tensor ``(num_seqs, max_ranges, 2)`` of inclusive absolute
 ``(start, end)`` pairs padded with ``(0, 0)``.
 
-This module builds that tensor exactly as vLLM does (:func:`build_prefix_range_tensor`)
-and hands it to every attention layer of a step through interchangeable strategies
-(:data:`PREFIX_RANGE_STRATEGIES`), each reporting its copies to a
-:class:`~labkit.attn.ledger.TransferLedger`:
-
-- ``"per_layer"``: before #38794: every layer rebuilt it, one pageable copy per sequence
-  plus a nested-tensor pad.
-- ``"per_step"``: #38794: one padded host list, one pageable copy per step, shared.
-- ``"pinned"``: the #41434 follow-up: pinned staging + ``non_blocking`` copy.
-- ``"cached"``: no copy at all while the batch's ranges are unchanged.
+More: docs/reference.md, ``labkit.attn.prefix_ranges``.
 """
 
 from __future__ import annotations

@@ -7,22 +7,7 @@ stories with the fewest runs::
     tensor/loop/none   list/loop/none   fast/cursor/none          (#40143: before, after, beyond)
     fast/cursor/per_layer  per_step  pinned  cached               (#38794: before, after, beyond)
 
-``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``;
-``--cudagraph none,piecewise,full`` runs every variant in each CUDA-graph mode (see
-``labkit.engine.graphs``; default ``none``, eager). Rows name the mode (``cudagraph``), the mode
-actually run (``cudagraph_run``) and why they differ (``cudagraph_note``); a mode that falls back
-to one the same variant already ran in (``full`` -> ``piecewise`` for ``per_layer``) is not run
-twice, on any device: its row repeats that run's figures and names it (``same_run_as``), and only
-the run itself writes a trace folder.
-On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
-GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
-variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
-simulated-device profile.
-
-How each variant runs (measured first, without a profiler, then profiled in a separate short run)
-and when a graph-mode trace's idle share counts as checked: :mod:`labkit.engine.runs`.
-The result file is rewritten after each variant (rows so far, ``complete: false`` until the end:
-``labkit.results.PartialResult``), so a run stopped part-way keeps the variants it finished.
+More: docs/reference.md, ``labkit.engine.bench``.
 """
 
 from __future__ import annotations

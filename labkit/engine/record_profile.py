@@ -1,20 +1,6 @@
 """Recording a simulated-device profile on a real GPU: per-op device durations and runtime costs.
 
-``record_profile(model, ...)`` launches the model's forward and sampling for a few synthetic
-batch shapes (decode at two batch sizes and two context lengths, plus a prefill chunk); each op
-shape is timed in isolation (a few calls queued behind a short ``torch.cuda._sleep``, between CUDA
-events), so host launch gaps never enter the device times. A linear cost per op
-(``base + per_token * tokens + per_kv_token * kv_tokens``) is fitted over the shapes. Host costs
-(launch overhead per op, synchronisation, event record, one CUDA-graph replay) and copy costs
-(pageable and pinned H2D, pinned D2H: latency and bandwidth fitted through a 64 B and a 16 MiB
-copy, from the copies' own times alone) are timed with ``labkit.timing``. GPU only.
-
-``refit_copy_costs`` re-derives a recorded profile's copy latencies from that machine's
-calibration result (host time of copies of several sizes), for profiles recorded before the fit
-took only the copies; what calibration does not time (D2H) is then marked as not recorded:
-
-    python -m labkit.engine.record_profile --refit-copies data/profiles/h200.json \
-        --calibration data/results/h200/calibration_quick.json
+More: docs/reference.md, ``labkit.engine.record_profile``.
 """
 
 from __future__ import annotations

@@ -5,18 +5,7 @@
 :func:`print_table` prints their rows. ``DEFAULT_VARIANTS`` and ``SIZES`` are the default set and
 the run sizes.
 
-Each variant is measured first, without a profiler (throughput both as ``tokens_per_s_median``,
-tokens per step over the median step, and ``tokens_per_s_window``, over the whole measured
-window; ``stall_ns`` shows a one-off stall), and only then profiled in a separate short run; the
-profiler is started once before all variants so its one-off start-up never lands in a variant.
-
-On a GPU, a traced CUDA-graph run keeps CUPTI loaded between profiler sessions
-(``TEARDOWN_CUPTI=0``, as PyTorch does for graphs under Inductor: tearing CUPTI down under live
-graphs has crashed). The idle share read from a graph-mode trace is labelled ``idle_status``
-``tentative``: CUPTI's records of graph kernels are reported wrong before CUDA 13.1 (kineto#1165),
-so it stays tentative unless the kernels' busy time per profiled step in that trace agrees, within
-``GRAPH_BUSY_TOLERANCE``, with the same variant's eager trace of this run (the same kernels,
-launched one by one: ``checked``).
+More: docs/reference.md, ``labkit.engine.runs``.
 """
 
 from __future__ import annotations

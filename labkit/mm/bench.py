@@ -1,13 +1,8 @@
 """``labkit bench mm``: the scheduler half of the lab (#40143 and beyond), measured and saved.
 
-Results (through the results store, under ``data/results/<machine>/``):
+Results (through the results store, under ``data/results/<machine>/``).
 
-- ``mm_get_num_embeds``: per-call cost of the placeholder methods per variant;
-- ``mm_decode_step``: encoder-scheduling host time of one decode step of the PR's shape
-  (128 requests x 32 images) per placeholder variant x strategy;
-- ``mm_sweep`` (``--sweep``): the same over requests (1-256) and images per request (1-64);
-- ``mm_workload``: the whole step scheduler over a workload run to completion, with a check
-  that every combination made identical decisions.
+More: docs/reference.md, ``labkit.mm.bench``.
 """
 
 from __future__ import annotations

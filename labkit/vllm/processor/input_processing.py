@@ -2,44 +2,9 @@
 
 Before a request reaches the scheduler, vLLM's frontend turns each image into model inputs. For
 #40143's benchmark shape (128 requests x 32 images of 1024 x 1536, sent by ``vllm bench serve``'s
-random-mm dataset as base64 JPEG), on this CPU, per image:
+random-mm dataset as base64 JPEG), on this CPU, per image.
 
-``request_parse``
-    the API server's parse of the request's HTTP body before its handler starts: ``json.loads`` of
-    the JSON ``vllm bench serve``'s chat backend sends (the request's text and its images as base64
-    JPEG data URLs) and validation into vLLM's ``ChatCompletionRequest``, as the chat route does;
-    per request, divided by its images (``client_serialize``, the client's ``json.dumps`` of the
-    same body, in another process, is recorded beside it);
-``media_decode``
-    vLLM's own ``ImageMediaIO.load_base64`` on the JPEG ``vllm bench serve`` sends (what the API
-    server does with each ``image_url`` before anything else);
-``hf_processor``
-    the real Hugging Face processor of the Gemma 4 family (the class and configuration a made
-    Gemma 4 folder loads, Gemma 4's own image rules: resize within 280 x 9 patches of 16 px,
-    2,520 patch rows per image), called alone as vLLM calls it, once per request with all its
-    images;
-vLLM's stages (``add_request`` on an in-process engine, vLLM's own per-request stage timers, its
-``enable_mm_processor_stats`` option; the processor cache at vLLM's default size)
-    ``apply_hf_processor`` (the HF processor inside vLLM), ``get_mm_hashes`` (hashing each item),
-    ``get_cache_missing_items`` and ``merge_mm_kwargs`` (the processor cache), ``apply_prompt_updates``
-    (expanding each image marker to its 262-token placeholder), ``preprocessor_total`` (their sum)
-    and ``add_request`` (the whole call: tokenization, the stages above, the request's hand-off to
-    the engine core); ``add_request_kernel``: the process's kernel time inside those calls
-    (``getrusage``), with the minor page faults per image (``minor_faults_per_image``): the
-    processor writes each image's outputs into fresh memory, and where the kernel is slow to hand
-    it out (a virtual machine whose host backs guest memory on first touch, transparent huge pages
-    compacted on demand) that time lands inside ``apply_hf_processor``. It varies from one
-    recording to the next on the same machine (with what the pages were used for shortly before),
-    so it is recorded with the stages it inflates;
-the same with the processor cache cleared before each request (``..._cache_reset`` rows, the same
-    requests again through the same engine): vLLM's processor cache keeps every processed item
-    (4 GiB by default), so in the first pass each request's outputs take memory no request freed
-    before; cleared, the allocator hands the next request the memory of the previous one. The two
-    passes side by side say how much of ``apply_hf_processor`` is the processor and how much the
-    memory it is given.
-
-The serving simulation (:mod:`labkit.serve.bench`) reads the image decode and the whole
-``add_request`` per image; the PR machine's intake is inferred from its published mean TTFT.
+More: docs/reference.md, ``labkit.vllm.processor.input_processing``.
 """
 
 from __future__ import annotations
