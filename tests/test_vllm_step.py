@@ -12,7 +12,6 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.vllm.census import step_census
-from labkit.vllm.processor.input_processing import memory_statement
 from labkit.vllm.census.step_checks import TOP_PHASES, census_checks
 from labkit.vllm.census.step_timers import PhaseTimers
 
@@ -275,21 +274,6 @@ def test_off_host_schedule_saving_is_held_to_the_stand_in_and_the_engine_schedul
 def test_without_off_host_rows_there_is_no_off_host_check():
     names = {c["check"] for c in census_checks(_rows(6000.0, 200.0, **ALONE))}
     assert not any("forward off the host" in n for n in names)
-
-
-def test_memory_statement_worked_by_hand():
-    rows = [{"stage": "hf_processor", "per_image_median_us": 10_000.0},
-            {"stage": "apply_hf_processor", "per_image_median_us": 40_000.0},
-            {"stage": "add_request_kernel", "per_image_median_us": 28_000.0, "minor_faults_per_image": 4000.0},
-            {"stage": "apply_hf_processor_cache_reset", "per_image_median_us": 12_000.0},
-            {"stage": "add_request_kernel_cache_reset", "per_image_median_us": 1_000.0, "minor_faults_per_image": 50.0}]
-    m = memory_statement(rows)
-    assert (m["hf_processor_ms"], m["apply_hf_processor_ms"], m["apply_hf_processor_reset_ms"]) == (10.0, 40.0, 12.0)
-    assert (m["kernel_ms"], m["faults"], m["kernel_reset_ms"], m["faults_reset"]) == (28.0, 4000.0, 1.0, 50.0)
-    assert "40.0 ms (4.0x) with the processor cache kept" in m["text"]
-    assert "12.0 ms (1.2x) with the cache cleared" in m["text"] and "4000 minor page faults" in m["text"]
-    with pytest.raises(UsageError, match="apply_hf_processor_cache_reset"):
-        memory_statement([r for r in rows if r["stage"] != "apply_hf_processor_cache_reset"])
 
 
 def test_census_plan_sizes_the_engine_for_every_point():

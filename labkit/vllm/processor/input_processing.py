@@ -21,18 +21,15 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "SIZES", "CACHE_RESET", "jpeg_images", "chat_body",
-           "measure_request_parse", "measure_media_decode",
-           "measure_hf_processor", "measure_vllm_stages", "input_rows", "memory_statement", "main"]
+__all__ = ["RESULT_NAME", "SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
+           "measure_vllm_stages", "input_rows", "main"]
 
 logger = logging.getLogger(__name__)
 
 RESULT_NAME = "vllm_input"
 #: per size: images per request, requests through vLLM's stages, repeats of the processor alone
 SIZES = {"quick": {"images": 4, "requests": 2, "repeats": 2}, "full": {"images": 32, "requests": 6, "repeats": 5}}
-#: vLLM's stage timers (``TimingContext``) and the whole add_request call, in pipeline order
-#: suffix of the rows of the pass with vLLM's processor cache cleared before each request
-CACHE_RESET = "_cache_reset"
+#: vLLM's stage timers (``TimingContext``), in pipeline order
 VLLM_STAGES = ("get_mm_hashes", "get_cache_missing_items", "apply_hf_processor", "merge_mm_kwargs",
                "apply_prompt_updates", "preprocessor_total")
 
@@ -64,36 +61,6 @@ def _decode(b64: list[str]) -> tuple[list, list[float]]:
     return images, times
 
 
-def chat_body(b64: list[str], *, text: str = "describe the images", output_len: int = 8000) -> dict:
-    """The JSON ``vllm bench serve`` posts for one random-mm request to the chat endpoint (its
-    ``openai-chat`` backend: the text first, then one data URL per image; streamed; ``--ignore-eos``)."""
-    content = [{"type": "text", "text": text}]
-    content += [{"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{data}"}} for data in b64]
-    return {"model": "model", "messages": [{"role": "user", "content": content}], "max_completion_tokens": output_len,
-            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
-
-
-def measure_request_parse(requests_b64: list[list[str]]) -> tuple[list[float], list[float]]:
-    """Per request, us per image of (the client's ``json.dumps`` of its body, the API server's
-    ``json.loads`` of it and validation into vLLM's ``ChatCompletionRequest``)."""
-    import json
-
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-
-    ChatCompletionRequest.model_validate(chat_body(requests_b64[0][:1]))  # first-call set-up, not timed
-    dumps, parse = [], []
-    for b64 in requests_b64:
-        body = chat_body(b64)
-        t0 = time.perf_counter_ns()
-        raw = json.dumps(body).encode()
-        t1 = time.perf_counter_ns()
-        ChatCompletionRequest.model_validate(json.loads(raw))
-        t2 = time.perf_counter_ns()
-        dumps.append((t1 - t0) / 1e3 / len(b64))
-        parse.append((t2 - t1) / 1e3 / len(b64))
-    return dumps, parse
-
-
 def measure_media_decode(b64: list[str]) -> list[float]:
     """us per image of vLLM's ``ImageMediaIO.load_base64`` (JPEG decode, RGB conversion)."""
     return _decode(b64)[1]
@@ -119,19 +86,9 @@ def measure_hf_processor(model_dir, images, *, repeats: int = 3) -> tuple[list[f
     return out, type(proc.image_processor).__name__
 
 
-def _kernel_and_faults() -> tuple[float, int]:
-    """The process's kernel time so far (us) and its minor page faults."""
-    import resource
-
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_stime * 1e6, use.ru_minflt
-
-
-def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]], *, reset_cache: bool = False) -> list[dict]:
-    """Per request: vLLM's own stage timers (us per image), ``add_request``'s whole call, and the
-    process's kernel time (us per image) and minor page faults (per image) inside that call, each
-    request aborted at once (no encoder, no prefill). ``reset_cache``: vLLM's processor cache is
-    cleared before each request (``LLM.reset_mm_cache``)."""
+def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]]) -> list[dict]:
+    """Per request: vLLM's own stage timers and ``add_request``'s whole call (us per image), each
+    request aborted at once (no encoder, no prefill)."""
     from vllm import SamplingParams
 
     from labkit.vllm.conformance.models import image_prompt, model_arch
@@ -144,21 +101,16 @@ def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]], *, reset_
     out = []
     for i, b64 in enumerate(b64_requests):
         images, _ = _decode(b64)
-        rid = f"input-{i}{'-reset' if reset_cache else ''}"
-        if reset_cache:
-            llm.reset_mm_cache()
-        k0, f0 = _kernel_and_faults()
+        rid = f"input-{i}"
         t0 = time.perf_counter_ns()
         engine.add_request(rid, {"prompt": image_prompt(arch, len(images)), "multi_modal_data": {"image": images}},
                            params)
         total = (time.perf_counter_ns() - t0) / 1e3
-        k1, f1 = _kernel_and_faults()
         engine.abort_request([rid])
         stats = list(registry.stat().values())
         if len(stats) != 1:
             raise RuntimeError(f"vLLM's stage timers recorded {len(stats)} entries for one request")
-        rec = {"request": i, "images": len(images), "add_request_us": total / len(images),
-               "add_request_kernel_us": (k1 - k0) / len(images), "minor_faults": (f1 - f0) / len(images)}
+        rec = {"request": i, "images": len(images), "add_request_us": total / len(images)}
         for stage in VLLM_STAGES:
             rec[f"{stage}_us"] = stats[0].get(f"{stage}_secs", 0.0) * 1e6 / len(images)
         out.append(rec)
@@ -169,35 +121,6 @@ def _row(stage: str, values: list[float], **extra) -> dict:
     return {"stage": stage, "per_image_median_us": float(statistics.median(values)),
             "per_image_min_us": float(min(values)), "per_image_max_us": float(max(values)), "samples": len(values),
             **extra}
-
-
-def memory_statement(rows) -> dict:
-    """How much of vLLM's ``apply_hf_processor`` is the HF processor and how much the memory it is
-    given: the processor alone, vLLM's stage with its processor cache kept and cleared before each
-    request, and the kernel time and minor faults inside ``add_request`` in both (ms and faults per
-    image, medians)."""
-    by = {r["stage"]: r for r in rows}
-    need = ("hf_processor", "apply_hf_processor", "add_request_kernel", "apply_hf_processor" + CACHE_RESET,
-            "add_request_kernel" + CACHE_RESET)
-    missing = [k for k in need if k not in by]
-    if missing:
-        raise UsageError(f"the result lacks the {', '.join(missing)} rows")
-
-    def ms(stage):
-        return by[stage]["per_image_median_us"] / 1e3
-
-    out = {"hf_processor_ms": ms("hf_processor"), "apply_hf_processor_ms": ms("apply_hf_processor"),
-           "kernel_ms": ms("add_request_kernel"), "faults": by["add_request_kernel"].get("minor_faults_per_image"),
-           "apply_hf_processor_reset_ms": ms("apply_hf_processor" + CACHE_RESET),
-           "kernel_reset_ms": ms("add_request_kernel" + CACHE_RESET),
-           "faults_reset": by["add_request_kernel" + CACHE_RESET].get("minor_faults_per_image")}
-    hf, kept, reset = out["hf_processor_ms"], out["apply_hf_processor_ms"], out["apply_hf_processor_reset_ms"]
-    out["text"] = (f"The HF processor alone takes {hf:.1f} ms per image; inside vLLM, apply_hf_processor takes "
-                   f"{kept:.1f} ms ({kept / hf:.1f}x) with the processor cache kept (vLLM's default), add_request "
-                   f"spending {out['kernel_ms']:.1f} ms per image in the kernel ({out['faults']:.0f} minor page faults "
-                   f"per image), and {reset:.1f} ms ({reset / hf:.1f}x) with the cache cleared before each request "
-                   f"({out['kernel_reset_ms']:.1f} ms in the kernel, {out['faults_reset']:.0f} faults per image).")
-    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -245,7 +168,6 @@ def _main(argv: list[str]) -> int:
     width = max(len(r["stage"]) for r in result.rows)
     for r in result.rows:
         print(f"{r['stage']:<{width}} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
-    print(result.params["memory"]["text"])
     print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
@@ -260,11 +182,10 @@ def context_length(model, images: int, *, width: int, height: int) -> int:
 
 
 def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_model_len: int):
-    """Every timing of :func:`run_input`: vLLM's stages (cache kept, then cleared before each request),
-    the media decode, the HF processor alone, and vLLM's build."""
+    """Every timing of :func:`run_input`: vLLM's stages, the media decode, the HF processor alone, and
+    vLLM's build."""
     from labkit.vllm.conformance.engine import build_engine, quiet_vllm, shutdown_engine, vllm_build
 
-    dumps, parse = measure_request_parse(b64)
     decode = [t for req in b64 for t in measure_media_decode(req)]
     images, _ = _decode(b64[0])
     hf, hf_class = measure_hf_processor(model, images, repeats=spec["repeats"])
@@ -275,10 +196,9 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
         try:
             build = vllm_build()
             stages = measure_vllm_stages(llm, model, b64[1:])
-            fresh = measure_vllm_stages(llm, model, b64[1:], reset_cache=True)
         finally:
             shutdown_engine(llm)
-    return stages, fresh, decode, hf, hf_class, build, (dumps, parse)
+    return stages, decode, hf, hf_class, build
 
 
 def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
@@ -287,24 +207,15 @@ def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> 
     (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.conformance.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
-    stages, fresh, decode, hf, hf_class, build, (dumps, parse) = _measure_all(
-        spec, model, run_dir, b64, context_length(model, m, width=width, height=height))
-    rows = [_row("request_parse", parse, where="json.loads of the chat request's body + ChatCompletionRequest "
-                                               "validation, per request / its images"),
-            _row("client_serialize", dumps, where="the client's json.dumps of the same body (another process), "
-                                                  "per request / its images"),
-            _row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
+    stages, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64,
+                                                      context_length(model, m, width=width, height=height))
+    rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
             _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
-    for suffix, runs, how in (("", stages, "processor cache kept, as vLLM runs"),
-                              (CACHE_RESET, fresh, "processor cache cleared before each request")):
-        for stage in VLLM_STAGES:
-            rows.append(_row(stage + suffix, [s[f"{stage}_us"] for s in runs],
-                             where=f"vLLM's stage timers (TimingContext), {how}"))
-        rows.append(_row("add_request" + suffix, [s["add_request_us"] for s in runs],
-                         where=f"LLMEngine.add_request, whole call, {how}"))
-        rows.append(_row("add_request_kernel" + suffix, [s["add_request_kernel_us"] for s in runs],
-                         where=f"the process's kernel time inside add_request (getrusage), {how}",
-                         minor_faults_per_image=float(statistics.median(s["minor_faults"] for s in runs))))
+    for stage in VLLM_STAGES:
+        rows.append(_row(stage, [s[f"{stage}_us"] for s in stages],
+                         where="vLLM's stage timers (TimingContext), processor cache kept, as vLLM runs"))
+    rows.append(_row("add_request", [s["add_request_us"] for s in stages],
+                     where="LLMEngine.add_request, whole call, processor cache kept, as vLLM runs"))
     return rows, {"hf_image_processor": hf_class, "build": build}
 
 
@@ -331,7 +242,6 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     from labkit.calibrate import IN_RUN_KEY, in_run_calibration
 
     params[IN_RUN_KEY] = in_run_calibration()  # the unit costs of the same hour
-    params["memory"] = memory_statement(rows)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
 
