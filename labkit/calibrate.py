@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from labkit.errors import UsageError
 from labkit.timing import Timing, time_cuda, time_host
@@ -293,20 +292,19 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
-    from labkit.cli import add_run_options, emit_result, resolve_run_options
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
 
-    p = argparse.ArgumentParser(
-        prog="labkit calibrate",
-        description="Calibrate this machine: list vs tensor element reads (CPU); "
-        "pageable vs pinned H2D copies and kernel launches (GPU).",
-    )
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default) or full (more repeats, tighter quantiles)")
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
+    from labkit.cli import emit_result, resolve_run_options
+
+    size = resolve_run_options(args, "labkit calibrate")
     from labkit.device import measured_source, resolve_device
     from labkit.results import PartialResult
 
@@ -320,6 +318,3 @@ def main(argv: list[str] | None = None) -> int:
     emit_result(result, args)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -330,8 +330,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench attn", description=__doc__.split("\n")[0] + " (result attn_bench)")
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=None, help=f"comma-separated cases from {', '.join(CASES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated from {', '.join(VARIANTS)}")
     p.add_argument("--sweep", action="store_true", help="also time the kernel with every config in CUDA_CONFIGS")
@@ -342,7 +341,6 @@ def _parser() -> argparse.ArgumentParser:
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default): prefill_local, prefill_global, decode; full: also the mixed "
                               "prefill+decode case (quick results are saved as attn_bench_quick)")
-    return p
 
 
 def _names(text: str | None, known, what: str) -> list[str]:
@@ -353,13 +351,11 @@ def _names(text: str | None, known, what: str) -> list[str]:
     return names
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.device import configure_triton, resolve_device
     from labkit.results import make_result, sized_name
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench attn")
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     device = resolve_device(args.device)

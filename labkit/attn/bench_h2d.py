@@ -335,8 +335,7 @@ def _ints(text: str) -> tuple[int, ...]:
     return vals
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench h2d", description=__doc__.split("\n\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     p.add_argument("--strategies", default=",".join(PREFIX_RANGE_STRATEGIES),
                    help="comma-separated strategies (default: all)")
@@ -352,7 +351,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-mb", type=float, default=256.0, help="weights per layer in the GPU loop, MiB")
     p.add_argument("--trace-dir", default=None, help="keep the GPU profiler traces here")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
-    return p
 
 
 def _table(rows: list[dict], cols: list[str]) -> str:
@@ -367,12 +365,10 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.results import report_saved
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench h2d")
     device = resolve_device(args.device)
     if args.gpu_idle == "on" and device != "cuda":
         raise UsageError("--gpu-idle on needs a CUDA device")

@@ -178,8 +178,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     return results
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench ranges", description=__doc__.split("\n\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda (for the pipelines' copies)")
     p.add_argument("--builders", default=",".join(RANGE_BUILDERS), help="comma-separated builders (default: all)")
     p.add_argument("--requests", type=int, default=128, help="requests in the step benchmark (default 128)")
@@ -191,15 +190,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.results import report_saved
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench ranges")
     device = resolve_device(args.device)
     builders = [b.strip() for b in args.builders.split(",") if b.strip()]
     results = run_benchmarks(device, size, builders=builders, num_requests=args.requests, images=args.images,

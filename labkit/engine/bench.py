@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 
 from labkit.engine.runs import (DEFAULT_VARIANTS, SIZES, _csv, cudagraph_modes, default_profile_name, print_table,
                                run_variants)
 from labkit.errors import UsageError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench engine", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if present, else sim), sim, cuda or cpu "
                    "(cpu: real tiny-model math, for checks)")
     p.add_argument("--model", help="model preset (default: gemma4-e4b-like; tiny on --device cpu)")
@@ -47,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default: few measured steps; saved as <name>_quick) or full (more steps)")
-    return p
 
 
 def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
@@ -87,10 +83,9 @@ def resolve_kind(choice: str) -> str:
     return choice
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
-    args = build_parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench engine")
     kind = resolve_kind(args.device)
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]
@@ -157,6 +152,3 @@ def _write_profile(path: str, model_name: str) -> None:
     print(f"profile {save_profile(prof, path)} ({len(prof.ops)} ops, launch {prof.launch_overhead_ns / 1e3:.1f} us, "
           f"graph replay {prof.replay_overhead_ns / 1e3:.1f} us)")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

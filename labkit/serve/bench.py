@@ -334,7 +334,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
                    help=f"the machine whose recorded census and input processing are read (default {CENSUS_MACHINE})")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
@@ -346,14 +346,3 @@ def run(args: argparse.Namespace) -> int:
     print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from labkit.vllm.cli import run_main
-
-    def body(a):
-        p = argparse.ArgumentParser(prog="labkit bench serve-sim", description=__doc__.split("\n")[0])
-        add_cli_args(p)
-        return run(p.parse_args(a))
-
-    return run_main("labkit bench serve-sim", body, argv)

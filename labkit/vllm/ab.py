@@ -280,13 +280,13 @@ def load_plugin() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Command line: `python -m labkit.vllm.ab {variants,ingest,serve}`
+# Command line: `labkit vllm ab {variants,ingest,run}`
 # --------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m labkit.vllm.ab", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_ab_args(p: argparse.ArgumentParser) -> None:
+    """``labkit vllm ab``'s subcommands: ``variants``, ``ingest``, ``run``."""
+    sub = p.add_subparsers(dest="ab_cmd", required=True)
     sub.add_parser("variants", help="list the A/B variants")
     ing = sub.add_parser("ingest", help="file a `vllm bench serve` JSON under results/<gpu>/vllm_ab.json")
     ing.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
@@ -311,24 +311,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--variant", default=None, help=f"one of {', '.join(VARIANTS)} (default: $LABKIT_VLLM_AB, if set)")
     srv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for the `vllm` command")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit.vllm.ab", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.cmd == "variants":
+def ab_main(args: argparse.Namespace) -> int:
+    """``labkit vllm ab``; returns the exit code."""
+    if args.ab_cmd == "variants":
         for v in VARIANTS.values():
             print(f"{v.name:<12} placeholder={v.placeholder:<6} scheduler={v.scheduler:<6} "
                   f"prefix_range={v.prefix_range:<9} {v.description}")
         return 0
-    if args.cmd == "ingest":
+    if args.ab_cmd == "ingest":
         if args.images is not None and args.images < 0:
             raise UsageError("--images must be >= 0")
         from labkit.vllm.server.ab_results import ingest
@@ -357,11 +349,7 @@ def _main(argv: list[str]) -> int:
         os.environ[ENV_VAR] = args.variant
     elif os.environ.get(ENV_VAR, "").strip():
         get_variant(os.environ[ENV_VAR].strip())
-    # apply through the importable module (not this ``__main__`` copy), the one vLLM's
-    # plugin loader calls, so the variant is applied once per process
-    from labkit.vllm import ab as plugin_module
-
-    plugin_module.load_plugin()
+    load_plugin()
     answer_vllm_version()
     from vllm.entrypoints.cli.main import main as vllm_main
 
@@ -398,6 +386,3 @@ def answer_vllm_version() -> None:
     version.labkit_vllm_version = True
     md.version = version
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -12,7 +12,6 @@ import gc
 import logging
 import pstats
 import random
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -301,30 +300,22 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 # --------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.cli import bench_parser
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
+    from labkit.vllm.cli import add_grid_options
 
-    p = bench_parser("labkit bench vllm-ranges",
-                     "Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
-                     size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
+    add_grid_options(p)
+    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-ranges", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.vllm.cli import grid_from_args
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-ranges")
     quick = size == "quick"
     grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
@@ -369,6 +360,3 @@ def _main(argv: list[str]) -> int:
     emit_result(result, args)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

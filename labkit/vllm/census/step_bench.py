@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,12 +27,12 @@ SIZES = {
 STAND_IN_STEPS = 40
 
 
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.cli import bench_parser
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
+    from labkit.vllm.cli import add_grid_options
 
-    p = bench_parser("labkit bench vllm-step",
-                     "Census of vLLM's whole engine step per phase and A/B variant (vLLM's CPU build, in-process).",
-                     size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
+    add_grid_options(p)
+    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
                                "(requests 1-128 x images 1-32 through 128 x 32)")
     p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
                    "(default: one made in the run folder with --causal-text)")
@@ -49,7 +48,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--traces", default=None, help="keep the profiler traces here (default: dropped with the run folder)")
     p.add_argument("--whatif-check", nargs=2, metavar=("BASELINE", "MERGED"), default=None,
                    help="only check `labkit whatif` on two recorded traces: baseline's predicts merged's step")
-    return p
 
 
 def require_vllm() -> str:
@@ -118,18 +116,11 @@ def print_table(rows: list[dict]) -> None:
           "never a GPU figure; off host: the same steps with the forward, logits and sampler off the host")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Measure, print, save; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-step", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-step")
     if args.whatif_check:
         from labkit.vllm.census.step_whatif import main_check
@@ -287,6 +278,3 @@ def _marker(model: Path) -> dict:
     except (OSError, ValueError):
         return {}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -14,7 +14,6 @@ import base64
 import io
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -123,11 +122,9 @@ def _row(stage: str, values: list[float], **extra) -> dict:
             **extra}
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
 
-    p = argparse.ArgumentParser(prog="labkit bench vllm-input",
-                                description="Time the input processing of #40143's images (vLLM's CPU build).")
     p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
                    "(default: one made in the run folder)")
     p.add_argument("--image-size", default="1024x1536", help="image HxW in pixels (default 1024x1536, #40143's)")
@@ -136,21 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="vLLM's caches and the model (default: a temporary folder)")
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default: 2 requests x 4 images; saved as vllm_input_quick) or full (6 x 32)")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-input", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
     from labkit.vllm.cli import parse_image_size
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-input")
     spec = dict(SIZES[size])
     for key in ("images", "requests"):
@@ -245,6 +234,3 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
