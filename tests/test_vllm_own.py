@@ -212,7 +212,7 @@ def test_passes_stock_fails_under_variant_is_a_difference(tmp_path, monkeypatch)
 
 
 def test_choices():
-    assert own_tests.choose_variants("") == (["stock", *own_tests.DEFAULT_VARIANTS], [])
+    assert own_tests.choose_variants("") == (["stock", "baseline", "pr40143", "early-return"], ["merged"])
     # merged patches nothing: stock is its run, the control, not a variant that passed
     assert own_tests.choose_variants("merged,early-return,merged") == (["stock", "early-return"], ["merged"])
     runs, controls = own_tests.choose_variants("all")

@@ -201,8 +201,8 @@ def choose_files(spec: str | None) -> list[str]:
 
 
 #: the variants of the full matrix (``pr38794`` runs when named: its scheduler is baseline's loop;
-#: ``merged`` is vLLM as installed, so the stock run is its run)
-DEFAULT_VARIANTS = ("baseline", "pr40143", "early-return")
+#: ``merged`` is vLLM as installed: named, it is not run, the stock run is its run)
+DEFAULT_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
 
 
 def choose_variants(spec: str | None) -> tuple[list[str], list[str]]:
