@@ -15,6 +15,25 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+#: the host clock every measurement in the lab reads (ns)
+clock_ns = time.perf_counter_ns
+
+
+class stopwatch:
+    """``with stopwatch() as sw: ...``, then ``sw.ns`` (or ``sw.s``): the host time of the block on
+    :data:`clock_ns`, for one-off measurements and wall times that :func:`time_host` does not repeat."""
+
+    def __enter__(self) -> "stopwatch":
+        self.ns, self._t0 = 0, clock_ns()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ns = clock_ns() - self._t0
+
+    @property
+    def s(self) -> float:
+        return self.ns / 1e9
+
 
 @dataclass(frozen=True)
 class Timing:

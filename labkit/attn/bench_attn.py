@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +23,7 @@ import torch
 from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
 from labkit.cli import add_run_options, emit_result, resolve_run_options
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -229,13 +229,13 @@ def run_variant(run: CaseRun, variant: str, *, device: str, timed: bool, repeats
            "num_ranges": max(len(r) for r in case.ranges), "allowed_pairs": run.pairs, "flops": run.flops,
            "dtype": str(run.inputs["q"].dtype).replace("torch.", "")}
     try:
-        t0 = time.perf_counter()
-        prep = VARIANTS[variant]
-        fn = prep(case, run.inputs, config=config) if config is not None else prep(case, run.inputs)
-        out = fn()
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        row["first_call_s"] = round(time.perf_counter() - t0, 3)  # includes compilation
+        with stopwatch() as first:
+            prep = VARIANTS[variant]
+            fn = prep(case, run.inputs, config=config) if config is not None else prep(case, run.inputs)
+            out = fn()
+            if str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+        row["first_call_s"] = round(first.s, 3)  # includes compilation
         row.update(error_metrics(out, run.ref))
         if timed:
             from labkit.timing import time_cuda

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from labkit.timing import clock_ns
 
 
 
@@ -100,7 +100,7 @@ class TransferLedger:
         self._current().host_ns += int(ns)
 
     def timed(self) -> "_HostTimer":
-        """Context manager adding the wall time of its body (perf_counter_ns) to the open step."""
+        """Context manager adding the wall time of its body (labkit.timing.clock_ns) to the open step."""
         return _HostTimer(self)
 
     def reset(self) -> None:
@@ -153,11 +153,11 @@ class _HostTimer:
         self.t0 = 0
 
     def __enter__(self) -> "_HostTimer":
-        self.t0 = time.perf_counter_ns()
+        self.t0 = clock_ns()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.ledger.add_host_ns(time.perf_counter_ns() - self.t0)
+        self.ledger.add_host_ns(clock_ns() - self.t0)
 
 
 # -- checking against a profiler trace ----------------------------------------------

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -143,20 +143,20 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
         if kind == "sim":
             meta.update(dev.profile.describe())
         run_name = cfg.variant_name().replace("/", "-")
-        t0 = time.perf_counter()
-        # Measured run first, without any profiler: one step more than measured, so the last
-        # measured step's tokens are collected in steady state (async: while the next step runs).
-        engine.run(warmup + steps + 1)
-        row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
-        # Then a separate profiled run: the profiler starts (and may stall the host) only after
-        # every measured output has been collected, so it can never enter the numbers.
-        cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
-                           active=TRACE_STEPS)
-        if trace_dir:
-            with cap:
-                engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
+        with stopwatch() as wall:
+            # Measured run first, without any profiler: one step more than measured, so the last
+            # measured step's tokens are collected in steady state (async: while the next step runs).
+            engine.run(warmup + steps + 1)
+            row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
+            # Then a separate profiled run: the profiler starts (and may stall the host) only after
+            # every measured output has been collected, so it can never enter the numbers.
+            cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
+                               active=TRACE_STEPS)
+            if trace_dir:
+                with cap:
+                    engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
         row["source"] = dev.source
-        row["wall_s"] = time.perf_counter() - t0
+        row["wall_s"] = wall.s
         if kind == "sim":
             row.update(dev.profile.describe())
         paths = [str(p) for p in getattr(cap, "paths", [])]

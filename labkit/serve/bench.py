@@ -10,7 +10,6 @@ import json
 import logging
 import statistics
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from labkit.serve.published import ARMS as PUBLISHED_ARMS
 from labkit.serve.published import METRICS, PR40143, two_phases
 from labkit.serve.workload import get_workload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
+from labkit.timing import stopwatch
 
 __all__ = ["RESULT_NAME", "ARMS", "CENSUS_MACHINE", "GPU_NODE", "INTAKE_STAGES", "ServeHost", "intake_ns",
            "predicted_metrics", "full_batch_device_ns", "peak_rows", "infer_intake", "predict", "add_cli_args", "main"]
@@ -117,13 +117,12 @@ def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, i
     per_request = {s: ns * workload.images * scale for s, ns in intake.items()}
     jobs = media_first_jobs([per_request["media_decode"]] * workload.requests,
                             [per_request["add_request"]] * workload.requests)
-    t0 = time.perf_counter()
-    with patched_vllm(arm):
+    with stopwatch() as wall, patched_vllm(arm):
         driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
                             async_scheduling=config.async_scheduling)
         tl = simulate(driver, input_jobs=jobs, host=ServeHost(chains, arm, units), device=step_device_fn(gpu),
                       regime=regime)
-    logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), time.perf_counter() - t0)
+    logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), wall.s)
     return {"metrics": predicted_metrics(tl.token_ns, prompt_len), "phases": _phases(tl),
             "scheduler": config.describe()}
 

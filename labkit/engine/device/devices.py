@@ -9,12 +9,12 @@ More: docs/reference.md, ``labkit.engine.device.devices``.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from labkit.engine.device.profiles import DeviceProfile, parametric_profile
 from labkit.engine.device.torch_device import TorchDevice  # noqa: F401  (re-exported: one place for both devices)
+from labkit.timing import clock_ns
 
 #: Kineto-style names of the copy kinds, keyed by (direction, pinned)
 MEMCPY_NAMES = {
@@ -84,7 +84,7 @@ class SimDevice:
         self,
         profile: DeviceProfile | None = None,
         *,
-        clock: Callable[[], int] = time.perf_counter_ns,
+        clock: Callable[[], int] = clock_ns,
         record: bool = False,
         stream: int = 7,
         device_index: int = 0,

@@ -10,9 +10,9 @@ import json
 import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
+from labkit.timing import clock_ns
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class SchedulerRun:
             scheduler.add_request(req)
         self.requests = {r.request_id: r for r in requests}
 
-    def step(self, clock=time.perf_counter_ns) -> tuple[int, int, object]:
+    def step(self, clock=clock_ns) -> tuple[int, int, object]:
         """One step: ``(schedule_ns, update_ns, scheduler_output)``."""
         from vllm.v1.outputs import ModelRunnerOutput
 

@@ -15,12 +15,12 @@ import gc
 import io
 import logging
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from labkit.vllm.census.step_rows import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
+from labkit.timing import clock_ns, stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -182,18 +182,18 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
     shape = Shape(run.requests, run.images, plan.width, plan.height, output_len=plan.max_tokens(run.requests))
     params = SamplingParams(temperature=0.0, max_tokens=shape.output_len, ignore_eos=True)
     engine = run.llm.llm_engine
-    t0 = time.perf_counter()
+    t0 = clock_ns()
     add_s = 0.0
     steps = 0
     for start in range(0, run.requests, plan.wave):
         wave = make_requests(model_dir, Shape(min(plan.wave, run.requests - start), run.images, plan.width,
                                               plan.height, shape.output_len), seed=seed + start)
-        t1 = time.perf_counter()
-        for i, prompt in enumerate(wave):
-            rid = f"p{run.requests}x{run.images}-r{start + i}"
-            engine.add_request(rid, prompt, params)
-            run.ids.append(rid)
-        add_s += time.perf_counter() - t1
+        with stopwatch() as adding:
+            for i, prompt in enumerate(wave):
+                rid = f"p{run.requests}x{run.images}-r{start + i}"
+                engine.add_request(rid, prompt, params)
+                run.ids.append(rid)
+        add_s += adding.s
         admitted = start + len(wave)
         while not (len(run.scheduler.running) == admitted and not run.scheduler.waiting
                    and all(r.num_output_tokens > 0 for r in run.scheduler.running)):
@@ -204,8 +204,8 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
                 raise RuntimeError("requests did not reach decode")
         drop_encoded_inputs(run.scheduler)
         logger.info("%d x %d: %d of %d requests decoding after %.0f s (%d steps)", run.requests, run.images,
-                    admitted, run.requests, time.perf_counter() - t0, steps)
-    return {"admit_s": add_s, "to_decode_s": time.perf_counter() - t0 - add_s, "prefill_steps": steps}
+                    admitted, run.requests, (clock_ns() - t0) / 1e9, steps)
+    return {"admit_s": add_s, "to_decode_s": (clock_ns() - t0) / 1e9 - add_s, "prefill_steps": steps}
 
 
 def _block(run: _PointRun, variant: str, steps: int, *, profile: Callable | None = None) -> list:

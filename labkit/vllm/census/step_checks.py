@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from labkit.vllm.census.step_rows import OFF_HOST
+from labkit.timing import stopwatch
 
 __all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
@@ -148,7 +149,6 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     census aborts them). Every step must schedule one token for each of the ``requests`` and no
     encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
     ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
-    import time
 
     import numpy as np
 
@@ -158,9 +158,9 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
 
     def stepper(swept: bool):
         def step(label: str) -> int:
-            t0 = time.perf_counter_ns()
-            out = scheduler.schedule()
-            dt = time.perf_counter_ns() - t0
+            with stopwatch() as sw:
+                out = scheduler.schedule()
+            dt = sw.ns
             tokens = out.num_scheduled_tokens
             if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
                 raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "

@@ -13,8 +13,8 @@ More: docs/reference.md, ``labkit.vllm.census.step_timers``.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
+from labkit.timing import clock_ns
 
 __all__ = ["TIMED_PHASES", "SPAN_PHASES", "StepRecord", "PhaseTimers", "engine_parts"]
 
@@ -76,7 +76,7 @@ class PhaseTimers:
     ``parts``: the objects to wrap (default :func:`engine_parts` of ``llm``); ``phases`` /
     ``spans``: what to wrap (:data:`TIMED_PHASES` / :data:`SPAN_PHASES`); ``clock``: ns."""
 
-    def __init__(self, llm=None, phases=TIMED_PHASES, clock=time.perf_counter_ns, parts: dict | None = None,
+    def __init__(self, llm=None, phases=TIMED_PHASES, clock=clock_ns, parts: dict | None = None,
                  spans=SPAN_PHASES) -> None:
         self.parts = parts if parts is not None else engine_parts(llm)
         self.phases = tuple(phases)

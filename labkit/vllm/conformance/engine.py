@@ -12,12 +12,12 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -328,9 +328,9 @@ def run_variants(llm, requests: Sequence[dict], shape: Shape, variants: Sequence
 
     for name in variants:
         with patched_vllm(name):
-            t0 = time.perf_counter()
-            tokens = generate_tokens(llm, requests, shape.output_len)
-            wall = time.perf_counter() - t0
+            with stopwatch() as sw:
+                tokens = generate_tokens(llm, requests, shape.output_len)
+            wall = sw.s
             with ScheduleCounter() as counter:
                 counted = generate_tokens(llm, requests, shape.output_len)
             if counted != tokens:

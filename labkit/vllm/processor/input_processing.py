@@ -15,10 +15,10 @@ import io
 import logging
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 __all__ = ["RESULT_NAME", "SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
            "measure_vllm_stages", "input_rows", "main"]
@@ -54,9 +54,9 @@ def _decode(b64: list[str]) -> tuple[list, list[float]]:
     io_ = ImageMediaIO()
     images, times = [], []
     for data in b64:
-        t0 = time.perf_counter_ns()
-        images.append(io_.load_base64("image/jpeg", data))
-        times.append((time.perf_counter_ns() - t0) / 1e3)
+        with stopwatch() as sw:
+            images.append(io_.load_base64("image/jpeg", data))
+        times.append(sw.ns / 1e3)
     return images, times
 
 
@@ -79,9 +79,9 @@ def measure_hf_processor(model_dir, images, *, repeats: int = 3) -> tuple[list[f
     proc(text=image_prompt(arch, 1), images=plain[:1], return_tensors="pt")  # first-call set-up, not timed
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        proc(text=prompt, images=plain, return_tensors="pt")
-        out.append((time.perf_counter_ns() - t0) / 1e3 / len(images))
+        with stopwatch() as sw:
+            proc(text=prompt, images=plain, return_tensors="pt")
+        out.append(sw.ns / 1e3 / len(images))
     return out, type(proc.image_processor).__name__
 
 
@@ -101,10 +101,10 @@ def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]]) -> list[d
     for i, b64 in enumerate(b64_requests):
         images, _ = _decode(b64)
         rid = f"input-{i}"
-        t0 = time.perf_counter_ns()
-        engine.add_request(rid, {"prompt": image_prompt(arch, len(images)), "multi_modal_data": {"image": images}},
-                           params)
-        total = (time.perf_counter_ns() - t0) / 1e3
+        with stopwatch() as sw:
+            engine.add_request(rid, {"prompt": image_prompt(arch, len(images)), "multi_modal_data": {"image": images}},
+                               params)
+        total = sw.ns / 1e3
         engine.abort_request([rid])
         stats = list(registry.stat().values())
         if len(stats) != 1:
