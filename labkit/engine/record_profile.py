@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import sys
 
 import numpy as np
 
@@ -180,36 +179,3 @@ def refit_copy_costs(profile: DeviceProfile, calibration) -> DeviceProfile:
                                     origin="UNKNOWN: not re-derived (calibration times no D2H copy); the figures "
                                            "recorded with the profile, whose latency fit was not the copy's alone")
     return replace(profile, **fitted)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m labkit.engine.record_profile --refit-copies PROFILE --calibration RESULT``."""
-    import argparse
-    import json
-
-    from labkit.engine.device.profiles import load_profile, save_profile
-    from labkit.errors import UsageError
-    from labkit.results import parse_result
-
-    p = argparse.ArgumentParser(prog="python -m labkit.engine.record_profile",
-                                description="Re-derive a recorded profile's copy costs from calibration.")
-    p.add_argument("--refit-copies", required=True, metavar="PROFILE", help="profile JSON, rewritten in place")
-    p.add_argument("--calibration", required=True, metavar="RESULT", help="that machine's calibration result JSON")
-    args = p.parse_args(argv)
-    try:
-        prof = load_profile(args.refit_copies)
-        with open(args.calibration, encoding="utf-8") as f:
-            cal = parse_result(json.load(f), args.calibration)
-        new = refit_copy_costs(prof, cal)
-    except (OSError, ValueError, UsageError) as exc:
-        print(f"record_profile: {exc}", file=sys.stderr)
-        return 2
-    save_profile(new, args.refit_copies)
-    for kind in ("h2d_pageable", "h2d_pinned", "d2h_pinned"):
-        c = getattr(new, kind)
-        print(f"{kind}: latency {c.latency_ns:.0f} ns, {c.bytes_per_ns:.1f} B/ns ({c.origin})")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
