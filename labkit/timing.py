@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 #: the host clock every measurement in the lab reads (ns)
 clock_ns = time.perf_counter_ns
@@ -185,3 +186,17 @@ def frozen_gc_heap():
         yield
     finally:
         gc.unfreeze()
+
+
+T = TypeVar("T")
+
+
+def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "", force: bool = False) -> Iterator[T]:
+    """Wrap ``iterable`` in a tqdm bar on stderr if stderr is a TTY (or ``force``)."""
+    if force or sys.stderr.isatty():
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return iter(iterable)
+        return iter(tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False))
+    return iter(iterable)

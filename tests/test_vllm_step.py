@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from labkit.errors import UsageError
 from labkit.vllm.census import step_census
 from labkit.vllm.census.step_checks import TOP_PHASES, census_checks
 from labkit.vllm.census.step_timers import PhaseTimers
@@ -293,13 +292,17 @@ def test_census_plan_sizes_the_engine_for_every_point():
 
 
 def test_plan_for_takes_the_sizes_and_the_command_lines_choices():
-    from labkit.vllm.census.step_bench import SIZES, _parser, plan_for
+    import argparse
 
-    full = plan_for(_parser().parse_args(["--size", "full"]), "full")
+    from labkit.vllm.census.step_bench import SIZES, add_cli_args, plan_for
+
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    full = plan_for(parser.parse_args(["--size", "full"]), "full")
     assert full.points == SIZES["full"]["points"] and full.off_host and full.alone_rounds == 6
-    bare = plan_for(_parser().parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
+    bare = plan_for(parser.parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
     assert not bare.off_host and bare.alone_rounds == 0 and bare.rounds == 3
-    assert bare.decode_steps < plan_for(_parser().parse_args(["--rounds", "3"]), "quick").decode_steps
+    assert bare.decode_steps < plan_for(parser.parse_args(["--rounds", "3"]), "quick").decode_steps
 
 
 def _cli(*args):
@@ -400,7 +403,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     and 10 ns (baseline) or 4 ns (merged) otherwise; update_from_output costs 500 ns, never timed. The
     left-out step after each switch is not in the medians, the stand-in output gives each request its
     own last token, and the sweep reads its buffer once after every step of the swept mode only."""
-    import time
+    from labkit import timing
 
     import numpy
 
@@ -439,7 +442,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
             state["sums"].append(state["steps"])
 
     monkeypatch.setattr(ab, "patched_vllm", fake_patched)
-    monkeypatch.setattr(time, "perf_counter_ns", clock)
+    monkeypatch.setattr(timing, "clock_ns", clock)  # the one clock the lab's stopwatch reads
     monkeypatch.setattr(numpy, "ones", lambda n: Buffer())
     rows = engine_scheduler_alone(Scheduler(), 3, 2, ("baseline", "merged"), rounds=2, block=3, sweep=800,
                                   make_output=lambda ids, tokens: (ids, tokens))

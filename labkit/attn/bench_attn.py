@@ -261,7 +261,7 @@ def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, 
     """
     from labkit.attn.prefix_attention import CUDA_CONFIGS
     from labkit.device import kernel_mode
-    from labkit.progress import progress
+    from labkit.timing import progress
 
     gpu = str(device).startswith("cuda")
     if not gpu and kernel_mode() != "interpret":

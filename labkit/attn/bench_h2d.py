@@ -26,7 +26,7 @@ from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
 from labkit.fileio import atomic_target
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import time_cuda, time_host
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import time_host
 
 logger = logging.getLogger(__name__)

@@ -114,7 +114,7 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
     from labkit.engine.device.devices import make_device
     from labkit.engine.graphs import effective_mode
     from labkit.engine.loop import Engine, summarize_run
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.trace.capture import make_capture
 
     rows, traces = [], []

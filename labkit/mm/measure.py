@@ -16,7 +16,7 @@ from labkit.mm.placeholder import PLACEHOLDER_VARIANTS, get_placeholder_class
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
 from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
 from labkit.mm.workload import WorkloadSpec, make_requests, placeholder_layout
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import Timing, auto_number, frozen_gc_heap, summarize, time_host
 from labkit.timing import clock_ns
 

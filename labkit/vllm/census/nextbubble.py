@@ -140,7 +140,7 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
 
 def sweep(grid: dict, *, repeats: int = 7) -> list[dict]:
     """Rows for every (requests, images) in ``grid``, installed and patched side by side."""
-    from labkit.progress import progress
+    from labkit.timing import progress
 
     points = [(r, i) for r in grid["requests"] for i in grid["images"]]
     rows = []
@@ -302,7 +302,7 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
-    from labkit.vllm.cli import add_grid_options
+    from labkit.cli import add_grid_options
 
     add_grid_options(p)
     add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
@@ -314,7 +314,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
     from labkit.cli import emit_result, resolve_run_options
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
 
     size = resolve_run_options(args, "labkit bench vllm-ranges")
     quick = size == "quick"

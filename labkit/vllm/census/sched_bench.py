@@ -26,7 +26,7 @@ FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
 def sweep(grid: dict, model_dir) -> list[dict]:
     """Rows of :func:`labkit.vllm.census.sched_census.measure_point` over the grid, with the
     multimodal overhead cut (``overhead_cut``: 1 - patched overhead / installed overhead)."""
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.vllm.census.sched_census import measure_point
 
     points = [(n, m) for n in grid["requests"] for m in grid["images"]]
@@ -84,7 +84,7 @@ def recorded_rows(root=None) -> list[dict]:
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
-    from labkit.vllm.cli import add_grid_options
+    from labkit.cli import add_grid_options
 
     add_grid_options(p)
     add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
@@ -97,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
     size = resolve_run_options(args, "labkit bench vllm-sched")
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
     from labkit.vllm.census.nextbubble import vllm_version
 
     grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)

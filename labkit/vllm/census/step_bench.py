@@ -29,7 +29,7 @@ STAND_IN_STEPS = 40
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
-    from labkit.vllm.cli import add_grid_options
+    from labkit.cli import add_grid_options
 
     add_grid_options(p)
     add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
@@ -61,7 +61,7 @@ def require_vllm() -> str:
 
 def plan_for(args, size: str):
     """The :class:`~labkit.vllm.census.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
     from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
     from labkit.vllm.variants import get_variant
 
@@ -97,7 +97,7 @@ def plan_for(args, size: str):
 
 def print_table(rows: list[dict]) -> None:
     """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
-    from labkit.vllm.census.step_rows import OFF_HOST, TOP
+    from labkit.vllm.census.step_checks import OFF_HOST, TOP
 
     cols = ("step",) + TOP + ("other",)
     print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
@@ -148,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
 def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save: bool = True):
     """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
     from labkit.device import describe_machine
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.results import PartialResult, make_result, sized_name
     from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.conformance.models import config_hash, make_model

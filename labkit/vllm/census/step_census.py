@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labkit.vllm.census.step_rows import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
+from labkit.vllm.census.step_checks import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
 from labkit.timing import clock_ns, stopwatch
 
 logger = logging.getLogger(__name__)

@@ -9,13 +9,39 @@ More: docs/reference.md, ``labkit.vllm.census.step_checks``.
 from __future__ import annotations
 
 import contextlib
+import statistics
+from typing import Sequence
 
-from labkit.vllm.census.step_rows import OFF_HOST
 from labkit.timing import stopwatch
 
-__all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
+__all__ = ["PHASES", "TOP", "ALONE_MODES", "OFF_HOST", "step_quantiles", "SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
            "stand_in_scheduler", "STAND_IN_TIMER"]
+
+#: every phase a row is written for: (phase, parent); top-level ones have no parent
+PHASES = (("step", None), ("schedule", None), ("prepare_inputs", None), ("encoder", None), ("forward", None),
+          ("sample", None), ("update_from_output", None), ("process_outputs", None), ("other", None),
+          ("encoder_inputs", "schedule"), ("get_num_embeds", "encoder_inputs"), ("update_states", "prepare_inputs"),
+          ("prepare_inputs_fn", "prepare_inputs"), ("attention_metadata", "prepare_inputs"),
+          ("preprocess", "prepare_inputs"), ("model_forward", "forward"), ("logits", "forward"),
+          ("sampler", "sample"), ("bookkeeping", "sample"), ("detokenize", "process_outputs"))
+TOP = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
+#: the engine's own scheduler driven alone after a point's steps (:func:`labkit.vllm.census.step_checks.engine_scheduler_alone`):
+#: row phase -> whether the last-level cache is swept between its steps
+ALONE_MODES = {"schedule_alone": False, "schedule_alone_swept": True}
+#: prefix of the phases of the steps timed with the forward off the host (:func:`labkit.vllm.census.step_census.forward_off_host`)
+OFF_HOST = "off_host:"
+
+
+def step_quantiles(values: Sequence[float]) -> dict:
+    """``median_us`` and the nearest-rank ``p20_us`` / ``p80_us`` of per-step values (us)."""
+    v = sorted(values)
+
+    def q(p):
+        return float(v[min(len(v) - 1, int(round(p * (len(v) - 1))))])
+
+    return {"median_us": float(statistics.median(v)), "p20_us": q(0.2), "p80_us": q(0.8)}
+
 
 #: how far above 1 a step's named share may read: float rounding only (the timers nest exactly)
 SHARE_SLACK = 1e-9
@@ -49,7 +75,6 @@ def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> di
 
 
 def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
-    from labkit.vllm.census.step_rows import step_quantiles
 
     return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
              **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
@@ -152,7 +177,6 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
 
     import numpy as np
 
-    from labkit.vllm.census.step_rows import ALONE_MODES
 
     buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
 

@@ -138,7 +138,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
-    from labkit.vllm.cli import parse_image_size
+    from labkit.cli import parse_image_size
 
     size = resolve_run_options(args, "labkit bench vllm-input")
     spec = dict(SIZES[size])
