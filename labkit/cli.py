@@ -135,8 +135,16 @@ def _bench(argv: list[str]) -> int:
     p.add_argument("target", choices=sorted(BENCH_TARGETS), help="which benchmark")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the target's own options (see labkit bench TARGET --help)")
     args = p.parse_args(argv)
-    module = importlib.import_module(BENCH_TARGETS[args.target])
-    return int(module.main(args.rest) or 0)
+    return run_module(BENCH_TARGETS[args.target], f"labkit bench {args.target}", args.rest)
+
+
+def run_module(name: str, prog: str, argv: list[str]) -> int:
+    """Run a verb's module: one with ``add_cli_args(parser)`` gets its options parsed here and ``main(args)``
+    (vLLM's benchmark pattern); the others parse ``argv`` themselves (``main(argv)``)."""
+    module = importlib.import_module(name)
+    if hasattr(module, "add_cli_args"):
+        return int(module.main(module.add_cli_args(argparse.ArgumentParser(prog=prog)).parse_args(argv)) or 0)
+    return int(module.main(argv) or 0)
 
 
 def version_text() -> str:
@@ -194,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             from labkit.report.startup import skip_unused_imports
 
             skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
-        module = importlib.import_module(VERBS[args.verb])
-        return int(module.main(args.rest) or 0)
+        return run_module(VERBS[args.verb], f"labkit {args.verb}", args.rest)
     except UsageError as exc:
         print(f"labkit: error: {exc}", file=sys.stderr)
         return 2

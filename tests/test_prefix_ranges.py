@@ -325,7 +325,7 @@ def test_every_layer_gets_reference_tensor_on_gpu(name):
 
 _FIRST_USE = """
 from labkit.attn.prefix_ranges import make_strategy, warm_up
-from labkit.trace.whatif.sim_pairs import HostCostClock
+from whatif_pairs import HostCostClock
 warm_up()
 calls = []
 for _ in range(2):

@@ -1,36 +1,32 @@
-"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer and batch decoding.
+"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer, batch decoding, byte ranges on workers.
 
-The ``traceEvents`` array is never decoded as a whole. The reader keeps about
-``CHUNK_BYTES`` bytes of (gunzipped) JSON in a ``bytearray``, cuts it at the last event
-boundary and decodes the complete events before it as one JSON array: with ``msgspec`` into
-typed structs that fill the columns directly when it is installed (optional, see
-``labkit.trace.read.structs``), else with ``orjson`` (optional) or ``json`` into dicts. The text is
-never turned into one big ``str``: msgspec reads the batch in place (the bytes just before and
-after it are briefly set to ``[`` and ``]``), and a batch is decoded from UTF-8 only where it
-has to be (a chunk with non-ASCII bytes, which is then checked strictly, or a batch msgspec
-declines). A batch msgspec declines (NaN, a type the structs do not declare, anything the
-per-event rules would skip) is decoded again with ``json``, and so is one orjson declines.
-``DECODER`` names the choice and can be set to ``"json"`` to force the stdlib path. Where no
-clean cut exists it decodes one event at a time with ``json.JSONDecoder.raw_decode``. Errors
-in the input become ``UsageError`` with a one-line message (see ``labkit.trace.read.load`` for the
-policy). The bytes come from ``labkit.trace.read.streams`` (the file, or its gunzipped bytes
-inflated on a prefetch thread).
+The ``traceEvents`` array is never decoded whole: about ``CHUNK_BYTES`` of JSON are cut at the last
+event boundary and decoded as one array (msgspec structs where installed, else orjson or json; a
+batch they decline is decoded again with json), one event at a time where no clean cut exists.
+A large file can be read as byte ranges of its event array on worker processes (``read_document(...,
+jobs=N)``), merged in file order. How and why: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import gc
 import gzip
 import json
+import multiprocessing as mp
 import os
 import re
+import tempfile
+import threading
 import zlib
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.read.columns import ColumnStore, LoadStats
-from labkit.trace.read.streams import Prefetch, Progress, open_binary, prompt_handover, want_progress
+from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
 from labkit.trace.read.structs import AVAILABLE as _HAVE_MSGSPEC
 from labkit.trace.read.structs import add_struct_batch, decode_batch
 
@@ -253,6 +249,19 @@ def _try_batch(rd: ByteReader, bad_until: int):
     return None, -1, bad_until
 
 
+@contextlib.contextmanager
+def no_gc():
+    """The cyclic garbage collector off while events are read: millions of new containers, no cycles among
+    them, would start a collection every few hundred of them (restored as it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     """Parse the traceEvents array starting just after its '['.
 
@@ -262,6 +271,11 @@ def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     reader goes one event at a time up to the failed cut. Batches decoded by msgspec go
     straight into the columns (``labkit.trace.read.structs``) unless they hold anything unusual, in
     which case they are decoded again with json and added event by event."""
+    with no_gc():
+        _read_events(rd, cols, stats)
+
+
+def _read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     i = 0
     if rd.peek() == "]":
         rd.pos += 1
@@ -296,13 +310,26 @@ def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     stats.n_events = i
 
 
-def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
-                  progress: bool | None = None) -> tuple[dict, bool]:
+PART_MIN_BYTES = 16 << 20  #: a byte range read on a worker holds at least this much of the event array
+_SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
+
+
+def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: bool | None = None,
+                  jobs: int = 1) -> tuple[dict, bool]:
     """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
 
-    ``progress``: a bar on stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
-    metadata: dict = {}
-    decoder = json.JSONDecoder()
+    ``jobs`` > 1: a large file is read as that many byte ranges of its event array, all but the last
+    on worker processes (a gzip'ed one is inflated once to a temporary file first); any range that
+    does not read cleanly (a cut inside a string, bad input) makes the whole file be read again in
+    order, so the result and any error are those of the one-process read. ``progress``: a bar on
+    stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
+    if jobs > 1:
+        with contextlib.ExitStack() as stack:
+            plain = plain_copy(path, stack, min_bytes=2 * PART_MIN_BYTES)
+            metadata: dict = {}
+            if plain is not None and _read_parts(plain, cols, stats, metadata, jobs):
+                return metadata, stats.found
+    metadata = {}
     bar = None
     with open_binary(path) as fh:
         if want_progress(path, progress):
@@ -312,17 +339,18 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
             bar = Progress(raw, os.path.getsize(path), path.name)
         try:
             with prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
-                _read_body(fh, cols, stats, metadata, decoder, bar)
+                _read_body(ByteReader(fh, bar), cols, stats, metadata)
         finally:
             if bar is not None:
                 bar.close()
     return metadata, stats.found
 
 
-def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
-    """Parse the document from ``fh``: metadata keys into ``metadata``, events into ``cols``."""
+def _read_body(rd: ByteReader, cols, stats, metadata, split=None) -> None:
+    """Parse the document: metadata keys into ``metadata``, events into ``cols``. ``split(rd)``, when
+    given, is called just inside the event array and may read it itself (returning a reader past it)."""
     found = False
-    rd = ByteReader(fh, bar)
+    decoder = json.JSONDecoder()
     first = rd.expect("{[", "a JSON object")
     if first == "[":  # a bare array of events is also a valid Chrome trace
         read_events(rd, cols, stats)
@@ -335,8 +363,9 @@ def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
             if not isinstance(key, str):
                 raise UsageError("not a trace: top-level keys must be strings")
             rd.expect(":", "':' after a top-level key")
-            if key == "traceEvents" and rd.peek() == "[":
+            if key == "traceEvents" and rd.peek() == "[" and not found:
                 rd.pos += 1
+                rd = (split(rd) if split is not None else None) or rd
                 read_events(rd, cols, stats)
                 found = True
             else:
@@ -347,3 +376,137 @@ def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
         raise UsageError("not a trace: extra data after the JSON document")
     stats.bytes_read = rd.nread
     stats.found = found
+
+
+class RangeStream:
+    """``[`` + bytes ``start .. end`` of a file + ``]``: one byte range of an event array as an array."""
+
+    def __init__(self, path, start: int, end: int) -> None:
+        self.fh = open(path, "rb")
+        self.fh.seek(start)
+        self.left, self.head, self.tail = end - start, b"[", b"]"
+
+    def read(self, n: int) -> bytes:
+        out, self.head = self.head, b""
+        take = min(n, self.left)
+        data = self.fh.read(take) if take > 0 else b""
+        self.left -= len(data)
+        if not self.left or not data:
+            data, self.tail = data + self.tail, b""
+        return out + data
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_range(path: str, start: int, end: int) -> tuple[tuple, LoadStats]:
+    """Read bytes ``start .. end`` of a file (whole events of its array, separated by commas) on a worker:
+    ``(ColumnStore.part(), LoadStats)``, event indices counted from the range's first event."""
+    cols, stats = ColumnStore(), LoadStats()
+    rs = RangeStream(path, start, end)
+    try:
+        _read_body(ByteReader(rs), cols, stats, {})
+    finally:
+        rs.close()
+    return cols.part(), stats
+
+
+def _cuts(path: Path, begin: int, size: int, parts: int) -> list[tuple[int, int]]:
+    """``(end, next start)`` of ``parts - 1`` cuts of bytes ``begin .. size`` at event boundaries
+    (``}`` .. ``,`` .. ``{``), preferring one whose blank holds a line break (never inside a string)."""
+    out = []
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            at = begin + (size - begin) * k // parts
+            f.seek(at)
+            window = f.read(_SPLIT_WINDOW)
+            found = [m for m in _BOUNDARY.finditer(window)]
+            if not found:
+                continue
+            m = next((m for m in found if b"\n" in m.group()), found[0])
+            cut = (at + m.start() + 1, at + m.end() - 1)
+            if not out or cut[0] > out[-1][1]:
+                out.append(cut)
+    return out
+
+
+def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict, jobs: int) -> bool:
+    """Read ``path`` (plain JSON) as byte ranges of its event array (see ``read_document``); False when
+    the file is too small to split or any range did not read cleanly (the caller reads it in order)."""
+    size = path.stat().st_size
+    parts = min(jobs, size // PART_MIN_BYTES)
+    if parts < 2:
+        return False
+    futures, own = [], LoadStats()
+
+    def split(rd: ByteReader):
+        begin = rd.base + rd.pos
+        cuts = _cuts(path, begin, size, parts)
+        if not cuts:
+            return None
+        starts = [begin] + [s for _, s in cuts]
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+                             else "spawn")  # fork: no re-import (no other thread to copy in an odd state)
+        pool = ProcessPoolExecutor(max_workers=len(cuts), mp_context=ctx)
+        pool_box.append(pool)
+        futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
+        fh = open(path, "rb")
+        files.append(fh)
+        fh.seek(starts[-1] - 1)  # the byte before the last range: the batch decoder borrows it
+        nxt = ByteReader(fh)
+        nxt.base = starts[-1] - 1
+        nxt.fill()
+        nxt.pos = 1
+        return nxt
+
+    pool_box: list = []
+    files: list = []
+    tail = ColumnStore()
+    try:
+        with open(path, "rb") as fh:
+            _read_body(ByteReader(fh), tail, own, metadata, split)
+        results = [f.result() for f in futures]
+    except (UsageError, BrokenProcessPool, OSError):
+        return False
+    finally:
+        for p in pool_box:
+            p.shutdown(cancel_futures=True)
+        for f in files:
+            f.close()
+    if not futures:
+        return False
+    offset = 0
+    for part, st in results + [(tail.part(), own)]:
+        cols.extend(part, offset)
+        stats.add(st, offset)
+        offset += st.n_events
+    stats.n_events, stats.bytes_read, stats.found, stats.parts = offset, size, own.found, len(results) + 1
+    return True
+
+
+def plain_copy(path: Path, stack: contextlib.ExitStack, *, min_bytes: int) -> Path | None:
+    """``path`` itself when it is plain JSON of at least ``min_bytes``; a gzip'ed one of at least that
+    (by its trailer) inflated once into a temporary file removed with ``stack``; else None."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+            size = os.fstat(f.fileno()).st_size
+            if gz and size >= 4:
+                f.seek(-4, os.SEEK_END)
+                size = max(int.from_bytes(f.read(4), "little"), size)  # ISIZE: the inflated size mod 2**32
+    except OSError:
+        return None
+    if size < min_bytes:
+        return None
+    if not gz:
+        return path
+    tmp = stack.enter_context(tempfile.NamedTemporaryFile(prefix="labkit-trace-", suffix=".json"))
+    try:
+        with open(path, "rb") as raw:
+            src = Gunzip(raw)
+            while chunk := src.read():
+                tmp.write(chunk)
+        tmp.flush()
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return None  # the reader in order says what is wrong
+    return Path(tmp.name)
