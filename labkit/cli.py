@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -139,12 +140,14 @@ def _bench(argv: list[str]) -> int:
 
 
 def run_module(name: str, prog: str, argv: list[str]) -> int:
-    """Run a verb's module: one with ``add_cli_args(parser)`` gets its options parsed here and ``main(args)``
-    (vLLM's benchmark pattern); the others parse ``argv`` themselves (``main(argv)``)."""
+    """Run a verb's module: one whose ``main(args)`` takes parsed options gets them from a parser built by its
+    ``add_cli_args(parser)`` (vLLM's benchmark pattern); the others parse ``argv`` themselves (``main(argv)``)."""
     module = importlib.import_module(name)
-    if hasattr(module, "add_cli_args"):
-        return int(module.main(module.add_cli_args(argparse.ArgumentParser(prog=prog)).parse_args(argv)) or 0)
-    return int(module.main(argv) or 0)
+    if "args" not in inspect.signature(module.main).parameters:
+        return int(module.main(argv) or 0)
+    parser = argparse.ArgumentParser(prog=prog)
+    module.add_cli_args(parser)
+    return int(module.main(parser.parse_args(argv)) or 0)
 
 
 def version_text() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import labkit.trace.read.reader as reader
+import labkit.trace.read.document as document
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
@@ -22,8 +22,8 @@ DATA = Path(__file__).resolve().parent / "data"
 @pytest.fixture
 def small_parts(monkeypatch):
     """Ranges of a few kB, so hand-made files split (the workers are forked and see the same values)."""
-    monkeypatch.setattr(reader, "PART_MIN_BYTES", 2000)
-    monkeypatch.setattr(reader, "_SPLIT_WINDOW", 400)
+    monkeypatch.setattr(document, "PART_MIN_BYTES", 2000)
+    monkeypatch.setattr(document, "_SPLIT_WINDOW", 400)
 
 
 def _events(n: int, tricky: str) -> list:
@@ -111,8 +111,8 @@ def test_truncated_file_gives_the_one_read_error(tmp_path, small_parts):
 @pytest.mark.parametrize("name", ["nvllm-gb10-one-step.trimmed.pt.trace.json.gz",
                                   "labkit-h200-tensor-loop-none-async.trimmed.pt.trace.json.gz"])
 def test_analyze_json_is_the_same_for_every_jobs(tmp_path, small_parts, monkeypatch, name, capsys):
-    monkeypatch.setattr(reader, "PART_MIN_BYTES", 200_000)
-    monkeypatch.setattr(reader, "_SPLIT_WINDOW", 1 << 16)
+    monkeypatch.setattr(document, "PART_MIN_BYTES", 200_000)
+    monkeypatch.setattr(document, "_SPLIT_WINDOW", 1 << 16)
     assert load_trace(DATA / name, jobs=3).stats.parts == 3
     docs = []
     for jobs in (1, 2, 3):

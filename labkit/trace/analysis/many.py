@@ -2,9 +2,8 @@
 
 ``analyze_many`` analyses each trace on ``jobs`` local processes (or a Dask cluster); a worker hands
 back only the trace's JSON record, its summary lines, its per-step host-wait call sites and its
-peak memory. ``combine`` aligns the ranks by their step markers (the ``ProfilerStep`` number where
-every trace has one, else the order) and reports per rank busy and idle, per step the slowest rank
-with its idle and call sites, and the stragglers. Keys: docs/analyze-json.md ("Several traces").
+peak memory. ``combine`` aligns the ranks by their step markers (the n-th of each trace) and reports
+per rank busy and idle, per step the slowest rank with its idle and call sites, and the stragglers. Keys: docs/analyze-json.md ("Several traces").
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.analysis.analyze import Analysis, analyze_trace
-from labkit.trace.analysis.host.steps import STEP_NUMBER
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +157,6 @@ def combine(records: list[dict]) -> dict:
     """The cross-rank view of several ``analyze_one`` records (see the module docstring)."""
     per_rank = []
     step_durs: dict[int, list[tuple[float, int, dict]]] = {}
-    named = [st["name"] for rec in records for st in rec["json"].get("steps") or []]
-    numbered = bool(named) and all(STEP_NUMBER.match(n) for n in named)
     for i, rec in enumerate(records):
         doc = rec["json"]
         s = doc["summary"]
@@ -179,9 +175,8 @@ def combine(records: list[dict]) -> dict:
                          "peak_rss_bytes": int(rec.get("peak_rss_bytes") or 0)})
         sites = rec.get("step_sites") or {}
         for st in steps:
-            key = int(STEP_NUMBER.match(st["name"]).group(1)) if numbered else int(st["step"])
             st = {**st, "call_sites": sites.get(int(st["step"]), [])}
-            step_durs.setdefault(key, []).append((float(st.get("dur_us") or 0.0), i, st))
+            step_durs.setdefault(int(st["step"]), []).append((float(st.get("dur_us") or 0.0), i, st))
     per_step = []
     slowest_count: dict[int, int] = {}
     for k in sorted(step_durs):
@@ -207,8 +202,7 @@ def combine(records: list[dict]) -> dict:
                 stragglers.append({"index": r["index"], "rank": r["rank"], "trace": r["trace"], "time_us": v,
                                    "over_median": v / med - 1, "slowest_steps_count": slowest_count.get(r["index"], 0)})
     return {"traces_count": len(records), "measure": "step time" if use_steps else "device span",
-            "straggler_frac": STRAGGLER_FRAC, "steps_aligned_by": "ProfilerStep number" if numbered else "order",
-            "per_rank": per_rank, "per_step": per_step, "stragglers": stragglers}
+            "straggler_frac": STRAGGLER_FRAC, "per_rank": per_rank, "per_step": per_step, "stragglers": stragglers}
 
 
 def combined_lines(comb: dict) -> list[str]:
@@ -228,7 +222,7 @@ def combined_lines(comb: dict) -> list[str]:
             slow[s["slowest_index"]] = slow.get(s["slowest_index"], 0) + 1
         parts = [f"{Path(comb['per_rank'][i]['trace']).name}: {n}" for i, n in sorted(slow.items())]
         out.append("slowest in how many steps: " + ", ".join(parts))
-        out.append(f"per step (aligned by {comb['steps_aligned_by']}): the slowest rank, its idle and where its host was")
+        out.append("per step (the n-th step marker of each trace): the slowest rank, its idle and where its host was")
         out.append(f"{'step':>8} {'rank':>5} {'max_ms':>9} {'spread_ms':>9} {'idle_ms':>9} {'host_wait':>9}  call sites")
         for s in comb["per_step"]:
             rank = "-" if s["slowest_rank"] is None else s["slowest_rank"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.read.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
-from labkit.trace.read.reader import read_document
+from labkit.trace.read.document import read_document
 
 __all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
            "check_malformed", "load_trace", "trace_from_document"]
@@ -103,7 +103,7 @@ def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progres
     ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
     below the limit are skipped and counted (``Trace.stats``). ``progress``: show a bar on
     stderr (None: for files over 50 MB when stderr is a terminal). ``jobs``: processes reading a large
-    file as byte ranges of its event array (``labkit.trace.read.reader.read_document``).
+    file as byte ranges of its event array (``labkit.trace.read.document``).
     """
     path = Path(path)
     if path.is_dir():
