@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -347,7 +348,8 @@ def test_warm_up_keeps_torch_first_use_imports_out_of_the_first_step():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent)  # whatif_pairs (test scaffolding) lives beside it
     assert out.returncode == 0, out.stderr[-2000:]
     first, second = map(int, out.stdout.split()[-2:])
     assert first == second
