@@ -25,7 +25,7 @@ from labkit.trace.read import reader
 from labkit.trace.read.reader import _BOUNDARY, ByteReader
 from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
 
-PART_MIN_BYTES = 16 << 20  #: a byte range read on a worker holds at least this much of the event array
+PART_MIN_BYTES = 8 << 20  #: a byte range read on a worker holds at least this much of the event array
 _SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
 
 

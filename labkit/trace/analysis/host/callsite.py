@@ -8,6 +8,7 @@ host-only trace: ``between_step_call_sites``) by call site. See docs/trace-analy
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ LAYERS = {
     "Driver": "runtime",
 }
 LAYER_NAMES = ("annotation", "python_frame", "cpu_op", "runtime")
+_SWEEP_CHUNK = 1 << 16  #: event boundaries turned into Python lists at a time
 NO_LABEL = ""
 
 
@@ -72,7 +74,6 @@ def sweep(starts, ends, layer_idx, names, n_layers: int = len(LAYER_NAMES)) -> S
     (str per event). Where events of one layer overlap without nesting, the one that started
     last is innermost until it ends.
     """
-    n = len(starts)
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
@@ -85,40 +86,38 @@ def sweep(starts, ends, layer_idx, names, n_layers: int = len(LAYER_NAMES)) -> S
     ev = np.concatenate([idx, idx])
     order = np.lexsort((tie, kind, t))
     stacks: list[list[int]] = [[] for _ in range(n_layers)]
-    seg_s: list[float] = []
-    seg_e: list[float] = []
-    seg_lab: list[tuple] = []
+    seg_s, seg_e, seg_lab = array("d"), array("d"), array("q")  # compact: segments number about 2 per event
     tops = [-1] * n_layers
     open_count = 0
     prev = None
-    t_l, kind_l, ev_l = t[order].tolist(), kind[order].tolist(), ev[order].tolist()
-    layer_l = layer_idx.tolist() if hasattr(layer_idx, "tolist") else list(layer_idx)
-    del n
-    for tt, kk, i in zip(t_l, kind_l, ev_l):
-        if open_count and tt > prev:
-            seg_s.append(prev)
-            seg_e.append(tt)
-            seg_lab.append(tuple(tops))
-        li = layer_l[i]
-        st = stacks[li]
-        if kk:
-            st.append(i)
-            open_count += 1
-        else:
-            if st[-1] == i:
-                st.pop()
+    layer_all = np.asarray(layer_idx)[ev]
+    for a in range(0, len(order), _SWEEP_CHUNK):  # Python lists of one chunk at a time: bounded memory
+        o = order[a:a + _SWEEP_CHUNK]
+        for tt, kk, i, li in zip(t[o].tolist(), kind[o].tolist(), ev[o].tolist(), layer_all[o].tolist()):
+            if open_count and tt > prev:
+                seg_s.append(prev)
+                seg_e.append(tt)
+                seg_lab.extend(tops)
+            st = stacks[li]
+            if kk:
+                st.append(i)
+                tops[li] = i
+                open_count += 1
             else:
-                st.remove(i)
-            open_count -= 1
-        tops[li] = st[-1] if st else -1
-        prev = tt
+                open_count -= 1
+                if st[-1] == i:
+                    st.pop()
+                    tops[li] = st[-1] if st else -1
+                else:  # an event of this layer that another one outlived: the top stays
+                    st.remove(i)
+            prev = tt
     names_arr = np.asarray(names, dtype=object)
     labels = {}
-    lab = np.asarray(seg_lab, dtype=np.int64).reshape(-1, n_layers)
+    lab = np.frombuffer(seg_lab, dtype=np.int64).reshape(-1, n_layers)
     with_empty = np.append(names_arr, NO_LABEL).astype(object)
     for j, layer in enumerate(LAYER_NAMES[:n_layers]):
         labels[layer] = with_empty[np.where(lab[:, j] < 0, len(names_arr), lab[:, j])]
-    return Segments(np.asarray(seg_s, float), np.asarray(seg_e, float), labels)
+    return Segments(np.frombuffer(seg_s, dtype=np.float64), np.frombuffer(seg_e, dtype=np.float64), labels)
 
 
 def thread_segments(host, win_s, win_e) -> Segments:
