@@ -155,8 +155,11 @@ ex.hta_compatible
 
 # %% [markdown]
 # ## How fast the analyzer is (measured-cpu)
-# `labkit bench trace` times loading and analysing a >= 100 MB trace against HTA's idle breakdown
-# on the same file, with peak memory. These are host (CPU) timings, not GPU measurements.
+# `labkit bench trace` measures, in one run on the same files, MB/s of trace JSON and peak memory
+# over the JSON's size of `labkit analyze` at `--jobs 1` and `--jobs 2` (one file read as byte
+# ranges on two processes) and of HTA's idle breakdown: on traces built from a real one's steps
+# (100 MB and 1 GB at full size) and on real traces, with the machine's load beside them. These
+# are host (CPU) timings, not GPU measurements; the table is the recorded result.
 
 # %%
 from labkit.trace.analysis.notebook import recorded_bench

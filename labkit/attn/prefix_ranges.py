@@ -358,7 +358,7 @@ def warm_up(device: str | torch.device = "cpu") -> None:
 
     torch imports parts of itself on first use (the jagged nested tensor that ``per_layer``
     pads with takes about a second here): done once up front, that one-off cost lands in no
-    measured step and in no host time a fixed-cost model charges (``labkit.trace.whatif.sim_pairs``)."""
+    measured step and in no host time a fixed-cost model charges (``HostCostClock``, tests/whatif_pairs.py)."""
     for cls in PREFIX_RANGE_STRATEGIES.values():
         s = cls(device, validate=False)
         s.begin_step({0: [(0, 1)], 1: [(2, 4), (6, 7)]}, 2)
