@@ -335,3 +335,46 @@ def page_problems(name: str, facts: dict, expect: PageExpectation, rec: Recorded
         problems.append(f"{name}: {len(missing)} of {len(numbers)} key numbers of the recorded results not shown, "
                         f"e.g. {'; '.join(missing[:4])}")
     return problems
+
+
+# -- driving a figure's own controls (no kernel) -------------------------------------------------
+
+def shown_data(page, graph: int) -> list:
+    """The ``[x, y]`` of every trace figure ``graph`` shows now (a trace hidden by a control left out)."""
+    return page.evaluate(
+        "(i) => { const gd = document.querySelectorAll('.plotly-graph-div')[i];"
+        " return gd._fullData.filter(t => t.visible === true).map(t => [Array.from(t.x || []), Array.from(t.y || [])]); }",
+        graph)
+
+
+def drive_control(page, graph: int, prefer: str = "slider") -> str | None:
+    """Click one control inside figure ``graph`` as a reader does: a slider step other than the active one
+    (``prefer="slider"``, where it has a slider) or a menu button other than the active one. Returns
+    ``"slider"``, ``"menu"``, or None when the figure has no control."""
+    gd = page.locator(".plotly-graph-div").nth(graph)
+    gd.scroll_into_view_if_needed()
+    layout = page.evaluate("(i) => { const l = document.querySelectorAll('.plotly-graph-div')[i].layout;"
+                           " return {sliders: (l.sliders || []).map(s => [s.steps.length, s.active || 0]),"
+                           " menus: (l.updatemenus || []).map(m => [m.buttons.length, m.active || 0, m.type || 'dropdown'])}; }",
+                           graph)
+    use_slider = layout["sliders"] and (prefer == "slider" or not layout["menus"])
+    if use_slider:
+        steps, active = layout["sliders"][0]
+        target = 0 if active != 0 else steps - 1
+        tick = gd.locator("g.slider-container rect.slider-tick-rect").nth(target).bounding_box()
+        rail = gd.locator("g.slider-container rect.slider-rail-touch-rect").first.bounding_box()
+        page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
+        page.wait_for_timeout(300)
+        return "slider"
+    if layout["menus"]:
+        buttons, active, kind = layout["menus"][0]
+        target = 0 if active != 0 else buttons - 1
+        container = gd.locator("g.updatemenu-container").first
+        if kind == "dropdown":
+            container.locator("g.updatemenu-header").click()
+            container.locator("g.updatemenu-dropdown-button").nth(target).click()
+        else:
+            container.locator("g.updatemenu-button").nth(target).click()
+        page.wait_for_timeout(300)
+        return "menu"
+    return None

@@ -139,11 +139,11 @@ def test_host_comparison_and_device_step_read_from_results(tmp_path):
     # no mm_overlap result: the published figure the lab carries
     from labkit.mm.overlap import PR40143
 
-    assert nb.published_device_step_ms(root=tmp_path) == (PR40143.mean_tpot_ms_after, "labkit.mm.overlap.PR40143")
+    assert nb.published_device_step_ms(root=tmp_path) == (PR40143.mean_tpot_ms_after, "#40143's published mean TPOT after")
     overlap = make_result("mm_overlap", [{"published_tpot_after_ms": 30.5}], params={}, source="simulated",
                           machine={"slug": "cpu-test-2c", "cpu_model": "test"})
     save_result(overlap, root=tmp_path)
-    assert nb.published_device_step_ms(root=tmp_path) == (30.5, "cpu-test-2c/mm_overlap.json")
+    assert nb.published_device_step_ms(root=tmp_path) == (30.5, "#40143's published mean TPOT after (mm_overlap on cpu-test-2c)")
 
 
 def test_cli_without_vllm_or_with_bad_arguments(capsys):

@@ -34,8 +34,10 @@ def calibration(slug, tensor_ns, list_ns, source="measured-cpu"):
 def test_environment_reads_this_machines_calibration():
     a = answers.environment([calibration("m1", 1200.0, 10.0), calibration("m2", 2400.0, 20.0)], machine="m2")
     t = text(a)
-    assert "this machine (m2" in t and "2.4 us" in t and "20 ns" in t and "120x" in t
-    assert "m1/calibration.json" in t  # the table lists every machine
+    assert "Recorded on this machine, m2 (full size)" in t and "2.4 us" in t and "20 ns" in t and "120x" in t
+    assert "m11.21" in text(answers.Answer("", (), a.detail))  # the table lists every machine: m1, 1.2 us, ...
+    assert a.sources == ("calibration recorded on m2 (measured-cpu, full size)",)
+    assert "Recorded on m1" in text(answers.environment([calibration("m1", 1200.0, 10.0)], machine="m2"))
     assert "No calibration" in text(answers.environment([], machine="m1"))
 
 
@@ -54,7 +56,7 @@ def test_placeholder_scheduler_states_the_speedup_and_explained_share():
     assert "1.5 ms against 6 ms" in t and "4x faster" in t
     assert "fast+cursor" in t and "30 us" in t
     assert "45% of the published TPOT gain" in t and "simulated" in t
-    assert "m1/mm_overlap.json (simulated)" in t
+    assert "mm_overlap recorded on m1 (simulated, full size)" in t
 
 
 def engine_rows(tensor, lst, idle_before, idle_after):
@@ -100,17 +102,19 @@ def test_trace_analysis_per_step_from_the_summaries():
     lab = {"fast/cursor/per_layer/async": an(8000, 7000, 1_800_000.0, 200_000.0),
            "fast/cursor/per_step/async": an(10, 2, 60_000.0, 140_000.0)}
     t = text(answers.trace_analysis(lab))
-    assert "4,000 host-to-device copies per step (3,500 from pageable" in t and "against 5 per step" in t
+    assert "4,000 host-to-device copies per step (3,500 from pageable" in t and "against 5 after" in t
     assert "900 ms per step (90% of the traced time) against 30 ms (30%)" in t
     assert "not recorded" in text(answers.trace_analysis({}))
 
 
-def test_compare_gpus_counts_results_and_spans_the_host_figure():
+def test_compare_gpus_spans_the_host_figure_from_the_fastest_machine_to_the_slowest():
     rs = [calibration("a", 1000.0, 10.0), calibration("b", 1500.0, 12.0, source="measured-gpu"),
-          res("engine", "b", "measured-gpu", [{"variant": "x"}])]
-    t = text(answers.compare_gpus(rs))
-    assert "3 recorded results from 2 machines" in t and "2 of them measured on a GPU (b)" in t
-    assert "1 us on a to 1.5 us on b (1.5x)" in t
+          calibration("c", 1200.0, 11.0), res("engine", "b", "measured-gpu", [{"variant": "x"}])]
+    a = answers.compare_gpus(rs)
+    assert "from 1 us on a to 1.5 us on b (1.5x)" in text(a)
+    assert a.sources == ("calibration recorded on a (measured-cpu, full size)",
+                         "calibration recorded on b (measured-gpu, full size)")
+    assert "No calibration" in text(answers.compare_gpus([]))
 
 
 def test_next_bubble_installed_against_patched_and_the_idle_bound():
@@ -119,7 +123,7 @@ def test_next_bubble_installed_against_patched_and_the_idle_bound():
             {"machine": "m", "source": "measured-cpu", "vllm_version": "0.33.0", "num_requests": 128, "images": 32,
              "variant": "patched", "median_ns": 1e6}]
     t = text(answers.next_bubble(rows, device_step_ms=25.0, step_from="here"))
-    assert "100 ms per step against 1 ms patched (100x)" in t
+    assert "100 ms of host time per step, patched 1 ms (100x)" in t
     assert "idle 75% of an installed step and 0% of a patched one" in t  # 1 - 25/100, max(25, 1) = 25
     assert "No vllm_prefix_ranges result" in text(answers.next_bubble([], device_step_ms=25.0))
 
@@ -179,7 +183,7 @@ def test_inside_vllm_adds_the_device_fit_and_says_why_the_ratio_falls():
     t = text(a)
     assert "fitted to pr40143's published mean TPOT (x 1.6" in t and "the ratio is 1x" in t
     assert "baseline's mean TPOT 25 ms against the published 33.8 ms" in t and "hides behind" in t
-    assert "m/serve_sim_device_scale.json (simulated)" in a.sources
+    assert "serve_sim_device_scale recorded on m (simulated, full size)" in a.sources
     # a fit that keeps the gain says nothing of hiding
     fit_ok = res("serve_sim_device_scale", "m", "simulated", _sim_rows("h200", 33.0, 24.58, 1.3),
                  params={"gpu": "h200", "fitted": {"device_scale": 1.6}})
@@ -210,7 +214,7 @@ def test_inside_vllm_says_the_requests_finished_apart_and_the_handovers():
                                                                                  "mean_frac": 25 / 48}}})
     a = answers.inside_vllm_answer([sim, ho], censuses=[census()])
     assert "24 requests x 32 images sent at once) the first request reached the engine at 50% of the last" in text(a)
-    assert "not the 4.17% one after another would give" in text(a) and "m/vllm_handover.json (measured-cpu)" in a.sources
+    assert "not the 4.17% one after another would give" in text(a) and "vllm_handover recorded on m (measured-cpu, full size)" in a.sources
     assert "held the GIL" not in text(a)  # not profiled
     ho.params["summary"]["gil"] = {"stages": {"HTTP body in": {"share": 0.5, "per_request_s": 0.3},
                                               "JSON parse": {"share": 0.25, "per_request_s": 0.15},

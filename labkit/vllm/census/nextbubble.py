@@ -284,8 +284,8 @@ def published_device_step_ms(root=None) -> tuple[float, str]:
     for res in load_results(root, name="mm_overlap"):
         for r in res.rows:
             if r.get("published_tpot_after_ms"):
-                return float(r["published_tpot_after_ms"]), f"{res.slug}/mm_overlap.json"
-    return PR40143.mean_tpot_ms_after, "labkit.mm.overlap.PR40143"
+                return float(r["published_tpot_after_ms"]), f"#40143's published mean TPOT after (mm_overlap on {res.slug})"
+    return PR40143.mean_tpot_ms_after, "#40143's published mean TPOT after"
 
 
 def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
