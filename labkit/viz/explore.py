@@ -11,6 +11,8 @@ sections draw it over the recorded sweeps; the widgets that measure live stay in
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from labkit.viz.tables import sig3
@@ -32,7 +34,7 @@ def _empty(title: str, message: str) -> go.Figure:
 def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str, slider: str | None = None,
                   menu: str | None = None, names: dict[str, str] | None = None, start: dict | None = None,
                   unit: str = "", log_y: bool = False, highlight: tuple = (), reference: tuple | None = None,
-                  height: int = 440) -> go.Figure:
+                  height: int = 500) -> go.Figure:
     """Bars of ``y`` per ``x`` for one ``(menu, slider)`` slice of ``rows`` at a time.
 
     ``names``: how the controls call a column (``{"num_seqs": "sequences"}``); ``start``: the slice
@@ -80,6 +82,8 @@ def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str,
                    for m in menus]
         layout["updatemenus"] = [dict(buttons=buttons, active=menus.index(first), x=0.0, y=1.18, xanchor="left")]
     fig.update_layout(**layout)
-    if reference is not None:
-        fig.add_hline(y=reference[0], line_dash="dash", annotation_text=reference[1])
+    if reference is not None:  # an annotation on a log axis is placed in log10 units, a shape is not
+        fig.add_hline(y=reference[0], line_dash="dash")
+        fig.add_annotation(text=reference[1], x=1, xref="paper", xanchor="right", yanchor="bottom", showarrow=False,
+                           y=math.log10(reference[0]) if log_y else reference[0])
     return fig
