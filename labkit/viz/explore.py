@@ -24,6 +24,18 @@ def _ordered(values) -> list:
     return sorted(unique) if all(isinstance(v, (int, float)) for v in unique) else unique
 
 
+def _wrap(label, width: int = 16) -> str:
+    """``label`` broken into lines of about ``width`` characters at spaces (a bar label that would
+    otherwise be drawn slanted, over the slider)."""
+    lines: list[str] = []
+    for word in str(label).split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def _empty(title: str, message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
@@ -58,11 +70,11 @@ def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str,
     fig = go.Figure()
     for m, s in keys:
         pick = [r for r in rows if (menu is None or r[menu] == m) and (slider is None or r[slider] == s)]
-        fig.add_bar(x=[str(r[x]) for r in pick], y=[r[y] for r in pick], cliponaxis=False,
+        fig.add_bar(x=[_wrap(r[x]) for r in pick], y=[r[y] for r in pick], cliponaxis=False,
                     text=[f"{sig3(r[y])}{' ' + unit if unit else ''}" for r in pick], textposition="outside",
                     marker_color=["#e67e22" if r[x] in highlight else "#1f5f99" for r in pick],
                     name=" ".join(str(v) for v in (m, s) if v is not None), visible=(m, s) == (first, default(first)),
-                    hovertemplate="%{x}: %{text}<extra></extra>")
+                    hovertemplate="%{text}<extra></extra>")
 
     def shown(key) -> list[bool]:
         return [k == key for k in keys]
