@@ -49,11 +49,13 @@ from labkit.viz.notebook import fold
 from labkit.viz.tables import format_table
 recorded = load_results(name="h2d_step")
 step = pick(recorded, "h2d_step", source="measured-gpu")
-declare_sources(step.source)
 named = lambda rows: [dict(r, strategy=STRATEGY_LABELS.get(r["variant"], r["variant"])) for r in rows]  # noqa: E731
-format_table(named(step.rows), columns=["strategy", "model", "layers", "median_ns", "h2d_per_step", "sync_per_step",
-                                        "speedup_vs_per_layer"], time_unit="ms",
-             caption=f"recorded on {step.slug} ({step.source}, {step.size} size), per decode step")
+if step is not None:
+    declare_sources(step.source)
+(format_table(named(step.rows), columns=["strategy", "model", "layers", "median_ns", "h2d_per_step", "sync_per_step",
+                                         "speedup_vs_per_layer"], time_unit="ms",
+              caption=f"recorded on {step.slug} ({step.source}, {step.size} size), per decode step")
+ if step else print("No h2d_step result recorded yet: run `labkit bench h2d --size full`."))
 
 # %% [markdown]
 # The same per machine (this one included where it recorded a run); the menu picks the layer count,

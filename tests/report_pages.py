@@ -134,11 +134,10 @@ def trace_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def compare_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 06: every machine's tensor read (calibration) and the GPU kernel's TFLOP/s."""
-    out = _tensor_reads(rec)
-    out += [KeyNumber(f"{r.slug} attn_bench {row['variant']} {row['case']}: TFLOP/s", row["tflops"])
-            for r, row in rec.rows("attn_bench", source="measured-gpu", variant="triton_prefix")]
-    return out
+    """Notebook 06: every machine's tensor read (calibration) and per-layer prefix-range step (as drawn,
+    side by side where several machines recorded them)."""
+    return _tensor_reads(rec) + [KeyNumber(f"{r.slug} h2d_step per_layer {row['model']}: ns", row["median_ns"])
+                                 for r, row in rec.rows("h2d_step", variant="per_layer")]
 
 
 def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
@@ -208,7 +207,7 @@ class PageExpectation:
 
 PAGES: dict[str, PageExpectation] = {
     "00_environment": PageExpectation(
-        headings=("The machine and its unit costs", "Calibrate this machine", "This machine beside the recorded ones"),
+        headings=("The machine and its unit costs", "Recorded on each machine", "Measured here, now, quick"),
         min_figures=2, numbers=calibration_numbers),
     "01_placeholder_scheduler": PageExpectation(
         headings=("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
@@ -219,21 +218,21 @@ PAGES: dict[str, PageExpectation] = {
                   "How far is the simulator from the H200?"),
         min_figures=13, numbers=engine_numbers),
     "03_h2d_prefix_ranges": PageExpectation(
-        headings=("Prefix ranges and host-to-device copies", "The four strategies",
-                  "On a GPU: idle time between layers"),
-        min_figures=4, numbers=h2d_numbers),
+        headings=("Prefix ranges and host-to-device copies", "Recorded on a GPU", "The four strategies",
+                  "Measured here, now, quick", "Try it live"),
+        min_figures=5, numbers=h2d_numbers),
     "04_prefix_attention_kernel": PageExpectation(
-        headings=("A Triton prefix-LM attention kernel", "The rule", "Speed on a GPU"),
+        headings=("A Triton prefix-LM attention kernel", "Recorded on a GPU", "The rule", "Try it live"),
         min_figures=5, numbers=attention_numbers),
     "05_trace_analysis": PageExpectation(
         headings=("Trace analysis", "A second real trace, from outside the lab", "How fast the analyzer is",
                   "What would a fix buy?"),
         min_figures=4, numbers=trace_numbers),
     "06_compare_gpus": PageExpectation(
-        headings=("Machines side by side", "What is missing", "Side by side"),
+        headings=("Appendix: every recorded result, by machine", "What each machine recorded", "Side by side"),
         min_figures=1, numbers=compare_numbers),
     "07_next_bubble": PageExpectation(
-        headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
+        headings=("The next bubble", "Recorded: installed against patched", "A GPU host is no faster", "Try it live"),
         min_figures=4, numbers=next_bubble_numbers),
     "08_inside_vllm": PageExpectation(
         headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
