@@ -96,49 +96,6 @@ def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
     }
 
 
-#: the image path's unit cost: one of #40143's images (1024 x 1536) as a server takes it in
-IMAGE_VARIANT = "image_decode_resize"
-#: the image (width, height) and what it is resized to: 960 x 624 is 20 x 13 pooled 48-pixel
-#: cells, the 260 soft tokens of Gemma 4's processor for this aspect
-IMAGE_SIZE, IMAGE_RESIZED = (1536, 1024), (960, 624)
-
-
-def image_path():
-    """The image path's unit of work, or None without Pillow: a noise JPEG of :data:`IMAGE_SIZE`
-    (what ``vllm bench serve``'s random-mm sends), base64-decoded, decoded, resized (bicubic) to
-    :data:`IMAGE_RESIZED`, rescaled and normalized to float32 (what the HF processor does). Memory
-    and SIMD work, unlike the Python loop and the tensor read: the intake's own unit cost."""
-    try:
-        from PIL import Image
-    except ImportError:
-        return None
-    import base64
-    import io
-
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    buf = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (IMAGE_SIZE[1], IMAGE_SIZE[0], 3), dtype=np.uint8)).save(buf, format="JPEG")
-    encoded = base64.b64encode(buf.getvalue())
-
-    def one():
-        img = Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB")
-        arr = np.asarray(img.resize(IMAGE_RESIZED, Image.Resampling.BICUBIC), dtype=np.float32)
-        return (arr * (1 / 255.0) - 0.5) * 2.0
-
-    return one
-
-
-def calibrate_image(*, repeats: int = 10, warmup: int = 2) -> list[dict]:
-    """The image path's host time per image (:func:`image_path`): one row, ``kind="cpu"``,
-    ``variant`` :data:`IMAGE_VARIANT`; none without Pillow."""
-    fn = image_path()
-    if fn is None:
-        return []
-    return [_row("cpu", IMAGE_VARIANT, "host_ns", time_host(fn, warmup=warmup, repeats=repeats), elements=1)]
-
-
 def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
     """Per-element host time (ns) of each CPU variant (``variants``: a subset of :data:`CPU_VARIANTS`);
     rows with ``kind="cpu"``."""
@@ -153,6 +110,16 @@ def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, 
         t = _scaled(time_host(fn, warmup=warmup, repeats=repeats), n)
         rows.append(_row("cpu", variant, "host_ns", t, elements=n))
     return rows
+
+
+#: where a result keeps the unit costs measured in its own run
+IN_RUN_KEY = "calibration_in_run"
+
+
+def in_run_calibration(repeats: int = 20) -> list[dict]:
+    """The two unit costs (one tensor read + ``int()``, one Python loop iteration) measured now, in
+    this process: what a result keeps under :data:`IN_RUN_KEY` beside the host costs it measured."""
+    return calibrate_cpu(repeats=repeats, variants=("tensor_index_int", "loop_only"))
 
 
 def _empty_triton_kernel():
@@ -282,7 +249,7 @@ def run_calibration(device: str = "auto", *, quick: bool = True, on_rows=None) -
     from labkit.device import measured_source, resolve_device
 
     kind = resolve_device(device)
-    rows = calibrate_cpu(repeats=15 if quick else 60) + calibrate_image(repeats=10 if quick else 30)
+    rows = calibrate_cpu(repeats=15 if quick else 60)
     if on_rows:
         on_rows(rows)
     if kind == "cuda":

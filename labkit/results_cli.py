@@ -1,8 +1,9 @@
-"""``labkit results [--machine SLUG] [NAME]``: what the results store holds, at a glance.
+"""``labkit results [--machine SLUG] [NAME] [--readme FILE [--check]]``: what the results store holds.
 
 Without a name: one line per recorded result (machine, name, size, source, commit, date), a
 commit that cannot be traced to a clean labkit version marked as such. With a name: that
 result's provenance and its rows as a table (every machine that recorded it, or ``--machine``).
+``--readme FILE``: rewrite FILE's findings block from the results (:mod:`labkit.report.findings`).
 """
 
 from __future__ import annotations
@@ -66,8 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="labkit results", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("name", nargs="?", default=None, help="a result name (e.g. calibration): show its rows")
     p.add_argument("--machine", metavar="SLUG", default=None, help="only this machine's folder (e.g. h200)")
+    p.add_argument("--readme", metavar="FILE", help="rewrite the findings block of FILE (README.md) from the results")
+    p.add_argument("--check", action="store_true", help="with --readme: exit 1 when the block is out of date")
     args = p.parse_args(argv)
     root = results_root()
+    if args.check and not args.readme:
+        raise UsageError("--check needs --readme FILE")
+    if args.readme:
+        from labkit.report.findings import rewrite_readme
+
+        changed = rewrite_readme(args.readme, check=args.check)
+        print(f"{args.readme}: findings block {('out of date' if args.check else 'rewritten') if changed else 'up to date'}")
+        return 1 if changed and args.check else 0
     if args.machine is not None and not (root / args.machine).is_dir():
         known = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
         raise UsageError(f"no machine {args.machine!r} in {root} (recorded: {', '.join(known) or 'none'})")

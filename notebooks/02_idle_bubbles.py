@@ -155,41 +155,22 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
                     title="Simulated engine")
 
 # %% [markdown]
-# ## Before / after per mode, next to the PR's published gain
-# Output tokens/s after the fix over before, per CUDA-graph mode, with #40143's published ratio
-# (Gemma-4-E4B, 128 requests x 32 images; `labkit.mm.overlap.PR40143`). #38794 published no
-# numbers.
+# ## The one step model on the mini engine
+#
+# Each simulated run beside the lab's one step model (`labkit.step_model`, the same rule notebook
+# 08 predicts #40143's table with): its host per step (schedule, metadata, launches or replays,
+# sampling) and its device busy time per step give `max(device, host)` under async scheduling and
+# `device + host` under sync. Eagerly the host launches op by op and is the longer side in every
+# variant; under full graphs the after-fix variants are device-bound and the `tensor` scheduler is
+# host-bound only where its loop outlasts the device step. The last column is the measured step
+# over the model's, less one: where it is well above zero, part of the step does not overlap the
+# device (the eager attention between piecewise replays), the part the model's `non_overlap` stands
+# for, which the lab does not measure on a real GPU.
 
 # %%
-from labkit.engine.recorded import before_after_ratios, ratio_reading
-from labkit.viz.lab.engine import plot_mode_ratios
+from labkit.engine.recorded import step_model_rows
 from labkit.viz.tables import format_table
-ratios = before_after_ratios(rows)
-format_table(ratios)
-
-# %%
-plot_mode_ratios(ratios, title="Simulated engine: after / before output tokens/s")
-
-# %%
-format_table([{"reading": k, "value": v} for k, v in (ratio_reading(rows, "full") or {}).items()])
-
-# %% [markdown]
-# **Why the lab's ratios are not the PR's.** With async scheduling a step lasts
-# `max(host, device) + c`, so a host saving shows only as far as the host was the longer side.
-# Eagerly, the lab's host launch cost is longer than the device step in every variant, so fixing
-# the scheduler moves the step little: the eager ratio understates the PR. Under graphs the step
-# is `max(scheduler + metadata, device)`; the ratio then depends on two things the lab does not
-# share with the PR's machine. The **device step**: the lab's text stack (random weights, the
-# H200 profile's op times, no vision encoder, no sampling extras) is shorter than the real
-# Gemma-4-E4B serving step that the published TPOT after implies (`device_ms` vs
-# `published_device_ms` above). The **host**: the lab's host side of a step is its scheduler,
-# metadata, replay and sampling only, timed in this CPU's Python (`host_before_ms`,
-# `host_after_ms`); a real server's host also prepares inputs and processes outputs, and the PR
-# machine's host speed is not known. So: where `host_before_ms` stays under `device_ms`, async
-# scheduling hides the `tensor` scheduler completely and the lab's ratio under graphs is 1;
-# where it is longer, the ratio shows the difference, and a device step shorter than the real
-# one exposes more of it than the PR saw. Fed the published device step, the same host times
-# give `ratio_with_published_device`. The comparison checks the mechanism, not the PR's number.
+format_table(step_model_rows(rows))
 
 # %% [markdown]
 # ## Measured on a GPU: recorded results
@@ -263,7 +244,7 @@ print(f"{len(measured)} measured-gpu traces" if measured else "no recorded GPU t
 # %% [markdown]
 # ### Measured H200 under CUDA graphs
 # Where the H200 runs were also recorded in graph mode (`scripts/gpu_check.sh` runs the engine at
-# this shape eagerly and with `--cudagraph full`), the same side-by-side view and ratios.
+# this shape eagerly and with `--cudagraph full`), the same side-by-side view.
 
 # %%
 from labkit.engine.recorded import recorded_traces
@@ -274,11 +255,6 @@ if graph_pairs:
     declare_sources("measured-gpu")
 (plot_mode_timelines(graph_pairs, title="measured-gpu: NVIDIA H200") if graph_pairs
  else print("No graph-mode engine traces recorded on the H200 yet."))
-
-# %%
-gpu_ratios = before_after_ratios(gpu_rows) if gpu else None
-(plot_mode_ratios(gpu_ratios, title="measured-gpu: after / before output tokens/s")
- if gpu_ratios is not None and len(gpu_ratios) else None)
 
 # %% [markdown]
 # ## How far is the simulator from the H200?

@@ -57,7 +57,7 @@ from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile
 from labkit.vllm.census import nextbubble
 rows = nextbubble.recorded_rows()
 declare_sources(*sorted({r["source"] for r in rows}))
-device_step_ms, step_from = nextbubble.published_device_step_ms()
+device_step_ms, step_from = nextbubble.device_step_ms()
 print(f"device step: {device_step_ms} ms ({step_from})")
 format_table(nextbubble.gpu_idle_table(rows, device_step_ms),
              columns=["machine", "num_requests", "images", "installed_us", "patched_us", "speedup",
@@ -87,11 +87,12 @@ plot_profile(profile, aten_ops)
 # %% [markdown]
 # ## A GPU host is no faster at it
 #
-# The range build runs in the model runner while it prepares the step's inputs. If it overlapped
-# the previous step's GPU work perfectly, a step would last `max(device, host)`; if not at all,
-# `device + host`. The device step is the published mean TPOT of #40143 after the change
-# (Gemma-4-E4B, 128 x 32). Per machine, the recorded host time of one build at 128 x 32: the GPU
-# machine's host is *slower* at it than the development CPU.
+# The range build runs in the model runner while it prepares the step's inputs. Under async
+# scheduling a step lasts `max(device, host)`; under sync, `device + host` (the one step model,
+# notebook 08). The device step is Gemma-4-E4B's full-batch decode step at 128 x 32 on an H200 from
+# the lab's roofline, the step whose peak notebook 08 checks against the published one. Per
+# machine, the recorded host time of one build at 128 x 32: the GPU machine's host is *slower* at
+# it than the development CPU.
 
 # %%
 format_table(nextbubble.host_comparison(128, 32))

@@ -149,13 +149,16 @@ def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 08: the scheduler alone (``vllm_sched``: schedule() per decode step, ms, as drawn); where
-    recorded, the census's schedule and prepare_inputs per point and variant (ms, as drawn), the input
-    stages per image (ms), the real-server A/B's mean TPOT per variant and repeat (ms), and vLLM's own
-    processor benchmark's figures beside the lab's per model and stage (ms per image, as drawn)."""
-    out = [KeyNumber(f"{r.slug} vllm_sched {row['variant']} {row['num_requests']}x{row['images']}: ms",
-                     row["median_ns"] / NS_PER_MS)
-           for r, row in rec.rows("vllm_sched", phase="schedule")]
+    """Notebook 08: the answer's figure (each arm's two phases as predicted on the named GPU, as drawn);
+    where recorded, the census's schedule and prepare_inputs per point and variant (ms, as drawn), the
+    input stages per image (ms) and the real-server A/B's mean TPOT per variant and repeat (ms)."""
+    out = []
+    for r in rec.find("pr_table"):
+        if r.size != "full":
+            continue
+        gpu = r.params["gpu"]
+        out += [KeyNumber(f"{r.slug} pr_table {arm} on {gpu}: {key}", r.params["phases"][f"{arm}/{gpu}"]["arithmetic"][key])
+                for arm in ("baseline", "pr40143") for key in ("arrival_s", "decode_step_ms", "fastest_step_ms")]
     if rec.has("vllm_step"):
         out += [KeyNumber(f"{r.slug} vllm_step {row['variant']} {row['num_requests']}x{row['images']} {row['phase']}: ms",
                           row["median_us"] / NS_PER_US)
@@ -167,30 +170,7 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
         out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
                           row["mean_tpot_us"] / NS_PER_US)
                 for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
-    if rec.has("vllm_mmproc"):  # vLLM's own processor benchmark beside the lab's, both figures as drawn
-        out += [KeyNumber(f"{r.slug} vllm_mmproc {row['model']} {row['stage']} {side}: ms per image",
-                          row[key] / NS_PER_US)
-                for r in rec.find("vllm_mmproc") for row in r.rows if row["status"] != "no_peer"
-                for side, key in (("vLLM", "vllm_us"), ("lab", "lab_us"))]
-    if rec.has("vllm_handover"):  # the real server's handovers, as drawn per request
-        out += [KeyNumber(f"{r.slug} vllm_handover request {row['order']}: handed over, s", row["api_send_s"])
-                for r in rec.find("vllm_handover") for row in r.rows if row.get("kind") == "request"][:3]
-    if rec.has("vllm_serve_host"):  # the real server's API server per decode step, as its sentence prints it
-        out += [KeyNumber(f"{r.slug} vllm_serve_host {row['phase']} at {row['requests']}: ms per step",
-                          row["median_ns"] / NS_PER_MS, "text")
-                for r in rec.find("vllm_serve_host") for row in r.rows
-                if row.get("kind") == "per_step" and row["phase"] == "api_server_outputs"]
-    for name in _HOST_FITTED:  # the grid of the simulator's choices: each run's fitted host, as tabled
-        if rec.has(name):
-            out += [KeyNumber(f"{r.slug} {name}: fitted us per request", r.params["fitted"]["host_per_request_ns"] / NS_PER_US,
-                              "text")
-                    for r in rec.find(name) if (r.params.get("fitted") or {}).get("host_per_request_ns") is not None]
     return out
-
-
-#: the host-fitted serve_sim runs, one per (handover shape, scheduler cost) choice
-_HOST_FITTED = ("serve_sim_host_per_request", "serve_sim_host_per_request_side_by_side",
-                "serve_sim_host_per_request_census_scheduler", "serve_sim_host_per_request_side_by_side_census_scheduler")
 
 
 @dataclass(frozen=True)
@@ -211,11 +191,11 @@ PAGES: dict[str, PageExpectation] = {
         min_figures=2, numbers=calibration_numbers),
     "01_placeholder_scheduler": PageExpectation(
         headings=("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
-                  "Does the saving explain the PR's table?"),
-        min_figures=7, numbers=placeholder_numbers),
+                  "From the scheduler's saving to the published gain"),
+        min_figures=5, numbers=placeholder_numbers),
     "02_idle_bubbles": PageExpectation(
-        headings=("Idle bubbles", "Under CUDA graphs", "Measured on a GPU: recorded results",
-                  "How far is the simulator from the H200?"),
+        headings=("Idle bubbles", "Under CUDA graphs", "The one step model on the mini engine",
+                  "Measured on a GPU: recorded results", "How far is the simulator from the H200?"),
         min_figures=13, numbers=engine_numbers),
     "03_h2d_prefix_ranges": PageExpectation(
         headings=("Prefix ranges and host-to-device copies", "Recorded on a GPU", "The four strategies",
@@ -235,9 +215,10 @@ PAGES: dict[str, PageExpectation] = {
         headings=("The next bubble", "Recorded: installed against patched", "A GPU host is no faster", "Try it live"),
         min_figures=4, numbers=next_bubble_numbers),
     "08_inside_vllm": PageExpectation(
-        headings=("Inside vLLM", "The census: every phase of a real vLLM step", "input processing",
-                  "The simulated GPU with real vLLM's host", "The next bubbles to hunt"),
-        min_figures=1, numbers=inside_vllm_numbers, optional=("vllm_step", "vllm_input", "vllm_ab", "vllm_mmproc", "vllm_handover", "vllm_serve_host")),
+        headings=("Why #40143 gained 1.27x", "The whole table, predicted", "The peaks",
+                  "The two unknowns of the PR's machine", "every phase of a real vLLM step", "the intake",
+                  "The next host costs to hunt"),
+        min_figures=1, numbers=inside_vllm_numbers, optional=("pr_table", "vllm_step", "vllm_input", "vllm_ab")),
 }
 
 

@@ -154,29 +154,6 @@ def test_figures_and_widget_callback():
         plot_engine_bars(rows, metric="nope")
 
 
-def test_before_after_ratios_per_mode_against_the_published_gain():
-    from labkit.engine.recorded import before_after_ratios
-    from labkit.mm.overlap import PR40143
-    from labkit.viz.lab.engine import plot_mode_ratios
-
-    def row(variant, mode, tok_s):
-        name = variant if mode == "none" else f"{variant}/{mode}"
-        return {"variant": name, "cudagraph": mode, "tokens_per_s_median": tok_s, "source": "simulated",
-                "device_idle_frac": 0.1}
-    rows = [row("tensor/loop/none/async", "none", 100.0), row("list/loop/none/async", "none", 110.0),
-            row("tensor/loop/none/async", "full", 200.0), row("list/loop/none/async", "full", 400.0),
-            row("fast/cursor/none/async", "full", 420.0)]
-    t = before_after_ratios(rows)
-    got = {(r.pair, r.cudagraph): r.ratio for r in t.itertuples()}
-    assert got == {("#40143: list / tensor placeholders", "none"): pytest.approx(1.1),
-                   ("#40143: list / tensor placeholders", "full"): pytest.approx(2.0),
-                   ("#40143 + lab: fast/cursor / tensor/loop", "full"): pytest.approx(2.1)}
-    assert set(t["published_ratio"]) == {PR40143.throughput_gain}
-    fig = plot_mode_ratios(t)
-    assert [tr.name for tr in fig.data][:2] == ["cudagraph=none", "cudagraph=full"]
-    assert list(fig.data[-1].y) == [PR40143.throughput_gain] * 2 and "simulated" in fig.layout.title.text
-
-
 def test_eager_vs_graph_timelines_switch_with_a_menu(tmp_path):
     from labkit.engine.runs import run_variants
     from labkit.engine.device.profiles import parametric_profile
@@ -199,19 +176,20 @@ def test_eager_vs_graph_timelines_switch_with_a_menu(tmp_path):
     assert {t.yaxis for t in fig.data} == {"y", "y2"}
 
 
-def test_ratio_reading_hand_worked():
-    from labkit.engine.recorded import ratio_reading
-    from labkit.mm.overlap import PR40143
+def test_step_model_rows_hand_worked():
+    from labkit.engine.recorded import step_model_rows
 
-    def row(variant, sched_ms, tok_s):
-        return {"variant": f"{variant}/full", "cudagraph": "full", "tokens_per_s_median": tok_s,
+    def row(variant, sched_ms, step_ms, async_=True):
+        return {"variant": variant, "async_scheduling": async_, "tokens_per_s_median": 1.0, "median_ns": step_ms * 1e6,
                 "device_busy_per_step_ns": 10e6, "host_schedule_ns": sched_ms * 1e6, "host_prepare_ns": 1e6,
-                "host_forward_ns": 0.0, "host_sample_ns": 0.0, "median_ns": 1.0}
-    r = ratio_reading([row("tensor/loop/none/async", 20.0, 100.0), row("list/loop/none/async", 2.0, 180.0)])
-    assert r["device_ms"] == 10.0 and r["host_before_ms"] == 21.0 and r["host_after_ms"] == 3.0
-    assert r["lab_ratio"] == pytest.approx(1.8)
-    # bubble model, c = 1 ms: (max(21, 10) + 1) / (max(3, 10) + 1) = 2.0
-    assert r["ratio_with_lab_device"] == pytest.approx(2.0)
-    pub = PR40143.mean_tpot_ms_after - 1.0
-    assert r["ratio_with_published_device"] == pytest.approx((max(21, pub) + 1) / (max(3, pub) + 1))
-    assert ratio_reading([row("list/loop/none/async", 2.0, 1.0)]) is None
+                "host_forward_ns": 0.0, "host_sample_ns": 0.0}
+    rows = step_model_rows([row("tensor/loop/none/async/full", 20.0, 21.0), row("list/loop/none/async/full", 2.0, 10.5),
+                            row("list/loop/none/sync/full", 2.0, 13.0, async_=False),
+                            {"variant": "gpu", "median_ns": 1.0, "tokens_per_s_median": 1.0}])
+    assert [r["variant"] for r in rows] == ["tensor/loop/none/async/full", "list/loop/none/async/full",
+                                            "list/loop/none/sync/full"]  # no device busy: not set beside it
+    t, lst, sync = rows
+    # host 21 vs device 10: host-bound, async 21, sync 31; host 3: device-bound, async 10, sync 13
+    assert (t["host_ms"], t["model_async_ms"], t["model_sync_ms"], t["bound"]) == (21.0, 21.0, 31.0, "host")
+    assert (lst["model_async_ms"], lst["bound"], lst["measured_over_model"]) == (10.0, "device", pytest.approx(0.05))
+    assert sync["regime"] == "sync" and sync["measured_over_model"] == pytest.approx(0.0)

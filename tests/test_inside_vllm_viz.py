@@ -1,7 +1,8 @@
-"""Notebook 08's check summary and schedule-saving figure, on a hand-made census."""
+"""Notebook 08's census figures and tables, on a hand-made census."""
 
-import math
 from types import SimpleNamespace
+
+import pytest
 
 from labkit.viz.vllm import inside_vllm
 
@@ -23,23 +24,6 @@ def _census():
                            slug="test-machine", name="vllm_step")
 
 
-def test_checks_are_counted_and_failures_spelled_out():
-    table = inside_vllm.checks_summary(_census())
-    assert table.to_dict("records") == [{"check": "phases add up", "passed": 1, "of": 2},
-                                        {"check": "schedule saving matches the scheduler alone", "passed": 1, "of": 1}]
-    assert inside_vllm.failed_checks(_census()) == ["FAIL phases add up (16 x 8, baseline): wrapper 90.0%"]
-    assert inside_vllm.checks_summary(None).empty and inside_vllm.failed_checks(None) == []
-
-
-def test_schedule_saving_figure_draws_both_differences_per_point():
-    fig = inside_vllm.plot_schedule_saving(_census())
-    engine, alone = fig.data
-    assert list(engine.x) == ["4 x 8", "16 x 8"] and list(engine.y) == [0.5, 2.0]  # (900-400), (3000-1000) us
-    assert list(alone.y) == [0.4, 1.6]
-    empty = inside_vllm.plot_schedule_saving(None)
-    assert not empty.data and "vllm-step" in empty.layout.annotations[0].text
-
-
 def _census_with_alone(slug="machine-a", scale=1.0, llc=None):
     """One point, 128 x 32: schedule 9000/2000 us in the step, 8000/1800 in the steps with the forward off
     the host (step 25000/16000, every other phase 50/50 there), the stand-in 7500/1000, the engine's scheduler
@@ -58,44 +42,15 @@ def _census_with_alone(slug="machine-a", scale=1.0, llc=None):
                            labkit_commit="abc1234")
 
 
-def test_schedule_saving_draws_every_way_in_order():
-    fig = inside_vllm.plot_schedule_saving(_census_with_alone())
-    assert [t.legendgroup for t in fig.data] == [p for p, _, _ in inside_vllm.SAVINGS]
-    # step 9000 - 2000, off host 8000 - 1800, stand-in 7500 - 1000, alone 6500 - 1500, swept 11000 - 3000 (us -> ms)
-    assert [list(t.y) for t in fig.data] == [[7.0], [6.2], [6.5], [5.0], [8.0]]
-    older = _census_with_alone()  # a census recorded before the steps off the host: four ways
-    older.rows = [r for r in older.rows if not r["phase"].startswith("off_host:")]
-    assert [t.legendgroup for t in inside_vllm.plot_schedule_saving(older).data] == [
-        p for p, _, _ in inside_vllm.SAVINGS if p != "off_host:schedule"]
-    assert not fig.layout.updatemenus  # one machine: no menu
-
-
 def test_two_machines_get_a_menu_and_the_first_is_shown():
     a, b = _census_with_alone("machine-a"), _census_with_alone("machine-b", scale=2.0)
-    for fig, per in ((inside_vllm.plot_schedule_saving([a, b]), 5),
-                     (inside_vllm.plot_phase_census([a, b]), len(inside_vllm.PHASE_COLOURS))):
-        assert len(fig.data) == 2 * per
-        assert [t.visible for t in fig.data] == [True] * per + [False] * per
-        (menu,) = fig.layout.updatemenus
-        assert [btn.label for btn in menu.buttons] == ["machine-a", "machine-b"]
-        assert list(menu.buttons[1].args[0]["visible"]) == [False] * per + [True] * per
-    saving = inside_vllm.plot_schedule_saving([a, b])
-    assert list(saving.data[5].y) == [14.0]  # machine-b's step saving, twice machine-a's
-
-
-def test_machines_table_worked_by_hand():
-    first = _census_with_alone("machine-a", llc=32 * 2**20)
-    first.params["machine_load"] = {"others_frac": 0.25, "steal_frac": 0.0}
-    t = inside_vllm.machines_table([first, _census_with_alone("machine-b", scale=2.0)])
-    a, b = t.to_dict("records")
-    assert a["others_busy_frac"] == 0.25 and math.isnan(b["others_busy_frac"])
-    assert (a["machine"], a["cpu"], a["llc_mib"], a["commit"]) == ("machine-a", "cpu machine-a", 32.0, "abc1234")
-    assert (a["baseline_step_ms"], a["merged_step_ms"]) == (30.0, 20.0)
-    assert (a["saving_schedule_ms"], a["saving_scheduler_only_ms"]) == (7.0, 6.5)
-    assert a["step_over_scheduler_only"] == 7.0 / 6.5 and a["step_over_schedule_alone"] == 7.0 / 5.0
-    assert a["saving_off_host_schedule_ms"] == 6.2 and a["off_host_over_scheduler_only"] == 6.2 / 6.5
-    assert math.isnan(b["llc_mib"]) and b["saving_schedule_alone_swept_ms"] == 16.0
-    assert inside_vllm.machines_table([_census()]).empty  # no 128 x 32 point
+    per = len(inside_vllm.PHASE_COLOURS)
+    fig = inside_vllm.plot_phase_census([a, b])
+    assert len(fig.data) == 2 * per
+    assert [t.visible for t in fig.data] == [True] * per + [False] * per
+    (menu,) = fig.layout.updatemenus
+    assert [btn.label for btn in menu.buttons] == ["machine-a", "machine-b"]
+    assert list(menu.buttons[1].args[0]["visible"]) == [False] * per + [True] * per
 
 
 def test_recorded_censuses_put_this_machine_first(tmp_path, monkeypatch):
@@ -147,14 +102,35 @@ def test_saving_by_phase_worked_by_hand():
     assert inside_vllm.saving_by_phase(None).empty and inside_vllm.saving_by_phase(_census()).empty
 
 
-def test_sim_rows_take_the_steps_with_the_forward_off_the_host_where_recorded():
-    census = _census_with_alone()
-    rows = inside_vllm.sim_rows(census, forward="off-host", steps=3)
-    base = next(r for r in rows if r["vllm_variant"] == "baseline")
-    assert "forward off the host" in base["host_from"]
-    # off the host: other 50 + encoder 50, schedule 8000, prepare_inputs 50, sample 50, update 50 (us)
-    assert base["engine_core_host_ms"] == 8.25
-    measured = next(r for r in inside_vllm.sim_rows(census, steps=3) if r["vllm_variant"] == "baseline")
-    assert measured["engine_core_host_ms"] == 9.5  # 100 + 100, 9000, 100, 100, 100
-    census.rows = [r for r in census.rows if not r["phase"].startswith("off_host:")]
-    assert inside_vllm.sim_rows(census, forward="off-host") == []
+
+
+def test_the_answers_views_read_the_result(tmp_path):
+    from findings_results import write_results
+
+    from labkit.serve.gpu.device_model import decode_step_ms
+    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.serve.published import PR40143, two_phases
+    from labkit.viz.vllm import pr_table
+
+    write_results(tmp_path)
+    res = pr_table.recorded_pr_table(tmp_path)
+    for g in ("h200", "h100"):  # the figure draws every phase: give the hand-made result all four
+        for a in ("baseline", "pr40143"):
+            res.params["phases"][f"{a}/{g}"]["arithmetic"].update(arrival_s=100.0, decode_step_ms=20.0,
+                                                                  fastest_step_ms=14.0)
+    table = pr_table.table_frame(res).set_index("figure")
+    assert table.loc["peak output tok/s", "pr40143 predicted"] == 9600
+    assert table.loc["peak output tok/s", "baseline error"] == "inferred from it"
+    assert table.loc["mean TPOT (ms)", "pr40143 error"] == "-20.0%"
+    fig = pr_table.plot_phases(res)
+    published = [t for t in fig.data if t.name == "published"]
+    assert [list(t.y) for t in published][0] == [two_phases(PR40143.before)["arrival_s"],
+                                                  two_phases(PR40143.after)["arrival_s"]]
+    assert list(fig.data[1].y) == [100.0, 100.0] and fig.data[1].marker.pattern.shape == "/"  # simulated: hatched
+    inf = pr_table.inferred_frame(res)
+    assert inf["inferred"].tolist() == [2.0, 45.0] and inf["the lab measures"][0] == "cpu-a 1.00-4.00 us"
+    assert len(pr_table.peaks_frame(res)) == 4
+    parts = pr_table.device_parts_frame("h200")
+    assert parts["time_ms"].sum() == pytest.approx(decode_step_ms(GEMMA4_E4B, "h200", 128, 1024 + 32 * 262 + 1))
+    assert all(f.startswith(("measured: ", "carried over: ")) for f in parts["from"])
+    assert pr_table.recorded_pr_table(tmp_path / "none") is None and not pr_table.plot_phases(None).data

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from labkit.cli import main as labkit_main
-from labkit.mm.bench import overlap_rows, parse_combos
+from labkit.mm.bench import parse_combos
 from labkit.mm.measure import (make_decode_requests, make_decode_step, measure_decode_grid,
                                measure_decode_step_host_time, measure_placeholder_calls, measure_workload)
 from labkit.mm.workload import get_workload_spec
@@ -26,10 +26,9 @@ def test_cli_quick_writes_all_results(results_dir, tmp_path, capsys):
                       "--combos", "list+cursor", "--json", str(out)])
     assert rc == 0
     names = {r.name for r in load_results(results_dir)}
-    base = {"mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload", "mm_overlap"}
+    base = {"mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload"}
     assert names == {n + "_quick" for n in base}  # quick runs never overwrite full recordings
     res = {r.name.removesuffix("_quick"): r for r in load_results(results_dir)}
-    assert res["mm_overlap"].source == "simulated"
     assert res["mm_decode_step"].source == "measured-cpu"
     combos = {r["combo"] for r in res["mm_decode_step"].rows}
     assert combos == {"tensor+loop", "list+loop", "list+cursor"}  # before/after always included
@@ -51,15 +50,6 @@ def test_cli_bad_input_exit_2(results_dir, capsys):
 
 def test_parse_combos():
     assert parse_combos("fast+window") == [("tensor", "loop"), ("list", "loop"), ("fast", "window")]
-
-
-def test_overlap_rows_from_decode_rows():
-    rows = [{"variant": "tensor", "strategy": "loop", "median_ns": 8e6},
-            {"variant": "list", "strategy": "loop", "median_ns": 2e6}]
-    ov = overlap_rows(rows)
-    assert ov[0]["host_saving_ms"] == pytest.approx(6.0)
-    assert ov[-1]["case"] == "scale that explains it all"
-    assert ov[-1]["predicted_tpot_after_async_ms"] == pytest.approx(24.58)
 
 
 def test_measurement_api_shapes():
@@ -110,21 +100,6 @@ def test_before_after_buttons_toggle_combos():
     assert views == {"before vs #40143": [True, True, False], "#40143 vs this lab": [False, True, True],
                      "all": [True, True, True]}
     assert list(fig.data[0].y) == [(1000 + 128 * m * 2000) / 1e6 for m in (1, 8, 64)]
-
-
-def test_bubble_model_figure_marks_published_points():
-    from labkit.mm.overlap import compare_with_published
-    from labkit.viz.lab.mm import plot_bubble_model, plot_step_timeline
-
-    fig = plot_bubble_model(compare_with_published(5.0, non_overlap_ms=1.0).as_row())
-    pts = {t.name: (t.x[0], t.y[0]) for t in fig.data if t.mode == "markers+text"}
-    assert pts["published before"] == pytest.approx((32.81, 33.81))
-    assert pts["published after"][1] == 24.58
-    assert "simulated" in fig.layout.title.text
-    tl = plot_step_timeline(10.0, 4.0, steps=3, non_overlap_ms=0.0)
-    lanes = {t.name: list(zip(t.base, t.x)) for t in tl.data}
-    assert lanes["sync GPU"] == [(10.0, 4.0), (24.0, 4.0), (38.0, 4.0)]
-    assert lanes["async GPU"] == [(10.0, 4.0), (20.0, 4.0), (30.0, 4.0)]  # host-bound: 6 ms bubbles
 
 
 def test_widget_callback_measures_and_draws(monkeypatch):

@@ -136,14 +136,11 @@ def test_host_comparison_and_device_step_read_from_results(tmp_path):
         {"machine": "gpu-test", "what": "lab v033 builder", "median_ms": 165.0, "source": "measured-gpu"},
         {"machine": "cpu-test-2c", "what": "vllm installed", "median_ms": 139.0, "source": "measured-cpu"},
     ]
-    # no mm_overlap result: the published figure the lab carries
-    from labkit.mm.overlap import PR40143
+    # the device step: the roofline's full-batch step at #40143's shape, the one notebook 08 reads
+    from labkit.serve.bench import full_batch_device_ns
 
-    assert nb.published_device_step_ms(root=tmp_path) == (PR40143.mean_tpot_ms_after, "#40143's published mean TPOT after")
-    overlap = make_result("mm_overlap", [{"published_tpot_after_ms": 30.5}], params={}, source="simulated",
-                          machine={"slug": "cpu-test-2c", "cpu_model": "test"})
-    save_result(overlap, root=tmp_path)
-    assert nb.published_device_step_ms(root=tmp_path) == (30.5, "#40143's published mean TPOT after (mm_overlap on cpu-test-2c)")
+    ms, where = nb.device_step_ms("h100")
+    assert ms == round(full_batch_device_ns("h100", 128, 1024 + 32 * 262) / 1e6, 2) and "roofline" in where
 
 
 def test_cli_without_vllm_or_with_bad_arguments(capsys):

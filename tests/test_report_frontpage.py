@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from findings_results import write_five, write_serve_sim
+from findings_results import write_results
 from labkit.report.findings import lab_findings
 from labkit.report.frontpage import APPENDICES, FIRST_PAGES, NOTEBOOK_SUMMARIES, ONE_MINUTE
 from labkit.report.index import SUMMARY_CHARS, notebook_summary, render_index
@@ -37,36 +37,34 @@ def _text(fragment: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
 
 
-def test_the_findings_table_has_a_row_per_recorded_answer_above_the_notebooks(tmp_path):
-    write_five(tmp_path)
-    page = render_index(_meta(findings=[f.as_dict() for f in lab_findings(tmp_path)]))
+def test_the_answer_and_its_evidence_above_the_notebooks(tmp_path):
+    write_results(tmp_path)
+    found = lab_findings(tmp_path)
+    page = render_index(_meta(findings=found))
     table = _table(page, "findings")
     rows = re.findall(r'<tr data-finding="([^"]+)">(.*?)</tr>', table)
-    assert len(rows) >= 5
-    assert [k for k, _ in rows] == ["mini_engine_graphs", "h200_eager", "vllm_cpu_ab", "sim_gpu_vllm_host",
-                                    "bubble_model"]
-    assert page.index('id="findings"') < page.index('id="start"') < page.index('id="notebooks"')
+    assert [k for k, _ in rows] == ["unit_cost", "engine_saving", "server_ab", "peaks", "whole_table"]
+    assert page.index('id="answer"') < page.index('id="findings"') < page.index('id="start"') < page.index('id="notebooks"')
+    assert html.escape(found["answer"]) in page
     cells = dict(rows)
-    assert "1.25x output tok/s" in _text(cells["mini_engine_graphs"])  # tests/findings_results.py
-    assert "2.00x TPOT" in _text(cells["vllm_cpu_ab"]) and 'data-source="measured-cpu"' in cells["vllm_cpu_ab"]
+    assert "2.00x" in _text(cells["server_ab"]) and 'data-source="measured-cpu"' in cells["server_ab"]
     # a page of this report is linked; one it does not hold is named, not linked
-    assert 'href="01_placeholder_scheduler.html"' in cells["bubble_model"]
-    assert "href=" not in cells["vllm_cpu_ab"].split('class="page"')[1]
+    assert 'href="00_environment.html"' in cells["unit_cost"]
+    assert "href=" not in cells["peaks"].split('class="page"')[1]
     assert "http" not in page
 
 
 def test_without_findings_in_the_manifest_the_index_reads_the_results_store(results_store):
     page = render_index(_meta())
-    assert '<p id="findings" class="muted">' in page  # an empty store: said so, no empty rows
-    write_five(results_store)
-    write_serve_sim(results_store)
-    rows = re.findall(r'<tr data-finding="([^"]+)">', render_index(_meta()))
-    assert len(rows) == 6 and rows[-1] == "serve_sim"
+    assert "No answer recorded" in page and page.count("not recorded: ") == 5  # each row says why
+    write_results(results_store)
+    page = render_index(_meta())
+    assert "No answer recorded" not in page and "not recorded: " not in page
 
 
 def test_every_notebook_has_a_written_sentence_shown_whole():
     assert sorted(NOTEBOOK_SUMMARIES) == NOTEBOOKS
-    page = render_index(_meta(NOTEBOOKS, findings=[]))
+    page = render_index(_meta(NOTEBOOKS, findings={"answer": None, "why_no_answer": "none", "evidence": []}))
     for name in NOTEBOOKS:
         sentence = NOTEBOOK_SUMMARIES[name]
         assert sentence.endswith(".") and not sentence.endswith("..") and "…" not in sentence, name
@@ -97,11 +95,11 @@ def test_a_notebook_without_a_written_sentence_gets_its_own_cut_to_a_line():
 def test_start_here_names_pages_that_exist_and_commands_the_lab_has():
     from labkit.cli import BENCH_TARGETS, VERBS
 
-    page = render_index(_meta(NOTEBOOKS, findings=[]))
+    page = render_index(_meta(NOTEBOOKS, findings={"answer": None, "why_no_answer": "none", "evidence": []}))
     start = page[page.index('<section id="start">'):page.index("</section>", page.index('id="start"'))]
     for name, _, _ in FIRST_PAGES:
         assert name in NOTEBOOKS and f'href="{name}.html"' in start
-    assert _text(start).startswith("Start here Open 01 · T01 :")
+    assert _text(start).startswith(f"Start here Open {FIRST_PAGES[0][0][:2]} · T{FIRST_PAGES[0][0][:2]} :")
     for command, what, took in ONE_MINUTE:
         words = command.split()
         assert words[0] == "labkit" and (words[1] in VERBS or (words[1] == "bench" and words[2] in BENCH_TARGETS))

@@ -23,7 +23,7 @@ WIDTH = 1280
 #: result-name prefixes each notebook reads (06 compares every result)
 READS = {"00": ["calibration"], "01": ["mm_", "calibration"], "02": ["engine", "calibration"],
          "03": ["h2d", "ranges"], "04": ["attn"], "05": ["trace", "engine"], "06": [""],
-         "07": ["vllm", "mm_overlap", "ranges"], "08": ["vllm", "mm_decode"]}
+         "07": ["vllm", "ranges"], "08": ["vllm", "pr_table"]}
 SOURCES = ["measured-gpu", "measured-cpu", "simulated", "interpreted"]
 #: every source on one row, in the orders that pack worst (long badges side by side)
 ALL_FOUR = [["interpreted", "measured-cpu", "measured-gpu", "simulated"],
@@ -114,17 +114,10 @@ def _manifest() -> dict:
             "findings": _findings()}
 
 
-def _findings() -> list[dict]:
-    import tempfile
-
-    from findings_results import write_serve_sim
+def _findings() -> dict:
     from labkit.report.findings import lab_findings
 
-    found = [f.as_dict() for f in lab_findings(REPO / "data" / "results")]
-    with tempfile.TemporaryDirectory() as tmp:
-        write_serve_sim(tmp)
-        found += [f.as_dict() for f in lab_findings(tmp)]
-    return found
+    return lab_findings(REPO / "data" / "results")
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +145,9 @@ def test_every_row_is_at_most_three_lines_and_nothing_is_clipped(browser, index_
     tallest = max(rows, key=lambda r: r["height"])
     print(f"index screenshot: {shot}; tallest row {tallest['name']}: {tallest['height']:.0f} px, "
           f"line height {tallest['lineHeight']:.1f} px")
-    assert len(rows) == len(list((REPO / "notebooks").glob("[0-9][0-9]_*.py")))
+    from labkit.report.frontpage import APPENDICES
+
+    assert len(rows) == len([p for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py") if p.stem not in APPENDICES])
     assert page_width <= WIDTH, "the index scrolls sideways"
     for r in rows:
         lines = (r["height"] - 9) / r["lineHeight"]  # 2 x 4 px padding and the border
@@ -168,7 +163,7 @@ def test_results_open_without_javascript(browser, index_page):
     page = context.new_page()
     try:
         page.goto(index_page.as_uri(), wait_until="load")
-        row = page.locator('tr[data-notebook^="06_"]')
+        row = page.locator('tr[data-notebook^="05_"]')
         listing = row.locator("td.res details ul")
         assert not listing.is_visible()
         row.locator("td.res summary").click()
@@ -189,7 +184,7 @@ def test_the_findings_table_fits_at_1280_px(browser, index_page):
         page_width = page.evaluate("() => document.documentElement.scrollWidth")
     finally:
         page.close()
-    assert len(rows) >= 6 and rows[-1]["key"] == "serve_sim"
+    assert [r["key"] for r in rows] == ["unit_cost", "engine_saving", "server_ab", "peaks", "whole_table"]
     assert page_width <= WIDTH, "the index scrolls sideways"
     for r in rows:
         assert r["outside"] == [], f"{r['key']}: {r['outside'][:5]}"

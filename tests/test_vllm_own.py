@@ -210,9 +210,11 @@ def test_passes_stock_fails_under_variant_is_a_difference(tmp_path, monkeypatch)
 
 
 def test_choices():
-    assert own_tests.choose_variants("") == ["stock", *own_tests.DEFAULT_VARIANTS]
-    assert own_tests.choose_variants("merged,early-return,merged") == ["stock", "merged", "early-return"]
-    assert "pr38794" in own_tests.choose_variants("all")
+    assert own_tests.choose_variants("") == (["stock", *own_tests.DEFAULT_VARIANTS], [])
+    # merged patches nothing: stock is its run, the control, not a variant that passed
+    assert own_tests.choose_variants("merged,early-return,merged") == (["stock", "early-return"], ["merged"])
+    runs, controls = own_tests.choose_variants("all")
+    assert "pr38794" in runs and controls == ["merged"] and "merged" not in runs
     with pytest.raises(UsageError, match="unknown vLLM A/B variant"):
         own_tests.choose_variants("nope")
     assert own_tests.choose_files("core") == list(own_tests.FILE_SETS["core"])

@@ -12,7 +12,7 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.vllm.census import step_census
-from labkit.vllm.processor.input_processing import memory_statement, ttft_statement
+from labkit.vllm.processor.input_processing import memory_statement
 from labkit.vllm.census.step_checks import TOP_PHASES, census_checks
 from labkit.vllm.census.step_timers import PhaseTimers
 
@@ -275,24 +275,6 @@ def test_off_host_schedule_saving_is_held_to_the_stand_in_and_the_engine_schedul
 def test_without_off_host_rows_there_is_no_off_host_check():
     names = {c["check"] for c in census_checks(_rows(6000.0, 200.0, **ALONE))}
     assert not any("forward off the host" in n for n in names)
-
-
-def test_ttft_statement_worked_by_hand():
-    # 10 ms decode + 90 ms add_request per image -> 0.1 s; 32 images -> 3.2 s a request;
-    # 128 requests one after another wait (128 + 1) / 2 x 3.2 = 206.4 s on average
-    rows = [{"stage": "media_decode", "per_image_median_us": 10_000.0},
-            {"stage": "add_request", "per_image_median_us": 90_000.0}]
-    s = ttft_statement(rows, {"before": 137.9, "after": 124.3, "requests": 128, "images": 32})
-    assert s["per_request_s"] == pytest.approx(3.2) and s["mean_wait_s"] == pytest.approx(206.4)
-    assert s["share_of_ttft_before"] == pytest.approx(206.4 / 137.9)
-    assert s["host_speedup_needed"] == pytest.approx(206.4 / 124.3)
-    assert "206.4 s" in s["text"] and "13.6 s TTFT drop" in s["text"]
-    fast = ttft_statement([{"stage": "media_decode", "per_image_median_us": 100.0},
-                           {"stage": "add_request", "per_image_median_us": 900.0}],
-                          {"before": 137.9, "after": 124.3, "requests": 128, "images": 32})
-    assert fast["host_speedup_needed"] is None and "faster than this CPU" not in fast["text"]
-    with pytest.raises(UsageError):
-        ttft_statement(rows[:1])
 
 
 def test_memory_statement_worked_by_hand():

@@ -51,26 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-ranges", help="comma list for --grid (default none,per_layer,per_step,cached)")
     p.add_argument("--grid", action="store_true", help="run the full product of the three lists")
     p.add_argument("--cudagraph", default=None, help="CUDA-graph mode(s), a comma list of none, piecewise, "
-                   "full (default none: eager; with --host-from all three)")
+                   "full (default none: eager)")
     p.add_argument("--sync", action="store_true", help="also run every variant with sync scheduling")
     p.add_argument("--profile", default=None, help="simulated-device profile: a name under data/profiles, "
                    "a JSON path, or 'parametric' (default: the recorded h200 profile if present)")
     p.add_argument("--trace-dir", help="write one profiler trace folder per variant under this directory")
     p.add_argument("--write-profile", metavar="PATH", help="GPU only: record per-op durations as a profile JSON")
-    p.add_argument("--name", default=None, help="result name (default: engine; engine_vllm_host with --host-from, "
-                   "engine_vllm_host_off_host with --host-forward off-host)")
-    p.add_argument("--host-from", metavar="VLLM_STEP_JSON", default=None,
-                   help="sim only: take each phase's host cost per variant from a recorded vLLM step census "
-                        "(labkit bench vllm-step) instead of the mini engine's own host (labkit.engine.hostfrom)")
-    p.add_argument("--cpu-speed", type=float, default=1.0,
-                   help="with --host-from: multiply the census's host costs by this (1.0: the census's CPU; "
-                        "0.5: a host twice as fast)")
-    p.add_argument("--host-forward", default="cpu", choices=("cpu", "off-host"),
-                   help="with --host-from: the census's steps as measured beside the CPU's forward (cpu, default) "
-                        "or those it timed with the forward off the host, as a GPU server's host pays them "
-                        "(off-host; result engine_vllm_host_off_host)")
-    p.add_argument("--host-point", default="128x32",
-                   help="with --host-from: the census point (requests x images) to take (default 128x32)")
+    p.add_argument("--name", default="engine", help="result name (default: engine)")
     from labkit.cli import add_run_options
 
     add_run_options(p, json_help="also write the result JSON to OUT",
@@ -115,90 +102,11 @@ def resolve_kind(choice: str) -> str:
     return choice
 
 
-def _host_point(text: str) -> tuple[int, int]:
-    try:
-        n, m = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise UsageError(f"--host-point must look like 128x32 (requests x images), got {text!r}") from None
-    if n < 1 or m < 1:
-        raise UsageError(f"--host-point must be positive, got {text!r}")
-    return n, m
-
-
-def main_host_from(args, size: str) -> int:
-    """``--host-from``: the simulated GPU with real vLLM's host, every variant x graph mode x sync/async."""
-    from labkit.cli import emit_result
-    from labkit.device import describe_machine
-    from labkit.engine.hostfrom import load_host_table, ratio_rows, run_host_from, solve_published
-    from labkit.engine.device.profiles import load_profile
-    from labkit.mm.overlap import PR40143
-    from labkit.results import make_result, sized_name
-
-    if (args.device or "auto").lower() not in ("sim", "auto"):
-        raise UsageError("--host-from runs on the simulated device only (--device sim)")
-    n, m = _host_point(args.host_point)
-    table = load_host_table(args.host_from, requests=n, images=m, cpu_speed=args.cpu_speed,
-                            forward=args.host_forward)
-    profile = load_profile(args.profile or default_profile_name())
-    modes = cudagraph_modes(args.cudagraph or "none,piecewise,full")
-    steps = args.steps if args.steps is not None else (12 if size == "full" else 6)
-    warmup = args.warmup if args.warmup is not None else 3
-    if steps < 2 or warmup < 1:
-        raise UsageError("need --steps >= 2 and --warmup >= 1")
-    rows = run_host_from(table, profile=profile, cudagraph=modes, steps=steps, warmup=warmup,
-                         model=args.model or "gemma4-e4b-like", workload=args.workload or "pr40143")
-    ratios = ratio_rows(rows, PR40143)
-    if "baseline" not in table.phases_ns:
-        raise UsageError("--host-from: the census has no baseline variant to compare with")
-    solve = [dict(q, after=a) for a in ("pr40143", "merged") if a in table.phases_ns
-             for q in solve_published(table, PR40143, after=a)]
-    print_host_from(rows, ratios, solve, table, PR40143)
-    params = {"device": "sim", "size": size, "host_from": table.origin, "host_forward": table.forward,
-              "host_point": f"{n}x{m}",
-              "cpu_speed_factor": args.cpu_speed, "cudagraph": modes, "steps": steps, "warmup": warmup,
-              "published": PR40143.name, "ratios": ratios, "solve": solve, **profile.describe()}
-    name = args.name or ("engine_vllm_host_off_host" if table.forward == "off-host" else "engine_vllm_host")
-    result = make_result(sized_name(name, size), rows, params=params, source="simulated",
-                         size=size, machine=describe_machine("cpu"))
-    emit_result(result, args)
-    return 0
-
-
-def print_host_from(rows, ratios, solve, table, published) -> None:
-    """The rows, every one with its CPU-speed factor; the predicted ratios beside the PR's; the solve."""
-    print(f"host: {table.origin}, point {table.requests}x{table.images}; device: simulated "
-          f"({rows[0].get('profile', 'profile') if rows else ''})")
-    print(f"{'vLLM variant':13s} {'engine':18s} {'graphs':>9s} {'sched':>5s} {'cpu x':>5s} {'tok/s':>8s} "
-          f"{'TPOT ms':>8s} {'idle':>5s} {'core host ms':>12s} {'frontend ms':>11s}")
-    for r in rows:
-        print(f"{r['vllm_variant']:13s} {r['placeholder'] + '/' + r['scheduling']:18s} {r['cudagraph_run']:>9s} "
-              f"{'async' if r['async_scheduling'] else 'sync':>5s} {r['cpu_speed_factor']:5.2f} "
-              f"{r['tokens_per_s_median']:8.0f} {r['tpot_mean_ms']:8.2f} {r['device_idle_frac']:5.2f} "
-              f"{r['engine_core_host_ms']:12.2f} {r['frontend_host_ms']:11.2f}")
-    print(f"predicted before/after (published, {published.name}: output tok/s x{published.throughput_gain:.2f}, "
-          f"mean TPOT {published.mean_tpot_ms_before} -> {published.mean_tpot_ms_after} ms):")
-    for q in ratios:
-        print(f"  {q['cudagraph']:>9s} {'async' if q['async_scheduling'] else 'sync':>5s} {q['before']} -> {q['after']:8s} "
-              f"cpu x{q['cpu_speed_factor']:.2f}: tok/s x{q['tok_s_ratio']:.3f} (PR x{q['published_tok_s_ratio']:.2f}), "
-              f"TPOT {q['tpot_before_ms']:.2f} -> {q['tpot_after_ms']:.2f} ms "
-              f"(PR {q['published_tpot_before_ms']} -> {q['published_tpot_after_ms']})")
-    print("what reproduces the PR's TPOTs (device step D, host speed factor s on this census's host):")
-    for q in solve:
-        d = "-" if q["device_step_ms"] is None else f"{q['device_step_ms']:.2f} ms"
-        sf = "-" if q["cpu_speed_factor"] is None else f"{q['cpu_speed_factor']:.3f}"
-        print(f"  baseline -> {q['after']:8s} {q['scheduling']:>5s}: s = {sf}, D = {d}: {q['how']}")
-
-
 def main(argv: list[str] | None = None) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
     args = build_parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench engine")
-    if args.host_from:
-        return main_host_from(args, size)
-    if args.cpu_speed != 1.0 or args.host_point != "128x32" or args.host_forward != "cpu":
-        raise UsageError("--cpu-speed, --host-point and --host-forward apply with --host-from only")
-    args.name = args.name or "engine"
     kind = resolve_kind(args.device)
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]
     model = args.model or model

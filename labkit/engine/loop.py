@@ -42,6 +42,7 @@ from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
 from labkit.engine.graphs import effective_mode
 from labkit.engine.model import StepBatch, TransformerStack, make_batch  # noqa: F401  (make_batch: public here too)
 from labkit.errors import UsageError
+from labkit.step_model import planned_ahead
 from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
 
 logger = logging.getLogger(__name__)
@@ -52,9 +53,8 @@ class EngineStep:
     """One engine step: host phase times and when its tokens reached the host (all ns).
 
     ``start_ns``: host time the step's scheduling began; ``output_ns``: host time its sampled
-    tokens were available (after the event wait); ``*_ns`` phases are host durations;
-    ``update_ns``: the scheduler's update after the tokens arrived (fixed host costs only);
-    ``client_ns``: when the frontend had processed them (the time TPOT is measured at).
+    tokens were available (after the event wait, the time TPOT is measured at); ``*_ns`` phases
+    are host durations.
     """
 
     step: int
@@ -71,8 +71,6 @@ class EngineStep:
     h2d_count: int
     graph_mode: str = "eager"
     replays: int = 0
-    update_ns: int = 0
-    client_ns: int = -1  #: when the frontend had processed the tokens (= ``output_ns`` without a frontend cost)
 
 
 class Engine:
@@ -140,7 +138,6 @@ class Engine:
         self.runner = graph_runner if graph_runner is not None else self._make_runner(real)
         self.steps: list[EngineStep] = []
         self._pending = None  # (event, step record fields, host ids) of the step whose tokens are not yet read
-        self._client_free = 0  # when the frontend lane is free again (fixed host costs' output_ns)
         self.sampled: list = []  # real devices: each finished step's sampled ids, int64 (num_seqs,) on the host
         self._output_tokens = 0
 
@@ -216,9 +213,6 @@ class Engine:
         if self.runner is not None and not self.graphs_captured:
             self.capture_graphs()
         t0 = dev.now_ns()
-        if self.host_costs is not None and self.host_costs.other_ns:
-            with dev.annotate("engine_core"):
-                dev.spend(self.host_costs.other_ns)
         with dev.annotate("schedule"):
             plan = self.scheduler.schedule()
             if self.host_costs is not None:
@@ -244,8 +238,6 @@ class Engine:
         t3 = dev.now_ns()
         with dev.annotate("sample"):
             sampled = fwd.sample(dev, batch, h)
-            if self.host_costs is not None:
-                dev.spend(self.host_costs.sample_ns)
             host_ids = dev.copy_d2h("d2h:sampled", sampled, nbytes=8 * batch.num_seqs, pinned=True,
                                     non_blocking=True)
             event = dev.record_event()
@@ -258,8 +250,8 @@ class Engine:
                       h2d_count=self._copies_so_far() - copies0,
                       graph_mode=self.runner.last.mode if self.runner is not None else "eager",
                       replays=self._replays() - replays0)
-        if self.config.async_scheduling:
-            done = self._finish(self._pending)
+        if planned_ahead("async" if self.config.async_scheduling else "sync"):
+            done = self._finish(self._pending)  # async: wait only for the previous step's tokens
             self._pending = (event, fields, host_ids)
             return done
         return self._finish((event, fields, host_ids))
@@ -276,17 +268,7 @@ class Engine:
         t = self.dev.now_ns()
         self.dev.wait_event(event)
         out = self.dev.now_ns()
-        update = 0
-        client = out
-        if self.host_costs is not None:
-            if self.host_costs.update_ns:
-                with self.dev.annotate("update_from_output"):
-                    self.dev.spend(self.host_costs.update_ns)
-                update = self.dev.now_ns() - out
-            # the frontend takes the step's outputs once the scheduler has emitted them
-            client = max(out + update, self._client_free) + int(self.host_costs.output_ns)
-            self._client_free = client
-        rec = EngineStep(**fields, wait_ns=out - t, output_ns=out, update_ns=update, client_ns=client)
+        rec = EngineStep(**fields, wait_ns=out - t, output_ns=out)
         self.steps.append(rec)
         if host_ids is not None:  # its copy is done once the event is: the step's sampled tokens
             self.sampled.append(host_ids)
@@ -349,8 +331,8 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         raise UsageError(f"need at least {warmup_steps + 2} steps to summarise, got {len(steps)}")
     measured = steps[warmup_steps:]
 
-    def done(s: EngineStep) -> int:  # when the step's tokens were out: past the frontend, where it has a cost
-        return s.client_ns if s.client_ns >= 0 else s.output_ns
+    def done(s: EngineStep) -> int:  # when the step's tokens reached the host
+        return s.output_ns
 
     t_start = done(steps[warmup_steps - 1]) if warmup_steps > 0 else steps[0].start_ns
     t_end = done(measured[-1])
@@ -411,7 +393,6 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         "host_forward_ns": med("forward_ns"),
         "host_sample_ns": med("sample_ns"),
         "host_wait_ns": med("wait_ns"),
-        "host_update_ns": med("update_ns"),
         "h2d_per_step": med("h2d_count"),
     }
 

@@ -14,9 +14,9 @@ from fields every row has, the metrics current rows carry:
 Recorded values are never changed; derived ones are flagged ``metrics_derived: True``.
 
 ``recorded_traces(machine)`` finds the traces a GPU run wrote under ``data/traces/<machine>/``
-(one folder per variant, ``tensor-loop-none-async`` for ``tensor/loop/none/async``), and
+(one folder per variant, ``tensor-loop-none-async`` for ``tensor/loop/none/async``),
 ``sim_vs_measured`` lines up simulated rows against measured ones (step time, device busy time
-per step, idle fraction) as ratios.
+per step, idle fraction) as ratios, and ``step_model_rows`` sets each run beside the one step model.
 """
 
 from __future__ import annotations
@@ -148,84 +148,25 @@ def measured_result(name: str = "engine"):
     return max(gpu, key=lambda r: r.created) if gpu else None
 
 
-#: before/after pairs per PR: label -> (after variant, before variant), variant names without the
-#: CUDA-graph suffix; the published ratio is given where the PR published one
-BEFORE_AFTER = {
-    "#40143: list / tensor placeholders": ("list/loop/none/async", "tensor/loop/none/async"),
-    "#40143 + lab: fast/cursor / tensor/loop": ("fast/cursor/none/async", "tensor/loop/none/async"),
-    "#38794: per_step / per_layer ranges": ("fast/cursor/per_step/async", "fast/cursor/per_layer/async"),
-}
+def step_model_rows(rows: list[dict]) -> list[dict]:
+    """Each run with a device busy time per step (the simulated device) against the one step model
+    (:mod:`labkit.step_model`): its host per step (schedule, prepare, launches, sampling), its device
+    busy per step, the step it measured, the model's step under both regimes, and which side sets it."""
+    from labkit.step_model import both_regimes
 
-
-def before_after_ratios(rows: list[dict]):
-    """A DataFrame of after/before throughput ratios per PR pair and CUDA-graph mode.
-
-    Columns: ``pair`` (a ``BEFORE_AFTER`` label), ``cudagraph`` (configured mode), ``source``,
-    ``before_tok_s``/``after_tok_s`` (``tokens_per_s_median``), ``ratio`` (after / before),
-    ``published_ratio`` (#40143's output tokens/s after / before, from
-    ``labkit.mm.overlap.PR40143``; None for #38794, which published no numbers). Pairs missing a
-    side in a mode are left out.
-    """
-    import pandas as pd
-
-    from labkit.mm.overlap import PR40143
-
-    by = {}
-    for r in with_robust_metrics(rows):
-        mode = r.get("cudagraph") or "none"
-        base = r["variant"] if mode == "none" else r["variant"].rsplit("/", 1)[0]
-        by[(base, mode)] = r
     out = []
-    modes = sorted({m for _, m in by}, key=lambda m: ("none", "piecewise", "full").index(m) if m in
-                   ("none", "piecewise", "full") else 9)
-    for label, (after, before) in BEFORE_AFTER.items():
-        for mode in modes:
-            a, b = by.get((after, mode)), by.get((before, mode))
-            if a is None or b is None:
-                continue
-            out.append({"pair": label, "cudagraph": mode, "source": a.get("source"),
-                        "before_tok_s": b["tokens_per_s_median"], "after_tok_s": a["tokens_per_s_median"],
-                        "ratio": a["tokens_per_s_median"] / b["tokens_per_s_median"],
-                        "before_idle_frac": b.get("device_idle_frac"), "after_idle_frac": a.get("device_idle_frac"),
-                        "published_ratio": PR40143.throughput_gain if label.startswith("#40143") else None})
-    return pd.DataFrame(out)
-
-
-def ratio_reading(rows: list[dict], mode: str = "full", non_overlap_ms: float = 1.0) -> dict | None:
-    """Why the lab's #40143 ratio under ``mode`` differs from the published one (all times ms).
-
-    From the ``tensor/loop`` (before) and ``list/loop`` (after) rows run in ``mode``: the lab's
-    device step (``device_ms``, busy per step), host schedule times before/after, and its ratio;
-    the device step the published TPOT after implies (``published_device_ms``, TPOT after minus
-    ``non_overlap_ms``, as ``labkit.mm.overlap.compare_with_published``); and the ratio the bubble
-    model (async: ``max(host, device) + c``) predicts for the lab's measured host steps against
-    the published device step (``ratio_with_published_device``) and against the lab's own
-    (``ratio_with_lab_device``). None when the rows lack either side.
-    """
-    from labkit.mm.overlap import PR40143, predict_step
-
-    by = {r["variant"]: r for r in with_robust_metrics(rows) if (r.get("cudagraph") or "none") == mode}
-    sfx = "" if mode == "none" else f"/{mode}"
-    before, after = by.get(f"tensor/loop/none/async{sfx}"), by.get(f"list/loop/none/async{sfx}")
-    if before is None or after is None:
-        return None
-    dev = before.get("device_busy_per_step_ns")
-    idle = before.get("device_idle_frac") or 0.0
-    device_ms = dev / 1e6 if dev is not None else before["median_ns"] / 1e6 * (1 - idle)
-    # the host side of a step: everything but the device wait (schedule, prepare, launches, sampling)
-    host = {k: sum(r[f"host_{p}_ns"] for p in ("schedule", "prepare", "forward", "sample")) / 1e6
-            for k, r in (("before", before), ("after", after))}
-    pub_dev = PR40143.mean_tpot_ms_after - non_overlap_ms
-
-    def ratio(device):
-        b = predict_step(host["before"], device, mode="async", non_overlap_ms=non_overlap_ms).step_ms
-        a = predict_step(host["after"], device, mode="async", non_overlap_ms=non_overlap_ms).step_ms
-        return b / a
-
-    return {"mode": mode, "device_ms": device_ms, "host_before_ms": host["before"], "host_after_ms": host["after"],
-            "lab_ratio": after["tokens_per_s_median"] / before["tokens_per_s_median"],
-            "published_ratio": PR40143.throughput_gain, "published_device_ms": pub_dev,
-            "ratio_with_lab_device": ratio(device_ms), "ratio_with_published_device": ratio(pub_dev)}
+    for r in with_robust_metrics(rows):
+        if r.get("device_busy_per_step_ns") is None:
+            continue
+        host = sum(r[f"host_{p}_ns"] for p in ("schedule", "prepare", "forward", "sample"))
+        model = both_regimes(r["device_busy_per_step_ns"], host)
+        regime = "async" if r.get("async_scheduling", True) else "sync"
+        out.append({"variant": r["variant"], "regime": regime, "device_ms": r["device_busy_per_step_ns"] / 1e6,
+                    "host_ms": host / 1e6, "measured_step_ms": r["median_ns"] / 1e6,
+                    "model_async_ms": model["async"].step_ns / 1e6, "model_sync_ms": model["sync"].step_ns / 1e6,
+                    "bound": model[regime].bound,
+                    "measured_over_model": r["median_ns"] / model[regime].step_ns - 1})
+    return out
 
 
 def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float | None:

@@ -7,9 +7,7 @@ Results (through the results store, under ``data/results/<machine>/``):
   (128 requests x 32 images) per placeholder variant x strategy;
 - ``mm_sweep`` (``--sweep``): the same over requests (1-256) and images per request (1-64);
 - ``mm_workload``: the whole step scheduler over a workload run to completion, with a check
-  that every combination made identical decisions;
-- ``mm_overlap``: the bubble model's comparison of the measured saving with the PR's table
-  (``source: simulated``: a model prediction fed with a measurement).
+  that every combination made identical decisions.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from labkit.cli import add_run_options, resolve_run_options
 from labkit.errors import UsageError
 from labkit.mm.measure import (AFTER, BEFORE, DEFAULT_COMBOS, measure_decode_grid, measure_placeholder_calls,
                                measure_workload, sweep_decode_steps)
-from labkit.mm.overlap import compare_with_published
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES
 from labkit.mm.step_scheduler import SchedulerConfig
@@ -46,8 +43,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--combos", default=None,
                    help="comma-separated VARIANT+STRATEGY pairs (default: " +
                         ",".join(f"{v}+{s}" for v, s in DEFAULT_COMBOS) + ")")
-    p.add_argument("--host-scale", type=float, default=1.0,
-                   help="published machine's host slowness relative to this one, for mm_overlap (default 1)")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT",
                     size_help="quick (default: fewer repeats, smaller sweep and workload, seconds) or full")
     return p
@@ -70,27 +65,6 @@ def parse_combos(text: str | None) -> list[tuple[str, str]]:
     return combos
 
 
-def overlap_rows(decode_rows: list[dict], *, host_scales=(1.0,)) -> list[dict]:
-    """``compare_with_published`` rows for the before->after saving measured in ``decode_rows``.
-
-    Adds a row at the host scale that would explain the whole published TPOT saving.
-    """
-    med = {(r["variant"], r["strategy"]): r["median_ns"] for r in decode_rows}
-    if BEFORE not in med or AFTER not in med:
-        raise UsageError("decode rows need tensor+loop and list+loop to measure the #40143 saving")
-    saving_ms = max(med[BEFORE] - med[AFTER], 0.0) / 1e6
-    rows = []
-    base = compare_with_published(saving_ms)
-    scales = list(host_scales)
-    if saving_ms > 0:
-        scales.append(base.published_tpot_saving_ms / saving_ms)
-    for i, scale in enumerate(scales):
-        c = compare_with_published(saving_ms, host_scale=scale)
-        rows.append({"case": "measured" if i < len(host_scales) else "scale that explains it all",
-                     "measured_saving_ms": saving_ms, **c.as_row()})
-    return rows
-
-
 def _fmt_ns(ns) -> str:
     if ns is None:
         return "-"
@@ -106,7 +80,7 @@ def _fmt_x(x) -> str:
 
 
 def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int = 128, images_per_request: int = 32,
-                   workload: str | None = None, combos=None, host_scale: float = 1.0, save: bool = True) -> dict:
+                   workload: str | None = None, combos=None, save: bool = True) -> dict:
     """Run the scheduler benchmarks; returns name -> BenchResult (saved to the results store if ``save``).
 
     Keys are the base names (``mm_decode_step`` ...); quick results are saved as ``<name>_quick``.
@@ -117,8 +91,6 @@ def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int
     """
     if num_requests < 1 or images_per_request < 1:
         raise UsageError("the decode step needs >= 1 request and >= 1 image per request")
-    if host_scale <= 0:
-        raise UsageError("host_scale must be > 0")
     combos = parse_combos(",".join(f"{v}+{s}" for v, s in combos) if combos else None)
     spec = get_workload_spec(workload or ("quick" if quick else "pr40143-short"))
     reps = 7 if quick else 15
@@ -151,9 +123,6 @@ def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int
                                "max_num_seqs": config.max_num_seqs, "timed": "host"})
     if not all(r["identical_decisions"] for r in wl):
         logger.warning("strategies made different decisions on %s", spec.name)
-    ov = overlap_rows(decode, host_scales=sorted({1.0, host_scale}))
-    record("mm_overlap", ov, {"published": "vllm#40143", "model": "bubble model (async: max(host, device) + c)"},
-           source="simulated")
     return results
 
 
@@ -199,11 +168,6 @@ def _print_summary(results: dict) -> None:
         print(f"  {r['combo']:<14} {r['steps']:>5} steps {_fmt_ns(r['median_ns']):>10}  decode step "
               f"{_fmt_ns(r['decode_step_median_ns']):>9}  vs #40143 {_fmt_x(r['speedup_vs_pr']):>6}"
               f"  identical={r['identical_decisions']}")
-    m = results["mm_overlap"].rows[0]
-    print(f"bubble model (simulated): measured saving {m['host_saving_ms']:.2f} ms/step explains "
-          f"{100 * m['explained_fraction']:.0f}% of the published {m['published_tpot_saving_ms']:.2f} ms; "
-          f"predicted TPOT after {m['predicted_tpot_after_async_ms']:.2f} ms vs published "
-          f"{m['published_tpot_after_ms']:.2f} ms ({m['error_async_pct']:+.1f}%)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     combos = parse_combos(args.combos)
     results = run_benchmarks(quick=size == "quick", sweep=args.sweep, num_requests=args.requests,
                              images_per_request=args.images, workload=args.workload, combos=combos,
-                             host_scale=args.host_scale, save=not args.no_save)
+                             save=not args.no_save)
     _print_summary(results)
     report_saved(results, args.json)
     return 0

@@ -1,376 +1,215 @@
-"""The lab's answers to "why did vLLM #40143 gain 1.27x?", one per method, read from recorded results.
+"""The lab's one answer to "why did vLLM #40143 gain 1.27x?", and the evidence under it, read from results.
 
-Each answer (:class:`Finding`) sets the lab's figure beside the PR's published one
-(``labkit.mm.overlap.PR40143``), says what the method leaves out, where its figure was made
-(machine, device, source: measured-gpu, measured-cpu or simulated) and which notebook page
-shows it. Every figure is read from a result file under ``data/results/<machine>/`` through the
-same labkit functions the notebooks use; a method whose result is not recorded here gives no
-answer (its row is left out, never shown empty).
-
-The methods, in the order the index and README list them:
-
-- ``mini_engine_graphs``: the lab's mini engine under full CUDA graphs (``engine``, notebook 02);
-- ``h200_eager``: the same engine measured eagerly on a GPU (``engine`` measured-gpu, notebook 02);
-- ``vllm_cpu_ab``: vLLM's own server on its CPU build, baseline vs merged (``vllm_ab``, notebook 08);
-- ``sim_gpu_vllm_host``: the simulated GPU fed with real vLLM's host phases
-  (``engine_vllm_host_off_host`` / ``engine_vllm_host``, notebook 08);
-- ``bubble_model``: the bubble model fed with the lab's measured scheduler saving (``mm_overlap``, notebook 01);
-- ``serve_sim``: the serving simulator (``serve_sim``, rows ``arm``, ``gpu``, ``metric``,
-  ``predicted``, ``published``, ``error``), where it is recorded;
-- ``serve_sim_host_per_request``: the same with one host time per request per step fitted to
-  pr40143's published TPOT (``serve_sim_host_per_request``).
-
-``python -m labkit.report.findings --readme README.md`` rewrites the README's block between
-:data:`BEGIN` and :data:`END` from the recorded results (``--check`` only compares).
+:func:`lab_findings` gives the answer (a paragraph, every number read from the recorded
+``pr_table`` and census) and at most five evidence rows: the unit cost, the real engine's saving
+per step, the real server's A/B on this CPU, the peaks, and the whole table with its two
+inferred unknowns. A row whose result is not recorded says why instead of its figure.
+``labkit results --readme README.md`` rewrites README's block from the same call. docs/serve-sim.md
+has the reasoning.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.results import load_results
+from labkit.serve.published import PR40143, two_phases
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Finding", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END", "METHODS"]
+__all__ = ["Evidence", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 
 BEGIN = "<!-- findings:begin -->"
 END = "<!-- findings:end -->"
+#: the census point the answer reads: #40143's shape
+POINT = (128, 32)
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One method's answer. ``value``/``published_value``: the two figures as numbers (ratios
-    after/before, or a fraction for ``bubble_model``); ``figure``/``published``: the same in words;
-    ``detail``: the figures behind it; ``result``: ``machine/name.json`` it was read from."""
+class Evidence:
+    """One row under the answer: what it shows, the lab's figure (or why it is missing), the
+    published figure it stands beside, where it was made and the page that shows it."""
 
     key: str
-    method: str
+    what: str
     figure: str
-    value: float
     published: str
-    published_value: float
-    detail: str
-    leaves_out: str
     source: str
     machine: str
-    device: str
     result: str
-    labkit_commit: str
     notebook: str
+    missing: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-# -- helpers -------------------------------------------------------------------------------------
-
-def _published():
-    from labkit.mm.overlap import PR40143
-
-    return PR40143
+def _newest(results, size: str | None = "full"):
+    got = [r for r in results if size is None or r.size == size or r.params.get("size") == size]
+    return sorted(got, key=lambda r: r.created or "", reverse=True)
 
 
-def _tpot_ratio_published() -> float:
-    """The published mean TPOT before / after (the figure a TPOT ratio is set beside)."""
-    pub = _published()
-    return pub.mean_tpot_ms_before / pub.mean_tpot_ms_after
+def _file(res) -> str:
+    return f"{res.slug}/{Path(res.path).name}" if res.path else f"{res.slug}/{res.name}.json"
 
 
-def _result_file(res) -> str:
-    if res.path:
-        p = Path(res.path)
-        return f"{p.parent.name}/{p.name}"
-    return f"{res.slug}/{res.name}.json"
+def _missing(key: str, what: str, why: str, notebook: str) -> Evidence:
+    return Evidence(key, what, f"not recorded: {why}", "", "", "", "", notebook, missing=True)
 
 
-def _device_words(res, *, simulated_gpu: str | None = None) -> str:
-    """Where a figure was made, in words: the GPU, the CPU, or the simulated GPU and the host."""
-    m = res.machine or {}
-    cpu = f"{m.get('cpu_model') or 'CPU'}, {m.get('cpu_cores') or '?'} cores"
-    if simulated_gpu:
-        return f"simulated {simulated_gpu}; host {cpu}"
-    if m.get("gpu_name"):
-        return str(m["gpu_name"])
-    return cpu
+def census_saving(res) -> dict | None:
+    """The engine core's chain (off-host phases but ``process_outputs``) of the baseline and
+    pr40143 at #40143's shape, ms, from a ``vllm_step`` result."""
+    from labkit.serve.host import API_PHASE
 
-
-def _newest(results):
-    return sorted(results, key=lambda r: r.created or "", reverse=True)
-
-
-def _by_source(results, order):
-    """``results`` ordered by source preference, newest first within a source."""
-    return sorted(_newest(results), key=lambda r: order.index(r.source) if r.source in order else len(order))
-
-
-def _profile_gpu(params: dict) -> str:
-    """The simulated GPU in words: its device profile (``h200`` -> "H200 profile"), parametric ones so named."""
-    if params.get("profile_parametric"):
-        return "GPU, parametric profile"
-    return f"{str(params['profile']).upper()} profile" if params.get("profile") else "GPU"
-
-
-# -- one function per method ---------------------------------------------------------------------
-
-_PAIR_40143 = "#40143: list / tensor placeholders"
-
-
-def _engine_pair(res, mode: str):
-    from labkit.engine.recorded import before_after_ratios
-
-    table = before_after_ratios(res.rows)
-    if table.empty:
+    chain: dict = {}
+    for r in res.rows:
+        ph = str(r.get("phase", ""))
+        if (r.get("num_requests"), r.get("images")) == POINT and ph.startswith("off_host:") \
+                and ph not in ("off_host:step", f"off_host:{API_PHASE}") and r.get("median_us") is not None:
+            chain[r["variant"]] = chain.get(r["variant"], 0.0) + float(r["median_us"]) / 1e3
+    if "baseline" not in chain or "pr40143" not in chain:
         return None
-    hit = table[(table["pair"] == _PAIR_40143) & (table["cudagraph"] == mode)]
-    return None if hit.empty else hit.iloc[0].to_dict()
+    return {"before_ms": chain["baseline"], "after_ms": chain["pr40143"], "saving_ms": chain["baseline"] - chain["pr40143"]}
 
 
-def _mini_engine_graphs(root) -> Finding | None:
-    from labkit.engine.recorded import ratio_reading
-    from labkit.results import load_results
-
-    for res in _by_source(load_results(root, name="engine"), ("measured-gpu", "simulated")):
-        pair = _engine_pair(res, "full")
-        reading = ratio_reading(res.rows, "full")
-        if pair is None or reading is None:
-            continue
-        gpu = None if res.source == "measured-gpu" else _profile_gpu(res.params)
-        return Finding(
-            key="mini_engine_graphs", method="The lab's mini engine under full CUDA graphs",
-            figure=f"{pair['ratio']:.2f}x output tok/s", value=float(pair["ratio"]),
-            published=f"{pair['published_ratio']:.2f}x output tok/s", published_value=float(pair["published_ratio"]),
-            detail=(f"host step {reading['host_before_ms']:.1f} ms before the fix, under the "
-                    f"{reading['device_ms']:.1f} ms device step: async scheduling hides the scheduler"),
-            leaves_out=("vLLM's own host work (input preparation, output processing, detokenizing) and "
-                        "Gemma-4-E4B's longer device step: its host side is a small scheduler, the metadata "
-                        "and one graph replay"),
-            source=res.source, machine=res.slug, device=_device_words(res, simulated_gpu=gpu),
-            result=_result_file(res), labkit_commit=res.labkit_commit, notebook="02_idle_bubbles")
-    return None
+def _pr_table(root):
+    return next(iter(_newest(load_results(root, name="pr_table"))), None)
 
 
-def _h200_eager(root) -> Finding | None:
-    from labkit.results import load_results
-
-    for res in _newest([r for r in load_results(root, name="engine") if r.source == "measured-gpu"]):
-        pair = _engine_pair(res, "none")
-        if pair is None:
-            continue
-        return Finding(
-            key="h200_eager", method=f"The lab's engine on {_device_words(res)}, eager",
-            figure=f"{pair['ratio']:.2f}x output tok/s", value=float(pair["ratio"]),
-            published=f"{pair['published_ratio']:.2f}x output tok/s", published_value=float(pair["published_ratio"]),
-            detail=(f"device idle {pair['before_idle_frac']:.0%} before, {pair['after_idle_frac']:.0%} after; "
-                    f"a {res.size} run"),
-            leaves_out=("CUDA graphs, which vLLM decodes under: eagerly every op is launched from Python, "
-                        "every variant is host-bound and the scheduler's whole cost shows in the step"),
-            source=res.source, machine=res.slug, device=_device_words(res),
-            result=_result_file(res), labkit_commit=res.labkit_commit, notebook="02_idle_bubbles")
-    return None
+def _row(res, arm: str, gpu: str, metric: str) -> dict | None:
+    return next((r for r in res.rows if (r["arm"], r["gpu"], r["metric"]) == (arm, gpu, metric)), None)
 
 
-def _vllm_cpu_ab(root) -> Finding | None:
-    from labkit.results import load_results
+def _unit_cost(root, machine: str | None) -> Evidence:
+    key, what = "unit_cost", "#40143's unit cost: one tensor read + int() against one list read"
+    found = _newest(load_results(root, name="calibration"), None)
+    for res in sorted(found, key=lambda r: r.slug != machine):  # the census machine's first
+        by = {r.get("variant"): r.get("median_ns") for r in res.rows}
+        if by.get("tensor_index_int") and by.get("list_index"):
+            t, li = by["tensor_index_int"], by["list_index"]
+            return Evidence(key, what, f"{t / 1e3:.2f} us against {li:.1f} ns ({t / li:.0f}x)", "",
+                            res.source, res.slug, _file(res), "00_environment")
+    return _missing(key, what, "run `labkit calibrate --size full`", "00_environment")
+
+
+def _engine_saving(root) -> Evidence:
+    key, what = "engine_saving", "vLLM's real engine core at 128 x 32, forward off the host: the saving per step"
+    for res in _newest(load_results(root, name="vllm_step")):
+        s = census_saving(res)
+        if s is not None:
+            return Evidence(key, what, f"{s['saving_ms']:.2f} ms a step ({s['before_ms']:.2f} -> {s['after_ms']:.2f} ms, "
+                                       "baseline -> pr40143)", "", res.source, res.slug, _file(res), "08_inside_vllm")
+    return _missing(key, what, "run `labkit bench vllm-step --size full` in .venv-vllm-cpu", "08_inside_vllm")
+
+
+def _server_ab(root) -> Evidence:
     from labkit.vllm.server.ab_results import variant_summary
 
-    for res in _by_source(load_results(root, name="vllm_ab"), ("measured-gpu", "measured-cpu")):
+    key = "server_ab"
+    for res in _newest(load_results(root, name="vllm_ab"), None):
         table = variant_summary(res.rows)
         if table.empty or "mean_tpot_us" not in table:
             continue
         by = table.set_index("variant")
-        if not {"baseline", "merged"} <= set(by.index):
+        after = next((a for a in ("pr40143", "merged") if a in by.index), None)
+        if "baseline" not in by.index or after is None:
             continue
-        before, after = by.loc["baseline"], by.loc["merged"]
-        ratio = float(before["mean_tpot_us"] / after["mean_tpot_us"])
-        tok = ""
-        if "output_throughput_tok_s" in by:
-            tok = f"; output tok/s {after['output_throughput_tok_s'] / before['output_throughput_tok_s']:.2f}x"
-        on_cpu = res.source == "measured-cpu"
-        version = res.params.get("vllm_version")
-        return Finding(
-            key="vllm_cpu_ab",
-            method=f"vLLM {version}'s own server" + (" on its CPU build" if on_cpu else "") + ", baseline vs merged",
-            figure=f"{ratio:.2f}x TPOT", value=ratio,
-            published=f"{_tpot_ratio_published():.2f}x TPOT", published_value=_tpot_ratio_published(),
-            detail=(f"mean TPOT {before['mean_tpot_us'] / 1e3:.1f} -> {after['mean_tpot_us'] / 1e3:.1f} ms, "
-                    f"median of {int(before['repeats'])} runs each{tok}"),
-            leaves_out=("the GPU: the CPU build runs the forward on the host with async scheduling off, so "
-                        "every ms of host time is a ms of TPOT; a made model with dummy weights"
-                        if on_cpu else "the PR's model and images where the run used others"),
-            source=res.source, machine=res.slug, device=_device_words(res),
-            result=_result_file(res), labkit_commit=res.labkit_commit, notebook="08_inside_vllm")
-    return None
+        sh = res.params.get("shape") or {}
+        what = (f"vLLM {res.params.get('vllm_version')}'s own server on this CPU, baseline vs {after}: "
+                f"{sh.get('num_prompts')} requests x {sh.get('images')} images of {sh.get('image_size')}, "
+                f"{sh.get('input_len')} prompt and {sh.get('output_len')} output tokens, forward on the host")
+        b, a = by.loc["baseline", "mean_tpot_us"] / 1e3, by.loc[after, "mean_tpot_us"] / 1e3
+        pub = PR40143.before.mean_tpot_ms / PR40143.after.mean_tpot_ms
+        return Evidence(key, what, f"mean TPOT {b:.1f} -> {a:.1f} ms ({b / a:.2f}x), median of "
+                                   f"{int(by.loc['baseline', 'repeats'])} runs", f"{pub:.2f}x TPOT",
+                        res.source, res.slug, _file(res), "08_inside_vllm")
+    return _missing(key, "vLLM's own server on this CPU, before vs after", "run `scripts/vllm_ab.sh`", "08_inside_vllm")
 
 
-def _host_ratio(res):
-    """The predicted full-graph, async-scheduling ratio baseline -> pr40143 of an ``engine_vllm_host*`` result."""
-    from labkit.engine.hostfrom import ratio_rows
-
-    for r in ratio_rows(res.rows, _published()):
-        if r["cudagraph"] == "full" and r["async_scheduling"] and r["after"] == "pr40143":
-            return r
-    return None
-
-
-def _sim_gpu_vllm_host(root) -> Finding | None:
-    from labkit.results import load_results
-
-    off = {r.slug: r for r in reversed(_newest(load_results(root, name="engine_vllm_host_off_host")))}
-    cpu = {r.slug: r for r in reversed(_newest(load_results(root, name="engine_vllm_host")))}
-    # the newest machine that recorded the steps with the forward off the host, else the newest at all
-    order = [r.slug for r in _newest(list(off.values()))] + [r.slug for r in _newest(list(cpu.values()))]
-    for slug in dict.fromkeys(order):
-        main, other = (off.get(slug), cpu.get(slug)) if slug in off else (cpu.get(slug), None)
-        ratio = _host_ratio(main)
-        if ratio is None:
-            continue
-        other_ratio = _host_ratio(other) if other is not None else None
-        how = "the forward off the host" if main is off.get(slug) else "the forward on the host, as measured"
-        detail = (f"host phases with {how}: TPOT {ratio['tpot_before_ms']:.1f} -> {ratio['tpot_after_ms']:.1f} ms, "
-                  f"published {ratio['published_tpot_before_ms']:.2f} -> {ratio['published_tpot_after_ms']:.2f}")
-        if other_ratio is not None:
-            detail += f"; {other_ratio['tok_s_ratio']:.2f}x with the CPU's forward left between them"
-        return Finding(
-            key="sim_gpu_vllm_host", method="The simulated GPU fed with real vLLM's host, full CUDA graphs",
-            figure=f"{ratio['tok_s_ratio']:.2f}x output tok/s", value=float(ratio["tok_s_ratio"]),
-            published=f"{ratio['published_tok_s_ratio']:.2f}x output tok/s",
-            published_value=float(ratio["published_tok_s_ratio"]), detail=detail,
-            leaves_out=("a real device: the device step is the lab's text stack timed by the GPU profile, "
-                        "shorter than Gemma-4-E4B's, and the host is the recording machine's CPU, "
-                        "not the PR machine's"),
-            source=main.source, machine=main.slug, device=_device_words(main, simulated_gpu=_profile_gpu(main.params)),
-            result=_result_file(main), labkit_commit=main.labkit_commit, notebook="08_inside_vllm")
-    return None
+def _peaks(res) -> Evidence:
+    gpu = res.params["gpu"]
+    parts = []
+    for g in res.params["gpus"]:
+        r = _row(res, "pr40143", g, "peak_output_tok_s")
+        parts.append(f"{g.upper()} {r['predicted']:,.0f} ({r['error']:+.0%})")
+    bound = {(p["gpu"], p["arm"]): p["bound"] for p in res.params["peaks"] if p["regime"] == res.params["regime"]}
+    return Evidence("peaks", f"The full-batch peak after the fix, nothing fitted ({res.params['regime']} scheduling): "
+                             f"{bound[(gpu, 'pr40143')]}-bound on the {gpu.upper()}, the baseline "
+                             f"{bound[(gpu, 'baseline')]}-bound", "; ".join(parts),
+                    f"{PR40143.after.peak_output_tok_s:,.0f} tok/s", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
-def _bubble_model(root) -> Finding | None:
-    from labkit.results import load_results
-
-    pub = _published()
-    for res in _newest(load_results(root, name="mm_overlap")):
-        row = next((r for r in res.rows if r.get("case") == "measured"), None)
-        if row is None or row.get("explained_fraction") is None:
-            continue
-        return Finding(
-            key="bubble_model", method="The bubble model fed with the lab's measured scheduler saving",
-            figure=f"{row['explained_fraction']:.0%} of the TPOT drop", value=float(row["explained_fraction"]),
-            published=f"TPOT -{pub.tpot_saving_ms:.2f} ms", published_value=1.0,
-            detail=(f"saving {row['host_saving_ms']:.2f} of {row['published_tpot_saving_ms']:.2f} ms per step; "
-                    f"predicts {row['predicted_throughput_gain']:.2f}x output tok/s"),
-            leaves_out=("everything on the host but the scheduler's placeholder loop, timed on the recording "
-                        "machine; the device step is taken from the published TPOT, not measured"),
-            source=res.source, machine=res.slug, device=f"bubble model; saving timed on {_device_words(res)}",
-            result=_result_file(res), labkit_commit=res.labkit_commit, notebook="01_placeholder_scheduler")
-    return None
+def _whole_table(res) -> Evidence:
+    gpu = res.params["gpu"]
+    free = [r for r in res.rows if r["gpu"] == gpu and r["error"] is not None and not r.get("inferred")
+            and r["metric"] != "peak_output_tok_s"]
+    errs = ", ".join(f"{r['arm']} {r['metric']} {r['error']:+.0%}" for r in free)
+    inf = res.params["inferred"]
+    return Evidence("whole_table", f"Every other figure of the table on the {gpu.upper()}, with two unknowns inferred: "
+                                   f"the PR host's tensor read ({inf['read_ns']['value'] / 1e3:.2f} us) and its "
+                                   f"intake ({inf['intake_per_image_ms']['value']:.0f} ms per image)",
+                    errs, "the published table", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
-#: which arm of a serving A/B is the one before the fix, and which after, by name
-_BEFORE_ARMS = ("baseline", "before", "tensor")
-_AFTER_ARMS = ("pr40143", "after", "merged", "list")
+def _lab_range(inf: dict, key: str, scale: float) -> str:
+    by = inf.get(key) or {}
+    return ", ".join(f"{m} {v['min'] * scale:.2f}" + (f"-{v['max'] * scale:.2f}" if v["max"] > v["min"] else "")
+                     for m, v in by.items())
 
 
-def _serve_sim(root) -> Finding | None:
-    return _serve_sim_finding(root, "serve_sim", "The serving simulator (labkit bench serve-sim)",
-                              lambda res: "a real GPU and server: every figure is simulated")
+def answer_text(res, census) -> str:
+    """The answer, from a full ``pr_table`` result and the census's saving (:func:`census_saving`)."""
+    p, gpu = res.params, res.params["gpu"]
+    after = _row(res, "pr40143", gpu, "peak_output_tok_s")
+    peaks = {(q["gpu"], q["arm"]): q for q in p["peaks"] if q["regime"] == p["regime"]}
+    others = [g for g in p["gpus"] if g != gpu]
+    other = (f"; an {others[0].upper()}'s {peaks[(others[0], 'pr40143')]['device_ms']:.1f} ms step caps it at "
+             f"{_row(res, 'pr40143', others[0], 'peak_output_tok_s')['predicted']:,.0f}") if others else ""
+    read, intake = p["inferred"]["read_ns"], p["inferred"]["intake_per_image_ms"]
+    free = sorted((r for r in res.rows if r["gpu"] == gpu and r["error"] is not None and not r.get("inferred")
+                   and r["metric"] != "peak_output_tok_s"), key=lambda r: -abs(r["error"]))
+    spread = {a: p["phases"][f"{a}/{gpu}"]["arithmetic"]["finish_spread_s"] for a in ("baseline", "pr40143")}
+    pub_spread = {a: two_phases(PR40143.side(a))["finish_spread_s"] for a in ("baseline", "pr40143")}
+    misses = ", ".join(f"{r['arm']} {r['metric']} {r['error']:+.0%}" for r in free[:3])
+    return (f"#40143 took {census['saving_ms']:.1f} ms of host work out of every decode step at 128 requests x 32 images "
+            f"(vLLM's engine core, {census['before_ms']:.1f} -> {census['after_ms']:.1f} ms). Under async scheduling a "
+            f"step lasts max(device, host). After the fix the full-batch step is device-bound: the Gemma-4-E4B "
+            f"roofline's {peaks[(gpu, 'pr40143')]['device_ms']:.1f} ms on an {gpu.upper()} predicts a peak of "
+            f"{after['predicted']:,.0f} tok/s against the published {after['published']:,.0f} ({after['error']:+.1%}), "
+            f"nothing fitted{other}. Before it the step was host-bound: the published peak puts the PR host's tensor "
+            f"read at {read['value'] / 1e3:.2f} us (the lab measures {_lab_range(read, 'lab_measured_ns', 1e-3)} us). "
+            f"With that and an intake of {intake['value']:.0f} ms per image (from the baseline's mean TTFT; "
+            f"{', '.join(f'{v:.0f}' for v in intake['lab_measured_ms'].values())} ms here), the rest of the table "
+            f"misses most in {misses}" + (
+                f": in the model the requests reach the engine one after another and finish "
+                f"{spread['baseline']:.0f} and {spread['pr40143']:.0f} s apart, where the published figures say "
+                f"{pub_spread['baseline']:.1f} and {pub_spread['pr40143']:.1f} s, so its first requests decode in small, "
+                f"fast batches. How the PR's server lets its requests start decoding together is what the model lacks."
+                if min(spread.values()) > 2 * max(pub_spread.values()) else "."))
 
 
-def _serve_sim_host_fit(root) -> Finding | None:
-    def leaves_out(res) -> str:
-        ns = (res.params.get("fitted") or {}).get("host_per_request_ns")
-        what = f"{ns / 1e3:.0f} us" if ns is not None else "a host time"
-        return f"the host it fits, {what} per request per step in both arms, is not measured"
-
-    return _serve_sim_finding(root, "serve_sim_host_per_request",
-                              "The serving simulator, one host time per request fitted", leaves_out, beyond=0.10)
-
-
-def _serve_sim_finding(root, name: str, method: str, leaves_out, beyond: float | None = None) -> Finding | None:
-    from labkit.results import load_results
-    from labkit.serve.bench import named_gpu
-
-    for res in _newest(load_results(root, name=name)):
-        named = named_gpu(res)
-        rows = [r for r in res.rows if r.get("metric") in ("output_throughput", "mean_tpot_ms")
-                and (named is None or r.get("gpu") == named)]
-        arms = list(dict.fromkeys(r.get("arm") for r in rows))
-        before = next((a for a in arms if a in _BEFORE_ARMS), None)
-        after = next((a for a in arms if a in _AFTER_ARMS), None)
-        if before is None or after is None:
-            continue
-        for metric in ("output_throughput", "mean_tpot_ms"):
-            got = {r["arm"]: r for r in rows if r.get("metric") == metric and r.get("predicted") is not None}
-            if before not in got or after not in got:
-                continue
-            b, a = got[before], got[after]
-            if metric == "output_throughput":
-                ratio, unit = a["predicted"] / b["predicted"], "output tok/s"
-                published, shown = _published().throughput_gain, f"{a['predicted']:.0f}"
-            else:
-                ratio, unit = b["predicted"] / a["predicted"], "TPOT"
-                published, shown = _tpot_ratio_published(), f"{a['predicted']:.2f} ms"
-            pub_after = f" vs published {a['published']:g}" if a.get("published") is not None else ""
-            gpu = a.get("gpu") or "GPU"
-            misses = _serve_sim_misses(res, named, before, after, beyond=beyond)
-            return Finding(
-                key=name, method=method,
-                figure=f"{ratio:.2f}x {unit}", value=float(ratio),
-                published=f"{published:.2f}x {unit}", published_value=float(published),
-                detail=f"{after} predicted {shown}{pub_after}; arms {before} and {after} on {gpu}",
-                leaves_out=leaves_out(res) + (f"; the absolute times miss ({misses})" if misses else ""),
-                source=res.source, machine=res.slug, device=f"simulated {gpu}; host {_device_words(res)}",
-                result=_result_file(res), labkit_commit=res.labkit_commit, notebook="08_inside_vllm")
-    return None
-
-
-def _serve_sim_misses(res, gpu, before: str, after: str, beyond: float | None = None) -> str:
-    """``mean TPOT 18.9 -> 12.7 ms vs published 33.8 -> 24.6`` and the like for the named GPU's
-    mean TPOT, mean TTFT and duration, where the result holds them with the published figure
-    (``beyond``: only those where an arm misses by more than that fraction)."""
-    from labkit.serve.bench import ABSOLUTE_METRICS, before_after, compared_rows
-
-    rows, parts = compared_rows(res, gpu), []
-    for metric, label, scale, unit in ABSOLUTE_METRICS:
-        pair = before_after(rows, metric, before, after)
-        if pair:
-            b, a = pair
-            if beyond is not None and all(abs(x.get("error") or 0.0) <= beyond for x in pair if not x.get("fitted")):
-                continue
-            parts.append(f"{label} {b['predicted'] * scale:.3g} -> {a['predicted'] * scale:.3g} {unit} vs published "
-                         f"{b['published'] * scale:.3g} -> {a['published'] * scale:.3g}")
-    return "; ".join(parts)
-
-
-#: key -> the function giving that method's answer (None where its result is not recorded)
-METHODS = {
-    "mini_engine_graphs": _mini_engine_graphs,
-    "h200_eager": _h200_eager,
-    "vllm_cpu_ab": _vllm_cpu_ab,
-    "sim_gpu_vllm_host": _sim_gpu_vllm_host,
-    "bubble_model": _bubble_model,
-    "serve_sim": _serve_sim,
-    "serve_sim_host_per_request": _serve_sim_host_fit,
-}
-
-
-def lab_findings(root: Path | str | None = None) -> list[Finding]:
-    """The lab's answers to why #40143 gained what it did, one per method whose result is recorded
-    under ``root`` (default: the results store), in :data:`METHODS` order."""
-    out = []
-    for key, answer in METHODS.items():
-        try:
-            found = answer(root)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:  # rows of another layout
-            logger.warning("findings: no %s answer, its result's rows lack what it reads (%s: %s)",
-                           key, type(exc).__name__, exc)
-            found = None
-        if found is not None:
-            out.append(found)
-    return out
+def lab_findings(root: Path | str | None = None) -> dict:
+    """``{"answer": str | None, "why_no_answer": str | None, "evidence": [Evidence dicts]}``."""
+    pr = _pr_table(root)
+    census = next((s for s in (census_saving(r) for r in _newest(load_results(root, name="vllm_step"))) if s), None)
+    evidence = [_unit_cost(root, pr.params.get("census_machine") if pr is not None else None), _engine_saving(root),
+                _server_ab(root)]
+    answer, why = None, None
+    if pr is None:
+        why = "no full pr_table result: run `labkit bench serve-sim --size full` in .venv-vllm-cpu"
+        evidence += [_missing("peaks", "The full-batch peaks", why, "08_inside_vllm"),
+                     _missing("whole_table", "The whole table", why, "08_inside_vllm")]
+    else:
+        evidence += [_peaks(pr), _whole_table(pr)]
+        if census is None:
+            why = "no full vllm_step census at 128 x 32"
+        else:
+            answer = answer_text(pr, census)
+    return {"answer": answer, "why_no_answer": why, "evidence": [e.as_dict() for e in evidence]}
 
 
 # -- the README block ----------------------------------------------------------------------------
@@ -379,23 +218,17 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def findings_markdown(findings: list[Finding], *, notebooks: str = "notebooks") -> str:
-    """The findings as a Markdown table (the README's block between the markers)."""
-    pub = _published()
-    lines = [
-        f"Why did #40143 gain {pub.throughput_gain:.2f}x? (published: {pub.name}, mean TPOT "
-        f"{pub.mean_tpot_ms_before} -> {pub.mean_tpot_ms_after} ms, output {pub.output_tok_s_before} -> "
-        f"{pub.output_tok_s_after} tok/s). Each answer is read from its result file "
-        "(`python -m labkit.report.findings --readme README.md` rewrites this table).",
-        "",
-        "| Method | The lab's figure | Published | What it leaves out | Source, machine | Page |",
-        "|---|---|---|---|---|---|",
-    ]
-    for f in findings:
-        lines.append(
-            f"| {_cell(f.method)} | **{_cell(f.figure)}**<br>{_cell(f.detail)} | {_cell(f.published)} | "
-            f"{_cell(f.leaves_out)} | {f.source}, `{f.machine}` ({_cell(f.device)}); `{f.result}` | "
-            f"[{f.notebook[:2]}]({notebooks}/{f.notebook}.py) |")
+def findings_markdown(found: dict, *, notebooks: str = "notebooks") -> str:
+    """The answer and its evidence as Markdown (README's block between the markers)."""
+    lines = [f"**Why did #40143 gain {PR40143.throughput_gain:.2f}x?** "
+             + (found["answer"] or f"No answer recorded: {found['why_no_answer']}."), "",
+             "| Evidence | The lab's figure | Published | Made on | Page |", "|---|---|---|---|---|"]
+    for e in found["evidence"]:
+        where = "" if e["missing"] else f"{e['source']}, `{e['machine']}`; `{e['result']}`"
+        lines.append(f"| {_cell(e['what'])} | {_cell(e['figure'])} | {_cell(e['published'])} | {where} | "
+                     f"[{e['notebook'][:2]}]({notebooks}/{e['notebook']}.py) |")
+    lines.append("")
+    lines.append("Read from the recorded results (`labkit results --readme README.md` rewrites this block).")
     return "\n".join(lines)
 
 
@@ -424,33 +257,3 @@ def rewrite_readme(path: Path | str, root: Path | str | None = None, *, check: b
 
         write_atomic(path, new)
     return True
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m labkit.report.findings",
-        description="The lab's answers to why #40143 gained what it did, from the recorded results.")
-    p.add_argument("--readme", metavar="FILE", help=f"rewrite the block between {BEGIN} and {END} in FILE")
-    p.add_argument("--check", action="store_true",
-                   help="with --readme: exit 1 when the block is out of date, write nothing")
-    p.add_argument("--results", metavar="DIR", help="results folder (default: the results store)")
-    args = p.parse_args(argv)
-    if args.check and not args.readme:
-        raise UsageError("--check needs --readme FILE")
-    if args.readme:
-        changed = rewrite_readme(args.readme, args.results, check=args.check)
-        if args.check:
-            print(f"{args.readme}: findings block {'out of date' if changed else 'up to date'}")
-            return 1 if changed else 0
-        print(f"{args.readme}: findings block {'rewritten' if changed else 'already up to date'}")
-        return 0
-    print(findings_markdown(lab_findings(args.results)))
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)

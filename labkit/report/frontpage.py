@@ -1,11 +1,11 @@
-"""The index's front matter: the lab's answers (the findings table), where to start, and one
-sentence per notebook.
+"""The index's front matter: the lab's answer and its evidence, where to start, and one sentence
+per notebook.
 
 :data:`NOTEBOOK_SUMMARIES` says in one sentence what each notebook shows, written for the index
 (a notebook's own opening paragraph is context, not a summary). :data:`ONE_MINUTE` is the short
 path from an install to a first result: each command runs on a CPU in seconds (timed on a 2-core
 cloud CPU, December 2026) and its trace ships with the lab. :func:`findings_table` renders
-:func:`labkit.report.findings.lab_findings` as ``<table id="findings">``. Plain HTML, no links out.
+:func:`labkit.report.findings.lab_findings`. Plain HTML, no links out.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import html
 #: notebook stem -> what it shows, one sentence (the index shows it whole: keep it to one line)
 NOTEBOOK_SUMMARIES = {
     "00_environment": "The machine, and what one tensor read and one small pageable copy cost on it.",
-    "01_placeholder_scheduler": "Times #40143's placeholder reads and asks what share of the gain they explain.",
+    "01_placeholder_scheduler": "Times #40143's placeholder reads in the scheduler's decode step, and beyond.",
     "02_idle_bubbles": "A mini engine on a simulated and a real H200: when host time becomes GPU idle.",
     "03_h2d_prefix_ranges": "Counts and times #38794's per-layer prefix-range copies against one per step.",
     "04_prefix_attention_kernel": "A Triton prefix-LM attention kernel: its mask, its checks, its roofline.",
     "05_trace_analysis": "Finds the idle bubbles in real GPU profiles and what the host did during them.",
     "06_compare_gpus": "Appendix: which results each machine recorded, and their numbers side by side.",
     "07_next_bubble": "The next host cost in vLLM 0.33: image ranges rebuilt every step, and a patch.",
-    "08_inside_vllm": "Real vLLM's engine step on a CPU, phase by phase, and the simulated GPU it feeds.",
+    "08_inside_vllm": "The answer: #40143's published table, predicted with nothing fitted.",
 }
 
 #: notebooks that are appendices: linked from the index's footer, not listed among the notebooks
@@ -30,10 +30,9 @@ APPENDICES = ("06_compare_gpus",)
 
 #: the page to open first, and the two after it: (notebook, its title where the report lacks it, why)
 FIRST_PAGES = (
+    ("08_inside_vllm", "Inside vLLM", "the answer: the published table beside the one step model's prediction"),
     ("01_placeholder_scheduler", "Placeholder ranges and the multimodal scheduler",
-     "the PR's own change at its shape (128 requests x 32 images), timed, and the share of the "
-     "published TPOT drop the saving explains"),
-    ("08_inside_vllm", "Inside vLLM", "real vLLM's whole step, whose host work the mini engine lacks"),
+     "the PR's own change at its shape (128 requests x 32 images), timed"),
     ("02_idle_bubbles", "Idle bubbles", "how host time turns into GPU idle, eager and under CUDA graphs"),
 )
 
@@ -41,7 +40,7 @@ FIRST_PAGES = (
 ONE_MINUTE = (
     ("labkit calibrate", "the unit cost behind #40143: one tensor read + int() against one list read",
      "about 4 s"),
-    ("labkit bench mm", "the scheduler's decode step at 128 x 32, tensor against list, and the bubble model",
+    ("labkit bench mm", "the scheduler's decode step at 128 x 32, tensor against list",
      "about 7 s"),
     ("labkit analyze tests/data/labkit-h200-tensor-loop-none-async.trimmed.pt.trace.json.gz",
      "an H200 profile of the lab's engine before the fix: the host-wait idle and the scheduler's "
@@ -61,27 +60,23 @@ def _page_link(name: str, pages: dict[str, str], text: str | None = None) -> str
     return f'<span class="muted" title="not in this report">{_e(text)}</span>'
 
 
-def findings_table(findings: list[dict], pages: dict[str, str], badge) -> str:
-    """``<table id="findings">``: one row per finding (dicts of ``labkit.report.findings.Finding``);
-    ``pages``: notebook stem -> page file of this report; ``badge``: source -> badge HTML."""
-    if not findings:
-        return ('<p id="findings" class="muted">No answer recorded: the results the findings read '
-                '(<code>data/results/&lt;machine&gt;/</code>) are missing on this checkout.</p>')
+def findings_table(found: dict, pages: dict[str, str], badge) -> str:
+    """The answer (``<p id="answer">``) and ``<table id="findings">``, one row per evidence
+    (:func:`labkit.report.findings.lab_findings`); ``pages``: notebook stem -> page file of this
+    report; ``badge``: source -> badge HTML."""
+    answer = found.get("answer") or f"No answer recorded: {found.get('why_no_answer')}."
     rows = []
-    for f in findings:
-        rows.append(
-            f'<tr data-finding="{_e(f["key"])}"><td class="method">{_e(f["method"])}</td>'
-            f'<td class="lab"><b>{_e(f["figure"])}</b><br><span class="small">{_e(f["detail"])}</span></td>'
-            f'<td class="pub">{_e(f["published"])}</td>'
-            f'<td class="left">{_e(f["leaves_out"])}</td>'
-            f'<td class="where">{badge(f["source"])} <code class="small">{_e(f["machine"])}</code>'
-            f'<br><span class="small">{_e(f["device"])}</span>'
-            f'<br><span class="small muted">{_e(f["result"])}</span></td>'
-            f'<td class="page">{_page_link(f["notebook"], pages)}</td></tr>')
-    return ('<table id="findings"><colgroup><col class="method"><col class="lab"><col class="pub"><col class="left">'
+    for e in found.get("evidence", []):
+        where = ("" if e["missing"] else f'{badge(e["source"])} <code class="small">{_e(e["machine"])}</code>'
+                 f'<br><span class="small muted">{_e(e["result"])}</span>')
+        rows.append(f'<tr data-finding="{_e(e["key"])}"><td class="method">{_e(e["what"])}</td>'
+                    f'<td class="lab"><b>{_e(e["figure"])}</b></td><td class="pub">{_e(e["published"])}</td>'
+                    f'<td class="where">{where}</td><td class="page">{_page_link(e["notebook"], pages)}</td></tr>')
+    return (f'<p id="answer">{_e(answer)}</p>'
+            '<table id="findings"><colgroup><col class="method"><col class="lab"><col class="pub">'
             '<col class="where"><col class="page"></colgroup>'
-            "<tr><th>method</th><th>the lab's figure</th><th>published</th><th>what it leaves out</th>"
-            "<th>made on</th><th>page</th></tr>" + "".join(rows) + "</table>")
+            "<tr><th>evidence</th><th>the lab's figure</th><th>published</th><th>made on</th><th>page</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def start_here(pages: dict[str, str], titles: dict[str, str]) -> str:

@@ -85,11 +85,11 @@ details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
 #flags { border-left: 4px solid #b58900; background: #fbf7ea; padding: 4px 10px; font-size: 12.5px; }
 .lead { font-size: 15px; max-width: 1000px; }
 #findings { width: 100%; table-layout: fixed; }
-#findings .method { width: 17%; font-weight: 600; }
-#findings .lab { width: 22%; }
-#findings .pub { width: 9%; }
-#findings .left { width: 25%; font-size: 12.5px; }
-#findings .where { width: 22%; }
+#answer { max-width: 60em; }
+#findings .method { width: 38%; }
+#findings .lab { width: 28%; }
+#findings .pub { width: 10%; }
+#findings .where { width: 18%; }
 #findings .page { width: 4em; }
 #start ol { margin-top: 0; }
 """
@@ -298,18 +298,18 @@ def _appendix_links(notebooks: list[dict]) -> str:
     return f"Appendix: {', '.join(links)}. " if links else ""
 
 
-def _findings(meta: dict) -> list[dict]:
+def _findings(meta: dict) -> dict:
     """The manifest's findings, or those of the results store where it carries none."""
-    if meta.get("findings") is not None:
-        return list(meta["findings"])
+    if isinstance(meta.get("findings"), dict):
+        return meta["findings"]
     from labkit.report.findings import lab_findings
 
-    return [f.as_dict() for f in lab_findings()]
+    return lab_findings()
 
 
 def render_index(meta: dict) -> str:
     """The index page for a report manifest (see ``labkit.report.build.build_report``)."""
-    from labkit.mm.overlap import PR40143
+    from labkit.serve.published import PR40143
 
     machine = meta.get("machine", {})
     machine_rows = "".join(
@@ -331,8 +331,8 @@ def render_index(meta: dict) -> str:
 <h1>labkit report</h1>
 <p class="lead">A performance lab for vLLM's multimodal serving path. Its question: why did vLLM #40143 (the
 scheduler's placeholder reads from a tensor to a Python list) gain {pub.throughput_gain:.2f}x output tokens/s
-on {_e(pub.name.replace("vllm#40143 ", ""))} (mean TPOT {pub.mean_tpot_ms_before} -&gt; {pub.mean_tpot_ms_after} ms)?
-Each method's answer, read from its recorded result:</p>
+on {_e(pub.name.replace("vllm#40143 ", ""))} (mean TPOT {pub.before.mean_tpot_ms} -&gt; {pub.after.mean_tpot_ms} ms)?
+The answer and its evidence, read from the recorded results:</p>
 {findings_table(_findings(meta), pages, source_badge)}
 {start_here(pages, titles)}
 <h2>The notebooks</h2>

@@ -87,7 +87,7 @@ def write_index(out_dir: Path, runs: list[NotebookRun], *, size: str, device: st
         "device": device,
         "machine": public_machine(device),
         "notebooks": [asdict(r) for r in all_runs],
-        "findings": [f.as_dict() for f in lab_findings()],
+        "findings": lab_findings(),
     }
     write_json(out_dir / MANIFEST, meta)
     write_atomic(out_dir / "index.html", render_index(meta))

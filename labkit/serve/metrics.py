@@ -57,18 +57,12 @@ class ServeMetrics:
         return asdict(self)
 
 
-def compute_metrics(token_s: list[list[float]], prompt_lens: list[int],
-                    start_s: list[float] | None = None) -> ServeMetrics:
-    """Metrics of a run from each request's token arrival times (s since t = 0, the benchmark's
-    start) and prompt lengths; ``start_s``: when the client started each request (its TTFT and
-    latency count from there, as ``vllm bench serve``'s do; default 0 for all). The duration is the
-    last token's time since t = 0."""
+def compute_metrics(token_s: list[list[float]], prompt_lens: list[int]) -> ServeMetrics:
+    """Metrics of a run from each request's token arrival times (s since t = 0, when every request
+    was sent) and prompt lengths; the duration is the last token's time."""
     done = [i for i, ts in enumerate(token_s) if ts]
-    start = start_s if start_s is not None else [0.0] * len(token_s)
-    if len(start) != len(token_s):
-        raise ValueError("one start time per request")
-    ttfts = [token_s[i][0] - start[i] for i in done]
-    lats = [token_s[i][-1] - start[i] for i in done]
+    ttfts = [token_s[i][0] for i in done]
+    lats = [token_s[i][-1] for i in done]
     ends = [token_s[i][-1] for i in done]
     tpots = [(token_s[i][-1] - token_s[i][0]) / (len(token_s[i]) - 1) for i in done if len(token_s[i]) > 1]
     itls = [b - a for i in done for a, b in zip(token_s[i], token_s[i][1:])]

@@ -1,40 +1,22 @@
 """vLLM's real scheduler, stepped for a whole serving run (the clock's :class:`EngineDriver`).
 
-The scheduler is vLLM's own, built on the CPU from a generated model configuration as
-:func:`labkit.vllm.census.sched_census.make_scheduler` builds it (no weights, no tokenizer; only the
-encoder budget is a stand-in: compute budget and cache ``max(max_num_batched_tokens, tokens
-per item)`` embeddings, as vLLM sizes them), but with the settings ``vllm serve`` takes on an
-H100 or H200 (:data:`SERVE_DEFAULTS`, read from the installed vLLM's
-``vllm/engine/arg_utils.py`` for ``UsageContext.OPENAI_API_SERVER`` on a GPU of 70-160 GiB
-that is no A100: 8,192 batched tokens, 1,024 sequences; chunked prefill on; async scheduling on,
-vLLM's default since it became one (before 0.20), so the engine core's ``AsyncScheduler`` plans
-step n+1 before step n's output is processed: a request is scheduled again with a placeholder
-for the token step n is still producing). The KV cache is sized so that no request is ever
-preempted (every request's prompt and output fit at once); that is the published run's regime
-on an 80-141 GB GPU for a 4B model (a stated assumption, not measured here).
-
-Stepping follows :meth:`labkit.vllm.census.sched_census.SchedulerRun.step`: a stand-in
-``ModelRunnerOutput`` samples one token for each request of the step that finished its
-prompt. The order is the engine core's with a batch queue of two: ``schedule()`` of step n,
-then ``update_from_output()`` of step n-1. Both calls are timed: the scheduler runs for real, so
-what it costs on this CPU is measured per step, not modelled. Each call gets two clocks: the wall
-clock (``perf_counter_ns``) and the thread's CPU time (``thread_time_ns``). The clock is charged
-the CPU time by default (:data:`CHARGED_CLOCKS`): on a shared machine the wall clock also counts
-the time the process waited for a core, which a GPU server's dedicated host does not pay.
+vLLM's own scheduler, built on the CPU from a generated model configuration (no weights, no
+tokenizer; only the encoder budget is a stand-in, sized as vLLM sizes it), with the settings
+``vllm serve`` takes on an H100 or H200 (:data:`SERVE_DEFAULTS`: 8,192 batched tokens, 1,024
+sequences, chunked prefill, async scheduling). The KV cache holds every request's prompt and
+output at once (no preemption: the published run's regime on an 80-141 GB GPU for a 4B model, an
+assumption). Each step: ``schedule()`` of step n, then ``update_from_output()`` of step n-1 (async)
+with a stand-in ``ModelRunnerOutput`` sampling one token per request that finished its prompt. It
+plans the steps only; what they cost comes from the host and device models.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-from labkit.serve.clock import Delivery, StepRecord
-from labkit.serve.device import StepShape
+from labkit.serve.clock import Delivery, StepRecord, StepShape
 
-__all__ = ["SERVE_DEFAULTS", "CHARGED_CLOCKS", "ServeConfig", "make_serving_scheduler", "VllmDriver"]
-
-#: which measured clock the simulated host is charged: the thread's CPU time (default) or the wall clock
-CHARGED_CLOCKS = ("cpu", "wall")
+__all__ = ["SERVE_DEFAULTS", "ServeConfig", "kv_blocks_for", "make_serving_scheduler", "VllmDriver"]
 
 #: ``vllm serve`` on an H100/H200 (vLLM's ``_set_default_max_num_seqs_and_batched_tokens_args``)
 SERVE_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024, "enable_chunked_prefill": True,
@@ -104,22 +86,15 @@ def make_serving_scheduler(model_dir, config: ServeConfig):
 class VllmDriver:
     """The clock's engine: ``requests`` (vLLM ``Request`` objects, index = position) join on
     :meth:`add_request`; each :meth:`step` is one real ``schedule()`` (and, async, the previous
-    step's ``update_from_output()``), timed."""
+    step's ``update_from_output()``)."""
 
-    def __init__(self, scheduler, requests, *, async_scheduling: bool = True, charge: str = "cpu",
-                 clock=time.perf_counter_ns, cpu_clock=time.thread_time_ns) -> None:
-        if charge not in CHARGED_CLOCKS:
-            raise ValueError(f"charge must be one of {CHARGED_CLOCKS}")
-        self.charge = charge
-        self.cpu_clock = cpu_clock
+    def __init__(self, scheduler, requests, *, async_scheduling: bool = True) -> None:
         self.s = scheduler
         self.requests = list(requests)
         self.index = {r.request_id: i for i, r in enumerate(self.requests)}
         self.async_scheduling = async_scheduling
-        self.clock = clock
         self.steps = 0
         self._in_flight = None  # (index, scheduler output, model runner output)
-        self.timings: list[dict] = []  # per step: shape and the measured calls (ns)
 
     def add_request(self, index: int) -> None:
         self.s.add_request(self.requests[index])
@@ -149,48 +124,34 @@ class VllmDriver:
         images = sum(len(v) for v in out.scheduled_encoder_inputs.values())
         return StepShape(tuple(decode), tuple(prefill), images)
 
-    def _timed(self, fn, *args):
-        """``(result, wall ns, CPU ns)`` of ``fn(*args)``."""
-        c0, t0 = self.cpu_clock(), self.clock()
-        result = fn(*args)
-        t1, c1 = self.clock(), self.cpu_clock()
-        return result, t1 - t0, c1 - c0
-
-    def _update(self, step: int, out, mro) -> tuple[tuple, tuple]:
-        result, wall, cpu = self._timed(self.s.update_from_output, out, mro)
+    def _update(self, step: int, out, mro) -> tuple:
         got = []
-        for eco in result.values():
+        for eco in self.s.update_from_output(out, mro).values():
             for o in eco.outputs:
                 if o.request_id in self.index and (o.new_token_ids or o.finish_reason is not None):
                     got.append(Delivery(step, self.index[o.request_id], len(o.new_token_ids),
                                         o.finish_reason is not None))
-        return (wall, cpu), tuple(got)
+        return tuple(got)
 
     def step(self) -> StepRecord | None:
-        out, sched_wall, sched_cpu = self._timed(self.s.schedule)
+        out = self.s.schedule()
         if out.total_num_scheduled_tokens == 0:
             from vllm.v1.outputs import ModelRunnerOutput
 
             self.s.update_from_output(out, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[]))
             return None
-        shape = self._shape(out)
-        mro = self._runner_output(out)
-        index = self.steps
+        shape, mro, index = self._shape(out), self._runner_output(out), self.steps
         self.steps += 1
         if self.async_scheduling:
-            (up_wall, up_cpu), got = ((0, 0), ()) if self._in_flight is None else self._update(*self._in_flight)
+            got = () if self._in_flight is None else self._update(*self._in_flight)
             self._in_flight = (index, out, mro)
         else:
-            (up_wall, up_cpu), got = self._update(index, out, mro)
-        self.timings.append({"step": index, "requests": shape.num_requests, "prefill_tokens": shape.prefill_tokens,
-                             "images": shape.images_encoded, "schedule_ns": sched_wall, "update_ns": up_wall,
-                             "schedule_cpu_ns": sched_cpu, "update_cpu_ns": up_cpu})
-        charged = (sched_cpu, up_cpu) if self.charge == "cpu" else (sched_wall, up_wall)
-        return StepRecord(index, shape, {"schedule": charged[0], "update_from_output": charged[1]}, got)
+            got = self._update(index, out, mro)
+        return StepRecord(index, shape, got)
 
     def flush(self) -> tuple:
         if self._in_flight is None:
             return ()
-        _ns, got = self._update(*self._in_flight)
+        got = self._update(*self._in_flight)
         self._in_flight = None
         return got

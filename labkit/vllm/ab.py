@@ -314,10 +314,6 @@ def load_plugin() -> None:
     Registered under the ``vllm.general_plugins`` entry-point group; vLLM may call it
     several times per process, so a second call with the same variant does nothing.
     """
-    from labkit.vllm.server import handover_probe, host_probe
-
-    handover_probe.install_probe()  # only with $LABKIT_VLLM_HANDOVER set
-    host_probe.install_probe()  # only with $LABKIT_VLLM_SERVE_HOST set
     name = os.environ.get(ENV_VAR, "").strip()
     if not name:
         return

@@ -34,6 +34,12 @@ class Variant:
     #: (patches/vllm-0.33.0-encoder-early-return.diff, vLLM >= 0.21)
     early_return: bool = False
 
+    @property
+    def patches(self) -> bool:
+        """Whether the variant changes the installed vLLM at all (``merged`` is vLLM as installed)."""
+        return (self.placeholder, self.prefix_range, self.scheduler, self.early_return) != (
+            "list", "per-step", "window", False)
+
 
 VARIANTS: dict[str, Variant] = {
     v.name: v

@@ -26,23 +26,11 @@ class FixedHostCosts:
     prefix-range bookkeeping per step (the copies themselves cost what the profile says);
     ``range_copy_ns``: host work before each prefix-range copy (a small host tensor built per
     sequence, before the runtime call), paid wherever the strategy copies.
-
-    The phases of a real vLLM step beyond the mini engine's own (``labkit.engine.hostfrom``
-    fills them from a recorded census of vLLM's engine): ``other_ns``, the engine core's glue,
-    at the start of every step; ``sample_ns``, the sampler's host side, before the step's event
-    is recorded; ``update_ns``, ``update_from_output``, once the step's tokens have reached the
-    host (it needs them); ``output_ns``, the frontend's output processing and detokenization,
-    in a process of its own (vLLM's API server): it overlaps the engine core and bounds the
-    pace only when it is the longer side (the step's tokens reach the client when it is done).
     """
 
     schedule_ns: Mapping[str, float] = field(default_factory=lambda: {"*": 0.0})
     prepare_ns: float = 0.0
     range_copy_ns: float = 0.0
-    other_ns: float = 0.0
-    sample_ns: float = 0.0
-    update_ns: float = 0.0
-    output_ns: float = 0.0
 
     def schedule_cost(self, placeholder: str, scheduling: str) -> float:
         """Host ns of one ``schedule()`` for a placeholder variant and scheduling strategy."""

@@ -75,7 +75,8 @@ def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = N
     """A small horizontal bar chart: one bar per ``(label, value)``, the value printed at its end in
     ``unit``. ``log`` (default: when the values span more than 30x) scales the bars by log10; the
     caption then says so. Bars whose label is in ``highlight`` are drawn in orange."""
-    items = [(lab, float(v)) for lab, v in items if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    items = [(lab, v if isinstance(v, int) else float(v)) for lab, v in items
+             if v is not None and not (isinstance(v, float) and math.isnan(v))]  # an int is printed whole
     if not items:
         return ""
     positive = [v for _, v in items if v > 0]

@@ -17,26 +17,26 @@ def _gpu(result) -> str:
 
 
 def idle_bubbles(results=None) -> Answer:
-    """02: the mini engine's output tokens/s and GPU idle share, before / after each PR, measured on a
-    GPU where one recorded it (else the simulated engine)."""
+    """02: how host time becomes GPU idle in the lab's mini engine: the GPU's idle share before and
+    after each PR, measured on a GPU where one recorded it (else the simulated engine)."""
     results = recorded(results)
-    eng = pick(results, "engine", source="measured-gpu", where=lambda rows: row(rows, variant=TENSOR) and row(rows, variant=LIST))
+    eng = pick(results, "engine", source="measured-gpu",
+               where=lambda rows: row(rows, variant=TENSOR) and row(rows, variant=LIST))
     if eng is None:
         return Answer("No engine result recorded yet: run `labkit bench engine --size full`.")
-    tps = "tokens_per_s" if "tokens_per_s" in eng.rows[0] else "tokens_per_s_median"
     t, lst = row(eng.rows, variant=TENSOR), row(eng.rows, variant=LIST)
     where = f"on {esc(_gpu(eng))}" if eng.source == "measured-gpu" else "on the simulated GPU"
-    text = (f"The lab's mini engine at #40143's shape {where} ({esc(eng.source)}, eager): list placeholders reach "
-            f"{num(lst[tps], ' tok/s')} against {num(t[tps], ' tok/s')} with tensor placeholders "
-            f"({num(lst[tps] / t[tps], 'x')}); the GPU idles {pct(t['device_idle_frac'])} of the run before and "
-            f"{pct(lst['device_idle_frac'])} after.")
+    text = (f"The lab's mini engine at #40143's shape {where} ({esc(eng.source)}, eager, every op launched from "
+            f"Python): the GPU idles {pct(t['device_idle_frac'])} of the run with tensor placeholders and "
+            f"{pct(lst['device_idle_frac'])} with list ones. Launched op by op every variant is host-bound, so the "
+            f"step is the host's; under CUDA graphs the device becomes the longer side.")
     pl, ps = row(eng.rows, variant=PER_LAYER), row(eng.rows, variant=PER_STEP)
-    if pl and ps:
-        text += (f" #38794's per-step prefix ranges: {num(ps[tps], ' tok/s')} against {num(pl[tps], ' tok/s')} "
-                 f"per layer ({num(ps[tps] / pl[tps], 'x')}).")
-    detail = format_table([{"variant": r["variant"], "output_tok_s": r[tps], "device_idle_frac": r["device_idle_frac"],
-                            "tpot_mean_ms": r.get("tpot_mean_ms")} for r in eng.rows],
-                          rename={"output_tok_s": "output tok/s"})._repr_html_()
+    if pl and ps and pl.get("device_idle_frac") is not None and ps.get("device_idle_frac") is not None:
+        text += (f" #38794: {pct(pl['device_idle_frac'])} idle with per-layer prefix ranges, "
+                 f"{pct(ps['device_idle_frac'])} with one copy per step.")
+    detail = bars_html([(r["variant"], 100 * r["device_idle_frac"]) for r in eng.rows
+                        if r.get("device_idle_frac") is not None], "% idle", log=False,
+                       highlight=(TENSOR, PER_LAYER), caption=f"GPU idle share of the run, {_gpu(eng)}")
     return Answer(text, (cite(eng),), detail)
 
 

@@ -61,8 +61,7 @@ def environment(results=None, machine: str | None = None) -> Answer:
 
 
 def placeholder_scheduler(results=None) -> Answer:
-    """01: one decode step's encoder scheduling at the PR's shape, per placeholder and strategy, and
-    how much of the PR's published TPOT gain the measured saving explains (bubble model)."""
+    """01: one decode step's encoder scheduling at the PR's shape, per placeholder and strategy."""
     results = recorded(results)
     step = pick(results, "mm_decode_step", where=lambda rows: row(rows, combo="tensor+loop") and row(rows, combo="list+loop"))
     if step is None:
@@ -77,14 +76,6 @@ def placeholder_scheduler(results=None) -> Answer:
         text += (f" A per-request cursor ({esc(best['combo'])}) needs {num(best['median_ns'] / 1e3, ' us')} "
                  f"({num(best['speedup_vs_pr'], 'x')} faster than #40143).")
     sources = [cite(step)]
-    ov = pick(results, "mm_overlap", where=lambda rows: row(rows, case="measured") is not None)
-    if ov is not None:
-        m = row(ov.rows, case="measured")
-        text += (f" The measured host saving ({num(m['host_saving_ms'], ' ms')} per step) explains "
-                 f"{pct(m['explained_fraction'])} of the published TPOT gain (bubble model, simulated: predicted "
-                 f"{num(m['predicted_tpot_after_async_ms'], ' ms')} against the published "
-                 f"{num(m['published_tpot_after_ms'], ' ms')}).")
-        sources.append(cite(ov))
     detail = bars_html([(r["combo"], r["median_ns"] / 1e6) for r in step.rows], "ms",
                        highlight=("tensor+loop",), caption=f"encoder scheduling per decode step, {shape}")
     return Answer(text, tuple(sources), detail)

@@ -53,7 +53,7 @@ from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
 from labkit.viz.peaks import GpuPeak, load_peaks
 from labkit.vllm.conformance.models import placeholder_layout
 
-__all__ = ["GPUS", "get_gpu", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
+__all__ = ["GPUS", "get_gpu", "step_device_fn", "describe_device", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
            "STEP_FLOOR_ORIGIN", "SOURCE"]
 
@@ -336,3 +336,24 @@ def describe(result: DeviceTime) -> list[dict]:
                  "compute_efficiency": None, "compute_value": None,
                  "assumed": True, "gpu": result.gpu_name, "source": result.source, "origin": result.floor_origin})
     return rows
+
+
+def step_device_fn(gpu: str, arch: Gemma4Arch = GEMMA4_E4B):
+    """The serving clock's device: a step's shape (:class:`labkit.serve.clock.StepShape`: each
+    decoding request's context before the step, the prefill chunks, the images encoded) -> ns on
+    ``gpu`` (a decoding request attends to its context and its new token)."""
+    key, _ = get_gpu(gpu)
+
+    def device_ns(shape) -> float:
+        chunks = tuple(PrefillChunk(c[0], c[1], bool(c[2]) if len(c) > 2 else False) for c in shape.prefill_chunks)
+        batch = StepBatch(decode_contexts=tuple(n + 1 for n in shape.decode_context_lens), prefill_chunks=chunks,
+                          images_encoded=shape.images_encoded)
+        return step_device_time(arch, key, batch).total_ns
+
+    return device_ns
+
+
+def describe_device(gpu: str) -> str:
+    """The device model in words, for a result's parameters."""
+    _, peak = get_gpu(gpu)
+    return f"Gemma-4-E4B on the {peak.name}: a roofline per part, summed, no per-step floor ({SOURCE})"

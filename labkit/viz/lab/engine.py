@@ -186,29 +186,3 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
                       margin=dict(l=10, r=10, t=110),
                       updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.22, xanchor="left")])
     return legend_below(fig)
-
-
-def plot_mode_ratios(table, *, title: str = "After / before throughput per CUDA-graph mode") -> go.Figure:
-    """Grouped bars of after/before throughput ratios per PR pair, one group per CUDA-graph mode.
-
-    ``table``: ``labkit.engine.recorded.before_after_ratios``. The PR's published ratio (where it
-    published one) is drawn as a dashed line and named in the legend; the source of the ratios is
-    in the title.
-    """
-    if table is None or not len(table):
-        raise ValueError("no before/after pairs to show")
-    fig = go.Figure()
-    for mode in dict.fromkeys(table["cudagraph"]):
-        t = table[table["cudagraph"] == mode]
-        fig.add_trace(go.Bar(x=list(t["pair"]), y=list(t["ratio"]), name=f"cudagraph={mode}",
-                             text=[f"x{v:.2f}" for v in t["ratio"]], textposition="outside"))
-    published = table.dropna(subset=["published_ratio"])
-    if len(published):
-        p = float(published["published_ratio"].iloc[0])
-        fig.add_trace(go.Scatter(x=list(dict.fromkeys(published["pair"])), y=[p] * published["pair"].nunique(),
-                                 mode="lines+markers", line=dict(dash="dash", color="black"),
-                                 name=f"published #40143: x{p:.2f} (output tok/s)"))
-    sources = ", ".join(sorted({str(s) for s in table["source"]}))
-    fig.update_layout(title=f"{title} ({sources})", barmode="group", yaxis_title="after / before tokens/s",
-                      xaxis_tickangle=-15, margin=dict(t=80))
-    return fig

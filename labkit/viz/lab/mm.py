@@ -1,16 +1,15 @@
-"""Figures for the scheduler half (#40143): placeholder calls, decode steps, sweeps, the bubble model.
+"""Figures for the scheduler half (#40143): placeholder calls, decode steps, sweeps, the whole scheduler.
 
 Every function takes result rows (as stored by ``labkit bench mm``) and returns a
 ``plotly.graph_objects.Figure``; none shows it. Rows may come from several machines (a
 ``machine`` column from ``labkit.results.results_rows``); the source of every number is
-named in the title or legend, and model predictions are labelled simulated.
+named in the title or legend.
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.mm.overlap import PR40143, PublishedResult
 
 __all__ = [
     "COMBO_LABELS",
@@ -138,67 +137,6 @@ def _combo_of(trace_name: str) -> str:
         if label == base:
             return combo
     return base
-
-
-def plot_bubble_model(comparison: dict, *, published: PublishedResult = PR40143,
-                      host_max_ms: float = 40.0) -> go.Figure:
-    """Step time vs host time per decode step under async (max) and sync (sum) scheduling, with
-    the published before/after TPOTs and the TPOT predicted from the measured saving (simulated)."""
-    c = comparison
-    dev, nov = c["implied_device_ms"], c["non_overlap_ms"]
-    xs = [host_max_ms * i / 200 for i in range(201)]
-    fig = go.Figure()
-    fig.add_scatter(x=xs, y=[max(h, dev) + nov for h in xs], name="async: max(host, device) + c", mode="lines")
-    sync_dev = published.mean_tpot_ms_before - c["implied_host_before_ms"]  # device + c under the same host
-    fig.add_scatter(x=xs, y=[h + sync_dev for h in xs], name="sync: host + device", mode="lines",
-                    line=dict(dash="dash"))
-    hb = c["implied_host_before_ms"]
-    fig.add_scatter(x=[hb], y=[published.mean_tpot_ms_before], mode="markers+text", name="published before",
-                    text=[f"{published.mean_tpot_ms_before} ms"], textposition="top left",
-                    marker=dict(size=12, color="#c0392b"))
-    fig.add_scatter(x=[hb - published.tpot_saving_ms], y=[published.mean_tpot_ms_after], mode="markers+text",
-                    name="published after", text=[f"{published.mean_tpot_ms_after} ms"], textposition="bottom right",
-                    marker=dict(size=12, color="#27ae60"))
-    fig.add_scatter(x=[c["implied_host_after_ms"]], y=[c["predicted_tpot_after_async_ms"]], mode="markers+text",
-                    name=f"predicted after (saving {c['host_saving_ms']:.2f} ms)",
-                    text=[f"{c['predicted_tpot_after_async_ms']:.2f} ms"], textposition="top right",
-                    marker=dict(size=12, symbol="x", color="#2980b9"))
-    fig.update_layout(title=("Bubble model vs the published #40143 table (simulated: model fed with "
-                             f"a measured host saving; error {c['error_async_pct']:+.1f}%)"),
-                      xaxis_title="host ms per decode step", yaxis_title="step time = TPOT (ms)")
-    return fig
-
-
-def plot_step_timeline(host_ms: float, device_ms: float, *, steps: int = 4, non_overlap_ms: float = 0.5) -> go.Figure:
-    """Host and GPU lanes over a few decode steps, sync vs async (simulated): GPU gaps are the bubbles."""
-    fig = go.Figure()
-    lanes = []
-    for mode in ("sync", "async"):
-        t = 0.0
-        host, gpu = [], []
-        if mode == "sync":
-            for _ in range(steps):
-                host.append((t, host_ms))
-                gpu.append((t + host_ms, device_ms))
-                t += host_ms + device_ms + non_overlap_ms
-        else:
-            gpu_free = 0.0
-            host.append((0.0, host_ms))
-            for i in range(steps):
-                start = max(host[i][0] + host[i][1], gpu_free) + non_overlap_ms
-                gpu.append((start, device_ms))
-                gpu_free = start + device_ms
-                if i + 1 < steps:  # plan the next step while this one runs
-                    host.append((host[i][0] + host[i][1], host_ms))
-        lanes += [(f"{mode} host", host, "#e67e22"), (f"{mode} GPU", gpu, "#2980b9")]
-    for name, spans, colour in lanes:
-        fig.add_bar(y=[name] * len(spans), x=[d for _, d in spans], base=[s for s, _ in spans], orientation="h",
-                    marker_color=colour, name=name, showlegend=False,
-                    hovertemplate="%{base:.1f} + %{x:.1f} ms<extra>" + name + "</extra>")
-    fig.update_layout(barmode="overlay", title=(f"Simulated timeline: host {host_ms:.1f} ms, GPU {device_ms:.1f} ms "
-                                                "per step (gaps in a GPU lane are bubbles)"),
-                      xaxis_title="ms", yaxis=dict(autorange="reversed"))
-    return fig
 
 
 def plot_workload(rows: list[dict]) -> go.Figure:

