@@ -126,7 +126,7 @@ fold("where the trace comes from", format_table([{"field": k, "value": v} for k,
 
 # %%
 from labkit.viz.timeline import plot_timeline
-plot_timeline(ex, max_events=max_bars)
+plot_timeline(ex, max_events=max_bars, title=f"a public PyTorch profile, {ex.source.get('gpu') or 'its GPU'} (measured-gpu)")
 
 # %%
 format_table(ex.streams)
@@ -182,7 +182,7 @@ recorded_bench()
 
 # %%
 from labkit.trace.whatif.predict import parse_changes, predict
-from labkit.trace.whatif.ab_pairs import bubble_model_rows, lab_pairs, plot_ab, ab_table
+from labkit.trace.whatif.ab_pairs import lab_pairs, plot_ab, ab_table
 from labkit.results import data_root
 h200 = data_root() / "traces" / "h200"
 pairs = lab_pairs(h200)
@@ -238,14 +238,3 @@ from labkit.trace.analysis.notebook import FIXTURES
 vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
 display(fold("what `--suggest` names first", "\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:])))
 format_table(host_only_rows(predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]))
-
-# %% [markdown]
-# ### Next to #40143's published figures
-# The bubble model (`labkit.mm.overlap`) explains the published Gemma-4-E4B result (mean TPOT
-# 33.81 -> 24.58 ms) from a host saving per step; here it is fed the saving the what-if removed on
-# the H200 `tensor` run, and the what-if's own before/after ratio stands beside the published one.
-
-# %%
-import pandas as pd
-h200_tl = [r for r in ab_rows if r["case"] == "tensor->list" and r["source"] == "measured-gpu"]
-format_table(bubble_model_rows(h200_tl[0])) if h200_tl else None

@@ -12,8 +12,7 @@
 # scripts/wheelhouse.sh on a machine with network. Then nothing is downloaded: the venv
 # sees PYTHON's own packages (--system-site-packages, and PYTHON's venv when it is one),
 # so the node's torch, triton and numpy are used; labkit[$LABKIT_EXTRAS] (default: report)
-# installs with `pip --no-index --find-links DIR`, and the page assets (widget renderer,
-# require.js) come out of DIR's labkit wheel, which carries them (labkit/report/vendor).
+# installs with `pip --no-index --find-links DIR`.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

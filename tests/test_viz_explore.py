@@ -76,3 +76,10 @@ def test_a_click_changes_the_bars_without_a_kernel(browser, tmp_path, control):
     assert before != after
     assert after == ([[["per_layer", "per_step", "cached"], [35, 45, 55]]] if control == "slider"
                      else [[["per_layer", "per_step", "cached"], [70, 80, 90]]])
+
+
+def test_long_labels_wrap_instead_of_slanting_over_the_slider():
+    rows = [dict(x="before #40143 (tensor cumsum, visit all)", n=1, ms=2.0), dict(x="cursor", n=1, ms=1.0)]
+    fig = plot_explorer(rows, x="x", y="ms", slider="n", title="t", y_title="ms", highlight=(rows[0]["x"],))
+    assert list(fig.data[0].x) == ["before #40143<br>(tensor cumsum,<br>visit all)", "cursor"]
+    assert list(fig.data[0].marker.color) == ["#e67e22", "#1f5f99"]  # highlighted by the label as given

@@ -17,12 +17,12 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
 
     if rows is None:
         rows = nextbubble.recorded_rows()
-    if device_step_ms is None:
-        device_step_ms, step_from = nextbubble.device_step_ms()
     rec = nextbubble.lookup(rows, *point)
     if rec is None or "speedup" not in rec:
         return Answer(f"No vllm_prefix_ranges result at {point[0]} x {point[1]} recorded yet: run "
                       "`.venv-vllm/bin/labkit bench vllm-ranges --size full`.")
+    if device_step_ms is None:
+        device_step_ms, step_from = nextbubble.device_step_ms()
     first = next(r for r in rows if r.get("machine") == rec["machine"])
     eff = nextbubble.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
     text = (f"Recorded on {esc(rec['machine'])} (vLLM {esc(first.get('vllm_version'))}) at {point[0]} requests x "
