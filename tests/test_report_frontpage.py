@@ -132,6 +132,7 @@ def test_the_readme_notebook_table_says_what_the_index_says():
 
 def test_an_appendix_is_linked_from_the_footer_not_listed_among_the_notebooks():
     meta = _meta(("05_trace_analysis", "06_compare_gpus"), findings=[])
+    meta["notebooks"][1]["title"] = "06 · Appendix: T06"
     page = render_index(meta)
     rows = _table(page, "notebooks")
     assert 'data-notebook="05_trace_analysis"' in rows and "06_compare_gpus" not in rows

@@ -294,7 +294,8 @@ def _appendix_links(notebooks: list[dict]) -> str:
     for nb in notebooks:
         if nb["name"] in APPENDICES and nb.get("html"):
             failed = "" if nb.get("ok") else ' <span class="failed">failed</span>'
-            links.append(f'<a href="{_e(nb["html"])}">{_e(_short_title(nb))}</a>{failed}')
+            title = re.sub(r"^Appendix:\s*", "", _short_title(nb))  # the footer says it once
+            links.append(f'<a href="{_e(nb["html"])}">{_e(title)}</a>{failed}')
     return f"Appendix: {', '.join(links)}. " if links else ""
 
 
