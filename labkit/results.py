@@ -1,17 +1,6 @@
 """The results store: one JSON file per benchmark at ``data/results/<machine>/<name>.json``.
 
-A result carries a schema version, the machine description, its provenance (labkit's git
-commit, the ``size`` of the run, ``quick`` or ``full``, and the command line that made it), the
-time, the parameters, a ``source`` (``measured-gpu``, ``measured-cpu``, ``simulated``,
-``interpreted``) and ``rows``: flat records that load straight into a DataFrame.
-Quick runs are filed as ``<name>_quick`` so they never overwrite a full recording.
-Writes are atomic (:mod:`labkit.fileio`); corrupt or foreign files are skipped with a
-warning naming them. ``labkit results`` lists what is recorded (:mod:`labkit.results_cli`).
-
-A benchmark rewrites its result file after each variant, case or part (:class:`PartialResult`):
-the same file with the rows finished so far and ``"complete": false``, until the run ends and
-the whole result replaces it. A run that is stopped (a time limit, Ctrl-C) thus leaves what it
-had measured, marked as such. Results written before the field existed are complete.
+More: docs/reference.md, ``labkit.results``.
 """
 
 from __future__ import annotations

@@ -62,14 +62,15 @@ def _load(name: str | None, machine: str | None) -> list[BenchResult]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``labkit results``."""
-    p = argparse.ArgumentParser(prog="labkit results", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", default=None, help="a result name (e.g. calibration): show its rows")
     p.add_argument("--machine", metavar="SLUG", default=None, help="only this machine's folder (e.g. h200)")
     p.add_argument("--readme", metavar="FILE", help="rewrite the findings block of FILE (README.md) from the results")
     p.add_argument("--check", action="store_true", help="with --readme: exit 1 when the block is out of date")
-    args = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    """``labkit results``."""
     root = results_root()
     if args.check and not args.readme:
         raise UsageError("--check needs --readme FILE")
@@ -101,6 +102,3 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(res.rows) if res.rows else "(no rows)")
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

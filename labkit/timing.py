@@ -11,9 +11,29 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+#: the host clock every measurement in the lab reads (ns)
+clock_ns = time.perf_counter_ns
+
+
+class stopwatch:
+    """``with stopwatch() as sw: ...``, then ``sw.ns`` (or ``sw.s``): the host time of the block on
+    :data:`clock_ns`, for one-off measurements and wall times that :func:`time_host` does not repeat."""
+
+    def __enter__(self) -> "stopwatch":
+        self.ns, self._t0 = 0, clock_ns()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ns = clock_ns() - self._t0
+
+    @property
+    def s(self) -> float:
+        return self.ns / 1e9
 
 
 @dataclass(frozen=True)
@@ -166,3 +186,17 @@ def frozen_gc_heap():
         yield
     finally:
         gc.unfreeze()
+
+
+T = TypeVar("T")
+
+
+def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "", force: bool = False) -> Iterator[T]:
+    """Wrap ``iterable`` in a tqdm bar on stderr if stderr is a TTY (or ``force``)."""
+    if force or sys.stderr.isatty():
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return iter(iterable)
+        return iter(tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False))
+    return iter(iterable)

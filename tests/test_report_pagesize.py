@@ -159,7 +159,7 @@ def test_report_pages_either_way_draw_offline(browser, tmp_path, monkeypatch, si
 
 
 def test_report_command_line_single_option():
-    from labkit.report.build import _parser
+    from labkit.cli import build_parser
 
-    assert _parser().parse_args([]).single is False
-    assert _parser().parse_args(["--single"]).single is True
+    assert build_parser(["report"]).parse_args(["report"]).single is False
+    assert build_parser(["report", "--single"]).parse_args(["report", "--single"]).single is True

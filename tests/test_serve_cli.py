@@ -8,7 +8,8 @@ import importlib.util
 
 import pytest
 
-from labkit.serve.bench import add_cli_args, main
+from labkit.cli import main
+from labkit.serve.bench import add_cli_args
 
 
 def test_few_options():
@@ -21,7 +22,7 @@ def test_few_options():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_without_vllm_one_line_and_exit_2(capsys):
-    assert main(["--size", "quick", "--no-save"]) == 2
+    assert main(["bench", "serve-sim", "--size", "quick", "--no-save"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vLLM is not installed" in err[0]
 
@@ -29,7 +30,7 @@ def test_without_vllm_one_line_and_exit_2(capsys):
 @pytest.mark.parametrize("argv, says", [(["--arms", "baseline,nope"], "arms"), (["--gpu", "a100"], "GPUs"),
                                         (["--regime", "overlapped"], "regime")])
 def test_bad_input_exit_2(capsys, argv, says):
-    assert main(argv + ["--no-save"]) == 2
+    assert main(["bench", "serve-sim", *argv, "--no-save"]) == 2
     assert says in capsys.readouterr().err
 
 

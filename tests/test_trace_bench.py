@@ -1,4 +1,4 @@
-"""``labkit bench trace --traces``: one row per real trace with MB/s of JSON text and peak memory."""
+"""``labkit bench trace``'s rows: per trace file and tool, MB/s of JSON text and peak memory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import labkit.trace.analysis.bench as bench
-from labkit.trace.analysis.bench import decompressed_bytes, per_trace_rows
+from labkit.trace.analysis.bench import decompressed_bytes, measure_file
 
 DATA = Path(__file__).resolve().parent / "data"
 FILES = [DATA / "hta-triton-example-a100.pt.trace.json.gz", DATA / "nvllm-gb10-one-step.trimmed.pt.trace.json.gz"]
@@ -15,9 +15,9 @@ FILES = [DATA / "hta-triton-example-a100.pt.trace.json.gz", DATA / "nvllm-gb10-o
 
 def test_per_trace_rows_measure_each_file():
     t0 = time.perf_counter_ns()
-    rows = per_trace_rows(FILES, timeout=300, hta=False)
+    rows = [r for f in FILES for r in measure_file(f, f.name, timeout=300, jobs=(1,), hta=False)]
     elapsed_ns = time.perf_counter_ns() - t0
-    assert [r["trace"] for r in rows] == [f.name for f in FILES] and {r["variant"] for r in rows} == {"labkit-file"}
+    assert [r["trace"] for r in rows] == [f.name for f in FILES] and {r["variant"] for r in rows} == {"labkit"}
     for f, r in zip(FILES, rows):
         assert "error" not in r, r
         assert r["json_bytes"] == len(gzip.decompress(f.read_bytes())) == decompressed_bytes(f)
@@ -39,7 +39,7 @@ def test_rows_from_planted_worker_runs(monkeypatch):
         {"wall_ns": 2e9, "cpu_ns": 4e9, "peak_rss": 70e6, "base_rss": 41e6, "totals": {7: 5.0}, "decoder": "json"},
     ])
     monkeypatch.setattr(bench, "_run_worker", lambda *a, **k: next(runs))
-    (row,) = per_trace_rows(FILES[1:], timeout=1, repeats=3, hta=False)
+    (row,) = measure_file(FILES[1], "t", timeout=1, repeats=3, jobs=(1,), hta=False)
     json_mb = len(gzip.decompress(FILES[1].read_bytes())) / 1e6
     assert row["median_ns"] == 2e9 and row["cpu_ns"] == 2e9
     assert row["mb_per_s"] == json_mb / 2.0 and row["mb_per_cpu_s"] == json_mb / 2.0

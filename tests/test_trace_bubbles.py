@@ -12,6 +12,7 @@ from real_traces import fixtures, find, shared, shared_trace
 
 from labkit.trace.analysis.analyze import analyze_trace
 from labkit.trace.analysis.device.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
+from labkit.trace.analysis.host.steps import detect_steps
 from labkit.trace.read.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -68,7 +69,7 @@ def hand_trace(tmp_path):
 
 
 def test_hand_worked_bubbles(hand_trace):
-    b = find_bubbles(hand_trace)
+    b = find_bubbles(hand_trace, detect_steps(hand_trace)[0])
     got = sorted(zip(b["stream"], b["start_us"], b["dur_us"], b["category"]))
     assert got == [(7, 30.0, 1.0, "kernel_wait"), (7, 36.0, 48.0, "host_wait"), (7, 90.0, 5.0, "host_wait"),
                    (9, 45.0, 155.0, "other")]
@@ -86,7 +87,7 @@ def test_hand_worked_streams_and_hta_convention(hand_trace):
 
 
 def test_hand_worked_host_call_sites(hand_trace):
-    b = find_bubbles(hand_trace)
+    b = find_bubbles(hand_trace, detect_steps(hand_trace)[0])
     rank, top = host_starvation(hand_trace, b)
     table = {(r.annotation, r.python_frame, r.cpu_op, r.runtime): r.idle_overlap_us for r in rank.itertuples()}
     assert table == {

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.device.bubbles import device_ops, find_steps
+from labkit.trace.analysis.device.bubbles import device_ops
+from labkit.trace.analysis.host.steps import detect_steps
 from labkit.trace.analysis.device.h2d import classify_copy, copy_report
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -105,4 +106,4 @@ def test_copy_report_rejects_bad_rule(tmp_path):
 
     tr = load_trace(_copy_trace(tmp_path, 1))
     with pytest.raises(ValueError):
-        copy_report(tr, device_ops(tr), find_steps(tr), min_count=0)
+        copy_report(tr, device_ops(tr), detect_steps(tr)[0], min_count=0)

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.host.hostonly import between_step_call_sites, between_step_windows
+from labkit.trace.analysis.host.callsite import between_step_call_sites
+from labkit.trace.analysis.host.steps import between_step_windows
 from labkit.trace.read.load import as_trace
 from labkit.trace.analysis.host.steps import detect_steps
 

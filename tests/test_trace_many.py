@@ -165,3 +165,51 @@ def test_combined_uses_device_idle_and_ranks_with_steps(tmp_path):
     assert recs[2]["json"]["summary"]["idle_us"] == 10
     # step totals 200 and 230 (rank 2 has no steps): median 215, nobody is 10% over it
     assert comb["stragglers"] == [] and comb["measure"] == "step time"
+
+
+def _as_rank(src: Path, dst: Path, rank: int) -> Path:
+    """A shipped real trace written as one rank's file of a vLLM profile folder (its rank stamped)."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["distributedInfo"] = {"rank": rank, "world_size": 3}
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return dst
+
+
+def test_profile_folder_per_step_rows_name_the_slowest_rank(tmp_path, capsys):
+    """A folder of three real traces as ranks: per step seen in two or more of them, the slowest rank, its
+    idle in that step and its host call sites during the step's host-wait gaps, against a hand-written
+    reading of each trace's own analysis (every bubble, summed by call site here)."""
+    from labkit.trace.analysis.analyze import analyze_trace
+
+    folder = tmp_path / "vllm_profile"
+    folder.mkdir()
+    names = ["nvllm-gb10-ten-steps.markers-and-copies", "nvllm-gb10-one-step.trimmed",
+             "labkit-h200-fast-cursor-per_layer-async.trimmed"]
+    files = [_as_rank(DATA / f"{n}.pt.trace.json.gz", folder / f"rank{r}.pt.trace.json.gz", r)
+             for r, n in enumerate(names)]
+    out = tmp_path / "o.json"
+    assert labkit_main(["analyze", str(folder), "--jobs", "2", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    comb = json.loads(out.read_text())["combined"]
+    ans = [analyze_trace(f, cache=False) for f in files]
+    expected = []
+    for k in range(max(len(a.steps) for a in ans)):
+        have = [(float(a.steps["dur_us"].iloc[k]), r) for r, a in enumerate(ans) if len(a.steps) > k]
+        if len(have) < 2:
+            continue
+        dur, r = max(have)
+        row = ans[r].steps.iloc[k]
+        sites: dict = {}
+        for b in ans[r].bubbles.itertuples():
+            if b.category == "host_wait" and b.step == k:
+                sites[b.call_site] = sites.get(b.call_site, 0.0) + b.dur_us
+        top = sorted(sites.items(), key=lambda kv: -kv[1])[:3]
+        expected.append((k, r, len(have), dur, row["name"], row["idle_us"], row["idle_host_wait_us"], top))
+    got = [(s["step"], s["slowest_rank"], s["ranks_count"], s["max_dur_us"], s["slowest_name"], s["slowest_idle_us"],
+            s["slowest_idle_host_wait_us"], [(c["call_site"], c["idle_us"]) for c in s["slowest_call_sites"]])
+           for s in comb["per_step"]]
+    assert [g[:7] for g in got] == [e[:7] for e in expected] and len(got) == 1  # step 0: all three ranks
+    assert [[(c, pytest.approx(v)) for c, v in g[7]] for g in got] == [e[7] for e in expected]
+    assert got[0][1] == 2 and got[0][7] and got[0][7][0][0].startswith("forward/layer_")  # the H200 per_layer rank
+    assert [r["rank"] for r in comb["per_rank"]] == [0, 1, 2]
+    assert "per step (the n-th step marker of each trace)" in printed and "forward/layer_" in printed

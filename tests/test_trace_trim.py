@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
+from labkit.trace.read.trim import main as trim_main
 from labkit.trace.read.trim import step_starts, trim_events, trim_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,20 +105,17 @@ def test_recorded_h200_trace_trims_to_one_loadable_step(tmp_path):
     assert int((trace.events["cat"] == "kernel").sum()) == len(kernels)
 
 
-def test_cli_bad_input_is_one_line_exit_2(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(tmp_path / "missing.json"), str(tmp_path / "o.json")],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert trim_main([str(tmp_path / "missing.json"), str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(bad), str(tmp_path / "o.json")],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1 and not (tmp_path / "o.json").exists()
+    assert trim_main([str(bad), str(tmp_path / "o.json")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "o.json").exists()
 
 
-def test_cli_without_steps_exits_1_and_writes_nothing(tmp_path):
+def test_cli_without_steps_exits_1_and_writes_nothing(tmp_path, capsys):
     src = tmp_path / "plain.json"
     src.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}]}))
-    run = subprocess.run([sys.executable, "-m", "labkit.trace.read.trim", str(src), str(tmp_path / "o.json")],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 1 and not (tmp_path / "o.json").exists()
+    assert trim_main([str(src), str(tmp_path / "o.json")]) == 1 and not (tmp_path / "o.json").exists()

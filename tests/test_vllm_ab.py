@@ -31,7 +31,7 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.nextbubble, labkit.vllm.cli, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.nextbubble, "
             "labkit.vllm.conformance.cli, labkit.vllm.conformance.models, labkit.vllm.conformance.engine, "
             "labkit.vllm.conformance.check, labkit.vllm.conformance.wheel_diff, labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
@@ -154,19 +154,21 @@ def test_ingest_refuses_cpu_machines_and_bad_inputs(tmp_path, monkeypatch):
 
 
 def test_cli_ingest_and_errors(tmp_path, capsys):
-    rc = vllm_ab.main(["ingest", "--variant", "merged", "--bench-json", str(DATA / "vllm_bench_merged.json"),
+    from labkit.cli import main as labkit_main
+
+    rc = labkit_main(["vllm", "ab", "ingest", "--variant", "merged", "--bench-json", str(DATA / "vllm_bench_merged.json"),
                        "--images", "32", "--gpu-name", "NVIDIA H200", "--results-root", str(tmp_path),
                        "--json", str(tmp_path / "row.json")])
     assert rc == 0
     assert "3146.8 tok/s" in capsys.readouterr().out
     assert json.loads((tmp_path / "row.json").read_text())["mean_tpot_us"] == pytest.approx(24580.0)
-    rc = vllm_ab.main(["ingest", "--variant", "fastest", "--bench-json", str(DATA / "vllm_bench_merged.json"),
+    rc = labkit_main(["vllm", "ab", "ingest", "--variant", "fastest", "--bench-json", str(DATA / "vllm_bench_merged.json"),
                        "--gpu-name", "NVIDIA H200", "--results-root", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "unknown vLLM A/B variant" in err
-    assert vllm_ab.main(["variants"]) == 0
+    assert labkit_main(["vllm", "ab", "variants"]) == 0
     assert "baseline" in capsys.readouterr().out
-    assert vllm_ab.main(["bogus"]) == 2
+    assert labkit_main(["vllm", "ab", "bogus"]) == 2
 
 
 def _script(*args):
@@ -180,7 +182,7 @@ def test_ab_script_dry_run_prints_the_pr_benchmark_commands(tmp_path):
     lines = out.stdout.splitlines()
     serves = [line for line in lines if " serve " in line and " bench serve " not in line]
     benches = [line for line in lines if " bench serve " in line]
-    ingests = [line for line in lines if "labkit.vllm.ab ingest" in line]
+    ingests = [line for line in lines if "labkit vllm ab ingest" in line]
     assert len(serves) == len(benches) == len(ingests) == 2
     assert serves[0].startswith("+ LABKIT_VLLM_AB=baseline") and serves[1].startswith("+ LABKIT_VLLM_AB=merged")
     assert "--attention-backend TRITON_ATTN" in serves[0]
@@ -224,7 +226,7 @@ def test_ab_script_on_a_cpu_chooses_the_cpu_builds_flags_and_alternates(tmp_path
     assert "--attention-backend" not in serves[0]
     benches = [line for line in out.stdout.splitlines() if " bench serve " in line]
     assert r"\(64\,\ 96\,\ 1\)" in benches[0] and "--random-input-len 16" in benches[0]
-    ingests = [line for line in out.stdout.splitlines() if "labkit.vllm.ab ingest" in line]
+    ingests = [line for line in out.stdout.splitlines() if "labkit vllm ab ingest" in line]
     assert "--device cpu" in ingests[0] and "--repeat 2 --order 6" in ingests[-1]
 
 

@@ -75,12 +75,14 @@ def test_fetch_keeps_only_a_matching_download(tmp_path):
 
 
 def test_cli_sha_mismatch_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from labkit.cli import main as labkit_main
+
     archive = _sdist(tmp_path / "vllm-9.9.9.tar.gz")
     monkeypatch.setattr(own_tests_run, "installed_vllm_version", lambda: "9.9.9")
     monkeypatch.setattr(sdist, "registry_sdist",
                         lambda version: sdist.SdistFile(f"vllm-{version}.tar.gz", archive.as_uri(), "a" * 64))
     cache, work = tmp_path / "cache", tmp_path / "work"
-    code = own_tests_run.main(["--variants", "merged", "--files", "core", "--cache-dir", str(cache),
+    code = labkit_main(["vllm", "own-tests", "--variants", "early-return", "--files", "core", "--cache-dir", str(cache),
                                "--work", str(work), "--no-save"])
     err = capsys.readouterr().err.strip()
     assert code == 2
@@ -210,7 +212,7 @@ def test_passes_stock_fails_under_variant_is_a_difference(tmp_path, monkeypatch)
 
 
 def test_choices():
-    assert own_tests.choose_variants("") == (["stock", *own_tests.DEFAULT_VARIANTS], [])
+    assert own_tests.choose_variants("") == (["stock", "baseline", "pr40143", "early-return"], ["merged"])
     # merged patches nothing: stock is its run, the control, not a variant that passed
     assert own_tests.choose_variants("merged,early-return,merged") == (["stock", "early-return"], ["merged"])
     runs, controls = own_tests.choose_variants("all")

@@ -10,9 +10,7 @@ import sys
 
 import pytest
 
-from labkit.errors import UsageError
 from labkit.vllm.census import step_census
-from labkit.vllm.processor.input_processing import memory_statement
 from labkit.vllm.census.step_checks import TOP_PHASES, census_checks
 from labkit.vllm.census.step_timers import PhaseTimers
 
@@ -277,21 +275,6 @@ def test_without_off_host_rows_there_is_no_off_host_check():
     assert not any("forward off the host" in n for n in names)
 
 
-def test_memory_statement_worked_by_hand():
-    rows = [{"stage": "hf_processor", "per_image_median_us": 10_000.0},
-            {"stage": "apply_hf_processor", "per_image_median_us": 40_000.0},
-            {"stage": "add_request_kernel", "per_image_median_us": 28_000.0, "minor_faults_per_image": 4000.0},
-            {"stage": "apply_hf_processor_cache_reset", "per_image_median_us": 12_000.0},
-            {"stage": "add_request_kernel_cache_reset", "per_image_median_us": 1_000.0, "minor_faults_per_image": 50.0}]
-    m = memory_statement(rows)
-    assert (m["hf_processor_ms"], m["apply_hf_processor_ms"], m["apply_hf_processor_reset_ms"]) == (10.0, 40.0, 12.0)
-    assert (m["kernel_ms"], m["faults"], m["kernel_reset_ms"], m["faults_reset"]) == (28.0, 4000.0, 1.0, 50.0)
-    assert "40.0 ms (4.0x) with the processor cache kept" in m["text"]
-    assert "12.0 ms (1.2x) with the cache cleared" in m["text"] and "4000 minor page faults" in m["text"]
-    with pytest.raises(UsageError, match="apply_hf_processor_cache_reset"):
-        memory_statement([r for r in rows if r["stage"] != "apply_hf_processor_cache_reset"])
-
-
 def test_census_plan_sizes_the_engine_for_every_point():
     plan = step_census.CensusPlan(points=((128, 32), (8, 1)), rounds=2, block=3, profiled=2, wave=16,
                                   alone_rounds=3, alone_block=4)
@@ -309,13 +292,17 @@ def test_census_plan_sizes_the_engine_for_every_point():
 
 
 def test_plan_for_takes_the_sizes_and_the_command_lines_choices():
-    from labkit.vllm.census.step_bench import SIZES, _parser, plan_for
+    import argparse
 
-    full = plan_for(_parser().parse_args(["--size", "full"]), "full")
+    from labkit.vllm.census.step_bench import SIZES, add_cli_args, plan_for
+
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    full = plan_for(parser.parse_args(["--size", "full"]), "full")
     assert full.points == SIZES["full"]["points"] and full.off_host and full.alone_rounds == 6
-    bare = plan_for(_parser().parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
+    bare = plan_for(parser.parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
     assert not bare.off_host and bare.alone_rounds == 0 and bare.rounds == 3
-    assert bare.decode_steps < plan_for(_parser().parse_args(["--rounds", "3"]), "quick").decode_steps
+    assert bare.decode_steps < plan_for(parser.parse_args(["--rounds", "3"]), "quick").decode_steps
 
 
 def _cli(*args):
@@ -416,7 +403,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
     and 10 ns (baseline) or 4 ns (merged) otherwise; update_from_output costs 500 ns, never timed. The
     left-out step after each switch is not in the medians, the stand-in output gives each request its
     own last token, and the sweep reads its buffer once after every step of the swept mode only."""
-    import time
+    from labkit import timing
 
     import numpy
 
@@ -455,7 +442,7 @@ def test_engine_scheduler_alone_times_schedule_only_and_sweeps_between_swept_ste
             state["sums"].append(state["steps"])
 
     monkeypatch.setattr(ab, "patched_vllm", fake_patched)
-    monkeypatch.setattr(time, "perf_counter_ns", clock)
+    monkeypatch.setattr(timing, "clock_ns", clock)  # the one clock the lab's stopwatch reads
     monkeypatch.setattr(numpy, "ones", lambda n: Buffer())
     rows = engine_scheduler_alone(Scheduler(), 3, 2, ("baseline", "merged"), rounds=2, block=3, sweep=800,
                                   make_output=lambda ids, tokens: (ids, tokens))

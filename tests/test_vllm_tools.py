@@ -14,7 +14,7 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.vllm.server import ab_results
-from labkit.vllm.cli import bench_parser, grid_from_args, run_main
+from labkit.cli import add_grid_options, grid_from_args
 from labkit.vllm.conformance.wheel_diff import LAB_SOURCES, compare_trees, installed_sources, wheel_sources
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -22,21 +22,11 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # -- the shared CLI helper -------------------------------------------------------------------
 
-def test_run_main_turns_usage_errors_into_one_line_and_exit_2(capsys):
-    def body(argv):
-        raise UsageError(f"bad {argv[0]}")
-
-    assert run_main("labkit bench vllm-x", body, ["thing"]) == 2
-    err = capsys.readouterr().err
-    assert err == "labkit bench vllm-x: error: bad thing\n"
-    assert run_main("p", lambda argv: 0, []) == 0
-    assert run_main("p", lambda argv: argparse.ArgumentParser(prog="p").parse_args(["--nope"]), []) == 2
-
-
-def test_bench_parser_has_the_grid_and_run_options():
-    p = bench_parser("labkit bench vllm-x", "x", size_help="quick or full")
-    args = p.parse_args(["--requests", "8", "16", "--size", "full", "--no-save"])
-    assert args.requests == [8, 16] and args.size == "full" and args.no_save
+def test_the_grid_options():
+    p = argparse.ArgumentParser()
+    add_grid_options(p)
+    args = p.parse_args(["--requests", "8", "16"])
+    assert args.requests == [8, 16]
     assert grid_from_args(args, {"requests": (1,), "images": (2, 3)}) == {"requests": (8, 16), "images": (2, 3)}
     with pytest.raises(UsageError, match="1..256"):
         grid_from_args(p.parse_args(["--requests", "0"]), {"requests": (1,), "images": (1,)})

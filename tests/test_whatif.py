@@ -19,11 +19,10 @@ from labkit.cli import main
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
 from labkit.trace.whatif.predict import Change, parse_changes, predict
-from labkit.trace.whatif.steps import find_step_spans
-from labkit.trace.whatif.ab_pairs import bubble_model_rows, derive_changes, predict_pair
+from labkit.trace.analysis.host.steps import find_step_spans
+from whatif_pairs import SIM_CASES, derive_changes, make_sim_pairs, predict_pair, sim_case_name
 from labkit.trace.whatif.dependency_graph import build_graph, records_from_trace
 from labkit.trace.whatif.replay import replay
-from labkit.trace.whatif.sim_pairs import SIM_CASES, make_sim_pairs, sim_case_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,17 +243,6 @@ def test_pair_rows_put_prediction_and_measurement_side_by_side(sim_pairs):
     assert row["measured_after_step_ms"] == m.measured["step_ms_median"]
     assert row["idle_error"] == pytest.approx(w.predicted["device_idle_frac"] - m.measured["device_idle_frac"])
     assert row["change"] == f"--scale '^schedule$={row['scale_factor']:.4g}'"
-
-
-def test_bubble_model_rows_carry_the_published_figures(sim_pairs):
-    from labkit.mm.overlap import PR40143
-
-    row = predict_pair(*sim_pairs["tensor->list"], "tensor->list")
-    rows = bubble_model_rows(row)
-    pub = {r["quantity"]: r["published"] for r in rows}
-    assert pub["tpot_after_ms (async)"] == PR40143.mean_tpot_ms_after
-    assert pub["tpot_after / tpot_before"] == pytest.approx(PR40143.mean_tpot_ms_after / PR40143.mean_tpot_ms_before)
-    assert {r["model"] for r in rows} >= {"bubble model (published shape)"}
 
 
 def _four_copies(n: int, t: float) -> list:

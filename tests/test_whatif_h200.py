@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.cli import main
-from labkit.trace.whatif.ab_pairs import derive_changes, lab_pairs, reads_per_step
+from whatif_pairs import calibration_read_costs, derive_changes, lab_pairs, reads_per_step
 from labkit.trace.whatif.predict import parse_changes, predict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,6 @@ def test_recorded_h200_tensor_reads_cost_what_the_first_trace_shows():
     """tensor->list takes a read's cost from the first trace, not from the unprofiled calibration: the
     trace shows one ``aten::item`` per read, 128 requests x 32 images a step, one every few microseconds
     (the same median read from the raw JSON), well above the calibrated cost of a whole tensor read."""
-    from labkit.trace.whatif.sim_pairs import calibration_read_costs
 
     before = H200_PAIRS["tensor->list"][0]
     assert reads_per_step(before) == [128 * 32, 128 * 32]

@@ -7,23 +7,7 @@ soft tokens plus text (8616 tokens, image tokens bidirectional within their imag
 one query over ~8.6k keys) and, in full mode, ``mixed`` (a 2048-token chunk ending between images plus
 64 decode rows in one launch).
 
-Variants (:data:`VARIANTS`), one interface: ``prepare(case, inputs) -> fn`` where ``fn()``
-returns the packed output ``(total_q, H, D)``; masks, BlockMasks and padding are built in
-``prepare``, outside the timed region:
-
-- ``triton_prefix``: :func:`labkit.attn.prefix_attention.prefix_attention` on the packed batch;
-- ``flex_attention``: ``torch.compile(flex_attention)`` with a BlockMask from the same rule
-  over a left-aligned padded batch ``(B, H, S, D)`` (GPU only);
-- ``sdpa_mask``: ``scaled_dot_product_attention`` with an explicit boolean mask, padded batch.
-
-On a GPU each variant is timed with CUDA events (bf16) and checked against an fp32 torch
-reference (the command fails when a kernel row is off by more than ``REL_TOL``); TFLOP/s count
-only allowed pairs: ``FLOPs = 4 * head_dim * num_heads * allowed_pairs``. Without a GPU the
-kernel runs under the Triton interpreter on a tiny case, correctness only (source
-``interpreted``); no speed is claimed. Result: ``attn_bench``, rewritten after each row while the
-run goes (``complete: false`` until it ends). ``--sweep-cases`` limits the
-config sweep to some cases (a GPU run with little time sweeps the two regimes, a prefill and the
-decode case, and times the others with the default config only).
+More: docs/reference.md, ``labkit.attn.bench_attn``.
 """
 
 from __future__ import annotations
@@ -31,7 +15,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,6 +23,7 @@ import torch
 from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
 from labkit.cli import add_run_options, emit_result, resolve_run_options
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -245,13 +229,13 @@ def run_variant(run: CaseRun, variant: str, *, device: str, timed: bool, repeats
            "num_ranges": max(len(r) for r in case.ranges), "allowed_pairs": run.pairs, "flops": run.flops,
            "dtype": str(run.inputs["q"].dtype).replace("torch.", "")}
     try:
-        t0 = time.perf_counter()
-        prep = VARIANTS[variant]
-        fn = prep(case, run.inputs, config=config) if config is not None else prep(case, run.inputs)
-        out = fn()
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        row["first_call_s"] = round(time.perf_counter() - t0, 3)  # includes compilation
+        with stopwatch() as first:
+            prep = VARIANTS[variant]
+            fn = prep(case, run.inputs, config=config) if config is not None else prep(case, run.inputs)
+            out = fn()
+            if str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+        row["first_call_s"] = round(first.s, 3)  # includes compilation
         row.update(error_metrics(out, run.ref))
         if timed:
             from labkit.timing import time_cuda
@@ -277,7 +261,7 @@ def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, 
     """
     from labkit.attn.prefix_attention import CUDA_CONFIGS
     from labkit.device import kernel_mode
-    from labkit.progress import progress
+    from labkit.timing import progress
 
     gpu = str(device).startswith("cuda")
     if not gpu and kernel_mode() != "interpret":
@@ -341,8 +325,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench attn", description=__doc__.split("\n")[0] + " (result attn_bench)")
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=None, help=f"comma-separated cases from {', '.join(CASES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated from {', '.join(VARIANTS)}")
     p.add_argument("--sweep", action="store_true", help="also time the kernel with every config in CUDA_CONFIGS")
@@ -353,7 +336,6 @@ def _parser() -> argparse.ArgumentParser:
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default): prefill_local, prefill_global, decode; full: also the mixed "
                               "prefill+decode case (quick results are saved as attn_bench_quick)")
-    return p
 
 
 def _names(text: str | None, known, what: str) -> list[str]:
@@ -364,13 +346,11 @@ def _names(text: str | None, known, what: str) -> list[str]:
     return names
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.device import configure_triton, resolve_device
     from labkit.results import make_result, sized_name
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench attn")
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     device = resolve_device(args.device)

@@ -3,18 +3,9 @@
 A decode step of a prefix-LM model on vLLM's Triton backend hands the prefix-range tensor
 to every attention layer. This benchmark replays that for ``S`` sequences with ``I`` images
 each (Gemma layout: 256 soft tokens per image) and ``L`` layers, for every strategy in
-:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`:
+:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`.
 
-- ``h2d_step``: the PR's scale (128 sequences x 32 images) at Gemma 3 layer counts
-  (4B: 34, 12B: 48, 27B: 62 layers);
-- ``h2d_sweep``: over sequences and layers;
-- ``h2d_gpu_idle`` (CUDA only): device idle time per step from a torch.profiler trace of a
-  loop where every layer launches a matmul (weights streamed from memory, like a decode
-  layer) and a small kernel that reads the prefix-range tensor, plus the profiler's
-  H2D memcpy counts next to the ledger's.
-
-On a CPU the "copies" are the ones the code would make on a GPU (``copy_target`` says
-``cpu-equivalent``); the host time is real CPU time of this machine.
+More: docs/reference.md, ``labkit.attn.bench_h2d``.
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
 from labkit.fileio import atomic_target
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import time_cuda, time_host
 
 logger = logging.getLogger(__name__)
@@ -344,8 +335,7 @@ def _ints(text: str) -> tuple[int, ...]:
     return vals
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench h2d", description=__doc__.split("\n\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     p.add_argument("--strategies", default=",".join(PREFIX_RANGE_STRATEGIES),
                    help="comma-separated strategies (default: all)")
@@ -361,7 +351,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layer-mb", type=float, default=256.0, help="weights per layer in the GPU loop, MiB")
     p.add_argument("--trace-dir", default=None, help="keep the GPU profiler traces here")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
-    return p
 
 
 def _table(rows: list[dict], cols: list[str]) -> str:
@@ -376,12 +365,10 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.results import report_saved
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench h2d")
     device = resolve_device(args.device)
     if args.gpu_idle == "on" and device != "cuda":
         raise UsageError("--gpu-idle on needs a CUDA device")

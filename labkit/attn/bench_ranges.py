@@ -3,13 +3,9 @@
 For prefix-LM models vLLM rebuilds every request's image ranges on every step. This
 benchmark times each builder in :data:`~labkit.attn.range_builders.RANGE_BUILDERS` on
 steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token placeholders,
-256 embeddings each, ``list`` placeholders as in vLLM after #40143):
+256 embeddings each, ``list`` placeholders as in vLLM after #40143).
 
-- ``ranges_step``: at the PR's scale (128 requests x 32 images), builders alone
-  (``kind = "builder"``) and whole metadata paths, ranges plus the prefix-range tensor for
-  every layer (``kind = "pipeline"``): ``pr38794+per_step`` (vLLM 0.20),
-  ``v033+pinned`` (vLLM 0.33) and ``incremental+cached`` (this lab);
-- ``ranges_sweep``: builders over requests (1-256) x images per request (1-64).
+More: docs/reference.md, ``labkit.attn.bench_ranges``.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import time_host
 
 logger = logging.getLogger(__name__)
@@ -182,8 +178,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     return results
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench ranges", description=__doc__.split("\n\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda (for the pipelines' copies)")
     p.add_argument("--builders", default=",".join(RANGE_BUILDERS), help="comma-separated builders (default: all)")
     p.add_argument("--requests", type=int, default=128, help="requests in the step benchmark (default 128)")
@@ -195,15 +190,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.results import report_saved
 
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench ranges")
     device = resolve_device(args.device)
     builders = [b.strip() for b in args.builders.split(",") if b.strip()]
     results = run_benchmarks(device, size, builders=builders, num_requests=args.requests, images=args.images,

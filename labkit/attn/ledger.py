@@ -7,19 +7,16 @@ one the same code would make on a GPU (``torch.tensor(..., device="cpu")`` copie
 across a bus), so each record says which it is (``target``): ``"cuda-h2d"`` or
 ``"cpu-equivalent"``.
 
-On a GPU the counts can be checked against a torch.profiler trace:
-:func:`count_h2d_in_profile` counts ``Memcpy HtoD (Pageable -> Device)`` and
-``Memcpy HtoD (Pinned -> Device)`` events in a profiler object or an exported Chrome
-trace (``.json`` or ``.json.gz``), read with the trace analyzer's loader (``labkit.trace``).
+More: docs/reference.md, ``labkit.attn.ledger``.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from labkit.timing import clock_ns
 
 
 
@@ -103,7 +100,7 @@ class TransferLedger:
         self._current().host_ns += int(ns)
 
     def timed(self) -> "_HostTimer":
-        """Context manager adding the wall time of its body (perf_counter_ns) to the open step."""
+        """Context manager adding the wall time of its body (labkit.timing.clock_ns) to the open step."""
         return _HostTimer(self)
 
     def reset(self) -> None:
@@ -156,11 +153,11 @@ class _HostTimer:
         self.t0 = 0
 
     def __enter__(self) -> "_HostTimer":
-        self.t0 = time.perf_counter_ns()
+        self.t0 = clock_ns()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.ledger.add_host_ns(time.perf_counter_ns() - self.t0)
+        self.ledger.add_host_ns(clock_ns() - self.t0)
 
 
 # -- checking against a profiler trace ----------------------------------------------

@@ -5,24 +5,9 @@ layout: q ``(total_q, H, D)``, k/v ``(total_k, H_kv, D)``, int32 ``cu_seqlens``)
 the rule in :mod:`labkit.attn.prefix_mask` (causal, optional sliding window, OR the image
 ranges of ``prefix_ranges``, int32 ``(num_seqs, max_ranges, 2)``, inclusive ends).
 
-How the kernel is laid out:
+How the kernel is laid out.
 
-- A program owns ``BLOCK_Q`` consecutive queries of one row times the ``GROUP`` query heads
-  that share one KV head (rows of the tile are ``(query, head)`` pairs, ``BLOCK_M =
-  BLOCK_Q * GROUP_PAD``), so K/V tiles are read once per group (GQA); decode rows fill the
-  tile with heads instead of wasting it.
-- The program finds its batch row by binary search over ``cu_seqlens_q`` (no host-built
-  block table, no extra copy).
-- It first reduces the ranges to one key interval ``[lo, hi]`` per query (all valid ranges
-  holding a query share that query, so their union is an interval), then bounds the key
-  loop per tile: up to the causal limit, or to the largest range end of the tile's queries,
-  never over all keys for text tiles; from the sliding window's lowest needed key.
-- The key loop runs in three bands: masked (sliding-window edge), unmasked (every pair
-  allowed: plain causal interior), masked (diagonal and range extension).
-- Online softmax in fp32 (``exp2`` with the scale folded in); fp16/bf16/fp32 inputs.
-
-Block sizes come from :func:`pick_config`: small under the Triton interpreter (tests on
-CPU), Hopper-sized on a GPU.
+More: docs/reference.md, ``labkit.attn.prefix_attention``.
 """
 
 from __future__ import annotations

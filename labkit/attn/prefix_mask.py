@@ -3,20 +3,9 @@
 The rule (vLLM's Triton and FlexAttention backends, facts D.5): for one sequence of
 ``kv_len`` keys at positions ``0..kv_len-1`` whose ``q_len`` queries sit at the last
 positions ``q = kv_len - q_len + j``, with inclusive image ranges ``(s_i, e_i)`` and an
-optional sliding window ``W`` (0 = none)::
+optional sliding window ``W`` (0 = none):.
 
-    allowed[q, k] = ((k <= q) and (W == 0 or q - k < W))
-                    or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)
-
-Ranges override the window; ``(0, 0)`` padding and any ``s >= e`` range add nothing.
-
-This module holds the mask in its plain forms: :func:`prefix_lm_mask` (an explicit boolean
-matrix), :func:`query_range_bounds` (per query, the one key interval its ranges open: all
-valid ranges holding a query share that query, so their union is an interval),
-:func:`count_allowed_pairs` (the FLOP count of a masked attention), the argument checks the
-kernel and the reference share (:func:`check_varlen_args`), the plain-torch reference
-:func:`prefix_attention_ref`, and a FlexAttention ``mask_mod`` over a padded batch
-(:func:`make_prefix_lm_mask_mod`). Only torch is needed.
+More: docs/reference.md, ``labkit.attn.prefix_mask``.
 """
 
 from __future__ import annotations

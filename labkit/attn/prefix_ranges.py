@@ -5,16 +5,7 @@ of one image attend to each other bidirectionally. It reads, for every batch row
 image ranges as an int32 tensor ``(num_seqs, max_ranges, 2)`` of inclusive absolute
 ``(start, end)`` pairs padded with ``(0, 0)``.
 
-This module builds that tensor exactly as vLLM does (:func:`build_prefix_range_tensor`)
-and hands it to every attention layer of a step through interchangeable strategies
-(:data:`PREFIX_RANGE_STRATEGIES`), each reporting its copies to a
-:class:`~labkit.attn.ledger.TransferLedger`:
-
-- ``"per_layer"``: before #38794: every layer rebuilt it, one pageable copy per sequence
-  plus a nested-tensor pad.
-- ``"per_step"``: #38794: one padded host list, one pageable copy per step, shared.
-- ``"pinned"``: the #41434 follow-up: pinned staging + ``non_blocking`` copy.
-- ``"cached"``: no copy at all while the batch's ranges are unchanged.
+More: docs/reference.md, ``labkit.attn.prefix_ranges``.
 """
 
 from __future__ import annotations
@@ -367,7 +358,7 @@ def warm_up(device: str | torch.device = "cpu") -> None:
 
     torch imports parts of itself on first use (the jagged nested tensor that ``per_layer``
     pads with takes about a second here): done once up front, that one-off cost lands in no
-    measured step and in no host time a fixed-cost model charges (``labkit.trace.whatif.sim_pairs``)."""
+    measured step and in no host time a fixed-cost model charges (``HostCostClock``, tests/whatif_pairs.py)."""
     for cls in PREFIX_RANGE_STRATEGIES.values():
         s = cls(device, validate=False)
         s.begin_step({0: [(0, 1)], 1: [(2, 4), (6, 7)]}, 2)

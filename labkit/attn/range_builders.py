@@ -3,32 +3,9 @@
 vLLM rebuilds every request's image ranges on every step for prefix-LM models, calling the
 uncached ``PlaceholderRange.extract_embeds_range()`` (torch ``diff``/``nonzero``/``stack``/
 ``tolist``) for every image of every request in the batch. The builders in
-:data:`RANGE_BUILDERS` produce identical ranges:
+:data:`RANGE_BUILDERS` produce identical ranges.
 
-- ``"pr38794"``: the runner at #38794: concatenate ``extract_embeds_range()`` over all of a
-  request's features, every step. No options.
-- ``"v033"``: today's ``compute_mm_prefix_ranges(mm_features_per_req, sliding_window,
-  clamp_sliding_window, span_pad)`` semantics, still every step (see below).
-- ``"cached"``: each placeholder's (filtered) ranges computed once, on first use; a step
-  concatenates cached lists.
-- ``"incremental"``: a per-batch structure holding each request's final range list,
-  updated as requests join and leave (``update(added, removed)``); a step is one dict
-  lookup per row and hands back the same list objects while nothing changes.
-
-Options (``v033``, ``cached``, ``incremental``), as this lab defines them where the
-upstream description leaves details open:
-
-- only features whose ``modality`` is ``"image"`` or ``"video"`` contribute (features
-  without a ``modality`` attribute count as images); ``pr38794`` takes every feature;
-- ``span_pad`` (int >= 0, default 0): each range's start moves ``span_pad`` tokens earlier
-  (not below 0), so leading marker tokens join the bidirectional block;
-- ``sliding_window`` (None or 0 = off): a range longer than the window
-  (``end - start + 1 > sliding_window``, measured after padding) is dropped, as vLLM does
-  since #40534, unless ``clamp_sliding_window`` is True: then it is kept and the kernel is
-  expected to clamp the bidirectional block to the window.
-
-Ranges are inclusive ``(start, end)`` absolute positions; ``build(requests)`` returns one
-list per batch row (``None`` rows give ``[]``). Treat returned lists as read-only.
+More: docs/reference.md, ``labkit.attn.range_builders``.
 """
 
 from __future__ import annotations

@@ -7,38 +7,20 @@ stories with the fewest runs::
     tensor/loop/none   list/loop/none   fast/cursor/none          (#40143: before, after, beyond)
     fast/cursor/per_layer  per_step  pinned  cached               (#38794: before, after, beyond)
 
-``--grid`` runs the full product of ``--placeholders x --scheduling x --prefix-ranges``;
-``--cudagraph none,piecewise,full`` runs every variant in each CUDA-graph mode (see
-``labkit.engine.graphs``; default ``none``, eager). Rows name the mode (``cudagraph``), the mode
-actually run (``cudagraph_run``) and why they differ (``cudagraph_note``); a mode that falls back
-to one the same variant already ran in (``full`` -> ``piecewise`` for ``per_layer``) is not run
-twice, on any device: its row repeats that run's figures and names it (``same_run_as``), and only
-the run itself writes a trace folder.
-On a CPU the engine runs on the simulated device (``source: simulated``, named profile); on a
-GPU it runs the real model (``measured-gpu``); ``--trace-dir`` writes one trace folder per
-variant, and ``--write-profile PATH`` (GPU only) records this GPU's per-op durations as a
-simulated-device profile.
-
-How each variant runs (measured first, without a profiler, then profiled in a separate short run)
-and when a graph-mode trace's idle share counts as checked: :mod:`labkit.engine.runs`.
-The result file is rewritten after each variant (rows so far, ``complete: false`` until the end:
-``labkit.results.PartialResult``), so a run stopped part-way keeps the variants it finished.
+More: docs/reference.md, ``labkit.engine.bench``.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 
 from labkit.engine.runs import (DEFAULT_VARIANTS, SIZES, _csv, cudagraph_modes, default_profile_name, print_table,
                                run_variants)
 from labkit.errors import UsageError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench engine", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda if present, else sim), sim, cuda or cpu "
                    "(cpu: real tiny-model math, for checks)")
     p.add_argument("--model", help="model preset (default: gemma4-e4b-like; tiny on --device cpu)")
@@ -62,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_options(p, json_help="also write the result JSON to OUT",
                     size_help="quick (default: few measured steps; saved as <name>_quick) or full (more steps)")
-    return p
 
 
 def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
@@ -102,10 +83,9 @@ def resolve_kind(choice: str) -> str:
     return choice
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
-    args = build_parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench engine")
     kind = resolve_kind(args.device)
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]
@@ -172,6 +152,3 @@ def _write_profile(path: str, model_name: str) -> None:
     print(f"profile {save_profile(prof, path)} ({len(prof.ops)} ops, launch {prof.launch_overhead_ns / 1e3:.1f} us, "
           f"graph replay {prof.replay_overhead_ns / 1e3:.1f} us)")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

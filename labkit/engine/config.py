@@ -1,21 +1,9 @@
 """Engine and model configurations: frozen dataclasses with named presets.
 
 ``ModelConfig`` describes the transformer stack the mini engine runs (random weights).
-Presets:
+Presets.
 
-- ``tiny``: 2 layers, hidden 64, 4 query / 2 KV heads of 16: real math on a CPU in tests.
-- ``small``: 4 layers, hidden 256, 4 / 2 heads of 64, window 64: quick GPU smoke runs.
-- ``gemma4-e4b-like``: sized like the text stack of Gemma-4-E4B, the model of vLLM #40143's
-  benchmark: 42 layers, hidden 2560, 8 query heads and 2 KV heads of head_dim 256, gated MLP of
-  10240, sliding window 512 with every 6th layer global, vocabulary 262144 (bf16 on a GPU).
-  These follow the published Gemma 3n/4 E4B shapes as far as they are known here (not checked
-  against the checkpoint); Gemma's per-layer embeddings and other extras are left out because
-  they add little launch or memory traffic to a decode step.
-
-``EngineConfig`` picks the workload, the placeholder variant (#40143), the scheduling strategy,
-the prefix-range strategy (#38794; ``"none"`` for a model without bidirectional image
-attention), async or sync scheduling and the CUDA-graph mode (``CUDAGRAPH_MODES``; see
-``labkit.engine.graphs``).
+More: docs/reference.md, ``labkit.engine.config``.
 """
 
 from __future__ import annotations

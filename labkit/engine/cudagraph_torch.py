@@ -1,26 +1,9 @@
 """CUDA-graph capture and replay of the mini engine's model on a real GPU (``torch.cuda.CUDAGraph``).
 
 The layout is ``labkit.engine.graphs``' (pieces split at attention, a head graph, one full graph
-per uniform decode step); this module makes it real:
+per uniform decode step); this module makes it real.
 
-- persistent device buffers, allocated once at the largest capture size: ``ids``, ``positions``,
-  ``slots`` (T,), ``cu_q``/``cu_k`` int32 (S + 1,), ``last_idx`` (S,), the prefix-range buffer
-  int32 (S, R, 2), the attention output ``attn_out`` (T, H * D) that pieces read, and ``h_head``
-  (T, hidden) that the head graph reads. A full-graph step pads its batch with rows of one
-  query over one key (vLLM pads the same way) and fills every buffer with pinned non-blocking
-  copies before the replay; padded rows write their keys past the real ones. The engine builds
-  such a step's inputs with ``prepare`` (straight into the buffers, once): a step prepared
-  elsewhere (``make_batch``) is copied into them before its replay;
-- the KV buffers are sized for the whole workload before capture (``kv_reserve``) so their
-  addresses never change under a captured graph; the runner checks this before each replay;
-- every graph is warmed up eagerly on a side stream (Triton compiles, cuBLAS picks kernels),
-  then captured into one shared memory pool, largest size first; outputs of a capture are kept
-  referenced, so no later capture reuses their memory, and the graphs of one size are replayed
-  in capture order.
-
-The attention kernel in a full graph is captured with the whole KV buffer and a host length list
-that only has to add up to it: the kernel's launch depends on the batch size, query length 1,
-window and ranges width, never on the key counts, which it reads from ``cu_k`` at run time.
+More: docs/reference.md, ``labkit.engine.cudagraph_torch``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """CUDA graphs in the mini engine, laid out the way vLLM's V1 runner uses them.
 
-Modes (``EngineConfig.cudagraph``, vLLM's ``cudagraph_mode``):
+Modes (``EngineConfig.cudagraph``, vLLM's ``cudagraph_mode``).
 
-- ``none``: eager, every op launched from Python;
-- ``piecewise``: the model is split at attention. Piece ``k`` holds the work between two
-  attention calls: layer ``k-1``'s output projection, norms, MLP and residuals, then layer
-  ``k``'s input norm, QKV projection and rotary embedding (piece 0 starts with the embedding).
-  Attention (KV-cache write + kernel) runs eagerly between pieces and reads its prefix-range
-  tensor there, so a ``per_layer`` strategy makes its copies between replays, once per layer, as
-  in vLLM before #38794. The head (final norm, LM head, greedy sampling) is one more graph.
-  ``num_layers + 2`` replays per step;
-- ``full``: vLLM's default FULL_AND_PIECEWISE: a uniform decode step (one query token per
-  sequence) is ONE replay of the whole forward and head, reading every input (ids, positions,
-  KV slots, ``cu_seqlens``, the prefix-range tensor) from persistent buffers filled before the
-  replay; prefill and mixed steps run piecewise. ``per_layer`` prefix ranges make host copies
-  inside the forward, which no graph can hold: the engine runs them piecewise and says so
-  (``effective_mode``), as vLLM falls back for backends without full-graph support.
-
-Batches are padded to vLLM's capture sizes (``capture_sizes``: 1, 2, 4, then multiples of 8 up
-to 256, then of 16); steps larger than the largest size run eagerly. Graphs are captured once,
-before any measured step. ``SimGraphRunner`` plays this on the simulated device; the real CUDA
-path is ``labkit.engine.cudagraph_torch``.
+More: docs/reference.md, ``labkit.engine.graphs``.
 """
 
 from __future__ import annotations

@@ -1,34 +1,9 @@
 """The engine step loop: schedule -> prepare metadata -> forward -> sample, as vLLM's engine runs it.
 
 ``Engine(config, device)`` drives a workload for N steps on a device from
-``labkit.engine.device.devices``:
+``labkit.engine.device.devices``.
 
-1. ``schedule``: the lab's ``StepScheduler`` (any placeholder variant, any scheduling strategy)
-   plans the step and advances ``num_computed_tokens`` at once (what makes async scheduling work);
-2. ``prepare_metadata``: input ids, positions, ``cu_seqlens`` and KV slots built on the host and
-   copied with a pinned non-blocking H2D copy; for prefix-LM models the image ranges
-   (``ranges_for_batch``, every step, as vLLM's runner) handed to the prefix-range strategy;
-3. ``forward``: the decoder layers (``forward/layer_{i}``), each reading its prefix-range tensor
-   where its attention runs (a ``per_layer`` strategy makes its copies right there);
-4. ``sample``: final norm, LM head, greedy sampling, a non-blocking D2H copy of the ids and an
-   event.
-
-Under CUDA graphs (``EngineConfig.cudagraph``, see ``labkit.engine.graphs``) steps 3 and 4
-replay captured graphs instead of launching op by op; graphs are captured by ``capture_graphs``
-before the first step, so never inside a measured window.
-
-Async scheduling (vLLM's default): after launching step n the host waits only for step n-1's
-event (its sampled tokens), then schedules step n+1 while the device still runs step n. Sync
-scheduling waits for step n's own event before scheduling again, so host work never overlaps
-the device.
-
-Each step gives an ``EngineStep`` (host times per phase, output time, tokens); ``summarize_run``
-turns a run into one flat result row (tokens/s, step time quantiles, TPOT, device idle fraction).
-
-``frozen_gc_heap()`` (from ``labkit.timing``) does what vLLM's engine core does once it has
-started (``vllm.utils.gc_utils.freeze_gc_heap``): collect, then freeze every object alive so far
-out of the cyclic collector, so collections while serving walk only what serving creates (the
-bench runs its variants inside it; requests, built per run, stay collectable).
+More: docs/reference.md, ``labkit.engine.loop``.
 """
 
 from __future__ import annotations

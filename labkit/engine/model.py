@@ -1,18 +1,6 @@
 """The mini engine's model: a transformer stack with random weights, one device op per kernel group.
 
-Each layer launches the ops a vLLM decoder layer launches, in order: ``input_norm``, ``qkv_proj``,
-``rope``, ``kv_write``, ``attention`` (the lab's prefix attention: the Triton kernel on a GPU, the
-torch reference elsewhere), ``o_proj``, ``post_attn_norm`` (+ residual, + pre-MLP norm),
-``gate_up_proj``, ``act_mul``, ``down_proj``, ``post_mlp_norm`` (+ residual). The step starts with
-``embed`` and ends with ``final_norm``, ``lm_head`` and ``sample`` (greedy). Every op goes through
-``device.launch(op, tokens=..., kv_tokens=..., fn=...)``: a real device runs ``fn``; the simulated
-device charges the profile's duration and never calls it, so a simulated model holds no weights.
-
-KV cache: one packed K and one V buffer ``(kv_capacity, num_kv_heads, head_dim)`` shared by all
-layers, laid out per step in the packed varlen order (row i's keys at
-``cu_seqlens_k[i]:cu_seqlens_k[i+1]``); ``kv_write`` scatters the step's new keys into their
-slots. The contents are not carried across steps (random weights: the lab measures cost, not
-text), but every layer reads and writes as many bytes as a real cache would.
+More: docs/reference.md, ``labkit.engine.model``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Recording a simulated-device profile on a real GPU: per-op device durations and runtime costs.
 
-``record_profile(model, ...)`` launches the model's forward and sampling for a few synthetic
-batch shapes (decode at two batch sizes and two context lengths, plus a prefill chunk); each op
-shape is timed in isolation (a few calls queued behind a short ``torch.cuda._sleep``, between CUDA
-events), so host launch gaps never enter the device times. A linear cost per op
-(``base + per_token * tokens + per_kv_token * kv_tokens``) is fitted over the shapes. Host costs
-(launch overhead per op, synchronisation, event record, one CUDA-graph replay) and copy costs
-(pageable and pinned H2D, pinned D2H: latency and bandwidth fitted through a 64 B and a 16 MiB
-copy, from the copies' own times alone) are timed with ``labkit.timing``. GPU only.
-
-``refit_copy_costs`` re-derives a recorded profile's copy latencies from that machine's
-calibration result (host time of copies of several sizes), for profiles recorded before the fit
-took only the copies; what calibration does not time (D2H) is then marked as not recorded:
-
-    python -m labkit.engine.record_profile --refit-copies data/profiles/h200.json \
-        --calibration data/results/h200/calibration_quick.json
+More: docs/reference.md, ``labkit.engine.record_profile``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
-import sys
 
 import numpy as np
 
@@ -194,36 +179,3 @@ def refit_copy_costs(profile: DeviceProfile, calibration) -> DeviceProfile:
                                     origin="UNKNOWN: not re-derived (calibration times no D2H copy); the figures "
                                            "recorded with the profile, whose latency fit was not the copy's alone")
     return replace(profile, **fitted)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m labkit.engine.record_profile --refit-copies PROFILE --calibration RESULT``."""
-    import argparse
-    import json
-
-    from labkit.engine.device.profiles import load_profile, save_profile
-    from labkit.errors import UsageError
-    from labkit.results import parse_result
-
-    p = argparse.ArgumentParser(prog="python -m labkit.engine.record_profile",
-                                description="Re-derive a recorded profile's copy costs from calibration.")
-    p.add_argument("--refit-copies", required=True, metavar="PROFILE", help="profile JSON, rewritten in place")
-    p.add_argument("--calibration", required=True, metavar="RESULT", help="that machine's calibration result JSON")
-    args = p.parse_args(argv)
-    try:
-        prof = load_profile(args.refit_copies)
-        with open(args.calibration, encoding="utf-8") as f:
-            cal = parse_result(json.load(f), args.calibration)
-        new = refit_copy_costs(prof, cal)
-    except (OSError, ValueError, UsageError) as exc:
-        print(f"record_profile: {exc}", file=sys.stderr)
-        return 2
-    save_profile(new, args.refit_copies)
-    for kind in ("h2d_pageable", "h2d_pinned", "d2h_pinned"):
-        c = getattr(new, kind)
-        print(f"{kind}: latency {c.latency_ns:.0f} ns, {c.bytes_per_ns:.1f} B/ns ({c.origin})")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

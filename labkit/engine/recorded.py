@@ -2,21 +2,9 @@
 
 ``labkit bench engine`` rows recorded before the two throughput metrics existed carry a single
 ``tokens_per_s`` (sampled tokens over the measured window). ``with_robust_metrics(rows)`` adds,
-from fields every row has, the metrics current rows carry:
+from fields every row has, the metrics current rows carry.
 
-- ``tokens_per_step``: median sampled tokens per step (``batch_seqs``: one token per sequence
-  per decode step);
-- ``tokens_per_s_median``: ``tokens_per_step`` over the median time between outputs
-  (``median_ns``), robust to a one-off stall;
-- ``tokens_per_s_window``: the window-based throughput (the old ``tokens_per_s``);
-- ``stall_ns``: window time beyond ``steps x median_ns``.
-
-Recorded values are never changed; derived ones are flagged ``metrics_derived: True``.
-
-``recorded_traces(machine)`` finds the traces a GPU run wrote under ``data/traces/<machine>/``
-(one folder per variant, ``tensor-loop-none-async`` for ``tensor/loop/none/async``),
-``sim_vs_measured`` lines up simulated rows against measured ones (step time, device busy time
-per step, idle fraction) as ratios, and ``step_model_rows`` sets each run beside the one step model.
+More: docs/reference.md, ``labkit.engine.recorded``.
 """
 
 from __future__ import annotations

@@ -5,27 +5,16 @@
 :func:`print_table` prints their rows. ``DEFAULT_VARIANTS`` and ``SIZES`` are the default set and
 the run sizes.
 
-Each variant is measured first, without a profiler (throughput both as ``tokens_per_s_median``,
-tokens per step over the median step, and ``tokens_per_s_window``, over the whole measured
-window; ``stall_ns`` shows a one-off stall), and only then profiled in a separate short run; the
-profiler is started once before all variants so its one-off start-up never lands in a variant.
-
-On a GPU, a traced CUDA-graph run keeps CUPTI loaded between profiler sessions
-(``TEARDOWN_CUPTI=0``, as PyTorch does for graphs under Inductor: tearing CUPTI down under live
-graphs has crashed). The idle share read from a graph-mode trace is labelled ``idle_status``
-``tentative``: CUPTI's records of graph kernels are reported wrong before CUDA 13.1 (kineto#1165),
-so it stays tentative unless the kernels' busy time per profiled step in that trace agrees, within
-``GRAPH_BUSY_TOLERANCE``, with the same variant's eager trace of this run (the same kernels,
-launched one by one: ``checked``).
+More: docs/reference.md, ``labkit.engine.runs``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +114,7 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
     from labkit.engine.device.devices import make_device
     from labkit.engine.graphs import effective_mode
     from labkit.engine.loop import Engine, summarize_run
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.trace.capture import make_capture
 
     rows, traces = [], []
@@ -154,20 +143,20 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
         if kind == "sim":
             meta.update(dev.profile.describe())
         run_name = cfg.variant_name().replace("/", "-")
-        t0 = time.perf_counter()
-        # Measured run first, without any profiler: one step more than measured, so the last
-        # measured step's tokens are collected in steady state (async: while the next step runs).
-        engine.run(warmup + steps + 1)
-        row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
-        # Then a separate profiled run: the profiler starts (and may stall the host) only after
-        # every measured output has been collected, so it can never enter the numbers.
-        cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
-                           active=TRACE_STEPS)
-        if trace_dir:
-            with cap:
-                engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
+        with stopwatch() as wall:
+            # Measured run first, without any profiler: one step more than measured, so the last
+            # measured step's tokens are collected in steady state (async: while the next step runs).
+            engine.run(warmup + steps + 1)
+            row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
+            # Then a separate profiled run: the profiler starts (and may stall the host) only after
+            # every measured output has been collected, so it can never enter the numbers.
+            cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
+                               active=TRACE_STEPS)
+            if trace_dir:
+                with cap:
+                    engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
         row["source"] = dev.source
-        row["wall_s"] = time.perf_counter() - t0
+        row["wall_s"] = wall.s
         if kind == "sim":
             row.update(dev.profile.describe())
         paths = [str(p) for p in getattr(cap, "paths", [])]

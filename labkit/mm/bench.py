@@ -1,13 +1,8 @@
 """``labkit bench mm``: the scheduler half of the lab (#40143 and beyond), measured and saved.
 
-Results (through the results store, under ``data/results/<machine>/``):
+Results (through the results store, under ``data/results/<machine>/``).
 
-- ``mm_get_num_embeds``: per-call cost of the placeholder methods per variant;
-- ``mm_decode_step``: encoder-scheduling host time of one decode step of the PR's shape
-  (128 requests x 32 images) per placeholder variant x strategy;
-- ``mm_sweep`` (``--sweep``): the same over requests (1-256) and images per request (1-64);
-- ``mm_workload``: the whole step scheduler over a workload run to completion, with a check
-  that every combination made identical decisions.
+More: docs/reference.md, ``labkit.mm.bench``.
 """
 
 from __future__ import annotations
@@ -32,9 +27,7 @@ logger = logging.getLogger(__name__)
 SOURCE = "measured-cpu"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit bench mm",
-                                description="Placeholder and encoder-scheduling host costs (vLLM #40143 and beyond).")
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true", help="also sweep requests (1-256) and images per request (1-64)")
     p.add_argument("--requests", type=int, default=128, help="requests in the decode step (default 128)")
     p.add_argument("--images", type=int, default=32, help="images per request in the decode step (default 32)")
@@ -45,7 +38,6 @@ def _parser() -> argparse.ArgumentParser:
                         ",".join(f"{v}+{s}" for v, s in DEFAULT_COMBOS) + ")")
     add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT",
                     size_help="quick (default: fewer repeats, smaller sweep and workload, seconds) or full")
-    return p
 
 
 def parse_combos(text: str | None) -> list[tuple[str, str]]:
@@ -170,11 +162,9 @@ def _print_summary(results: dict) -> None:
               f"  identical={r['identical_decisions']}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Entry point for ``labkit bench mm``."""
-    p = _parser()
-    args = p.parse_args(argv)
-    size = resolve_run_options(args, p.prog)
+    size = resolve_run_options(args, "labkit bench mm")
     combos = parse_combos(args.combos)
     results = run_benchmarks(quick=size == "quick", sweep=args.sweep, num_requests=args.requests,
                              images_per_request=args.images, workload=args.workload, combos=combos,

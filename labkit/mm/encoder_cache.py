@@ -1,21 +1,8 @@
 """The encoder cache: which encoder outputs are kept, who references them, what gets evicted.
 
-Same semantics as vLLM's ``EncoderCacheManager`` (v0.20.0), counted in embeddings:
+Same semantics as vLLM's ``EncoderCacheManager`` (v0.20.0), counted in embeddings.
 
-- ``cached``: identifier -> set of request ids referencing it. An entry whose set is empty
-  is still cached but *freeable*: it sits in the ``freeable`` OrderedDict (identifier ->
-  embeddings), oldest first, and is evicted lazily when space is needed.
-- ``num_free_slots``: embeddings not held by any cached entry.
-  ``num_freeable_slots``: free slots plus the slots of freeable entries.
-- Evicted identifiers are queued in ``freed`` and reported once by ``get_freed_mm_hashes()``
-  (the workers drop those encoder outputs).
-- ``free(request)`` releases the request's cached items in the iteration order of the Python
-  set ``get_cached_input_ids`` returns, as vLLM does; that order (not index order once a
-  request has eight or more items) decides the order of the freeable queue, hence which
-  entry is evicted first. E.g. items 3 and 8 cached: the set iterates 8, 3.
-
-Requests need ``request_id``, ``mm_features`` (each with ``identifier`` and ``mm_position``)
-and ``get_num_encoder_embeds(input_id)``.
+More: docs/reference.md, ``labkit.mm.encoder_cache``.
 """
 
 from __future__ import annotations

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS, get_placeholder_class
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
 from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
 from labkit.mm.workload import WorkloadSpec, make_requests, placeholder_layout
-from labkit.progress import progress
+from labkit.timing import progress
 from labkit.timing import Timing, auto_number, frozen_gc_heap, summarize, time_host
+from labkit.timing import clock_ns
 
 __all__ = [
     "BEFORE", "AFTER", "DEFAULT_COMBOS",
@@ -239,7 +239,7 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
         setup()
         sched = state["s"]
         decode_ns, prefill_ns = [], []
-        clock = time.perf_counter_ns
+        clock = clock_ns
         while sched.has_unfinished():
             t0 = clock()
             plan = sched.schedule()

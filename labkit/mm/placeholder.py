@@ -1,26 +1,9 @@
 """Placeholder ranges: where one multimodal item's embeddings sit in a prompt.
 
 Three variants of vLLM's ``PlaceholderRange`` share one interface and are picked by name
-from :data:`PLACEHOLDER_VARIANTS`:
+from :data:`PLACEHOLDER_VARIANTS`.
 
-``"tensor"``
-    vLLM before #40143 (= v0.19.1): a frozen dataclass whose ``embeds_cumsum`` is a cached
-    CPU int64 tensor, so every ``get_num_embeds()`` indexes a tensor and calls ``int()``
-    (a 0-d tensor is created and destroyed per read). An empty mask raises ``IndexError``
-    and ``end_idx == 0`` wraps to the last element (the total number of embeddings).
-``"list"``
-    vLLM after #40143 (= v0.20.0): the cumsum is cached as a Python ``list``. An empty mask
-    gives 0 embeddings and ``(0, 0)``; ``end_idx == 0`` gives 0. ``extract_embeds_range()``
-    still runs torch ops on every call, as in vLLM.
-``"fast"``
-    This lab's variant with ``"list"`` semantics: a ``__slots__`` class that computes the
-    number of embeddings, a zero-prefixed cumsum and the embedding runs once at construction,
-    so the hot-path methods are one attribute read each and ``extract_embeds_range()`` returns
-    a copy of a cached tuple.
-
-Every class is built as ``cls(offset, length, is_embed=None)``: ``offset`` and ``length`` in
-prompt tokens, ``is_embed`` a CPU ``torch.bool`` tensor of shape ``(length,)`` (which
-positions receive encoder embeddings) or ``None`` for "all of them".
+More: docs/reference.md, ``labkit.mm.placeholder``.
 """
 
 from __future__ import annotations

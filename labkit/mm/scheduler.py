@@ -1,28 +1,6 @@
 """Encoder-input scheduling: which images a request's next tokens need encoded this step.
 
-:func:`schedule_encoder_inputs` is the algorithm of vLLM 0.20.0's
-``Scheduler._try_schedule_encoder_inputs`` (without the EC connector and encoder-decoder
-paths), for any placeholder variant. It walks the request's items in offset order and, per
-item: stops at the first item that starts after the scheduled tokens; skips items already
-in the KV cache, duplicates within the request and items whose outputs are cached; with
-``disable_chunked_mm_input`` rolls the token count back to before an item it would split;
-trims the token count to the text before an item that does not fit the encoder compute
-budget or cache; skips an item whose scheduled slice holds no embeddings; otherwise
-schedules it.
-
-Strategies (:data:`SCHEDULING_STRATEGIES`) decide where that walk starts; every strategy
-makes identical decisions, they only differ in host cost:
-
-``"loop"``
-    vLLM 0.20.0: visit every item from the first, calling ``get_num_embeds()`` on each
-    (the cost #40143 measured: in a steady decode step every item is visited and skipped).
-``"cursor"``
-    per request, a cursor past the leading items already in the KV cache, advanced as
-    ``num_computed_tokens`` grows and rewound when it shrinks (preemption); a steady decode
-    step costs O(1) per request.
-``"window"``
-    like vLLM 0.33's ``get_mm_features_in_window``: bisect (with a key function) to the
-    first item that ends after ``num_computed_tokens``; stateless, O(log images) per request.
+More: docs/reference.md, ``labkit.mm.scheduler``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """The step scheduler: one call to ``schedule()`` plans one engine step of a multimodal workload.
 
 A compact model of vLLM v1's ``Scheduler.schedule()`` (FCFS, chunked prefill, no prefix
-caching, no speculative decoding beyond the EAGLE shift):
+caching, no speculative decoding beyond the EAGLE shift).
 
-1. Bookkeeping for the previous step, as vLLM 0.20.0's ``update_from_output`` does it: for
-   each row of that step, in row order, the request's encoder outputs whose placeholder is
-   now wholly in the KV cache are released (:func:`free_encoder_inputs`, vLLM's
-   ``_free_encoder_inputs``: it walks every cached item of the request, so an image repeated
-   in the request is released when its *first* copy is passed), then, if the request
-   produced its last token, it leaves the batch (KV blocks and its remaining encoder-cache
-   references freed, in the cache's set order).
-2. Running requests, in order, each get their remaining tokens (1 in decode, the rest of
-   the prompt in a chunked prefill) clamped to the token budget, then encoder inputs through
-   the chosen strategy (with EAGLE's shift, for waiting requests too, as vLLM passes it).
-   If KV blocks run out, the most recently admitted running request is preempted (back to
-   the front of the waiting queue, ``num_computed_tokens`` reset to 0, its encoder-cache
-   references freed); if that is the request itself, the loop stops.
-3. If nothing was preempted, waiting requests are admitted while the token budget, the
-   ``max_num_seqs`` limit, the encoder budget and the KV capacity allow.
-4. ``num_computed_tokens`` advances at once (vLLM's ``_update_after_schedule``, what lets
-   async scheduling plan step N+1 while step N runs). A request whose computed tokens reach
-   its known tokens samples one token this step; at ``output_len`` tokens it is finished.
-
-Each call returns a frozen :class:`StepPlan`; ``scheduler.log`` keeps them all so runs with
-different strategies or placeholder variants can be compared for identical decisions.
+More: docs/reference.md, ``labkit.mm.step_scheduler``.
 """
 
 from __future__ import annotations

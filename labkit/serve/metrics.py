@@ -1,17 +1,9 @@
 """What ``vllm bench serve`` reports, computed from a run's token arrival times.
 
 Definitions as vLLM's ``vllm/benchmarks/serve.py`` (``calculate_metrics``) computes them, every
-request sent at t = 0 (request rate inf):
+request sent at t = 0 (request rate inf).
 
-- TTFT: first token's arrival; latency (E2EL): last token's arrival;
-- TPOT per request: ``(latency - ttft) / (output_len - 1)`` (requests with more than one token);
-- ITL: every gap between consecutive tokens of a request, pooled over requests;
-- duration: the benchmark's wall time, here the last token's arrival;
-- throughputs: completed requests, output tokens and input + output tokens per second of duration
-  (input tokens: each request's ``prompt_len`` as the dataset counts it);
-- peak output tok/s (``max_output_tokens_per_s``): the tokens arriving in each whole second since
-  the first request's start, counted in ``ceil(last end - first start) + 1`` one-second buckets,
-  the largest count.
+More: docs/reference.md, ``labkit.serve.metrics``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """vLLM's real scheduler, stepped for a whole serving run (the clock's :class:`EngineDriver`).
 
-vLLM's own scheduler, built on the CPU from a generated model configuration (no weights, no
-tokenizer; only the encoder budget is a stand-in, sized as vLLM sizes it), with the settings
-``vllm serve`` takes on an H100 or H200 (:data:`SERVE_DEFAULTS`: 8,192 batched tokens, 1,024
-sequences, chunked prefill, async scheduling). The KV cache holds every request's prompt and
-output at once (no preemption: the published run's regime on an 80-141 GB GPU for a 4B model, an
-assumption). Each step: ``schedule()`` of step n, then ``update_from_output()`` of step n-1 (async)
-with a stand-in ``ModelRunnerOutput`` sampling one token per request that finished its prompt. It
-plans the steps only; what they cost comes from the host and device models.
+More: docs/reference.md, ``labkit.serve.vllm_driver``.
 """
 
 from __future__ import annotations

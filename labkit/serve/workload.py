@@ -1,13 +1,6 @@
 """The run #40143 published, as ``vllm bench serve`` made it: which requests, with what prompts.
 
-``vllm bench serve --dataset-name random-mm --num-prompts 128 --max-concurrency 128``
-(request rate inf: every request is sent at t = 0), 32 images of 1024 x 1536 per request,
-``--random-input-len`` at its default (1,024 random text tokens), 8,000 output tokens with
-``--ignore-eos``. Each image gets Gemma 4's real placeholder
-(:func:`labkit.vllm.conformance.models.placeholder_layout`: 262 tokens, 260 embeddings, the two ends not
-embedded); the images are spread through the prompt with the text (33 text runs around 32
-images). :func:`prompt_layout` is pure Python; :func:`make_vllm_requests` builds vLLM's own
-``Request`` objects from it (vLLM imported inside).
+More: docs/reference.md, ``labkit.serve.workload``.
 """
 
 from __future__ import annotations

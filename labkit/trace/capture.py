@@ -1,21 +1,9 @@
-"""Trace capture: torch.profiler runs (real devices) and Kineto files from the simulated device.
+"""Recording traces of the lab's engine: torch.profiler on a real device, or the simulated device's timeline.
 
-One interface for the engine loop, whatever the device::
-
-    with make_capture(device, trace_dir, run="tensor-loop", metadata={...}) as cap:
-        for _ in range(steps):
-            engine.step()
-            cap.step()
-
-``make_capture`` returns a ``NullCapture`` (no tracing: ``step()`` does nothing, so the hot path
-has no branches), a ``TorchCapture`` (``torch.profiler.profile`` with a wait/warm-up/active
-schedule, ``ProfilerStep#N`` markers from ``prof.step()``, metadata stamped with
-``add_metadata_json``) or a ``SimCapture`` (same schedule and markers on the simulated host
-timeline, exported by ``labkit.engine.device.sim_trace``). Files follow the TensorBoard plugin's naming,
-``<root>/<run>/<worker>.<time_ns>.pt.trace.json.gz``, one folder per run.
-
-Engine phases are ``record_function`` ranges named ``schedule``, ``prepare_metadata``,
-``forward/layer_{i}`` and ``sample`` (see ``PHASES`` and ``layer_phase``).
+``make_capture(device, trace_dir, run, metadata)`` gives a ``NullCapture`` (no tracing), a
+``TorchCapture`` (a wait/warm-up/active schedule, the profiler's step markers, the run's metadata
+stamped on the file) or a ``SimCapture`` (the same on the simulated host timeline); files are
+``<root>/<run>/<worker>.<time_ns>.pt.trace.json.gz``. Engine phases: ``PHASES``, ``layer_phase``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,24 @@
-"""User-named output files of the trace commands (``labkit analyze``, ``labkit whatif``).
+"""The output files of the trace commands (``labkit analyze``, ``labkit whatif``) and their offline HTML pages.
 
-Every path is checked before any work (not a folder, in an existing folder, two outputs not on
-one file, no output on an input), and the outputs are written all or none, so bad input leaves
-nothing behind.
+Every path is checked before any work (not a folder, in an existing folder, two outputs not on one
+file, no output on an input) and the outputs are written all or none, so bad input leaves nothing
+behind. ``render_report`` (an analysis; plotly.js inline) and ``render_whatif`` (a what-if answer,
+no scripts) share one stylesheet and table writer; neither page loads anything from the network.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+
 from labkit import fileio
 from labkit.errors import UsageError
+from labkit.trace.analysis.diff import diff_analyses
 
 
 def check_output(path: str | os.PathLike) -> Path:
@@ -49,6 +55,11 @@ def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[st
     return given
 
 
+def json_text(payload) -> str:
+    """A command's JSON output as written: indented, no NaN, one trailing newline."""
+    return json.dumps(payload, indent=1, allow_nan=False) + "\n"
+
+
 def write_all(outputs: dict[Path, str]) -> None:
     """Write every output or none: all go to temporary files first, then each replaces its target."""
     temps: list[tuple[str, Path]] = []
@@ -70,3 +81,179 @@ def write_all(outputs: dict[Path, str]) -> None:
         for path in done:
             path.unlink(missing_ok=True)
         raise UsageError(f"cannot write outputs: {exc.strerror or exc}") from None
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:20px;color:#222}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:12px;margin:6px 0}
+td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;max-width:520px;overflow-wrap:anywhere}
+th{background:#f4f4f4}td.l,th.l{text-align:left}
+.badge{display:inline-block;padding:2px 8px;border-radius:4px;color:#fff;font-size:12px}
+.sim{background:#b35900}.gpu{background:#1b7f3a}.host{background:#1f5f99}
+.flag{color:#a00;font-weight:bold}.bar{display:inline-block;height:12px}
+.m{background:#1f5f99}.p{background:#b35900}.ok{color:#1b7f3a}.bad{color:#a00;font-weight:bold}
+"""
+
+
+def _table(df: pd.DataFrame, top: int | None = None, floatfmt: str = "{:.3f}") -> str:
+    if top is not None:
+        df = df.head(top)
+    if len(df) == 0:
+        return "<p><i>none</i></p>"
+    cols = list(df.columns)
+    head = "".join(f"<th class='l'>{html.escape(str(c))}</th>" for c in cols)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = []
+        for v in row:
+            if isinstance(v, float):
+                cells.append(f"<td>{floatfmt.format(v)}</td>")
+            elif isinstance(v, (int,)) or hasattr(v, "dtype"):
+                cells.append(f"<td>{html.escape(str(v))}</td>")
+            else:
+                cells.append(f"<td class='l'>{html.escape(str(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _source(an) -> str:
+    s = an.source
+    cls, word = ("sim", "simulated") if s["simulated"] else (("gpu", "measured on a GPU") if s["has_device_events"]
+                                                             else ("host", "host only"))
+    items = [f"<span class='badge {cls}'>{word}</span>",
+             f"<b>{html.escape(str(s['file']))}</b>", f"GPU: {html.escape(str(s.get('gpu') or 'none recorded'))}",
+             f"{s['events']} events"]
+    if s["skipped_events"]:
+        items.append(f"<span class='flag'>{s['skipped_events']} malformed events skipped</span>")
+    return "<p>" + " &middot; ".join(items) + "</p>"
+
+
+def _section(an, top: int) -> str:
+    parts = [_source(an)]
+    if not an.source["has_device_events"]:
+        parts.append("<p>No device events in this trace: only host time is reported.</p>")
+    parts.append("<h2>Device streams: busy and idle (us)</h2>" + _table(an.streams))
+    parts.append(f"<h2>Host call sites during host-wait idle (top {top})</h2>"
+                 "<p>Device idle time during which the launching thread was inside each call site "
+                 "(innermost annotation, Python frame, CPU op, runtime call).</p>"
+                 + _table(an.host_starvation[["call_site", "idle_overlap_us", "bubble_count", "share"]], top))
+    big = an.bubbles.sort_values("dur_us", ascending=False).head(top)
+    parts.append(f"<h2>Largest bubbles (top {top})</h2>" + _table(
+        big[["device", "stream", "start_us", "dur_us", "category", "prev_op", "next_op", "call_site"]]))
+    h = an.h2d
+    parts.append(f"<h2>Host-to-device copies ({len(h)}: {int((h['kind'] == 'pageable').sum())} pageable, "
+                 f"{int((h['kind'] == 'pinned').sum())} pinned)</h2>")
+    for f in an.copies.flags:
+        parts.append(f"<p class='flag'>repeated small pageable copies: {f['count']} copies ({f['bytes']} bytes, "
+                     f"{f['host_stall_us']:.1f} us host stall) at {html.escape(f['call_site'])} "
+                     f"- rule: {html.escape(f['rule'])}</p>")
+    parts.append(_table(an.copies.by_call_site, top))
+    parts.append("<h3>per step</h3>" + _table(an.copies.by_step))
+    if len(an.steps):
+        parts.append("<h2>Steps</h2>" + _table(an.steps))
+    parts.append("<h2>HTA-compatible idle breakdown (us)</h2>" + _table(an.hta_compatible))
+    parts.append(f"<h2>Device ops by total time (top {top})</h2>" + _table(an.kernels, top))
+    return "\n".join(parts)
+
+
+def render_report(analysis, *, other=None, top: int = 10) -> str:
+    """The page of an ``Analysis`` (or of two, before and after) as one HTML string (plotly.js inline)."""
+    import plotly.io as pio  # optional (labkit[report]): only the analyze page needs plotly
+    from plotly.offline import get_plotlyjs
+
+    from labkit.viz.timeline import plot_idle_breakdown, plot_timeline, plot_timeline_pair
+
+    if other is None:
+        figs = [plot_idle_breakdown(analysis), plot_timeline(analysis)]
+        title = f"Trace analysis: {analysis.source['file']}"
+    else:
+        figs = [plot_timeline_pair(analysis, other)]
+        title = f"Trace comparison: {analysis.source['file']} vs {other.source['file']}"
+    fig_html = "\n".join(pio.to_html(f, full_html=False, include_plotlyjs=False, include_mathjax=False,
+                                     config={"displaylogo": False}) for f in figs)
+    body = [f"<h1>{html.escape(title)}</h1>", fig_html]
+    if other is None:
+        body.append(_section(analysis, top))
+    else:
+        d = diff_analyses(analysis, other)
+        body.append("<h2>Before / after totals</h2>" + _table(d.totals))
+        body.append(f"<h2>Host call sites: change in host-wait idle (top {top})</h2>" +
+                    _table(d.call_sites[["call_site", "idle_overlap_us_before", "idle_overlap_us_after",
+                                         "idle_overlap_us_delta"]], top))
+        body.append("<h2>Copies</h2>" + _table(d.copies))
+        body.append(f"<h2>Kernels: largest changes (top {top})</h2>" + _table(d.kernels, top))
+        body.append("<h1>Before</h1>" + _section(analysis, top))
+        body.append("<h1>After</h1>" + _section(other, top))
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title>"
+            f"<style>{_CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            + "\n".join(body) + "</body></html>\n")
+
+
+# -- labkit whatif's page ------------------------------------------------------------------------
+
+def _num(x, nd: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _row(cells, left: int = 1) -> str:
+    cells = [f"<td class='l'>{html.escape(str(c))}</td>" if i < left else f"<td>{html.escape(str(c))}</td>"
+             for i, c in enumerate(cells)]
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def render_whatif(w) -> str:
+    """The page for ``w`` (a ``labkit.trace.whatif.predict.WhatIf``) as a string."""
+    j = w.to_json()
+    s, m, p, rc, g = j["source"], j["measured"], j["predicted"], j["replay_check"], j["gaps"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>labkit whatif</title><style>{_CSS}</style>"
+             "</head><body>", "<h1>labkit whatif</h1>",
+             f"<p>{html.escape(str(s['file']))} &middot; {html.escape(s['kind'])} &middot; GPU: "
+             f"{html.escape(str(s.get('gpu') or 'none recorded'))} &middot; steps: {j['steps']['count']} x "
+             f"{html.escape(j['steps']['what'])}</p>", "<h2>Changes</h2><ul>"]
+    parts += ([f"<li>{html.escape(c['describe'])} ({c['matched']} matched)"
+               + (f"<br><span class='bad'>{html.escape(c['warning'])}</span>" if c.get("warning") else "") + "</li>"
+               for c in j["changes"]] or ["<li>none</li>"])
+    parts.append("</ul><h2>Measured vs predicted</h2><table><tr><th class='l'></th><th>measured</th>"
+                 "<th>predicted</th></tr>")
+    parts.append(_row(["median step (ms)", _num(m["step_ms_median"]), _num(p["step_ms_median"])]))
+    parts.append(_row(["tokens/s", _num(m["tokens_per_s"], 0), _num(p["tokens_per_s"], 0)]))
+    parts.append(_row(["device idle fraction", _num(m["device_idle_frac"]), _num(p["device_idle_frac"])]))
+    parts.append("</table>")
+    top = max([x or 0 for x in m["step_ms"] + p["step_ms"]] or [1]) or 1
+    parts.append("<h2>Steps (ms)</h2><table><tr><th>step</th><th>measured</th><th>predicted</th>"
+                 "<th class='l'></th></tr>")
+    for i, (a, b) in enumerate(zip(m["step_ms"], p["step_ms"])):
+        bars = (f"<span class='bar m' style='width:{200 * a / top:.0f}px'></span><br>"
+                f"<span class='bar p' style='width:{200 * b / top:.0f}px'></span>")
+        parts.append(f"<tr><td>{i}</td><td>{_num(a)}</td><td>{_num(b)}</td><td class='l'>{bars}</td></tr>")
+    parts.append("</table><h2>Streams</h2><table><tr><th>device</th><th>stream</th><th>busy ms</th>"
+                 "<th>idle ms measured</th><th>idle ms predicted</th></tr>")
+    for a, b in zip(m["streams"], p["streams"]):
+        parts.append(_row([a["device"], a["stream"], _num(a["busy_ms"]), _num(a["idle_ms"]), _num(b["idle_ms"])], 0))
+    parts.append(f"</table><h2>Gaps of {g['threshold_us']:g} us or more</h2><p>{g['measured_count']} measured, "
+                 f"{g['closed_count']} close ({g['closed_us'] / 1e3:.3f} ms), {g['remaining_count']} remain "
+                 f"({g['remaining_us'] / 1e3:.3f} ms)</p><table><tr><th class='l'>before op</th>"
+                 "<th class='l'>launched in</th><th>measured us</th><th>predicted us</th></tr>")
+    for r in g["largest_remaining"]:
+        parts.append(_row([r["next_op"][:80], r["launched_in"], _num(r["measured_us"], 1),
+                           _num(r["predicted_us"], 1)], 2))
+    cls = "ok" if rc["ok"] else "bad"
+    parts.append(f"</table><h2>Self-check</h2><p class='{cls}'>unchanged replay vs measured steps: "
+                 f"{100 * rc['step_ms_error']:.2f}% (tolerance {100 * rc['tolerance']:.0f}%)</p>")
+    parts += [f"<p>note: {html.escape(n)}</p>" for n in j["notes"]]
+    sg = j.get("suggestions")
+    if sg is not None:
+        parts.append(f"<h2>Suggestions</h2><p>the unchanged replay: {_num(sg['base_step_ms'])} ms a step</p>")
+        ranked = sg.get("ranked_by", "device idle")
+        for key, title, what in (("reads", "placeholder reads (the #40143 pattern)", "read_us"),
+                                 ("spans", f"host spans by the {ranked} they overlap", "idle_overlap_ms"),
+                                 ("syncs", "synchronizing call sites by the time they waited", "waited_ms"),
+                                 ("copies", "repeated small pageable copies (a step)", "per_step")):
+            parts.append(f"<h3>{title}</h3><table><tr><th class='l'>argument</th><th>{what}</th>"
+                         "<th>predicted step ms</th></tr>")
+            parts += [_row([x["argument"], _num(x[what]) if what != "per_step" else x[what],
+                            _num(x["predicted_step_ms"])]) for x in sg.get(key, [])] \
+                or ["<tr><td class='l'>none</td></tr>"]
+            parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -2,56 +2,9 @@
 
 An installed vLLM (0.20 or later) carries both merged changes. This module puts either one
 back the way it was, in-process, so that one vLLM build serves the baseline and the
-merged variant and nothing else differs between the two runs:
+merged variant and nothing else differs between the two runs.
 
-``placeholder="tensor"`` (before #40143)
-    ``PlaceholderRange.embeds_cumsum`` is a cached CPU int64 tensor again, and
-    ``get_num_embeds()`` / ``get_embeds_indices_in_range()`` index it and call ``int()``
-    (the pre-#40143 code, including its edge cases: an empty mask raises ``IndexError``,
-    ``end_idx == 0`` wraps to the last element). Applying or undoing this clears the
-    ``embeds_cumsum`` that live placeholder objects cached under the other definition (a
-    stale tensor would break the list code, and a stale list the tensor code).
-``scheduler="loop"`` (vLLM 0.20, where both PRs first shipped)
-    On vLLM >= 0.21, whose scheduler no longer visits the images already in the KV cache,
-    ``Scheduler._try_schedule_encoder_inputs`` becomes vLLM 0.20's loop again
-    (:mod:`labkit.vllm.sched020`: every image of every running request visited,
-    ``get_num_embeds()`` first), so a decode step makes the per-image reads #40143 made
-    cheap. The arms of #40143 both run it: ``baseline`` with the tensor reads, ``pr40143``
-    with the list reads, as vLLM 0.20 ran them; ``merged`` keeps the installed window.
-``prefix_range="per-layer"`` (before #38794)
-    ``TritonAttentionMetadata.mm_prefix_range_tensor`` becomes a property rebuilt from
-    ``mm_prefix_range`` on every read, i.e. once per attention layer per step, the old
-    way: one small ``torch.tensor(..., device=...)`` per sequence (a synchronizing
-    pageable copy on a GPU) plus a nested-tensor pad. The per-step build (vLLM 0.20: the
-    model runner's call of ``TritonAttentionMetadata.compute_mm_prefix_range_tensor``;
-    >= 0.21: ``triton_attn.compute_mm_prefix_range_tensor`` in the metadata builder) is
-    switched off so only the per-layer cost remains.
-
-Variants (:data:`VARIANTS`): ``baseline`` (both reverted, vLLM 0.20's loop), ``pr40143`` (only
-#40143 applied, on the same loop: vLLM 0.20 as the PR left it), ``pr38794`` (only #38794
-applied, the loop), ``merged`` (vLLM as installed: list reads, windowed scheduler), and one step
-beyond: ``early-return`` (as installed, plus ``patches/vllm-0.33.0-encoder-early-return.diff``
-applied in-process: the scheduler skips its window bisects once a request's last item is in
-the KV cache; see :mod:`labkit.vllm.census.sched_census`).
-
-How a run picks a variant: ``LABKIT_VLLM_AB=<variant>`` in the environment of
-``vllm serve``. labkit registers :func:`load_plugin` in vLLM's ``vllm.general_plugins``
-entry-point group, which vLLM loads in every process it starts (API server, engine core,
-workers), so the patch reaches the scheduler and the model runner. In-process use:
-``with patched_vllm("baseline"): ...``; launcher: ``python -m labkit.vllm.ab run --variant
-baseline -- serve MODEL ...`` (sets the variable, then runs vLLM's CLI).
-
-The per-layer patch lives in the Triton backend (``TRITON_ATTN``); on Hopper vLLM 0.33
-prefers a FlashAttention composite for mm-prefix models, so pass ``--attention-backend
-TRITON_ATTN`` to every variant (``scripts/vllm_ab.sh`` does). The per-layer cost appears
-only where attention runs eagerly: under full CUDA graphs a decode step replays the
-captured kernels.
-
-Importing this module never imports vLLM; everything vLLM-specific happens inside
-functions. vLLM's plugin entry point names :func:`load_plugin` here (``labkit.vllm.ab:load_plugin``).
-``python -m labkit.vllm.ab ingest ...`` files a ``vllm bench serve`` result
-(and its profiler traces) in the results store as ``vllm_ab`` (source ``measured-gpu``, or
-``measured-cpu`` for vLLM's CPU build; see :mod:`labkit.vllm.server.ab_results`).
+More: docs/reference.md, ``labkit.vllm.ab``.
 """
 
 from __future__ import annotations
@@ -68,10 +21,9 @@ from typing import Callable, Iterator
 
 from labkit.errors import UsageError
 from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143
+from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_variant  # noqa: F401
 
 logger = logging.getLogger(__name__)
-
-from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_variant  # noqa: F401
 
 
 # --------------------------------------------------------------------------------------
@@ -327,13 +279,13 @@ def load_plugin() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Command line: `python -m labkit.vllm.ab {variants,ingest,serve}`
+# Command line: `labkit vllm ab {variants,ingest,run}`
 # --------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m labkit.vllm.ab", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_ab_args(p: argparse.ArgumentParser) -> None:
+    """``labkit vllm ab``'s subcommands: ``variants``, ``ingest``, ``run``."""
+    sub = p.add_subparsers(dest="ab_cmd", required=True)
     sub.add_parser("variants", help="list the A/B variants")
     ing = sub.add_parser("ingest", help="file a `vllm bench serve` JSON under results/<gpu>/vllm_ab.json")
     ing.add_argument("--variant", required=True, help=f"one of {', '.join(VARIANTS)}")
@@ -358,24 +310,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--variant", default=None, help=f"one of {', '.join(VARIANTS)} (default: $LABKIT_VLLM_AB, if set)")
     srv.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for the `vllm` command")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit.vllm.ab", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.cmd == "variants":
+def ab_main(args: argparse.Namespace) -> int:
+    """``labkit vllm ab``; returns the exit code."""
+    if args.ab_cmd == "variants":
         for v in VARIANTS.values():
             print(f"{v.name:<12} placeholder={v.placeholder:<6} scheduler={v.scheduler:<6} "
                   f"prefix_range={v.prefix_range:<9} {v.description}")
         return 0
-    if args.cmd == "ingest":
+    if args.ab_cmd == "ingest":
         if args.images is not None and args.images < 0:
             raise UsageError("--images must be >= 0")
         from labkit.vllm.server.ab_results import ingest
@@ -404,11 +348,7 @@ def _main(argv: list[str]) -> int:
         os.environ[ENV_VAR] = args.variant
     elif os.environ.get(ENV_VAR, "").strip():
         get_variant(os.environ[ENV_VAR].strip())
-    # apply through the importable module (not this ``__main__`` copy), the one vLLM's
-    # plugin loader calls, so the variant is applied once per process
-    from labkit.vllm import ab as plugin_module
-
-    plugin_module.load_plugin()
+    load_plugin()
     answer_vllm_version()
     from vllm.entrypoints.cli.main import main as vllm_main
 
@@ -445,6 +385,3 @@ def answer_vllm_version() -> None:
     version.labkit_vllm_version = True
     md.version = version
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,13 +1,6 @@
 """pytest plugin: vLLM's own tests run with the A/B variant named by ``$LABKIT_VLLM_AB``.
 
-vLLM's unit tests build schedulers and placeholders directly, so nothing in them starts an
-engine process that would load vLLM's general plugins before the first test. This plugin
-(``pytest -p labkit.vllm.pytest_ab``) calls vLLM's own loader,
-``vllm.plugins.load_general_plugins()``, when pytest starts: it runs every entry point of the
-``vllm.general_plugins`` group, among them labkit's ``labkit.vllm.ab:load_plugin``, which applies
-the variant the environment names (nothing when the variable is unset: the stock run). The
-plugin then checks that the variant the environment names is the one applied, stops the run
-when it is not, and names it in pytest's header and in the junit XML's properties.
+More: docs/reference.md, ``labkit.vllm.pytest_ab``.
 """
 
 from __future__ import annotations

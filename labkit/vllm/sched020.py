@@ -1,30 +1,6 @@
 """vLLM 0.20's encoder-input scheduling loop, for vLLM >= 0.21's ``Scheduler``.
 
-#40143 made ``PlaceholderRange.get_num_embeds()`` cheap because vLLM 0.20's
-``Scheduler._try_schedule_encoder_inputs`` called it for *every* image of every request on
-every step, before looking at the image at all. vLLM 0.21+ (0.33 here) no longer visits the
-images already in the KV cache: ``get_mm_features_in_window`` bisects to the few that
-overlap the step's tokens, so a decode step reads no placeholder at all. Reverting the
-cumsum alone on such a vLLM therefore recreates almost none of #40143's cost; the A/B
-switch's pre-#40143 variants (``baseline``, ``pr38794``) also put this loop back.
-
-:func:`try_schedule_encoder_inputs_v020` is vLLM 0.20.0's method body (v0.20.0,
-``vllm/v1/core/sched/scheduler.py``), adapted only where the newer scheduler's data
-structures require it:
-
-- it returns five lists, as callers of vLLM >= 0.21 unpack: duplicates of an item already
-  chosen in this call go to the fifth list (``_allocate_encoder_inputs`` registers them
-  with the cache, which in 0.33 tracks each occurrence a request holds);
-- ``mm_hashes_to_schedule`` maps identifier -> embeddings and the embedding-count
-  mismatch checks of 0.33 run where 0.33 runs them (before a duplicate ``continue`` and
-  before the cache lookup): 0.33's cache asserts one count per identifier on allocation.
-
-Everything else follows 0.20 (re-written here from its rules): the walk starts at the first item, ``get_num_embeds()`` is read
-first for every visited item, items already in the KV cache ``continue``, duplicates and
-cache hits are checked before the ``disable_chunked_mm_input`` test (which uses
-``num_computed_tokens < start_pos``), and the budget branch subtracts the EAGLE shift. On
-steps without EAGLE and with chunked mm input allowed, its decisions equal the installed
-method's (the conformance suite checks both on random scenarios).
+More: docs/reference.md, ``labkit.vllm.sched020``.
 """
 
 from __future__ import annotations

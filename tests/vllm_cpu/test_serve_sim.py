@@ -104,9 +104,9 @@ def test_merged_visits_no_image_per_decode_step(model_dir):
 
 
 def test_cli_with_bad_arms_exits_2(capsys):
-    from labkit.serve.bench import main
+    from labkit.cli import main
 
-    assert main(["--arms", "nope", "--no-save"]) == 2
+    assert main(["bench", "serve-sim", "--arms", "nope", "--no-save"]) == 2
     assert "arms" in capsys.readouterr().err
 
 

@@ -1,36 +1,20 @@
 """Two devices behind one interface: real torch (CUDA streams, or CPU) and a simulated GPU stream.
 
 The engine talks to a device only through ``launch``, ``copy_h2d``, ``copy_d2h``,
-``record_event``/``wait_event``, ``synchronize`` and ``annotate``:
+``record_event``/``wait_event``, ``synchronize`` and ``annotate``.
 
-- ``TorchDevice`` (``labkit.engine.device.torch_device``, re-exported here) runs the real ops (``fn``) on
-  CUDA (or on the CPU, for the tiny model in tests); copies are real copies and phases are
-  ``torch.profiler.record_function`` ranges.
-- ``SimDevice`` is a deterministic in-order stream: each launched op gets a device duration from a
-  ``DeviceProfile`` (or the caller), starts when both the stream is free and its launch call has
-  returned, and costs the host the profile's launch overhead. A synchronising copy (pageable H2D, or
-  any blocking copy) holds the host until the queue has drained and the copy is done. Host time
-  between device calls is the REAL Python time (``clock``, ``perf_counter_ns`` by default), while the
-  device calls' own bookkeeping is excluded and replaced by the modelled runtime cost, so the
-  simulated timeline does not depend on whether it is being recorded. The clock is injectable so
-  tests can drive hand-worked schedules exactly (``FROZEN_CLOCK`` plus ``spend``: host time only
-  from a fixed cost model).
-- CUDA graphs: ``replay(graph, ops)`` is ONE host call (the profile's ``replay_overhead_ns``)
-  that queues the graph's captured ops back to back, so its device time is the sum of theirs;
-  ``capture(graph, ops)`` is the one-off capture (host time only, before any measured step).
-
-All simulated times are nanoseconds from the device's creation.
+More: docs/reference.md, ``labkit.engine.device.devices``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from labkit.engine.device.profiles import DeviceProfile, parametric_profile
 from labkit.engine.device.torch_device import TorchDevice  # noqa: F401  (re-exported: one place for both devices)
+from labkit.timing import clock_ns
 
 #: Kineto-style names of the copy kinds, keyed by (direction, pinned)
 MEMCPY_NAMES = {
@@ -100,7 +84,7 @@ class SimDevice:
         self,
         profile: DeviceProfile | None = None,
         *,
-        clock: Callable[[], int] = time.perf_counter_ns,
+        clock: Callable[[], int] = clock_ns,
         record: bool = False,
         stream: int = 7,
         device_index: int = 0,

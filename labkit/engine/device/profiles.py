@@ -6,9 +6,7 @@ tokens in the step; kv_tokens: keys read by attention summed over the batch), pl
 costs of the CUDA runtime (launch overhead per op, synchronisation overhead) and an H2D/D2H copy
 model (``latency_ns + nbytes / bytes_per_ns``).
 
-Profiles live as JSON under ``data/profiles/<gpu-slug>.json`` (recorded on a GPU with
-``labkit bench engine --write-profile``). Without one, ``parametric_profile()`` gives a
-hand-set profile that is clearly labelled *parametric, not measured*.
+More: docs/reference.md, ``labkit.engine.device.profiles``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Kineto (Chrome-trace JSON) export of a simulated device's timeline.
 
-The simulated device writes the same format as ``torch.profiler`` on a GPU, so one analysis
-path (``labkit.trace``, HTA, torch-tb-profiler) serves both: host ranges (``user_annotation``,
-``cpu_op``, ``cuda_runtime`` with ``args.correlation``) on a host pid, ``kernel``/``gpu_memcpy``
-events on device pid ``0`` / tid = stream with ``args.stream``/``args.correlation``/``args.device``,
-``ac2g`` flow events from launch to device op, ``process_name``/``thread_name`` metadata saying
-*simulated*, a ``deviceProperties`` entry named ``simulated (profile: ...)`` and a top-level
-``labkit`` dict with ``source: "simulated"``. Timestamps are whole microseconds (both ends
-of every event rounded the same way), so gaps in the file match the simulation to within 1 us.
+More: docs/reference.md, ``labkit.engine.device.sim_trace``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ replays are made by ``labkit.engine.cudagraph_torch`` on this device's tensors.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
+from labkit.timing import clock_ns
 
 
 class TorchDevice:
@@ -30,11 +30,11 @@ class TorchDevice:
         self.time_ops = bool(time_ops and self.is_cuda)
         self._op_events: list[tuple[str, int, int, object, object]] = []
         self._timed: set = set()
-        self._t0 = time.perf_counter_ns()
+        self._t0 = clock_ns()
 
     def now_ns(self) -> int:
         """Host time (ns) since the device was created."""
-        return time.perf_counter_ns() - self._t0
+        return clock_ns() - self._t0
 
     def launch(self, op: str, duration_ns: int | None = None, *, tokens: int = 0, kv_tokens: int = 0,
                fn: Callable[[], object] | None = None):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
+from labkit.report.answers.element import Answer, bars_html, cite, esc, num
 from labkit.report.answers.pick import of_name, pick, recorded, row
 from labkit.results import load_results
 from labkit.viz.tables import format_table

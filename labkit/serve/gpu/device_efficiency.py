@@ -4,32 +4,9 @@ Every efficiency is a fraction of a datasheet peak (:mod:`labkit.viz.peaks`): of
 for the ``*_stream`` ones, of dense bf16 tensor-core throughput for the ``*_compute`` ones. Each
 carries where it comes from and whether it is ``assumed`` (not measured for that use).
 
-Measured on the H200 (read from the files at every load, never typed here):
+Measured on the H200 (read from the files at every load, never typed here).
 
-- ``gemm_stream``, ``gemm_compute``, ``lm_head_stream``: the engine profile
-  ``data/profiles/h200.json`` (per-op CUDA-event device durations of the mini engine's
-  ``gemma4-e4b-like`` stack, :mod:`labkit.engine.record_profile`; its op shapes come from
-  :data:`labkit.engine.config.MODEL_PRESETS`). ``gemm_stream``: the four decoder GEMMs' weight
-  bytes (``qkv``, ``o``, ``gate_up``, ``down``) over their fitted durations at the recorded
-  decode batch (:data:`PROFILE_DECODE_ROWS` rows), a share of HBM peak. ``gemm_compute``: their
-  FLOPs over their durations at the recorded prefill chunk (:data:`PROFILE_PREFILL_TOKENS`
-  tokens). ``lm_head_stream``: the LM head's weight bytes over its duration at the decode batch.
-  The durations hold each kernel's fixed cost and the event timing around it, so these are what
-  a kernel of that size reached there, not a bound.
-- ``attn_decode_stream``, ``attn_prefill_sliding_compute``, ``attn_prefill_global_compute``:
-  ``attn_bench`` on the H200 (``data/results/h200/attn_bench_quick.json``; the variant
-  :data:`ATTN_VARIANT`, the lab's Triton prefix kernel at its default tile): the ``decode`` case's
-  K/V and Q/O bytes (the counting rule of :mod:`labkit.viz.lab.roofline`) per second, and the
-  ``prefill_local`` / ``prefill_global`` cases' FLOPs per second. Their shapes are Gemma-3-4B's
-  (head dim 256, window 1024), not E4B's: the efficiency is carried over.
-
-Assumed (borrowed from a measured one, and marked so): ``gather_stream`` (embedding and PLE row
-gathers, KV-cache writes) and ``attn_prefill_stream`` take ``gemm_stream`` / ``attn_decode_stream``;
-``attn_decode_compute`` and ``vision_attn_compute`` take ``attn_prefill_global_compute``;
-``vision_gemm_compute`` takes ``gemm_compute``; ``vision_stream`` takes ``gemm_stream``.
-
-The H100 gets the H200's values (the same Hopper SM and memory system design; nothing was
-recorded on an H100), every one marked ``assumed`` with an origin that says so.
+More: docs/reference.md, ``labkit.serve.gpu.device_efficiency``.
 """
 
 from __future__ import annotations

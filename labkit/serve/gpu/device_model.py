@@ -1,44 +1,6 @@
 """How long one engine step of Gemma 4 takes on a GPU: a roofline per part, summed (simulated).
 
-:func:`step_device_time` takes the architecture (:data:`labkit.serve.gpu.gemma4_arch.GEMMA4_E4B`),
-a GPU (:data:`GPUS`: the H100 SXM and H200 SXM of the lab's datasheet table,
-:mod:`labkit.viz.peaks`) and one step's work (:class:`StepBatch`), counts the bytes each part must
-move through HBM and the FLOPs it must do, and charges each part
-``max(bytes / (peak bandwidth x stream efficiency), FLOPs / (peak bf16 x compute efficiency))``.
-The peaks are the datasheet figures of ``labkit/viz/gpu_peaks.json`` (H100 SXM: 3.35 TB/s HBM3,
-H200 SXM: 4.8 TB/s HBM3e, both 989.4 dense bf16 TFLOP/s; each entry's ``source`` names the NVIDIA
-document). The efficiencies are the H200's recorded ones, which the H100 borrows
-(:mod:`labkit.serve.gpu.device_efficiency`).
-
-Parts and their counting rule (bf16 everywhere, ``b = 2`` bytes; ``T`` tokens in the step,
-``R`` rows sampled):
-
-- ``decoder_gemm``: every decoder matrix (q/k/v/o, the gated MLP, each layer's two PLE matrices,
-  the PLE model projection) streamed once: ``bytes = b x params``; ``FLOPs = 2 x params x T``.
-- ``lm_head``: the (tied) ``vocab x hidden`` matrix, streamed once when ``R > 0``;
-  ``FLOPs = 2 x vocab x hidden x R`` (only sampled rows get logits).
-- ``embedding``: each token's embedding row and PLE row gathered (looked up, not streamed).
-- ``kv_write``: each token's K and V written to the 24 layers that own a cache.
-- ``decode_attn_<type>`` / ``prefill_attn_<type>`` (type ``sliding`` or ``global``): K and V of
-  every key a query may see, read once per reading layer (a KV-shared layer reads its owner's
-  cache, so it pays the read again), plus Q read and O written; a sliding layer sees at most
-  ``sliding_window`` keys per query, a global one the whole context. ``FLOPs = 4 x head_dim x
-  heads x (query, key) pairs`` (the rule of :mod:`labkit.viz.lab.roofline`). Prefill pairs are
-  causal: the bidirectional pairs inside an image are not added.
-- ``vision_gemm``: the tower's matrices streamed once when images are encoded;
-  ``FLOPs = 2 x (layers' + patch embedder's params) x patches + 2 x projection x soft tokens``,
-  plus one add per pooled element. ``vision_attn``: full bidirectional attention over each
-  image's patches (``4 x 64 x 12 x patches^2`` per layer), Q/K/V/O traffic once.
-
-Not counted: activations between kernels (a decode step's stay in L2; a long prefill is
-compute-bound), norms, rotary, activation functions, the sampler's pass over the logits.
-:data:`STEP_FLOOR_ORIGIN` says why no fixed per-step floor is charged by default.
-
-Images: the processor pads every image to ``max_soft_tokens x 9`` = 2520 patches (transformers
-``image_processing_pil_gemma4.py``, ``pad_along_first_dim``) and vLLM encodes the padded length
-(``gemma4_mm.py``, buckets by ``pixel_values.shape[0]``), so the encoder's default is 2520
-patches per image; #40143's 1024x1536 image holds :data:`PR40143_REAL_PATCHES` of them
-(:func:`labkit.vllm.conformance.models.placeholder_layout`: 260 soft tokens x 9).
+More: docs/reference.md, ``labkit.serve.gpu.device_model``.
 """
 
 from __future__ import annotations

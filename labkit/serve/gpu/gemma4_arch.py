@@ -5,40 +5,9 @@ field names follow transformers' ``Gemma4TextConfig`` / ``Gemma4VisionConfig`` (
 Gemma 4 model is written with them, :func:`labkit.vllm.conformance.models._write_gemma4`). Those classes'
 defaults describe another checkpoint (their docstrings name ``google/gemma-4-e2b-it``; the text
 defaults, hidden 2304 over 30 layers, are not E4B's), so every E4B value below comes from a
-published E4B configuration:
+published E4B configuration.
 
-- **Text decoder** (42 layers, hidden 2560, 8 query heads, 2 KV heads, head dim 256 on sliding
-  and 512 on global layers, every 6th layer global (layers 5, 11, ..., 41), window 512, the last
-  18 layers KV-shared, MLP 10240 on every layer, vocabulary 262144, per-layer input 256):
-  google/gemma.cpp ``gemma/configs.cc`` (commit 78573b67), ``ConfigGemma4_E4B_LM`` and
-  ``LayerConfigGemma4_E4B_Local/_Global``; the same figures in NVIDIA Megatron-Bridge's E4B
-  recipe (docs.nvidia.com/nemo/megatron-bridge/nightly/apidocs/bridge/bridge.recipes.gemma.h100.gemma4.html:
-  "2 KV heads (global, head_dim=512)", "PLE, vocab=262144, dim=256", "Shared KV cache across the
-  last 18 layers").
-- **KV sharing**: a shared layer reads the cache of the last non-shared layer of its own type
-  (vLLM ``model_executor/models/gemma4.py``, ``Gemma4Attention``: ``kv_sharing_target_layer_name``;
-  gemma.cpp: layers 24-41 read layer 22 (sliding) or 23 (global)), so 24 layers own a cache. A
-  shared layer has ``q_proj`` and ``o_proj`` only (vLLM drops its ``k_proj``/``v_proj``).
-- **Global layers' KV heads**: E4B sets no ``num_global_key_value_heads`` and
-  ``attention_k_eq_v`` false, so they keep the 2 KV heads (gemma.cpp, Megatron-Bridge above).
-- **Tied embeddings / LM head**: ``tie_word_embeddings`` true (transformers
-  ``configuration_gemma4.py`` default, on both configs; vLLM ``gemma4.py`` ties ``lm_head`` to
-  ``embed_tokens``). ``use_double_wide_mlp`` false on E4B (gemma.cpp: "uniform FFN (10240)").
-- **Per-layer embeddings (PLE)**: a table of ``vocab_size_per_layer_input`` (262144, Megatron-Bridge)
-  rows of ``num_layers x 256`` values, **looked up** per token (a gather, counted as the rows read,
-  never streamed whole); ``per_layer_model_projection`` (hidden -> 42 x 256) and each layer's
-  ``per_layer_input_gate`` (hidden -> 256) and ``per_layer_projection`` (256 -> hidden) are
-  matrices, streamed each step (transformers ``modeling_gemma4.py``, vLLM ``gemma4.py``).
-- **Vision tower** (16 layers, hidden 768, MLP 3072, 12 heads of 64, 12 KV heads, patch 16,
-  pooling 3x3, 2520 patches = 280 soft tokens x 9 at most): gemma.cpp ``ConfigGemma4_E4B``
-  (``vit_config``: model_dim 768, ff_hidden_dim 3072, heads 12, qkv_dim 64, 16 layers,
-  seq_len 2520, pool_dim 3). Its patch embedder is a ``3 x 16 x 16 -> 768`` matrix plus a 2-D
-  position table of ``2 x 10240 x 768`` (looked up); the embedder into the text model is one
-  ``768 -> 2560`` matrix after a scale-free RMS norm (transformers ``Gemma4VisionPatchEmbedder``,
-  ``Gemma4MultimodalEmbedder``; ``position_embedding_size`` 10240 is the transformers default).
-
-Not counted anywhere: norms' weight vectors and other per-channel vectors (under 0.01% of the
-weights), MoE (E4B has none).
+More: docs/reference.md, ``labkit.serve.gpu.gemma4_arch``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Trace analysis facade: one call from a trace file to every table the lab reports.
+"""Trace analysis facade: ``analyze_trace(path_or_trace)`` -> an ``Analysis`` with every table the lab reports.
 
-``analyze_trace(path_or_trace)`` loads the trace (if given a path) and returns an ``Analysis``
-with DataFrames for streams, bubbles, host starvation, copies and steps, plus the HTA-compatible
-idle breakdown and a ``source`` section (file, GPU, simulated or not). ``Analysis.to_json()``
-follows the lab's "Trace analysis output" convention (times ``_us``, bytes ``_bytes``).
-Real and simulated traces take the same path; ``source["simulated"]`` tells them apart.
+Streams, bubbles, host starvation, copies, steps, CUDA-graph replays, device idle, the HTA-compatible
+breakdown and a ``source`` section (real or simulated); ``Analysis.to_json()`` is the document of
+``labkit analyze --json`` (docs/analyze-json.md).
 """
 
 from __future__ import annotations
@@ -31,11 +29,11 @@ from labkit.trace.analysis.device.bubbles import (
 )
 from labkit.trace.analysis.device.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index
 from labkit.trace.analysis.device.h2d import MIN_COUNT, SMALL_BYTES, CopyReport, copy_report
-from labkit.trace.analysis.host.engine_steps import engine_phase_table
-from labkit.trace.analysis.host.hostonly import between_step_call_sites
+from labkit.trace.analysis.host.callsite import between_step_call_sites
+from labkit.trace.analysis.host.engine_steps import engine_phase_table, phase_summary
+from labkit.trace.analysis.host.steps import detect_steps, step_phases
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import DEVICE_CATS, Trace, as_trace
-from labkit.trace.analysis.host.steps import detect_steps, step_phases
 
 SCHEMA = 1
 
@@ -142,8 +140,6 @@ class Analysis:
         return out
 
     def _engine_lines(self) -> list[str]:
-        from labkit.trace.analysis.host.engine_steps import phase_summary
-
         table = self.engine_phases
         if table is None or len(table) == 0:
             return []
@@ -299,7 +295,8 @@ def describe_source(trace: Trace, ops: pd.DataFrame) -> dict:
 def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US,
                   step_pattern: str | None = None, small_bytes: int = SMALL_BYTES,
                   min_count: int = MIN_COUNT, include_last_profiler_step: bool = False,
-                  top: int | None = None, skip_malformed: bool = False, cache: bool = True) -> Analysis:
+                  top: int | None = None, skip_malformed: bool = False, cache: bool = True,
+                  jobs: int = 1) -> Analysis:
     """Analyse a Kineto trace (path or ``Trace``): idle bubbles, causes, host call sites, copies, steps.
 
     ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
@@ -312,6 +309,7 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
     ``cache``: for a path, reuse the analysis of the same unchanged file with the same options
     from earlier in this process (a notebook draws one trace in several figures); traces of more
     than ``CACHE_MAX_EVENTS`` events are never kept. Treat a returned ``Analysis`` as read-only.
+    ``jobs``: processes reading a large file (``labkit.trace.read.load.load_trace``).
     """
     key = _cache_key(path_or_trace, (kernel_wait_us, step_pattern, small_bytes, min_count,
                                      include_last_profiler_step, top, skip_malformed)) if cache else None
@@ -320,7 +318,7 @@ def analyze_trace(path_or_trace, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_
         return _CACHE[key]
     an = _analyze(path_or_trace, kernel_wait_us=kernel_wait_us, step_pattern=step_pattern, small_bytes=small_bytes,
                   min_count=min_count, include_last_profiler_step=include_last_profiler_step, top=top,
-                  skip_malformed=skip_malformed, cache=cache)
+                  skip_malformed=skip_malformed, cache=cache, jobs=jobs)
     if key is not None and len(an.trace.events) <= CACHE_MAX_EVENTS:
         _CACHE[key] = an
         while len(_CACHE) > CACHE_SIZE:
@@ -344,8 +342,8 @@ def _cache_key(path_or_trace, options: tuple):
 
 
 def _analyze(path_or_trace, *, kernel_wait_us, step_pattern, small_bytes, min_count, include_last_profiler_step,
-             top, skip_malformed, cache) -> Analysis:
-    trace = as_trace(path_or_trace, skip_malformed=skip_malformed, cache=cache)
+             top, skip_malformed, cache, jobs) -> Analysis:
+    trace = as_trace(path_or_trace, skip_malformed=skip_malformed, cache=cache, jobs=jobs)
     ops = device_ops(trace)
     steps, step_info = detect_steps(trace, step_pattern)
     bubbles = find_bubbles(trace, ops=ops, steps=steps, kernel_wait_us=kernel_wait_us)

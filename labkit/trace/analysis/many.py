@@ -1,35 +1,32 @@
-"""Many traces at once: one analysis per trace on worker processes (or a Dask cluster), then a combined view.
+"""Many traces at once (a vLLM profile folder: one trace per engine-core process and rank), then a combined view.
 
-vLLM with tensor or pipeline parallelism writes one trace per rank per run. ``analyze_many``
-runs ``analyze_one`` for every trace on ``jobs`` local processes, or on an existing Dask
-distributed cluster (``dask_address``; optional extra ``labkit[scale]``). Each worker loads
-and analyses one trace and hands back only its JSON record (the same schema as a single
-``labkit analyze --json``), its printed summary and its peak resident memory, so the
-coordinating process never holds a loaded trace. ``combine`` then builds the cross-rank
-view from those records:
-
-* ``per_rank``: device busy and idle per trace (real gaps only, ``labkit.trace.analysis.device.cuda_graphs``; rank
-  from ``distributedInfo`` where present);
-* ``per_step``: for each step index found in the traces, the slowest rank and the spread;
-* ``stragglers``: ranks whose total step time exceeds the median over the ranks with steps by
-  more than ``STRAGGLER_FRAC`` (the device span where no trace has steps).
+``analyze_many`` analyses each trace on ``jobs`` local processes (or a Dask cluster); a worker hands
+back only the trace's JSON record, its summary lines, its per-step host-wait call sites and its
+peak memory. ``combine`` aligns the ranks by their step markers (the n-th of each trace) and reports
+per rank busy and idle, per step the slowest rank with its idle and call sites, and the stragglers. Keys: docs/analyze-json.md ("Several traces").
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import os
 import resource
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+
 from labkit.errors import UsageError
+from labkit.trace.analysis.analyze import Analysis, analyze_trace
 
 logger = logging.getLogger(__name__)
 
 #: a rank is a straggler when its step time exceeds the median over ranks by more than this fraction
 STRAGGLER_FRAC = 0.10
+#: a step's idle columns (``labkit analyze``'s steps table) reported for its slowest rank
+IDLE_COLUMNS = ("idle_us", "idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us")
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -76,12 +73,9 @@ def _peak_rss_bytes(reset_ok: bool) -> int:
 
 
 def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
-    """Analyse one trace file in this process: ``{"trace", "json", "lines", "peak_rss_bytes", "wall_s"}``.
-
-    ``options``: keyword arguments of ``analyze_trace``. ``peak_rss_bytes`` is this process's
+    """Analyse one trace file in this process: ``{"trace", "json", "lines", "step_sites", "peak_rss_bytes",
+    "wall_s"}``. ``options``: keyword arguments of ``analyze_trace``. ``peak_rss_bytes`` is this process's
     peak resident memory while it analysed the trace (reset before it where Linux allows)."""
-    from labkit.trace.analysis.analyze import analyze_trace
-
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()
     try:
@@ -91,16 +85,32 @@ def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
         raise UsageError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
     doc = an.to_json(top=top)
     lines = an.summary_lines(top=min(top, 10))
+    sites = step_call_sites(an)
     del an
-    return {"trace": str(path), "json": doc, "lines": lines, "peak_rss_bytes": _peak_rss_bytes(reset_ok),
+    return {"trace": str(path), "json": doc, "lines": lines, "step_sites": sites,
+            "peak_rss_bytes": _peak_rss_bytes(reset_ok),
             "wall_s": time.perf_counter() - t0, "peak_rss_reset": reset_ok}
+
+
+STEP_SITES = 3  #: host-wait call sites kept per step for the combined view
+
+
+def step_call_sites(an: Analysis, top: int = STEP_SITES) -> dict:
+    """Per step (its index): the call sites the launching thread was in during the step's host-wait idle,
+    largest first: ``[{"call_site", "idle_us"}]`` (each bubble counted at its top call site)."""
+    b = an.bubbles
+    b = b[(b["category"] == "host_wait") & (b["step"] >= 0)]
+    if not len(b):
+        return {}
+    g = b.groupby(["step", "call_site"], sort=False)["dur_us"].sum().reset_index()
+    g = g.sort_values(["step", "dur_us"], ascending=[True, False], kind="stable")
+    return {int(k): [{"call_site": r.call_site, "idle_us": float(r.dur_us)} for r in part.head(top).itertuples()]
+            for k, part in g.groupby("step", sort=True)}
 
 
 def _run_local(paths: list[str], options: dict, top: int, jobs: int) -> list[dict]:
     if jobs <= 1 or len(paths) == 1:
-        return [analyze_one(p, options, top) for p in paths]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+        return [analyze_one(p, {**options, "jobs": jobs}, top) for p in paths]
 
     # spawn: workers start clean (no copy of the coordinator's memory) and the same on every OS
     with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=mp.get_context("spawn")) as pool:
@@ -146,7 +156,7 @@ def _rank_label(rec: dict, i: int):
 def combine(records: list[dict]) -> dict:
     """The cross-rank view of several ``analyze_one`` records (see the module docstring)."""
     per_rank = []
-    step_durs: dict[int, list[tuple[float, int]]] = {}
+    step_durs: dict[int, list[tuple[float, int, dict]]] = {}
     for i, rec in enumerate(records):
         doc = rec["json"]
         s = doc["summary"]
@@ -163,20 +173,24 @@ def combine(records: list[dict]) -> dict:
                          "idle_fraction": idle / (busy + idle) if busy + idle > 0 else 0.0,
                          "steps_count": len(steps), "step_total_us": step_total,
                          "peak_rss_bytes": int(rec.get("peak_rss_bytes") or 0)})
+        sites = rec.get("step_sites") or {}
         for st in steps:
-            step_durs.setdefault(int(st["step"]), []).append((float(st.get("dur_us") or 0.0), i))
+            st = {**st, "call_sites": sites.get(int(st["step"]), [])}
+            step_durs.setdefault(int(st["step"]), []).append((float(st.get("dur_us") or 0.0), i, st))
     per_step = []
     slowest_count: dict[int, int] = {}
     for k in sorted(step_durs):
         durs = step_durs[k]
         if len(durs) < 2:
             continue
-        d_max, i_max = max(durs)
-        d_min = min(d for d, _ in durs)
+        d_max, i_max, slow = max(durs, key=lambda x: (x[0], x[1]))
+        d_min = min(d for d, _, _ in durs)
         slowest_count[i_max] = slowest_count.get(i_max, 0) + 1
         per_step.append({"step": k, "ranks_count": len(durs), "slowest_index": i_max,
                          "slowest_rank": per_rank[i_max]["rank"], "max_dur_us": d_max, "min_dur_us": d_min,
-                         "spread_us": d_max - d_min})
+                         "spread_us": d_max - d_min, "slowest_name": slow["name"],
+                         **{f"slowest_{c}": float(slow.get(c) or 0.0) for c in IDLE_COLUMNS},
+                         "slowest_call_sites": slow["call_sites"]})
     use_steps = any(r["steps_count"] for r in per_rank)
     ranked = [r for r in per_rank if r["steps_count"]] if use_steps else per_rank
     values = [r["step_total_us"] if use_steps else r["busy_us"] + r["idle_us"] for r in ranked]
@@ -208,6 +222,13 @@ def combined_lines(comb: dict) -> list[str]:
             slow[s["slowest_index"]] = slow.get(s["slowest_index"], 0) + 1
         parts = [f"{Path(comb['per_rank'][i]['trace']).name}: {n}" for i, n in sorted(slow.items())]
         out.append("slowest in how many steps: " + ", ".join(parts))
+        out.append("per step (the n-th step marker of each trace): the slowest rank, its idle and where its host was")
+        out.append(f"{'step':>8} {'rank':>5} {'max_ms':>9} {'spread_ms':>9} {'idle_ms':>9} {'host_wait':>9}  call sites")
+        for s in comb["per_step"]:
+            rank = "-" if s["slowest_rank"] is None else s["slowest_rank"]
+            sites = "; ".join(f"{c['call_site'][:48]} {c['idle_us'] / 1e3:.3f}" for c in s["slowest_call_sites"])
+            out.append(f"{s['step']:>8} {rank:>5} {s['max_dur_us'] / 1e3:>9.3f} {s['spread_us'] / 1e3:>9.3f} "
+                       f"{s['slowest_idle_us'] / 1e3:>9.3f} {s['slowest_idle_host_wait_us'] / 1e3:>9.3f}  {sites}")
     for s in comb["stragglers"]:
         out.append(f"STRAGGLER {Path(s['trace']).name} (rank {s['rank']}): {100 * s['over_median']:.1f}% over the median")
     return out

@@ -1,16 +1,18 @@
-"""Notebook helpers for the trace-analysis lesson: which traces to show and the recorded benchmark.
+"""Notebook helpers for the trace-analysis lesson (notebook 05): which traces to show, the recorded benchmark.
 
-The lesson analyses the lab's own engine traces recorded on an NVIDIA H200
-(``data/traces/h200/<variant>/``, found through ``labkit.engine.recorded``) and one real
-non-lab trace from the fixtures. Kept out of the notebook so its cells stay one or two lines
-and the choices are testable.
+The lab's own engine traces recorded on an H200 (``data/traces/h200/<variant>/``) and real non-lab
+fixtures; kept here so the notebook's cells stay one or two lines and the choices are testable.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.results import REPO_ROOT, data_root, load_results
+import pandas as pd
+
+from labkit.engine.recorded import analyze_recorded
+from labkit.results import REPO_ROOT, data_root, load_results, results_table
+from labkit.trace.read.load import load_trace
 
 FIXTURES = REPO_ROOT / "tests" / "data"
 #: real non-lab GPU traces of the fixtures (provenance in tests/data/README.md): quick, full
@@ -22,8 +24,6 @@ def find_notebook_trace(size: str = "quick") -> Path:
     """A real GPU trace to analyse: a lab trace under ``data/traces/`` recorded on a GPU if any
     (at most 20 MB in quick mode), else a real fixture: one step of a vLLM serving trace (full) or
     a small PyTorch profile (quick)."""
-    from labkit.trace.read.load import load_trace
-
     if size not in ("quick", "full"):
         raise ValueError(f"size must be 'quick' or 'full', got {size!r}")
     lab = sorted((data_root() / "traces").rglob("*.pt.trace.json*"))
@@ -46,8 +46,6 @@ PER_LAYER, PER_STEP, TENSOR_LOOP = "fast/cursor/per_layer/async", "fast/cursor/p
 
 def lab_analyses(variants=(PER_LAYER, PER_STEP, TENSOR_LOOP), machine: str = LAB_MACHINE) -> dict:
     """Variant -> ``Analysis`` of the recorded lab traces that exist (missing ones are left out)."""
-    from labkit.engine.recorded import analyze_recorded
-
     return analyze_recorded(machine, variants=list(variants))
 
 
@@ -83,26 +81,22 @@ def analyses_sources(*analyses) -> list[str]:
 
 def flags_table(analysis):
     """The flagged repeated small pageable copies of an analysis as a table (one row per call site)."""
-    import pandas as pd
-
     return pd.DataFrame(analysis.copies.flags)
 
 
 def trace_sources(path) -> list[str]:
     """The source badge for a trace: ``simulated`` or ``measured-gpu``."""
-    from labkit.trace.read.load import load_trace
-
     return ["simulated"] if load_trace(path).is_simulated else ["measured-gpu"]
 
 
 def recorded_bench():
-    """The recorded ``trace_bench`` results (all machines) as a table, or a sentence saying there are none."""
+    """The recorded ``trace_bench`` results (all machines) as a table: per trace file and tool, MB/s of JSON,
+    peak memory over the JSON's size and the speed-ups over ``--jobs 1`` and HTA; or a sentence saying
+    there are none."""
     results = load_results(name="trace_bench")
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
-    from labkit.results import results_table
-
-    cols = ["machine", "source", "variant", "decoder", "file_bytes", "median_ns", "peak_rss_bytes", "rss_over_file",
-            "speedup_vs_hta"]
+    cols = ["machine", "source", "trace", "variant", "jobs", "decoder", "inflate", "json_bytes", "median_ns",
+            "mb_per_s", "peak_rss_bytes", "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]
     t = results_table(results)
     return t[[c for c in cols if c in t.columns]]

@@ -1,33 +1,10 @@
-"""Streaming loader for PyTorch profiler (Kineto) Chrome-trace JSON into tidy tables.
+"""Loading a trace: ``load_trace`` / ``as_trace`` into a ``Trace`` (column tables), and the bad-input policy.
 
-``load_trace(path)`` reads ``.json`` or ``.json.gz`` (gzip is detected by its magic bytes)
-without decoding the whole document at once: ``labkit.trace.read.reader`` walks the
-``traceEvents`` array about 1 MiB of bytes at a time, decoding the complete events in it as one
-batch (typed structs where ``msgspec`` is installed, ``json`` for anything unusual), and
-``labkit.trace.read.columns`` keeps
-only the fields the analyses need in compact column arrays with interned strings. Memory
-stays bounded by the kept columns plus one buffer, not by the size of the file.
-
-Policy for bad input:
-
-* a file that is not (gzip'ed) UTF-8 JSON, is truncated, or has no ``traceEvents`` array is
-  rejected with a ``UsageError`` whose one-line message names the problem and, where it
-  applies, the index of the event being read; so is a document whose events are not JSON
-  objects (e.g. ``[1, 2, 3]``): it is not a trace;
-* single events that are malformed (not an object, ``X`` events without a numeric finite
-  ``ts``/``dur``, a negative duration, a name that is not a string, ``args`` that is not an
-  object; flow events without a numeric ``ts``) are counted in ``Trace.stats`` (``skipped``
-  and the first few reasons). When they are more than ``MALFORMED_LIMIT`` (0.1%) of the
-  events the trace is rejected with a ``UsageError`` naming the count and the first bad
-  event, unless ``skip_malformed=True``; at or below the limit they are skipped and a
-  warning is logged.
-
-Columns of ``Trace.events`` (one row per complete ``ph: "X"`` event, file order):
-``cat``, ``name`` (categoricals), ``pid``, ``tid`` (int64; -1 where the trace used a
-non-integer label), ``ts_us``, ``dur_us`` (float64 microseconds), ``stream``, ``device``,
-``correlation``, ``external_id``, ``bytes`` (int64; -1 where absent), ``grid``, ``block``
-(strings like ``"128,1,1"`` or empty), ``index`` (position in ``traceEvents``). ``Trace.flows`` holds flow events (``s``/``f``/``t``)
-and ``Trace.threads`` the process/thread names from metadata events.
+A file that is not (gzip'ed) UTF-8 JSON with a ``traceEvents`` array of objects is a ``UsageError``
+with a one-line reason; malformed single events are counted and skipped, and more than
+``MALFORMED_LIMIT`` of them is an error unless ``skip_malformed``. ``Trace.events`` has one row per
+complete ``X`` event in file order (``EVENT_COLUMNS`` of ``labkit.trace.read.columns``);
+``Trace.threads`` the process/thread names. Details: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
@@ -41,7 +18,7 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.read.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
-from labkit.trace.read.reader import read_document
+from labkit.trace.read.document import read_document
 
 __all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
            "check_malformed", "load_trace", "trace_from_document"]
@@ -54,10 +31,9 @@ MALFORMED_LIMIT = 0.001
 
 @dataclass
 class Trace:
-    """A loaded trace: events, flows and thread names as DataFrames, plus top-level metadata."""
+    """A loaded trace: events and thread names as DataFrames, plus top-level metadata."""
 
     events: "object"  # pandas.DataFrame
-    flows: "object"  # pandas.DataFrame
     threads: "object"  # pandas.DataFrame: pid, tid, kind (process_name/thread_name/...), label
     metadata: dict
     stats: LoadStats
@@ -90,6 +66,15 @@ class Trace:
     def has_device_events(self) -> bool:
         return bool(cat_mask(self.events["cat"], BUSY_CATS).any())
 
+    def once(self, key: str, build):
+        """``build()``, computed once per loaded trace and kept on it (again if its events table was replaced);
+        treat the value as read-only."""
+        owner, value = self.__dict__.get("_once_" + key, (None, None))
+        if owner is not self.events:
+            value = build()
+            self.__dict__["_once_" + key] = (self.events, value)
+        return value
+
 
 def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:
     """Apply the malformed-event policy (module docstring) to what the loader counted.
@@ -109,26 +94,28 @@ def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False
     logger.warning("%s: skipped %d malformed events (first: event %d: %s)", name, stats.skipped, first[0], first[1])
 
 
-def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None) -> Trace:
+def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None,
+               jobs: int = 1) -> Trace:
     """Load a Kineto trace file (``.json`` or gzip'ed) into a ``Trace``.
 
     Raises ``UsageError`` with a one-line reason when the file is unreadable, truncated,
     not JSON, has no ``traceEvents`` array or no event objects, or has more than
     ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
     below the limit are skipped and counted (``Trace.stats``). ``progress``: show a bar on
-    stderr (None: for files over 50 MB when stderr is a terminal).
+    stderr (None: for files over 50 MB when stderr is a terminal). ``jobs``: processes reading a large
+    file as byte ranges of its event array (``labkit.trace.read.document``).
     """
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{str(path)!r} is a folder, not a trace file")
     cols = ColumnStore()
     stats = LoadStats()
-    metadata, found = read_document(path, cols, stats, progress=progress)
+    metadata, found = read_document(path, cols, stats, progress=progress, jobs=jobs)
     if not found:
         raise UsageError(f"not a trace: {path.name} has no traceEvents array")
     check_malformed(stats, path.name, skip_malformed=skip_malformed)
-    events, flows, threads = cols.frames()
-    return Trace(events=events, flows=flows, threads=threads, metadata=metadata, stats=stats, path=str(path))
+    events, threads = cols.frames()
+    return Trace(events=events, threads=threads, metadata=metadata, stats=stats, path=str(path))
 
 
 def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool = False) -> Trace:
@@ -147,8 +134,8 @@ def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool =
     cols.flush(stats)
     stats.n_events, stats.found = len(events), True
     check_malformed(stats, name, skip_malformed=skip_malformed)
-    ev, flows, threads = cols.frames()
-    return Trace(events=ev, flows=flows, threads=threads, metadata=metadata, stats=stats, path=None)
+    ev, threads = cols.frames()
+    return Trace(events=ev, threads=threads, metadata=metadata, stats=stats, path=None)
 
 
 CACHE_SIZE = 6  #: traces loaded by path that ``as_trace`` keeps per process
@@ -156,7 +143,7 @@ CACHE_MAX_EVENTS = 300_000  #: larger traces are not kept
 _CACHE: OrderedDict = OrderedDict()
 
 
-def as_trace(obj, *, skip_malformed: bool = False, cache: bool = True) -> Trace:
+def as_trace(obj, *, skip_malformed: bool = False, cache: bool = True, jobs: int = 1) -> Trace:
     """A ``Trace`` from a path, a decoded document (dict or event list) or a ``Trace`` (returned as is).
 
     ``cache``: a path whose file is unchanged since an earlier call in this process gives the same
@@ -176,7 +163,7 @@ def as_trace(obj, *, skip_malformed: bool = False, cache: bool = True) -> Trace:
         if key is not None and key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        trace = load_trace(obj, skip_malformed=skip_malformed)
+        trace = load_trace(obj, skip_malformed=skip_malformed, jobs=jobs)
         if key is not None and len(trace.events) <= CACHE_MAX_EVENTS:
             _CACHE[key] = trace
             while len(_CACHE) > CACHE_SIZE:

@@ -1,36 +1,24 @@
-"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer and batch decoding.
+"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer, batch decoding, byte ranges on workers.
 
-The ``traceEvents`` array is never decoded as a whole. The reader keeps about
-``CHUNK_BYTES`` bytes of (gunzipped) JSON in a ``bytearray``, cuts it at the last event
-boundary and decodes the complete events before it as one JSON array: with ``msgspec`` into
-typed structs that fill the columns directly when it is installed (optional, see
-``labkit.trace.read.structs``), else with ``orjson`` (optional) or ``json`` into dicts. The text is
-never turned into one big ``str``: msgspec reads the batch in place (the bytes just before and
-after it are briefly set to ``[`` and ``]``), and a batch is decoded from UTF-8 only where it
-has to be (a chunk with non-ASCII bytes, which is then checked strictly, or a batch msgspec
-declines). A batch msgspec declines (NaN, a type the structs do not declare, anything the
-per-event rules would skip) is decoded again with ``json``, and so is one orjson declines.
-``DECODER`` names the choice and can be set to ``"json"`` to force the stdlib path. Where no
-clean cut exists it decodes one event at a time with ``json.JSONDecoder.raw_decode``. Errors
-in the input become ``UsageError`` with a one-line message (see ``labkit.trace.read.load`` for the
-policy). The bytes come from ``labkit.trace.read.streams`` (the file, or its gunzipped bytes
-inflated on a prefetch thread).
+The ``traceEvents`` array is never decoded whole: about ``CHUNK_BYTES`` of JSON are cut at the last
+event boundary and decoded as one array (msgspec structs where installed, else orjson or json; a
+batch they decline is decoded again with json), one event at a time where no clean cut exists.
+``labkit.trace.read.document`` reads whole files with it. How and why: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import gc
 import gzip
 import json
-import os
 import re
 import zlib
-from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.read.columns import ColumnStore, LoadStats
-from labkit.trace.read.streams import Prefetch, Progress, open_binary, prompt_handover, want_progress
+
 from labkit.trace.read.structs import AVAILABLE as _HAVE_MSGSPEC
 from labkit.trace.read.structs import add_struct_batch, decode_batch
 
@@ -65,7 +53,7 @@ class ByteReader:
     ``dirty_end``: the end (absolute offset) of the last chunk that held non-ASCII bytes; the
     bytes from there on are ASCII and need no UTF-8 check."""
 
-    def __init__(self, fh, progress: Progress | None = None) -> None:
+    def __init__(self, fh, progress=None) -> None:
         self.fh = fh
         self.progress = progress
         self.buf = bytearray()
@@ -216,12 +204,8 @@ def _decode_in_place(rd: ByteReader, start: int, j: int):
 
 
 def _try_batch(rd: ByteReader, bad_until: int):
-    """Decode the complete events in the buffer from the cursor as one array.
-
-    Returns ``(decoded, cut, bad_until)``; ``decoded`` is ``(kind, events, text)`` or None when
-    no clean cut was found (a cut falling inside a string fails to parse; after a few failures
-    the caller goes one event at a time up to ``bad_until``). ``text`` is the batch as a JSON
-    array in a ``str``, or a function that makes it (not needed when msgspec takes the batch)."""
+    """Decode the complete events in the buffer from the cursor as one array: ``(decoded, cut, bad_until)``;
+    ``decoded`` is ``(kind, events, text or a function making it)``, None when no clean cut was found."""
     buf, start = rd.buf, rd.pos
     if rd.base + start <= bad_until:
         return None, -1, bad_until
@@ -253,15 +237,27 @@ def _try_batch(rd: ByteReader, bad_until: int):
     return None, -1, bad_until
 
 
-def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
-    """Parse the traceEvents array starting just after its '['.
+@contextlib.contextmanager
+def no_gc():
+    """The cyclic garbage collector off while events are read: millions of new containers, no cycles among
+    them, would start a collection every few hundred of them (restored as it was)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
-    Batches: the buffer is cut at the last event boundary ('}' ',' '{' with optional
-    whitespace) and the part before it is decoded as one array. A cut that falls inside a
-    string fails to parse; then earlier boundaries are tried, and after a few failures the
-    reader goes one event at a time up to the failed cut. Batches decoded by msgspec go
-    straight into the columns (``labkit.trace.read.structs``) unless they hold anything unusual, in
-    which case they are decoded again with json and added event by event."""
+
+def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
+    """Parse the traceEvents array from just after its '[': batches cut at the last event boundary (a cut
+    inside a string fails to parse: earlier ones are tried, then one event at a time up to it)."""
+    with no_gc():
+        _read_events(rd, cols, stats)
+
+
+def _read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     i = 0
     if rd.peek() == "]":
         rd.pos += 1
@@ -296,33 +292,11 @@ def read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
     stats.n_events = i
 
 
-def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *,
-                  progress: bool | None = None) -> tuple[dict, bool]:
-    """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
-
-    ``progress``: a bar on stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
-    metadata: dict = {}
-    decoder = json.JSONDecoder()
-    bar = None
-    with open_binary(path) as fh:
-        if want_progress(path, progress):
-            raw = fh
-            while hasattr(raw, "raw") or hasattr(raw, "fileobj"):  # down to the file on disk
-                raw = getattr(raw, "fileobj", None) or raw.raw
-            bar = Progress(raw, os.path.getsize(path), path.name)
-        try:
-            with prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
-                _read_body(fh, cols, stats, metadata, decoder, bar)
-        finally:
-            if bar is not None:
-                bar.close()
-    return metadata, stats.found
-
-
-def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
-    """Parse the document from ``fh``: metadata keys into ``metadata``, events into ``cols``."""
+def _read_body(rd: ByteReader, cols, stats, metadata, split=None) -> None:
+    """Parse the document: metadata keys into ``metadata``, events into ``cols``. ``split(rd)``, when
+    given, is called just inside the event array and may read it itself (returning a reader past it)."""
     found = False
-    rd = ByteReader(fh, bar)
+    decoder = json.JSONDecoder()
     first = rd.expect("{[", "a JSON object")
     if first == "[":  # a bare array of events is also a valid Chrome trace
         read_events(rd, cols, stats)
@@ -335,8 +309,9 @@ def _read_body(fh, cols, stats, metadata, decoder, bar) -> None:
             if not isinstance(key, str):
                 raise UsageError("not a trace: top-level keys must be strings")
             rd.expect(":", "':' after a top-level key")
-            if key == "traceEvents" and rd.peek() == "[":
+            if key == "traceEvents" and rd.peek() == "[" and not found:
                 rd.pos += 1
+                rd = (split(rd) if split is not None else None) or rd
                 read_events(rd, cols, stats)
                 found = True
             else:

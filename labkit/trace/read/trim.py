@@ -1,14 +1,10 @@
 """Trim a Kineto trace to its first profiled steps, so that recorded traces stay small.
 
-``trim_trace(src, dst, steps=1)`` keeps the file's top-level fields, every metadata event
-(``ph == "M"``) and every event whose start lies in the window of the first ``steps``
-``ProfilerStep#N`` annotations: from the first kept step's start to the next step's start
-(so device work launched in the last kept step and finishing after its host range is kept),
-or to the end of the trace when no later step exists. Flow events (``ph`` ``s``/``f``/``t``)
-are kept only when both ends are, so no arrow points into removed events. Event contents are
-never changed. A trace without ``ProfilerStep`` annotations is left untrimmed (``None``).
-
-    python -m labkit.trace.read.trim SRC DST [--steps N]
+``trim_trace(src, dst, steps=1)`` keeps the top-level fields, every metadata event and every event
+starting in the window of the first ``steps`` ``ProfilerStep`` annotations (to the next step's
+start, or the end); flow events only when both ends are kept. Event contents are never changed; a
+trace without those annotations is not trimmed (None). ``main(argv)`` is its command line
+(scripts/pack_gpu_check.py calls ``trim_trace``).
 """
 
 from __future__ import annotations
@@ -16,15 +12,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.fileio import write_atomic
+from labkit.trace.analysis.host.steps import STEP_NUMBER
 
-_STEP = re.compile(r"^ProfilerStep#\d+$")
 _FLOW = ("s", "f", "t")
 
 
@@ -59,7 +54,7 @@ def step_starts(events: list[dict]) -> list[float]:
     return sorted(
         float(e["ts"]) for e in events
         if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"
-        and "ts" in e and _STEP.match(str(e.get("name", "")))
+        and "ts" in e and (m := STEP_NUMBER.match(str(e.get("name", "")))) and m.end() == len(str(e["name"]))
     )
 
 
@@ -106,8 +101,8 @@ def trim_trace(src: str | Path, dst: str | Path, steps: int = 1) -> TrimStats | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m labkit.trace.read.trim SRC DST [--steps N]``: exit 0 trimmed, 1 nothing to trim, 2 bad input."""
-    p = argparse.ArgumentParser(prog="python -m labkit.trace.read.trim", description=__doc__.splitlines()[0])
+    """``trim SRC DST [--steps N]``: exit 0 trimmed, 1 nothing to trim, 2 bad input (one line on stderr)."""
+    p = argparse.ArgumentParser(prog="trim", description=__doc__.splitlines()[0])
     p.add_argument("src", help="Kineto trace (.json or .json.gz)")
     p.add_argument("dst", help="output file (.json.gz is gzip'ed)")
     p.add_argument("--steps", type=int, default=1, help="profiled steps to keep (default 1)")
@@ -125,6 +120,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trim: {stats.events_in} -> {stats.events_out} events, {stats.steps_kept}/{stats.steps_in} steps -> {args.dst}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,26 +1,9 @@
-"""The changes a what-if replays, and which work each one touches.
+"""The changes a what-if replays (``scale``, ``unsync``, ``drop_copies``) and the work each one touches.
 
-Three kinds (``Change``), each given on the command line as a regex over host span names:
-
-* ``scale`` (``--scale NAME=FACTOR``): every host span whose name matches, with the host work
-  nested in it, takes ``FACTOR`` of its measured time;
-* ``unsync`` (``--unsync NAME``): the synchronizing calls that match (by their own name, their
-  copy's name, or the name of a span around them) no longer wait for the device;
-* ``drop_copies`` (``--drop-copies NAME[=KEEP]``): the pageable host-to-device copies made inside
-  spans matching ``NAME`` are removed, all but the first ``KEEP`` of each step (default 0), with
-  what they cost: their device op, the synchronizing calls that follow each, and their share of the
-  span's host work. That share is measured in the trace itself: the host work between the span's
-  first and last copy call divided by the copies between them (the per-copy host cost, Python
-  and profiler time included). Where the copies of a span feed a nested-tensor pad
-  (``aten::to_padded_tensor`` after the last copy: the pre-#38794 per-layer build, one small
-  ``torch.tensor`` per sequence, then ``torch.nested.nested_tensor(...).to_padded_tensor(0)``)
-  and every copy of the span goes, the build goes with them: its host work after the last copy
-  up to the span's next call (the pad, its return path), the device ops launched while it ran
-  (the pad's kernels) and its waits. #38794 is such a change: one copy per step instead of one
-  per row and layer (``labkit.attn.ledger`` counts them).
-
-``plan_copy_drops`` works out, for a graph and its steps, which device ops go, which sync calls
-stop waiting and which spans shrink by how much.
+``parse_changes`` reads them from the command line; ``plan_copy_drops`` works out, for a graph and
+its steps, which device ops a ``--drop-copies`` removes, which waits stop and which spans shrink by
+how much (with the nested pad of a per-layer build whose copies all go). The rules:
+docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations

@@ -1,52 +1,48 @@
 """``labkit whatif TRACE [--scale NAME=FACTOR]... [--unsync NAME]... [--drop-copies NAME[=KEEP]]... [--suggest]``.
 
-Prints measured vs predicted (``labkit.trace.whatif.predict``), and with ``--suggest`` what to
-change (``labkit.trace.whatif.suggest``); writes the answer as JSON (``--json``) and a small
-offline page (``--html``). Output paths are checked before any work and the outputs are written
-all or none. A change that matches nothing is bad input (exit 2); one that matches only work that
-does not matter (spans overlapping no device idle, calls whose removal moves the step by less
-than 1%) is carried out and says so on stderr and in the JSON (``changes[i].warning``).
+``add_cli_args(parser)`` declares the options and ``main(args)`` prints measured vs predicted
+(``labkit.trace.whatif.predict``), with ``--suggest`` what to change, and writes the answer as JSON
+and an offline page, all or none. A change that matches nothing is bad input (exit 2); one that
+matches only work that does not matter is carried out and says so on stderr and in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.trace.outputs import check_outputs, write_all
+from labkit.trace.outputs import check_outputs, json_text, render_whatif, write_all
 from labkit.trace.whatif.changes import parse_changes
 from labkit.trace.whatif.predict import predict
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit whatif", description="Predict the step time if some host work "
-                                "were cheaper, some copies did not synchronize or were not made, by replaying "
-                                "a profiler trace; --suggest lists what to change.")
-    p.add_argument("trace", help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz")
-    p.add_argument("--scale", action="append", metavar="NAME=FACTOR", default=[],
-                   help="multiply the time of host spans matching regex NAME (and the work inside) by FACTOR")
-    p.add_argument("--unsync", action="append", metavar="NAME", default=[],
-                   help="make synchronizing calls matching regex NAME (own, copy or enclosing span name) non-blocking")
-    p.add_argument("--drop-copies", action="append", metavar="NAME[=KEEP]", default=[],
-                   help="remove the pageable host-to-device copies made inside host spans matching regex NAME, "
-                        "all but KEEP a step (default 0): their device ops, waits and share of the span's host work")
-    p.add_argument("--suggest", action="store_true",
-                   help="list the host spans, synchronizing call sites and repeated copies worth changing, "
-                        "each with its argument and predicted step time")
-    p.add_argument("--steps", default=None, metavar="REGEX",
-                   help="regex naming step spans (default ProfilerStep#N, then vLLM's execute_model/execute_context)")
-    p.add_argument("--json", metavar="OUT", help="write the answer as JSON to OUT")
-    p.add_argument("--html", metavar="OUT", help="write a small offline HTML page to OUT")
-    return p
+def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ("Predict the step time if some host work were cheaper, some copies did not synchronize "
+                          "or were not made, by replaying a profiler trace; --suggest lists what to change.")
+    parser.add_argument("trace", help="Kineto trace (.json or .json.gz), e.g. vLLM's *.pt.trace.json.gz")
+    parser.add_argument("--scale", action="append", metavar="NAME=FACTOR", default=[],
+                        help="multiply the time of host spans matching regex NAME (and the work inside) by FACTOR")
+    parser.add_argument("--unsync", action="append", metavar="NAME", default=[],
+                        help="make synchronizing calls matching regex NAME (own, copy or enclosing span name) "
+                             "non-blocking")
+    parser.add_argument("--drop-copies", action="append", metavar="NAME[=KEEP]", default=[],
+                        help="remove the pageable host-to-device copies made inside host spans matching regex NAME, "
+                             "all but KEEP a step (default 0): their device ops, waits and share of the span's "
+                             "host work")
+    parser.add_argument("--suggest", action="store_true",
+                        help="list the host spans, synchronizing call sites and repeated copies worth changing, "
+                             "each with its argument and predicted step time")
+    parser.add_argument("--steps", default=None, metavar="REGEX",
+                        help="regex naming step spans (default ProfilerStep#N, then vLLM's execute_model/"
+                             "execute_context)")
+    parser.add_argument("--json", metavar="OUT", help="write the answer as JSON to OUT")
+    parser.add_argument("--html", metavar="OUT", help="write a small offline HTML page to OUT")
+    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from labkit.trace.whatif.html import render_whatif
-
-    args = _parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     changes = parse_changes(args.scale, args.unsync, args.drop_copies)
     if not Path(args.trace).is_file():
         raise UsageError(f"no such trace file: {args.trace}")
@@ -54,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     w = predict(args.trace, changes, steps=args.steps, suggest=args.suggest)
     texts = {}
     if "--json" in outs:
-        texts[outs["--json"]] = json.dumps(w.to_json(), indent=1, allow_nan=False) + "\n"
+        texts[outs["--json"]] = json_text(w.to_json())
     if "--html" in outs:
         texts[outs["--html"]] = render_whatif(w)
     for line in w.warnings:

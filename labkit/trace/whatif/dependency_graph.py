@@ -1,32 +1,10 @@
 """The dependency graph of a profiled run, for what-if replay (``labkit whatif``).
 
-A trace is turned, in one adapter (``records_from_trace``), into plain records: host spans and
-runtime calls per host thread, and device ops per stream joined to their launch call by
-correlation id. ``build_graph`` then derives the constraints the replay honours:
-
-* each host thread runs its work in order; the time between two *boundaries* (starts and ends
-  of spans that matter: scaled spans, launch calls, synchronizing calls, steps) is host work
-  that can be scaled;
-* each device op starts after its launch call (plus the launch latency seen in the trace) and
-  after the previous op on its stream. Which of the two held it back in the trace decides
-  which one keeps its measured slack: an op that started right after its predecessor keeps
-  that gap and gets the typical launch latency, an op that waited for its launch keeps its own
-  launch latency. CUDA-graph replays (grouped by ``labkit.trace.analysis.device.cuda_graphs``) move as
-  one unit: the first op follows the launch, the others keep their offsets from it;
-* a synchronizing call (stream/device/event synchronize, a pageable host-to-device copy, a
-  copy to pageable host memory, a plain ``cudaMemcpy``) holds its thread until the device
-  reaches the point it waited for in the trace (the op that finished as the call returned).
-
-Which event a ``cudaEventSynchronize`` waits on is not in the trace. When the call waited,
-the op that finished as it returned says so; when it did not, the event is taken to be the
-``lag``-th latest ``cudaEventRecord`` on the thread, with ``lag`` learned from the calls that
-did wait (on the same thread if any did, else anywhere), else from the lab's metadata (async
-scheduling waits for the previous step's event, lag 2), else 1. The chosen rule is reported with
-every answer.
-
-Not modelled: waits of one stream on another (``cudaStreamWaitEvent``; such an op keeps its
-measured latency behind its launch) and host threads waiting on each other other than through
-the device.
+``records_from_trace`` turns a ``Trace`` into plain records (host spans per thread, device ops per
+stream joined to their launch call); ``build_graph`` derives what the replay honours: each thread in
+order, each op after its launch and its stream predecessor (CUDA-graph replays as one unit), each
+synchronizing call holding its thread until the device reaches the point it waited for. The rules,
+the event-sync lag and what is not modelled: docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""``labkit whatif`` on a host-only trace (vLLM's CPU engine): one call for a census of its steps.
+"""``labkit whatif`` on a host-only trace (vLLM's CPU engine, no device stream), from Python.
 
-vLLM's CPU build runs the forward on the host too, so its profiler trace has no device stream:
-the steps are the model runner's ``execute_context_N(T)_generation_M(U)`` annotations on one
-thread, and scheduling, sampling, ``update_from_output`` and output processing run between
-them. The what-if replays that thread alone; a step's time is the host's step-to-step time
-(from one step's end to the next one's), so the work between two steps counts in the second.
-
-``labkit.trace.whatif.steps.between_steps`` gives the host time between steps: what a device would
-wait for unless it overlapped that work; ``labkit whatif --suggest`` ranks host spans by it on such a trace.
-``predict_host_only(trace)`` predicts the step time with the scheduler's placeholder reads
-removed (the #40143 change: ``labkit.trace.whatif.reads``), derived from that trace alone;
-``predict_host_only(trace, scale={"get_num_embeds$": 0.0, ...})`` with any ``--scale`` changes
-(regex -> factor). Both return a ``HostOnlyPrediction``.
+A step's time there is the host's step-to-step time. ``predict_host_only(trace)`` predicts the step
+with the scheduler's placeholder reads removed (``labkit.trace.whatif.reads``), or with any
+``--scale`` changes (``scale={regex: factor}``); ``host_only_rows`` sets it beside measured runs.
 """
 
 from __future__ import annotations
@@ -20,6 +11,12 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from labkit.errors import UsageError
+from labkit.trace.analysis.host.steps import find_step_spans
+from labkit.trace.read.load import as_trace
+from labkit.trace.whatif.changes import parse_changes
+from labkit.trace.whatif.dependency_graph import trace_graph
+from labkit.trace.whatif.predict import predict
+from labkit.trace.whatif.reads import find_placeholder_reads
 
 __all__ = ["HostOnlyPrediction", "predict_host_only"]
 
@@ -47,13 +44,6 @@ def predict_host_only(trace, scale: Mapping[str, float] | None = None, *,
     measured and predicted median step time. ``steps``: the step-span regex (default: vLLM's
     ``execute_*`` spans, else ``ProfilerStep#N``). ``UsageError`` for a trace with device events,
     without steps, without placeholder reads (default ``scale``), or a pattern that matches nothing."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.changes import parse_changes
-    from labkit.trace.whatif.dependency_graph import trace_graph
-    from labkit.trace.whatif.predict import predict
-    from labkit.trace.whatif.reads import find_placeholder_reads
-    from labkit.trace.whatif.steps import find_step_spans
-
     tr = as_trace(trace)
     rec, g = trace_graph(tr)
     if rec.ops:

@@ -1,23 +1,9 @@
 """What would a cheaper host call, a copy that does not synchronize or one not made buy? (``labkit whatif``)
 
-``predict(trace, changes)`` builds the run's dependency graph (``dependency_graph``), replays it
-unchanged (the self-check: it must reproduce the measured step times) and with the changes
-(``replay``), and returns a ``WhatIf``: measured and predicted median step time,
-tokens/s where the step names carry token counts (vLLM's
-``execute_context_N(T)_generation_M(U)``), device busy and idle per stream, and the device gaps
-that close and the ones that remain.
-
-Steps are ``ProfilerStep#N`` spans, else vLLM's ``execute_model``/``execute_context`` spans, or
-the spans matching ``steps=REGEX``; a trace with none is replayed as one window (first event to
-last) and says so. A step completes when its span has ended and the device has finished the work
-launched in it; step time runs from one completion to the next (measured and predicted alike), so
-a change that lets the host run ahead of the device still shows the device's pace; in a trace
-without device events (vLLM's CPU engine, ``labkit.trace.whatif.host_only``) it is the host's
-step-to-step time, the work between two steps counted in the second. Device idle
-(``device_idle_frac`` and per stream) is measured from the first step's completion to the last
-one when there are three steps or more: the first step's time also holds what the device still
-had to do from before the trace. Times in the JSON are milliseconds (``_ms``) or microseconds
-(``_us``).
+``predict(trace, changes)`` replays the run's dependency graph unchanged (the self-check: it must
+reproduce the measured steps) and with the changes, and returns a ``WhatIf``: measured and predicted
+median step, tokens/s, device busy and idle per stream, the gaps that close. How steps are timed
+and where idle is measured: docs/trace-analyzer.md ("labkit whatif"); the JSON: docs/analyze-json.md.
 """
 
 from __future__ import annotations
@@ -32,11 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from labkit.errors import UsageError
-from labkit.trace.whatif.changes import Change, closest_names, parse_changes, plan_copy_drops
+from labkit.results import labkit_commit
+from labkit.trace.analysis.host.steps import find_step_spans
+from labkit.trace.read.load import as_trace
+from labkit.trace.whatif.changes import Change, closest_names, is_pageable_h2d, parse_changes, plan_copy_drops
 from labkit.trace.whatif.dependency_graph import Graph, Records, trace_graph, trace_records
 from labkit.trace.whatif.replay import Replay, replay
-from labkit.trace.whatif.steps import (_step_of_ops, _windows, device_idle_intervals, find_step_spans,
-                                       step_median_us)
+from labkit.trace.whatif.steps import _step_of_ops, _windows, device_idle_intervals, step_median_us
+from labkit.trace.whatif.suggest import suggest as make_suggestions
+from labkit.trace.whatif.suggest import suggestion_lines
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +106,6 @@ class WhatIf:
         for n in self.notes:
             out.append(f"note: {n}")
         if self.suggestions is not None:
-            from labkit.trace.whatif.suggest import suggestion_lines
-
             out.extend(suggestion_lines(self.suggestions))
         return out
 
@@ -265,8 +253,6 @@ def _check_changes(g: Graph, changes: list[Change], step_spans: list) -> list[di
 
 def _copy_span_names(g: Graph) -> set:
     """Names of the annotations around pageable host-to-device copy calls (for 'closest' hints)."""
-    from labkit.trace.whatif.changes import is_pageable_h2d
-
     out = set()
     for i, op in enumerate(g.rec.ops):
         if is_pageable_h2d(op.name) and i in g.launch_of:
@@ -341,9 +327,6 @@ def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spa
 def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None, suggest: bool = False) -> WhatIf:
     """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see the module docstring.
     ``suggest``: also list what to change (``labkit.trace.whatif.suggest``)."""
-    from labkit.results import labkit_commit
-    from labkit.trace.read.load import as_trace
-
     trace = as_trace(path_or_trace)
     rec = trace_records(trace)
     if not any(rec.threads.values()):
@@ -384,8 +367,6 @@ def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = No
     n_sync = sum(len(c) for c in g.syncs.values())
     suggestions = None
     if suggest:
-        from labkit.trace.whatif.suggest import suggest as make_suggestions
-
         suggestions = make_suggestions(g, step_spans, pat, float(np.median(b_times)), win_m)
     kind = "simulated" if rec.simulated else ("measured-gpu" if rec.ops else "host-only")
     return WhatIf(

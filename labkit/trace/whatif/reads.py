@@ -1,24 +1,9 @@
 """The scheduler's placeholder reads in a trace (the #40143 pattern) and the what-if that removes them.
 
-Before #40143 every ``get_num_embeds()`` (and ``get_embeds_indices_in_range()``, two reads)
-indexed a CPU tensor and called ``int()``; vLLM 0.20's scheduler loop makes one per image of
-every running request each step. A trace shows them in one of two shapes:
-
-* ``frames``: spans named after the call itself: vLLM's Python frames in a trace recorded with
-  stacks (``.../inputs.py(NN): get_num_embeds``; the pre-#40143 members that the lab's A/B switch
-  puts back keep vLLM's names, ``labkit.vllm.ab``) and the simulated host's marks
-  (``TensorPlaceholderRange.get_num_embeds``). A frame spans the whole read, Python and profiler
-  time included, so removing the reads is ``--scale 'get_num_embeds$=0'``;
-* ``ops``: a torch.profiler trace without stacks (the lab's engine) shows each tensor read as
-  ``aten::select`` + ``aten::item`` inside ``schedule``. What one read costs there is the median
-  time from one read's ``aten::item`` to the next (``read_cost_ns``): the ops, the Python around
-  them and the profiler's recording, plus the loop's own per-item work, which errs high. Removing
-  the reads scales ``^schedule$`` so its host work loses ``reads x that cost``.
-
-``find_placeholder_reads(trace)`` finds them (``PlaceholderReads``: shape, pattern, reads per
-step, cost per read, the host time they take per step and the ``Change`` that removes them).
-Steps here run from one step's end to the next's, as ``labkit whatif`` times them, so the reads a
-host-only vLLM trace makes between two steps count in the second.
+``find_placeholder_reads(trace)`` finds them as vLLM's ``get_num_embeds`` frames (``frames``: removed
+with ``--scale 'get_num_embeds$=0'``) or, in a trace without stacks, the tensor reads' ``aten::item``
+inside ``schedule`` (``ops``: ``^schedule$`` scaled by what the reads cost there, ``read_cost_ns``).
+The two shapes and the cost per read: docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations
@@ -30,7 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.errors import UsageError
+from labkit.trace.analysis.host.steps import find_step_spans
+from labkit.trace.read.load import as_trace
 from labkit.trace.whatif.changes import Change, HostWork
+from labkit.trace.whatif.dependency_graph import Graph, trace_graph
 
 #: frame names of the reads (``name`` or ``Class.name`` or ``file(line): name``), and reads per call
 READ_CALLS = {"get_num_embeds": 1, "get_embeds_indices_in_range": 2}
@@ -141,14 +129,9 @@ def find_placeholder_reads(trace, steps: list | None = None) -> PlaceholderReads
 
     ``steps``: ``(thread key, Span)`` step spans (default: those ``labkit whatif`` finds). Frames are
     preferred where a trace has both shapes: they cover each read whole."""
-    from labkit.trace.whatif.dependency_graph import Graph, trace_graph
-    from labkit.trace.whatif.steps import find_step_spans
-
     if isinstance(trace, Graph):
         g = trace
     else:
-        from labkit.trace.read.load import as_trace
-
         _, g = trace_graph(as_trace(trace))
     rec = g.rec
     if steps is None:

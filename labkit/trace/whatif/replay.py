@@ -1,11 +1,7 @@
 """Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs, fewer copies.
 
-``replay(graph, changes)`` (``labkit.trace.whatif.changes``: ``Change("scale", "^schedule$",
-0.1)``, ``Change("unsync", "Pageable")``, ``Change("drop_copies", "^forward/layer_\\d+$", keep=1)``)
-visits host boundaries and device ops in dependency order (Kahn) and returns every replayed time
-(``Replay``); with no change it reproduces the trace (the self-check of ``labkit whatif``). An
-unsynced copy stays on its stream; a dropped one is gone from it (zero length where it was, no
-gap kept behind it).
+``replay(graph, changes)`` visits host boundaries and device ops in dependency order (Kahn) and
+returns every replayed time (``Replay``); with no change it reproduces the trace.
 """
 
 from __future__ import annotations

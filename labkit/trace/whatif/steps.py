@@ -1,54 +1,22 @@
-"""Steps of a trace for the what-if: the step spans, their times, and the idle a change can close.
+"""Step times for the what-if: measured or replayed, and the idle a change can close.
 
-:func:`find_step_spans` finds the steps (``ProfilerStep#N`` spans, else vLLM's
-``execute_model``/``execute_context`` spans, or those matching ``steps=REGEX``); :func:`_step_of_ops`
-says which step launched each device op; :func:`_windows` gives the step times, measured or replayed
-(a step completes when its span has ended and the device has finished the work launched in it), and
-:func:`step_median_us` their median under a replay. The idle a change can close is the measured
-device idle (:func:`device_idle_intervals`) or, in a host-only trace, the host time between steps
-(:func:`between_steps`). Shared by ``predict``, ``host_only``, ``reads`` and ``suggest``; imports none of them.
+The steps themselves come from the one step finder (``labkit.trace.analysis.host.steps.find_step_spans``).
+A step completes when its span has ended and the device has finished the work launched in it
+(``_windows``); the idle a change can close is the measured device idle, or in a host-only trace the
+host time between steps (``between_steps``).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from bisect import bisect_right
 
 import numpy as np
 
-from labkit.errors import UsageError
-from labkit.trace.whatif.changes import closest_names
+from labkit.trace.analysis.host.steps import between_steps as step_gaps
 from labkit.trace.whatif.dependency_graph import Graph, Records
 from labkit.trace.whatif.replay import Replay
 
-__all__ = ["STEP_PATTERNS", "find_step_spans", "step_median_us", "device_idle_intervals", "between_steps"]
-
-#: the step spans looked for, in order, when no pattern is given
-STEP_PATTERNS = (r"^ProfilerStep\s*#\s*\d+", r"^execute_(model|context)")
-
-
-def find_step_spans(rec: Records, pattern: str | None = None) -> tuple[list, str | None]:
-    """``[(thread key, Span)]`` of the outermost spans matching ``pattern`` (default: ProfilerStep,
-    then vLLM's execute spans), sorted by start; and the pattern used (None: no steps)."""
-    for pat in ([pattern] if pattern else STEP_PATTERNS):
-        try:
-            rx = re.compile(pat)
-        except re.error as exc:
-            raise UsageError(f"--steps {pat!r} is not a valid regex: {exc}") from None
-        found = []
-        for key, spans in rec.threads.items():
-            last_end = -math.inf
-            for s in spans:
-                if s.corr < 0 and rx.search(s.name) and s.start >= last_end:
-                    found.append((key, s))
-                    last_end = s.end
-        if found:
-            return sorted(found, key=lambda x: x[1].start), pat
-        if pattern:
-            names = {s.name for spans in rec.threads.values() for s in spans}
-            raise UsageError(f"--steps {pattern!r} matches no host span; closest: {closest_names(pattern, names)}")
-    return [], None
+__all__ = ["step_median_us", "device_idle_intervals", "between_steps"]
 
 
 def _step_of_ops(g: Graph, steps: list) -> dict:
@@ -115,18 +83,9 @@ def step_median_us(g: Graph, step_spans: list, rep: Replay, step_of: dict) -> fl
 
 
 def between_steps(step_spans: list, win) -> list:
-    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step
-    span's end to the next one's start on its thread (a host-only trace's stand-in for device idle:
-    what a device would wait for unless it overlapped that work)."""
-    by: dict = {}
-    for key, s in step_spans:
-        by.setdefault(key, []).append(s)
-    out = []
+    """The host time between steps inside the window ``win``: ``[(start, end)]`` from each step span's end to
+    the next one's start on its thread (a host-only trace's stand-in for device idle), sorted."""
     lo, hi = win
-    for spans in by.values():
-        spans.sort(key=lambda s: s.start)
-        for a, b in zip(spans, spans[1:]):
-            z0, z1 = max(a.end, lo), min(b.start, hi)
-            if z1 > z0:
-                out.append((z0, z1))
-    return sorted(out)
+    gaps = step_gaps([k for k, _ in step_spans], [s.start for _, s in step_spans],
+                                    [s.end for _, s in step_spans])
+    return sorted((max(a, lo), min(b, hi)) for _, a, b in gaps if min(b, hi) > max(a, lo))

@@ -1,23 +1,10 @@
-"""``labkit whatif TRACE --suggest``: what to change, each with the argument that targets it.
+"""``labkit whatif TRACE --suggest``: what to change, each entry with the argument that targets it.
 
-Four lists, each entry with the exact ``labkit whatif`` argument and the step time the replay
-predicts with it (against the unchanged replay's):
-
-* ``reads``: the scheduler's placeholder reads, the #40143 pattern (``labkit.trace.whatif.reads``:
-  vLLM's ``get_num_embeds`` frames, or the tensor reads' ops inside ``schedule``), removed;
-* ``spans``: host spans (annotations, Python frames, CPU ops) on the threads that launch device
-  work, names that differ only in their numbers (``forward/layer_3``) forming one pattern, ranked
-  by the device idle they overlap: the device waited while they ran. In a host-only trace (vLLM's
-  CPU engine: no device) they are ranked by the time between steps they take on the step thread
-  instead: scheduling and output processing, what a device would wait for unless it overlapped
-  them (``ranked_by`` says which). Spans that hold a whole step are left out (removing one
-  removes the step). Removing one: ``--scale NAME=0`` (and ``--unsync NAME`` where
-  synchronizing calls run inside it: removed work does not wait either);
-* ``syncs``: synchronizing call sites (the calls inside one span pattern, or a top-level call by
-  its name) ranked by the time they waited: ``--unsync NAME``;
-* ``copies``: spans issuing repeated small pageable host-to-device copies (at least ``MIN_COUNT``
-  of at most ``SMALL_BYTES`` in one step, the #38794 pattern, as ``labkit analyze`` flags them):
-  ``--drop-copies NAME=0``.
+Four lists, each entry with the exact ``labkit whatif`` argument and the step the replay predicts
+with it: the scheduler's placeholder reads (``reads``), host spans by the device idle they overlap
+(on a host-only trace: by the time between steps they take; ``spans``), synchronizing call sites by
+the time they waited (``syncs``), spans making repeated small pageable copies (``copies``).
+Details: docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations
@@ -30,6 +17,9 @@ import numpy as np
 
 from labkit.trace.analysis.device.h2d import MIN_COUNT, SMALL_BYTES
 from labkit.trace.whatif.changes import Change, is_pageable_h2d
+from labkit.trace.whatif.reads import find_placeholder_reads
+from labkit.trace.whatif.replay import replay
+from labkit.trace.whatif.steps import _step_of_ops, between_steps, device_idle_intervals, step_median_us
 
 #: entries per list
 TOP = 5
@@ -156,10 +146,6 @@ def _copy_sites(g, steps, step_rx) -> dict:
 def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top: int = TOP) -> dict:
     """The three lists of the module docstring for a graph ``g`` (``labkit.trace.whatif.predict``
     supplies the steps, the unchanged replay's median step ``base_us`` and the measured window)."""
-    from labkit.trace.whatif.reads import find_placeholder_reads
-    from labkit.trace.whatif.replay import replay
-    from labkit.trace.whatif.steps import _step_of_ops, between_steps, device_idle_intervals, step_median_us
-
     step_of = _step_of_ops(g, step_spans) if step_spans else {}
     host_only = not g.rec.ops
     idle = _IdleClock(between_steps(step_spans, win) if host_only else device_idle_intervals(g.rec, win))

@@ -17,8 +17,6 @@ __all__ = [
     "plot_decode_step",
     "plot_sweep",
     "plot_before_after",
-    "plot_bubble_model",
-    "plot_step_timeline",
     "plot_workload",
 ]
 

@@ -233,7 +233,7 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
     there: no model runs)."""
     import pandas as pd
 
-    from labkit.vllm.census.step_rows import OFF_HOST
+    from labkit.vllm.census.step_checks import OFF_HOST
 
     cols = ["phase", "before_ms", "after_ms", "saving_ms", "share", "off_host_saving_ms", "off_host_share"]
     if result is None:

@@ -1,6 +1,6 @@
 """Host time measured on vLLM's real code, per A/B variant.
 
-The whole engine step, phase by phase (``step_census``, its ``step_timers``, ``step_rows`` and
+The whole engine step, phase by phase (``step_census``, its ``step_timers`` and
 ``step_checks``; ``step_bench``: ``labkit bench vllm-step``; ``step_whatif``), the scheduler step
 alone (``sched_census``; ``sched_bench``: ``labkit bench vllm-sched``) and the next bubble,
 ``compute_mm_prefix_ranges`` installed vs patched (``ranges``; ``nextbubble``: ``labkit bench vllm-ranges``).

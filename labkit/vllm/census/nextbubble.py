@@ -1,23 +1,6 @@
 """The next host bubble: vLLM's per-step ``compute_mm_prefix_ranges``, as installed vs patched.
 
-For mm-prefix-LM models (Gemma 3, Gemma 4 with vision bidirectional attention, PaliGemma,
-...) vLLM 0.33 calls ``compute_mm_prefix_ranges`` once per engine step, and it calls
-``PlaceholderRange.extract_embeds_range()`` for every image of every request in the
-batch. That method runs torch ``diff``/``nonzero``/``stack``/``tolist`` on each call and
-caches nothing, although a placeholder never changes after it is built. At 128
-requests x 32 images that is 4,096 small torch programs per step, in decode as in
-prefill.
-
-The patch measured here is the one in ``patches/`` (``vllm-0.33.0-cache-embeds-ranges.diff``):
-compute the runs once per placeholder (a ``cached_property`` holding a tuple) and have
-``extract_embeds_range()`` return a fresh list built from it. :func:`cached_embeds_ranges`
-applies the same change in-process to any placeholder class (vLLM's, or the lab's
-stand-ins in tests), so the installed function and the patched one can be timed side by
-side and compared on randomized inputs.
-
-Run ``.venv-vllm/bin/labkit bench vllm-ranges`` (needs vLLM) to verify, profile, sweep
-and save ``data/results/<machine>/vllm_prefix_ranges.json`` (source ``measured-cpu``).
-The workload builder and the patch (:mod:`labkit.vllm.census.ranges`) need only torch.
+More: docs/reference.md, ``labkit.vllm.census.nextbubble``.
 """
 
 from __future__ import annotations
@@ -29,7 +12,6 @@ import gc
 import logging
 import pstats
 import random
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -158,7 +140,7 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
 
 def sweep(grid: dict, *, repeats: int = 7) -> list[dict]:
     """Rows for every (requests, images) in ``grid``, installed and patched side by side."""
-    from labkit.progress import progress
+    from labkit.timing import progress
 
     points = [(r, i) for r in grid["requests"] for i in grid["images"]]
     rows = []
@@ -331,30 +313,22 @@ def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
 # --------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.cli import bench_parser
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
+    from labkit.cli import add_grid_options
 
-    p = bench_parser("labkit bench vllm-ranges",
-                     "Time vLLM's compute_mm_prefix_ranges as installed vs with cached embedding runs.",
-                     size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
+    add_grid_options(p)
+    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-ranges", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-ranges")
     quick = size == "quick"
     grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
@@ -399,6 +373,3 @@ def _main(argv: list[str]) -> int:
     emit_result(result, args)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from labkit.errors import UsageError
 
@@ -27,7 +26,7 @@ FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
 def sweep(grid: dict, model_dir) -> list[dict]:
     """Rows of :func:`labkit.vllm.census.sched_census.measure_point` over the grid, with the
     multimodal overhead cut (``overhead_cut``: 1 - patched overhead / installed overhead)."""
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.vllm.census.sched_census import measure_point
 
     points = [(n, m) for n in grid["requests"] for m in grid["images"]]
@@ -83,30 +82,22 @@ def recorded_rows(root=None) -> list[dict]:
             for res in load_results(root, name=RESULT_NAME) for r in res.rows]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.cli import bench_parser
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
+    from labkit.cli import add_grid_options
 
-    p = bench_parser("labkit bench vllm-sched",
-                     "Time vLLM's real Scheduler per decode step (text-only vs images, installed vs early return).",
-                     size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
+    add_grid_options(p)
+    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
     p.add_argument("--steps", type=int, default=None, help="timed decode steps per variant (quick 10, full 30)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one installed 128 x 32 schedule()")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Measure, print a table, save; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-sched", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-sched")
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
     from labkit.vllm.census.nextbubble import vllm_version
 
     grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
@@ -146,6 +137,3 @@ def _main(argv: list[str]) -> int:
     emit_result(result, args)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,28 +1,6 @@
 """What a decode step of vLLM's real ``Scheduler`` costs on the host, for multimodal vs text-only batches.
 
-vLLM 0.33 no longer reads every image per step (its ``_try_schedule_encoder_inputs`` bisects
-to the images overlapping the step), but the bisects themselves, two per request per step
-with a Python key function, are still paid in every decode step by every request that has
-images. This module builds vLLM's real ``Scheduler`` on the CPU from a configuration the lab
-generates (a tiny Gemma-3 config in a temporary folder, no weights, no tokenizer, no
-network), admits requests with real ``Request`` objects, runs them to steady decode, then
-times ``schedule()`` and ``update_from_output()`` per step for three variants, interleaved
-step by step so machine drift cancels:
-
-``text``
-    the same requests without images (the floor);
-``installed``
-    the requests with images, vLLM as installed;
-``early_return``
-    the same, with the change in ``patches/vllm-0.33.0-encoder-early-return.diff``
-    (:func:`early_return_patch` applies it in-process): ``_try_schedule_encoder_inputs``
-    returns at once when the request's last item lies wholly before ``num_computed_tokens``
-    (then the window is empty and the method returns the same five values).
-
-Only the encoder-budget sizing is stubbed (vLLM's ``MultiModalBudget`` runs the model's
-processor, which needs a tokenizer): the encoder compute budget and cache are
-``max(max_num_batched_tokens, tokens per item)``, as vLLM computes them. Needs vLLM
-(``.venv-vllm``); every vLLM import happens inside functions.
+More: docs/reference.md, ``labkit.vllm.census.sched_census``.
 """
 
 from __future__ import annotations
@@ -32,9 +10,9 @@ import json
 import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
+from labkit.timing import clock_ns
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +168,7 @@ class SchedulerRun:
             scheduler.add_request(req)
         self.requests = {r.request_id: r for r in requests}
 
-    def step(self, clock=time.perf_counter_ns) -> tuple[int, int, object]:
+    def step(self, clock=clock_ns) -> tuple[int, int, object]:
         """One step: ``(schedule_ns, update_ns, scheduler_output)``."""
         from vllm.v1.outputs import ModelRunnerOutput
 

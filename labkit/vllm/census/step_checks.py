@@ -1,86 +1,47 @@
 """What the step census must show about itself, and the scheduler-only figure it is checked against.
 
 :func:`census_checks` reads the rows of :mod:`labkit.vllm.census.step_census` and returns one record per
-check (``check``, ``passed``, ``detail`` and the figures compared):
+check (``check``, ``passed``, ``detail`` and the figures compared).
 
-``phases add up``
-    per point and variant, two bounds on the top-level phases' share of the step. Above: no step's
-    share exceeds 1 (``named_share_max``), by the wrapper timers and by the trace alike. Every
-    top-level phase is a timed call (``prepare_inputs`` too: the runner's input-preparation span,
-    :data:`labkit.vllm.census.step_timers.SPAN_PHASES`), the calls disjoint on one thread and inside the
-    step, each timed by two readings of one monotonic clock taken between the step's own two: the
-    sum cannot exceed the step by a single nanosecond, whatever the clock's resolution or the
-    wrappers' overhead (a wrapper's own cost falls outside the interval it reads, inside the
-    step's, so it can only add to the glue). The only allowance is ``SHARE_SLACK``, the float
-    rounding of nanoseconds turned to microseconds. A phase counted twice (one call's time in two
-    phases) makes the sum exceed the step by that call's time, and fails. Below, the timers prove
-    nothing: the glue (the step less its named phases: the engine core's, executor's and worker's
-    calls and the runner's forward context) is code no timer wraps, and its cost is a fixed few
-    hundred microseconds plus a little per request on a CPU, whatever the step's size, so no share
-    of the step bounds it on every machine and batch (its share of a one-request step is several
-    times its share of a 128-request one). What is held instead is that the sum leaves no top-level call
-    out: the phases the census summed (``named_phases`` on the step row) are exactly
-    :data:`TOP_PHASES`, the step's top-level calls as this module lists them; a phase left out of
-    the sum fails whatever its size. The glue is reported (``glue_us``, its share in the text), not
-    bounded. The trace's share is held to the bound above: under the profiler every Python call of
-    the glue pays the profiler's per-call cost, so its share is lower, never higher;
-``phases add up with the forward off the host``
-    the same checks on the steps with the forward off the host (``off_host:step``);
-``trace agrees with the timers``
-    per point, variant and top-level phase taking at least ``MIN_SHARE`` of the profiled step,
-    the trace's total over the profiled steps within ``TRACE_TOLERANCE`` of the wrapper timers'
-    total over the same steps (one trace step per timed step; no ratio, and the check fails,
-    where the counts differ). Smaller phases are listed, not held to it: a wrapped call costs the profiler about a
-    microsecond of its own outside the frame the trace records, a sizeable share of a phase of
-    a few microseconds (``encoder`` in decode);
-``schedule saving matches the scheduler alone``
-    where the stand-in ran (``scheduler_only`` rows), baseline - merged in the census's
-    ``schedule`` phase within ``SCHED_TOLERANCE`` of the same difference in vLLM's scheduler
-    driven alone (``labkit bench vllm-sched``'s mechanism, :func:`stand_in_scheduler`: a real
-    ``Scheduler`` with its own requests and a stand-in model runner), run in the same process
-    with the collector on as in the census;
-``schedule() in the step lies between the scheduler alone, warm and swept``
-    per point and variant where the census drove the engine's own scheduler alone
-    (:func:`engine_scheduler_alone`), the census's ``schedule`` (median, unprofiled steps) is at
-    least that scheduler's ``schedule()`` back to back (``schedule_alone``: its data warm in the
-    caches) and at most its ``schedule()`` with the last-level cache swept between its steps
-    (``schedule_alone_swept``: its data evicted), with no allowance. The same code on the same
-    requests: inside a step the rest of the step (the forward above all, on a CPU) runs between
-    two ``schedule()`` calls and can only evict what the scheduler reads, never warm it beyond
-    back to back, and evicts no more than a sweep of twice the cache. The mechanism bounds each
-    variant's cost, not the saving: baseline - merged is a difference of two bracketed figures,
-    and the eviction each variant pays differs (at one image a request the two read nearly the
-    same data, and the saving in the step can fall below the saving back to back while both
-    variants stay inside their brackets). The savings are in the record (``census_us``,
-    ``alone_us``, ``alone_swept_us``) and its text;
-``schedule saving with the forward off the host matches the scheduler alone``
-    where the census timed steps with the forward off the host (``off_host:`` rows,
-    :func:`labkit.vllm.census.step_census.forward_off_host`: the host phases as a GPU server's host pays
-    them), baseline - merged in their ``schedule`` phase within ``SCHED_TOLERANCE`` of the
-    stand-in's (the first check's reference). The first check holds the census's own steps to it,
-    where the CPU's forward, between two ``schedule()`` calls, evicts what the scheduler reads;
-``schedule saving with the forward off the host matches the engine's scheduler alone``
-    the same difference in the steps with the forward off the host within ``SCHED_TOLERANCE`` of
-    the engine's own scheduler driven alone back to back (the same requests, the same objects):
-    where it holds, what the step adds to the scheduler's saving is the CPU's forward, and what
-    sets the scheduler's saving apart from the stand-in's is the requests it reads;
-``the engine's scheduler alone matches the stand-in``
-    the engine's own scheduler driven alone (its live requests) against ``labkit bench
-    vllm-sched``'s stand-in at the same shape, back to back both and stepped in the same rounds:
-    baseline - merged within ``SCHED_TOLERANCE``. Where it holds and the first check does not,
-    the two schedulers run the same code at the same cost, and what differs is running inside
-    a step.
+More: docs/reference.md, ``labkit.vllm.census.step_checks``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
+from typing import Sequence
 
-from labkit.vllm.census.step_rows import OFF_HOST
+from labkit.timing import stopwatch
 
-__all__ = ["SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
+__all__ = ["PHASES", "TOP", "ALONE_MODES", "OFF_HOST", "step_quantiles", "SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
            "stand_in_scheduler", "STAND_IN_TIMER"]
+
+#: every phase a row is written for: (phase, parent); top-level ones have no parent
+PHASES = (("step", None), ("schedule", None), ("prepare_inputs", None), ("encoder", None), ("forward", None),
+          ("sample", None), ("update_from_output", None), ("process_outputs", None), ("other", None),
+          ("encoder_inputs", "schedule"), ("get_num_embeds", "encoder_inputs"), ("update_states", "prepare_inputs"),
+          ("prepare_inputs_fn", "prepare_inputs"), ("attention_metadata", "prepare_inputs"),
+          ("preprocess", "prepare_inputs"), ("model_forward", "forward"), ("logits", "forward"),
+          ("sampler", "sample"), ("bookkeeping", "sample"), ("detokenize", "process_outputs"))
+TOP = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "process_outputs")
+#: the engine's own scheduler driven alone after a point's steps (:func:`labkit.vllm.census.step_checks.engine_scheduler_alone`):
+#: row phase -> whether the last-level cache is swept between its steps
+ALONE_MODES = {"schedule_alone": False, "schedule_alone_swept": True}
+#: prefix of the phases of the steps timed with the forward off the host (:func:`labkit.vllm.census.step_census.forward_off_host`)
+OFF_HOST = "off_host:"
+
+
+def step_quantiles(values: Sequence[float]) -> dict:
+    """``median_us`` and the nearest-rank ``p20_us`` / ``p80_us`` of per-step values (us)."""
+    v = sorted(values)
+
+    def q(p):
+        return float(v[min(len(v) - 1, int(round(p * (len(v) - 1))))])
+
+    return {"median_us": float(statistics.median(v)), "p20_us": q(0.2), "p80_us": q(0.8)}
+
 
 #: how far above 1 a step's named share may read: float rounding only (the timers nest exactly)
 SHARE_SLACK = 1e-9
@@ -114,7 +75,6 @@ def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> di
 
 
 def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
-    from labkit.vllm.census.step_rows import step_quantiles
 
     return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
              **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
@@ -214,19 +174,17 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     census aborts them). Every step must schedule one token for each of the ``requests`` and no
     encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
     ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
-    import time
 
     import numpy as np
 
-    from labkit.vllm.census.step_rows import ALONE_MODES
 
     buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
 
     def stepper(swept: bool):
         def step(label: str) -> int:
-            t0 = time.perf_counter_ns()
-            out = scheduler.schedule()
-            dt = time.perf_counter_ns() - t0
+            with stopwatch() as sw:
+                out = scheduler.schedule()
+            dt = sw.ns
             tokens = out.num_scheduled_tokens
             if len(tokens) != requests or any(k != 1 for k in tokens.values()) or out.scheduled_encoder_inputs:
                 raise RuntimeError(f"{label}: a step of the scheduler alone is not a decode step of all {requests} "

@@ -5,38 +5,16 @@
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with ``perf_counter_ns`` and keeps one record per
 ``LLMEngine.step()`` call: the nanoseconds spent in each phase (a call nested in another of the
 same phase counts once), and what the step scheduled. The same phase names as the trace table,
-so the two compare one for one:
+so the two compare one for one.
 
-``step`` (``LLMEngine.step``), ``schedule`` / ``encoder_inputs`` / ``update_from_output`` (the
-scheduler), ``execute_model`` / ``sample`` (the executor), ``input_prep``, ``update_states``,
-``prepare_inputs_fn``, ``attention_metadata``, ``preprocess``, ``encoder``, ``model_forward``,
-``sampler``, ``bookkeeping`` (the model runner), ``logits`` (the model), ``process_outputs``
-(the output processor) and ``detokenize`` (every incremental detokenizer's ``update``).
-
-``input_prep`` (:data:`SPAN_PHASES`) is the model runner's input preparation timed as one span:
-the block of ``execute_model`` that vLLM 0.32 runs inside ``with self.synchronize_input_prep():``
-(and labels ``gpu_model_runner: preprocess`` for its own profiling scopes), from the persistent
-batch update (``_update_states``) through ``_prepare_inputs``, the batch padding decision, the
-slot mappings and ``_build_attention_metadata`` to ``_preprocess`` (input ids or embeddings,
-the vision encoder where a step runs it). ``synchronize_input_prep`` returns a context manager,
-so its wrapper times from entering that context to leaving it. Every phase the census adds up
-is thus a wrapped call of its own: none is a remainder.
-``get_num_embeds`` is not wrapped: thousands of calls a step, each wrapper call would cost more
-than the read it times (the trace gives it).
-
-Wrappers are set on the live objects (the scheduler's ``_try_schedule_encoder_inputs`` is the
-one the active A/B variant defines: enter the timers after a variant is applied and leave them
-before it is undone). The top-level phases are disjoint calls on the engine's one thread, each
-timed by two readings of one monotonic clock taken inside the step's own two readings: their sum
-cannot exceed the step by any amount, whatever the timer's resolution. A wrapped call costs a few hundred nanoseconds, about 150 calls a step
-at 128 requests (the detokenizers): tens of microseconds against steps of milliseconds.
+More: docs/reference.md, ``labkit.vllm.census.step_timers``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
+from labkit.timing import clock_ns
 
 __all__ = ["TIMED_PHASES", "SPAN_PHASES", "StepRecord", "PhaseTimers", "engine_parts"]
 
@@ -98,7 +76,7 @@ class PhaseTimers:
     ``parts``: the objects to wrap (default :func:`engine_parts` of ``llm``); ``phases`` /
     ``spans``: what to wrap (:data:`TIMED_PHASES` / :data:`SPAN_PHASES`); ``clock``: ns."""
 
-    def __init__(self, llm=None, phases=TIMED_PHASES, clock=time.perf_counter_ns, parts: dict | None = None,
+    def __init__(self, llm=None, phases=TIMED_PHASES, clock=clock_ns, parts: dict | None = None,
                  spans=SPAN_PHASES) -> None:
         self.parts = parts if parts is not None else engine_parts(llm)
         self.phases = tuple(phases)

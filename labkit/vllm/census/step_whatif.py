@@ -1,17 +1,6 @@
 """Does ``labkit whatif`` on the baseline's vLLM trace predict the merged step? (``labkit bench vllm-step --whatif-check``)
 
-From the baseline's profiler trace of the step census (vLLM's CPU build, 128 x 32 in the full
-census), ``labkit whatif`` replays the run with the scheduler's encoder-input checks removed
-(:data:`DEFAULT_CHANGE`: ``_try_schedule_encoder_inputs``, the pre-#40143 loop with its
-placeholder reads, scaled to 0; the installed scheduler's window bisect, what merged still pays
-there, is a few tenths of a percent of the step) and predicts the median step. The check
-compares it with the merged trace's measured median step, as ``labkit whatif`` itself measures
-steps in that trace (both traces profiled the same way, so the profiler's own cost is on both
-sides), within :data:`TOLERANCE`. Only the baseline trace feeds the prediction; the merged trace
-is the answer.
-
-Everything goes through ``labkit whatif``'s public API (:func:`labkit.trace.whatif.predict.predict`);
-when it cannot replay these traces, the check says what it reported instead of a number.
+More: docs/reference.md, ``labkit.vllm.census.step_whatif``.
 """
 
 from __future__ import annotations

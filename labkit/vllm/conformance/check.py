@@ -1,20 +1,8 @@
 """The in-process check on vLLM's real engine: ``labkit vllm check`` and ``make test-vllm-cpu``.
 
-On one engine built from a made model (:mod:`labkit.vllm.conformance.engine`), for each A/B variant:
+On one engine built from a made model (:mod:`labkit.vllm.conformance.engine`), for each A/B variant.
 
-1. every request's placeholders, as vLLM's processor made them, have the layout the model's
-   rules give (:func:`labkit.vllm.conformance.models.placeholder_layout`);
-2. greedy tokens are identical across the variants (and differ between requests, so the
-   images reach the model);
-3. the scheduler's ``get_num_embeds`` calls in every decode step: at least the running
-   requests x images for the pre-#40143 variants (vLLM 0.20's loop visits every image), none
-   for the others on vLLM >= 0.21 (the window holds no image in decode);
-4. vLLM's own profiler trace of each variant is read by ``labkit analyze``: steps found, no
-   device stream, and among the baseline's top host call sites between steps the
-   scheduler's placeholder calls (``get_num_embeds`` / ``_try_schedule_encoder_inputs``).
-
-:func:`run_check` returns a :class:`CheckReport`; ``ok`` is True only when every check holds.
-The counted runs are separate from the timed ones (a wrapper per call would distort times).
+More: docs/reference.md, ``labkit.vllm.conformance.check``.
 """
 
 from __future__ import annotations

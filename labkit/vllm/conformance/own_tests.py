@@ -1,23 +1,6 @@
 """vLLM's own unit tests as the judge of the A/B variants: ``make test-vllm-own``.
 
-The A/B switch (:mod:`labkit.vllm.ab`) replaces parts of an installed vLLM in-process. vLLM's
-own tests of the scheduler, the encoder cache and the multimodal inputs say whether a
-variant still behaves as vLLM does. :func:`run_matrix` takes the ``tests/`` tree of the
-source distribution of the installed vLLM's version (:mod:`labkit.vllm.conformance.sdist`: fetched from
-PyPI, its SHA-256 checked against the registry's listing, cached under the venv), makes the
-hub models those tests name as local folders (:mod:`labkit.vllm.conformance.hub_models`, offline), and
-runs the chosen files once stock and once per variant. A variant is switched in the way a
-server gets it: ``$LABKIT_VLLM_AB`` set, and vLLM's plugin loader run at pytest's start
-(``-p labkit.vllm.pytest_ab``, which calls ``vllm.plugins.load_general_plugins()``; that runs
-labkit's ``vllm.general_plugins`` entry point, :func:`labkit.vllm.ab.load_plugin`).
-
-Each run writes pytest's junit XML; :func:`parse_junit` reads every test's outcome and
-:func:`compare_runs` lists the **differences**: tests that pass stock and fail (or error)
-under a variant. A difference that :data:`EXPLAINED` covers (a rule the variant's vLLM
-version had and the installed tests check, see README) is reported as explained; any other
-makes the run fail. The result is ``vllm_own_tests`` (source ``measured-cpu``): one row per
-run with its counts, failing ids, skipped ids with vLLM's own skip reasons, the
-differences, and the run's wall time in seconds.
+More: docs/reference.md, ``labkit.vllm.conformance.own_tests``.
 """
 
 from __future__ import annotations
@@ -218,8 +201,8 @@ def choose_files(spec: str | None) -> list[str]:
 
 
 #: the variants of the full matrix (``pr38794`` runs when named: its scheduler is baseline's loop;
-#: ``merged`` is vLLM as installed, so the stock run is its run)
-DEFAULT_VARIANTS = ("baseline", "pr40143", "early-return")
+#: ``merged`` is vLLM as installed: named, it is not run, the stock run is its run)
+DEFAULT_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
 
 
 def choose_variants(spec: str | None) -> tuple[list[str], list[str]]:

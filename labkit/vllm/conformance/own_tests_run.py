@@ -1,14 +1,6 @@
 """Running vLLM's own tests stock and under each A/B variant, and filing ``vllm_own_tests``.
 
-``python -m labkit.vllm.conformance.own_tests_run [--variants a,b] [--files core,inputs]`` in the venv of
-the vLLM under test (``make test-vllm-own``; see :mod:`labkit.vllm.conformance.own_tests` for what is
-compared). Steps: the installed vLLM's version; the registry's listing of
-``vllm-<version>.tar.gz`` (address, SHA-256); the file, cached under
-``<venv>/share/labkit/vllm-sdist/`` and checked; its ``tests/`` unpacked into a run folder
-with a Hugging Face cache of the hub models the chosen files name; vLLM's test
-dependencies (:data:`~labkit.vllm.conformance.own_tests.TEST_DEPS`) installed into the venv where
-missing; one pytest process per run; the result filed. Exit 0 when no test that passes stock
-fails under a variant without an explanation, 1 otherwise, 2 for bad input.
+More: docs/reference.md, ``labkit.vllm.conformance.own_tests_run``.
 """
 
 from __future__ import annotations
@@ -165,8 +157,7 @@ def run_matrix(variants: list[str], files: list[str], *, work: Path, cache_dir: 
     return rows, params
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m labkit.vllm.conformance.own_tests_run", description=__doc__.split("\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", default="", help="comma-separated A/B variants (default: all); stock always runs")
     p.add_argument("--files", default="", help=f"comma-separated file sets ({', '.join(FILE_SETS)}) or "
                                                 "tests/... paths (default: every set)")
@@ -175,18 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default=None, help="run folder (default: a temporary one, removed afterwards)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run (default 3600)")
     p.add_argument("--no-save", action="store_true", help="print only, file no result")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit code."""
-    from labkit.vllm.cli import run_main
-
-    return run_main("labkit.vllm.conformance.own_tests_run", _main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    """``labkit vllm own-tests``; returns the exit code."""
     variants, controls = choose_variants(args.variants)
     files = choose_files(args.files)
     full = not args.variants.strip() and not args.files.strip()
@@ -218,6 +201,3 @@ def _main(argv: list[str]) -> int:
         print(f"DIFFERENCE {variant}: {test} passes stock and fails under {variant}")
     return 1 if bad else 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

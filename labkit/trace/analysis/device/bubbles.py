@@ -1,49 +1,28 @@
 """Idle gaps ("bubbles") on device streams, why they happened, and what the host was doing meanwhile.
 
-Two ways to count idle time per stream:
-
-* the lab's own (``find_bubbles``): device ops (kernels, copies, memsets) of a stream are
-  merged into busy intervals and every positive gap between the first start and the last end
-  is a bubble. A bubble is *host wait* when the runtime call that launched the op after it
-  started after the stream had drained (the GPU waited for the CPU), *kernel wait* when it
-  is shorter than ``kernel_wait_us`` and the next op was already queued, and *other*
-  otherwise (e.g. waiting on an event or another stream).
-* HTA's conventions (``hta_idle_breakdown``), reproduced exactly for a side-by-side check:
-  signed gaps between consecutive events sorted by start, timestamps rounded the way HTA
-  rounds sub-microsecond traces, and when a trace has two or more ``ProfilerStep#N`` spans
-  only the work launched before the last step (unless ``include_last_profiler_step``).
-  Note: HTA documents ``consecutive_kernel_delay=30`` as nanoseconds but compares it with
-  microsecond timestamps, so its kernel-wait threshold is 30 us in effect; the lab's
-  default ``kernel_wait_us=30.0`` matches that behaviour so categories line up.
-
-``host_starvation`` ranks host call sites (innermost user annotation, Python frame, CPU op
-and runtime call on the launching thread) by the host-wait idle time they overlap.
+``find_bubbles``: the gaps between a stream's merged busy intervals, each *host wait* (the op after it
+was launched after the stream drained), *kernel wait* (shorter than ``kernel_wait_us`` with the next
+op queued) or *other*; ``host_starvation`` ranks the launching thread's call sites by the host-wait
+idle they overlap; ``hta_idle_breakdown`` reproduces HTA's own idle breakdown exactly. The rules,
+and HTA's conventions: docs/trace-analyzer.md ("How labkit analyze works").
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.host.callsite import (
-    LAYER_NAMES,
-    LAYERS,
-    call_site_label,
-    merge_windows,
-    overlap_by_segment,
-    thread_segments,
-)
+from labkit.trace.analysis.host.callsite import LAYER_NAMES, attribute_windows, label_call_sites
+from labkit.trace.analysis.host.steps import STEP_NUMBER
 from labkit.trace.read.columns import cat_mask, group_codes
 from labkit.trace.read.load import BUSY_CATS, RUNTIME_CATS, Trace
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_KERNEL_WAIT_US = 30.0
-DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*\d+"
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 BUBBLE_COLUMNS = ["device", "stream", "start_us", "end_us", "dur_us", "category", "prev_op", "next_op",
@@ -54,18 +33,9 @@ STARVATION_COLUMNS = ["call_site", *LAYER_NAMES, "idle_overlap_us", "bubble_coun
 
 
 def runtime_calls(trace: Trace) -> pd.DataFrame:
-    """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...), computed once
-    per loaded trace (the device ops and the copies both read them); treat the table as read-only."""
-    return _once_per_trace(trace, "_runtime_calls", lambda: _runtime_calls(trace))
-
-
-def _once_per_trace(trace: Trace, key: str, build):
-    """``build()``, computed once per loaded trace and kept on it (again if its events table was replaced)."""
-    owner, value = trace.__dict__.get(key, (None, None))
-    if owner is not trace.events:
-        value = build()
-        trace.__dict__[key] = (trace.events, value)
-    return value
+    """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...), once per loaded
+    trace (the device ops and the copies both read them); treat the table as read-only."""
+    return trace.once("runtime_calls", lambda: _runtime_calls(trace))
 
 
 def _runtime_calls(trace: Trace) -> pd.DataFrame:
@@ -128,33 +98,6 @@ def device_ops(trace: Trace) -> pd.DataFrame:
     return ops.sort_values(["device", "stream", "ts_us"], kind="stable").reset_index(drop=True)
 
 
-def find_steps(trace: Trace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.DataFrame:
-    """Host spans whose name matches ``pattern`` (default ``ProfilerStep#N``), sorted by start.
-
-    Columns: ``step`` (0..n-1), ``name``, ``start_us``, ``end_us``, ``dur_us``.
-    """
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        from labkit.errors import UsageError
-
-        raise UsageError(f"bad step pattern {pattern!r}: {exc}") from None
-    ev = trace.events
-    host = ev[cat_mask(ev["cat"], ["user_annotation", "cpu_op"])]
-    names = pd.Series(host["name"].cat.categories if hasattr(host["name"], "cat") else [])
-    wanted = [n for n in names if rx.search(str(n))]
-    s = host[cat_mask(host["name"], wanted)].sort_values("ts_us", kind="stable")
-    s = s.drop_duplicates("name", keep="first")
-    out = pd.DataFrame({
-        "step": np.arange(len(s)),
-        "name": s["name"].astype(str).to_numpy(),
-        "start_us": s["ts_us"].to_numpy(),
-        "end_us": (s["ts_us"] + s["dur_us"]).to_numpy(),
-        "dur_us": s["dur_us"].to_numpy(),
-    })
-    return out
-
-
 def _assign_step(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """Step number containing each time (-1 outside every step)."""
     if len(steps) == 0 or len(times) == 0:
@@ -178,14 +121,14 @@ def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.
     return np.flatnonzero(gap > 0), prev_end, gap
 
 
-def find_bubbles(trace: Trace, *, ops: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
+def find_bubbles(trace: Trace, steps: pd.DataFrame, *, ops: pd.DataFrame | None = None,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US) -> pd.DataFrame:
     """Every positive idle gap on every device stream (lab convention: overlaps clipped).
 
     Columns: ``device``, ``stream``, ``start_us``, ``end_us``, ``dur_us``, ``category``
     (host_wait / kernel_wait / other), ``prev_op``, ``next_op``, ``next_launch_us`` (start of
     the runtime call that launched the op ending the gap; NaN if unknown), ``launch_pid``,
-    ``launch_tid``, ``step`` (ProfilerStep number by the launch time, -1 if none).
+    ``launch_tid``, ``step`` (of ``steps``, a ``detect_steps`` table, by the launch time; -1 if none).
     """
     if kernel_wait_us < 0 or not math.isfinite(kernel_wait_us):
         raise ValueError(f"kernel_wait_us must be a finite number >= 0, got {kernel_wait_us}")
@@ -205,7 +148,6 @@ def find_bubbles(trace: Trace, *, ops: pd.DataFrame | None = None, steps: pd.Dat
     # the op that set the running end before the gap
     names = ops["name"].to_numpy()
     prev_name = names[np.maximum(idx - 1, 0)]
-    steps = find_steps(trace) if steps is None else steps
     when = np.where(np.isnan(launch), g_start, launch)
     return pd.DataFrame({
         "device": dev[idx],
@@ -244,92 +186,6 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
     out["busy_us"] = out["span_us"] - out["idle_us"]
     out["idle_fraction"] = np.where(out["span_us"] > 0, out["idle_us"] / out["span_us"].where(out["span_us"] > 0, 1), 0.0)
     return out[STREAM_COLUMNS]
-
-
-_THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
-
-
-def _host_events(trace: Trace) -> pd.DataFrame:
-    """The call-site layers' events of a trace, only the columns the call-site code reads."""
-    ev = trace.events
-    return ev[_THREAD_COLUMNS][cat_mask(ev["cat"], LAYERS)]
-
-
-def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
-    """``thread_host_events`` of a trace's call-site layers for ``(pid, tid)``, computed once per
-    loaded trace and thread (the copies and the starvation ranking both ask for the same threads)."""
-    cache = _once_per_trace(trace, "_thread_events", dict)
-    key = (int(pid), int(tid))
-    if key not in cache:
-        if None not in cache:
-            cache[None] = _host_events(trace)
-        cache[key] = thread_host_events(cache[None], pid, tid)
-    return cache[key]
-
-
-def thread_host_events(host: pd.DataFrame, pid: int, tid: int) -> pd.DataFrame:
-    """Host events of thread ``(pid, tid)``; Python frames recorded under another thread id
-    (some exporters write them on pid/tid 0) are borrowed when the thread has none of its own."""
-    mine = host[(host["pid"].to_numpy() == pid) & (host["tid"].to_numpy() == tid)]
-    if (mine["cat"] == "python_function").any():
-        return mine
-    py = host[host["cat"] == "python_function"]
-    if len(py) == 0:
-        return mine
-    same_tid = py[py["tid"].to_numpy() == tid]
-    if len(same_tid):
-        return pd.concat([mine, same_tid])
-    keys = py[["pid", "tid"]].drop_duplicates()
-    if len(keys) == 1:
-        return pd.concat([mine, py])
-    return mine
-
-
-def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
-    """Split host time inside windows by innermost call site on the window's thread.
-
-    ``windows``: ``id``, ``pid``, ``tid``, ``start_us``, ``end_us``. Returns one row per
-    (window, call site): ``id``, the ``LAYER_NAMES`` columns and ``overlap_us``; time with no
-    recorded host event becomes a row with all layers empty.
-    """
-    parts = []
-    for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
-        ws, we = merge_windows(w["start_us"].to_numpy(), w["end_us"].to_numpy())
-        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
-        wid, sidx, ov = overlap_by_segment(seg, w["start_us"].to_numpy(), w["end_us"].to_numpy(), w["id"].to_numpy())
-        part = pd.DataFrame({"id": wid, "overlap_us": ov})
-        for layer in LAYER_NAMES:
-            part[layer] = seg.labels[layer][sidx] if len(sidx) else np.zeros(0, object)
-        covered = part.groupby("id")["overlap_us"].sum()
-        rest = (w.set_index("id")["end_us"] - w.set_index("id")["start_us"]).sub(covered, fill_value=0.0)
-        rest = rest[rest > 1e-9]
-        if len(rest):
-            gap = pd.DataFrame({"id": rest.index.to_numpy(), "overlap_us": rest.to_numpy()})
-            for layer in LAYER_NAMES:
-                gap[layer] = ""
-            part = pd.concat([part, gap], ignore_index=True)
-        parts.append(part)
-    if not parts:
-        return pd.DataFrame({c: [] for c in ["id", *LAYER_NAMES, "overlap_us"]})
-    out = pd.concat(parts, ignore_index=True)
-    code, keys = group_codes(out["id"].tolist(), *(out[c].tolist() for c in LAYER_NAMES))
-    res = pd.DataFrame(keys, columns=["id", *LAYER_NAMES])
-    res["overlap_us"] = pd.Series(out["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
-    return res
-
-
-def label_call_sites(df: pd.DataFrame) -> np.ndarray:
-    """``call_site_label`` for every row of a table with the layer columns (computed per unique combo)."""
-    if len(df) == 0:
-        return np.zeros(0, object)
-    labels: dict = {}
-    out = np.empty(len(df), dtype=object)
-    for i, key in enumerate(zip(*(df[c].to_numpy() for c in LAYER_NAMES))):
-        label = labels.get(key)
-        if label is None:
-            label = labels[key] = call_site_label(*key)
-        out[i] = label
-    return out
 
 
 def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = None) -> tuple[pd.DataFrame, pd.Series]:
@@ -391,7 +247,6 @@ def steps_table(steps: pd.DataFrame, ops: pd.DataFrame, bubbles: pd.DataFrame) -
 # --------------------------------------------------------------------------------------------
 
 _HTA_KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
-_HTA_STEP = re.compile(r"^ProfilerStep#(\d+)")
 _HTA_SYNC_NAMES = ("Event Sync", "Context Sync")
 
 
@@ -430,7 +285,7 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
 
     kept = np.ones(n, bool)
     mult = np.ones(n, np.int64)
-    step_names = [c for c in names.cat.categories if _HTA_STEP.match(str(c))]
+    step_names = [c for c in names.cat.categories if STEP_NUMBER.match(str(c))]
     if len(step_names) >= 2:
         is_step = cat_mask(names, step_names) & is_cpu
         if is_step.any():

@@ -1,26 +1,9 @@
 """CUDA-graph replays as units, and device idle that counts only real gaps.
 
-Under CUDA graphs one host call (``cudaGraphLaunch``, ``cuGraphLaunch``, ``hipGraphLaunch``)
-starts many kernels, and the profiler gives every one of them the launch's correlation id.
-Three ways this misleads trace tools, each reproduced by the lab's tests:
-
-* kernels tied to nothing or to one launch only (a correlation id taken as one kernel), so
-  most of the device work drops out of the per-launch and critical-path views (HTA#290,
-  TraceLens#827);
-* idle counted per stream and summed, while a replay runs its kernels on several streams:
-  one stream's gap is filled by another stream's kernel, and the device was busy
-  (TraceLens#728: 26% idle reported on a 99% busy GPU);
-* replays whose kernels the profiler did not record (its activity buffer overflowed): the
-  device looks idle while it ran the missing work.
-
-Here a replay is one unit: ``graph_replays`` has one row per graph launch with its recorded
-ops (count, first start, last end, busy time, gaps inside it, launch-to-start latency), and
-``replay_index`` ties every device op to its launch. ``device_gaps`` finds idle per *device*
-(no stream of the device busy) and puts a gap that an unrecorded replay would have filled
-(the first device gap ending after that launch) in category ``unrecorded`` instead of idle;
-``device_idle`` sums them per device. The what-if replay groups its graph units with
-``graph_launches`` and ``replay_index`` too (``labkit.trace.whatif.dependency_graph``): a replay
-moves as one unit there.
+Every op a ``cudaGraphLaunch`` starts carries the launch's correlation id: ``graph_replays`` has one
+row per launch with its recorded ops, ``replay_index`` ties each op to its launch, ``device_gaps``
+finds the times no stream of a device runs anything (a gap an unrecorded replay filled is
+``unrecorded``, not idle) and ``device_idle`` sums them per device. Why: docs/trace-analyzer.md ("CUDA graphs").
 """
 
 from __future__ import annotations

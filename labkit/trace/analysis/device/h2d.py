@@ -1,17 +1,9 @@
 """Host-to-device copies: pageable vs pinned, what they cost the host, and who issued them.
 
-Every ``gpu_memcpy`` event is joined (by correlation id) to the runtime call that issued it
-(``cudaMemcpyAsync`` ...). A copy's host stall is that call's duration plus, when the next
-runtime call on the same thread is a ``*Synchronize`` starting within ``sync_gap_us`` of it,
-that synchronize's duration. The call site is the innermost user annotation, Python frame,
-CPU op and runtime call enclosing the call on its thread.
-
-Rule for repeated small pageable copies (the #38794 pattern): a call site is flagged when it
-issues at least ``min_count`` (default 4) pageable host-to-device copies of at most
-``small_bytes`` (default 64 KiB) each within one ``ProfilerStep`` (or within the whole trace
-when it has no steps). A pageable copy makes the host wait for the stream to drain before it
-runs, so each costs a fixed synchronisation (tens of us) whatever its size; many small ones
-per step keep the launch queue empty and leave bubbles between kernels.
+Each ``gpu_memcpy`` is joined by correlation id to the runtime call that issued it; its host stall
+is that call plus a ``*Synchronize`` right after it, its call site the innermost layers around the
+call. A call site issuing at least ``min_count`` pageable copies of at most ``small_bytes`` in one
+step is flagged (the #38794 pattern). The rules: docs/trace-analyzer.md.
 """
 
 from __future__ import annotations
@@ -22,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labkit.trace.analysis.device.bubbles import _assign_step, runtime_calls, thread_events
-from labkit.trace.analysis.host.callsite import LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_segments
+from labkit.trace.analysis.device.bubbles import _assign_step, runtime_calls
+from labkit.trace.analysis.host.callsite import (LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_events,
+                                                 thread_segments)
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import Trace
 

@@ -1,11 +1,5 @@
-"""Stream busy/idle figures for other parts of the lab, computed by the trace analyzer itself.
-
-The H2D benchmark, the copy ledger and the engine's rows need a few numbers from a profiler
-trace (busy and idle time per stream, the busiest stream's idle share, H2D copy counts). They
-get them here, from the same loader (``labkit.trace.read.load``) and the same idle rules
-(``labkit.trace.analysis.device.bubbles``: device ops merged per stream, every positive gap between the first
-start and the last end is idle) as ``labkit analyze``, so an engine row's ``device_idle_frac``
-is the ``idle_fraction`` that ``labkit analyze`` prints for the busiest stream of the same file.
+"""Stream busy/idle figures for other parts of the lab (the H2D benchmark, the copy ledger, the engine's rows),
+from the analyzer's own loader and idle rules, so they equal ``labkit analyze``'s figures for the same file.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ def stream_table(trace) -> pd.DataFrame:
     trace path, decoded document or ``Trace``."""
     tr = as_trace(trace)
     ops = device_ops(tr)
-    return stream_idle(ops, find_bubbles(tr, ops=ops, steps=_NO_STEPS))
+    return stream_idle(ops, find_bubbles(tr, _NO_STEPS, ops=ops))
 
 
 def stream_busy_idle(trace) -> list[dict]:

@@ -1,20 +1,22 @@
-"""Call sites on a host thread: which annotation, Python frame, CPU op and runtime call was innermost.
+"""Call sites on a host thread: the innermost annotation, Python frame, CPU op and runtime call at each moment.
 
-A host thread's events nest in time (``user_annotation`` around ``python_function`` frames
-around ``cpu_op`` around ``cuda_runtime`` calls). For any window of time on a thread,
-``HostStacks`` answers "what was the thread inside of, and for how long": it sweeps the
-events that overlap the windows of interest and cuts time into segments, each labelled with
-the innermost event of every layer that contains it. Only events overlapping the windows are
-swept, so the cost follows the windows, not the size of the trace.
+A thread's events nest in time; ``sweep`` cuts the time of the events that touch some windows into
+segments labelled with the innermost event of each layer, so the cost follows the windows, not the
+trace. ``attribute_windows`` splits windows of time (host-wait bubbles, the time between steps of a
+host-only trace: ``between_step_call_sites``) by call site. See docs/trace-analyzer.md.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from labkit.trace.read.columns import column_strings
+from labkit.trace.analysis.host.steps import between_step_windows
+from labkit.trace.read.columns import cat_mask, column_strings, group_codes
+from labkit.trace.read.load import Trace
 
 #: event category -> layer (column in the call-site tables)
 LAYERS = {
@@ -27,6 +29,7 @@ LAYERS = {
     "Driver": "runtime",
 }
 LAYER_NAMES = ("annotation", "python_frame", "cpu_op", "runtime")
+_SWEEP_CHUNK = 1 << 16  #: event boundaries turned into Python lists at a time
 NO_LABEL = ""
 
 
@@ -71,7 +74,6 @@ def sweep(starts, ends, layer_idx, names, n_layers: int = len(LAYER_NAMES)) -> S
     (str per event). Where events of one layer overlap without nesting, the one that started
     last is innermost until it ends.
     """
-    n = len(starts)
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
@@ -84,40 +86,38 @@ def sweep(starts, ends, layer_idx, names, n_layers: int = len(LAYER_NAMES)) -> S
     ev = np.concatenate([idx, idx])
     order = np.lexsort((tie, kind, t))
     stacks: list[list[int]] = [[] for _ in range(n_layers)]
-    seg_s: list[float] = []
-    seg_e: list[float] = []
-    seg_lab: list[tuple] = []
+    seg_s, seg_e, seg_lab = array("d"), array("d"), array("q")  # compact: segments number about 2 per event
     tops = [-1] * n_layers
     open_count = 0
     prev = None
-    t_l, kind_l, ev_l = t[order].tolist(), kind[order].tolist(), ev[order].tolist()
-    layer_l = layer_idx.tolist() if hasattr(layer_idx, "tolist") else list(layer_idx)
-    del n
-    for tt, kk, i in zip(t_l, kind_l, ev_l):
-        if open_count and tt > prev:
-            seg_s.append(prev)
-            seg_e.append(tt)
-            seg_lab.append(tuple(tops))
-        li = layer_l[i]
-        st = stacks[li]
-        if kk:
-            st.append(i)
-            open_count += 1
-        else:
-            if st[-1] == i:
-                st.pop()
+    layer_all = np.asarray(layer_idx)[ev]
+    for a in range(0, len(order), _SWEEP_CHUNK):  # Python lists of one chunk at a time: bounded memory
+        o = order[a:a + _SWEEP_CHUNK]
+        for tt, kk, i, li in zip(t[o].tolist(), kind[o].tolist(), ev[o].tolist(), layer_all[o].tolist()):
+            if open_count and tt > prev:
+                seg_s.append(prev)
+                seg_e.append(tt)
+                seg_lab.extend(tops)
+            st = stacks[li]
+            if kk:
+                st.append(i)
+                tops[li] = i
+                open_count += 1
             else:
-                st.remove(i)
-            open_count -= 1
-        tops[li] = st[-1] if st else -1
-        prev = tt
+                open_count -= 1
+                if st[-1] == i:
+                    st.pop()
+                    tops[li] = st[-1] if st else -1
+                else:  # an event of this layer that another one outlived: the top stays
+                    st.remove(i)
+            prev = tt
     names_arr = np.asarray(names, dtype=object)
     labels = {}
-    lab = np.asarray(seg_lab, dtype=np.int64).reshape(-1, n_layers)
+    lab = np.frombuffer(seg_lab, dtype=np.int64).reshape(-1, n_layers)
     with_empty = np.append(names_arr, NO_LABEL).astype(object)
     for j, layer in enumerate(LAYER_NAMES[:n_layers]):
         labels[layer] = with_empty[np.where(lab[:, j] < 0, len(names_arr), lab[:, j])]
-    return Segments(np.asarray(seg_s, float), np.asarray(seg_e, float), labels)
+    return Segments(np.frombuffer(seg_s, dtype=np.float64), np.frombuffer(seg_e, dtype=np.float64), labels)
 
 
 def thread_segments(host, win_s, win_e) -> Segments:
@@ -171,3 +171,90 @@ def innermost_at(seg: Segments, t_us: np.ndarray) -> dict:
     for k, lab in seg.labels.items():
         out[k][ok] = lab[j[ok]]
     return out
+
+
+_THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
+HOST_SITE_COLUMNS = ["call_site", *LAYER_NAMES, "host_us", "window_count", "share"]
+
+
+def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
+    """The call-site layers' events of thread ``(pid, tid)``, computed once per loaded trace and thread.
+    Python frames recorded under another thread id (some exporters write them on pid/tid 0) are
+    borrowed when the thread has none of its own: those of its tid, else the only thread that has any."""
+    cache = trace.once("thread_events", dict)
+    key = (int(pid), int(tid))
+    if key not in cache:
+        if None not in cache:
+            ev = trace.events
+            cache[None] = ev[_THREAD_COLUMNS][cat_mask(ev["cat"], LAYERS)]
+        host = cache[None]
+        mine = host[(host["pid"].to_numpy() == pid) & (host["tid"].to_numpy() == tid)]
+        py = host[host["cat"] == "python_function"] if not (mine["cat"] == "python_function").any() else host[:0]
+        same_tid = py[py["tid"].to_numpy() == tid]
+        if len(same_tid):
+            mine = pd.concat([mine, same_tid])
+        elif len(py) and len(py[["pid", "tid"]].drop_duplicates()) == 1:
+            mine = pd.concat([mine, py])
+        cache[key] = mine
+    return cache[key]
+
+
+def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+    """Split host time inside windows (``id``, ``pid``, ``tid``, ``start_us``, ``end_us``) by innermost call
+    site on the window's thread: one row per (window, call site) with ``id``, ``LAYER_NAMES`` and
+    ``overlap_us``; time with no recorded host event is a row with every layer empty."""
+    parts = []
+    for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
+        ws, we = merge_windows(w["start_us"].to_numpy(), w["end_us"].to_numpy())
+        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
+        wid, sidx, ov = overlap_by_segment(seg, w["start_us"].to_numpy(), w["end_us"].to_numpy(), w["id"].to_numpy())
+        part = pd.DataFrame({"id": wid, "overlap_us": ov})
+        for layer in LAYER_NAMES:
+            part[layer] = seg.labels[layer][sidx] if len(sidx) else np.zeros(0, object)
+        covered = part.groupby("id")["overlap_us"].sum()
+        rest = (w.set_index("id")["end_us"] - w.set_index("id")["start_us"]).sub(covered, fill_value=0.0)
+        rest = rest[rest > 1e-9]
+        if len(rest):
+            gap = pd.DataFrame({"id": rest.index.to_numpy(), "overlap_us": rest.to_numpy()})
+            for layer in LAYER_NAMES:
+                gap[layer] = ""
+            part = pd.concat([part, gap], ignore_index=True)
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame({c: [] for c in ["id", *LAYER_NAMES, "overlap_us"]})
+    out = pd.concat(parts, ignore_index=True)
+    code, keys = group_codes(out["id"].tolist(), *(out[c].tolist() for c in LAYER_NAMES))
+    res = pd.DataFrame(keys, columns=["id", *LAYER_NAMES])
+    res["overlap_us"] = pd.Series(out["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
+    return res
+
+
+def label_call_sites(df: pd.DataFrame) -> np.ndarray:
+    """``call_site_label`` for every row of a table with the layer columns (computed per unique combination)."""
+    labels: dict = {}
+    out = np.empty(len(df), dtype=object)
+    for i, key in enumerate(zip(*(df[c].to_numpy() for c in LAYER_NAMES))):
+        label = labels.get(key)
+        if label is None:
+            label = labels[key] = call_site_label(*key)
+        out[i] = label
+    return out
+
+
+def between_step_call_sites(trace: Trace, steps: pd.DataFrame, *, top: int | None = None) -> pd.DataFrame:
+    """A host-only trace's call sites ranked by the host time they took between steps (``HOST_SITE_COLUMNS``):
+    ``host_us`` inside the windows, ``window_count`` windows it appeared in, ``share`` of all between-step time.
+    ``steps``: a ``detect_steps`` table."""
+    windows = between_step_windows(steps)
+    pairs = attribute_windows(trace, windows) if len(windows) else []
+    if len(pairs) == 0:
+        return pd.DataFrame({c: [] for c in HOST_SITE_COLUMNS})
+    pairs["call_site"] = label_call_sites(pairs)
+    code, keys = group_codes(pairs["call_site"].tolist(), *(pairs[c].tolist() for c in LAYER_NAMES))
+    rank = pd.DataFrame(keys, columns=["call_site", *LAYER_NAMES])
+    rank["host_us"] = pd.Series(pairs["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
+    rank["window_count"] = pd.Series(pairs["id"].to_numpy()).groupby(code, sort=False).nunique().to_numpy().astype(np.int64)
+    total = float((windows["end_us"] - windows["start_us"]).sum())
+    rank["share"] = rank["host_us"] / total if total > 0 else 0.0
+    rank = rank.sort_values("host_us", ascending=False, kind="stable").reset_index(drop=True)
+    return rank.head(top) if top is not None else rank

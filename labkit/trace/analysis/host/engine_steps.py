@@ -1,50 +1,9 @@
 """vLLM's whole engine step, phase by phase, from the Python frames of its own profiler trace.
 
-``labkit analyze``'s steps (``labkit.trace.analysis.host.steps``) are the model runner's
-``execute_context_*`` spans: on vLLM's CPU build, in-process, they hold the input preparation and
-the forward, while the scheduler, sampling, ``update_from_output`` and the output processing run
-between them. A vLLM trace recorded with Python stacks (``torch_profiler_with_stack``, vLLM's
-default) also has the frames of the whole step: :func:`engine_steps` finds them (the in-process
-``LLMEngine.step`` frames, else the engine core's ``EngineCore.step`` /
-``step_with_batch_queue``), and :func:`engine_phase_table` cuts each into the phases of
-:data:`ENGINE_PHASES` by the frames found inside it:
-
-``schedule``
-    ``Scheduler.schedule``; inside it ``encoder_inputs`` (every
-    ``_try_schedule_encoder_inputs`` call, whoever defines it) and inside that
-    ``get_num_embeds`` (the placeholder reads #40143 made cheap);
-``prepare_inputs``
-    the model runner's input preparation, the block vLLM runs inside ``with
-    self.synchronize_input_prep():`` (the span :class:`labkit.vllm.census.step_timers.PhaseTimers`
-    times): ``input_prep``, from the first frame of that generator (entered) to its last (resumed
-    as the block exits), less the encoder that runs inside it; the persistent batch update, input
-    ids and positions, attention metadata, embeddings gather (``update_states``,
-    ``prepare_inputs_fn``, ``attention_metadata``, ``preprocess`` below it). Where the trace has no
-    such frames, from the first ``_update_states`` frame's start to the last ``_preprocess``
-    frame's end; 0 without those. The rest of ``execute_model`` (the executor's and worker's
-    calls, the forward context) is ``other``;
-``encoder``
-    ``_execute_mm_encoder`` (the vision tower; nothing in a decode step);
-``forward``
-    ``_model_forward`` and ``compute_logits`` (the model itself: on a CPU, compute on the host);
-``sample``
-    the executor's ``sample_tokens`` (``sampler``: ``_sample``; ``bookkeeping``:
-    ``_bookkeeping_sync``);
-``update_from_output``
-    ``Scheduler.update_from_output``;
-``process_outputs``
-    the output processor (``OutputProcessor.process_outputs``; ``detokenize``: the incremental
-    detokenizers' ``update``): the frontend's side, the API server's in ``vllm serve``;
-``other``
-    the rest of the step frame (the engine core's glue between these calls).
-
-The top-level phases (:data:`TOP_PHASES`) partition the step: with ``other`` they add up to
-the step's time exactly, so ``other`` says how much of the step no named phase explains. Each is
-made of frames (or a span of frames less frames inside it) disjoint from the others', so ``other``
-is never negative: a frame counted in two phases would show as a named share above 1. A
-phase's time in a step is the union of its frames there (a frame nested in another of the same
-phase counts once), clipped to the step. Times are microseconds of the trace's clock, profiler
-overhead included: compare them with timers that ran in the same profiled steps.
+``engine_steps`` finds the whole-step frames (``LLMEngine.step`` in-process, else ``EngineCore.step``);
+``engine_phase_table`` cuts each into the phases of ``ENGINE_PHASES``: the top-level ones
+(``TOP_PHASES``) with ``other`` add up to the step exactly. What each phase holds and how it is
+measured: docs/trace-analyzer.md ("vLLM's engine steps").
 """
 
 from __future__ import annotations
@@ -55,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.trace.read.columns import name_mask
 from labkit.trace.read.load import Trace
 
 __all__ = ["PhaseSpec", "ENGINE_PHASES", "TOP_PHASES", "SUB_PHASES", "STEP_FRAMES", "engine_steps",
@@ -107,13 +67,8 @@ STEP_COLUMNS = ["step", "start_us", "end_us", "dur_us", "pid", "tid"]
 
 def _frames(trace: Trace, pattern: str) -> pd.DataFrame:
     ev = trace.events
-    names = ev["name"]
-    cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
-    rx = re.compile(pattern)
-    wanted = {str(n) for n in cands if rx.search(str(n))}
-    hit = (ev["cat"] == "python_function").to_numpy() & names.astype(str).isin(wanted).to_numpy() \
-        if wanted else np.zeros(len(ev), bool)
-    return ev[hit]
+    is_frame = trace.once("python_frames", lambda: (ev["cat"] == "python_function").to_numpy())
+    return ev[is_frame & name_mask(ev["name"], re.compile(pattern))]
 
 
 def _outermost(frames: pd.DataFrame) -> pd.DataFrame:

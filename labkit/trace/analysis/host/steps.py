@@ -1,42 +1,37 @@
-"""Steps of a trace found without being told: ``ProfilerStep#N``, else vLLM's own step markers.
+"""The one step finder: ``ProfilerStep#N``, else vLLM's own step markers, for analyze, whatif and the bubbles.
 
-PyTorch's profiler schedule writes ``ProfilerStep#N`` spans. vLLM's traces (``vllm serve``
-with the torch profiler) have none; the worker wraps each engine step in a
-``execute_context_<n>(<tokens>)_generation_<m>(<tokens>)`` annotation, and with Python
-stacks recorded the model runner's ``execute_model`` frame marks a step too (model runner
-v1: ``vllm/v1/worker/gpu_model_runner.py``; v2: ``vllm/v1/worker/gpu/model_runner.py``).
-``detect_steps`` tries these in that order (or takes an explicit regex) and says which it
-used; a trace with none gets a note instead of steps.
-
-Steps are the top-level matching spans: a span that starts inside the previous kept step is
-nested or a duplicate (the profiler writes ``ProfilerStep#N`` as both an annotation and a CPU
-op) and is dropped, so repeated names (vLLM's step label repeats) are all kept.
-
-``step_phases`` splits each step's host time by annotated phase: every other annotation inside
-the step in the step's process, and the model runner's phase frames (``_prepare_inputs``,
-``_model_forward``, ``_sample``...). Phases may nest, so they need not add up to the step.
+``detect_steps`` (a ``Trace``; ``labkit analyze``) and ``find_step_spans`` (the what-if's records)
+keep the outermost spans matching the first of their patterns that matches; ``step_phases``
+splits each step's host time by annotated phase; ``between_steps`` gives the host time from one
+step's end to the next one's start. The rules and their differences: docs/trace-analyzer.md ("Steps").
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 import pandas as pd
 
 from labkit.errors import UsageError
-from labkit.trace.read.columns import cat_mask, group_codes
+from labkit.trace.read.columns import cat_mask, group_codes, name_mask
 from labkit.trace.read.load import Trace
+from labkit.trace.whatif.changes import closest_names
 
 PROFILER_STEP = r"^ProfilerStep\s*#\s*\d+"
+#: HTA's own reading of the profiler's steps (exact name), and the step number in it
+STEP_NUMBER = re.compile(r"^ProfilerStep#(\d+)")
 VLLM_CONTEXT = r"^execute_context"
 VLLM_EXECUTE_MODEL = r"(^|: |\.)execute_model$"
-#: (source, regex, categories searched), tried in order when no pattern is given
+#: ``labkit analyze``: (source, regex, categories searched), tried in order when no pattern is given
 AUTO_PATTERNS = (
     ("ProfilerStep", PROFILER_STEP, ("user_annotation", "cpu_op")),
     ("vllm execute_context", VLLM_CONTEXT, ("user_annotation", "cpu_op")),
     ("vllm execute_model", VLLM_EXECUTE_MODEL, ("user_annotation", "cpu_op", "python_function")),
 )
+#: ``labkit whatif``: regexes over every host span but runtime calls, tried in order (outermost per thread)
+WHATIF_PATTERNS = (PROFILER_STEP, r"^execute_(model|context)")
 RUNNERS = (("v2", "vllm/v1/worker/gpu/model_runner.py"), ("v1", "vllm/v1/worker/gpu_model_runner.py"))
 #: model-runner functions whose frames are reported as step phases
 PHASE_FUNCTIONS = ("_update_states", "_prepare_inputs", "_preprocess", "_execute_mm_encoder", "_gather_mm_embeddings",
@@ -48,84 +43,106 @@ NO_STEPS_NOTE = ("no step markers in this trace (no ProfilerStep#N, execute_cont
                  "per-step figures are empty; --steps REGEX names another span")
 
 
-def _compile(pattern: str) -> re.Pattern:
+def compile_steps(pattern: str, message: str = "bad step pattern {!r}: {}") -> re.Pattern:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"bad step pattern {pattern!r}: {exc}") from None
-
-
-def _matching(trace: Trace, rx: re.Pattern, cats) -> pd.DataFrame:
-    ev = trace.events
-    names = ev["name"]
-    cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
-    wanted = [n for n in cands if rx.search(str(n))]
-    return ev[cat_mask(ev["cat"], cats) & cat_mask(names, wanted)]
+        raise UsageError(message.format(pattern, exc)) from None
 
 
 def top_level_spans(spans: pd.DataFrame) -> pd.DataFrame:
-    """Spans (``ts_us``, ``dur_us``...) sorted by start, without those starting inside a kept one."""
+    """Spans (``ts_us``, ``dur_us``...) sorted by start (longest first), without those starting inside a kept one."""
     s = spans.sort_values(["ts_us", "dur_us"], ascending=[True, False], kind="stable")
     ts, end = s["ts_us"].to_numpy(), (s["ts_us"] + s["dur_us"]).to_numpy()
     keep = np.zeros(len(s), bool)
     last_end = -np.inf
     for i in range(len(s)):
         if ts[i] >= last_end:
-            keep[i] = True
-            last_end = end[i]
+            keep[i], last_end = True, end[i]
     return s[keep]
 
 
-def _runner(trace: Trace) -> str | None:
-    ev = trace.events
-    names = ev["name"]
-    cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
-    text = [str(c) for c in cands if "model_runner.py" in str(c)]
-    for label, path in RUNNERS:
-        if any(path in t for t in text):
-            return label
-    return None
-
-
 def detect_steps(trace: Trace, pattern: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """Steps of ``trace`` (``STEP_COLUMNS``, us) and how they were found.
-
-    ``pattern``: a regex over user annotations and CPU ops (None: automatic, see the module
-    docstring). The info dict has ``source`` (which marker, or ``"pattern"``/None),
-    ``pattern``, ``model_runner`` (``"v1"``/``"v2"`` where vLLM frames say so) and ``note``."""
+    """Steps of ``trace`` (``STEP_COLUMNS``, us) and how they were found: ``source`` (which marker, or
+    ``"pattern"``/None), ``pattern``, ``model_runner`` (``"v1"``/``"v2"`` where vLLM frames say so), ``note``.
+    ``pattern``: a regex over user annotations and CPU ops (None: ``AUTO_PATTERNS``)."""
+    ev = trace.events
     tries = (("pattern", pattern, ("user_annotation", "cpu_op")),) if pattern is not None else AUTO_PATTERNS
     found, source, used = None, None, pattern
     for src, pat, cats in tries:
-        m = _matching(trace, _compile(pat), cats)
+        m = ev[cat_mask(ev["cat"], cats) & name_mask(ev["name"], compile_steps(pat))]
         if len(m):
             found, source, used = m, src, pat
             break
-    info = {"source": source, "pattern": used, "model_runner": _runner(trace), "note": None}
+    runner = next((label for label, path in RUNNERS if any(path in c for c in ev["name"].cat.categories)), None)
+    info = {"source": source, "pattern": used, "model_runner": runner, "note": None}
     if found is None:
         info["note"] = NO_STEPS_NOTE if pattern is None else f"no span matches the step pattern {pattern!r}"
         return pd.DataFrame({c: [] for c in STEP_COLUMNS}), info
     s = top_level_spans(found)
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "step": np.arange(len(s)), "name": s["name"].astype(str).to_numpy(), "start_us": s["ts_us"].to_numpy(),
         "end_us": (s["ts_us"] + s["dur_us"]).to_numpy(), "dur_us": s["dur_us"].to_numpy(),
         "pid": s["pid"].to_numpy(), "tid": s["tid"].to_numpy(),
-    })
-    return out, info
+    }), info
+
+
+def find_step_spans(rec, pattern: str | None = None) -> tuple[list, str | None]:
+    """The what-if's steps: ``[(thread key, Span)]`` of the outermost spans per thread matching ``pattern``
+    (default: ``WHATIF_PATTERNS`` in order), sorted by start; and the pattern used (None: no steps)."""
+    for pat in ([pattern] if pattern else WHATIF_PATTERNS):
+        rx = compile_steps(pat, "--steps {!r} is not a valid regex: {}")
+        found = []
+        for key, spans in rec.threads.items():
+            last_end = -math.inf
+            for s in spans:
+                if s.corr < 0 and rx.search(s.name) and s.start >= last_end:
+                    found.append((key, s))
+                    last_end = s.end
+        if found:
+            return sorted(found, key=lambda x: x[1].start), pat
+        if pattern:
+            names = {s.name for spans in rec.threads.values() for s in spans}
+            raise UsageError(f"--steps {pattern!r} matches no host span; closest: {closest_names(pattern, names)}")
+    return [], None
+
+
+def between_steps(keys: list, starts, ends) -> list[tuple]:
+    """``(thread key, start, end)`` from each step's end to the next step's start on the same thread (positive
+    gaps only); threads in order of first appearance, steps by start: the host time between steps."""
+    by: dict = {}
+    for k, a, z in zip(keys, starts, ends):
+        by.setdefault(k, []).append((a, z))
+    out = []
+    for k, spans in by.items():
+        spans.sort(key=lambda s: s[0])
+        run_end = -math.inf
+        for (_, z), (b, _) in zip(spans, spans[1:]):
+            run_end = max(run_end, z)
+            if b > run_end:
+                out.append((k, float(run_end), float(b)))
+    return out
+
+
+def between_step_windows(steps: pd.DataFrame) -> pd.DataFrame:
+    """``between_steps`` of a ``detect_steps`` table: ``id``, ``pid``, ``tid``, ``start_us``, ``end_us``."""
+    gaps = between_steps(list(zip(steps["pid"].tolist(), steps["tid"].tolist())), steps["start_us"].tolist(),
+                         steps["end_us"].tolist())
+    return pd.DataFrame([(i, p, t, a, b) for i, ((p, t), a, b) in enumerate(gaps)],
+                        columns=["id", "pid", "tid", "start_us", "end_us"])
 
 
 def step_phases(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
     """Host time per annotated phase per step: ``step``, ``phase``, ``count``, ``host_us`` (clipped to the step).
 
-    Phases: annotations inside the step (other than the step's own span) and the
-    model runner's phase frames (``PHASE_FUNCTIONS``, labelled by function name), in the step's
-    process (Python frames are often recorded under another thread id than the annotation)."""
+    Phases: the other annotations inside the step and the model runner's phase frames (``PHASE_FUNCTIONS``,
+    by function name), in the step's process (frames are often recorded under another thread id)."""
     cols = ["step", "phase", "count", "host_us"]
     if len(steps) == 0:
         return pd.DataFrame({c: [] for c in cols})
     ev = trace.events
     names = ev["name"]
-    cands = names.cat.categories if hasattr(names, "cat") else pd.unique(names.astype(str))
-    frames = {str(c): m.group(1) for c in cands if (m := _PHASE.search(str(c)))}
+    frames = {c: m.group(1) for c in names.cat.categories if (m := _PHASE.search(c))}
     is_ann = (ev["cat"] == "user_annotation").to_numpy()
     is_frame = (ev["cat"] == "python_function").to_numpy() & cat_mask(names, frames)
     cand = ev[is_ann | is_frame]

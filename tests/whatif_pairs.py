@@ -1,47 +1,64 @@
-"""Checking ``labkit whatif`` against measured A/B pairs of the lab's engine.
-
-Each ``AB_CASES`` entry is a pair of engine variants that differ in one thing, and the what-if
-that should turn the first run into the second, derived from the first run's trace and from
-data that no second run gives (``derive_changes``):
-
-* ``tensor->list`` (#40143): the placeholder reads get cheaper. The first trace shows how many
-  reads each step makes inside ``schedule`` (``aten::item`` per tensor read in a torch.profiler
-  trace; on the simulated device each read is marked, ``labkit.trace.whatif.sim_pairs``) and,
-  in a profiled run, what one costs there (``traced_read_cost_ns``: the median time from one
-  read to the next inside ``schedule``; a tensor read under torch.profiler records four aten
-  ops, which an unprofiled calibration does not pay). The simulated host is charged the
-  calibration's cost for each read and marks it, so there the calibration stands. A list read
-  records nothing, so its calibrated cost (``labkit calibrate`` on the machine that recorded the
-  trace) holds under the profiler too. ``^schedule$`` is scaled so its host work loses
-  ``reads x (tensor read - list read)``;
-* ``per_layer->per_step`` (#38794): the copies. The ledger (``labkit.attn.ledger``) says how many
-  copies a step of the second variant makes inside the layers (none: its one copy a step is made
-  before them), so ``--drop-copies`` removes all but that many of the pageable copies made inside
-  the layers: their device ops, their waits and their share of the layers' host work as the first
-  trace measures it (``labkit.trace.whatif.changes``). The second variant's one copy before the
-  layers is not added (a what-if removes or shrinks work; it adds none).
-
-``predict_pair(before, after, case)`` replays the first trace with the derived change and sets
-the prediction (median step time and device idle fraction) beside the second trace as measured;
-the second trace is read only for that comparison. ``lab_pairs(root)`` finds the recorded pairs
-(``data/traces/<gpu>/<variant>/``); ``labkit.trace.whatif.sim_pairs`` records them on the
-simulated device under a fixed host-cost model. ``bubble_model_rows`` puts #40143's published
-figures next to the answer through the bubble model (``labkit.mm.overlap``).
+"""The engine's A/B pairs the what-if is checked against (test scaffolding): which variants, their
+trace folders, the change derived from the first run alone, and the pairs recorded on the simulated
+device under a fixed host-cost model (``HostCostClock``). The method: docs/trace-analyzer.md.
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import re
+import sys
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from labkit.attn.prefix_ranges import make_strategy, warm_up
+from labkit.engine.config import EngineConfig
+from labkit.engine.device.devices import SimDevice
+from labkit.engine.device.profiles import load_profile
+from labkit.engine.loop import Engine
 from labkit.errors import UsageError
-from labkit.trace.whatif.ab_cases import AB_CASES, ABCase, base_case, variant_dir
+from labkit.results import load_results
+from labkit.trace.analysis.host.steps import find_step_spans
+from labkit.trace.capture import make_capture
+from labkit.trace.read.load import as_trace
+from labkit.trace.whatif.changes import Change
+from labkit.trace.whatif.dependency_graph import trace_graph, trace_records
+from labkit.trace.whatif.predict import predict
+from labkit.trace.whatif.reads import read_cost_ns
 
-logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ABCase:
+    """A before/after pair of engine variants (``(placeholder, scheduling, prefix_ranges)``)."""
+
+    name: str
+    before: tuple
+    after: tuple
+    what: str  #: the difference, in words
+
+
+AB_CASES = {
+    "tensor->list": ABCase("tensor->list", ("tensor", "loop", "none"), ("list", "loop", "none"),
+                           "placeholder reads from a Python list instead of a tensor (#40143)"),
+    "per_layer->per_step": ABCase("per_layer->per_step", ("fast", "cursor", "per_layer"),
+                                  ("fast", "cursor", "per_step"),
+                                  "the prefix-range copies made once per step instead of per row and layer (#38794)"),
+}
+
+
+def variant_dir(v: tuple, async_scheduling: bool = True) -> str:
+    """The trace folder name the engine writes for a variant, e.g. ``tensor-loop-none-async``."""
+    return "-".join([*v, "async" if async_scheduling else "sync"])
+
+
+def base_case(case: str) -> ABCase:
+    """The ``AB_CASES`` entry of ``case`` (a simulated pair's name may end in ``/<cudagraph mode>``)."""
+    return AB_CASES[case.split("/")[0]]
+
 
 SCHEDULE = r"^schedule$"
 LAYERS = r"^forward/layer_\d+$"
@@ -56,8 +73,6 @@ def host_work_us(trace, pattern: str) -> list[float]:
     """Per host span matching ``pattern``: its duration minus the time synchronizing calls inside it
     spent waiting for the device (us): the span's own host cost, the quantity ``--scale`` scales
     (waits from the same dependency graph the replay uses)."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.dependency_graph import trace_graph
 
     rec, g = trace_graph(as_trace(trace))
     rx = re.compile(pattern)
@@ -83,9 +98,6 @@ def host_work_us(trace, pattern: str) -> list[float]:
 
 def reads_per_step(trace, within: str = SCHEDULE) -> list[int]:
     """Placeholder reads (``READ_SPANS``) inside the spans matching ``within``, per step of ``trace``."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.dependency_graph import trace_records
-    from labkit.trace.whatif.steps import find_step_spans
 
     rec = trace_records(as_trace(trace))
     steps, _ = find_step_spans(rec)
@@ -112,9 +124,6 @@ def reads_per_step(trace, within: str = SCHEDULE) -> list[int]:
 
 def traced_read_cost_ns(trace, within: str = SCHEDULE) -> dict:
     """What one placeholder read costs in ``trace`` itself (``labkit.trace.whatif.reads.read_cost_ns``)."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.dependency_graph import trace_records
-    from labkit.trace.whatif.reads import read_cost_ns
 
     return read_cost_ns(trace_records(as_trace(trace)), within)
 
@@ -123,7 +132,6 @@ def ledger_layer_copies_per_step(strategy: str) -> int:
     """Host-to-device copies one step of prefix-range ``strategy`` makes inside the layers, as the
     ledger records them (copies with a layer index; two rows with images, one without, three
     layers: a per-step strategy's count does not depend on them)."""
-    from labkit.attn.prefix_ranges import make_strategy
 
     s = make_strategy(strategy, "cpu")
     s.begin_step({0: [(2, 6), (9, 12)], 1: [(1, 3)], 2: []}, 3)
@@ -136,9 +144,6 @@ def ledger_layer_copies_per_step(strategy: str) -> int:
 def derive_changes(case: str | ABCase, before) -> tuple[list, dict]:
     """The what-if of ``case`` derived from the first run's trace ``before`` (path or Trace) and
     calibration or ledger data, never from the second run: ``(changes, how)`` (see the module docstring)."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.changes import Change
-    from labkit.trace.whatif.sim_pairs import calibration_read_costs
 
     c = base_case(case) if isinstance(case, str) else case
     tb = as_trace(before)
@@ -175,8 +180,6 @@ def predict_pair(before, after, case: str | ABCase) -> dict:
     """Replay ``before`` (path or Trace) with the change ``derive_changes`` finds for ``case``; return
     one row with the prediction beside ``after``'s measured median step and device idle fraction
     (``error`` = predicted / measured step - 1, ``idle_error`` = predicted - measured idle)."""
-    from labkit.trace.read.load import as_trace
-    from labkit.trace.whatif.predict import predict
 
     c = base_case(case) if isinstance(case, str) else case
     tb = as_trace(before)
@@ -212,52 +215,120 @@ def lab_pairs(root: str | Path) -> dict:
     return out
 
 
-def bubble_model_rows(pair_row: dict, *, non_overlap_ms: float = 1.0) -> list[dict]:
-    """#40143's published figures beside the answers: the bubble model fed with the host saving the
-    what-if removed (``compare_with_published``), and the what-if's own before/after step ratio."""
-    from labkit.mm.overlap import PR40143, compare_with_published
-
-    cmp = compare_with_published(pair_row["host_saving_ms"], non_overlap_ms=non_overlap_ms)
-    rows = [dict(r, model="bubble model (published shape)") for r in cmp.as_rows()]
-    ratio_pub = PR40143.mean_tpot_ms_after / PR40143.mean_tpot_ms_before
-    rows.append({"quantity": "tpot_after / tpot_before", "published": ratio_pub,
-                 "predicted": pair_row["predicted_after_step_ms"] / pair_row["before_step_ms"],
-                 "error_pct": None, "model": f"whatif on the lab trace ({pair_row['source']})"})
-    rows.append({"quantity": "tpot_after / tpot_before", "published": ratio_pub,
-                 "predicted": pair_row["measured_after_step_ms"] / pair_row["before_step_ms"],
-                 "error_pct": None, "model": f"measured on the lab engine ({pair_row['source']})"})
-    return rows
+#: (case of ``AB_CASES``, CUDA-graph mode); ``full`` cannot capture ``per_layer`` (copies inside
+#: attention), so its graph case is ``piecewise``
+SIM_CASES = (("tensor->list", "none"), ("tensor->list", "full"),
+             ("per_layer->per_step", "none"), ("per_layer->per_step", "piecewise"))
+#: calls whose cost is a placeholder read, and how many reads each makes
+READ_CALLS = {"get_num_embeds": 1, "get_embeds_indices_in_range": 2}
 
 
-def ab_table(root: str | Path | None = None, *, sim_dir: str | Path | None = None):
-    """One row per A/B pair (recorded under ``root`` and, with ``sim_dir``, recorded there on the
-    simulated device): predicted vs measured median step, as a DataFrame (no per-pair JSON)."""
-    import pandas as pd
-
-    rows = []
-    for where in [r for r in (root,) if r is not None]:
-        for case, (b, a) in lab_pairs(where).items():
-            rows.append(predict_pair(b, a, case))
-    if sim_dir is not None:
-        from labkit.trace.whatif.sim_pairs import make_sim_pairs
-
-        for case, (b, a) in make_sim_pairs(sim_dir).items():
-            rows.append(predict_pair(b, a, case))
-    cols = ["case", "source", "change", "before_step_ms", "predicted_after_step_ms", "measured_after_step_ms",
-            "error", "predicted_after_idle_frac", "measured_after_idle_frac", "idle_error", "replay_check_before",
-            "host_saving_ms"]
-    return pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols), rows
+def sim_case_name(case: str, cudagraph: str) -> str:
+    """``tensor->list`` (eager) or ``tensor->list/full``: the key of a simulated pair."""
+    return case if cudagraph == "none" else f"{case}/{cudagraph}"
 
 
-def plot_ab(table):
-    """Bars per pair: the first run, the prediction for the second, and the second as measured (ms)."""
-    import plotly.graph_objects as go
+class HostCostClock:
+    """A fixed host-cost model for ``SimDevice(clock=...)`` (see the module docstring).
 
-    x = [f"{r.case}<br>({r.source})" for r in table.itertuples()]
-    fig = go.Figure()
-    for col, label in (("before_step_ms", "before (measured)"), ("predicted_after_step_ms", "after (whatif)"),
-                       ("measured_after_step_ms", "after (measured)")):
-        fig.add_bar(x=x, y=table[col], name=label)
-    fig.update_layout(barmode="group", yaxis_title="median step (ms)", yaxis_type="log",
-                      title="labkit whatif: one run + the change -> the other run (source per pair)")
-    return fig
+    While ``active()``, every Python-level call costs ``call_ns`` and a call of a function whose
+    qualified name is in ``extra_ns`` costs that much more; ``mark(name, ns)``, when set, is called
+    after each such charge (first calls in a process, imports and caches, still add work).
+    """
+
+    def __init__(self, call_ns: float = 100.0, extra_ns: dict | None = None, mark=None) -> None:
+        self.call_ns = float(call_ns)
+        self.extra_ns = dict(extra_ns or {})
+        self.mark = mark
+        self.t = 0.0
+
+    def _hook(self, frame, event, arg) -> None:
+        if event == "call":
+            code = frame.f_code
+            extra = self.extra_ns.get(getattr(code, "co_qualname", code.co_name), 0.0)
+            self.t += self.call_ns + extra
+            if extra and self.mark is not None:
+                self.mark(getattr(code, "co_qualname", code.co_name), extra)
+        elif event == "c_call":
+            self.t += self.call_ns
+
+    def __call__(self) -> int:
+        return int(self.t)
+
+    @contextlib.contextmanager
+    def active(self):
+        old = sys.getprofile()
+        sys.setprofile(self._hook)
+        try:
+            yield self
+        finally:
+            sys.setprofile(old)
+
+
+def calibration_read_costs(gpu: str | None = None, slug: str | None = None) -> tuple[dict, str]:
+    """``(extra_ns, machine slug)``: the placeholder reads of both variants at the unit costs a
+    calibration recorded (``list_index``, ``tensor_index_int``): that of the machine with GPU name
+    ``gpu`` or slug ``slug``, else the first one found."""
+
+    found = []
+    for res in load_results():
+        if res.name.split("_quick")[0] != "calibration":
+            continue
+        rows = {r.get("variant"): r.get("median_ns") for r in res.rows if r.get("kind") == "cpu"}
+        if rows.get("list_index") and rows.get("tensor_index_int"):
+            found.append((res, float(rows["tensor_index_int"]), float(rows["list_index"])))
+    if gpu is not None:
+        found = [f for f in found if f[0].machine.get("gpu_name") == gpu]
+    if slug is not None:
+        found = [f for f in found if f[0].slug == slug]
+    if not found:
+        where = f" for {gpu or slug}" if gpu or slug else ""
+        raise UsageError(f"no calibration result with list/tensor read costs{where}: run `labkit calibrate` first")
+    res, t, li = found[0]
+    costs = {}
+    for fn, reads in READ_CALLS.items():
+        costs[f"TensorPlaceholderRange.{fn}"] = reads * t
+        costs[f"ListPlaceholderRange.{fn}"] = reads * li
+    return costs, res.slug
+
+
+def make_sim_pairs(out_dir: str | Path, cases=SIM_CASES, *, model: str = "tiny", num_requests: int = 16,
+                   profile: str = "h200", steps: int = 4, call_ns: float = 100.0) -> dict:
+    """Record each ``(case, cudagraph)`` of ``cases`` on the simulated device under ``HostCostClock``;
+    returns ``{sim_case_name: (before trace, after trace)}``. ``steps`` profiled steps after 2
+    waiting and 1 warm-up; graphs are captured before the first step."""
+
+    prof = load_profile(profile)
+    extra, slug = calibration_read_costs()
+    warm_up()  # torch's first-use imports stay outside the clock (each call there is charged)
+    out = {}
+    paths: dict = {}
+    for name, mode in cases:
+        c = AB_CASES[name]
+        for v in (c.before, c.after):
+            if (v, mode) in paths:
+                continue
+            cfg = EngineConfig(model=model, workload="pr40143", num_requests=num_requests, placeholder=v[0],
+                               scheduling=v[1], prefix_ranges=v[2], cudagraph=mode)
+            meta = {"variant": cfg.variant_name(), "async_scheduling": True, "host_cost_calibration": slug,
+                    "host_cost_model": f"HostCostClock(call_ns={call_ns:g}, placeholder reads from the {slug} "
+                                       "calibration, each marked on the host timeline)"}
+            dev = None
+
+            def mark(fn: str, ns: float) -> None:
+                end = dev.now_ns()
+                dev.mark(fn, end - int(ns), end)
+
+            clock = HostCostClock(call_ns, extra, mark=mark)
+            with clock.active():
+                dev = SimDevice(prof, clock=clock)
+                eng = Engine(cfg, dev)
+                if mode != "none":
+                    eng.capture_graphs()
+                run_dir = variant_dir(v) + ("" if mode == "none" else f"-{mode}")
+                cap = make_capture(dev, out_dir, run_dir, metadata=meta, wait=2, warmup=1, active=steps)
+                with cap:
+                    eng.run(3 + steps, capture=cap)
+            paths[(v, mode)] = Path(cap.paths[0])
+        out[sim_case_name(name, mode)] = (paths[(c.before, mode)], paths[(c.after, mode)])
+    return out

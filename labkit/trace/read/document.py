@@ -1,0 +1,195 @@
+"""Reading a whole trace file: in order, or as byte ranges of its event array on worker processes.
+
+``read_document(path, cols, stats, jobs=N)``: with ``jobs`` > 1 a large file (a gzip'ed one inflated
+once to a temporary file) is cut at event boundaries into ``jobs`` ranges, all but the last read on
+workers, merged in file order; a range that does not read cleanly (a cut inside a string, bad
+input) makes the whole file be read again in order, so tables and errors are those of one read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import multiprocessing as mp
+import os
+import tempfile
+import threading
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from labkit.errors import UsageError
+from labkit.trace.read.columns import ColumnStore, LoadStats
+from labkit.trace.read import reader
+from labkit.trace.read.reader import _BOUNDARY, ByteReader
+from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
+
+PART_MIN_BYTES = 8 << 20  #: a byte range read on a worker holds at least this much of the event array
+_SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
+
+
+def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: bool | None = None,
+                  jobs: int = 1) -> tuple[dict, bool]:
+    """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
+
+    ``jobs`` > 1: a large file is read as that many byte ranges of its event array, all but the last
+    on worker processes (a gzip'ed one is inflated once to a temporary file first); any range that
+    does not read cleanly (a cut inside a string, bad input) makes the whole file be read again in
+    order, so the result and any error are those of the one-process read. ``progress``: a bar on
+    stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
+    if jobs > 1:
+        with contextlib.ExitStack() as stack:
+            plain = plain_copy(path, stack, min_bytes=2 * PART_MIN_BYTES)
+            metadata: dict = {}
+            if plain is not None and _read_parts(plain, cols, stats, metadata, jobs):
+                return metadata, stats.found
+    metadata = {}
+    bar = None
+    with open_binary(path) as fh:
+        if want_progress(path, progress):
+            raw = fh
+            while hasattr(raw, "raw") or hasattr(raw, "fileobj"):  # down to the file on disk
+                raw = getattr(raw, "fileobj", None) or raw.raw
+            bar = Progress(raw, os.path.getsize(path), path.name)
+        try:
+            with prompt_handover() if isinstance(fh, Prefetch) else contextlib.nullcontext():
+                reader._read_body(ByteReader(fh, bar), cols, stats, metadata)
+        finally:
+            if bar is not None:
+                bar.close()
+    return metadata, stats.found
+
+
+class RangeStream:
+    """``[`` + bytes ``start .. end`` of a file + ``]``: one byte range of an event array as an array."""
+
+    def __init__(self, path, start: int, end: int) -> None:
+        self.fh = open(path, "rb")
+        self.fh.seek(start)
+        self.left, self.head, self.tail = end - start, b"[", b"]"
+
+    def read(self, n: int) -> bytes:
+        out, self.head = self.head, b""
+        take = min(n, self.left)
+        data = self.fh.read(take) if take > 0 else b""
+        self.left -= len(data)
+        if not self.left or not data:
+            data, self.tail = data + self.tail, b""
+        return out + data
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_range(path: str, start: int, end: int) -> tuple[tuple, LoadStats]:
+    """Read bytes ``start .. end`` of a file (whole events of its array, separated by commas) on a worker:
+    ``(ColumnStore.part(), LoadStats)``, event indices counted from the range's first event."""
+    cols, stats = ColumnStore(), LoadStats()
+    rs = RangeStream(path, start, end)
+    try:
+        reader._read_body(ByteReader(rs), cols, stats, {})
+    finally:
+        rs.close()
+    return cols.part(), stats
+
+
+def _cuts(path: Path, begin: int, size: int, parts: int) -> list[tuple[int, int]]:
+    """``(end, next start)`` of ``parts - 1`` cuts of bytes ``begin .. size`` at event boundaries
+    (``}`` .. ``,`` .. ``{``), preferring one whose blank holds a line break (never inside a string)."""
+    out = []
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            at = begin + (size - begin) * k // parts
+            f.seek(at)
+            window = f.read(_SPLIT_WINDOW)
+            found = [m for m in _BOUNDARY.finditer(window)]
+            if not found:
+                continue
+            m = next((m for m in found if b"\n" in m.group()), found[0])
+            cut = (at + m.start() + 1, at + m.end() - 1)
+            if not out or cut[0] > out[-1][1]:
+                out.append(cut)
+    return out
+
+
+def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict, jobs: int) -> bool:
+    """Read ``path`` (plain JSON) as byte ranges of its event array (see ``read_document``); False when
+    the file is too small to split or any range did not read cleanly (the caller reads it in order)."""
+    size = path.stat().st_size
+    parts = min(jobs, size // PART_MIN_BYTES)
+    if parts < 2:
+        return False
+    futures, own = [], LoadStats()
+
+    def split(rd: ByteReader):
+        begin = rd.base + rd.pos
+        cuts = _cuts(path, begin, size, parts)
+        if not cuts:
+            return None
+        starts = [begin] + [s for _, s in cuts]
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+                             else "spawn")  # fork: no re-import (no other thread to copy in an odd state)
+        pool = ProcessPoolExecutor(max_workers=len(cuts), mp_context=ctx)
+        pool_box.append(pool)
+        futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
+        fh = open(path, "rb")
+        files.append(fh)
+        fh.seek(starts[-1] - 1)  # the byte before the last range: the batch decoder borrows it
+        nxt = ByteReader(fh)
+        nxt.base = starts[-1] - 1
+        nxt.fill()
+        nxt.pos = 1
+        return nxt
+
+    pool_box: list = []
+    files: list = []
+    tail = ColumnStore()
+    try:
+        with open(path, "rb") as fh:
+            reader._read_body(ByteReader(fh), tail, own, metadata, split)
+        results = [f.result() for f in futures]
+    except (UsageError, BrokenProcessPool, OSError):
+        return False
+    finally:
+        for p in pool_box:
+            p.shutdown(cancel_futures=True)
+        for f in files:
+            f.close()
+    if not futures:
+        return False
+    offset = 0
+    for part, st in results + [(tail.part(), own)]:
+        cols.extend(part, offset)
+        stats.add(st, offset)
+        offset += st.n_events
+    stats.n_events, stats.bytes_read, stats.found, stats.parts = offset, size, own.found, len(results) + 1
+    return True
+
+
+def plain_copy(path: Path, stack: contextlib.ExitStack, *, min_bytes: int) -> Path | None:
+    """``path`` itself when it is plain JSON of at least ``min_bytes``; a gzip'ed one of at least that
+    (by its trailer) inflated once into a temporary file removed with ``stack``; else None."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+            size = os.fstat(f.fileno()).st_size
+            if gz and size >= 4:
+                f.seek(-4, os.SEEK_END)
+                size = max(int.from_bytes(f.read(4), "little"), size)  # ISIZE: the inflated size mod 2**32
+    except OSError:
+        return None
+    if size < min_bytes:
+        return None
+    if not gz:
+        return path
+    tmp = stack.enter_context(tempfile.NamedTemporaryFile(prefix="labkit-trace-", suffix=".json"))
+    try:
+        with open(path, "rb") as raw:
+            src = Gunzip(raw)
+            while chunk := src.read():
+                tmp.write(chunk)
+        tmp.flush()
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return None  # the reader in order says what is wrong
+    return Path(tmp.name)
