@@ -32,15 +32,14 @@ help:
 	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # Re-run the set-up only when what it installs from has changed.
-$(STAMP): pyproject.toml package.json package-lock.json scripts/setup_venv.sh
+$(STAMP): pyproject.toml scripts/setup_venv.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup_venv.sh
 	@touch $(STAMP)
 
 setup: $(STAMP)
 
 report: $(STAMP)
-	$(PY) -m labkit report --size $(SIZE) --device $(DEVICE) --out $(OUT) $(if $(ONLY),--only $(ONLY),) \
-		$(if $(PLOTLY),--plotly $(PLOTLY),)
+	$(PY) -m labkit report --size $(SIZE) --device $(DEVICE) --out $(OUT) $(if $(ONLY),--only $(ONLY),)
 
 test: $(STAMP)
 	@bash scripts/setup_browser.sh

@@ -40,47 +40,55 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
-# ## The machine
-# The description holds no user, host or environment values; `slug` is the folder its results go to.
-
-# %%
-import pandas as pd
-from labkit.device import describe_machine, resolve_device
-device = resolve_device(device)
-pd.Series(describe_machine(device), name="value").to_frame()
-
-# %% [markdown]
-# ## Calibrate this machine
-# The CPU part reads 1024 elements in a Python loop per sample and reports nanoseconds per element.
-# The loop alone is timed too, so the difference is the cost of the read itself.
-
-# %%
-from labkit import calibrate
-from labkit.results import reuse_or_measure
-found, note = reuse_or_measure(["calibration"], lambda: {"calibration": calibrate.measure_and_save(device, size)})
-rows, source, saved = found["calibration"].rows, found["calibration"].source, found["calibration"].path
-print(note + "\n" if note else "", calibrate.format_table(rows), sep="")
-print({k: f"{v:.1f}x" for k, v in calibrate.summary(rows).items()})
-
-# %% [markdown]
-# ## This machine beside the recorded ones
-# Pick a machine in the dropdown. A tensor element read costs around a microsecond of torch C++
-# dispatch; a list read costs tens of nanoseconds at most. The scheduler did thousands of them a step.
+# ## Recorded on each machine: a tensor read costs far more than a list read
+# The calibration every machine records (`labkit calibrate --size full`), the run the answer above
+# reads. The scheduler before #40143 paid the tensor read 4,096 times a decode step (128 requests
+# x 32 images); the list read is what #40143 pays instead.
 
 # %%
 from labkit.results import load_results
-from labkit.viz.machines.calibration import plot_cpu_calibration, plot_gpu_calibration
+from labkit.report.answers.host import calibration_rows
+from labkit.viz.tables import format_table
 recorded = load_results(name="calibration")
-declare_sources(*sorted({r.source for r in recorded} | {source}))
+declare_sources(*sorted({r.source for r in recorded}))
+format_table(calibration_rows(recorded), rename={"tensor_index_int_ns": "tensor index + int()", "list_index_ns": "list index"})
+
+# %% [markdown]
+# Per machine, the read itself and the loop around it (the difference is the cost of the read;
+# the menu picks a machine):
+
+# %%
+from labkit.viz.machines.calibration import plot_cpu_calibration, plot_gpu_calibration
 plot_cpu_calibration(recorded)
 
 # %% [markdown]
+# ## Recorded on a GPU: a pageable copy makes the host wait, a pinned one does not
 # On a GPU the pageable copy's host time includes the synchronization it forces: that wait is the
 # bubble #38794 removed from every attention layer. Pinned copies enqueue and return.
 
 # %%
-gpu_recorded = [r for r in recorded if any(row.get("kind") == "gpu" for row in r.rows)]
-if not gpu_recorded:
-    print("No GPU calibration recorded yet: run `make report` (or `labkit calibrate`) on a GPU machine "
-          "and commit data/results/<machine>/calibration.json.")
 plot_gpu_calibration(recorded)
+
+# %% [markdown]
+# ## Measured here, now, quick
+# This run calibrates the machine it runs on, in quick size (fewer repeats, and whatever else the
+# machine is doing now), and files the result as `calibration_quick`: its numbers are this run's,
+# not the recorded ones above.
+
+# %%
+from labkit import calibrate
+from labkit.device import describe_machine, resolve_device
+from labkit.results import reuse_or_measure
+from labkit.viz.machines.calibration import CPU_LABELS
+from labkit.viz.notebook import fold
+device = resolve_device(device)
+found, note = reuse_or_measure(["calibration"], lambda: {"calibration": calibrate.measure_and_save(device, size)})
+here = found["calibration"]
+declare_sources(here.source)
+format_table([dict(r, read=CPU_LABELS[r["variant"]]) for r in here.rows if r["variant"] in CPU_LABELS],
+             columns=["read", "median_ns", "p20_ns", "p80_ns"], time_unit="ns",
+             caption=f"this run on {here.slug} ({here.source}, {here.size} size), per element read")
+
+# %%
+fold("this machine, as the results store names it",
+     format_table([{"what": k, "value": v} for k, v in describe_machine(device).items() if v is not None]))

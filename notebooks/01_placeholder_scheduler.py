@@ -142,8 +142,21 @@ plot_workload(results["mm_workload"].rows)
 
 # %% [markdown]
 # ## Try it live
-# Pick a shape and variants and measure on this kernel's machine (needs a running kernel; the
-# exported page keeps only the plotly buttons above).
+# The recorded sweeps, without a kernel: the menu picks what varies (requests at 32 images each, or
+# images per request at 128 requests), the slider its value; bars are host ms of one decode step's
+# encoder scheduling per placeholder and strategy (log scale). In JupyterLab the panel below it
+# measures any shape on your machine.
+
+# %%
+from labkit.viz.explore import plot_explorer
+from labkit.viz.lab.mm import COMBO_LABELS
+explore = [dict(r, placeholder=COMBO_LABELS.get(r["combo"], r["combo"]), ms=r["median_ns"] / 1e6,
+                value=r["num_requests"] if r["sweep"] == "requests" else r["images_per_request"],
+                varies=f"{'requests, 32 images each' if r['sweep'] == 'requests' else 'images per request, 128 requests'}"
+                       f" ({r.get('machine', 'this run')})") for r in sweep_rows]
+plot_explorer(explore, x="placeholder", y="ms", slider="value", menu="varies", names={"value": "value", "varies": "varies"},
+              start={"value": 128}, unit="ms", log_y=True, highlight=(COMBO_LABELS["tensor+loop"],),
+              title="Encoder scheduling per decode step (recorded sweeps, host time)", y_title="host ms per step")
 
 # %%
 from labkit.widgets.mm import make_mm_widget

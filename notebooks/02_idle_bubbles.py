@@ -286,8 +286,17 @@ plot_sim_vs_measured(table, title="Simulated (h200 profile) vs measured H200") i
 
 # %% [markdown]
 # ## Try it live
-# Pick variants and the number of requests, then run the simulated engine again (needs a running
-# kernel; the exported page shows the controls only).
+# This page's simulated runs, without a kernel: the slider picks the CUDA-graph mode; bars are
+# output tokens/s per variant. In JupyterLab the panel below it reruns the simulated engine with
+# the variants and request count you pick.
+
+# %%
+from labkit.viz.explore import plot_explorer
+explore = [dict(r, run=r["variant"].removesuffix("/" + r["cudagraph"]).removesuffix("/async"),
+                mode="eager" if r["cudagraph"] == "none" else r["cudagraph"]) for r in rows]
+plot_explorer(explore, x="run", y="tokens_per_s_median", slider="mode", names={"mode": "CUDA graphs"},
+              start={"mode": "eager"}, unit="tok/s", highlight=("tensor/loop/none",),
+              title="Mini engine, 128 requests x 32 images (simulated, this page's runs)", y_title="output tokens/s")
 
 # %%
 from labkit.widgets.engine import make_engine_widget

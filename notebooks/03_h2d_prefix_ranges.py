@@ -34,6 +34,54 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
+# ## Recorded on a GPU: every layer's copies make the host wait
+# The run the answer above reads (`labkit bench h2d --size full` on the GPU machine): host time and
+# host-to-device copies per decode step at 128 sequences x 32 images, for Gemma 3 4B's 34 layers and
+# 27B's 62, per strategy (next sections: what each does, and why the copies wait).
+
+# %%
+from labkit.attn.bench_h2d import ledger_demo, run_benchmarks
+from labkit.device import resolve_device
+from labkit.report.answers.pick import pick
+from labkit.results import load_results
+from labkit.viz.lab.h2d import STRATEGY_LABELS, plot_before_after, plot_gpu_idle, plot_sweep
+from labkit.viz.notebook import fold
+from labkit.viz.tables import format_table
+recorded = load_results(name="h2d_step")
+step = pick(recorded, "h2d_step", source="measured-gpu")
+named = lambda rows: [dict(r, strategy=STRATEGY_LABELS.get(r["variant"], r["variant"])) for r in rows]  # noqa: E731
+if step is not None:
+    declare_sources(step.source)
+(format_table(named(step.rows), columns=["strategy", "model", "layers", "median_ns", "h2d_per_step", "sync_per_step",
+                                         "speedup_vs_per_layer"], time_unit="ms",
+              caption=f"recorded on {step.slug} ({step.source}, {step.size} size), per decode step")
+ if step else print("No h2d_step result recorded yet: run `labkit bench h2d --size full`."))
+
+# %% [markdown]
+# The same per machine (this one included where it recorded a run); the menu picks the layer count,
+# the buttons host time, copies or synchronizing copies per step:
+
+# %%
+plot_before_after(recorded)
+
+# %% [markdown]
+# ## Recorded on a GPU: the GPU idles between the layers' copies
+# `h2d_gpu_idle` comes from a torch.profiler trace of a loop where every layer launches a
+# memory-bound matmul (like a decode layer) and a small kernel that reads the prefix-range tensor;
+# idle is the sum of gaps between GPU events on the stream, and the profiler's copies match the
+# ledger's. The profiler adds its own time to every CUDA call, so a per-layer step of thousands of
+# synchronous copies lasts longer profiled than its unprofiled median (the third bar).
+
+# %%
+idle = load_results(name="h2d_gpu_idle")
+format_table(named([r for g in idle for r in g.rows]), columns=["strategy", "layers", "idle_fraction", "idle_us_per_step",
+                                                             "busy_us_per_step", "step_median_ns", "counts_match"],
+             time_unit="ms", caption="recorded on " + ", ".join(f"{g.slug} ({g.source}, {g.size} size)" for g in idle))
+
+# %%
+plot_gpu_idle(idle)
+
+# %% [markdown]
 # ## Why one tiny `torch.tensor(..., device="cuda")` stalls the pipeline
 #
 # `torch.tensor(python_list, device="cuda")` first builds the tensor in ordinary (pageable) host
@@ -41,22 +89,20 @@ setup_notebook()
 # stages a pageable copy through a pinned buffer and the host **waits** until the copy is done, which
 # means until everything queued before it on the stream has run. While the host waits it launches
 # nothing; once the copy finishes the queue is empty, and the GPU idles until the host catches up.
-# Before #38794 this happened `num_seqs` (+1 for the nested tensor's row lengths) times on every
-# layer: 128 sequences x 62 layers is ~8,000 synchronizing copies per decode step.
+# Before #38794 this happened once per sequence (+1 for the nested tensor's row lengths) on every
+# layer: 128 sequences x 34 layers is 34 x 129 = 4,386 synchronizing copies per decode step.
 #
-# The ledger below records every copy each strategy makes over three decode steps of a small batch
+# The ledger records every copy each strategy makes; below, three decode steps of a small batch
 # (4 sequences, one without images, 3 layers). On a CPU nothing crosses a bus, so each record is the
 # copy the same code makes on a GPU (`target = cpu-equivalent`).
 
 # %%
-from labkit.device import resolve_device
-from labkit.attn.bench_h2d import ledger_demo, run_benchmarks
-from labkit.viz.tables import format_table
 device = resolve_device(device)
-format_table([{k: v for k, v in r.items() if k != "device"} for r in ledger_demo(device)])
+fold("the ledger of a small batch: every copy of three decode steps, per strategy",
+     format_table([{k: v for k, v in r.items() if k != "device"} for r in ledger_demo(device)], max_rows=50))
 
 # %% [markdown]
-# ## The four strategies
+# ## The four strategies: one copy per layer and sequence, one per step, or none
 #
 # | strategy | what it does | H2D copies per step |
 # |---|---|---|
@@ -69,50 +115,29 @@ format_table([{k: v for k, v in r.items() if k != "device"} for r in ledger_demo
 # when the range tuples are reused, a value compare when they are rebuilt from scratch) and builds a
 # *fresh* device tensor on change, so no kernel can read a tensor that a later upload overwrites.
 #
-# Now measure host time per decode step on this machine at the PR's scale (128 sequences x 32
-# images) for Gemma 3 layer counts (4B: 34, 27B: 62 layers), and a sweep over batch size. Results go
-# to the results store.
-
-# %%
-from labkit.results import load_results, reuse_or_measure
-results, note = reuse_or_measure(["h2d_step", "h2d_sweep"], lambda: run_benchmarks(device, size))
-print(note)
-declare_sources(*sorted({r.source for r in load_results(name="h2d_step")} | {results["h2d_step"].source}))
-format_table(results["h2d_step"].rows, columns=["variant", "layers", "model", "median_ns", "h2d_per_step",
-                                               "sync_per_step", "speedup_vs_per_layer"])
-
-# %% [markdown]
-# ## Before and after
-# Recorded results of every machine (this one included). The dropdown picks the layer count, the
-# buttons switch between host time, copies and synchronizing copies per step.
-
-# %%
-from labkit.viz.lab.h2d import plot_before_after, plot_sweep, plot_gpu_idle
-plot_before_after(load_results(name="h2d_step"))
-
-# %% [markdown]
-# Host time grows with sequences x layers for `per_layer`, and barely at all for the others.
+# Host time grows with sequences x layers for `per_layer`, and barely at all for the others
+# (recorded sweeps; the menu picks the layer count):
 
 # %%
 plot_sweep(load_results(name="h2d_sweep"))
 
 # %% [markdown]
-# ## On a GPU: idle time between layers
-# `h2d_gpu_idle` comes from a torch.profiler trace of a loop where every layer launches a
-# memory-bound matmul (like a decode layer) and a small kernel that reads the prefix-range tensor;
-# idle is the sum of gaps between GPU events on the stream. The profiler's memcpy counts are checked
-# against the ledger (`counts_match`). Idle is read from the profiled steps, so it is drawn beside
-# the profiled step (busy + idle) it belongs to: the profiler adds its own time to every CUDA call,
-# and a per-layer step of thousands of synchronous copies lasts longer profiled than its unprofiled
-# median (the third bar), which is why its idle time can exceed that median.
+# ## Measured here, now, quick
+# This run measures the same step on the machine it runs on, in quick size (fewer repeats; on a CPU
+# each copy is the one a GPU would make), and files it as `h2d_step_quick`: its numbers are this
+# run's, not the recorded ones above.
 
 # %%
-gpu = load_results(name="h2d_gpu_idle")
-print(f"{len(gpu)} recorded GPU result(s)" if gpu else "No GPU result recorded yet: run `labkit bench h2d --size full` on a CUDA machine.")
-plot_gpu_idle(gpu)
+from labkit.results import reuse_or_measure
+results, note = reuse_or_measure(["h2d_step", "h2d_sweep"], lambda: run_benchmarks(device, size))
+here = results["h2d_step"]
+declare_sources(here.source)
+format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_per_step", "sync_per_step",
+                                        "speedup_vs_per_layer"], time_unit="ms",
+             caption=f"this run on {here.slug} ({here.source}, {here.size} size), per decode step")
 
 # %% [markdown]
-# ## The next bubble: building the ranges themselves
+# ## The next bubble: building the ranges themselves (measured here, now, quick)
 # Both vLLM versions still rebuild every request's image ranges on every step, calling the uncached
 # `extract_embeds_range()` (a handful of torch ops) for every image of every request. The lab's
 # `cached` builder computes each placeholder's ranges once; `incremental` keeps each request's list
@@ -122,9 +147,12 @@ plot_gpu_idle(gpu)
 # %%
 from labkit.attn import bench_ranges
 ranges, note = reuse_or_measure(["ranges_step"], lambda: bench_ranges.run_benchmarks(device, size))
-print(note)
 format_table(ranges["ranges_step"].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
-                                                  "speedup_vs_v033_pinned"])
+                                                  "speedup_vs_v033_pinned"],
+             caption=f"this run on {ranges['ranges_step'].slug} ({ranges['ranges_step'].size} size), per decode step")
+
+# %% [markdown]
+# As recorded on every machine, against the images in the batch:
 
 # %%
 from labkit.viz.lab.h2d import plot_ranges_sweep
@@ -132,7 +160,17 @@ plot_ranges_sweep(load_results(name="ranges_sweep"))
 
 # %% [markdown]
 # ## Try it live
-# In JupyterLab, pick a point and measure it on this machine (the widget needs a live kernel).
+# The recorded sweeps, without a kernel: the slider picks the sequences in the batch, the menu the
+# machine and layer count; bars are host ms per decode step per strategy (log scale). In JupyterLab
+# the panel below it measures any point on your machine.
+
+# %%
+from labkit.viz.explore import plot_explorer
+sweep = [dict(r, strategy=STRATEGY_LABELS[r["variant"]], ms=r["median_ns"] / 1e6, run=f"{g.slug} ({g.source}), {r['layers']} layers")
+         for g in load_results(name="h2d_sweep") for r in g.rows]
+plot_explorer(sweep, x="strategy", y="ms", slider="num_seqs", menu="run", names={"num_seqs": "sequences", "run": "recorded"},
+              start={"num_seqs": 128}, title="Host time per decode step, 32 images per sequence (recorded sweeps)",
+              y_title="host ms per step", unit="ms", log_y=True, highlight=(STRATEGY_LABELS["per_layer"],))
 
 # %%
 from labkit.widgets.h2d import make_h2d_widget

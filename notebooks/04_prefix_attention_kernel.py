@@ -33,86 +33,45 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
-# ## The rule
+# ## Recorded on a GPU: the kernel against SDPA with a mask and FlexAttention
 #
-# For a sequence of `kv_len` keys whose queries are its last `q_len` positions, with inclusive
-# image ranges `(s_i, e_i)` and an optional sliding window `W`:
-#
-# `allowed[q, k] = ((k <= q) and (W == 0 or q - k < W)) or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)`
-#
-# A query inside an image sees every earlier token (subject to the window) **and all tokens of its
-# own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
-# causal rule, orange ones only by an image range: a prompt of 24 tokens with two images, without a
-# window and under a sliding window (slider). Then a few other prompts (dropdown): a chunked prefill
-# sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
+# The run the answer above reads. The benchmark (`labkit bench attn`, bf16) models Gemma-3-4B
+# attention: 8 query heads, 4 KV heads, head size 256, over a prompt of 32 images x 256 soft tokens
+# plus text (8,616 tokens): a local layer (window 1024) and a global layer prefill, and 128 decode
+# rows over ~8.6k keys. TFLOP/s count only allowed pairs (`4 x head_dim x heads x pairs`).
+# FlexAttention runs compiled with a BlockMask of the same rule; SDPA gets an explicit boolean
+# mask. Masks and BlockMasks are built outside the timed region.
 
 # %%
-from labkit.viz.lab.mask import plot_mask_examples, plot_mask_window_slider
-plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
-
-# %%
-plot_mask_examples()
-
-# %% [markdown]
-# ## The kernel
-#
-# `labkit.attn.prefix_attention.prefix_attention` takes the packed variable-length layout (prefill,
-# chunked-prefill and decode rows in one launch; grouped-query heads). Each program owns a block of
-# queries times the query heads of one KV head, so K/V tiles are read once per group. It reduces the
-# ranges to one key interval per query and bounds its key loop per tile: text tiles stop at the
-# causal limit, tiles with image queries run to the end of their images, and tiles below the window
-# are skipped. Interior tiles where every pair is allowed skip the mask.
-#
-# Below, the kernel runs on a small batch (a prefill with two images, a chunked prefill, a decode
-# row; 4 query heads over 2 KV heads, window 12) and is compared with the float64 reference. Without
-# a GPU it runs under the Triton interpreter: the numbers are **interpreted**, a correctness check,
-# not a speed.
-
-# %%
-import pandas as pd
+from labkit.attn.bench_attn import recorded_gpu_results, run_bench, tile_sweep
 from labkit.device import resolve_device
-from labkit.attn.bench_attn import run_bench
-rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=resolve_device(device))
-declare_sources(source)
-from labkit.viz.tables import format_table
-format_table(rows, columns=["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"])
-
-# %% [markdown]
-# ## Speed on a GPU (recorded)
-#
-# The benchmark (`labkit bench attn`, bf16) models Gemma-3-4B attention: 8 query heads, 4 KV heads,
-# head size 256, over a prompt of 32 images x 256 soft tokens plus text (8,616 tokens):
-# a local layer (window 1024) and a global layer prefill, and 128 decode rows over ~8.6k keys.
-# TFLOP/s count only allowed pairs (`4 x head_dim x heads x pairs`). FlexAttention runs compiled
-# with a BlockMask of the same rule; SDPA gets an explicit boolean mask. Masks and BlockMasks are
-# built outside the timed region.
-
-# %%
-from labkit.attn.bench_attn import recorded_gpu_results, summarize_recorded
+from labkit.report.answers.gpu import ATTN_HEADERS, attention_table
+from labkit.report.answers.pick import pick
 from labkit.results import results_rows
+from labkit.viz.lab.mask import plot_attn_bench, plot_mask_examples, plot_mask_window_slider
+from labkit.viz.notebook import fold
+from labkit.viz.tables import format_table
 recorded = recorded_gpu_results()
-print(summarize_recorded(recorded))
+res = pick(recorded, "attn_bench", source="measured-gpu")
+if res is not None:
+    declare_sources(res.source)
+(format_table(attention_table(res.rows), rename=ATTN_HEADERS, time_unit="ms",
+              caption=f"recorded on {res.slug} ({res.machine.get('gpu_name')}, {res.source}, {res.size} size), median per call")
+ if res else print("No GPU result recorded yet: run `labkit bench attn --size full` on a GPU."))
 
 # %%
-from labkit.viz.lab.mask import plot_attn_bench
-if recorded:
-    declare_sources("measured-gpu")
-    gpus = ", ".join(sorted({r.machine.get("gpu_name") or r.slug for r in recorded}))
-    fig = plot_attn_bench(results_rows(recorded), title=f"prefix-LM attention, bf16, measured on {gpus}")
-else:
-    fig = plot_attn_bench([], title="prefix-LM attention: no GPU result recorded yet")
-fig
+plot_attn_bench(results_rows([res] if res else []), title=f"prefix-LM attention, bf16, recorded on {res.slug if res else 'no GPU'}")
 
 # %% [markdown]
-# The kernel's tile shape was picked from a sweep recorded in the same result (rows named
-# `triton_prefix[mMnNwWsS]`: rows of queries x heads per tile, keys per tile, warps, pipeline stages).
+# The kernel's default tile shape was picked from a sweep recorded in the same result:
 
 # %%
-cols = ["machine", "case", "variant", "median_ms", "tflops", "max_abs_err", "first_call_s"]
-format_table(results_rows(recorded), columns=cols) if recorded else "no GPU result recorded yet"
+fold("the tile-shape sweep: every tile the kernel was timed with, per case",
+     format_table(tile_sweep(res.rows if res else []), columns=["case", "tile", "median_ms", "tflops", "max_abs_err"],
+                  max_rows=50))
 
 # %% [markdown]
-# ## On the roofline
+# ## On the roofline: decode is memory-bound, prefill compute-bound
 #
 # A kernel is read against its GPU's roofline: it can go no faster than the GPU's peak compute,
 # nor than its peak memory bandwidth times the FLOPs it does per byte it moves (its arithmetic
@@ -129,28 +88,67 @@ format_table(results_rows(recorded), columns=cols) if recorded else "no GPU resu
 # %%
 from labkit.viz.lab.roofline import describe, plot_roofline, recorded_roofline, roofline_table
 roof = recorded_roofline()
-print(describe(roof))
 plot_roofline(roof)
 
 # %%
-format_table(roofline_table(roof)) if roof.points else "no GPU result recorded yet"
+fold("each run on the roofline, and the peaks with their sources", describe(roof),
+     format_table(roofline_table(roof)) if roof.points else None)
 
 # %% [markdown]
-# On a GPU, pick a case and a shape (images in the prompt, decode rows) and measure it here: the
-# kernel and FlexAttention are timed as `labkit bench attn` times them and land on the same
-# roofline as the recorded runs. (Without a GPU, and in an exported page, the button is off; the
-# figure above is the static version.)
+# ## The rule: image tokens see their whole image, text stays causal
+#
+# For a sequence of `kv_len` keys whose queries are its last `q_len` positions, with inclusive
+# image ranges `(s_i, e_i)` and an optional sliding window `W`:
+#
+# `allowed[q, k] = ((k <= q) and (W == 0 or q - k < W)) or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)`
+#
+# A query inside an image sees every earlier token (subject to the window) **and all tokens of its
+# own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
+# causal rule, orange ones only by an image range: a prompt of 24 tokens with two images, without a
+# window and under a sliding window (slider). Then a few other prompts (menu): a chunked prefill
+# sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
+
+# %%
+plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
+
+# %%
+plot_mask_examples()
+
+# %% [markdown]
+# ## The kernel, checked here, now (interpreted on a CPU)
+#
+# `labkit.attn.prefix_attention.prefix_attention` takes the packed variable-length layout (prefill,
+# chunked-prefill and decode rows in one launch; grouped-query heads). Each program owns a block of
+# queries times the query heads of one KV head, so K/V tiles are read once per group. It reduces the
+# ranges to one key interval per query and bounds its key loop per tile: text tiles stop at the
+# causal limit, tiles with image queries run to the end of their images, and tiles below the window
+# are skipped. Interior tiles where every pair is allowed skip the mask.
+#
+# Below, this run checks the kernel on a small batch (a prefill with two images, a chunked prefill,
+# a decode row; 4 query heads over 2 KV heads, window 12) against the float64 reference. Without a
+# GPU it runs under the Triton interpreter: the numbers are **interpreted**, a correctness check,
+# not a speed.
+
+# %%
+device = resolve_device(device)
+rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=device)
+declare_sources(source)
+format_table(rows, columns=["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"],
+             caption=f"this run on {device} ({source})")
+
+# %% [markdown]
+# ## Try it live
+# The recorded GPU run, without a kernel: the menu picks the case; bars are median ms per call per
+# implementation (log scale). In JupyterLab on a GPU, the panel below it times any shape on your
+# GPU and places it on the roofline with the recorded runs.
+
+# %%
+from labkit.viz.explore import plot_explorer
+plot_explorer([dict(r, what=r["variant"].replace("_", " ")) for r in (res.rows if res else []) if "[" not in r["variant"]],
+              x="what", y="median_ms", menu="case", start={"case": "decode"}, unit="ms",
+              title=f"prefix-LM attention per call, bf16, recorded on {res.slug if res else 'no GPU'}",
+              y_title="median ms per call", highlight=("triton prefix",))
 
 # %%
 from labkit.widgets.roofline import make_roofline_widget
 make_roofline_widget(device, recorded=roof)
-
-# %% [markdown]
-# ## Try it live
-#
-# In JupyterLab, change the lengths, the ranges (`START-END`, inclusive) and the window. (In an
-# exported page the widget is static; the slider figure above works everywhere.)
-
-# %%
-from labkit.widgets.mask import make_mask_widget
-make_mask_widget()

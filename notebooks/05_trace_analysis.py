@@ -40,16 +40,26 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
-# ## The lab's H200 traces
+# ## Per step, before and after #38794: the H200 traces the answer reads
 # One trace per engine variant, recorded on the GPU machine (the analysis itself runs on this
-# host; only the traces are GPU measurements). `max_bars` caps the bars drawn per timeline so the
-# exported page stays small; the analysis always uses every event.
+# host; only the traces are GPU measurements). These are the mini engine's Gemma-4-E4B-like
+# model, 42 layers: per layer it makes one copy per sequence plus one (128 + 1), 42 x 129 = 5,418
+# copies per step, and a few more for the step's own inputs. Page 03 counts the same copies for
+# Gemma 3 4B's 34 layers (34 x 129 = 4,386).
 
 # %%
+from labkit.report.answers.gpu import trace_per_step
 from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
+from labkit.viz.notebook import fold
+from labkit.viz.tables import format_table
 declare_sources(*analyses_sources(*lab.values()))
-max_bars = 3000 if size == "quick" else 20000
-print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_ops_count"]) for v, an in lab.items()})
+max_bars = 3000 if size == "quick" else 20000  # bars drawn per timeline; the analysis uses every event
+(format_table(trace_per_step(lab), caption="per step, from the traces") if not missing_lab_traces(lab)
+ else print(missing_lab_traces(lab)))
+
+# %%
+format_table([{"variant": v, "GPU": an.source.get("gpu"), "device_ops": an.summary["device_ops_count"],
+               "steps": an.summary.get("steps_count")} for v, an in lab.items()], caption="the traces")
 
 # %% [markdown]
 # ## #38794 on the H200: `per_layer` against `per_step`
@@ -61,10 +71,8 @@ print(missing_lab_traces(lab) or {v: (an.source.get("gpu"), an.summary["device_o
 # %%
 from labkit.trace.analysis.diff import diff_analyses
 d = diff_analyses(lab[PER_LAYER], lab[PER_STEP]) if PER_LAYER in lab and PER_STEP in lab else None
-print("\n".join(d.summary_lines()) if d else "per_layer / per_step traces not recorded")
-
-# %%
-d.copies if d else None
+fold("the two runs lined up, as `labkit analyze --vs` prints them", "\n".join(d.summary_lines()),
+     format_table(d.copies)) if d else print("per_layer / per_step traces not recorded")
 
 # %% [markdown]
 # The two timelines stacked (time from each trace's start). Red bars are host-wait gaps: the GPU
@@ -84,11 +92,10 @@ from labkit.viz.timeline import plot_timeline_pair
 
 # %%
 from labkit.trace.analysis.notebook import flags_table
-from labkit.viz.tables import format_table
 format_table(flags_table(lab[PER_LAYER])) if PER_LAYER in lab else None
 
 # %%
-format_table(lab[PER_LAYER].copies.by_call_site) if PER_LAYER in lab else None
+fold("the copies per call site", format_table(lab[PER_LAYER].copies.by_call_site)) if PER_LAYER in lab else None
 
 # %% [markdown]
 # ## #40143 on the H200: what the host did while the GPU starved
@@ -115,17 +122,18 @@ plot_idle_breakdown({labels: lab[v] for v, labels in ((TENSOR_LOOP, "tensor/loop
 from labkit.trace.analysis.analyze import analyze_trace
 from labkit.trace.analysis.notebook import fixture_trace
 ex = analyze_trace(fixture_trace(size))
-ex.source
+fold("where the trace comes from", format_table([{"field": k, "value": v} for k, v in ex.source.items()]))
 
 # %%
 from labkit.viz.timeline import plot_timeline
-plot_timeline(ex, max_events=max_bars)
+plot_timeline(ex, max_events=max_bars, title=f"a public PyTorch profile, {ex.source.get('gpu') or 'its GPU'} (measured-gpu)")
 
 # %%
 format_table(ex.streams)
 
 # %%
-format_table(ex.h2d, columns=["kind", "bytes", "host_call_us", "sync_name", "sync_us", "host_stall_us", "call_site"])
+fold("every host-to-device copy of the trace", format_table(ex.h2d, columns=["kind", "bytes", "host_call_us", "sync_name",
+                                                                          "sync_us", "host_stall_us", "call_site"]))
 
 # %% [markdown]
 # ### Side by side with HTA's conventions
@@ -133,7 +141,7 @@ format_table(ex.h2d, columns=["kind", "bytes", "host_call_us", "sync_name", "syn
 # one; `hta_compatible` reproduces those numbers exactly (the tests check them against HTA itself).
 
 # %%
-ex.hta_compatible
+fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
 
 # %% [markdown]
 # ## Point the lab at your own vLLM profile
@@ -180,7 +188,8 @@ from labkit.engine.recorded import recorded_traces
 from labkit.trace.whatif.predict import parse_changes, predict
 tensor_run = recorded_traces("h200").get("tensor/loop/none/async")
 w = predict(tensor_run, parse_changes(["^schedule$=0.1"])) if tensor_run else None
-print("\n".join(w.summary_lines()) if w else "the H200 tensor run's trace is not recorded")
+(fold("the what-if's answer, as `labkit whatif` prints it", "\n".join(w.summary_lines())) if w
+ else print("the H200 tensor run's trace is not recorded"))
 
 # %% [markdown]
 # The what-if is checked against measured A/B pairs of the lab's engine (each pair differs in one
@@ -203,5 +212,5 @@ print("\n".join(w.summary_lines()) if w else "the H200 tensor run's trace is not
 from labkit.trace.whatif.host_only import host_only_rows, predict_host_only
 from labkit.trace.analysis.notebook import FIXTURES
 vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
-print("\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:]))
+display(fold("what `--suggest` names first", "\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:])))
 format_table(host_only_rows(predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]))

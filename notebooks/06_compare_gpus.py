@@ -11,20 +11,13 @@
 # ---
 
 # %% [markdown]
-# # 06 · Machines side by side
+# # 06 · Appendix: every recorded result, by machine
 #
-# Every machine that has run the lab leaves its results in `data/results/<machine>/`. This page
-# puts them side by side:
-#
-# - the calibration (list vs tensor reads, pageable vs pinned copies),
-# - the effects of #40143 (`mm_*`) and of #38794 (`h2d_*`, `ranges_*`),
-# - the Triton kernel (`attn_bench`), the engine (`engine_*`), the trace analyzer and the vLLM A/B runs.
-#
-# Each result is compared on one main metric (see `labkit.viz.machines.compare.MAIN_METRICS`). Numbers
-# from different machines are only compared within one result, and every number keeps its
-# source: **measured-gpu**, **measured-cpu**, **simulated** (a model fed with measured costs,
-# not hardware) or **interpreted** (Triton's CPU interpreter: correctness only, never timed).
-# Nothing is left out silently: what a machine lacks is listed below and marked on the chart.
+# Every machine that has run the lab leaves its results in `data/results/<machine>/`. This appendix
+# says which results each machine recorded and sets their numbers side by side, each with its
+# source: **measured-gpu**, **measured-cpu**, **simulated** (a model fed with measured costs, not
+# hardware) or **interpreted** (Triton's CPU interpreter: correctness only, never timed). Numbers
+# from different machines are only compared within one result.
 
 # %% tags=["remove-input"]
 from labkit.report import answers
@@ -39,54 +32,46 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
-# ## What is recorded
-# Per result and machine: its source, size and rows, where that machine recorded it (an empty
-# cell: not recorded there).
+# ## What each machine recorded
+# One row per result, one column per machine, a cell only where that machine recorded it: its rows,
+# "quick" where only a quick run is recorded, and the source where the numbers are not that
+# machine's own measurement.
 
 # %%
 from labkit.results import load_results
 from labkit.viz.machines import appendix, compare
+from labkit.viz.notebook import fold
 results = load_results()
+declare_sources(*sorted({r.source for r in results}))
 appendix.results_matrix(results)
 
-# %%
-if results:
-    declare_sources(*sorted({r.source for r in results}))
-else:
-    print("No results recorded yet: run `make report` on a machine.")
-
 # %% [markdown]
-# ## What is missing
-# Beyond the empty cells above: results recorded without any of the compared metrics, and rows
-# without a value for the result's main metric (with the metrics they have instead, e.g. engine
-# rows recorded before `tokens_per_s_median` existed).
+# ## Side by side where several machines recorded a result
+# Pick a result in the menu. Bars are grouped by the row's variant and swept parameters; the legend
+# groups machines by source (measured bars solid, simulated hatched, interpreted dotted).
 
 # %%
-missing = appendix.missing_metrics(results)
-missing if len(missing) else print("Nothing missing: every recorded result has its compared metric.")
+table = compare.comparison_table(appendix.one_per_machine(results))
+table = table[~table["label"].str.contains("[", regex=False)]  # the kernel's tile sweep: on page 04
+shared = table.dropna(subset=["value"]).groupby("result")["machine"].nunique()
+compare.plot_comparison(table[table["result"].isin(shared[shared > 1].index)])
 
 # %% [markdown]
-# ## Side by side
-# Pick a result in the dropdown. Bars are grouped by the row's variant and swept parameters;
-# the legend groups machines by source (measured bars solid, simulated hatched, interpreted
-# dotted). A red ✕ marks a row a machine recorded without the metric; the line above the
-# plot names what the result lacks.
-
-# %%
-table = compare.comparison_table(results)
-compare.plot_comparison(table)
-
-# %% [markdown]
-# The same numbers as tables, one per result behind a click: per machine that recorded it, the
-# value and its source (`missing`: recorded without the metric).
+# Every result's numbers as tables, one per result behind a click (per machine that recorded it,
+# the value and its source; `missing`: recorded without the compared metric), and what the
+# comparison could not use:
 
 # %%
 from IPython.display import HTML
 HTML(appendix.side_by_side_html(table))
+
+# %%
+missing = appendix.missing_metrics(results)
+fold("results and rows recorded without the compared metric", missing) if len(missing) else None
 
 # %% [markdown]
 # ## Adding a machine
 # 1. Clone the lab on the new machine and run `make report` (add `DEVICE=cuda` to insist on the
 #    GPU). It sets itself up, runs every notebook and records results under
 #    `data/results/<slug>/`, where the slug names the GPU (`h200`, `a100`, `rtx-4090`) or the CPU.
-# 2. Commit `data/results/<slug>/` and rebuild this page: the new machine appears in every chart.
+# 2. Commit `data/results/<slug>/` and rebuild this page: the new machine appears in every table.

@@ -39,100 +39,88 @@ size = "quick"
 from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
+# %% [markdown]
+# ## Recorded: installed against patched, per batch shape
+#
+# The run the answer above reads (`.venv-vllm/bin/labkit bench vllm-ranges --size full`). The patch
+# computes a placeholder's runs once (a `cached_property` holding a tuple) and returns a fresh list
+# per call; `labkit.vllm.census.nextbubble` checks on randomized inputs that the patched function
+# returns exactly what the installed one does, then times both on the same features. The GPU idle
+# columns set each host time beside the device step below (perfect-overlap bound: a step lasts
+# `max(device, host)`).
+
 # %%
-from labkit.vllm.census import nextbubble
 from labkit.results import load_results
+from labkit.viz.notebook import fold
+from labkit.viz.tables import format_table
+from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile
+from labkit.vllm.census import nextbubble
 rows = nextbubble.recorded_rows()
-gpu_ranges = load_results(name="ranges_sweep", machine="h200") + load_results(name="ranges_step", machine="h200")
-gpu = bool(gpu_ranges)
-declare_sources("measured-cpu", *(["measured-gpu"] if gpu else []))
+declare_sources(*sorted({r["source"] for r in rows}))
+device_step_ms, step_from = nextbubble.device_step_ms()
+print(f"device step: {device_step_ms} ms ({step_from})")
+format_table(nextbubble.gpu_idle_table(rows, device_step_ms),
+             columns=["machine", "num_requests", "images", "installed_us", "patched_us", "speedup",
+                      "installed_idle_frac", "patched_idle_frac"], time_unit="ms",
+             rename={"num_requests": "requests", "installed_us": "installed", "patched_us": "patched",
+                     "installed_idle_frac": "GPU idle, installed", "patched_idle_frac": "GPU idle, patched"},
+             max_rows=50)
 
 # %% [markdown]
-# ## 1. How profiling pointed at the call site
+# Per batch shape (the menu picks the images per request): the installed function grows with
+# requests x images; the patched one pays the old cost once per image, on its first step.
+
+# %%
+plot_installed_vs_patched(rows)
+
+# %% [markdown]
+# ## How profiling pointed at the call site
 #
 # A cProfile of one `compute_mm_prefix_ranges` call at 128 requests x 32 images (installed
 # vLLM, recorded with `--profile`): almost all of the time is `extract_embeds_range` and
 # the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
 
 # %%
-from labkit.viz.vllm.nextbubble import plot_profile, plot_installed_vs_patched, plot_step_slider
 profile, aten_ops = nextbubble.recorded_profile()
 plot_profile(profile, aten_ops)
 
 # %% [markdown]
-# ## 2. Before and after the patch
-#
-# The patch computes a placeholder's runs once (a `cached_property` holding a tuple) and
-# returns a fresh list per call. `labkit.vllm.census.nextbubble` checks on randomized inputs that the
-# patched function returns exactly what the installed one does, then times both on the
-# same features. The first (cold) step pays the old cost once per image; every later step
-# of the request is cheap.
-
-# %%
-plot_installed_vs_patched(rows)
-
-# %%
-from labkit.viz.tables import format_table
-table = format_table(nextbubble.side_by_side(rows))
-table if len(table) else print("no vllm_prefix_ranges result recorded yet")
-
-# %%
-from labkit.widgets.nextbubble import describe_point
-try:
-    import vllm  # noqa: F401  (only in .venv-vllm)
-    live = nextbubble.sweep({"requests": (32,), "images": (8,)}, repeats=3)
-    print("re-measured here:", [(r["variant"], round(r["median_ns"] / 1e6, 3)) for r in live])
-except ImportError:
-    print("vLLM is not installed in this kernel: the numbers above are the recorded ones.")
-
-# %% [markdown]
-# ## 3. The lab's range-builder variants
-#
-# The lab rebuilds the same ranges four ways (`labkit.attn.range_builders`): `pr38794` and
-# `v033` (every step, as vLLM), `cached` (this patch's idea) and `incremental` (a per-batch
-# structure updated only when requests join or leave). The recorded sweep below includes
-# the H200 machine's host when that result exists; the quick cell re-measures here.
-
-# %%
-from labkit.viz.lab.h2d import plot_ranges_sweep
-plot_ranges_sweep(load_results(name="ranges_sweep"))
-
-# %%
-from labkit.attn.bench_ranges import bench_step
-from labkit.device import resolve_device
-quick = bench_step(resolve_device(device), ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
-                   images=8 if size == "quick" else 32, layers=4, repeats=3, pipelines=())
-format_table(quick, columns=["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"])
-
-# %% [markdown]
-# ## 4. What a GPU run would show
+# ## A GPU host is no faster at it
 #
 # The range build runs in the model runner while it prepares the step's inputs. Under async
 # scheduling a step lasts `max(device, host)`; under sync, `device + host` (the one step model,
-# notebook 08). The device step below is Gemma-4-E4B's full-batch decode step at 128 x 32 on an
-# H200 from the lab's roofline, the step whose peak notebook 08 checks against the published one.
-# The host times per machine come from the recorded results:
-# the GPU machine's host is *slower* at this build than the development CPU, so a GPU host
-# does not make it go away. The widget does the same live in JupyterLab.
+# notebook 08). The device step is Gemma-4-E4B's full-batch decode step at 128 x 32 on an H200 from
+# the lab's roofline, the step whose peak notebook 08 checks against the published one. Per
+# machine, the recorded host time of one build at 128 x 32: the GPU machine's host is *slower* at
+# it than the development CPU.
 
 # %%
-device_step_ms, step_from = nextbubble.device_step_ms()
-print(f"device step: {device_step_ms} ms (from {step_from})")
 format_table(nextbubble.host_comparison(128, 32))
 
-# %%
-plot_step_slider(rows, device_step_ms=device_step_ms)
+# %% [markdown]
+# ## The lab's range builders (recorded on every machine, and measured here, now, quick)
+#
+# The lab rebuilds the same ranges four ways (`labkit.attn.range_builders`): `pr38794` and
+# `v033` (every step, as vLLM), `cached` (this patch's idea) and `incremental` (a per-batch
+# structure updated only when requests join or leave). The recorded sweeps first, then this run.
 
 # %%
-from labkit.widgets.nextbubble import make_next_bubble_widget
-make_next_bubble_widget(rows, device_step_ms=device_step_ms)
+from labkit.viz.lab.h2d import plot_ranges_sweep
+ranges = load_results(name="ranges_sweep")
+declare_sources(*sorted({r.source for r in ranges}))
+plot_ranges_sweep(ranges)
 
 # %%
-from IPython.display import HTML
-HTML(describe_point(rows, 128, 32, device_step_ms))
+from labkit.attn.bench_ranges import bench_step
+from labkit.device import measured_source, resolve_device
+device = resolve_device(device)
+quick = bench_step(device, ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
+                   images=8 if size == "quick" else 32, layers=4, repeats=3, pipelines=())
+format_table(quick, columns=["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"],
+             caption=f"this run on {device} ({measured_source(device)}, {size} size)")
 
 # %% [markdown]
-# ## 5. A second, smaller bubble: the scheduler's window in decode
+# ## A second, smaller bubble: the scheduler's window in decode
 #
 # vLLM 0.33's scheduler no longer reads every image per step, but it still bisects (twice per
 # request per step, with a Python key function) to an empty window in every decode step.
@@ -148,8 +136,30 @@ sched_table = format_table(sched_bench.summary(sched_bench.recorded_rows(), devi
 sched_table if len(sched_table) else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
 
 # %% [markdown]
-# ## 6. Does it reproduce in vLLM itself?
+# ## Does it reproduce in vLLM itself?
 #
 # The A/B inside vLLM's own server (`scripts/vllm_ab.sh`: `vllm serve` once per variant and
 # repeat, measured with `vllm bench serve`) is shown once, in
 # [notebook 08, section 3](08_inside_vllm.html), beside the lab's own number for the same code path.
+
+# %% [markdown]
+# ## Try it live
+# The recorded grid, without a kernel: the slider picks the requests in the batch, the menu the
+# images per request; bars are host ms per step, installed and patched, against the device step
+# (dashed). In JupyterLab with vLLM installed, the cell below it re-measures one point here.
+
+# %%
+from labkit.viz.explore import plot_explorer
+grid = [dict(r, version=r["variant"], ms=r["median_ns"] / 1e6) for r in rows]
+plot_explorer(grid, x="version", y="ms", slider="num_requests", menu="images", start={"num_requests": 128, "images": 32},
+              names={"num_requests": "requests", "images": "images per request"}, unit="ms", log_y=True,
+              highlight=("installed",), reference=(device_step_ms, f"device step {device_step_ms} ms"),
+              title="compute_mm_prefix_ranges per step (recorded, host time)", y_title="host ms per step")
+
+# %%
+try:
+    import vllm  # noqa: F401  (only in .venv-vllm)
+    live = nextbubble.sweep({"requests": (32,), "images": (8,)}, repeats=3)
+    display(format_table(live, columns=["variant", "num_requests", "images", "median_ns"], caption="measured here, now"))
+except ImportError:
+    print("vLLM is not installed in this kernel (it is in .venv-vllm): the figure above is the recorded run.")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up the lab's Python environment in .venv (idempotent; `make` calls this).
 #
-#   scripts/setup_venv.sh   venv + torch + labkit[notebook,dev] + npm report assets
+#   scripts/setup_venv.sh   venv + torch + labkit[notebook,dev]
 #
 # torch: the CPU build 2.13.0 where there is no working NVIDIA driver, the default
 # (CUDA) build from PyPI where `nvidia-smi` works. An existing torch is kept.
@@ -12,8 +12,7 @@
 # scripts/wheelhouse.sh on a machine with network. Then nothing is downloaded: the venv
 # sees PYTHON's own packages (--system-site-packages, and PYTHON's venv when it is one),
 # so the node's torch, triton and numpy are used; labkit[$LABKIT_EXTRAS] (default: report)
-# installs with `pip --no-index --find-links DIR`, and the page assets (widget renderer,
-# require.js) come out of DIR's labkit wheel, which carries them (labkit/report/vendor).
+# installs with `pip --no-index --find-links DIR`.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -23,11 +22,6 @@ WHEELHOUSE="${LABKIT_WHEELHOUSE:-}"
 
 say() { echo "[setup] $*" >&2; }
 die() { echo "setup_venv: $*" >&2; exit 2; }
-
-assets_present() {  # what labkit.report.assets reads: the package's copy, else npm's
-  { [ -f labkit/report/vendor/embed-amd.js.gz ] && [ -f labkit/report/vendor/require.js ]; } ||
-    { [ -f node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js ] && [ -f node_modules/requirejs/require.js ]; }
-}
 
 if [ -n "$WHEELHOUSE" ]; then
   # ---- offline: everything from the wheelhouse, the compute stack from PYTHON ----
@@ -59,19 +53,6 @@ if sys.prefix != sys.base_prefix:
   # PIP_NO_INDEX as well: a build-isolation environment must not reach out either.
   PIP_NO_INDEX=1 "${pip_of_venv[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" -e ".[$extras]" \
     || die "offline install failed: the wheelhouse misses a package (built for another Python or platform? a node without numpy/pandas needs wheelhouse.sh --with-base)"
-  if ! assets_present; then
-    say "taking the page assets out of the labkit wheel"
-    "$VENV/bin/python" - "$(ls "$WHEELHOUSE"/labkit-*.whl | head -n 1)" <<'EOF' \
-      || die "the labkit wheel in $WHEELHOUSE carries no page assets (built without node_modules): rebuild it with scripts/wheelhouse.sh where npm is installed"
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as wheel:
-    names = [n for n in wheel.namelist() if n.startswith("labkit/report/vendor/")]
-    if not {"embed-amd.js.gz", "require.js"} <= {n.rsplit("/", 1)[-1] for n in names}:
-        sys.exit(1)
-    for n in names:
-        wheel.extract(n, ".")
-EOF
-  fi
   say "ready (offline): $("$VENV/bin/python" -c 'import torch, sys; import os; print(f"python {sys.version.split()[0]}, torch {torch.__version__} from {os.path.dirname(os.path.dirname(torch.__file__))}")')"
   exit 0
 fi
@@ -100,19 +81,5 @@ fi
 # 3. labkit itself with the notebook and test extras.
 say "installing labkit[notebook,dev]"
 "$PY" -m pip install --quiet -e ".[notebook,dev]"
-
-# 4. Browser assets for the offline report (widget renderer, require.js).
-if ! assets_present || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing Debian's npm"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
-  fi
-  if command -v npm >/dev/null 2>&1; then
-    say "installing report assets with npm"
-    npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null
-  else
-    say "WARNING: npm not found: exported widgets will not render offline (install Node.js + npm)"
-  fi
-fi
 
 say "ready: $("$PY" -c 'import torch, sys; print(f"python {sys.version.split()[0]}, torch {torch.__version__}")')"

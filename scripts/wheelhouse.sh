@@ -5,9 +5,7 @@
 #   scripts/wheelhouse.sh --out DIR [--python 3.12] [--platform TAG ...] [--with-base]
 #
 # Run it where pip reaches an index. DIR receives:
-#   - the labkit wheel, carrying the page assets (widget renderer, require.js) built from
-#     node_modules (npm ci runs first where they are missing), and the wheels of labkit's
-#     `report` extra with all their dependencies (binary wheels only, for the target Python
+#   - the labkit wheel and the wheels of labkit's `report` extra with all their dependencies (binary wheels only, for the target Python
 #     and platform);
 #   - pytest (the version the `dev` extra asks for) and its dependencies: the GPU tests
 #     run on the node (scripts/gpu_check.sh); they import nothing else the node lacks;
@@ -70,25 +68,15 @@ if [ "$print_reqs" = 1 ]; then out=$tmp/out; fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-# 1. The labkit wheel, built from a copy of the sources (no build/ left in the checkout), with
-#    the page assets from node_modules (setup.py's build step; labkit/report/bundle.py).
-if [ ! -f "$ROOT/node_modules/@jupyter-widgets/html-manager/dist/embed-amd.js" ] || [ ! -f "$ROOT/node_modules/requirejs/require.js" ]; then
-  command -v npm >/dev/null 2>&1 || die "node_modules lacks the page assets and npm is not installed"
-  say "installing the page assets with npm"
-  (cd "$ROOT" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-fi
+# 1. The labkit wheel, built from a copy of the sources (no build/ left in the checkout).
 say "building the labkit wheel"
 mkdir -p "$tmp/src"
-cp -r "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/README.md" "$ROOT/labkit" "$tmp/src/"
+cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/labkit" "$tmp/src/"
 [ -f "$ROOT/LICENSE" ] && cp "$ROOT/LICENSE" "$tmp/src/"
 find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
-rm -rf "$tmp/src/labkit/report/vendor"  # built afresh from node_modules
 rm -f "$out"/*.whl "$out/report-assets.tar.gz" "$out/MANIFEST.txt"  # a fresh set each time
-LABKIT_NODE_MODULES="$ROOT/node_modules" "$PYTHON" -m pip wheel --quiet --no-deps -w "$out" "$tmp/src" >&2
+"$PYTHON" -m pip wheel --quiet --no-deps -w "$out" "$tmp/src" >&2
 wheel=$(ls "$out"/labkit-*.whl)
-"$PYTHON" -c 'import sys, zipfile; names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-sys.exit(not {"labkit/report/vendor/embed-amd.js.gz", "labkit/report/vendor/require.js"} <= names)' "$wheel" \
-  || die "the labkit wheel was built without its page assets"
 
 # 2. What to download: the report extra and the dev extra's pytest (from the wheel's own
 #    metadata) + the build backend.

@@ -134,11 +134,10 @@ def trace_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def compare_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 06: every machine's tensor read (calibration) and the GPU kernel's TFLOP/s."""
-    out = _tensor_reads(rec)
-    out += [KeyNumber(f"{r.slug} attn_bench {row['variant']} {row['case']}: TFLOP/s", row["tflops"])
-            for r, row in rec.rows("attn_bench", source="measured-gpu", variant="triton_prefix")]
-    return out
+    """Notebook 06: every machine's tensor read (calibration) and per-layer prefix-range step (as drawn,
+    side by side where several machines recorded them)."""
+    return _tensor_reads(rec) + [KeyNumber(f"{r.slug} h2d_step per_layer {row['model']}: ns", row["median_ns"])
+                                 for r, row in rec.rows("h2d_step", variant="per_layer")]
 
 
 def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
@@ -188,7 +187,7 @@ class PageExpectation:
 
 PAGES: dict[str, PageExpectation] = {
     "00_environment": PageExpectation(
-        headings=("The machine and its unit costs", "Calibrate this machine", "This machine beside the recorded ones"),
+        headings=("The machine and its unit costs", "Recorded on each machine", "Measured here, now, quick"),
         min_figures=2, numbers=calibration_numbers),
     "01_placeholder_scheduler": PageExpectation(
         headings=("Placeholder ranges and the multimodal scheduler", "One decode step at the PR's shape",
@@ -199,21 +198,21 @@ PAGES: dict[str, PageExpectation] = {
                   "Measured on a GPU: recorded results", "How far is the simulator from the H200?"),
         min_figures=13, numbers=engine_numbers),
     "03_h2d_prefix_ranges": PageExpectation(
-        headings=("Prefix ranges and host-to-device copies", "The four strategies",
-                  "On a GPU: idle time between layers"),
-        min_figures=4, numbers=h2d_numbers),
+        headings=("Prefix ranges and host-to-device copies", "Recorded on a GPU", "The four strategies",
+                  "Measured here, now, quick", "Try it live"),
+        min_figures=5, numbers=h2d_numbers),
     "04_prefix_attention_kernel": PageExpectation(
-        headings=("A Triton prefix-LM attention kernel", "The rule", "Speed on a GPU"),
+        headings=("A Triton prefix-LM attention kernel", "Recorded on a GPU", "The rule", "Try it live"),
         min_figures=5, numbers=attention_numbers),
     "05_trace_analysis": PageExpectation(
         headings=("Trace analysis", "A second real trace, from outside the lab", "How fast the analyzer is",
                   "What would a fix buy?"),
-        min_figures=4, numbers=trace_numbers),
+        min_figures=3, numbers=trace_numbers),  # two timelines and the idle breakdown
     "06_compare_gpus": PageExpectation(
-        headings=("Machines side by side", "What is missing", "Side by side"),
+        headings=("Appendix: every recorded result, by machine", "What each machine recorded", "Side by side"),
         min_figures=1, numbers=compare_numbers),
     "07_next_bubble": PageExpectation(
-        headings=("The next bubble", "Before and after the patch", "What a GPU run would show"),
+        headings=("The next bubble", "Recorded: installed against patched", "A GPU host is no faster", "Try it live"),
         min_figures=4, numbers=next_bubble_numbers),
     "08_inside_vllm": PageExpectation(
         headings=("Why #40143 gained 1.27x", "The whole table, predicted", "The peaks",
@@ -316,3 +315,46 @@ def page_problems(name: str, facts: dict, expect: PageExpectation, rec: Recorded
         problems.append(f"{name}: {len(missing)} of {len(numbers)} key numbers of the recorded results not shown, "
                         f"e.g. {'; '.join(missing[:4])}")
     return problems
+
+
+# -- driving a figure's own controls (no kernel) -------------------------------------------------
+
+def shown_data(page, graph: int) -> list:
+    """The ``[x, y]`` of every trace figure ``graph`` shows now (a trace hidden by a control left out)."""
+    return page.evaluate(
+        "(i) => { const gd = document.querySelectorAll('.plotly-graph-div')[i];"
+        " return gd._fullData.filter(t => t.visible === true).map(t => [Array.from(t.x || []), Array.from(t.y || [])]); }",
+        graph)
+
+
+def drive_control(page, graph: int, prefer: str = "slider") -> str | None:
+    """Click one control inside figure ``graph`` as a reader does: a slider step other than the active one
+    (``prefer="slider"``, where it has a slider) or a menu button other than the active one. Returns
+    ``"slider"``, ``"menu"``, or None when the figure has no control."""
+    gd = page.locator(".plotly-graph-div").nth(graph)
+    gd.scroll_into_view_if_needed()
+    layout = page.evaluate("(i) => { const l = document.querySelectorAll('.plotly-graph-div')[i].layout;"
+                           " return {sliders: (l.sliders || []).map(s => [s.steps.length, s.active || 0]),"
+                           " menus: (l.updatemenus || []).map(m => [m.buttons.length, m.active || 0, m.type || 'dropdown'])}; }",
+                           graph)
+    use_slider = layout["sliders"] and (prefer == "slider" or not layout["menus"])
+    if use_slider:
+        steps, active = layout["sliders"][0]
+        target = 0 if active != 0 else steps - 1
+        tick = gd.locator("g.slider-container rect.slider-tick-rect").nth(target).bounding_box()
+        rail = gd.locator("g.slider-container rect.slider-rail-touch-rect").first.bounding_box()
+        page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
+        page.wait_for_timeout(300)
+        return "slider"
+    if layout["menus"]:
+        buttons, active, kind = layout["menus"][0]
+        target = 0 if active != 0 else buttons - 1
+        container = gd.locator("g.updatemenu-container").first
+        if kind == "dropdown":
+            container.locator("g.updatemenu-header").click()
+            container.locator("g.updatemenu-dropdown-button").nth(target).click()
+        else:
+            container.locator("g.updatemenu-button").nth(target).click()
+        page.wait_for_timeout(300)
+        return "menu"
+    return None

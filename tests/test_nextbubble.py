@@ -181,7 +181,7 @@ ROWS = [
 
 def test_figures_from_recorded_rows():
     pytest.importorskip("plotly")
-    from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile, plot_step_slider
+    from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile
 
     fig = plot_installed_vs_patched(ROWS)
     assert len(fig.data) == 4  # installed + patched for each of 2 image counts (one machine)
@@ -189,28 +189,16 @@ def test_figures_from_recorded_rows():
     assert "measured-cpu" in fig.layout.title.text and len(fig.layout.updatemenus[0].buttons) == 2
     big = next(t for t in fig.data if t.visible and t.name.startswith("installed"))
     assert list(big.x) == [128] and list(big.y) == [pytest.approx(140.0)]
-    slider = plot_step_slider(ROWS, device_step_ms=25.0)
-    assert len(slider.layout.sliders[0].steps) == 3 and len(slider.data) == 3
-    assert "82%" in slider.layout.title.text  # 1 - 25/140 at the default point (128 x 32)
-    assert slider.layout.sliders[0].active == 2
     prof = plot_profile([{"function": "f", "ncalls": 4096, "tottime_us": 2e5, "cumtime_us": 3e5}], {"aten::diff": 8192})
     assert list(prof.data[0].x) == [200.0] and "8,192 aten ops" in prof.layout.title.text
     empty = plot_installed_vs_patched([])
     assert "no vllm_prefix_ranges result" in empty.layout.annotations[0].text
 
 
-def test_widget_callback_and_factory():
-    from labkit.widgets.nextbubble import describe_point
-
-    html = describe_point(ROWS, 128, 32, 25.0)
-    assert "installed 140.00 ms" in html and "patched 0.700 ms" in html and "(200x)" in html
-    assert "GPU idle 82% vs 0%" in html
-    assert "not measured" in describe_point(ROWS, 64, 64, 25.0)
-    pytest.importorskip("ipywidgets")
-    from labkit.widgets.nextbubble import make_next_bubble_widget
-
-    box = make_next_bubble_widget(ROWS, device_step_ms=25.0)
-    req, img, _ = box.children[0].children
-    assert req.value == 128 and img.value == 32 and "140.00 ms" in box.children[1].value
-    img.value = 8
-    assert "35.00 ms" in box.children[1].value
+def test_gpu_idle_per_grid_point():
+    table = {(r["num_requests"], r["images"]): r for r in nb.gpu_idle_table(ROWS, device_step_ms=25.0)}
+    assert sorted(table) == [(1, 8), (128, 8), (128, 32)]
+    big = table[(128, 32)]
+    assert big["installed_us"] == 1.4e5 and big["speedup"] == pytest.approx(200.0)
+    assert big["installed_idle_frac"] == pytest.approx(1 - 25 / 140) and big["patched_idle_frac"] == 0.0
+    assert table[(128, 8)]["installed_idle_frac"] == pytest.approx(1 - 25 / 35)

@@ -377,31 +377,3 @@ def test_plot_attn_bench_skips_untimed_and_sweep_rows():
     ms_button = fig.layout.updatemenus[0].buttons[1]
     assert ms_button.args[0]["y"] == [[2.0], [4.0]]
     assert "no timed rows" in plot_attn_bench([]).layout.annotations[0].text
-
-
-def test_widget_parses_ranges_and_redraws():
-    from labkit.errors import UsageError
-    from labkit.widgets.mask import mask_figure, parse_ranges
-
-    assert parse_ranges("2-7, 12:17,") == [(2, 7), (12, 17)]
-    assert parse_ranges("") == []
-    with pytest.raises(UsageError, match="START-END"):
-        parse_ranges("2-x")
-    pytest.importorskip("plotly")
-    fig = mask_figure(40, 6, "1-3", 2)  # queries capped at the keys
-    assert [list(r) for r in fig.data[0].z] == ([[1, 0, 0, 0, 0, 0], [1, 1, 2, 2, 0, 0], [0, 1, 1, 2, 0, 0],
-                                                [0, 2, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 1, 1]])
-
-
-def test_mask_widget_callbacks():
-    pytest.importorskip("ipywidgets")
-    pytest.importorskip("plotly")
-    from labkit.widgets.mask import make_mask_widget
-
-    box = make_mask_widget(q_len=6, kv_len=6, ranges="1-3")
-    text = box.children[1].children[1]
-    note = box.children[2]
-    text.value = "1-"
-    assert "START-END" in note.value
-    text.value = "1-3"
-    assert note.value == ""

@@ -34,8 +34,10 @@ def calibration(slug, tensor_ns, list_ns, source="measured-cpu"):
 def test_environment_reads_this_machines_calibration():
     a = answers.environment([calibration("m1", 1200.0, 10.0), calibration("m2", 2400.0, 20.0)], machine="m2")
     t = text(a)
-    assert "this machine (m2" in t and "2.4 us" in t and "20 ns" in t and "120x" in t
-    assert "m1/calibration.json" in t  # the table lists every machine
+    assert "Recorded on this machine, m2 (full size)" in t and "2.4 us" in t and "20 ns" in t and "120x" in t
+    assert "m11.21" in text(answers.Answer("", (), a.detail))  # the table lists every machine: m1, 1.2 us, ...
+    assert a.sources == ("calibration recorded on m2 (measured-cpu, full size)",)
+    assert "Recorded on m1" in text(answers.environment([calibration("m1", 1200.0, 10.0)], machine="m2"))
     assert "No calibration" in text(answers.environment([], machine="m1"))
 
 
@@ -95,17 +97,19 @@ def test_trace_analysis_per_step_from_the_summaries():
     lab = {"fast/cursor/per_layer/async": an(8000, 7000, 1_800_000.0, 200_000.0),
            "fast/cursor/per_step/async": an(10, 2, 60_000.0, 140_000.0)}
     t = text(answers.trace_analysis(lab))
-    assert "4,000 host-to-device copies per step (3,500 from pageable" in t and "against 5 per step" in t
+    assert "4,000 host-to-device copies per step (3,500 from pageable" in t and "against 5 after" in t
     assert "900 ms per step (90% of the traced time) against 30 ms (30%)" in t
     assert "not recorded" in text(answers.trace_analysis({}))
 
 
-def test_compare_gpus_counts_results_and_spans_the_host_figure():
+def test_compare_gpus_spans_the_host_figure_from_the_fastest_machine_to_the_slowest():
     rs = [calibration("a", 1000.0, 10.0), calibration("b", 1500.0, 12.0, source="measured-gpu"),
-          res("engine", "b", "measured-gpu", [{"variant": "x"}])]
-    t = text(answers.compare_gpus(rs))
-    assert "3 recorded results from 2 machines" in t and "2 of them measured on a GPU (b)" in t
-    assert "1 us on a to 1.5 us on b (1.5x)" in t
+          calibration("c", 1200.0, 11.0), res("engine", "b", "measured-gpu", [{"variant": "x"}])]
+    a = answers.compare_gpus(rs)
+    assert "from 1 us on a to 1.5 us on b (1.5x)" in text(a)
+    assert a.sources == ("calibration recorded on a (measured-cpu, full size)",
+                         "calibration recorded on b (measured-gpu, full size)")
+    assert "No calibration" in text(answers.compare_gpus([]))
 
 
 def test_next_bubble_installed_against_patched_and_the_idle_bound():
@@ -114,7 +118,7 @@ def test_next_bubble_installed_against_patched_and_the_idle_bound():
             {"machine": "m", "source": "measured-cpu", "vllm_version": "0.33.0", "num_requests": 128, "images": 32,
              "variant": "patched", "median_ns": 1e6}]
     t = text(answers.next_bubble(rows, device_step_ms=25.0, step_from="here"))
-    assert "100 ms per step against 1 ms patched (100x)" in t
+    assert "100 ms of host time per step, patched 1 ms (100x)" in t
     assert "idle 75% of an installed step and 0% of a patched one" in t  # 1 - 25/100, max(25, 1) = 25
     assert "No vllm_prefix_ranges result" in text(answers.next_bubble([], device_step_ms=25.0))
 
@@ -130,5 +134,5 @@ def test_inside_vllm_reads_the_one_answers_results(tmp_path):
     assert "predicted peak 9,600 tok/s on an H200 against the published 9,088 tok/s" in t
     assert "an H100 tops out at 6,400 tok/s" in t and "tensor read at 2 us" in t
     assert len(t.split("From:")[0].split()) <= 80 + 30  # the box's words, the bar labels aside
-    assert "cpu-a/pr_table.json (simulated)" in a.sources
+    assert "pr_table recorded on cpu-a (simulated, full size)" in a.sources
     assert "No full pr_table" in text(answers.inside_vllm_answer([]))

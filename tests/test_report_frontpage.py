@@ -11,7 +11,7 @@ import pytest
 
 from findings_results import write_results
 from labkit.report.findings import lab_findings
-from labkit.report.frontpage import FIRST_PAGES, NOTEBOOK_SUMMARIES, ONE_MINUTE
+from labkit.report.frontpage import APPENDICES, FIRST_PAGES, NOTEBOOK_SUMMARIES, ONE_MINUTE
 from labkit.report.index import SUMMARY_CHARS, notebook_summary, render_index
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +70,8 @@ def test_every_notebook_has_a_written_sentence_shown_whole():
         assert sentence.endswith(".") and not sentence.endswith("..") and "…" not in sentence, name
         assert sentence[0].isupper() or sentence[0] in "#(", name
         assert len(sentence) <= SUMMARY_CHARS + 10, f"{name}: {len(sentence)} characters, more than a line"
+        if name in APPENDICES:  # linked from the footer, not a row
+            continue
         row = page[page.index(f'data-notebook="{name}"'):]
         row = row[:row.index("</tr>")]
         assert html.escape(sentence) in row, name  # whole, not cut
@@ -126,3 +128,16 @@ def test_the_readme_notebook_table_says_what_the_index_says():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| \d\d \| \[[^\]]+\]\(notebooks/([^)]+)\.py\) \| (.+?) \|$", text, re.M))
     assert rows == NOTEBOOK_SUMMARIES
+
+
+def test_an_appendix_is_linked_from_the_footer_not_listed_among_the_notebooks():
+    meta = _meta(("05_trace_analysis", "06_compare_gpus"), findings=[])
+    meta["notebooks"][1]["title"] = "06 · Appendix: T06"
+    page = render_index(meta)
+    rows = _table(page, "notebooks")
+    assert 'data-notebook="05_trace_analysis"' in rows and "06_compare_gpus" not in rows
+    footer = page[page.index('<footer id="appendix">'):]
+    assert _text(footer).startswith("Appendix: T06 .") and '<a href="06_compare_gpus.html">T06</a>' in footer
+    meta["notebooks"][1]["ok"] = False
+    assert "failed" in _text(render_index(meta)[page.index('<footer id="appendix">'):])
+    assert "Appendix" not in render_index(_meta(findings=[]))  # no appendix in this report: no link

@@ -1,5 +1,6 @@
-"""The report page budget: plotly.js compressed or shared, big figure scripts compressed, no MathJax
-(the lab's own pages against the budget: ``test_report_browser.test_lab_report_within_page_budget``)."""
+"""What a page carries and what a report shares: plotly.js and large styles once in ``_static``,
+big figure scripts compressed, no MathJax (the lab's own report against its size:
+``test_report_browser.test_lab_report_folder_weight``)."""
 
 from __future__ import annotations
 
@@ -8,71 +9,67 @@ from pathlib import Path
 
 import pytest
 
-from labkit.report.pagesize import COMPRESS_OVER_BYTES, SHARED_NAME, page_report, shrink_page, unpack
+from labkit.report.pagesize import COMPRESS_OVER_BYTES, SHARED_PLOTLY, shrink_page, unpack
 
 REPO = Path(__file__).resolve().parents[1]
 HUB = ('if (window.MathJax && window.MathJax.Hub && window.MathJax.Hub.Config) '
        '{window.MathJax.Hub.Config({SVG: {font: "STIX-Web"}});}')
 BUNDLE = "/**\n* plotly.js v9.9.9\n* Licensed under the MIT license\n*/\nwindow.Plotly = {fake: " + "1," * 20000 + "0};"
+CSS = "body { color: red; }\n" * 1000
 
 
 def _page(figure_js: str, bundle: str = BUNDLE) -> str:
     """A page laid out as nbconvert writes plotly's notebook renderer output."""
     return (
-        "<html><head></head><body>\n"
+        f"<html><head><style type=\"text/css\">{CSS}</style><style>.small {{}}</style></head><body>\n"
         f"<script>\nwindow.PlotlyConfig = {{MathJaxConfig: 'local'}};\n{HUB}\n</script>\n"
         f"<script>{bundle}</script>\n"
         f'<div><script>{HUB}</script> <div class="plotly-graph-div" id="g1"></div> <script>{figure_js}</script></div>\n'
-        '<script type="application/vnd.jupyter.widget-state+json">{"state": {}}</script>\n'
         '<script>var small = 1;</script>\n</body></html>'
     )
 
 
 def _packed(page: str) -> list[str]:
-    return re.findall(r'labkit(?:Unpack|Run)\("([A-Za-z0-9+/=]+)"\)', page)
+    return re.findall(r'labkitRun\("([A-Za-z0-9+/=]+)"\)', page)
 
 
-def test_inline_compresses_the_bundle_and_big_figures_and_drops_mathjax():
-    big = "Plotly.newPlot('g1', [{x: [" + ",".join(str(i) for i in range(30000)) + "]}]);"
-    assert len(big) > COMPRESS_OVER_BYTES
-    page = _page(big)
-    out = shrink_page(page)
-    assert BUNDLE not in out and big not in out
-    assert sorted(unpack(b) for b in _packed(out)) == sorted([BUNDLE, big])  # both round-trip exactly
+BIG = "Plotly.newPlot('g1', [{x: [" + ",".join(str(i) for i in range(30000)) + "]}]);"
+
+
+def test_single_page_keeps_one_bundle_compresses_big_figures_and_drops_mathjax():
+    assert len(BIG) > COMPRESS_OVER_BYTES
+    twice = _page(BIG).replace("<div>", f"<script>{BUNDLE}</script><div>")
+    out = shrink_page(twice)
+    assert out.count(BUNDLE) == 1 and BIG not in out and CSS in out
+    assert [unpack(b) for b in _packed(out)] == [BIG]  # round-trips exactly
+    assert out.index(BUNDLE) < out.index("labkitRun(\"") and "DecompressionStream" in out
     assert "MathJax.Hub" not in out and "window.PlotlyConfig = {MathJaxConfig: 'local'};" in out
-    assert "DecompressionStream" in out
-    assert '<script type="application/vnd.jupyter.widget-state+json">{"state": {}}</script>' in out
-    assert "<script>var small = 1;</script>" in out
-    assert out.count("<script") == out.count("</script>")
-    facts = page_report(out)
-    assert facts.plotly_bundles == 0 and facts.mathjax_refs == 0 and facts.total_bytes < len(page) / 2
-    assert page_report(page).plotly_bundles == 1
+    assert "<script>var small = 1;</script>" in out and out.count("<script") == out.count("</script>")
 
 
 def test_small_figures_are_left_as_they_are():
     out = shrink_page(_page("Plotly.newPlot('g1', []);"))
-    assert "<script>Plotly.newPlot('g1', []);</script>" in out
-    assert [unpack(b) for b in _packed(out)] == [BUNDLE]
+    assert "<script>Plotly.newPlot('g1', []);</script>" in out and _packed(out) == []
 
 
-def test_shared_writes_one_bundle_next_to_the_pages(tmp_path):
+def test_report_pages_share_one_bundle_and_the_style(tmp_path):
     static = tmp_path / "_static"
-    out = shrink_page(_page("Plotly.newPlot('g1', []);"), plotly="shared", static_dir=static)
-    assert (static / SHARED_NAME).read_text(encoding="utf-8") == BUNDLE
-    assert f'<script src="_static/{SHARED_NAME}"></script>' in out
-    assert BUNDLE not in out and _packed(out) == []
-    # a second copy of the bundle on one page is dropped; the first serves it
-    twice = _page("x();").replace("<div>", f"<script>{BUNDLE}</script><div>")
-    assert shrink_page(twice, plotly="shared", static_dir=static).count(SHARED_NAME) == 1
+    first = shrink_page(_page("Plotly.newPlot('g1', []);"), static_dir=static)
+    second = shrink_page(_page(BIG), static_dir=static)
+    assert (static / SHARED_PLOTLY).read_text(encoding="utf-8") == BUNDLE
+    (css,) = static.glob("style-*.css")
+    assert css.read_text(encoding="utf-8") == CSS
+    for out in (first, second):
+        assert BUNDLE not in out and CSS not in out and "<style>.small {}</style>" in out
+        assert f'<script src="_static/{SHARED_PLOTLY}"></script>' in out
+        assert f'<link rel="stylesheet" href="_static/{css.name}">' in out
+    assert [unpack(b) for b in _packed(second)] == [BIG]
+    assert sorted(p.name for p in static.iterdir()) == sorted([SHARED_PLOTLY, css.name])
 
 
-def test_page_without_plotly_and_bad_modes(tmp_path):
+def test_page_without_plotly(tmp_path):
     plain = "<html><body><p>no figures</p></body></html>"
-    assert shrink_page(plain) == plain
-    with pytest.raises(ValueError, match="unknown plotly mode"):
-        shrink_page(plain, plotly="cdn")
-    with pytest.raises(ValueError, match="static_dir"):
-        shrink_page(plain, plotly="shared")
+    assert shrink_page(plain) == plain and shrink_page(plain, static_dir=tmp_path) == plain
 
 
 def _real_page(tmp_path: Path) -> str:
@@ -91,12 +88,10 @@ def _real_page(tmp_path: Path) -> str:
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("mode", ["inline", "shared"])
-def test_shrunk_pages_draw_every_figure_offline(browser, tmp_path, mode):
-    page = _real_page(tmp_path)
-    assert page_report(page).plotly_bundles == 1
-    out = shrink_page(page, plotly=mode, static_dir=tmp_path / "_static")
-    assert page_report(out).plotly_bundles == 0
+@pytest.mark.parametrize("single", [True, False])
+def test_shrunk_pages_draw_every_figure_offline(browser, tmp_path, single):
+    out = shrink_page(_real_page(tmp_path), static_dir=None if single else tmp_path / "_static")
+    assert ("plotly.js v" in out) == single
     path = tmp_path / "page.html"
     path.write_text(out, encoding="utf-8")
     tab = browser.new_page()
@@ -130,30 +125,11 @@ def test_notebook_texts_use_no_formulas():
     assert tex.search("the cost is $O(n^2)$") and tex.search(r"\(x\)") and not tex.search("costs $5 and $OUT")
 
 
-def test_scripts_before_the_loader_are_not_compressed():
-    big = "Plotly.newPlot('g0', [{x: [" + ",".join(str(i) for i in range(30000)) + "]}]);"
-    page = _page("x();").replace("<html><head></head><body>\n", f"<html><head></head><body>\n<script>{big}</script>\n")
-    out = shrink_page(page)
-    assert f"<script>{big}</script>" in out  # it runs before window.labkitRun exists: left as it was
-    assert [unpack(b) for b in _packed(out)] == [BUNDLE]
-    assert shrink_page(out) == out  # a shrunk page stays as it is
-
-
-def test_report_command_line_plotly_option(capsys):
-    from labkit.report.build import _parser
-
-    assert _parser().parse_args([]).plotly == "inline"
-    assert _parser().parse_args(["--plotly", "shared"]).plotly == "shared"
-    with pytest.raises(SystemExit) as exc:
-        _parser().parse_args(["--plotly", "cdn"])
-    assert exc.value.code == 2 and "--plotly" in capsys.readouterr().err
-
-
 @pytest.mark.browser
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["inline", "shared"])
-def test_report_pages_in_either_mode_draw_offline(browser, tmp_path, monkeypatch, mode):
-    """``build_report(plotly=...)`` end to end: the page's figures draw from file:// with nothing fetched."""
+@pytest.mark.parametrize("single", [True, False])
+def test_report_pages_either_way_draw_offline(browser, tmp_path, monkeypatch, single):
+    """``build_report(single=...)`` end to end: the page's figures draw from file:// with nothing fetched."""
     from report_helpers import TOGGLE_CELLS, write_notebook
 
     from labkit.report.build import build_report
@@ -163,12 +139,11 @@ def test_report_pages_in_either_mode_draw_offline(browser, tmp_path, monkeypatch
     nbdir.mkdir()
     write_notebook(nbdir, "00_toggles", "Toggles", TOGGLE_CELLS)
     runs = build_report(tmp_path / "out", device="cpu", notebooks_dir=nbdir, log=lambda m: None, save=False,
-                        plotly=mode)
+                        single=single)
     assert all(r.ok for r in runs), [r.error for r in runs]
     path = tmp_path / "out" / "00_toggles.html"
-    text = path.read_text(encoding="utf-8")
-    assert page_report(text).plotly_bundles == 0
-    assert (tmp_path / "out" / "_static" / SHARED_NAME).is_file() == (mode == "shared")
+    assert ("plotly.js v" in path.read_text(encoding="utf-8")) == single
+    assert (tmp_path / "out" / "_static" / SHARED_PLOTLY).is_file() != single
     tab = browser.new_page()
     outside: list[str] = []
     tab.on("request", lambda r: None if r.url.startswith(("file://", "data:", "blob:", "about:"))
@@ -181,3 +156,10 @@ def test_report_pages_in_either_mode_draw_offline(browser, tmp_path, monkeypatch
         assert not outside
     finally:
         tab.close()
+
+
+def test_report_command_line_single_option():
+    from labkit.cli import build_parser
+
+    assert build_parser(["report"]).parse_args(["report"]).single is False
+    assert build_parser(["report", "--single"]).parse_args(["report", "--single"]).single is True

@@ -297,22 +297,17 @@ def recorded_gpu_results(root=None) -> list:
     return [r for r in load_results(root, name=RESULT_NAME) if r.source == "measured-gpu"]
 
 
-def summarize_recorded(results) -> str:
-    """One line per recorded GPU result: machine, GPU, versions, and kernel vs FlexAttention per case."""
-    if not results:
-        return "No GPU result for attn_bench is recorded yet: run `labkit bench attn` on a GPU."
-    lines = []
-    for res in results:
-        m = res.machine
-        lines.append(f"{res.slug}: {m.get('gpu_name')}, torch {m.get('torch')}, triton {m.get('triton')}, "
-                     f"{res.created}")
-        by = {(r["case"], r["variant"]): r for r in res.rows if "median_ns" in r}
-        for case in dict.fromkeys(r["case"] for r in res.rows):
-            mine, flex = by.get((case, "triton_prefix")), by.get((case, "flex_attention"))
-            if mine and flex:
-                lines.append(f"  {case}: kernel {mine['median_ms']:.3f} ms ({mine['tflops']:.0f} TFLOP/s), "
-                             f"FlexAttention {flex['median_ms']:.3f} ms: {flex['median_ns'] / mine['median_ns']:.2f}x")
-    return "\n".join(lines)
+def tile_sweep(rows: list[dict]) -> list[dict]:
+    """The tile-shape sweep's rows (variant ``triton_prefix[<config label>]``), each with its ``tile`` in
+    words (:meth:`labkit.attn.prefix_attention.KernelConfig.describe`)."""
+    from labkit.attn.prefix_attention import CUDA_CONFIGS
+
+    out = []
+    for r in rows:
+        label = r["variant"][len("triton_prefix["):-1] if r["variant"].startswith("triton_prefix[") else None
+        if label in CUDA_CONFIGS:
+            out.append(dict(r, tile=CUDA_CONFIGS[label].describe()))
+    return out
 
 
 def format_table(rows: list[dict]) -> str:

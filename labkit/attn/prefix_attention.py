@@ -194,6 +194,10 @@ class KernelConfig:
     def label(self) -> str:
         return f"m{self.block_m}n{self.block_n}w{self.num_warps}s{self.num_stages}"
 
+    def describe(self) -> str:
+        """The config in words: ``128 x 32 tile, 8 warps, 2 stages``."""
+        return f"{self.block_m} x {self.block_n} tile, {self.num_warps} warps, {self.num_stages} stages"
+
 
 #: candidate GPU configs (``labkit bench attn --sweep`` times them); Hopper, bf16, head_dim up to 256.
 #: Register/shared-memory use was read from sm_90 builds: at D=256, m128n32w8s2 keeps everything in

@@ -3,13 +3,11 @@
 ``labkit report`` takes each ``notebooks/NN_*.py`` (jupytext py:percent) in order,
 converts it to a notebook in memory, injects the ``device`` and ``size`` parameters
 after the cell tagged ``parameters``, executes it with nbclient (kernel working
-directory: the notebooks folder, as in JupyterLab; widget state stored), and exports
-one standalone HTML page per notebook plus ``index.html``. Pages load nothing from the
-network: the pages are written by the ``labkit_html`` nbconvert exporter
-(:mod:`labkit.report.exporter`, also in JupyterLab's export menu), linking the widget
-renderer and require.js that labkit carries (:mod:`labkit.report.assets`), written once into
-``<out>/_static/``; where one is missing the run refuses before any notebook starts.
-A failing notebook is reported (cell index, first line, error)
+directory: the notebooks folder, as in JupyterLab), and exports
+one HTML page per notebook plus ``index.html``. Pages load nothing from the network: they
+are written by the ``labkit_html`` nbconvert exporter (:mod:`labkit.report.exporter`, also in
+JupyterLab's export menu) and share plotly.js and their style from ``<out>/_static/``, written
+once (``--single``: every page carries its own and works alone). A failing notebook is reported (cell index, first line, error)
 on stderr and in the index, its partial page is still written, the others still run,
 and the command exits 1 at the end.
 
@@ -32,10 +30,9 @@ import time
 from pathlib import Path
 
 from labkit.errors import ReportStopped, UsageError
-from labkit.report import assets
 from labkit.report.execute import CellError, execute_notebook
 from labkit.report.index import notebook_summary
-from labkit.report.exporter import export_page, notebook_sources, strip_remote_scripts  # noqa: F401 (re-exported)
+from labkit.report.exporter import export_page, notebook_sources
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
 
@@ -112,15 +109,6 @@ def _error_banner(nb, name: str, err: CellError) -> None:
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
 
 
-def vendor_static(out_dir: Path) -> list[Path]:
-    """Write the widget renderer and require.js into ``<out>/_static`` (the pages link them there).
-
-    Raises :class:`labkit.report.assets.MissingAssetError` (a one-line ``UsageError``) where
-    either is missing.
-    """
-    return assets.vendor(Path(out_dir) / STATIC)
-
-
 def build_report(
     out_dir: Path | str = "reports",
     *,
@@ -131,7 +119,7 @@ def build_report(
     timeout: int = 1800,
     log=None,
     save: bool = True,
-    plotly: str = "inline",
+    single: bool = False,
 ) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
@@ -139,9 +127,10 @@ def build_report(
     any reply the client had to be woken for. ``--only`` runs keep the other notebooks'
     earlier entries in the index. ``save`` records the run in the results store
     (:func:`save_report_result`), after each notebook with ``"complete": false`` until the last
-    one is done, so a run stopped part-way keeps the rows of the notebooks it finished. ``plotly``: ``inline`` (each page standalone) or ``shared`` (one
-    ``_static/plotly.min.js`` for all pages; :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the
-    index is written for the notebooks done.
+    one is done, so a run stopped part-way keeps the rows of the notebooks it finished. ``single``:
+    every page carries plotly.js and its style (else the pages share one copy in ``_static``,
+    :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the index
+    is written for the notebooks done.
     """
     from labkit.device import resolve_device
 
@@ -153,10 +142,8 @@ def build_report(
     paths = find_notebooks(notebooks_dir, only)
     if not paths:
         raise UsageError(f"no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir}")
-    assets.check()  # before any notebook runs: a report whose pages could not draw is refused at once
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    vendor_static(out_dir)
     env = dict(os.environ, LABKIT_DEVICE=resolved)
 
     slug = public_machine(resolved).get("slug") or "unknown"
@@ -167,7 +154,7 @@ def build_report(
             log(f"{tag} ...")
             run = _run_notebook(path, out_dir, size=size, device=resolved, slug=slug, notebooks_dir=notebooks_dir,
                                 timeout=timeout, env=env, log=lambda msg, tag=tag: log(f"{tag}: {msg}"),
-                                plotly=plotly)
+                                single=single)
             runs.append(run)
             status = "ok" if run.ok else f"FAILED at {run.error.describe()}"
             log(f"{tag}: {status} ({run.seconds:.1f} s)")
@@ -182,7 +169,7 @@ def build_report(
 
 
 def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: str, notebooks_dir: Path,
-                  timeout: int, env: dict, log, plotly: str = "inline") -> NotebookRun:
+                  timeout: int, env: dict, log, single: bool = False) -> NotebookRun:
     """Execute one notebook, export its page and say how it went (``log`` gets stall lines)."""
     import tempfile
 
@@ -212,11 +199,11 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
         _error_banner(nb, path.stem, err)
     html_name = f"{path.stem}.html"
     commit = labkit_commit()
-    export_page(nb, out_dir / html_name, static_url=STATIC, plotly=plotly,
-                run={"machine": slug, "device": device, "labkit_commit": commit, "results": results})
+    export_page(nb, out_dir / html_name, static_url="" if single else STATIC,
+                run={"machine": slug, "device": device, "size": size, "labkit_commit": commit, "results": results})
     return NotebookRun(
         name=path.stem, title=title, html=html_name, ok=err is None, seconds=round(seconds, 1),
-        sources=notebook_sources(nb), error=err, has_widgets="widgets" in nb.metadata,
+        sources=notebook_sources(nb), error=err,
         machine=slug, device=device, labkit_commit=commit, created=created,
         results=results, stalled_replies=len(execution.stalls), summary=summary,
     )
@@ -230,9 +217,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notebooks", default=str(NOTEBOOKS_DIR), help="folder of NN_*.py notebooks")
     p.add_argument("--timeout", type=int, default=None,
                    help="seconds allowed per cell (default 300 in quick size, 1800 in full)")
-    p.add_argument("--plotly", default="inline", choices=("inline", "shared"),
-                   help="inline (default): every page standalone, plotly.js compressed inside; "
-                        "shared: one _static/plotly.min.js next to the pages (smaller, keep the folder together)")
+    p.add_argument("--single", action="store_true",
+                   help="every page standalone, plotly.js inside it (default: one copy in <out>/_static, "
+                        "shared by the pages: keep the folder together)")
     p.add_argument("--no-save", action="store_true",
                    help="do not record the run (report.json / report_quick.json) in the results store")
 
@@ -253,7 +240,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         runs = build_report(
             args.out, size=args.size, device=args.device, only=args.only,
-            notebooks_dir=args.notebooks, timeout=args.timeout, save=not args.no_save, plotly=args.plotly,
+            notebooks_dir=args.notebooks, timeout=args.timeout, save=not args.no_save, single=args.single,
         )
     except (ReportStopped, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, ReportStopped) else signal.SIGINT

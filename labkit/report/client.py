@@ -11,8 +11,8 @@ the reply arrives just before that send (likely when the client lags, e.g. on a 
 CPU), the send consumes the wakeup and, bypassing pyzmq's asyncio wrapper, never
 re-checks the socket; the reply then sits unread until the reply poll's timeout
 (300 s / 1800 s per cell), when pyzmq's final check finds it and the cell looks fine.
-The lab's mask widget (``labkit.widgets.mask``) draws its figure into an Output widget
-at creation, so notebook 04 hit it.
+A widget that drew its figure into an Output widget while its cell ran (the lab's
+former mask widget) hit it in notebook 04.
 
 The fix here, in two parts:
 

@@ -1,7 +1,7 @@
 """Executing one notebook for the report, and saying where it stopped if it did.
 
 :func:`execute_notebook` runs a notebook in place with :class:`labkit.report.client.ReportClient`
-(kernel working directory as given, widget state stored, per-cell timing recorded) and
+(kernel working directory as given, per-cell timing recorded) and
 returns a :class:`CellError` naming the cell that failed, or None. A stop signal
 (SIGINT, SIGTERM) is not a failure: :class:`ReportStopped` propagates.
 """
@@ -110,7 +110,7 @@ def execute_notebook(
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(cwd)}},
-        store_widget_state=True,
+        store_widget_state=False,  # an exported page shows no ipywidget (labkit.report.exporter)
         record_timing=True,
         # once the last cell has replied the kernel's process group is killed: everything a notebook
         # writes is written and closed inside its cells, and a graceful shutdown only waited for the

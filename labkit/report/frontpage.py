@@ -20,10 +20,13 @@ NOTEBOOK_SUMMARIES = {
     "03_h2d_prefix_ranges": "Counts and times #38794's per-layer prefix-range copies against one per step.",
     "04_prefix_attention_kernel": "A Triton prefix-LM attention kernel: its mask, its checks, its roofline.",
     "05_trace_analysis": "Finds the idle bubbles in real GPU profiles and what the host did during them.",
-    "06_compare_gpus": "Every machine's recorded results side by side, each with its source.",
+    "06_compare_gpus": "Appendix: which results each machine recorded, and their numbers side by side.",
     "07_next_bubble": "The next host cost in vLLM 0.33: image ranges rebuilt every step, and a patch.",
     "08_inside_vllm": "The answer: #40143's published table, predicted with nothing fitted.",
 }
+
+#: notebooks that are appendices: linked from the index's footer, not listed among the notebooks
+APPENDICES = ("06_compare_gpus",)
 
 #: the page to open first, and the two after it: (notebook, its title where the report lacks it, why)
 FIRST_PAGES = (

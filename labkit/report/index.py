@@ -4,7 +4,8 @@ At the top, the findings table (``<table id="findings">``, :func:`labkit.report.
 each method's answer to why #40143 gained what it did, read from the recorded results, with the
 manifest's ``findings`` where it carries them), then "Start here" (the page to open first and the
 one-minute path, :mod:`labkit.report.frontpage`). Then the run (machine, device, size, commit)
-and one compact row per notebook: its number and title with one sentence on what it shows
+and one compact row per notebook (appendices, :data:`labkit.report.frontpage.APPENDICES`, are
+linked from the footer instead): its number and title with one sentence on what it shows
 (:data:`labkit.report.frontpage.NOTEBOOK_SUMMARIES`; a notebook missing there gets its own first
 sentence, cut to a line), the sources of its numbers (measured-gpu, measured-cpu, simulated,
 interpreted), where it ran (device, machine; the labkit commit only where it is not the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import html
 import re
 
-from labkit.report.frontpage import NOTEBOOK_SUMMARIES, findings_table, start_here
+from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, findings_table, start_here
 
 _COLOURS = {
     "measured-gpu": "#1b7f3a",
@@ -287,6 +288,17 @@ def _notebook_row(nb: dict, report_commit: str | None = None) -> str:
     )
 
 
+def _appendix_links(notebooks: list[dict]) -> str:
+    """The footer's links to the appendix pages of this report (with their status where not ok)."""
+    links = []
+    for nb in notebooks:
+        if nb["name"] in APPENDICES and nb.get("html"):
+            failed = "" if nb.get("ok") else ' <span class="failed">failed</span>'
+            title = re.sub(r"^Appendix:\s*", "", _short_title(nb))  # the footer says it once
+            links.append(f'<a href="{_e(nb["html"])}">{_e(title)}</a>{failed}')
+    return f"Appendix: {', '.join(links)}. " if links else ""
+
+
 def _findings(meta: dict) -> dict:
     """The manifest's findings, or those of the results store where it carries none."""
     if isinstance(meta.get("findings"), dict):
@@ -307,7 +319,7 @@ def render_index(meta: dict) -> str:
     notebooks = meta.get("notebooks", [])
     n_ok = sum(1 for nb in notebooks if nb.get("ok"))
     common = common_flags(notebooks)
-    rows = "".join(_notebook_row(nb, meta.get("labkit_commit")) for nb in notebooks)
+    rows = "".join(_notebook_row(nb, meta.get("labkit_commit")) for nb in notebooks if nb["name"] not in APPENDICES)
     legend = "".join(f"<li>{source_badge(s)} {_e(m)}</li>" for s, m in SOURCE_MEANINGS.items())
     pages = {str(nb["name"]): str(nb["html"]) for nb in notebooks if nb.get("html")}
     titles = {str(nb["name"]): _short_title(nb) for nb in notebooks}
@@ -340,7 +352,7 @@ labkit commit {commit_label(meta.get('labkit_commit'))}.
 <ul class="legend small">{legend}</ul>
 <h2>Machine</h2>
 <table id="machine">{machine_rows}</table>
-<p class="muted">Recorded results live in <code>data/results/&lt;machine&gt;/</code>; pages that compare machines
-read them from there.</p>
+<footer id="appendix"><p>{_appendix_links(notebooks)}Recorded results live in
+<code>data/results/&lt;machine&gt;/</code>.</p></footer>
 </body></html>
 """

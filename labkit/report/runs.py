@@ -34,7 +34,6 @@ class NotebookRun:
     seconds: float
     sources: list[str] = field(default_factory=list)
     error: CellError | None = None
-    has_widgets: bool = False
     machine: str = ""
     device: str = ""
     labkit_commit: str = ""
@@ -65,7 +64,7 @@ def _run_from_json(d: dict) -> NotebookRun:
     return NotebookRun(
         name=d["name"], title=d.get("title", d["name"]), html=d.get("html"), ok=bool(d.get("ok")),
         seconds=float(d.get("seconds", 0.0)), sources=list(d.get("sources", [])),
-        error=CellError(**err) if err else None, has_widgets=bool(d.get("has_widgets")),
+        error=CellError(**err) if err else None,
         machine=str(d.get("machine", "")), device=str(d.get("device", "")),
         labkit_commit=str(d.get("labkit_commit", "")), created=str(d.get("created", "")),
         results=list(d.get("results", [])), stalled_replies=int(d.get("stalled_replies", 0)),

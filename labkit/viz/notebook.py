@@ -1,13 +1,16 @@
-"""Notebook set-up shared by every lab notebook: offline plotly and source badges.
+"""Notebook set-up shared by every lab notebook: offline plotly, source badges, folded detail.
 
 ``setup_notebook()`` makes plotly figures survive HTML export with no network (plotly.js
 embedded once, not loaded from a CDN) while still rendering live in JupyterLab.
 ``declare_sources(...)`` shows a badge saying whether the numbers below are measured on
 a GPU, measured on a CPU, simulated or interpreted, and tags the output so the report
-index can list it.
+index can list it. ``fold(summary, ...)`` puts appendix material (long tables, a tool's text
+output) behind one click, in JupyterLab and in the exported page alike.
 """
 
 from __future__ import annotations
+
+import html
 
 from labkit.device import SOURCES
 
@@ -41,10 +44,31 @@ def sources_badge_html(sources) -> str:
 
 
 def declare_sources(*sources: str) -> None:
-    """Display a badge for each source and tag the output for the report index."""
+    """Display a badge for each source and tag the output for the report index (nothing where none is
+    given: a section whose recorded results are missing declares no numbers)."""
     bad = [s for s in sources if s not in SOURCES]
-    if bad or not sources:
+    if bad:
         raise ValueError(f"sources must be among {SOURCES}, got {sources}")
+    if not sources:
+        return
     from IPython.display import HTML, display
 
     display(HTML(sources_badge_html(sources)), metadata={SOURCES_METADATA_KEY: list(sources)})
+
+
+class Folded:
+    """Appendix material behind a ``<details>`` click (what :func:`fold` returns; HTML in notebooks)."""
+
+    def __init__(self, summary: str, items: tuple):
+        self.summary, self.items = summary, items
+
+    def _repr_html_(self) -> str:
+        parts = [item._repr_html_() if hasattr(item, "_repr_html_") else f"<pre>{html.escape(str(item))}</pre>"
+                 for item in self.items if item is not None]
+        return f'<details class="labkit-fold"><summary>{html.escape(self.summary)}</summary>{"".join(parts)}</details>'
+
+
+def fold(summary: str, *items) -> Folded:
+    """``items`` (objects with an HTML view, e.g. :func:`labkit.viz.tables.format_table`'s tables,
+    or text shown as it is) folded behind one line, ``summary``."""
+    return Folded(summary, items)

@@ -6,7 +6,7 @@ that times the lab's kernel and FlexAttention on that shape (as ``labkit bench a
 bf16, CUDA events) and redraws the roofline with the recorded runs and the new ones. The
 callback is the plain function :func:`measured_roofline`, testable without a kernel or a
 GPU (the measuring function is a parameter). Without a GPU the button is disabled and says
-why; an exported page keeps the static roofline drawn above the widget.
+why; an exported page shows one line in its place (:mod:`labkit.report.exporter`).
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
             return
         note.value = _summary(new, roof)
         fig = plot_roofline(roof, title=f"{new[0]['case'] if new else kind.value}: measured now, with the recorded runs")
-        # the Output widget's state, not a display inside it (see labkit.widgets.mask)
+        # the Output widget's state, not a display inside it: a headless client that mimics Output
+        # capture (nbclient) would answer such a display on the shell socket (see labkit.report.client)
         out.outputs = ({"output_type": "display_data", "data": fig._repr_mimebundle_(), "metadata": {}},)
 
     button.on_click(on_measure)

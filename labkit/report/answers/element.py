@@ -35,16 +35,23 @@ def pct(fraction) -> str:
     return f"<b>{sig3(100 * fraction)}</b>%"
 
 
-def cite(result) -> str:
-    """Where a result's numbers come from: ``machine/name.json`` (source, GPU where one ran it)."""
-    gpu = (result.machine or {}).get("gpu_name")
-    return f"{result.slug}/{result.name}.json ({result.source}{', ' + gpu if gpu else ''})"
+def cite(*results) -> str:
+    """Where numbers come from: ``name and name recorded on machine (source, GPU, size)``, one clause
+    per machine, source and size the results share."""
+    from labkit.results import base_name
+
+    groups: dict[tuple, list[str]] = {}
+    for r in results:
+        gpu = (r.machine or {}).get("gpu_name")
+        groups.setdefault((r.slug, f"{r.source}{', ' + gpu if gpu else ''}, {r.size} size"), []).append(base_name(r.name))
+    return "; ".join(f"{' and '.join(names)} recorded on {slug} ({how})" for (slug, how), names in groups.items())
 
 
 @dataclass(frozen=True)
 class Answer:
-    """A page's finding: ``text`` (HTML, its numbers read from results), ``sources`` (one line per
-    result it read: :func:`cite`), ``detail`` (HTML: a small table or chart; may be empty)."""
+    """A page's finding: ``text`` (HTML, its numbers read from results, at most ~80 words with the
+    sources), ``sources`` (one line per result it read: :func:`cite`), ``detail`` (HTML: one small
+    table or chart; may be empty)."""
 
     text: str
     sources: tuple[str, ...] = ()
@@ -55,8 +62,9 @@ class Answer:
         if self.sources:
             where = ('<div style="font-size:12px;color:#555;margin-top:4px">From: '
                      + "; ".join(esc(s) for s in self.sources) + "</div>")
+        detail = f'<div class="labkit-answer-detail">{self.detail}</div>' if self.detail else ""
         return (f'<div class="labkit-answer" style="{_BOX_STYLE}"><div><b>What this page finds.</b> {self.text}</div>'
-                f"{self.detail}{where}</div>")
+                f"{detail}{where}</div>")
 
     def __str__(self) -> str:
         return self._repr_html_()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
 from labkit.report.answers.pick import pick, recorded, row
+from labkit.results import load_results
 from labkit.viz.tables import format_table
 
 TENSOR, LIST = "tensor/loop/none/async", "list/loop/none/async"
@@ -41,8 +42,8 @@ def idle_bubbles(results=None) -> Answer:
 
 def h2d_prefix_ranges(results=None) -> Answer:
     """03: host time and host-to-device copies per decode step, per_layer (before #38794) against
-    per_step, on a GPU where one recorded it; the GPU idle share from the profiled steps."""
-    results = recorded(results)
+    per_step, as recorded on a GPU where one recorded it; the GPU idle share from the profiled steps."""
+    results = list(results) if results is not None else load_results(name="h2d_step") + load_results(name="h2d_gpu_idle")
     both = lambda rows: row(rows, variant="per_layer") and row(rows, variant="per_step")  # noqa: E731
     step = pick(results, "h2d_step", source="measured-gpu", where=both)
     if step is None:
@@ -50,90 +51,118 @@ def h2d_prefix_ranges(results=None) -> Answer:
     layers = min(r["layers"] for r in step.rows)
     pl, ps = row(step.rows, variant="per_layer", layers=layers), row(step.rows, variant="per_step", layers=layers)
     model = pl.get("model") or f"{layers} layers"
-    text = (f"At 128 requests x 32 images with {esc(model)}'s {layers} layers ({esc(_gpu(step))}, {esc(step.source)}): "
-            f"rebuilding the prefix ranges per layer makes {num(pl['h2d_per_step'])} host-to-device copies per step "
-            f"({num(pl['sync_per_step'])} of them synchronous) and takes {num(pl['median_ns'] / 1e6, ' ms')} of host "
-            f"time; once per step it is {num(ps['h2d_per_step'])} copy and {num(ps['median_ns'] / 1e6, ' ms')} "
+    text = (f"Recorded on {esc(_gpu(step))} at 128 requests x 32 images, {esc(model)}'s {layers} layers: building the "
+            f"prefix ranges in every layer makes {num(pl['h2d_per_step'])} host-to-device copies per step "
+            f"({num(pl['sync_per_step'])} synchronous) and {num(pl['median_ns'] / 1e6, ' ms')} of host time; once per "
+            f"step, {num(ps['h2d_per_step'])} copy and {num(ps['median_ns'] / 1e6, ' ms')} "
             f"({num(pl['median_ns'] / ps['median_ns'], 'x')}).")
-    sources = [cite(step)]
-    idle = pick(results, "h2d_gpu_idle", where=both)
+    cited = [step]
+    idle = pick(results, "h2d_gpu_idle", machine=step.slug, where=both)
+    il = is_ = None
     if idle is not None:
         il, is_ = row(idle.rows, variant="per_layer", layers=layers), row(idle.rows, variant="per_step", layers=layers)
-        if il and is_:
-            text += (f" Under the profiler the GPU idles {pct(il['idle_fraction'])} of a per-layer step and "
-                     f"{pct(is_['idle_fraction'])} of a per-step one.")
-            sources.append(cite(idle))
+    if il and is_:
+        text += (f" Profiled, the GPU idles {pct(il['idle_fraction'])} of a per-layer step and "
+                 f"{pct(is_['idle_fraction'])} of a per-step one.")
+        cited.append(idle)
     detail = bars_html([(r["variant"], r["median_ns"] / 1e6) for r in step.rows if r["layers"] == layers], "ms",
                        highlight=("per_layer",), caption=f"host time per decode step, {model}")
-    return Answer(text, tuple(sources), detail)
+    return Answer(text, (cite(*cited),), detail)
 
 
 ATTN_VARIANTS = ("triton_prefix", "flex_attention", "sdpa_mask")
 
 
+def attention_table(rows: list[dict]) -> list[dict]:
+    """Per case of ``attn_bench`` rows: each variant's median ms, the kernel's TFLOP/s, its speed-up
+    over SDPA with a dense mask, and the largest difference of any variant from the reference (the
+    tile-shape sweep's rows left out)."""
+    table = []
+    for c in dict.fromkeys(r["case"] for r in rows):
+        rec = {"case": c}
+        for v in ATTN_VARIANTS:
+            r = row(rows, case=c, variant=v)
+            rec[f"{v}_ms"] = r.get("median_ms") if r else None
+        kernel = row(rows, case=c, variant="triton_prefix") or {}
+        rec["triton_prefix_tflops"] = kernel.get("tflops")
+        if rec.get("triton_prefix_ms") and rec.get("sdpa_mask_ms"):
+            rec["speedup_vs_sdpa"] = rec["sdpa_mask_ms"] / rec["triton_prefix_ms"]
+        errors = [r["max_abs_err"] for r in rows if r["case"] == c and r["variant"] in ATTN_VARIANTS
+                  and r.get("max_abs_err") is not None]
+        rec["max_abs_err"] = max(errors, default=None)
+        table.append(rec)
+    return table
+
+
+ATTN_HEADERS = {"triton_prefix_ms": "triton prefix", "flex_attention_ms": "flex attention", "sdpa_mask_ms": "sdpa + mask",
+                "triton_prefix_tflops": "triton prefix TFLOP/s", "max_abs_err": "largest difference"}
+
+
 def prefix_attention(results=None) -> Answer:
     """04: the lab's Triton prefix-LM attention kernel against FlexAttention and SDPA with a dense
-    mask, per case, measured on a GPU."""
-    results = recorded(results)
+    mask, in the case where it gains most, as recorded on a GPU."""
+    results = list(results) if results is not None else load_results(name="attn_bench")
     res = pick(results, "attn_bench", source="measured-gpu",
                where=lambda rows: any(r.get("median_ms") is not None for r in rows))
     if res is None or res.source != "measured-gpu":
         return Answer("No GPU attention result recorded yet: the kernel's timings need a CUDA GPU "
                       "(`labkit bench attn --size full`); this page checks its numbers on the CPU.")
-    cases = [c for c in dict.fromkeys(r["case"] for r in res.rows)]
-    table = []
-    for c in cases:
-        rec = {"case": c}
-        for v in ATTN_VARIANTS:
-            r = row(res.rows, case=c, variant=v)
-            rec[f"{v}_ms"] = r["median_ms"] if r else None
-        if rec.get("triton_prefix_ms") and rec.get("sdpa_mask_ms"):
-            rec["speedup_vs_sdpa"] = rec["sdpa_mask_ms"] / rec["triton_prefix_ms"]
-        table.append(rec)
+    table = attention_table(res.rows)
     main = max((t for t in table if t.get("speedup_vs_sdpa")), key=lambda t: t["speedup_vs_sdpa"], default=None)
     if main is None:
         return Answer("The recorded attention result has no triton_prefix / sdpa_mask pair.", (cite(res),))
-    tr = row(res.rows, case=main["case"], variant="triton_prefix")
-    text = (f"On {esc(_gpu(res))} ({esc(res.source)}, bf16), the lab's Triton prefix-LM kernel runs "
-            f"{esc(main['case'])} in {num(main['triton_prefix_ms'], ' ms')}"
-            + (f" ({num(tr['tflops'], ' TFLOPS')})" if tr.get("tflops") else "")
+    text = (f"Recorded on {esc(_gpu(res))} ({esc(res.size)} size, bf16): the lab's Triton prefix-LM kernel runs "
+            f"{esc(main['case'].replace('_', ' '))} in {num(main['triton_prefix_ms'], ' ms')}"
+            + (f" ({num(main['triton_prefix_tflops'], ' TFLOP/s')})" if main.get("triton_prefix_tflops") else "")
             + f" against {num(main['sdpa_mask_ms'], ' ms')} for SDPA with a dense mask "
               f"({num(main['speedup_vs_sdpa'], 'x')})"
             + (f" and {num(main['flex_attention_ms'], ' ms')} for FlexAttention" if main.get("flex_attention_ms") else "")
-            + ", with the same output (largest difference "
-            + num(max(r.get("max_abs_err") or 0 for r in res.rows)) + ").")
-    detail = format_table(table, rename={"triton_prefix_ms": "triton prefix", "flex_attention_ms": "flex attention",
-                                         "sdpa_mask_ms": "sdpa + mask"}, time_unit="ms")._repr_html_()
+            + f"; every output matches the reference within {num(max(t['max_abs_err'] or 0 for t in table))}.")
+    detail = bars_html([(v.replace("_", " "), main.get(f"{v}_ms")) for v in ATTN_VARIANTS], "ms",
+                       highlight=("triton prefix",), caption=f"{main['case'].replace('_', ' ')}, median per call")
     return Answer(text, (cite(res),), detail)
 
 
-def trace_analysis(analyses: dict) -> Answer:
-    """05: what the recorded GPU traces of #38794 show per step: host-to-device copies and GPU idle,
-    per_layer against per_step (``analyses``: ``{variant: Analysis}``, e.g.
-    :func:`labkit.trace.analysis.notebook.lab_analyses`)."""
+def trace_per_step(analyses: dict) -> list[dict]:
+    """Per step of the recorded #38794 traces, before (per_layer) and after (per_step): host-to-device
+    copies, pageable ones, GPU idle and busy ms and the idle share (``analyses``: ``{variant: Analysis}``,
+    e.g. :func:`labkit.trace.analysis.notebook.lab_analyses`); empty when either trace is missing."""
     before, after = analyses.get(PER_LAYER), analyses.get(PER_STEP)
     if before is None or after is None:
-        return Answer("The per_layer / per_step traces of #38794 are not recorded: run `labkit bench engine "
-                      "--trace-dir data/traces/<machine>` on a GPU.")
+        return []
 
     def per_step(an, key):
         value = an.summary[key] / max(1, an.summary.get("steps_count") or 1)
         return int(value) if key.endswith("_count") and value == int(value) else value
 
-    b, a = before.summary, after.summary
+    def share(an):
+        s = an.summary
+        return s["idle_us"] / (s["idle_us"] + s["busy_us"]) if s["idle_us"] + s["busy_us"] else 0.0
+
+    return [{"per step": what, "per_layer (before)": get(before), "per_step (after)": get(after)} for what, get in (
+        ("host-to-device copies", lambda an: per_step(an, "h2d_count")),
+        ("from pageable memory", lambda an: per_step(an, "pageable_h2d_count")),
+        ("GPU idle (ms)", lambda an: per_step(an, "idle_us") / 1e3),
+        ("GPU busy (ms)", lambda an: per_step(an, "busy_us") / 1e3),
+        ("GPU idle (% of the traced time)", lambda an: 100 * share(an)))]
+
+
+def trace_analysis(analyses: dict) -> Answer:
+    """05: what the recorded GPU traces of #38794 show per step: host-to-device copies and GPU idle,
+    per_layer against per_step (``analyses``: ``{variant: Analysis}``; see :func:`trace_per_step`)."""
+    table = trace_per_step(analyses)
+    if not table:
+        return Answer("The per_layer / per_step traces of #38794 are not recorded: run `labkit bench engine "
+                      "--trace-dir data/traces/<machine>` on a GPU.")
+    before = analyses[PER_LAYER]
+    copies, pageable, idle, _, share = ((r["per_layer (before)"], r["per_step (after)"]) for r in table)
     gpu = before.source.get("gpu") or "the traced device"
-    kind = before.source.get("kind") or "measured"
-    share = lambda s: s["idle_us"] / (s["idle_us"] + s["busy_us"]) if s["idle_us"] + s["busy_us"] else 0.0  # noqa: E731
-    text = (f"The mini engine's traces on {esc(gpu)} ({esc(kind)}): per-layer prefix ranges (before #38794) make "
-            f"{num(per_step(before, 'h2d_count'))} host-to-device copies per step "
-            f"({num(per_step(before, 'pageable_h2d_count'))} from pageable memory) against "
-            f"{num(per_step(after, 'h2d_count'))} per step after; the GPU idles {num(per_step(before, 'idle_us') / 1e3, ' ms')} "
-            f"per step ({pct(share(b))} of the traced time) against {num(per_step(after, 'idle_us') / 1e3, ' ms')} "
-            f"({pct(share(a))}).")
-    detail = format_table([
-        {"per_step": "host-to-device copies", "per_layer": per_step(before, "h2d_count"), "per_step_": per_step(after, "h2d_count")},
-        {"per_step": "GPU idle (ms)", "per_layer": per_step(before, "idle_us") / 1e3, "per_step_": per_step(after, "idle_us") / 1e3},
-        {"per_step": "GPU busy (ms)", "per_layer": per_step(before, "busy_us") / 1e3, "per_step_": per_step(after, "busy_us") / 1e3},
-    ], rename={"per_step": "per step", "per_layer": "per_layer (before)", "per_step_": "per_step (after)"})._repr_html_()
-    files = tuple(f"{an.source.get('file')} ({kind}, {gpu})" for an in (before, after))
-    return Answer(text, files, detail)
+    text = (f"The mini engine's traces on {esc(gpu)} ({esc(before.source.get('kind') or 'measured')}): per-layer "
+            f"prefix ranges (before #38794) make {num(copies[0])} host-to-device copies per step "
+            f"({num(pageable[0])} from pageable memory) against {num(copies[1])} after; the GPU idles "
+            f"{num(idle[0], ' ms')} per step ({num(share[0])}% of the traced time) against "
+            f"{num(idle[1], ' ms')} ({num(share[1])}%).")
+    detail = bars_html([("per_layer (before)", idle[0]), ("per_step (after)", idle[1])], "ms",
+                       highlight=("per_layer (before)",), caption="GPU idle per step, from the traces")
+    return Answer(text, (f"the profiler traces of the per_layer and per_step runs ({before.source.get('kind')}, {gpu})",),
+                  detail)

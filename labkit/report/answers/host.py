@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, bars_html, cite, esc, num
 from labkit.report.answers.pick import of_name, pick, recorded, row
+from labkit.results import load_results
 from labkit.viz.tables import format_table
 
 NO_RESULT = "No {what} recorded yet: {how}."
@@ -20,32 +21,43 @@ def _calibration_costs(result) -> dict:
     return {r["variant"]: r["median_ns"] for r in result.rows if r.get("kind") == "cpu"}
 
 
+def _calibrations(results) -> list:
+    """The calibration results given, else those of the store (read alone: a page's provenance lists
+    the results it read)."""
+    return list(results) if results is not None else load_results(name="calibration")
+
+
+def calibration_rows(results) -> list[dict]:
+    """Per machine that recorded a calibration (its full run where it has one): the tensor index +
+    ``int()`` (``tensor_index_int_ns``), the list index (``list_index_ns``) and their ``ratio``."""
+    out = []
+    for r in of_name(results, "calibration"):
+        costs = _calibration_costs(r)
+        if "tensor_index_int" in costs and "list_index" in costs:
+            out.append({"machine": r.slug, "source": r.source, "size": r.size,
+                        "tensor_index_int_ns": costs["tensor_index_int"], "list_index_ns": costs["list_index"],
+                        "ratio": costs["tensor_index_int"] / costs["list_index"]})
+    return out
+
+
 def environment(results=None, machine: str | None = None) -> Answer:
-    """00: what one tensor index + ``int()`` costs against a list index on this machine (the per-call
-    cost #40143 removed), beside every machine that recorded a calibration."""
-    results = recorded(results)
+    """00: what one tensor index + ``int()`` costs against a list index (the per-call cost #40143
+    removed), as recorded on this machine (else on another one), beside every machine's recording."""
+    results = _calibrations(results)
     machine = machine if machine is not None else _this_machine()
     cal = pick(results, "calibration", machine=machine,
                where=lambda rows: any(r.get("variant") == "tensor_index_int" for r in rows))
     if cal is None:
         return Answer(NO_RESULT.format(what="calibration", how="run `labkit calibrate`"))
     c = _calibration_costs(cal)
-    ratio = c["tensor_index_int"] / c["list_index"]
-    here = "this machine" if cal.slug == machine else esc(cal.slug)
-    text = (f"On {here} ({esc(cal.slug)}, {esc(cal.source)}), reading one element of a CPU tensor and converting it "
-            f"with <code>int()</code> costs {num(c['tensor_index_int'] / 1e3, ' us')} against "
-            f"{num(c['list_index'], ' ns')} for a list: {num(ratio, 'x')}. That per-call cost, paid 4,096 times "
-            f"per decode step at 128 requests x 32 images, is what #40143 removed.")
-    table_rows = []
-    for r in of_name(results, "calibration"):
-        costs = _calibration_costs(r)
-        if "tensor_index_int" in costs and "list_index" in costs:
-            table_rows.append({"machine": r.slug, "source": r.source, "tensor_index_int_ns": costs["tensor_index_int"],
-                               "list_index_ns": costs["list_index"],
-                               "ratio": costs["tensor_index_int"] / costs["list_index"]})
-    detail = format_table(table_rows, rename={"tensor_index_int_ns": "tensor index + int()",
-                                              "list_index_ns": "list index"})._repr_html_()
-    return Answer(text, tuple(cite(r) for r in of_name(results, "calibration")), detail)
+    here = "this machine, " if cal.slug == machine else ""
+    text = (f"Recorded on {here}{esc(cal.slug)} ({esc(cal.size)} size): reading one element of a CPU tensor "
+            f"and converting it with <code>int()</code> costs {num(c['tensor_index_int'] / 1e3, ' us')} against "
+            f"{num(c['list_index'], ' ns')} for a list, {num(c['tensor_index_int'] / c['list_index'], 'x')}. "
+            f"#40143 took 4,096 such reads (128 requests x 32 images) out of every decode step.")
+    detail = format_table(calibration_rows(results), columns=["machine", "tensor_index_int_ns", "list_index_ns", "ratio"],
+                          rename={"tensor_index_int_ns": "tensor index + int()", "list_index_ns": "list index"})
+    return Answer(text, (cite(cal),), detail._repr_html_())
 
 
 def placeholder_scheduler(results=None) -> Answer:
@@ -70,24 +82,19 @@ def placeholder_scheduler(results=None) -> Answer:
 
 
 def compare_gpus(results=None) -> Answer:
-    """06: how many results each machine recorded, and the one host figure every machine has (the
-    calibration's tensor index + ``int()``)."""
-    results = recorded(results)
-    if not results:
-        return Answer(NO_RESULT.format(what="result", how="run `make report` on a machine"))
-    machines = sorted({r.slug for r in results})
-    gpu = sorted({r.slug for r in results if r.source == "measured-gpu"})
-    text = (f"{num(len(results))} recorded results from {num(len(machines))} machines "
-            f"({esc(', '.join(machines))}); {num(sum(r.source == 'measured-gpu' for r in results))} of them measured "
-            f"on a GPU ({esc(', '.join(gpu) or 'none yet')}).")
-    costs = [(r.slug, _calibration_costs(r).get("tensor_index_int")) for r in of_name(results, "calibration")]
-    costs = [(m, v) for m, v in costs if v]
-    detail = ""
-    if len(costs) > 1:
-        fast, slow = min(costs, key=lambda c: c[1]), max(costs, key=lambda c: c[1])
-        text += (f" The host loop every machine times (one tensor index + <code>int()</code>) ranges from "
-                 f"{num(fast[1] / 1e3, ' us')} on {esc(fast[0])} to {num(slow[1] / 1e3, ' us')} on {esc(slow[0])} "
-                 f"({num(slow[1] / fast[1], 'x')}), each measured on that machine's own CPU.")
-        detail = bars_html([(m, v / 1e3) for m, v in costs], "us", log=False,
-                           caption="tensor index + int() per call, calibration")
-    return Answer(text, tuple(cite(r) for r in of_name(results, "calibration")), detail)
+    """06: the one host figure every machine records (the calibration's tensor index + ``int()``), from
+    the fastest machine to the slowest."""
+    results = _calibrations(results)
+    costs = sorted(calibration_rows(results), key=lambda r: r["tensor_index_int_ns"])
+    if not costs:
+        return Answer(NO_RESULT.format(what="calibration", how="run `make report` on a machine"))
+    fast, slow = costs[0], costs[-1]
+    text = (f"Every machine records the host cost behind #40143, one tensor index + <code>int()</code>: from "
+            f"{num(fast['tensor_index_int_ns'] / 1e3, ' us')} on {esc(fast['machine'])} to "
+            f"{num(slow['tensor_index_int_ns'] / 1e3, ' us')} on {esc(slow['machine'])} "
+            f"({num(slow['tensor_index_int_ns'] / fast['tensor_index_int_ns'], 'x')}), each on that machine's own "
+            "CPU. Below: which results each machine recorded.")
+    detail = bars_html([(r["machine"], r["tensor_index_int_ns"] / 1e3) for r in costs], "us", log=False,
+                       caption="tensor index + int() per call, calibration")
+    ends = {r.slug: r for r in of_name(results, "calibration")}
+    return Answer(text, tuple(cite(ends[r["machine"]]) for r in (fast, slow)), detail)

@@ -17,26 +17,26 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
 
     if rows is None:
         rows = nextbubble.recorded_rows()
-    if device_step_ms is None:
-        device_step_ms, step_from = nextbubble.device_step_ms()
     rec = nextbubble.lookup(rows, *point)
     if rec is None or "speedup" not in rec:
         return Answer(f"No vllm_prefix_ranges result at {point[0]} x {point[1]} recorded yet: run "
                       "`.venv-vllm/bin/labkit bench vllm-ranges --size full`.")
+    if device_step_ms is None:
+        device_step_ms, step_from = nextbubble.device_step_ms()
     first = next(r for r in rows if r.get("machine") == rec["machine"])
     eff = nextbubble.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
-    text = (f"vLLM rebuilds every image's range on every step: at {point[0]} requests x {point[1]} images on "
-            f"{esc(rec['machine'])} ({esc(first.get('source'))} host time, vLLM {esc(first.get('vllm_version'))}), "
-            f"installed <code>compute_mm_prefix_ranges</code> takes {num(rec['installed_us'] / 1e3, ' ms')} per step "
-            f"against {num(rec['patched_us'] / 1e3, ' ms')} patched ({num(rec['speedup'], 'x')}). Beside a "
+    text = (f"Recorded on {esc(rec['machine'])} (vLLM {esc(first.get('vllm_version'))}) at {point[0]} requests x "
+            f"{point[1]} images: installed <code>compute_mm_prefix_ranges</code> takes "
+            f"{num(rec['installed_us'] / 1e3, ' ms')} of host time per step, patched "
+            f"{num(rec['patched_us'] / 1e3, ' ms')} ({num(rec['speedup'], 'x')}). Beside a "
             f"{num(device_step_ms, ' ms')} device step the GPU would idle "
             f"{pct(eff['gpu_idle_fraction_installed_overlapped'])} of an installed step and "
             f"{pct(eff['gpu_idle_fraction_patched_overlapped'])} of a patched one (perfect-overlap bound).")
     detail = bars_html([("installed", rec["installed_us"] / 1e3), ("patched", rec["patched_us"] / 1e3),
                         ("device step", device_step_ms)], "ms", highlight=("installed",),
                        caption="host time per step against the device step")
-    sources = (f"{rec['machine']}/vllm_prefix_ranges.json ({first.get('source')})",
-               f"device step: {step_from or 'published'}")
+    sources = (f"vllm_prefix_ranges recorded on {rec['machine']} ({first.get('source')}); "
+               f"device step: {step_from or 'published'}",)
     return Answer(text, sources, detail)
 
 

@@ -2,13 +2,15 @@
 side by side behind its own click.
 
 :func:`results_matrix` has one row per result name and one column per machine; a cell exists
-only where the machine recorded that result (its source, size and row count), so nothing is a
-"no result" line. :func:`side_by_side_html` folds each result's comparison (``comparison_table``
+only where the machine recorded that result (its row count, its size where only a quick run is
+recorded, its source where it is not that machine's own measurement), so nothing is a "no result"
+line. :func:`side_by_side_html` folds each result's comparison (``comparison_table``
 of :mod:`labkit.viz.machines.compare`) into a ``<details>`` of its own, with only the machines that have it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 from labkit.results import base_name
@@ -21,13 +23,27 @@ def _machines(results) -> list[str]:
                   key=lambda m: (min(source_rank(r.source) for r in results if r.slug == m), m))
 
 
+def one_per_machine(results) -> list:
+    """Each machine's run of each result under the result's base name: its full run where it has one,
+    else its quick one (a machine's quick and full runs are one result, not two)."""
+    best: dict[tuple[str, str], object] = {}
+    for r in results:
+        key = (r.slug, base_name(r.name))
+        if key not in best or best[key].size == "quick":
+            best[key] = r
+    return [dataclasses.replace(r, name=name) for (_, name), r in sorted(best.items())]
+
+
 def results_matrix(results):
     """A :class:`labkit.viz.tables.Table`: per result name (quick runs under their full name), per
-    machine ``source, size, N rows`` where that machine recorded it, empty where it did not."""
+    machine ``N rows`` (``, quick`` where only a quick run is recorded; ``, simulated`` or
+    ``, interpreted`` where the numbers are not that machine's measurement) where that machine
+    recorded it, empty where it did not."""
     machines = _machines(results)
     by: dict[str, dict[str, str]] = {}
-    for r in sorted(results, key=lambda r: r.name != base_name(r.name), reverse=True):  # full runs last: they win
-        by.setdefault(base_name(r.name), {})[r.slug] = f"{r.source}, {r.size}, {len(r.rows)} rows"
+    for r in one_per_machine(results):
+        notes = [n for n in ("quick" if r.size == "quick" else "", "" if r.source.startswith("measured") else r.source) if n]
+        by.setdefault(r.name, {})[r.slug] = ", ".join([f"{len(r.rows)} rows", *notes])
     rows = [{"result": name, **{m: cells.get(m, "") for m in machines}} for name, cells in sorted(by.items())]
     return format_table(rows, max_rows=len(rows) or 1)
 

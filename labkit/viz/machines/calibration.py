@@ -12,7 +12,8 @@ import plotly.graph_objects as go
 
 from labkit.results import BenchResult
 
-_CPU_LABELS = {
+#: what each CPU calibration row reads, as a reader writes it
+CPU_LABELS = {
     "loop_only": "loop only",
     "list_index": "list[i]",
     "tensor_index_int": "int(tensor[i])",
@@ -49,7 +50,7 @@ def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
         rows = [row for row in r.rows if row.get("kind") == "cpu" and row.get("metric") == "host_ns"]
         if not rows:
             continue
-        x = [_CPU_LABELS.get(row["variant"], row["variant"]) for row in rows]
+        x = [CPU_LABELS.get(row["variant"], row["variant"]) for row in rows]
         y = [row["median_ns"] for row in rows]
         fig.add_bar(
             x=x, y=y, name=_machine_label(r),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.vllm.census.nextbubble import expected_effect, side_by_side
+from labkit.vllm.census.nextbubble import side_by_side
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
 
@@ -71,41 +71,5 @@ def plot_installed_vs_patched(rows: list[dict]) -> go.Figure:
         xaxis=dict(title="requests in the batch", type="log"), yaxis=dict(title="host ms per step", type="log"),
         updatemenus=[dict(buttons=buttons, active=len(images) - 1, x=0.0, y=1.15, xanchor="left")],
         height=460, margin=dict(t=130),
-    )
-    return fig
-
-
-def plot_step_slider(rows: list[dict], device_step_ms: float) -> go.Figure:
-    """Bars per grid point (slider): host ms of the range build, installed vs patched, against the
-    device step time (dashed line), with the overlapped-bound GPU idle share in the title of each step."""
-    title = "One decode step: range build on the host vs the GPU's work"
-    table = sorted((r for r in side_by_side(rows) if "speedup" in r), key=lambda r: (r["num_requests"], r["images"]))
-    if not table:
-        return _empty(title, "no vllm_prefix_ranges result recorded yet")
-    fig = go.Figure()
-    steps = []
-    default = next((k for k, r in enumerate(table) if (r["num_requests"], r["images"]) == (128, 32)), len(table) - 1)
-    for k, r in enumerate(table):
-        eff = expected_effect(r["installed_us"] / 1e3, r["patched_us"] / 1e3, device_step_ms)
-        fig.add_bar(x=["installed", "patched"], y=[r["installed_us"] / 1e3, r["patched_us"] / 1e3],
-                    marker_color=[COLOURS["installed"], COLOURS["patched"]], visible=k == default,
-                    text=[f"{r['installed_us'] / 1e3:.2f} ms", f"{r['patched_us'] / 1e3:.3f} ms"], textposition="outside",
-                    name=f"{r['num_requests']} x {r['images']}")
-        label = (f"{r['num_requests']} req x {r['images']} img ({r['machine']}): GPU idle "
-                 f"{eff['gpu_idle_fraction_installed_overlapped']:.0%} installed vs "
-                 f"{eff['gpu_idle_fraction_patched_overlapped']:.0%} patched")
-        steps.append(dict(method="update", label=f"{r['num_requests']}x{r['images']}",
-                          args=[{"visible": [j == k for j in range(len(table))]},
-                                {"title.text": f"{title}<br><sup>{label}</sup>"}]))
-    last = table[default]
-    eff = expected_effect(last["installed_us"] / 1e3, last["patched_us"] / 1e3, device_step_ms)
-    fig.add_hline(y=device_step_ms, line_dash="dash", annotation_text=f"device step {device_step_ms} ms (stated)")
-    fig.update_layout(
-        title=dict(text=f"{title}<br><sup>{last['num_requests']} req x {last['images']} img: GPU idle "
-                        f"{eff['gpu_idle_fraction_installed_overlapped']:.0%} installed vs "
-                        f"{eff['gpu_idle_fraction_patched_overlapped']:.0%} patched</sup>"),
-        yaxis=dict(title="host ms per step (measured-cpu)", type="log"), showlegend=False,
-        sliders=[dict(active=default, steps=steps, currentvalue=dict(prefix="requests x images: "))],
-        height=480, margin=dict(t=110),
     )
     return fig

@@ -223,6 +223,19 @@ def side_by_side(rows: Sequence[dict]) -> list[dict]:
     return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
 
 
+def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
+    """:func:`side_by_side`'s records with the share of a step the GPU would idle beside a
+    ``device_step_ms`` device step, installed and patched (perfect-overlap bound, :func:`expected_effect`):
+    ``installed_idle_frac``, ``patched_idle_frac``."""
+    out = []
+    for rec in side_by_side(rows):
+        if "speedup" in rec:
+            eff = expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
+            out.append(dict(rec, installed_idle_frac=eff["gpu_idle_fraction_installed_overlapped"],
+                            patched_idle_frac=eff["gpu_idle_fraction_patched_overlapped"]))
+    return out
+
+
 def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
     """The side-by-side record for a grid point, or None if it was not measured."""
     for rec in side_by_side(rows):
