@@ -42,37 +42,26 @@ setup_notebook()
 
 # %%
 import tempfile
-from labkit.engine.runs import run_notebook_set, print_table
+from labkit.engine.runs import run_notebook_set, format_rows
 from labkit.engine.runs import default_profile_name
 from labkit.engine.device.profiles import load_profile
-profile = load_profile(default_profile_name())
-print(profile.label())
-print(f"host cost per op: {profile.launch_overhead_ns / 1e3:.1f} us; "
-      f"qkv_proj at 128 tokens: {profile.duration_ns('qkv_proj', tokens=128) / 1e3:.1f} us on the device")
-
-# %% [markdown]
-# **What the profile's "launch overhead" is.** The recorded H200 profile charges the host a
-# fixed cost per engine op (printed below with the recorded figures it rests on). That is not
-# device time and not the bare CUDA launch (a plain `torch.add` launch on that machine, from its
-# `calibration.json`, costs several times less): it is the mini engine's whole eager host cost
-# per op group (Python, several torch dispatches, 1-4 kernel launches), measured as the host time
-# of one forward divided by its op count. The real H200 runs pay exactly this: their host forward
-# per step takes longer than the GPU is busy per step. The simulator replaces the real forward's
-# host work by this cost, so it keeps it: with the bare launch cost it would predict a
-# device-bound engine, which the H200 traces contradict. (vLLM itself replays decode steps as
-# CUDA graphs, where this cost nearly vanishes.)
-
-# %%
 from labkit.engine.recorded import (analyze_recorded, describe_host_cost, host_cost_figures, measured_result,
                                     with_robust_metrics)
+from labkit.viz.notebook import fold
+profile = load_profile(default_profile_name())
 gpu = measured_result()  # the recorded GPU run and its traces, read once (the second half uses them too)
 gpu_rows = with_robust_metrics(gpu.rows) if gpu else []
 measured = analyze_recorded("h200")
 if gpu:
     declare_sources("measured-gpu")
-    print(describe_host_cost(host_cost_figures(profile, gpu_rows, measured)))
-else:
-    print("No GPU result recorded yet: the figures behind the profile's host cost need one.")
+fold("The simulated device's profile, and what its host cost per op rests on",
+     f"{profile.label()}\nhost cost per op: {profile.launch_overhead_ns / 1e3:.1f} us; qkv_proj at 128 tokens: "
+     f"{profile.duration_ns('qkv_proj', tokens=128) / 1e3:.1f} us on the device\n"
+     + (describe_host_cost(host_cost_figures(profile, gpu_rows, measured)) if gpu else "no GPU result recorded yet"),
+     "The recorded H200 profile charges the host a fixed cost per engine op: the mini engine's whole eager host "
+     "cost per op group (Python, torch dispatches, 1-4 kernel launches), the host time of one forward over its op "
+     "count; several times a bare torch.add launch. The real H200 runs pay exactly this, so the simulator keeps it; "
+     "vLLM replays decode steps as CUDA graphs, where this cost nearly vanishes.")
 
 # %% [markdown]
 # ## Rerun the variants here (simulated device)
@@ -85,14 +74,14 @@ declare_sources("simulated")
 trace_dir = tempfile.mkdtemp(prefix="labkit-engine-")
 rows, traces = run_notebook_set(size, trace_dir=trace_dir, profile=profile, cudagraph=("none", "piecewise", "full"))
 eager_rows = [r for r in rows if r["cudagraph"] == "none"]
-print_table(rows)
+fold("Every run's figures, as the bench prints them", format_rows(rows))
 
 # %% [markdown]
 # ## Throughput, idle fraction and step time per variant
 # The buttons switch the metric (they work in the exported HTML too).
 
 # %%
-from labkit.viz.lab.engine import plot_engine_bars, plot_timeline_choice
+from labkit.viz.lab.engine import plot_engine_bars
 plot_engine_bars(eager_rows, title="Mini engine (eager), 128 requests x 32 images")
 
 # %% [markdown]
@@ -112,13 +101,6 @@ plot_timeline_pair(traces["tensor/loop/none/async"], traces["list/loop/none/asyn
 # %%
 plot_timeline_pair(traces["fast/cursor/per_layer/async"], traces["fast/cursor/per_step/async"],
                    labels=("per_layer (before #38794)", "per_step (after)"))
-
-# %% [markdown]
-# ## Every run, one dropdown
-# All seven timelines are precomputed into one figure; the dropdown picks a run.
-
-# %%
-plot_timeline_choice({r["variant"]: traces[r["variant"]] for r in eager_rows}, title="Engine timelines (simulated)")
 
 # %% [markdown]
 # ## Under CUDA graphs: vLLM's regime
@@ -177,31 +159,15 @@ format_table(step_model_rows(rows))
 # `labkit bench engine` on a GPU runs the real model (Triton prefix attention, bf16) and records
 # step times, TPOT and idle (from its profiler trace) under `data/results/<gpu>/engine.json`.
 #
-# **Throughput from the median step.** The bars use *decode tokens per step / median step time*
-# (every step samples one token per sequence; both fields are in the recorded rows). The
-# recorded window-based throughput (button "over the measured window") of the H200 run's first
-# variant, `tensor/loop/none/async`, is far below its median-step throughput, and its mean TPOT far
-# above its median step (table below): one step of its window held a one-off stall of seconds
-# (column `stall_ns`). The recorded trace of that run does not contain it (it covers two later
-# steps of ordinary length); the benchmark then started `torch.profiler` right before the last
-# measured output was collected, and the first profiler start in a process initialises
-# Kineto/CUPTI, which holds the host for seconds (even on a CPU without CUPTI). Later variants
-# paid only milliseconds.
-# The benchmark now measures first, profiles in a separate run afterwards, and starts the
-# profiler once up front; it reports both throughputs. Recorded numbers are shown as recorded.
-
-# %%
-if gpu:
-    declare_sources("measured-gpu")
-    from labkit.results import provenance
-    print(f"{provenance(gpu)}; {gpu.machine.get('gpu_name')}, torch {gpu.machine.get('torch')}")
-else:
-    print("No GPU result recorded yet: run `labkit bench engine --size full --trace-dir ...` on a GPU machine.")
+# The bars use decode tokens per step over the median step time: one step of the first variant's
+# window held a one-off stall of seconds (the first profiler start in a process), which the
+# window-based throughput (the figure's other button) keeps.
 
 # %%
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
-format_table(gpu_rows, columns=cols) if gpu else None
+fold("The recorded GPU run's rows", format_table(gpu_rows, columns=cols)) if gpu else print(
+    "No GPU result recorded yet: run `labkit bench engine --size full --trace-dir ...` on a GPU machine.")
 
 # %%
 plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} (measured-gpu)") if gpu else None
@@ -212,9 +178,6 @@ plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} 
 # and timeline as the simulated ones. Blue bars are real kernels; red gaps are the GPU waiting
 # for the host. #40143: with `tensor` placeholders each step's scheduling (`host_schedule_ns` in
 # the table above) leaves the GPU idle; `list` cuts it several-fold.
-
-# %%
-print(f"{len(measured)} measured-gpu traces" if measured else "no recorded GPU traces under data/traces/h200")
 
 # %%
 (plot_timeline_pair(measured["tensor/loop/none/async"], measured["list/loop/none/async"],
@@ -232,14 +195,6 @@ print(f"{len(measured)} measured-gpu traces" if measured else "no recorded GPU t
                     labels=("per_layer (before #38794)", "per_step (after)"),
                     title="measured-gpu: NVIDIA H200, #38794 before / after")
  if measured else None)
-
-# %% [markdown]
-# The other "after" runs (`fast` placeholders with the cursor scheduler; the `cached` ranges):
-
-# %%
-(plot_timeline_choice({f"measured-gpu: {v}": measured[v].trace for v in
-                       ("fast/cursor/none/async", "fast/cursor/cached/async")},
-                      title="Measured H200 timelines") if measured else None)
 
 # %% [markdown]
 # ### Measured H200 under CUDA graphs
@@ -266,18 +221,14 @@ if graph_pairs:
 from labkit.engine.recorded import sim_vs_measured
 from labkit.viz.lab.engine import plot_sim_vs_measured
 table = sim_vs_measured(rows, gpu_rows, measured) if gpu else None
-format_table(table) if table is not None else None
+fold("Simulated against measured, run by run", format_table(table)) if table is not None else None
 
 # %%
-if table is not None and len(table):
-    r = table["step_ratio"]
-    print(f"simulated / measured step time: median x{r.median():.2f}, range x{r.min():.2f}-x{r.max():.2f}; "
-          f"device busy per step: median x{table['busy_ratio'].median():.2f}")
 plot_sim_vs_measured(table, title="Simulated (h200 profile) vs measured H200") if table is not None else None
 
 # %% [markdown]
-# Reading the ratios: the device side is close (the busy ratio printed above), so the differences
-# come from host time. The simulator uses *this* CPU's real Python time for scheduling and
+# Reading the ratios: the device side is close (the busy ratios), so the differences come from
+# host time. The simulator uses *this* CPU's real Python time for scheduling and
 # metadata and the profile's per-op host cost for the forward, so it is only as close as this CPU
 # is to the H200 machine's host (the `tensor` scheduler costs about the same here; the measured
 # H200 host forward itself varied across variants, see the range printed near the top). The

@@ -132,5 +132,5 @@ def test_the_answers_views_read_the_result(tmp_path):
     assert len(pr_table.peaks_frame(res)) == 4
     parts = pr_table.device_parts_frame("h200")
     assert parts["time_ms"].sum() == pytest.approx(decode_step_ms(GEMMA4_E4B, "h200", 128, 1024 + 32 * 262 + 1))
-    assert all(f.startswith(("measured: ", "carried over: ")) for f in parts["from"])
+    assert all(f.startswith(("measured on the H200: ", "carried over: ")) for f in parts["from"])
     assert pr_table.recorded_pr_table(tmp_path / "none") is None and not pr_table.plot_phases(None).data

@@ -63,7 +63,7 @@ def test_idle_bubbles_prefers_the_gpu_measurement():
     sim = res("engine", "cpu", "simulated", engine_rows(100.0, 110.0, 0.5, 0.4))
     gpu = res("engine_quick", "h200", "measured-gpu", engine_rows(200.0, 5000.0, 0.8, 0.25), gpu="NVIDIA H200")
     t = text(answers.idle_bubbles([sim, gpu]))
-    assert "NVIDIA H200" in t and "idles 80% of the run with tensor placeholders and 25% with list ones" in t
+    assert "NVIDIA H200" in t and "idles 80% of the run with tensor placeholders, 25% with list ones" in t
     assert "tok/s" not in t  # the mechanism, not a rival answer to the published gain
 
 
@@ -131,8 +131,8 @@ def test_inside_vllm_reads_the_one_answers_results(tmp_path):
     a = answers.inside_vllm_answer(load_results(tmp_path))
     t = text(a)
     assert "cut 8 ms from vLLM's engine-core host step at 128 x 32 (17 ms to 9 ms)" in t
-    assert "predicted peak 9,600 tok/s on an H200 against the published 9,088 tok/s" in t
-    assert "an H100 tops out at 6,400 tok/s" in t and "tensor read at 2 us" in t
+    assert "predicted peak 9,600 tok/s on an H200, published 9,088 tok/s" in t
+    assert "an H100 tops out at 6,400 tok/s" in t and "tensor read comes out at 2 us" in t
     assert len(t.split("From:")[0].split()) <= 80 + 30  # the box's words, the bar labels aside
     assert "pr_table recorded on cpu-a (simulated, full size)" in a.sources
     assert "No full pr_table" in text(answers.inside_vllm_answer([]))

@@ -18,9 +18,6 @@ this machine's CPU, once per test session for both modules):
   the answer box, a visible table cell or a figure's labels, no visible table cell that reads NaN
   or None.
 
-Pages 01, 02 and 08, and the analyzer benchmark's section of 05, are rewritten in parallel changes:
-the checks they fail until then are listed in :data:`REWRITTEN_IN_PARALLEL` (expected failures, not
-strict, so each passes once its page does).
 """
 
 from __future__ import annotations
@@ -47,15 +44,6 @@ TRY_IT_LIVE = ("01_placeholder_scheduler", "02_idle_bubbles", "03_h2d_prefix_ran
                "07_next_bubble")
 CHECKS = ("answer_agrees", "answer_words", "height", "figures_drawn", "code_folded", "try_it_live", "readable")
 
-#: (page, check) -> why it fails until a parallel change lands: the checks those pages fail now
-REWRITTEN_IN_PARALLEL = {
-    ("02_idle_bubbles", "answer_words"): "page rewritten in a parallel change",
-    ("02_idle_bubbles", "height"): "page rewritten in a parallel change",
-    ("08_inside_vllm", "answer_words"): "page rewritten in a parallel change",
-    ("08_inside_vllm", "height"): "page rewritten in a parallel change",
-    ("08_inside_vllm", "readable"): "page rewritten in a parallel change",
-    ("05_trace_analysis", "readable"): "the analyzer benchmark's section (its NaN cells) rewritten in a parallel change",
-}
 
 #: in the browser: where the answer and the first figure are, every table's width against its room,
 #: and the visible text nodes that say FAIL (none inside a closed <details> counts)
@@ -354,15 +342,7 @@ def test_check_problems_by_hand():
     assert check_problems("00_x", "readable", {**good, "bad_cells": ["NaN"]})
 
 
-def _params():
-    for name in sorted(PAGES):
-        for check in CHECKS:
-            why = REWRITTEN_IN_PARALLEL.get((name, check))
-            marks = [pytest.mark.xfail(strict=False, reason=why)] if why else []
-            yield pytest.param(name, check, marks=marks, id=f"{name}-{check}")
-
-
-@pytest.mark.parametrize("name, check", list(_params()))
+@pytest.mark.parametrize("name, check", [pytest.param(n, c, id=f"{n}-{c}") for n in sorted(PAGES) for c in CHECKS])
 def test_page_reads_as_one_answer_with_its_evidence(page_checks, name, check):
     assert name in page_checks, f"{name}: not in the report"
     problems = check_problems(name, check, page_checks[name])

@@ -32,7 +32,7 @@ def test_each_evidence_figure_is_what_its_file_says(store):
     found = lab_findings(store)
     got = _by_key(found)
     assert list(got) == KEYS
-    assert got["unit_cost"]["figure"] == "1.20 us against 8.0 ns (150x)"
+    assert got["unit_cost"]["figure"] == "1.2 us against 8 ns (150x)"
     assert got["engine_saving"]["figure"].startswith("8.00 ms a step (17.00 -> 9.00 ms")
     assert got["server_ab"]["figure"].startswith("mean TPOT 42.0 -> 21.0 ms (2.00x)")
     assert "64x64" in got["server_ab"]["what"] and "merged" in got["server_ab"]["what"]

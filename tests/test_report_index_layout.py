@@ -69,7 +69,7 @@ _FINDINGS_JS = """
       }
     }
   }
-  const lh = parseFloat(getComputedStyle(tr.querySelector('td.left')).lineHeight);
+  const lh = parseFloat(getComputedStyle(tr.querySelector('td.method')).lineHeight);
   return {key: tr.dataset.finding, height: tr.getBoundingClientRect().height, lineHeight: lh,
           right: document.getElementById('findings').getBoundingClientRect().right, outside};
 })

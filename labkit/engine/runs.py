@@ -240,13 +240,12 @@ def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
                           f"{100 * GRAPH_BUSY_TOLERANCE:.0f}%)"}
 
 
-def print_table(rows: list[dict]) -> None:
-    """The summary table: tok/s from the median step and from the whole window, step time, TPOT, idle."""
+def format_rows(rows: list[dict]) -> str:
+    """The summary table as text: tok/s from the median step and from the whole window, step time, TPOT, idle."""
     from labkit.engine.recorded import with_robust_metrics
 
-    head = (f"{'variant':40s} {'graphs':>9s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} "
-            f"{'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}")
-    print(head)
+    lines = [f"{'variant':40s} {'graphs':>9s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} "
+             f"{'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}"]
     notes = []
     for r in with_robust_metrics(rows):
         idle = r.get("device_idle_frac")
@@ -259,11 +258,14 @@ def print_table(rows: list[dict]) -> None:
             same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
             notes.append(f"{r['variant']}: {r['cudagraph_note']}{same}")
             graphs += "*"
-        print(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
-              f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
-              f"{r['h2d_per_step']:8.0f}")
-    print("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
-          "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run; "
-          "idle ?: tentative")
-    for n in notes:
-        print(f"* {n}")
+        lines.append(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
+                     f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
+                     f"{r['h2d_per_step']:8.0f}")
+    lines.append("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
+                 "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run; "
+                 "idle ?: tentative")
+    return "\n".join(lines + [f"* {n}" for n in notes])
+
+
+def print_table(rows: list[dict]) -> None:
+    print(format_rows(rows))

@@ -17,6 +17,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.results import load_results
 from labkit.serve.published import PR40143, two_phases
+from labkit.viz.tables import sig3
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def _unit_cost(root, machine: str | None) -> Evidence:
         by = {r.get("variant"): r.get("median_ns") for r in res.rows}
         if by.get("tensor_index_int") and by.get("list_index"):
             t, li = by["tensor_index_int"], by["list_index"]
-            return Evidence(key, what, f"{t / 1e3:.2f} us against {li:.1f} ns ({t / li:.0f}x)", "",
+            return Evidence(key, what, f"{sig3(t / 1e3)} us against {sig3(li)} ns ({sig3(t / li)}x)", "",
                             res.source, res.slug, _file(res), "00_environment")
     return _missing(key, what, "run `labkit calibrate --size full`", "00_environment")
 

@@ -26,10 +26,9 @@ def idle_bubbles(results=None) -> Answer:
         return Answer("No engine result recorded yet: run `labkit bench engine --size full`.")
     t, lst = row(eng.rows, variant=TENSOR), row(eng.rows, variant=LIST)
     where = f"on {esc(_gpu(eng))}" if eng.source == "measured-gpu" else "on the simulated GPU"
-    text = (f"The lab's mini engine at #40143's shape {where} ({esc(eng.source)}, eager, every op launched from "
-            f"Python): the GPU idles {pct(t['device_idle_frac'])} of the run with tensor placeholders and "
-            f"{pct(lst['device_idle_frac'])} with list ones. Launched op by op every variant is host-bound, so the "
-            f"step is the host's; under CUDA graphs the device becomes the longer side.")
+    text = (f"The lab's mini engine at #40143's shape {where} ({esc(eng.source)}, eager): the GPU idles "
+            f"{pct(t['device_idle_frac'])} of the run with tensor placeholders, {pct(lst['device_idle_frac'])} with "
+            f"list ones. Op by op every variant is host-bound; under CUDA graphs the device becomes the longer side.")
     pl, ps = row(eng.rows, variant=PER_LAYER), row(eng.rows, variant=PER_STEP)
     if pl and ps and pl.get("device_idle_frac") is not None and ps.get("device_idle_frac") is not None:
         text += (f" #38794: {pct(pl['device_idle_frac'])} idle with per-layer prefix ranges, "

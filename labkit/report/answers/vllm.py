@@ -62,9 +62,9 @@ def inside_vllm_answer(results=None) -> Answer:
     read = p["inferred"]["read_ns"]["value"] / 1e3
     text = (f"#40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32 "
             f"({num(saving['before_ms'], ' ms')} to {num(saving['after_ms'], ' ms')}). After it the full-batch step "
-            f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())} against "
-            f"the published {tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was "
-            f"host-bound, which puts the PR host's tensor read at {num(read, ' us')}.")
+            f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())}, published "
+            f"{tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was host-bound: the PR "
+            f"host's tensor read comes out at {num(read, ' us')}.")
     detail = bars_html([("published, after", round(PR40143.after.peak_output_tok_s))]
                        + [(f"predicted, {g.upper()}", round(peak[g]["predicted"])) for g in p["gpus"]]
                        + [("published, before", round(PR40143.before.peak_output_tok_s))], "tok/s", log=False,

@@ -96,7 +96,12 @@ def recorded_bench():
     results = load_results(name="trace_bench")
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
-    cols = ["machine", "source", "trace", "variant", "jobs", "decoder", "inflate", "json_bytes", "median_ns",
-            "mb_per_s", "peak_rss_bytes", "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]
+    from labkit.viz.tables import format_table
+
+    cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "rss_over_json", "speedup_vs_jobs1",
+            "speedup_vs_hta"]
     t = results_table(results)
-    return t[[c for c in cols if c in t.columns]]
+    t["trace"] = t["trace"].astype(str).str.replace(r"\.pt\.trace\.json(\.gz)?$", "", regex=True)  # a label, not a file
+    return format_table(t[[c for c in cols if c in t.columns]],
+                        rename={"variant": "tool", "rss_over_json": "peak RSS / JSON", "mb_per_s": "MB/s of JSON",
+                                "speedup_vs_jobs1": "vs --jobs 1", "speedup_vs_hta": "vs HTA"})

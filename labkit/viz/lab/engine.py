@@ -89,40 +89,6 @@ def plot_step_series(step_rows: list[dict], *, title: str = "Time between output
     return fig
 
 
-def plot_timeline_choice(traces: dict[str, str], *, title: str = "Timelines") -> go.Figure:
-    """One timeline per run, picked with a dropdown (precomputed; survives export).
-
-    ``traces``: label -> trace path. Each run's figure comes from ``labkit.viz.timeline``; their
-    traces are stacked in one figure and the dropdown shows one run at a time.
-    """
-    from labkit.viz.timeline import plot_timeline
-
-    if not traces:
-        raise ValueError("no traces to show")
-    fig = go.Figure()
-    spans = []
-    for label, path in traces.items():
-        sub = plot_timeline(path, title=label)
-        start = len(fig.data)
-        for tr in sub.data:
-            fig.add_trace(tr)
-        spans.append((label, start, len(fig.data), sub.layout.title.text, sub.layout.yaxis))
-    n = len(fig.data)
-    buttons = []
-    for label, a, b, sub_title, yaxis in spans:
-        vis = [a <= i < b for i in range(n)]
-        buttons.append(dict(label=label, method="update",
-                            args=[{"visible": vis}, {"title": {"text": sub_title}}]))
-    first = spans[0]
-    for i, tr in enumerate(fig.data):
-        tr.visible = first[1] <= i < first[2]
-    fig.update_layout(title=first[3], barmode="overlay",
-                      updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.2, xanchor="left")],
-                      margin=dict(t=120), xaxis_title="ms from trace start")
-    fig.update_yaxes(type="category")
-    return fig
-
-
 def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time") -> go.Figure:
     """Grouped bars of measured and simulated median step time (ms) per variant.
 

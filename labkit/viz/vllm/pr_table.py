@@ -90,10 +90,11 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
 
     prompt, _ = prompt_layout(get_workload("full"))
     step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))
-    def where(r) -> str:  # measured: what it was measured from; assumed: the measured one it carries over
+    def where(r) -> str:  # measured: on which recording; assumed: the measured one it carries over
         if r["assumed"]:
-            return "carried over: " + r["origin"].split(" (")[0].removeprefix("assumed: ")
-        return "measured: " + r["origin"].split(" (")[0]
+            return "carried over: " + r["origin"].split("'s value")[0].removeprefix("assumed: ").replace("_", " ")
+        return "measured on the H200: " + ("the engine's profile" if "profiles" in r["origin"] else
+                                           "the attention benchmark")
 
     origin = {r["name"]: where(r) for r in load_efficiencies(gpu).rows()}
     rows = []
