@@ -155,7 +155,7 @@ def version_text() -> str:
 def _attach(p: argparse.ArgumentParser, module: str) -> None:
     mod = importlib.import_module(module)
     mod.add_cli_args(p)
-    p.set_defaults(run=mod.main)
+    p.set_defaults(run=mod.main, prog=p.prog)
 
 
 def build_parser(argv: list[str] = ()) -> argparse.ArgumentParser:
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = os.environ.get(COMMAND_ENV)
     # results made by this command (and the notebooks or tools it starts) record its command line
     os.environ[COMMAND_ENV] = format_command(["labkit", *argv])
+    prog = "labkit"  # the errors of a verb name it, as argparse's do
     try:
         argv, verbose = split_verbose(argv)
         if argv[:1] == ["report"]:
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
         args = build_parser(argv).parse_args(argv)
         args.verbose = verbose or args.verbose
+        prog = getattr(args, "prog", prog)
         set_verbose(args.verbose)
         if args.version:
             print(version_text())
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("a verb is needed: one of " + ", ".join(VERBS))
         return int(args.run(args) or 0)
     except UsageError as exc:
-        print(f"labkit: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("labkit: interrupted", file=sys.stderr)

@@ -45,7 +45,7 @@ def test_usage_error_is_one_line_exit_2(capsys, monkeypatch):
     describe_machine.cache_clear()
     assert cli.main(["env", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["labkit: error: device 'cuda' was asked for but torch sees no CUDA GPU"]
+    assert err == ["labkit env: error: device 'cuda' was asked for but torch sees no CUDA GPU"]
 
 
 def test_bench_unknown_target_exits_2(capsys):

@@ -129,7 +129,7 @@ def test_bad_input_is_one_line_exit_2(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path))
     assert main(["bench", "engine", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("labkit: error:")
+    assert len(err) == 1 and err[0].startswith("labkit bench engine: error:")
     assert not list(tmp_path.glob("*/*.json"))
 
 

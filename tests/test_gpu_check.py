@@ -366,8 +366,10 @@ def test_gpu_check_dry_run_on_cpu_packs_and_ingests(tmp_path):
     run = _gpu_check(tmp_path, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_ALLOW_CPU="1", GPU_CHECK_SIZE="quick",
                      # a budget far above what the steps need here: the test is that every step runs
                      GPU_CHECK_BUDGET="900", GPU_CHECK_REPORT_ONLY="06", GPU_CHECK_WORK=str(tmp_path / "work"),
-                     # fewer engine steps and no H2D sweep: the same paths in less time
-                     GPU_CHECK_EXTRA_ENGINE="--steps 2 --warmup 1", GPU_CHECK_EXTRA_H2D="--no-sweep",
+                     # fewer steps, requests and images, no H2D sweep: the same paths in less time
+                     GPU_CHECK_EXTRA_ENGINE="--steps 2 --warmup 1 --num-requests 8",
+                     GPU_CHECK_EXTRA_H2D="--no-sweep --seqs 8 --images 4",
+                     GPU_CHECK_EXTRA_RANGES="--requests 8 --images 4", GPU_CHECK_EXTRA_MM="--requests 8 --images 4",
                      timeout_s=1000)
     assert run.returncode == 0, run.stdout[-3000:]
     summary = (out / "summary.txt").read_text()

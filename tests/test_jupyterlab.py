@@ -158,7 +158,7 @@ def test_notebook_runs_in_a_server_kernel(lab):
         for cell in code_cells:
             status, _, errors = _run_cell(ws, session, cell.source)
             assert status == "ok", (cell.source[:80], errors)
-        status, streams, _ = _run_cell(ws, session, "import os; print(os.getcwd()); print(saved)")
+        status, streams, _ = _run_cell(ws, session, "import os; print(os.getcwd()); print(here.path)")
         assert status == "ok"
         cwd, saved = "".join(streams).split()
         assert Path(cwd) == lab["nbdir"]  # the kernel runs in the notebooks folder

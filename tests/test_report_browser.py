@@ -14,6 +14,7 @@ such pages. How each page reads (answer and evidence, length, folded code, Try i
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -184,15 +185,29 @@ def _run_report(out: Path, results: Path, *args: str, env_extra: dict | None = N
 
 @pytest.fixture(scope="session")
 def lab_report(tmp_path_factory) -> LabReport:
-    """The lab's own report, built on this machine's CPU with a planted secret."""
-    root = tmp_path_factory.mktemp("lab_report")
-    results = root / "results"
-    if (REPO / "data" / "results").is_dir():
-        shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
-    recorded = _recorded(results)
-    secret = "labkit-secret-" + secrets.token_hex(8)
-    proc = _run_report(root / "out", results, env_extra={"LABKIT_TEST_SECRET": secret})
-    return LabReport(root / "out", secret, proc, recorded)
+    """The lab's own report, built on this machine's CPU with a planted secret: once per test run, the
+    first pytest-xdist worker to ask builds it under a lock and the others read the same folder."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder
+    root = shared / "lab_report"
+    with FileLock(str(shared / "lab_report.lock")):
+        built = root / "build.json"
+        if not built.is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            results = root / "results"
+            if (REPO / "data" / "results").is_dir():
+                shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
+                shutil.copytree(REPO / "data" / "results", root / "recorded")  # as they were before the build
+            secret = "labkit-secret-" + secrets.token_hex(8)
+            proc = _run_report(root / "out", results, env_extra={"LABKIT_TEST_SECRET": secret})
+            built.write_text(json.dumps({"secret": secret, "args": proc.args, "returncode": proc.returncode,
+                                         "stdout": proc.stdout, "stderr": proc.stderr}), encoding="utf-8")
+        b = json.loads(built.read_text(encoding="utf-8"))
+    proc = subprocess.CompletedProcess(b["args"], b["returncode"], b["stdout"], b["stderr"])
+    recorded = _recorded(root / "recorded") if (root / "recorded").is_dir() else []
+    return LabReport(root / "out", b["secret"], proc, recorded)
 
 
 def test_lab_report_builds(lab_report):

@@ -83,7 +83,7 @@ def test_an_empty_store_says_so(results_store, capsys):
 def test_bad_input_is_one_line_exit_2(recorded, argv, message, capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("labkit: error: ") and message in err[0]
+    assert len(err) == 1 and err[0].startswith("labkit results: error: ") and message in err[0]
 
 
 def test_a_corrupt_file_is_named_on_stderr_and_skipped(recorded, capsys):

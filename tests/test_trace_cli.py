@@ -64,7 +64,7 @@ def test_bad_input_one_line_exit_2_no_output(tmp_path, capsys, content):
     out_json = tmp_path / "out.json"
     rc, out, err = run([bad, "--json", out_json], capsys)
     assert rc == 2
-    assert len(err.strip().splitlines()) == 1 and err.startswith("labkit: error:")
+    assert len(err.strip().splitlines()) == 1 and err.startswith("labkit analyze: error:")
     assert "Traceback" not in err and not out_json.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
 
@@ -86,7 +86,7 @@ def test_missing_file_and_bad_options(tmp_path, capsys, argv, message):
     fill = {"tmp": str(tmp_path), "gp100": str(GP100)}
     rc, out, err = run([a.format(**fill) for a in argv], capsys)
     assert rc == 2 and out == ""
-    assert err.strip().splitlines() == [f"labkit: error: {message.format(**fill)}"], err
+    assert err.strip().splitlines() == [f"labkit analyze: error: {message.format(**fill)}"], err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -423,7 +423,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv,
     extra = [] if "--json" in argv else ["--json", str(out)]
     assert main(["whatif", str(path), *argv, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("labkit: error:") and needle in err[0], err
+    assert len(err) == 1 and err[0].startswith("labkit whatif: error:") and needle in err[0], err
     assert not out.exists()
 
 
