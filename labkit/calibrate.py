@@ -16,92 +16,13 @@ import argparse
 import logging
 
 from labkit.errors import UsageError
-from labkit.timing import Timing, time_cuda, time_host
+from labkit.results import CALIBRATION, PartialResult, make_result, save_result, sized_name
+from labkit.timing import CPU_ELEMENTS, Timing, calibrate_cpu, time_cuda, time_host, unit_row
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "calibration"
 #: host-to-device copy sizes in bytes (256 B, 4 KiB, 1 MiB)
 COPY_SIZES_BYTES = (256, 4096, 1 << 20)
-#: elements read per timed loop in the CPU part
-CPU_ELEMENTS = 1024
-
-CPU_VARIANTS = ("loop_only", "list_index", "tensor_index_int", "tensor_index_item")
-
-
-def _row(kind: str, variant: str, metric: str, t: Timing, **extra) -> dict:
-    return {
-        "kind": kind, "variant": variant, "metric": metric, **extra,
-        "median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns,
-        "repeats": t.repeats, "number": t.number,
-    }
-
-
-def _scaled(t: Timing, divisor: int) -> Timing:
-    """Per-element quantiles from per-loop quantiles."""
-    return Timing(
-        median_ns=t.median_ns / divisor, p20_ns=t.p20_ns / divisor, p80_ns=t.p80_ns / divisor,
-        mean_ns=t.mean_ns / divisor, min_ns=t.min_ns / divisor, repeats=t.repeats, number=t.number,
-        method=t.method,
-    )
-
-
-def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
-    """The CPU part's timed loops by variant: each reads ``n`` elements (cumulative sums)."""
-    import torch
-
-    values = list(range(0, 4 * n, 4))                    # a cumsum-like list of ints
-    tensor = torch.tensor(values, dtype=torch.int64)     # (n,) CPU tensor, as embeds_cumsum was
-    idx = list(range(n))
-
-    def loop_only():
-        for i in idx:
-            pass
-
-    def list_index():
-        for i in idx:
-            values[i]
-
-    def tensor_index_int():
-        for i in idx:
-            int(tensor[i])                               # 0-d tensor, then int()
-
-    def tensor_index_item():
-        for i in idx:
-            tensor[i].item()
-
-    return {
-        "loop_only": loop_only,
-        "list_index": list_index,
-        "tensor_index_int": tensor_index_int,
-        "tensor_index_item": tensor_index_item,
-    }
-
-
-def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
-    """Per-element host time (ns) of each CPU variant (``variants``: a subset of :data:`CPU_VARIANTS`);
-    rows with ``kind="cpu"``."""
-    loops = cpu_loops(n)
-    unknown = sorted(set(variants or ()) - set(loops))
-    if unknown:
-        raise UsageError(f"unknown CPU calibration variants: {', '.join(unknown)}")
-    rows = []
-    for variant, fn in loops.items():
-        if variants is not None and variant not in variants:
-            continue
-        t = _scaled(time_host(fn, warmup=warmup, repeats=repeats), n)
-        rows.append(_row("cpu", variant, "host_ns", t, elements=n))
-    return rows
-
-
-#: where a result keeps the unit costs measured in its own run
-IN_RUN_KEY = "calibration_in_run"
-
-
-def in_run_calibration(repeats: int = 20) -> list[dict]:
-    """The two unit costs (one tensor read + ``int()``, one Python loop iteration) measured now, in
-    this process: what a result keeps under :data:`IN_RUN_KEY` beside the host costs it measured."""
-    return calibrate_cpu(repeats=repeats, variants=("tensor_index_int", "loop_only"))
 
 
 def _empty_triton_kernel():
@@ -142,11 +63,11 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
 
             host = time_host(copy_and_sync, warmup=5, repeats=repeats)
             span = time_cuda(copy, warmup=5, repeats=repeats)
-            rows.append(_row("gpu", variant, "host_ns", host, size_bytes=n * 4))
-            rows.append(_row("gpu", variant, "event_span_ns", span, size_bytes=n * 4))
+            rows.append(unit_row("gpu", variant, "host_ns", host, size_bytes=n * 4))
+            rows.append(unit_row("gpu", variant, "event_span_ns", span, size_bytes=n * 4))
             device = profiled_device_time(copy, calls=repeats, categories=("gpu_memcpy",))
             if device is not None:
-                rows.append(_row("gpu", variant, "device_ns", device, size_bytes=n * 4))
+                rows.append(unit_row("gpu", variant, "device_ns", device, size_bytes=n * 4))
         if on_rows:
             on_rows(rows)
 
@@ -163,11 +84,11 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
         host = time_host(fn, warmup=3, repeats=repeats // 2 or 1, number=launches, setup=sync)
         sync()
         span = time_cuda(fn, warmup=3, repeats=repeats // 2 or 1, number=launches)
-        rows.append(_row("gpu", variant, "host_ns", host))
-        rows.append(_row("gpu", variant, "event_span_ns", span))
+        rows.append(unit_row("gpu", variant, "host_ns", host))
+        rows.append(unit_row("gpu", variant, "event_span_ns", span))
         device = profiled_device_time(fn, calls=launches, categories=("kernel",))
         if device is not None:
-            rows.append(_row("gpu", variant, "device_ns", device))
+            rows.append(unit_row("gpu", variant, "device_ns", device))
         if on_rows:
             on_rows(rows)
     return rows
@@ -247,17 +168,13 @@ def make_calibration_result(rows: list[dict], source: str, *, full: bool = False
     ``size`` (``quick`` or ``full``; or the older ``full`` flag) names it ``calibration`` or
     ``calibration_quick``.
     """
-    from labkit.results import make_result, sized_name
-
     size = size or ("full" if full else "quick")
     params = {"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES), "size": size}
-    return make_result(sized_name(RESULT_NAME, size), rows, source=source, params=params, size=size)
+    return make_result(sized_name(CALIBRATION, size), rows, source=source, params=params, size=size)
 
 
 def measure_and_save(device: str = "auto", size: str = "quick"):
     """Calibrate ``device`` at ``size`` and save the result (``calibration`` / ``calibration_quick``); returns it."""
-    from labkit.results import save_result
-
     rows, source = run_calibration(device, quick=size == "quick")
     result = make_calibration_result(rows, source, size=size)
     save_result(result)
@@ -304,9 +221,8 @@ def main(args: argparse.Namespace) -> int:
     """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
     from labkit.cli import emit_result, resolve_run_options
 
-    size = resolve_run_options(args, "labkit calibrate")
+    size = resolve_run_options(args)
     from labkit.device import measured_source, resolve_device
-    from labkit.results import PartialResult
 
     draft = make_calibration_result([], measured_source(resolve_device(args.device)), size=size)
     partial = PartialResult(draft.name, params=draft.params, source=draft.source, size=size, save=not args.no_save)

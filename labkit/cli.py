@@ -37,7 +37,7 @@ BENCH_TARGETS = {
     "attn": ("labkit.attn.bench_attn", "the Triton prefix-LM kernel against FlexAttention and masked SDPA"),
     "engine": ("labkit.engine.bench", "the mini engine per variant: tokens/s, step time, device idle"),
     "trace": ("labkit.trace.analysis.bench", "the trace analyzer's speed and memory, beside HTA"),
-    "vllm-ranges": ("labkit.vllm.census.nextbubble",
+    "vllm-prefix-ranges": ("labkit.vllm.census.prefix_ranges_bench",
                     "vLLM's per-step compute_mm_prefix_ranges, installed vs patched (needs vLLM)"),
     "vllm-sched": ("labkit.vllm.census.sched_bench", "vLLM's real scheduler step per variant (needs vLLM)"),
     "vllm-step": ("labkit.vllm.census.step_bench", "vLLM's whole engine step, phase by phase (needs vLLM's CPU build)"),
@@ -55,29 +55,19 @@ _VERBOSE = ("-v", "--verbose")
 
 def add_run_options(p: argparse.ArgumentParser, *, json_help: str = "also write the result(s) as JSON to OUT",
                     size_help: str = "quick (default: seconds to minutes) or full (the recorded size)") -> None:
-    """Add ``--size``, the deprecated ``--quick``/``--full``, ``--json OUT``, ``--no-save`` and ``-v``."""
-    p.add_argument("--size", choices=RUN_SIZES, default=None, help=size_help)
-    p.add_argument("--quick", action="store_true", help="deprecated: use --size quick")
-    p.add_argument("--full", action="store_true", help="deprecated: use --size full")
+    """Add ``--size``, ``--json OUT``, ``--no-save`` and ``-v``."""
+    p.add_argument("--size", choices=RUN_SIZES, default=RUN_SIZES[0], help=size_help)
     p.add_argument("--json", metavar="OUT", default=None, help=json_help)
     p.add_argument("--no-save", action="store_true", help="do not write to the results store")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
 
 
-def resolve_run_options(args: argparse.Namespace, prog: str) -> str:
-    """Check the shared options before any work starts; returns the size (``quick`` or ``full``).
+def resolve_run_options(args: argparse.Namespace) -> str:
+    """Check the shared options before any work starts; returns the size (``quick`` or ``full``). A
+    ``--json`` path that is a folder is a ``UsageError``. The results this run makes keep the unit
+    costs measured in it (:func:`labkit.results.keep_unit_costs`)."""
+    from labkit.results import keep_unit_costs
 
-    An old ``--quick``/``--full`` still works, with a deprecation note on stderr; contradicting
-    flags, or a ``--json`` path that is a folder, are a ``UsageError``.
-    """
-    old = [flag for flag, on in (("quick", args.quick), ("full", args.full)) if on]
-    if len(old) > 1:
-        raise UsageError("choose --size quick or --size full, not both --quick and --full")
-    if old:
-        print(f"{prog}: note: --{old[0]} is deprecated, use --size {old[0]}", file=sys.stderr)
-        if args.size is not None and args.size != old[0]:
-            raise UsageError(f"--{old[0]} contradicts --size {args.size}")
-    size = args.size or (old[0] if old else RUN_SIZES[0])
     if args.json is not None:
         out = Path(args.json)
         if not args.json or out.is_dir():
@@ -86,8 +76,8 @@ def resolve_run_options(args: argparse.Namespace, prog: str) -> str:
             raise UsageError(f"--json {args.json}: {out.parent} is not a folder")
     if args.verbose:
         set_verbose()
-    args.size = size
-    return size
+    keep_unit_costs()
+    return args.size
 
 
 def emit_result(result, args: argparse.Namespace) -> None:
@@ -205,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv, verbose = split_verbose(argv)
         if argv[:1] == ["report"]:
-            from labkit.report.startup import skip_unused_imports
+            from labkit.report import skip_unused_imports
 
-            skip_unused_imports()  # before nbformat is imported (see labkit.report.startup)
+            skip_unused_imports()  # before nbformat is imported (see labkit.report)
         args = build_parser(argv).parse_args(argv)
         args.verbose = verbose or args.verbose
         prog = getattr(args, "prog", prog)
@@ -236,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"labkit: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
+        from labkit.results import keep_unit_costs
+
+        keep_unit_costs(False)  # the verb's run is over (``main`` is also called in-process)
         if previous is None:
             os.environ.pop(COMMAND_ENV, None)
         else:

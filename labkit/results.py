@@ -20,6 +20,7 @@ from typing import Iterable
 
 from labkit.device import SOURCES, describe_machine
 from labkit.fileio import write_json
+from labkit.timing import IN_RUN_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,27 @@ COMMAND_ENV = "LABKIT_COMMAND"
 #: environment: the commit to record where the tree is a copy without ``.git``
 COMMIT_ENV = "LABKIT_COMMIT"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# -- result names: the command that writes each and the pages that read it import the same constant ----
+CALIBRATION, ENGINE, ENGINE_SIM, ATTN_BENCH = "calibration", "engine", "engine_sim", "attn_bench"
+H2D_STEP, H2D_SWEEP, H2D_GPU_IDLE, RANGES_STEP, RANGES_SWEEP = (
+    "h2d_step", "h2d_sweep", "h2d_gpu_idle", "ranges_step", "ranges_sweep")
+MM_GET_NUM_EMBEDS, MM_DECODE_STEP, MM_SWEEP, MM_WORKLOAD = (
+    "mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload")
+TRACE_BENCH, PR_TABLE, REPORT = "trace_bench", "pr_table", "report"
+VLLM_AB, VLLM_INPUT, VLLM_STEP, VLLM_SCHED, VLLM_PREFIX_RANGES, VLLM_OWN_TESTS = (
+    "vllm_ab", "vllm_input", "vllm_step", "vllm_sched", "vllm_prefix_ranges", "vllm_own_tests")
+#: every result name -> the command that writes it
+NAMES = {
+    CALIBRATION: "labkit calibrate", ENGINE: "labkit bench engine", ENGINE_SIM: "notebook 02 (its simulated runs)",
+    ATTN_BENCH: "labkit bench attn", H2D_STEP: "labkit bench h2d", H2D_SWEEP: "labkit bench h2d",
+    H2D_GPU_IDLE: "labkit bench h2d", RANGES_STEP: "labkit bench ranges", RANGES_SWEEP: "labkit bench ranges",
+    MM_GET_NUM_EMBEDS: "labkit bench mm", MM_DECODE_STEP: "labkit bench mm", MM_SWEEP: "labkit bench mm --sweep",
+    MM_WORKLOAD: "labkit bench mm --workload", TRACE_BENCH: "labkit bench trace", PR_TABLE: "labkit bench serve-sim",
+    REPORT: "labkit report", VLLM_AB: "labkit vllm ab", VLLM_INPUT: "labkit bench vllm-input",
+    VLLM_STEP: "labkit bench vllm-step", VLLM_SCHED: "labkit bench vllm-sched",
+    VLLM_PREFIX_RANGES: "labkit bench vllm-prefix-ranges", VLLM_OWN_TESTS: "labkit vllm own-tests",
+}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -136,6 +158,25 @@ class BenchResult:
         return d
 
 
+# -- the unit costs of a result's own run -----------------------------------------------------------
+
+_KEEP_UNIT_COSTS = False
+
+
+def keep_unit_costs(on: bool = True) -> None:
+    """From now on (until ``on`` is False) every result this process makes keeps the unit costs of its
+    run, measured once at the first result: every bench verb, ``labkit calibrate`` and the notebooks."""
+    global _KEEP_UNIT_COSTS
+    _KEEP_UNIT_COSTS = on
+
+
+@functools.lru_cache(maxsize=1)
+def _this_runs_unit_costs() -> list[dict]:
+    from labkit.timing import in_run_calibration  # torch: only where a run keeps its unit costs
+
+    return in_run_calibration()
+
+
 def make_result(
     name: str,
     rows: Iterable[dict],
@@ -163,10 +204,13 @@ def make_result(
         raise ValueError(f"bad size {size!r}: one of {', '.join(SIZES)}")
     if size != named:
         raise ValueError(f"result {name!r} is a {size} run: name it {sized_name(name, size)!r}")
+    params = dict(params or {})
+    if _KEEP_UNIT_COSTS and base_name(name) != CALIBRATION and IN_RUN_KEY not in params:
+        params[IN_RUN_KEY] = _this_runs_unit_costs()
     return BenchResult(
         name=name,
         source=source,
-        params=dict(params or {}),
+        params=params,
         rows=[dict(r) for r in rows],
         machine=dict(machine if machine is not None else describe_machine()),
         labkit_commit=labkit_commit(),
@@ -327,28 +371,19 @@ def provenance(result: BenchResult) -> str:
     return f"{result.slug} {result.name}: {result.source}, size {size}, {commit}, {date}{partial}"
 
 
-def load_results(
-    root: Path | str | None = None, *, name: str | None = None, machine: str | None = None, exact: bool = False
-) -> list[BenchResult]:
-    """Every readable result under ``root`` (filtered by name / machine slug folder).
-
-    ``name``: a machine's result of that name; where a machine folder has none, its quick run
-    (``<name>_quick``) stands in unless ``exact`` (a machine recorded only at quick size, such as
-    the first H200 runs, is still shown; its results say ``size quick``). Files that are not valid
-    results are skipped with a warning naming the file.
-    """
+def load_results(root: Path | str | None = None, *, machine: str | None = None,
+                 names: Iterable[str] | None = None) -> list[BenchResult]:
+    """Every readable result under ``root`` (only ``machine``'s folder, only the files ``names``, where
+    given). Files that are not valid results are skipped with a warning naming the file. To find one
+    result by name, :func:`find` or :func:`find_all`."""
     root = Path(root) if root is not None else results_root()
     if not root.is_dir():
         return []
+    names = set(names) if names is not None else None
     out = []
     for path in sorted(root.glob("*/*.json")):
-        if machine is not None and path.parent.name != machine:
+        if (machine is not None and path.parent.name != machine) or (names is not None and path.stem not in names):
             continue
-        if name is not None and path.stem != name:
-            stands_in = (not exact and not name.endswith(QUICK_SUFFIX) and path.stem == name + QUICK_SUFFIX
-                         and not (path.parent / f"{name}.json").is_file())
-            if not stands_in:
-                continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             out.append(parse_result(data, str(path)))
@@ -359,11 +394,46 @@ def load_results(
     return out
 
 
-def load_result(name: str, machine: str | None = None, root: Path | str | None = None) -> BenchResult | None:
-    """The result ``name`` for ``machine`` (default: this machine's slug), or None."""
-    slug = machine or describe_machine()["slug"]
-    found = load_results(root, name=name, machine=slug, exact=True)
-    return found[0] if found else None
+# -- results by name: one per machine, its full run over its quick one, this machine's first ----------
+
+def find_all(name: str, *, source: str | None = None, machine: str | None = None, size: str | None = None,
+             results: Iterable[BenchResult] | None = None, root: Path | str | None = None,
+             here_first: bool = True) -> list[BenchResult]:
+    """Result ``name`` (its base name; one of :data:`NAMES`), one per machine, this machine's first
+    (unless not ``here_first``), then by slug: a machine's full run, else its quick one, the newest
+    where it holds several. Only ``source``, ``machine`` and ``size`` where given. Searches
+    ``results``, else the store at ``root``."""
+    name = base_name(name)
+    if results is None:
+        results = load_results(root, machine=machine, names=(name, name + QUICK_SUFFIX))
+    best: dict[str, BenchResult] = {}
+    for r in results:
+        full = not r.name.endswith(QUICK_SUFFIX)
+        if (base_name(r.name) != name or source not in (None, r.source) or machine not in (None, r.slug)
+                or size not in (None, "full" if full else "quick")):
+            continue
+        kept = best.get(r.slug)
+        if kept is None or (full, r.created) > (not kept.name.endswith(QUICK_SUFFIX), kept.created):
+            best[r.slug] = r
+    if len(best) < 2 or not here_first:
+        return sorted(best.values(), key=lambda r: r.slug)
+    here = describe_machine("cpu")["slug"]
+    return sorted(best.values(), key=lambda r: (r.slug != here, r.slug))
+
+
+def find(name: str, *, source: str | None = None, machine: str | None = None, where=None,
+         size: str | None = None, results: Iterable[BenchResult] | None = None,
+         root: Path | str | None = None) -> BenchResult | None:
+    """The result ``name`` to show (:func:`find_all`'s order), with rows, and rows that satisfy
+    ``where(rows)`` when given: of ``source`` and ``machine`` where one is, else of ``source``, else of
+    ``machine``, else any. None when there is none."""
+    found = [r for r in find_all(name, size=size, results=results, root=root)
+             if r.rows and (where is None or where(r.rows))]
+    for want_source, want_machine in ((source, machine), (source, None), (None, machine), (None, None)):
+        hit = next((r for r in found if want_source in (None, r.source) and want_machine in (None, r.slug)), None)
+        if hit is not None:
+            return hit
+    return None
 
 
 #: environment: the results folder of the run a report belongs to (``scripts/gpu_check.sh`` sets it)
@@ -384,7 +454,7 @@ def this_run_results(names: Iterable[str], machine: str | None = None) -> tuple[
     slug = machine or describe_machine()["slug"]
     found: dict[str, BenchResult] = {}
     for name in names:
-        hits = [r for r in load_results(root, name=base_name(name), machine=slug) if r.complete]
+        hits = [r for r in find_all(name, machine=slug, root=root) if r.complete]
         if not hits:
             logger.info("%s: no complete %s in %s, measuring", REUSE_ENV, name, root)
             return None, ""
@@ -406,20 +476,13 @@ def reuse_or_measure(names: Iterable[str], measure) -> tuple[dict[str, BenchResu
     return (found, note) if found is not None else (measure(), "")
 
 
-def results_rows(results: Iterable[BenchResult]) -> list[dict]:
-    """Flat rows over many results, each tagged with machine slug, GPU, source and name."""
-    rows = []
-    for r in results:
-        for row in r.rows:
-            rows.append({
-                "machine": r.slug,
-                "gpu_name": r.machine.get("gpu_name"),
-                "source": r.source,
-                "result": r.name,
-                "created": r.created,
-                **row,
-            })
-    return rows
+def results_rows(results: Iterable[BenchResult], params: Iterable[str] = ()) -> list[dict]:
+    """Flat rows over many results, each tagged with machine slug, GPU, source and name, and the
+    result's ``params`` named."""
+    params = tuple(params)
+    return [{"machine": r.slug, "gpu_name": r.machine.get("gpu_name"), "source": r.source, "result": r.name,
+             "created": r.created, **{k: r.params.get(k) for k in params}, **row}
+            for r in results for row in r.rows]
 
 
 def results_table(results: Iterable[BenchResult]):

@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from labkit.errors import UsageError
-from labkit.results import BenchResult, commit_status, load_results, provenance, results_root
+from labkit.results import QUICK_SUFFIX, BenchResult, commit_status, find_all, load_results, provenance, results_root
 
 #: columns of the overview table
 OVERVIEW_COLUMNS = ("machine", "name", "size", "source", "commit", "date")
@@ -56,7 +56,8 @@ def format_table(rows: list[dict], columns=None) -> str:
 def _load(name: str | None, machine: str | None) -> list[BenchResult]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = load_results(name=name, machine=machine)
+        found = (load_results(machine=machine) if name is None else
+                 find_all(name, machine=machine, size="quick" if name.endswith(QUICK_SUFFIX) else None))
     for w in caught:
         print(f"labkit results: {w.message}", file=sys.stderr)
     return found

@@ -1,4 +1,4 @@
-"""The one timing helper: warm-up, repeats, median and p20/p80.
+"""The one timing helper: warm-up, repeats, median and p20/p80; the two unit costs of a run.
 
 Host code is timed with ``time.perf_counter_ns``; GPU work with CUDA events recorded on
 the current stream (never a bare wall clock around asynchronous work). Each sample times
@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+from labkit.errors import UsageError
 
 #: the host clock every measurement in the lab reads (ns)
 clock_ns = time.perf_counter_ns
@@ -200,3 +203,120 @@ def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "",
             return iter(iterable)
         return iter(tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False))
     return iter(iterable)
+
+
+# -- the unit costs of a run: how fast this CPU runs now ----------------------------------------------
+
+#: elements read per timed loop in the CPU part of ``labkit calibrate``
+CPU_ELEMENTS = 1024
+CPU_VARIANTS = ("loop_only", "list_index", "tensor_index_int", "tensor_index_item")
+#: where a result keeps the unit costs measured in its own run (:func:`in_run_calibration`)
+IN_RUN_KEY = "calibration_in_run"
+#: the unit costs compared, and how far apart two runs' may be before a view says so
+UNIT_COSTS, UNIT_COST_SPREAD = {"tensor_index_int": "one tensor read + int()", "loop_only": "one Python loop step"}, 1.2
+
+
+def unit_row(kind: str, variant: str, metric: str, t: Timing, **extra) -> dict:
+    return {
+        "kind": kind, "variant": variant, "metric": metric, **extra,
+        "median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns,
+        "repeats": t.repeats, "number": t.number,
+    }
+
+
+def per_element(t: Timing, divisor: int) -> Timing:
+    """Per-element quantiles from per-loop quantiles."""
+    return Timing(
+        median_ns=t.median_ns / divisor, p20_ns=t.p20_ns / divisor, p80_ns=t.p80_ns / divisor,
+        mean_ns=t.mean_ns / divisor, min_ns=t.min_ns / divisor, repeats=t.repeats, number=t.number,
+        method=t.method,
+    )
+
+
+def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
+    """The CPU part's timed loops by variant: each reads ``n`` elements (cumulative sums)."""
+    import torch
+
+    values = list(range(0, 4 * n, 4))                    # a cumsum-like list of ints
+    tensor = torch.tensor(values, dtype=torch.int64)     # (n,) CPU tensor, as embeds_cumsum was
+    idx = list(range(n))
+
+    def loop_only():
+        for i in idx:
+            pass
+
+    def list_index():
+        for i in idx:
+            values[i]
+
+    def tensor_index_int():
+        for i in idx:
+            int(tensor[i])                               # 0-d tensor, then int()
+
+    def tensor_index_item():
+        for i in idx:
+            tensor[i].item()
+
+    return {
+        "loop_only": loop_only,
+        "list_index": list_index,
+        "tensor_index_int": tensor_index_int,
+        "tensor_index_item": tensor_index_item,
+    }
+
+
+def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
+    """Per-element host time (ns) of each CPU variant (``variants``: a subset of :data:`CPU_VARIANTS`);
+    rows with ``kind="cpu"``."""
+    loops = cpu_loops(n)
+    unknown = sorted(set(variants or ()) - set(loops))
+    if unknown:
+        raise UsageError(f"unknown CPU calibration variants: {', '.join(unknown)}")
+    rows = []
+    for variant, fn in loops.items():
+        if variants is not None and variant not in variants:
+            continue
+        t = per_element(time_host(fn, warmup=warmup, repeats=repeats), n)
+        rows.append(unit_row("cpu", variant, "host_ns", t, elements=n))
+    return rows
+
+
+def in_run_calibration(repeats: int = 20) -> list[dict]:
+    """The two unit costs (one tensor read + ``int()``, one Python loop iteration) measured now, in
+    this process: what a result keeps under ``labkit.results.IN_RUN_KEY`` beside the host costs it measured."""
+    return calibrate_cpu(repeats=repeats, variants=("tensor_index_int", "loop_only"))
+
+
+def unit_costs(result) -> dict[str, float]:
+    """``{variant: ns}`` of the unit costs ``result``'s own run measured (a calibration's own CPU rows; a
+    census that measured them per point: their median); empty where the run kept none."""
+    kept = result.params.get(IN_RUN_KEY) or result.rows  # a calibration's own rows are its unit costs
+    if isinstance(kept, dict):
+        kept = [row for rows in kept.values() for row in rows]
+    by: dict[str, list[float]] = {}
+    for row in kept:
+        if row.get("variant") in UNIT_COSTS and row.get("kind", "cpu") == "cpu" and row.get("median_ns"):
+            by.setdefault(row["variant"], []).append(float(row["median_ns"]))
+    return {v: statistics.median(ns) for v, ns in by.items()}
+
+
+def unit_cost_note(results: Iterable) -> str:
+    """What a view that sets ``results``' times side by side says about their runs' speed: each unit cost
+    that differs by more than ``UNIT_COST_SPREAD`` between two of them, and the runs that kept none.
+    Empty where they agree (or there is one result)."""
+    results = list(results)
+    if len(results) < 2:
+        return ""
+    costs = {f"{r.slug} {r.name}": unit_costs(r) for r in results}
+    lines = []
+    for variant, what in UNIT_COSTS.items():
+        got = {k: c[variant] for k, c in costs.items() if variant in c}
+        if len(got) > 1 and max(got.values()) > UNIT_COST_SPREAD * min(got.values()):
+            lo, hi = min(got, key=got.get), max(got, key=got.get)
+            lines.append(f"The runs set side by side ran at different speeds: {what} took {got[lo]:,.1f} ns in {lo}'s "
+                         f"run and {got[hi]:,.1f} ns in {hi}'s ({got[hi] / got[lo]:.1f}x); host times differ by as "
+                         "much before any change.")
+    missing = sorted(k for k, c in costs.items() if not c)
+    if missing:
+        lines.append(f"No unit costs kept by the run of {', '.join(missing)}: how fast its CPU ran then is unknown.")
+    return "\n".join(lines)

@@ -46,10 +46,10 @@ setup_notebook()
 # x 32 images); the list read is what #40143 pays instead.
 
 # %%
-from labkit.results import load_results
+from labkit.results import CALIBRATION, find_all
 from labkit.report.answers.host import calibration_rows
 from labkit.viz.tables import format_table
-recorded = load_results(name="calibration")
+recorded = find_all(CALIBRATION)
 declare_sources(*sorted({r.source for r in recorded}))
 format_table(calibration_rows(recorded), rename={"tensor_index_int_ns": "tensor index + int()", "list_index_ns": "list index"})
 
@@ -82,8 +82,8 @@ from labkit.results import reuse_or_measure
 from labkit.viz.machines.calibration import CPU_LABELS
 from labkit.viz.notebook import fold
 device = resolve_device(device)
-found, note = reuse_or_measure(["calibration"], lambda: {"calibration": calibrate.measure_and_save(device, size)})
-here = found["calibration"]
+found, note = reuse_or_measure([CALIBRATION], lambda: {CALIBRATION: calibrate.measure_and_save(device, size)})
+here = found[CALIBRATION]
 declare_sources(here.source)
 format_table([dict(r, read=CPU_LABELS[r["variant"]]) for r in here.rows if r["variant"] in CPU_LABELS],
              columns=["read", "median_ns", "p20_ns", "p80_ns"], time_unit="ns",

@@ -72,10 +72,12 @@ length, mask = placeholder_layout("gemma", 256)  # 258 tokens: begin marker, 256
 
 # %%
 from labkit.device import resolve_device
-from labkit.mm.bench import run_benchmarks, recorded_rows, recorded_note
-from labkit.results import reuse_or_measure
+from labkit.mm.bench import run_benchmarks
+from labkit.results import (MM_DECODE_STEP, MM_GET_NUM_EMBEDS, MM_SWEEP, MM_WORKLOAD, find_all, provenance,
+                            results_rows, reuse_or_measure)
+from labkit.timing import unit_cost_note
 device = resolve_device(device)
-results, note = reuse_or_measure(["mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload"],
+results, note = reuse_or_measure([MM_GET_NUM_EMBEDS, MM_DECODE_STEP, MM_SWEEP, MM_WORKLOAD],
                                  lambda: run_benchmarks(quick=(size == "quick"), sweep=True))
 print(note)
 declare_sources(*sorted({r.source for r in results.values()}))
@@ -88,7 +90,7 @@ declare_sources(*sorted({r.source for r in results.values()}))
 
 # %%
 from labkit.viz.lab.mm import plot_placeholder_calls, plot_decode_step, plot_sweep, plot_before_after, plot_workload
-plot_placeholder_calls(results["mm_get_num_embeds"].rows)
+plot_placeholder_calls(results[MM_GET_NUM_EMBEDS].rows)
 
 # %% [markdown]
 # ### One decode step at the PR's shape
@@ -96,7 +98,7 @@ plot_placeholder_calls(results["mm_get_num_embeds"].rows)
 
 # %%
 from labkit.viz.tables import format_table
-format_table(results["mm_decode_step"].rows, columns=["combo", "median_ns", "p20_ns", "p80_ns", "per_image_ns",
+format_table(results[MM_DECODE_STEP].rows, columns=["combo", "median_ns", "p20_ns", "p80_ns", "per_image_ns",
                                                       "speedup_vs_before", "speedup_vs_pr"])
 
 # %% [markdown]
@@ -104,8 +106,9 @@ format_table(results["mm_decode_step"].rows, columns=["combo", "median_ns", "p20
 # time of their own CPU):
 
 # %%
-print(recorded_note("mm_decode_step"))
-plot_decode_step(recorded_rows("mm_decode_step") or results["mm_decode_step"].rows)
+recorded = find_all(MM_DECODE_STEP)
+print(*(provenance(r) for r in recorded), unit_cost_note(recorded), sep="\n")
+plot_decode_step(results_rows(recorded) or results[MM_DECODE_STEP].rows)
 
 # %% [markdown]
 # ## Before / after, and past #40143
@@ -115,8 +118,9 @@ plot_decode_step(recorded_rows("mm_decode_step") or results["mm_decode_step"].ro
 # logarithm.
 
 # %%
-sweep_rows = recorded_rows("mm_sweep") or results["mm_sweep"].rows
-print(recorded_note("mm_sweep"))
+recorded = find_all(MM_SWEEP)
+print(*(provenance(r) for r in recorded), unit_cost_note(recorded), sep="\n")
+sweep_rows = results_rows(recorded) or results[MM_SWEEP].rows
 plot_before_after(sweep_rows, "images")
 
 # %%
@@ -130,7 +134,7 @@ plot_sweep(sweep_rows, "requests")
 # changes host time; `identical decisions` compares every plan of every step.
 
 # %%
-plot_workload(results["mm_workload"].rows)
+plot_workload(results[MM_WORKLOAD].rows)
 
 # %% [markdown]
 # ## From the scheduler's saving to the published gain

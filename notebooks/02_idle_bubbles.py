@@ -45,11 +45,11 @@ import tempfile
 from labkit.engine.runs import run_notebook_set, format_rows
 from labkit.engine.runs import default_profile_name
 from labkit.engine.device.profiles import load_profile
-from labkit.engine.recorded import (analyze_recorded, describe_host_cost, host_cost_figures, measured_result,
-                                    with_robust_metrics)
+from labkit.engine.recorded import analyze_recorded, describe_host_cost, host_cost_figures, with_robust_metrics
+from labkit.results import ENGINE, find_all
 from labkit.viz.notebook import fold
 profile = load_profile(default_profile_name())
-gpu = measured_result()  # the recorded GPU run and its traces, read once (the second half uses them too)
+gpu = next(iter(find_all(ENGINE, source="measured-gpu")), None)  # the recorded GPU run, read once (the second half uses it too)
 gpu_rows = with_robust_metrics(gpu.rows) if gpu else []
 measured = analyze_recorded("h200")
 if gpu:
@@ -202,8 +202,8 @@ plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} 
 # this shape eagerly and with `--cudagraph full`), the same side-by-side view.
 
 # %%
-from labkit.engine.recorded import recorded_traces
-rec = recorded_traces("h200")
+from labkit.engine.recorded import engine_traces
+rec = engine_traces("h200")
 graph_pairs = {v.rsplit("/", 1)[0]: (rec[v.rsplit("/", 1)[0]], p) for v, p in rec.items()
                if v.endswith("/full") and v.rsplit("/", 1)[0] in rec}
 if graph_pairs:
@@ -227,13 +227,9 @@ fold("Simulated against measured, run by run", format_table(table)) if table is 
 plot_sim_vs_measured(table, title="Simulated (h200 profile) vs measured H200") if table is not None else None
 
 # %% [markdown]
-# Reading the ratios: the device side is close (the busy ratios), so the differences come from
-# host time. The simulator uses *this* CPU's real Python time for scheduling and
-# metadata and the profile's per-op host cost for the forward, so it is only as close as this CPU
-# is to the H200 machine's host (the `tensor` scheduler costs about the same here; the measured
-# H200 host forward itself varied across variants, see the range printed near the top). The
-# `per_layer` run is furthest off: its step is thousands of small synchronising copies, and the
-# simulator charges each the full per-op host cost.
+# The device side is close (the busy ratios): the differences are host time, this CPU's own for
+# scheduling and metadata and the profile's per-op cost for the forward. `per_layer` is furthest
+# off: thousands of small synchronising copies, each charged the full per-op host cost.
 
 # %% [markdown]
 # ## Try it live
@@ -247,7 +243,8 @@ explore = [dict(r, run=r["variant"].removesuffix("/" + r["cudagraph"]).removesuf
                 mode="eager" if r["cudagraph"] == "none" else r["cudagraph"]) for r in rows]
 plot_explorer(explore, x="run", y="tokens_per_s_median", slider="mode", names={"mode": "CUDA graphs"},
               start={"mode": "eager"}, unit="tok/s", highlight=("tensor/loop/none",),
-              title="Mini engine, 128 requests x 32 images (simulated, this page's runs)", y_title="output tokens/s")
+              title="Mini engine, 128 requests x 32 images (simulated, this page's runs)", y_title="output tokens/s",
+              height=420)
 
 # %%
 from labkit.widgets.engine import make_engine_widget

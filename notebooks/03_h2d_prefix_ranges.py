@@ -42,13 +42,12 @@ setup_notebook()
 # %%
 from labkit.attn.bench_h2d import ledger_demo, run_benchmarks
 from labkit.device import resolve_device
-from labkit.report.answers.pick import pick
-from labkit.results import load_results
+from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, RANGES_STEP, RANGES_SWEEP, find, find_all
 from labkit.viz.lab.h2d import STRATEGY_LABELS, plot_before_after, plot_gpu_idle, plot_sweep
 from labkit.viz.notebook import fold
 from labkit.viz.tables import format_table
-recorded = load_results(name="h2d_step")
-step = pick(recorded, "h2d_step", source="measured-gpu")
+recorded = find_all(H2D_STEP)
+step = find(H2D_STEP, source="measured-gpu", results=recorded)
 named = lambda rows: [dict(r, strategy=STRATEGY_LABELS.get(r["variant"], r["variant"])) for r in rows]  # noqa: E731
 if step is not None:
     declare_sources(step.source)
@@ -73,7 +72,7 @@ plot_before_after(recorded)
 # synchronous copies lasts longer profiled than its unprofiled median (the third bar).
 
 # %%
-idle = load_results(name="h2d_gpu_idle")
+idle = find_all(H2D_GPU_IDLE)
 format_table(named([r for g in idle for r in g.rows]), columns=["strategy", "layers", "idle_fraction", "idle_us_per_step",
                                                              "busy_us_per_step", "step_median_ns", "counts_match"],
              time_unit="ms", caption="recorded on " + ", ".join(f"{g.slug} ({g.source}, {g.size} size)" for g in idle))
@@ -119,7 +118,7 @@ fold("the ledger of a small batch: every copy of three decode steps, per strateg
 # (recorded sweeps; the menu picks the layer count):
 
 # %%
-plot_sweep(load_results(name="h2d_sweep"))
+plot_sweep(find_all(H2D_SWEEP))
 
 # %% [markdown]
 # ## Measured here, now, quick
@@ -129,8 +128,8 @@ plot_sweep(load_results(name="h2d_sweep"))
 
 # %%
 from labkit.results import reuse_or_measure
-results, note = reuse_or_measure(["h2d_step", "h2d_sweep"], lambda: run_benchmarks(device, size))
-here = results["h2d_step"]
+results, note = reuse_or_measure([H2D_STEP, H2D_SWEEP], lambda: run_benchmarks(device, size))
+here = results[H2D_STEP]
 declare_sources(here.source)
 format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_per_step", "sync_per_step",
                                         "speedup_vs_per_layer"], time_unit="ms",
@@ -146,8 +145,8 @@ format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_
 
 # %%
 from labkit.attn import bench_ranges
-ranges, note = reuse_or_measure(["ranges_step"], lambda: bench_ranges.run_benchmarks(device, size))
-format_table(ranges["ranges_step"].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
+ranges, note = reuse_or_measure([RANGES_STEP], lambda: bench_ranges.run_benchmarks(device, size))
+format_table(ranges[RANGES_STEP].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
                                                   "speedup_vs_v033_pinned"],
              caption=f"this run on {ranges['ranges_step'].slug} ({ranges['ranges_step'].size} size), per decode step")
 
@@ -156,7 +155,7 @@ format_table(ranges["ranges_step"].rows, columns=["kind", "variant", "median_ns"
 
 # %%
 from labkit.viz.lab.h2d import plot_ranges_sweep
-plot_ranges_sweep(load_results(name="ranges_sweep"))
+plot_ranges_sweep(find_all(RANGES_SWEEP))
 
 # %% [markdown]
 # ## Try it live
@@ -167,7 +166,7 @@ plot_ranges_sweep(load_results(name="ranges_sweep"))
 # %%
 from labkit.viz.explore import plot_explorer
 sweep = [dict(r, strategy=STRATEGY_LABELS[r["variant"]], ms=r["median_ns"] / 1e6, run=f"{g.slug} ({g.source}), {r['layers']} layers")
-         for g in load_results(name="h2d_sweep") for r in g.rows]
+         for g in find_all(H2D_SWEEP) for r in g.rows]
 plot_explorer(sweep, x="strategy", y="ms", slider="num_seqs", menu="run", names={"num_seqs": "sequences", "run": "recorded"},
               start={"num_seqs": 128}, title="Host time per decode step, 32 images per sequence (recorded sweeps)",
               y_title="host ms per step", unit="ms", log_y=True, highlight=(STRATEGY_LABELS["per_layer"],))

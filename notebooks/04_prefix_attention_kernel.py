@@ -43,16 +43,15 @@ setup_notebook()
 # mask. Masks and BlockMasks are built outside the timed region.
 
 # %%
-from labkit.attn.bench_attn import recorded_gpu_results, run_bench, tile_sweep
+from labkit.attn.bench_attn import run_bench, tile_sweep
 from labkit.device import resolve_device
 from labkit.report.answers.gpu import ATTN_HEADERS, attention_table
-from labkit.report.answers.pick import pick
-from labkit.results import results_rows
+from labkit.results import ATTN_BENCH, find_all, results_rows
 from labkit.viz.lab.mask import plot_attn_bench, plot_mask_examples, plot_mask_window_slider
 from labkit.viz.notebook import fold
 from labkit.viz.tables import format_table
-recorded = recorded_gpu_results()
-res = pick(recorded, "attn_bench", source="measured-gpu")
+recorded = find_all(ATTN_BENCH, source="measured-gpu")  # one per GPU machine, this machine's first
+res = recorded[0] if recorded else None
 if res is not None:
     declare_sources(res.source)
 (format_table(attention_table(res.rows), rename=ATTN_HEADERS, time_unit="ms",
@@ -86,8 +85,8 @@ fold("the tile-shape sweep: every tile the kernel was timed with, per case",
 # memory-bound, while a prefill over thousands of tokens lands far right of the ridge.
 
 # %%
-from labkit.viz.lab.roofline import describe, plot_roofline, recorded_roofline, roofline_table
-roof = recorded_roofline()
+from labkit.viz.lab.roofline import describe, plot_roofline, roofline_points, roofline_table
+roof = roofline_points(results_rows(recorded))
 plot_roofline(roof)
 
 # %%

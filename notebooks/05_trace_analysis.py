@@ -170,9 +170,9 @@ fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
 # are host (CPU) timings, not GPU measurements; the table is the recorded result.
 
 # %%
-from labkit.trace.analysis.notebook import recorded_bench
+from labkit.trace.analysis.notebook import bench_table
 declare_sources("measured-cpu")
-recorded_bench()
+bench_table()
 
 # %% [markdown]
 # ## What would a fix buy? `labkit whatif`
@@ -184,9 +184,9 @@ recorded_bench()
 # steps (within 2%). Here: the H200 `tensor` run with its scheduler ten times cheaper.
 
 # %%
-from labkit.engine.recorded import recorded_traces
+from labkit.engine.recorded import engine_traces
 from labkit.trace.whatif.predict import parse_changes, predict
-tensor_run = recorded_traces("h200").get("tensor/loop/none/async")
+tensor_run = engine_traces("h200").get("tensor/loop/none/async")
 w = predict(tensor_run, parse_changes(["^schedule$=0.1"])) if tensor_run else None
 (fold("the what-if's answer, as `labkit whatif` prints it", "\n".join(w.summary_lines())) if w
  else print("the H200 tensor run's trace is not recorded"))

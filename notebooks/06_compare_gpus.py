@@ -39,6 +39,7 @@ setup_notebook()
 
 # %%
 from labkit.results import load_results
+from labkit.timing import unit_cost_note
 from labkit.viz.machines import appendix, compare
 from labkit.viz.notebook import fold
 results = load_results()
@@ -51,10 +52,15 @@ appendix.results_matrix(results)
 # groups machines by source (measured bars solid, simulated hatched, interpreted dotted).
 
 # %%
-table = compare.comparison_table(appendix.one_per_machine(results))
+per_machine = appendix.one_per_machine(results)
+table = compare.comparison_table(per_machine)
 table = table[~table["label"].str.contains("[", regex=False)]  # the kernel's tile sweep: on page 04
 shared = table.dropna(subset=["value"]).groupby("result")["machine"].nunique()
-compare.plot_comparison(table[table["result"].isin(shared[shared > 1].index)])
+shared = sorted(shared[shared > 1].index)
+notes = {name: unit_cost_note(r for r in per_machine if r.name == name) for name in shared}
+(fold("how fast each machine's CPU ran in the runs compared", "\n".join(f"{n}: {t}" for n, t in notes.items() if t))
+ if any(notes.values()) else None)
+compare.plot_comparison(table[table["result"].isin(shared)])
 
 # %% [markdown]
 # Every result's numbers as tables, one per result behind a click (per machine that recorded it,

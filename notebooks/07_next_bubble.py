@@ -24,7 +24,7 @@
 # This notebook shows the profile that pointed there, the installed function against a
 # two-line patch (cache the runs on the placeholder; `patches/`), the lab's range-builder
 # variants, and what a GPU would see. Numbers with vLLM come from recorded results
-# (`.venv-vllm/bin/labkit bench vllm-ranges --size full`); this kernel re-measures only when
+# (`.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`); this kernel re-measures only when
 # vLLM is importable here.
 
 # %% tags=["remove-input"]
@@ -42,24 +42,25 @@ setup_notebook()
 # %% [markdown]
 # ## Recorded: installed against patched, per batch shape
 #
-# The run the answer above reads (`.venv-vllm/bin/labkit bench vllm-ranges --size full`). The patch
+# The run the answer above reads (`.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`). The patch
 # computes a placeholder's runs once (a `cached_property` holding a tuple) and returns a fresh list
-# per call; `labkit.vllm.census.nextbubble` checks on randomized inputs that the patched function
+# per call; `labkit.vllm.census.prefix_ranges_bench` checks on randomized inputs that the patched function
 # returns exactly what the installed one does, then times both on the same features. The GPU idle
 # columns set each host time beside the device step below (perfect-overlap bound: a step lasts
 # `max(device, host)`).
 
 # %%
-from labkit.results import load_results
-from labkit.viz.notebook import fold
+from labkit.results import RANGES_STEP, RANGES_SWEEP, VLLM_PREFIX_RANGES, VLLM_SCHED, find_all, results_rows
+from labkit.timing import unit_cost_note
 from labkit.viz.tables import format_table
-from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile
-from labkit.vllm.census import nextbubble
-rows = nextbubble.recorded_rows()
+from labkit.viz.vllm.prefix_ranges import plot_installed_vs_patched, plot_profile
+from labkit.vllm.census import prefix_ranges_bench
+recorded = find_all(VLLM_PREFIX_RANGES)
+rows = results_rows(recorded, params=("vllm_version",))
 declare_sources(*sorted({r["source"] for r in rows}))
-device_step_ms, step_from = nextbubble.device_step_ms()
+device_step_ms, step_from = prefix_ranges_bench.device_step_ms()
 print(f"device step: {device_step_ms} ms ({step_from})")
-format_table(nextbubble.gpu_idle_table(rows, device_step_ms),
+format_table(prefix_ranges_bench.gpu_idle_table(rows, device_step_ms),
              columns=["machine", "num_requests", "images", "installed_us", "patched_us", "speedup",
                       "installed_idle_frac", "patched_idle_frac"], time_unit="ms",
              rename={"num_requests": "requests", "installed_us": "installed", "patched_us": "patched",
@@ -81,7 +82,7 @@ plot_installed_vs_patched(rows)
 # the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
 
 # %%
-profile, aten_ops = nextbubble.recorded_profile()
+profile, aten_ops = prefix_ranges_bench.saved_profile(recorded)
 plot_profile(profile, aten_ops)
 
 # %% [markdown]
@@ -95,7 +96,8 @@ plot_profile(profile, aten_ops)
 # it than the development CPU.
 
 # %%
-format_table(nextbubble.host_comparison(128, 32))
+print(unit_cost_note(recorded + find_all(RANGES_STEP)))
+format_table(prefix_ranges_bench.host_comparison(128, 32))
 
 # %% [markdown]
 # ## The lab's range builders (recorded on every machine, and measured here, now, quick)
@@ -106,7 +108,7 @@ format_table(nextbubble.host_comparison(128, 32))
 
 # %%
 from labkit.viz.lab.h2d import plot_ranges_sweep
-ranges = load_results(name="ranges_sweep")
+ranges = find_all(RANGES_SWEEP)
 declare_sources(*sorted({r.source for r in ranges}))
 plot_ranges_sweep(ranges)
 
@@ -132,7 +134,7 @@ format_table(quick, columns=["variant", "num_requests", "images_per_request", "m
 
 # %%
 from labkit.vllm.census import sched_bench
-sched_table = format_table(sched_bench.summary(sched_bench.recorded_rows(), device_step_ms=device_step_ms))
+sched_table = format_table(sched_bench.summary(results_rows(find_all(VLLM_SCHED)), device_step_ms=device_step_ms))
 sched_table if len(sched_table) else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
 
 # %% [markdown]
@@ -159,7 +161,7 @@ plot_explorer(grid, x="version", y="ms", slider="num_requests", menu="images", s
 # %%
 try:
     import vllm  # noqa: F401  (only in .venv-vllm)
-    live = nextbubble.sweep({"requests": (32,), "images": (8,)}, repeats=3)
+    live = prefix_ranges_bench.sweep({"requests": (32,), "images": (8,)}, repeats=3)
     display(format_table(live, columns=["variant", "num_requests", "images", "median_ns"], caption="measured here, now"))
 except ImportError:
     print("vLLM is not installed in this kernel (it is in .venv-vllm): the figure above is the recorded run.")

@@ -33,8 +33,10 @@ setup_notebook()
 declare_sources("measured-cpu", "simulated")
 
 # %%
+from labkit.results import PR_TABLE, VLLM_AB, VLLM_INPUT, VLLM_STEP, find, find_all
+from labkit.timing import unit_cost_note
 from labkit.viz.vllm import pr_table
-pr = pr_table.recorded_pr_table()
+pr = find(PR_TABLE, size="full")
 pr_table.plot_phases(pr)
 
 # %% [markdown]
@@ -83,10 +85,10 @@ format_table(pr_table.inferred_frame(pr)) if pr is not None else print(pr_table.
 # %%
 from labkit.viz.vllm import inside_vllm
 from labkit.vllm.server import ab_view
-censuses = inside_vllm.recorded_censuses()  # one per machine that recorded it, this machine's first
-inputs = inside_vllm.recorded_inputs()
+censuses = find_all(VLLM_STEP)  # one per machine that recorded it, this machine's first
+inputs = find_all(VLLM_INPUT)
 census = censuses[0] if censuses else None
-ab_runs = ab_view.recorded_runs()
+ab_runs = find_all(VLLM_AB)
 
 # %% [markdown]
 # ## The evidence: every phase of a real vLLM step
@@ -98,6 +100,7 @@ ab_runs = ab_view.recorded_runs()
 # (every phase but `process_outputs`, which the API server pays). A menu switches machines.
 
 # %%
+print(unit_cost_note(censuses))
 inside_vllm.plot_phase_census(censuses)
 
 # %%

@@ -256,7 +256,7 @@ PENDING=()
 for s in "${ALL_STEPS[@]}"; do wanted "$s" && PENDING+=("$s"); done
 
 # -- setup: pytest and Jupyter's stack, PYTHON's own or a venv from the wheelhouse (offline) ---------
-report_mods="from labkit.report.startup import skip_unused_imports; skip_unused_imports()
+report_mods="from labkit.report import skip_unused_imports; skip_unused_imports()
 import nbclient, nbconvert, nbformat, jupytext, ipykernel, ipywidgets, plotly, pandas"
 has_stack() { "$1" -c "$report_mods" >/dev/null 2>&1; }
 has_pytest() { "$1" -c "import pytest" >/dev/null 2>&1; }

@@ -2,7 +2,7 @@
 
 - ``TRITON_INTERPRET=1`` is set before any test module imports a kernel module when
   there is no GPU, so tests never depend on import order.
-- The optional imports the report's processes skip (``labkit.report.startup``) are skipped here too.
+- The optional imports the report's processes skip (``labkit.report``) are skipped here too.
 - ``tests/vllm_conformance/`` runs only in the vLLM environment
   (``LABKIT_VLLM_CONFORMANCE=1``, see ``make test-vllm``).
 - ``tests/vllm_cpu/`` runs only in vLLM's CPU environment (``LABKIT_VLLM_CPU=1``, see
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from labkit.device import has_cuda
-from labkit.report.startup import skip_unused_imports
+from labkit.report import skip_unused_imports
 
 if not has_cuda():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # the test processes start as the report's do: without an optional import that only costs time
-# (jsonschema's rfc3987_syntax, see labkit.report.startup; nbformat is imported by many tests)
+# (jsonschema's rfc3987_syntax, see labkit.report; nbformat is imported by many tests)
 skip_unused_imports()
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +56,14 @@ if os.environ.get("LABKIT_VLLM_CONFORMANCE") != "1":
     collect_ignore_glob += ["vllm_conformance", "vllm_conformance/*"]
 if os.environ.get("LABKIT_VLLM_CPU") != "1":
     collect_ignore_glob += ["vllm_cpu", "vllm_cpu/*"]
+
+
+@pytest.fixture(autouse=True)
+def _no_unit_costs_kept_across_tests(monkeypatch):
+    """A test that runs a notebook's set-up in-process does not make every later result keep unit costs."""
+    import labkit.results
+
+    monkeypatch.setattr(labkit.results, "_KEEP_UNIT_COSTS", False)
 
 
 @pytest.fixture

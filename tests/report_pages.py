@@ -34,11 +34,13 @@ NS_PER_US, NS_PER_MS = 1e3, 1e6
 
 @dataclass(frozen=True)
 class KeyNumber:
-    """A number the page must show: where (``figure`` data or printed ``text``) and what it is."""
+    """A number the page must show: where (``figure`` data or printed ``text``, there with at least
+    ``digits`` significant digits) and what it is."""
 
     what: str
     value: float
     where: str = "figure"
+    digits: int = 4
 
 
 class Recorded:
@@ -125,11 +127,13 @@ def attention_numbers(rec: Recorded) -> list[KeyNumber]:
 
 
 def trace_numbers(rec: Recorded) -> list[KeyNumber]:
-    """Notebook 05: the analyzer benchmark's table, as printed (median ns and peak memory per variant)."""
+    """Notebook 05: the analyzer benchmark's table, as printed to three significant digits (MB/s of JSON
+    and peak memory over the JSON's size, per trace and tool)."""
     out = []
     for r, row in rec.rows("trace_bench"):
-        out.append(KeyNumber(f"{r.slug} trace_bench {row['variant']}: median ns", row["median_ns"], "text"))
-        out.append(KeyNumber(f"{r.slug} trace_bench {row['variant']}: peak RSS bytes", row["peak_rss_bytes"], "text"))
+        what = f"{r.slug} trace_bench {row['trace']} {row['variant']}"
+        out.append(KeyNumber(f"{what}: MB/s", row["mb_per_s"], "text", digits=2))
+        out.append(KeyNumber(f"{what}: peak RSS / JSON", row["rss_over_json"], "text", digits=2))
     return out
 
 
@@ -268,12 +272,12 @@ def has_data(figure: dict) -> bool:
     return any(_decode(t.get(k)) for t in figure["traces"] for k in _ARRAY_KEYS)
 
 
-def printed(value: float, text: str) -> bool:
-    """Whether ``value`` is printed in ``text``: a number there with at least four significant digits
-    that equals ``value`` rounded to the digits printed (``8.113911e+08``, ``207282176``, ``1.221861``)."""
+def printed(value: float, text: str, digits: int = 4) -> bool:
+    """Whether ``value`` is printed in ``text``: a number there with at least ``digits`` significant
+    digits that equals ``value`` rounded to the digits printed (``8.113911e+08``, ``207282176``, ``1.221861``)."""
     for m in _NUMBER.finditer(text):
-        digits, decimals, exp = m.group(1), m.group(2) or "", int(m.group(3) or 0)
-        if len(digits.replace(".", "").lstrip("0")) < 4:
+        shown_digits, decimals, exp = m.group(1), m.group(2) or "", int(m.group(3) or 0)
+        if len(shown_digits.replace(".", "").lstrip("0")) < digits:
             continue
         shown = float(m.group(0))
         if abs(shown - value) <= 0.5 * 10.0 ** (exp - len(decimals)) * (1 + 1e-9):
@@ -308,7 +312,7 @@ def page_problems(name: str, facts: dict, expect: PageExpectation, rec: Recorded
         if key.where == "figure":
             found = bool(np.isclose(pool, key.value, rtol=1e-9, atol=0.0).any())
         else:
-            found = printed(key.value, facts["text"])
+            found = printed(key.value, facts["text"], key.digits)
         if not found:
             missing.append(f"{key.what} = {key.value!r} ({key.where})")
     if missing:

@@ -10,6 +10,7 @@ from labkit import calibrate
 from labkit.cli import main as cli_main
 from labkit.device import has_cuda
 from labkit.results import load_results
+from labkit import timing
 
 
 def test_cpu_loops_read_what_their_names_say(monkeypatch):
@@ -28,8 +29,8 @@ def test_cpu_loops_read_what_their_names_say(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "__getitem__", counting("getitem", get))
     monkeypatch.setattr(torch.Tensor, "__int__", counting("int", to_int))
     monkeypatch.setattr(torch.Tensor, "item", counting("item", item))
-    loops = calibrate.cpu_loops(8)
-    assert list(loops) == list(calibrate.CPU_VARIANTS)
+    loops = timing.cpu_loops(8)
+    assert list(loops) == list(timing.CPU_VARIANTS)
     seen = {}
     for name, fn in loops.items():
         before = dict(counts)
@@ -45,9 +46,9 @@ def test_cpu_rows_are_per_element_times(monkeypatch):
 
     loop = Timing(median_ns=16_000.0, p20_ns=12_800.0, p80_ns=19_200.0, mean_ns=16_000.0, min_ns=11_200.0,
                   repeats=3, number=1, method="perf_counter")
-    monkeypatch.setattr(calibrate, "time_host", lambda fn, warmup, repeats: loop)
-    rows = calibrate.calibrate_cpu(n=16, repeats=3, warmup=0)
-    assert [r["variant"] for r in rows] == list(calibrate.CPU_VARIANTS)
+    monkeypatch.setattr(timing, "time_host", lambda fn, warmup, repeats: loop)
+    rows = timing.calibrate_cpu(n=16, repeats=3, warmup=0)
+    assert [r["variant"] for r in rows] == list(timing.CPU_VARIANTS)
     for r in rows:
         assert r["kind"] == "cpu" and r["metric"] == "host_ns" and r["elements"] == 16
         assert (r["median_ns"], r["p20_ns"], r["p80_ns"], r["repeats"]) == (1000.0, 800.0, 1200.0, 3)
@@ -98,13 +99,11 @@ def _fixed_calibration(monkeypatch):
     return calls
 
 
-def test_cli_size_full_and_the_deprecated_flag_name_a_full_recording(results_store, monkeypatch, capsys):
+def test_cli_size_full_names_a_full_recording(results_store, monkeypatch, capsys):
     calls = _fixed_calibration(monkeypatch)
     assert cli_main(["calibrate", "--size", "full", "--device", "cpu"]) == 0
     assert capsys.readouterr().err == ""
-    assert cli_main(["calibrate", "--full", "--device", "cpu"]) == 0  # old flag: still works, with a note
-    assert capsys.readouterr().err.strip() == "labkit calibrate: note: --full is deprecated, use --size full"
-    assert calls == [False, False]
+    assert calls == [False]
     (res,) = load_results()
     assert (res.name, res.size, res.params["size"]) == ("calibration", "full", "full")
 
@@ -114,8 +113,7 @@ def test_cli_bad_input(tmp_path, results_store, monkeypatch, capsys):
     assert cli_main(["calibrate", "--json", str(tmp_path)]) == 2
     assert cli_main(["calibrate", "--bogus"]) == 2
     assert cli_main(["calibrate", "--size", "huge"]) == 2
-    assert cli_main(["calibrate", "--full", "--size", "quick"]) == 2
-    assert cli_main(["calibrate", "--quick", "--full"]) == 2
+    assert cli_main(["calibrate", "--full"]) == 2  # one way to say the size: --size
     assert calls == [] and not results_store.exists()  # refused before any work or write
 
 

@@ -116,7 +116,7 @@ def _run_options(argv):
     p = argparse.ArgumentParser(prog="labkit bench x")
     cli.add_run_options(p)
     args = p.parse_args(argv)
-    return cli.resolve_run_options(args, p.prog), args
+    return cli.resolve_run_options(args), args
 
 
 def test_run_options_default_to_quick_and_take_size(capsys):
@@ -126,17 +126,7 @@ def test_run_options_default_to_quick_and_take_size(capsys):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("old", ["quick", "full"])
-def test_old_size_flags_still_work_with_a_note(old, capsys):
-    assert _run_options([f"--{old}"])[0] == old
-    assert _run_options([f"--{old}", "--size", old])[0] == old
-    note = f"labkit bench x: note: --{old} is deprecated, use --size {old}"
-    assert capsys.readouterr().err.splitlines() == [note, note]
-
-
 @pytest.mark.parametrize("argv, message", [
-    (["--quick", "--full"], "not both"),
-    (["--full", "--size", "quick"], "contradicts"),
     (["--json", "."], "not a file path"),
 ])
 def test_contradicting_or_bad_run_options_are_usage_errors(argv, message):
@@ -161,17 +151,17 @@ SHARED_TARGETS = list(cli.BENCH_TARGETS)
 def test_every_bench_verb_and_calibrate_share_the_run_options(verb, capsys):
     assert cli.main([*verb, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for option in ("--size {quick,full}", "--json OUT", "--no-save", "-v, --verbose", "--quick", "--full"):
+    for option in ("--size {quick,full}", "--json OUT", "--no-save", "-v, --verbose"):
         assert option in text, (verb, option)
-    assert "deprecated: use --size full" in text
+    assert "--quick" not in text and "--full" not in text  # one way to say the size
 
 
 @pytest.mark.parametrize("verb", [["calibrate"], *(["bench", t] for t in SHARED_TARGETS)])
 def test_every_bench_verb_refuses_a_bad_size_in_one_line(verb, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
-    assert cli.main([*verb, "--quick", "--full", "-v"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.endswith(" error: choose --size quick or --size full, not both --quick and --full"), line
+    assert cli.main([*verb, "--size", "huge", "-v"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(" error: argument --size: invalid choice: 'huge' (choose from 'quick', 'full')"), line
     assert cli.main([*verb, "--json", str(tmp_path)]) == 2
     assert not (tmp_path / "results").exists()
 

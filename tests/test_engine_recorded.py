@@ -8,7 +8,7 @@ import pytest
 
 from labkit.engine.config import EngineConfig
 from labkit.engine.loop import EngineStep, summarize_run
-from labkit.engine.recorded import recorded_traces, sim_vs_measured, variant_of_run, with_robust_metrics
+from labkit.engine.recorded import engine_traces, sim_vs_measured, variant_of_run, with_robust_metrics
 from labkit.results import REPO_ROOT
 
 MS = 1_000_000
@@ -100,9 +100,9 @@ def test_old_rows_get_robust_metrics_derived_from_their_own_fields():
 
 
 def _engine_results():
-    from labkit.results import load_results
+    from labkit.results import ENGINE, ENGINE_SIM, find_all
 
-    return load_results(name="engine") + load_results(name="engine_sim")
+    return find_all(ENGINE) + find_all(ENGINE_SIM)
 
 
 @pytest.mark.parametrize("result", _engine_results(), ids=lambda r: f"{r.slug}-{r.name}")
@@ -126,17 +126,17 @@ def test_recorded_engine_rows_are_internally_consistent(result):
             assert 0.0 <= r["device_idle_frac"] <= 1.0
 
 
-def test_recorded_traces_map_run_folders_to_variants(tmp_path):
+def test_engine_traces_map_run_folders_to_variants(tmp_path):
     assert variant_of_run("fast-cursor-per_layer-async") == "fast/cursor/per_layer/async"
-    for variant, path in recorded_traces("h200").items():  # whatever is recorded: named runs, real files
+    for variant, path in engine_traces("h200").items():  # whatever is recorded: named runs, real files
         assert len(variant.split("/")) == 4 and variant.split("/")[3] in ("async", "sync")
         assert path.is_file() and path.name.endswith(".pt.trace.json.gz")
-    assert recorded_traces("no-such-gpu") == {}
+    assert engine_traces("no-such-gpu") == {}
     run = tmp_path / "m" / "list-loop-none-async"
     run.mkdir(parents=True)
     (run / "w.1.pt.trace.json.gz").write_bytes(b"")
     (run / "w.2.pt.trace.json.gz").write_bytes(b"")
-    assert recorded_traces("m", root=tmp_path) == {"list/loop/none/async": run / "w.2.pt.trace.json.gz"}
+    assert engine_traces("m", root=tmp_path) == {"list/loop/none/async": run / "w.2.pt.trace.json.gz"}
 
 
 def test_sim_vs_measured_ratios_by_hand():
@@ -176,7 +176,7 @@ def test_simulated_device_time_per_step_matches_the_h200_trace():
     from labkit.engine.device.profiles import load_profile
     from labkit.trace.analysis.analyze import analyze_trace
 
-    trace = recorded_traces("h200")["fast/cursor/per_step/async"]
+    trace = engine_traces("h200")["fast/cursor/per_step/async"]
     measured_us = float(analyze_trace(trace).steps["device_busy_us"].median())
     dev = SimDevice(load_profile("h200"))
     eng = Engine(EngineConfig(model="gemma4-e4b-like", workload="pr40143", placeholder="fast", scheduling="cursor",

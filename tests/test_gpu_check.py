@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.device import has_cuda
-from labkit.engine.recorded import recorded_traces
+from labkit.engine.recorded import engine_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "scripts" / "pack_gpu_check.py"
@@ -79,7 +79,7 @@ def test_pack_keeps_everything_when_it_fits(tmp_path):
     names = _members(out)
     for name in ("results/h200/engine.json", "logs/engine.log", "profile.json", "summary.txt", "MANIFEST.txt",
                  "report.tar.xz", f"traces/engine/fast-cursor-per_layer-async/{BIG.name}",
-                 f"traces/h2d/h2d-per_layer-S128-L34.pt.trace.json.gz"):
+                 "traces/h2d/h2d-per_layer-S128-L34.pt.trace.json.gz"):
         assert name in names, name
     assert names[f"traces/engine/fast-cursor-per_layer-async/{BIG.name}"] == BIG.stat().st_size  # untouched
     # the two identical page bodies compress to about one copy
@@ -205,7 +205,7 @@ def test_ingest_files_traces_where_the_notebooks_look(tmp_path):
     run = _ingest(_tarball(tmp_path), "--into", dest)
     assert run.returncode == 0, run.stderr
     # the reader the notebooks use finds exactly the new runs (the stale one is replaced)
-    found = recorded_traces("h200", root=dest / "data" / "traces")
+    found = engine_traces("h200", root=dest / "data" / "traces")
     assert set(found) == {"tensor/loop/none/async", "list/loop/none/async"}
     assert json.loads((dest / "data" / "results" / "h200" / "engine.json").read_text()) == {"name": "engine"}
     assert (dest / "data" / "results" / "h200" / "report.json").is_file()
@@ -394,7 +394,7 @@ def test_gpu_check_dry_run_on_cpu_packs_and_ingests(tmp_path):
     assert {"engine_quick.json", "calibration_quick.json", "mm_sweep_quick.json", "report_quick.json"} <= set(results)
     assert {r["labkit_commit"] for r in results.values()} == {commit}
     assert all(r["size"] == "quick" for r in results.values())
-    traces = recorded_traces(slug_dir.name, root=dest / "data" / "traces")
+    traces = engine_traces(slug_dir.name, root=dest / "data" / "traces")
     engine_rows = results["engine_quick.json"]["rows"]
     # one trace folder per engine run: a row that shares another's run has none
     assert traces and len(traces) == len([r for r in engine_rows if "same_run_as" not in r])

@@ -23,6 +23,10 @@ PACKAGE = REPO / "labkit"
 MAX_FILES = 14
 #: most lines one module may have
 MAX_LINES = 500
+#: fewest lines a module may have (a splinter is merged, not kept to meet the caps), but these
+MIN_LINES, SMALL_ALLOWED = 30, ("__init__.py", "__main__.py", "errors.py")
+#: the calls that take a result name: a constant of ``labkit.results`` (NAMES), never a string typed there
+NAME_TAKERS = ("find", "find_all", "make_result", "sized_name", "reuse_or_measure")
 
 
 def _modules() -> dict[str, Path]:
@@ -117,6 +121,36 @@ def test_no_module_over_max_lines():
     long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_no_module_under_min_lines():
+    short = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if p.name not in SMALL_ALLOWED
+             and (n := len(p.read_text(encoding="utf-8").splitlines())) < MIN_LINES}
+    assert not short, f"modules under {MIN_LINES} lines (merge them into a neighbour): {short}"
+
+
+def _python_sources():
+    yield from PACKAGE.rglob("*.py")
+    yield from (REPO / "notebooks").glob("*.py")
+
+
+def test_result_names_are_the_constants_and_no_loader_is_named_recorded():
+    typed, loaders = [], []
+    for path in _python_sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("recorded_"):
+                loaders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            f = node.func  # the imported function, or ``results.find`` / ``store.find`` (not ``str.find``)
+            func = f.id if isinstance(f, ast.Name) else f.attr if (
+                isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("results", "store")) else ""
+            first = node.args[0]
+            names = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+            if func in NAME_TAKERS and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in names):
+                typed.append(f"{path.relative_to(REPO)}:{node.lineno} {func}({ast.unparse(first)})")
+    assert not loaders, f"results are found with labkit.results.find / find_all, not a loader of their own: {loaders}"
+    assert not typed, f"result names typed where labkit.results has a constant for them: {typed}"
 
 
 def test_every_package_has_an_init_with_a_docstring():

@@ -53,25 +53,6 @@ def test_two_machines_get_a_menu_and_the_first_is_shown():
     assert list(menu.buttons[1].args[0]["visible"]) == [False] * per + [True] * per
 
 
-def test_recorded_censuses_put_this_machine_first(tmp_path, monkeypatch):
-    import labkit.device
-    from labkit.results import make_result, save_result
-
-    for slug, name in (("cpu-aaa-2c", "vllm_step"), ("cpu-bbb-2c", "vllm_step"), ("cpu-bbb-2c", "vllm_step_quick"),
-                       ("cpu-ccc-2c", "vllm_step_quick")):
-        save_result(make_result(name, [{"phase": "step"}], source="measured-cpu", machine={"slug": slug},
-                                command=None), tmp_path)
-    here = {"slug": "cpu-bbb-2c"}
-    monkeypatch.setattr(labkit.device, "describe_machine", lambda device=None: here)
-    found = inside_vllm.recorded_censuses(tmp_path)
-    assert [(r.slug, r.name) for r in found] == [("cpu-bbb-2c", "vllm_step"), ("cpu-aaa-2c", "vllm_step"),
-                                                 ("cpu-ccc-2c", "vllm_step_quick")]
-    assert inside_vllm.recorded_census(tmp_path).slug == "cpu-bbb-2c"
-    here["slug"] = "elsewhere"
-    assert inside_vllm.recorded_census(tmp_path).slug == "cpu-aaa-2c"
-    assert inside_vllm.recorded_censuses(tmp_path / "empty") == [] and inside_vllm.recorded_census(tmp_path / "no") is None
-
-
 def test_input_stages_one_bar_per_stage_and_machine():
     def res(slug, us):
         rows = [{"stage": "media_decode", "per_image_median_us": us}, {"stage": "add_request", "per_image_median_us": 2 * us}]
@@ -109,11 +90,12 @@ def test_the_answers_views_read_the_result(tmp_path):
 
     from labkit.serve.gpu.device_model import decode_step_ms
     from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.results import PR_TABLE, find
     from labkit.serve.published import PR40143, two_phases
     from labkit.viz.vllm import pr_table
 
     write_results(tmp_path)
-    res = pr_table.recorded_pr_table(tmp_path)
+    res = find(PR_TABLE, size="full", root=tmp_path)
     for g in ("h200", "h100"):  # the figure draws every phase: give the hand-made result all four
         for a in ("baseline", "pr40143"):
             res.params["phases"][f"{a}/{g}"]["arithmetic"].update(arrival_s=100.0, decode_step_ms=20.0,
@@ -133,4 +115,4 @@ def test_the_answers_views_read_the_result(tmp_path):
     parts = pr_table.device_parts_frame("h200")
     assert parts["time_ms"].sum() == pytest.approx(decode_step_ms(GEMMA4_E4B, "h200", 128, 1024 + 32 * 262 + 1))
     assert all(f.startswith(("measured on the H200: ", "carried over: ")) for f in parts["from"])
-    assert pr_table.recorded_pr_table(tmp_path / "none") is None and not pr_table.plot_phases(None).data
+    assert find(PR_TABLE, root=tmp_path / "none") is None and not pr_table.plot_phases(None).data

@@ -11,7 +11,7 @@ from labkit.mm.bench import parse_combos
 from labkit.mm.measure import (make_decode_requests, make_decode_step, measure_decode_grid,
                                measure_decode_step_host_time, measure_placeholder_calls, measure_workload)
 from labkit.mm.workload import get_workload_spec
-from labkit.results import load_results, make_result
+from labkit.results import load_results
 
 
 @pytest.fixture()
@@ -130,20 +130,3 @@ def test_widget_callback_measures_and_draws(monkeypatch):
     assert len(shown) == 1
     with pytest.raises(ValueError):
         measure_shape(2, 2, 4, [])
-
-
-def test_recorded_note_names_size_and_flags_unknown_and_dirty_commits(results_dir):
-    from labkit.mm.bench import recorded_note
-    from labkit.results import save_result
-
-    assert recorded_note("mm_sweep").startswith("no recorded mm_sweep result")
-    for slug, gpu, commit in (("cpu-a-2c", None, "0123456789ab"), ("h200", "NVIDIA H200", "unknown"),
-                              ("a100", "A100", "0123456789ab+dirty")):
-        r = make_result("mm_sweep", [{"variant": "list"}], source="measured-cpu",
-                        machine={"slug": slug, "gpu_name": gpu})
-        r.labkit_commit = commit
-        save_result(r)
-    note = recorded_note("mm_sweep")
-    assert note == ("mm_sweep recorded on: a100 (measured-cpu, A100, size full, commit 0123456789ab+dirty: "
-                    "UNCOMMITTED CHANGES), cpu-a-2c (measured-cpu, size full, commit 0123456789ab), "
-                    "h200 (measured-cpu, NVIDIA H200, size full, commit UNKNOWN)")

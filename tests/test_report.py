@@ -175,8 +175,8 @@ def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monk
 
 
 READ_RESULTS_CELLS = [
-    "from labkit.results import load_result\n"
-    "print(load_result('bench_a', machine='gpu-x').labkit_commit, load_result('bench_b', machine='gpu-y').rows)",
+    "from labkit.results import find\n"
+    "print(find('bench_a', machine='gpu-x').labkit_commit, find('bench_b', machine='gpu-y').rows)",
 ]
 
 
@@ -232,7 +232,7 @@ def test_nothing_a_notebook_started_outlives_its_run(tmp_path):
 
 
 def test_report_kernels_skip_the_optional_parser_and_still_validate_notebooks(tmp_path):
-    """A report kernel starts with ``rfc3987_syntax`` blocked (labkit.report.startup): importing
+    """A report kernel starts with ``rfc3987_syntax`` blocked (labkit.report): importing
     nbformat and plotly's renderers does not import it, notebooks still validate, and jsonschema's
     other format checks still work."""
     import os

@@ -9,7 +9,8 @@ import stat
 import pytest
 
 from labkit import results as store
-from labkit.results import load_result, load_results, make_result, results_rows, results_table, save_result
+from labkit import timing
+from labkit.results import find, find_all, load_results, make_result, results_rows, results_table, save_result
 
 MACHINE = {"slug": "test-gpu", "gpu_name": "Test GPU", "device": "cuda"}
 
@@ -30,8 +31,8 @@ def test_round_trip(results_store):
     (back,) = load_results()
     assert back.rows == r.rows and back.params == {"n": 3} and back.machine == MACHINE
     assert back.created == r.created and back.path == str(path)
-    assert load_result("mm_demo", machine="test-gpu").rows == r.rows
-    assert load_result("mm_demo", machine="elsewhere") is None
+    assert find_all("mm_demo", machine="test-gpu")[0].rows == r.rows
+    assert find_all("mm_demo", machine="elsewhere") == []
 
 
 def test_file_mode_is_not_private(results_store):
@@ -97,7 +98,8 @@ def test_filters_and_missing_root(results_store, tmp_path):
     save_result(_result(name="b"))
     save_result(_result(name="a", machine={"slug": "other", "gpu_name": None}))
     assert sorted((r.slug, r.name) for r in load_results()) == [("other", "a"), ("test-gpu", "a"), ("test-gpu", "b")]
-    assert [r.slug for r in load_results(name="a", machine="other")] == ["other"]
+    assert [(r.slug, r.name) for r in load_results(machine="other", names=["a"])] == [("other", "a")]
+    assert [r.name for r in load_results(names=["b"])] == ["b"]
     assert load_results(tmp_path / "nothing-here") == []
 
 
@@ -294,11 +296,43 @@ def test_a_machine_with_only_a_quick_run_of_a_result_shows_that_run(results_stor
     save_result(make_result("calibration_quick", [{"v": 1}], source="measured-gpu", machine=MACHINE))
     save_result(make_result("calibration_quick", [{"v": 2}], source="measured-cpu", machine=other))
     save_result(make_result("calibration", [{"v": 3}], source="measured-cpu", machine=other))
-    found = {(r.slug, r.name) for r in load_results(name="calibration")}
+    found = {(r.slug, r.name) for r in find_all("calibration")}
     assert found == {("test-gpu", "calibration_quick"), ("cpu-box", "calibration")}  # the full one wins
-    assert {(r.slug, r.name) for r in load_results(name="calibration", exact=True)} == {("cpu-box", "calibration")}
-    assert load_result("calibration", machine="test-gpu") is None  # one named result: exact
-    assert {r.name for r in load_results(name="calibration_quick")} == {"calibration_quick"}
+    assert {(r.slug, r.name) for r in find_all("calibration", size="full")} == {("cpu-box", "calibration")}
+    assert find_all("calibration", machine="test-gpu", size="full") == []
+    assert {(r.slug, r.name) for r in find_all("calibration", size="quick")} == {
+        ("test-gpu", "calibration_quick"), ("cpu-box", "calibration_quick")}
+
+
+def _at(name, slug, created, source="measured-cpu", rows=({"v": 1},)):
+    r = make_result(name, list(rows), source=source, machine={"slug": slug, "device": "cpu"})
+    r.created = created
+    return r
+
+
+def test_find_all_one_per_machine_this_machine_first_then_by_slug(monkeypatch):
+    monkeypatch.setattr(store, "describe_machine", lambda device=None: {"slug": "m-here"})
+    results = [_at("x", "m-b", "2026-01-01"), _at("x", "m-b", "2026-01-03"), _at("x_quick", "m-b", "2026-01-09"),
+               _at("x_quick", "m-here", "2026-01-02"), _at("x", "m-a", "2026-01-01"), _at("y", "m-c", "2026-01-05")]
+    got = [(r.slug, r.name, r.created) for r in find_all("x", results=results)]
+    # this machine's quick run first (it has no full one), then by slug; m-b's newest full run beats its newer quick one
+    assert got == [("m-here", "x_quick", "2026-01-02"), ("m-a", "x", "2026-01-01"), ("m-b", "x", "2026-01-03")]
+    assert [r.slug for r in find_all("x", results=results, here_first=False)] == ["m-a", "m-b", "m-here"]
+    assert [r.slug for r in find_all("x_quick", results=results)] == ["m-here", "m-a", "m-b"]  # the base name
+
+
+def test_find_prefers_source_and_machine_then_falls_back(monkeypatch):
+    monkeypatch.setattr(store, "describe_machine", lambda device=None: {"slug": "m-here"})
+    results = [_at("x", "m-gpu", "2026-01-01", source="measured-gpu", rows=[{"v": 1}]),
+               _at("x", "m-here", "2026-01-01", rows=[{"v": 2}]), _at("x", "m-a", "2026-01-01", rows=[{"v": 3}]),
+               _at("x", "m-empty", "2026-01-01", source="measured-gpu", rows=[])]
+    assert find("x", results=results).slug == "m-here"  # nothing asked: this machine's
+    assert find("x", source="measured-gpu", results=results).slug == "m-gpu"  # m-empty has no rows
+    assert find("x", source="measured-gpu", machine="m-a", results=results).slug == "m-gpu"  # the source first
+    assert find("x", source="simulated", machine="m-a", results=results).slug == "m-a"  # then the machine
+    assert find("x", source="simulated", machine="m-z", results=results).slug == "m-here"  # then any
+    assert find("x", where=lambda rows: rows[0]["v"] == 3, results=results).slug == "m-a"
+    assert find("x", where=lambda rows: False, results=results) is None and find("nothing", results=results) is None
 
 
 def test_this_runs_results_are_read_instead_of_measured_again(results_store, tmp_path, monkeypatch):
@@ -322,3 +356,41 @@ def test_this_runs_results_are_read_instead_of_measured_again(results_store, tmp
     calls = []
     measured, note = store.reuse_or_measure(["mm_sweep"], lambda: calls.append(1) or {"mm_sweep": "fresh"})
     assert measured == {"mm_sweep": "fresh"} and note == "" and calls == [1]
+
+
+def _costs(tensor_ns, loop_ns):
+    return [{"kind": "cpu", "variant": "tensor_index_int", "median_ns": tensor_ns},
+            {"kind": "cpu", "variant": "loop_only", "median_ns": loop_ns}]
+
+
+def test_unit_costs_of_a_run_and_the_note_where_two_runs_ran_at_different_speeds():
+    cal = _at("calibration", "m-a", "2026-01-01", rows=_costs(1000.0, 5.0) + [{"kind": "gpu", "variant": "loop_only",
+                                                                           "median_ns": 1.0}])
+    census = _at("vllm_step", "m-b", "2026-01-01")
+    census.params[timing.IN_RUN_KEY] = {"8x1": _costs(1100.0, 5.0), "128x32": _costs(1300.0, 7.5),
+                                       "32x8": _costs(1150.0, 6.5)}
+    bench = _at("mm_decode_step", "m-c", "2026-01-01")
+    bench.params[timing.IN_RUN_KEY] = _costs(1190.0, 5.5)
+    bare = _at("mm_decode_step", "m-d", "2026-01-01")
+    assert timing.unit_costs(cal) == {"tensor_index_int": 1000.0, "loop_only": 5.0}  # its CPU rows, not the GPU's
+    assert timing.unit_costs(census) == {"tensor_index_int": 1150.0, "loop_only": 6.5}  # the points' median
+    assert timing.unit_costs(bare) == {}
+    assert timing.unit_cost_note([cal, bench]) == ""  # 1.19x and 1.10x: within 20%
+    assert timing.unit_cost_note([census]) == ""
+    note = timing.unit_cost_note([cal, census, bare]).splitlines()
+    # the tensor reads are 1.15x apart (within 20%), the loop steps 1.3x: only those are named
+    assert len(note) == 2 and note[0].startswith("The runs set side by side ran at different speeds: one Python loop "
+                                                 "step took 5.0 ns in m-a calibration's run and 6.5 ns in m-b vllm_step's (1.3x)")
+    assert note[1] == "No unit costs kept by the run of m-d mm_decode_step: how fast its CPU ran then is unknown."
+
+
+def test_a_run_keeps_its_unit_costs_once_asked(monkeypatch):
+    calls = []
+    monkeypatch.setattr(store, "_KEEP_UNIT_COSTS", False)
+    monkeypatch.setattr(store, "_this_runs_unit_costs", lambda: calls.append(1) or _costs(900.0, 4.0))
+    assert timing.IN_RUN_KEY not in make_result("x", [], source="measured-cpu", machine=MACHINE).params
+    store.keep_unit_costs()
+    assert make_result("x", [], source="measured-cpu", machine=MACHINE).params[timing.IN_RUN_KEY] == _costs(900.0, 4.0)
+    assert timing.IN_RUN_KEY not in make_result("calibration", [], source="measured-cpu", machine=MACHINE).params
+    kept = make_result("x", [], source="simulated", machine=MACHINE, params={timing.IN_RUN_KEY: _costs(1.0, 1.0)})
+    assert kept.params[timing.IN_RUN_KEY] == _costs(1.0, 1.0) and len(calls) == 1  # a result's own kept as it is

@@ -14,7 +14,7 @@ import pytest
 
 from labkit.attn.bench_attn import CASES, AttnCase
 from labkit.attn.prefix_mask import prefix_lm_mask
-from labkit.results import make_result, save_result
+from labkit.results import ATTN_BENCH, find_all, make_result, save_result
 from labkit.viz.peaks import load_peaks, peak_for
 from labkit.viz.lab.roofline import (
     AttnTraffic,
@@ -23,7 +23,6 @@ from labkit.viz.lab.roofline import (
     needed_keys,
     plot_roofline,
     point,
-    recorded_attn_results,
     roofline_points,
 )
 
@@ -163,7 +162,7 @@ def test_recorded_results_prefer_the_full_run_per_machine(results_store):
     (results_store / "gpu-a" / "engine.json").write_text("{not json")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        found = recorded_attn_results(results_store)
+        found = find_all(ATTN_BENCH, source="measured-gpu", root=results_store)
     assert [(r.slug, r.size) for r in found] == [("gpu-a", "full"), ("gpu-b", "quick")]
 
 

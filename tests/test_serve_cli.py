@@ -16,7 +16,7 @@ def test_few_options():
     p = argparse.ArgumentParser()
     add_cli_args(p)
     flags = {o for a in p._actions for o in a.option_strings} - {"-h", "--help", "--json", "--no-save", "-v",
-                                                                  "--verbose", "--quick", "--full"}
+                                                                  "--verbose"}
     assert flags == {"--size", "--gpu", "--arms", "--regime", "--census-machine"}
 
 

@@ -196,10 +196,12 @@ def test_describe_rows_and_floor():
 
 
 def test_recorded_efficiencies_match_the_roofline_reading():
-    from labkit.viz.lab.roofline import recorded_roofline
+    from labkit.results import ATTN_BENCH, find_all, results_rows
+    from labkit.viz.lab.roofline import roofline_points
 
     eff = load_efficiencies("h200")
-    points = {(p["case"], p["variant"]): p for p in recorded_roofline().points if p["gpu"] == "H200 SXM"}
+    roof = roofline_points(results_rows(find_all(ATTN_BENCH, source="measured-gpu")))
+    points = {(p["case"], p["variant"]): p for p in roof.points if p["gpu"] == "H200 SXM"}
     assert eff["attn_decode_stream"].value == pytest.approx(points["decode", "triton_prefix"]["pct_of_peak_tb_s"] / 100)
     assert eff["attn_prefill_global_compute"].value == pytest.approx(
         points["prefill_global", "triton_prefix"]["pct_of_peak_tflops"] / 100)

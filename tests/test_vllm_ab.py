@@ -22,7 +22,7 @@ from labkit.errors import UsageError
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.scheduler import schedule_encoder_inputs
 from labkit.mm.workload import make_request
-from labkit.results import load_result
+from labkit.results import VLLM_AB, find_all
 from labkit.vllm.sched020 import try_schedule_encoder_inputs_v020
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -31,7 +31,7 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.nextbubble, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.prefix_ranges_bench, "
             "labkit.vllm.conformance.cli, labkit.vllm.conformance.models, labkit.vllm.conformance.engine, "
             "labkit.vllm.conformance.check, labkit.vllm.conformance.wheel_diff, labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
@@ -120,7 +120,7 @@ def test_ingest_files_rows_and_ratios(tmp_path):
     assert path == results / "h200" / "vllm_ab.json"
     vllm_ab_results.ingest(DATA / "vllm_bench_merged.json", variant="merged", **kw)
     vllm_ab_results.ingest(DATA / "vllm_bench_merged.json", variant="merged", **kw)  # replaces, not appends
-    res = load_result("vllm_ab", machine="h200", root=results)
+    (res,) = find_all(VLLM_AB, machine="h200", root=results)
     assert res.source == "measured-gpu" and res.machine["gpu_name"] == "NVIDIA H200"
     assert [r["variant"] for r in res.rows] == ["baseline", "merged"]
     assert res.rows[0]["trace_files"] == [str(traces / "h200" / "vllm_ab" / "baseline" / "rank0.123.pt.trace.json.gz")]

@@ -32,7 +32,7 @@ def test_the_grid_options():
         grid_from_args(p.parse_args(["--requests", "0"]), {"requests": (1,), "images": (1,)})
 
 
-@pytest.mark.parametrize("argv", [["bench", "vllm-ranges", "--requests", "999"],
+@pytest.mark.parametrize("argv", [["bench", "vllm-prefix-ranges", "--requests", "999"],
                                   ["bench", "vllm-sched", "--images", "0"],
                                   ["vllm", "check", "--model", "/nonexistent", "--variants", "fastest"],
                                   ["vllm", "check", "--model", "/nonexistent", "--image-size", "big"]])

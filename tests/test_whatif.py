@@ -7,7 +7,6 @@ from another and compare with the other's measured median step.
 
 import gzip
 import json
-import re
 import shlex
 from pathlib import Path
 

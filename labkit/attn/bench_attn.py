@@ -27,7 +27,6 @@ from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "attn_bench"
 
 
 @dataclass(frozen=True)
@@ -290,13 +289,6 @@ def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, 
     return rows, ("measured-gpu" if gpu else "interpreted")
 
 
-def recorded_gpu_results(root=None) -> list:
-    """Every ``attn_bench`` result in the results store that was measured on a GPU."""
-    from labkit.results import load_results
-
-    return [r for r in load_results(root, name=RESULT_NAME) if r.source == "measured-gpu"]
-
-
 def tile_sweep(rows: list[dict]) -> list[dict]:
     """The tile-shape sweep's rows (variant ``triton_prefix[<config label>]``), each with its ``tile`` in
     words (:meth:`labkit.attn.prefix_attention.KernelConfig.describe`)."""
@@ -348,9 +340,9 @@ def _names(text: str | None, known, what: str) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from labkit.device import configure_triton, resolve_device
-    from labkit.results import make_result, sized_name
+    from labkit.results import ATTN_BENCH, make_result, sized_name
 
-    size = resolve_run_options(args, "labkit bench attn")
+    size = resolve_run_options(args)
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     device = resolve_device(args.device)
@@ -377,7 +369,7 @@ def main(args: argparse.Namespace) -> int:
               "flops_rule": "4 * head_dim * num_heads * allowed_pairs",
               "model": "Gemma-3-4B attention: 8 q heads, 4 kv heads, head_dim 256, window 1024 on local layers",
               "case_notes": {n: CASES[n].note for n in cases}}
-    name = sized_name(RESULT_NAME, size)
+    name = sized_name(ATTN_BENCH, size)
     partial = PartialResult(name, params=params, source="measured-gpu" if device == "cuda" else "interpreted",
                             size=size, save=not args.no_save)
     rows, source = run_bench(cases, variants, device=device, sweep=sweep_cases if args.sweep else False,

@@ -25,6 +25,7 @@ from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES, make_strategy, ra
 from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
+from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, partial_sized, record_sized, report_saved
 from labkit.fileio import atomic_target
 from labkit.timing import progress
 from labkit.timing import time_cuda, time_host
@@ -280,8 +281,6 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
     Results are saved to the results store unless ``save`` is False, each rewritten after every point
     while it runs (``complete: false`` until it is whole).
     """
-    from labkit.results import partial_sized, record_sized
-
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
     strategies = list(strategies or PREFIX_RANGE_STRATEGIES)
@@ -306,20 +305,20 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
 
     step_params = {**params, "layers": list(layers)}
     rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats,
-                      on_rows=partial("h2d_step", step_params))
-    results["h2d_step"] = result("h2d_step", rows, step_params)
+                      on_rows=partial(H2D_STEP, step_params))
+    results[H2D_STEP] = result(H2D_STEP, rows, step_params)
     if sweep:
         seqs = tuple(sweep_seqs or cfg["sweep_seqs"])
         sl = tuple(sweep_layers or cfg["sweep_layers"])
         sweep_params = {**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)}
         rows = bench_sweep(device, strategies, seqs=seqs, layer_counts=sl, images=images,
-                           repeats=max(3, repeats // 2), on_rows=partial("h2d_sweep", sweep_params))
-        results["h2d_sweep"] = result("h2d_sweep", rows, sweep_params)
+                           repeats=max(3, repeats // 2), on_rows=partial(H2D_SWEEP, sweep_params))
+        results[H2D_SWEEP] = result(H2D_SWEEP, rows, sweep_params)
     if device == "cuda" and gpu_idle is not False:
         idle_params = {**params, "layers": list(layers), "layer_mb": layer_mb}
         rows = bench_gpu_idle(strategies, num_seqs=num_seqs, images=images, layer_counts=layers,
-                              layer_mb=layer_mb, trace_dir=trace_dir, on_rows=partial("h2d_gpu_idle", idle_params))
-        results["h2d_gpu_idle"] = result("h2d_gpu_idle", rows, idle_params)
+                              layer_mb=layer_mb, trace_dir=trace_dir, on_rows=partial(H2D_GPU_IDLE, idle_params))
+        results[H2D_GPU_IDLE] = result(H2D_GPU_IDLE, rows, idle_params)
     return results
 
 
@@ -366,9 +365,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.results import report_saved
-
-    size = resolve_run_options(args, "labkit bench h2d")
+    size = resolve_run_options(args)
     device = resolve_device(args.device)
     if args.gpu_idle == "on" and device != "cuda":
         raise UsageError("--gpu-idle on needs a CUDA device")
@@ -379,14 +376,14 @@ def main(args: argparse.Namespace) -> int:
         sweep=not args.no_sweep, gpu_idle={"auto": None, "on": True, "off": False}[args.gpu_idle],
         layer_mb=args.layer_mb, trace_dir=args.trace_dir, save=not args.no_save,
     )
-    step = results["h2d_step"]
+    step = results[H2D_STEP]
     print(f"h2d_step ({step.source}; copies are {step.params['copy_target']}):")
     shown = [{**r, "median_us": r["median_ns"] / 1e3} for r in step.rows]
     print(_table(shown, ["variant", "num_seqs", "layers", "model", "median_us", "h2d_per_step",
                          "speedup_vs_per_layer"]))
-    if "h2d_gpu_idle" in results:
+    if H2D_GPU_IDLE in results:
         print("\nh2d_gpu_idle:")
-        shown = [{**r, "step_us": r["step_median_ns"] / 1e3} for r in results["h2d_gpu_idle"].rows]
+        shown = [{**r, "step_us": r["step_median_ns"] / 1e3} for r in results[H2D_GPU_IDLE].rows]
         print(_table(shown, ["variant", "layers", "step_us", "idle_us_per_step", "idle_fraction",
                              "profile_pageable", "ledger_pageable", "counts_match"]))
     report_saved(results, args.json)

@@ -20,6 +20,7 @@ from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.cli import add_run_options, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
+from labkit.results import RANGES_STEP, RANGES_SWEEP, partial_sized, record_sized, report_saved
 from labkit.timing import progress
 from labkit.timing import time_host
 
@@ -142,8 +143,6 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
     (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-    from labkit.results import partial_sized, record_sized
-
     if size not in SIZES:
         raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
     builders = list(builders or RANGE_BUILDERS)
@@ -165,16 +164,16 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
     partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
 
-    results = {"ranges_step": result(
-        "ranges_step", bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
-                                  repeats=repeats, variant=variant, on_rows=partial("ranges_step", params)), params)}
+    results = {RANGES_STEP: result(
+        RANGES_STEP, bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
+                                  repeats=repeats, variant=variant, on_rows=partial(RANGES_STEP, params)), params)}
     if sweep:
         req = tuple(sweep_requests or cfg["sweep_requests"])
         img = tuple(sweep_images or cfg["sweep_images"])
         sweep_params = {**params, "sweep_requests": list(req), "sweep_images": list(img)}
-        results["ranges_sweep"] = result(
-            "ranges_sweep", bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant,
-                                        on_rows=partial("ranges_sweep", sweep_params)), sweep_params)
+        results[RANGES_SWEEP] = result(
+            RANGES_SWEEP, bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant,
+                                        on_rows=partial(RANGES_SWEEP, sweep_params)), sweep_params)
     return results
 
 
@@ -193,16 +192,14 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.results import report_saved
-
-    size = resolve_run_options(args, "labkit bench ranges")
+    size = resolve_run_options(args)
     device = resolve_device(args.device)
     builders = [b.strip() for b in args.builders.split(",") if b.strip()]
     results = run_benchmarks(device, size, builders=builders, num_requests=args.requests, images=args.images,
                              layers=args.layers, sweep_requests=args.sweep_requests, sweep_images=args.sweep_images,
                              repeats=args.repeats, variant=args.variant, sweep=not args.no_sweep,
                              save=not args.no_save)
-    step = results["ranges_step"]
+    step = results[RANGES_STEP]
     print(f"ranges_step ({step.source}; {args.requests} requests x {args.images} images):")
     shown = [{**r, "median_us": r["median_ns"] / 1e3,
               "speedup": r.get("speedup_vs_v033") or r.get("speedup_vs_v033_pinned")} for r in step.rows]

@@ -86,7 +86,7 @@ def resolve_kind(choice: str) -> str:
 def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
 
-    size = resolve_run_options(args, "labkit bench engine")
+    size = resolve_run_options(args)
     kind = resolve_kind(args.device)
     model, workload, nreq, steps, warmup = SIZES[(kind, size)]
     model = args.model or model

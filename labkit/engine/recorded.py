@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from labkit.results import data_root
+from labkit.results import CALIBRATION, data_root, find_all
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def variant_of_run(run: str) -> str:
     return run.replace("-", "/")
 
 
-def recorded_traces(machine: str = "h200", root: str | Path | None = None) -> dict[str, Path]:
+def engine_traces(machine: str = "h200", root: str | Path | None = None) -> dict[str, Path]:
     """Variant -> newest trace file under ``<root>/<machine>/<run>/`` (empty when none recorded)."""
     base = Path(root) if root is not None else traces_root()
     folder = base / machine
@@ -123,17 +123,9 @@ def analyze_recorded(machine: str = "h200", variants=None, root: str | Path | No
     """Variant -> ``labkit.trace.analysis.analyze.Analysis`` of each recorded trace (``variants``: a subset)."""
     from labkit.trace.analysis.analyze import analyze_trace
 
-    traces = recorded_traces(machine, root)
+    traces = engine_traces(machine, root)
     wanted = traces if variants is None else {v: traces[v] for v in variants if v in traces}
     return {v: analyze_trace(p) for v, p in wanted.items()}
-
-
-def measured_result(name: str = "engine"):
-    """The newest recorded ``measured-gpu`` engine result, or None when no GPU run is recorded."""
-    from labkit.results import load_results
-
-    gpu = [r for r in load_results(name=name) if r.source == "measured-gpu"]
-    return max(gpu, key=lambda r: r.created) if gpu else None
 
 
 def step_model_rows(rows: list[dict]) -> list[dict]:
@@ -159,9 +151,7 @@ def step_model_rows(rows: list[dict]) -> list[dict]:
 
 def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float | None:
     """Median of a recorded calibration row of ``machine`` (None when it is not recorded)."""
-    from labkit.results import load_results
-
-    found = load_results(name="calibration", machine=machine)  # its quick run where no full one is recorded
+    found = find_all(CALIBRATION, machine=machine)  # its quick run where no full one is recorded
     cal = found[0] if found else None
     vals = [r["median_ns"] for r in (cal.rows if cal else [])
             if r.get("variant") == variant and r.get("metric") == metric and r.get("median_ns") is not None]

@@ -197,7 +197,7 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
     """
     from labkit.device import describe_machine
     from labkit.engine.device.profiles import load_profile
-    from labkit.results import make_result, save_result, sized_name
+    from labkit.results import ENGINE_SIM, make_result, save_result, sized_name
 
     if size not in ("quick", "full"):
         raise UsageError(f"size must be quick or full, got {size!r}")
@@ -207,7 +207,7 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
     rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                warmup=warmup, profile=prof, trace_dir=trace_dir)
     if save:
-        save_result(make_result(sized_name("engine_sim", size), rows, source="simulated", machine=describe_machine("cpu"),
+        save_result(make_result(sized_name(ENGINE_SIM, size), rows, source="simulated", machine=describe_machine("cpu"),
                                 params={"size": size, "model": model, "workload": workload,
                                         "cudagraph": list(cudagraph), **prof.describe()}))
     traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}

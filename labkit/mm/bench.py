@@ -18,8 +18,8 @@ from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES
 from labkit.mm.step_scheduler import SchedulerConfig
 from labkit.mm.workload import WORKLOAD_PRESETS, get_workload_spec
-from labkit.results import (commit_status, load_results, make_result, report_saved, results_rows, save_result,
-                            sized_name)
+from labkit.results import (MM_DECODE_STEP, MM_GET_NUM_EMBEDS, MM_SWEEP, MM_WORKLOAD, make_result, report_saved,
+                            save_result, sized_name)
 
 logger = logging.getLogger(__name__)
 
@@ -98,63 +98,40 @@ def run_benchmarks(*, quick: bool = True, sweep: bool = False, num_requests: int
         results[name] = res
 
     calls = measure_placeholder_calls(repeats=10 if quick else 25)
-    record("mm_get_num_embeds", calls, {"model": "gemma", "tokens_per_image": 256, "timed": "host"})
+    record(MM_GET_NUM_EMBEDS, calls, {"model": "gemma", "tokens_per_image": 256, "timed": "host"})
     decode = measure_decode_grid(num_requests, images_per_request, combos=combos, repeats=reps)
-    record("mm_decode_step", decode, {"num_requests": num_requests, "images_per_request": images_per_request,
+    record(MM_DECODE_STEP, decode, {"num_requests": num_requests, "images_per_request": images_per_request,
                                       "tokens_per_image": 256, "model": "gemma", "timed": "host"})
     if sweep:
         if quick:
             rows = sweep_decode_steps((1, 8, 64, 256), (1, 8, 64), combos=combos, repeats=3)
         else:
             rows = sweep_decode_steps(combos=combos)
-        record("mm_sweep", rows, {"tokens_per_image": 256, "model": "gemma", "timed": "host",
+        record(MM_SWEEP, rows, {"tokens_per_image": 256, "model": "gemma", "timed": "host",
                                   "fixed_requests": 128, "fixed_images": 32})
     config = SchedulerConfig()
     wl = measure_workload(spec, combos=combos, config=config, repeats=2 if quick else 3)
-    record("mm_workload", wl, {"workload": spec.name, "max_num_batched_tokens": config.max_num_batched_tokens,
+    record(MM_WORKLOAD, wl, {"workload": spec.name, "max_num_batched_tokens": config.max_num_batched_tokens,
                                "max_num_seqs": config.max_num_seqs, "timed": "host"})
     if not all(r["identical_decisions"] for r in wl):
         logger.warning("strategies made different decisions on %s", spec.name)
     return results
 
 
-def recorded_rows(name: str) -> list[dict]:
-    """Rows of result ``name`` recorded on every machine (``machine``, ``source``, ``gpu_name`` columns added)."""
-    return results_rows(load_results(name=name))
-
-
-def _commit_note(commit: str) -> str:
-    status = commit_status(commit)
-    return {"clean": f"commit {commit}", "dirty": f"commit {commit}: UNCOMMITTED CHANGES"}.get(status,
-                                                                                           "commit UNKNOWN")
-
-
-def recorded_note(name: str) -> str:
-    """One line saying which machines recorded ``name`` (source, GPU, size, commit; an unknown or
-    dirty commit flagged) and whether any of them has a GPU."""
-    found = load_results(name=name)
-    if not found:
-        return f"no recorded {name} result on any machine yet (run: labkit bench mm --size full --sweep)"
-    where = ", ".join(f"{r.slug} ({r.source}{', ' + r.machine['gpu_name'] if r.machine.get('gpu_name') else ''}, "
-                      f"size {r.size}, {_commit_note(r.labkit_commit)})" for r in found)
-    gpu = any(r.machine.get("gpu_name") for r in found)
-    return f"{name} recorded on: {where}" + ("" if gpu else "; no GPU machine's result yet")
-
-
 def _print_summary(results: dict) -> None:
     print("placeholder calls (per call):")
-    for r in results["mm_get_num_embeds"].rows:
+    for r in results[MM_GET_NUM_EMBEDS].rows:
         print(f"  {r['variant']:<7} {r['method']:<28} {_fmt_ns(r['median_ns']):>10}  "
               f"vs tensor {_fmt_x(r['speedup_vs_tensor']):>7}  vs list {_fmt_x(r['speedup_vs_list']):>6}")
-    dec = results["mm_decode_step"]
+    dec = results[MM_DECODE_STEP]
     print(f"decode step, encoder scheduling ({dec.params['num_requests']} requests x "
           f"{dec.params['images_per_request']} images):")
     for r in dec.rows:
         print(f"  {r['combo']:<14} {_fmt_ns(r['median_ns']):>10}  vs before {_fmt_x(r['speedup_vs_before']):>7}"
               f"  vs #40143 {_fmt_x(r['speedup_vs_pr']):>7}")
-    if "mm_sweep" in results:
-        print(f"sweep: {len(results['mm_sweep'].rows)} points")
-    wl = results["mm_workload"]
+    if MM_SWEEP in results:
+        print(f"sweep: {len(results[MM_SWEEP].rows)} points")
+    wl = results[MM_WORKLOAD]
     print(f"whole scheduler over workload {wl.params['workload']!r}:")
     for r in wl.rows:
         print(f"  {r['combo']:<14} {r['steps']:>5} steps {_fmt_ns(r['median_ns']):>10}  decode step "
@@ -164,7 +141,7 @@ def _print_summary(results: dict) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point for ``labkit bench mm``."""
-    size = resolve_run_options(args, "labkit bench mm")
+    size = resolve_run_options(args)
     combos = parse_combos(args.combos)
     results = run_benchmarks(quick=size == "quick", sweep=args.sweep, num_requests=args.requests,
                              images_per_request=args.images, workload=args.workload, combos=combos,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from labkit.errors import ReportStopped
-from labkit.report.startup import KERNEL_EXEC_LINES
+from labkit.report import KERNEL_EXEC_LINES
 
 logger = logging.getLogger(__name__)
 

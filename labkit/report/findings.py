@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.results import load_results
+from labkit.results import CALIBRATION, PR_TABLE, VLLM_AB, VLLM_STEP, find_all
 from labkit.serve.published import PR40143, two_phases
 from labkit.viz.tables import sig3
 
@@ -48,9 +48,9 @@ class Evidence:
         return asdict(self)
 
 
-def _newest(results, size: str | None = "full"):
-    got = [r for r in results if size is None or r.size == size or r.params.get("size") == size]
-    return sorted(got, key=lambda r: r.created or "", reverse=True)
+def _found(name: str, root, size: str | None = None) -> list:
+    """The store's ``name`` results, one per machine, by slug: what README says is the same on any machine."""
+    return find_all(name, root=root, size=size, here_first=False)
 
 
 def _file(res) -> str:
@@ -78,7 +78,7 @@ def census_saving(res) -> dict | None:
 
 
 def _pr_table(root):
-    return next(iter(_newest(load_results(root, name="pr_table"))), None)
+    return next(iter(_found(PR_TABLE, root, "full")), None)
 
 
 def _row(res, arm: str, gpu: str, metric: str) -> dict | None:
@@ -87,7 +87,7 @@ def _row(res, arm: str, gpu: str, metric: str) -> dict | None:
 
 def _unit_cost(root, machine: str | None) -> Evidence:
     key, what = "unit_cost", "#40143's unit cost: one tensor read + int() against one list read"
-    found = _newest(load_results(root, name="calibration"), None)
+    found = _found(CALIBRATION, root)
     for res in sorted(found, key=lambda r: r.slug != machine):  # the census machine's first
         by = {r.get("variant"): r.get("median_ns") for r in res.rows}
         if by.get("tensor_index_int") and by.get("list_index"):
@@ -99,7 +99,7 @@ def _unit_cost(root, machine: str | None) -> Evidence:
 
 def _engine_saving(root) -> Evidence:
     key, what = "engine_saving", "vLLM's real engine core at 128 x 32, forward off the host: the saving per step"
-    for res in _newest(load_results(root, name="vllm_step")):
+    for res in _found(VLLM_STEP, root, "full"):
         s = census_saving(res)
         if s is not None:
             return Evidence(key, what, f"{s['saving_ms']:.2f} ms a step ({s['before_ms']:.2f} -> {s['after_ms']:.2f} ms, "
@@ -111,7 +111,7 @@ def _server_ab(root) -> Evidence:
     from labkit.vllm.server.ab_results import variant_summary
 
     key = "server_ab"
-    for res in _newest(load_results(root, name="vllm_ab"), None):
+    for res in _found(VLLM_AB, root):
         table = variant_summary(res.rows)
         if table.empty or "mean_tpot_us" not in table:
             continue
@@ -196,7 +196,7 @@ def answer_text(res, census) -> str:
 def lab_findings(root: Path | str | None = None) -> dict:
     """``{"answer": str | None, "why_no_answer": str | None, "evidence": [Evidence dicts]}``."""
     pr = _pr_table(root)
-    census = next((s for s in (census_saving(r) for r in _newest(load_results(root, name="vllm_step"))) if s), None)
+    census = next((s for s in (census_saving(r) for r in _found(VLLM_STEP, root, "full")) if s), None)
     evidence = [_unit_cost(root, pr.params.get("census_machine") if pr is not None else None), _engine_saving(root),
                 _server_ab(root)]
     answer, why = None, None

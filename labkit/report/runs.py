@@ -14,7 +14,7 @@ from labkit.fileio import write_atomic, write_json
 from labkit.report.execute import CellError
 from labkit.report.findings import lab_findings
 from labkit.report.index import render_index
-from labkit.results import labkit_commit
+from labkit.results import REPORT, find_all, labkit_commit, make_result, save_result, sized_name
 
 MANIFEST = "report.json"
 
@@ -114,13 +114,11 @@ def save_report_result(runs: list[NotebookRun], *, size: str, device: str, only:
     ``source`` is how the times were taken: ``measured-gpu`` when the notebooks ran on CUDA,
     else ``measured-cpu``. Returns the saved ``BenchResult``.
     """
-    from labkit.results import load_result, make_result, save_result, sized_name
-
-    name = sized_name("report", size)
+    name = sized_name(REPORT, size)
     rows = report_rows(runs)
     if only:  # keep the rows of the notebooks this run left out
         machine = public_machine(device).get("slug")
-        earlier = load_result(name, machine=machine)
+        earlier = next(iter(find_all(REPORT, machine=machine, size=size)), None)
         done = {r["notebook"] for r in rows}
         kept = [r for r in (earlier.rows if earlier else []) if r.get("notebook") not in done]
         rows = sorted(rows + kept, key=lambda r: str(r.get("notebook")))

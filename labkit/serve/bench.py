@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.results import PR_TABLE, make_result, results_root, sized_name
 from labkit.serve.api_server import media_first_jobs
 from labkit.serve.clock import StepShape, simulate
 from labkit.serve.gpu.device_model import GPUS, describe_device, step_device_fn
@@ -25,12 +26,11 @@ from labkit.serve.workload import get_workload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
 from labkit.timing import stopwatch
 
-__all__ = ["RESULT_NAME", "ARMS", "CENSUS_MACHINE", "GPU_NODE", "INTAKE_STAGES", "ServeHost", "intake_ns",
+__all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "INTAKE_STAGES", "ServeHost", "intake_ns",
            "predicted_metrics", "full_batch_device_ns", "peak_rows", "infer_intake", "predict", "add_cli_args", "main"]
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "pr_table"
 ARMS = ("baseline", "pr40143", "merged", "early-return")
 #: the machine whose census and input processing are read by default
 CENSUS_MACHINE = "cpu-epyc-2c"
@@ -182,7 +182,6 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
     which compares nothing and infers nothing: the GPU node's measured unit costs, the recorded intake)."""
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
-    from labkit.results import make_result, results_root, sized_name
     from labkit.vllm.census.sched_census import write_model_config
     from labkit.vllm.census.step_bench import require_vllm
 
@@ -282,7 +281,7 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
         "note": "simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, device "
                 "from the roofline) is simulated; not a GPU measurement",
     }
-    return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="simulated", size=size)
+    return make_result(sized_name(PR_TABLE, size), rows, params=params, source="simulated", size=size)
 
 
 def _inferred_from(arm: str, metric: str) -> str | None:
@@ -337,7 +336,7 @@ def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
-    size = resolve_run_options(args, "labkit bench serve-sim")
+    size = resolve_run_options(args)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     result = predict(size, tuple(split(args.gpu)), tuple(split(args.arms)), regime=args.regime,
                      census_machine=args.census_machine)

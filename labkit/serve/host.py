@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.results import IN_RUN_KEY
 
 __all__ = ["READ", "LOOP", "UnitCosts", "Counts", "Chains", "chains_from_census", "infer_read_ns", "measured_units"]
 
@@ -99,7 +100,7 @@ def chains_from_census(doc: dict, arms, images: int = 32) -> Chains:
         ph = str(r.get("phase", ""))
         if r.get("images") == images and ph.startswith("off_host:") and r.get("median_us") is not None:
             phases.setdefault((r["variant"], r["num_requests"]), {})[ph.split(":", 1)[1]] = float(r["median_us"]) * 1e3
-    in_run = (doc.get("params") or {}).get("calibration_in_run")
+    in_run = (doc.get("params") or {}).get(IN_RUN_KEY)
     if not isinstance(in_run, dict):
         raise UsageError("the census keeps no unit costs of its own run (params.calibration_in_run): record it "
                          "again with labkit bench vllm-step")
@@ -147,7 +148,7 @@ def measured_units(root) -> list[dict]:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        kept = (doc.get("params") or {}).get("calibration_in_run")
+        kept = (doc.get("params") or {}).get(IN_RUN_KEY)
         sets = [(doc.get("rows"), "calibrate")] if path.stem.startswith("calibration") else []
         if isinstance(kept, dict):
             sets += [(rows, f"in its run at {k}") for k, rows in kept.items()]

@@ -26,10 +26,14 @@ _BADGE_COLOURS = {
 
 
 def setup_notebook() -> None:
-    """Use a plotly renderer that embeds plotly.js in exported HTML (works offline)."""
+    """Use a plotly renderer that embeds plotly.js in exported HTML (works offline); the results the
+    notebook measures keep the unit costs of its run (:func:`labkit.results.keep_unit_costs`)."""
     import plotly.io as pio
 
+    from labkit.results import keep_unit_costs
+
     pio.renderers.default = "plotly_mimetype+notebook"
+    keep_unit_costs()
 
 
 def sources_badge_html(sources) -> str:

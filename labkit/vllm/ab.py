@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 from labkit.errors import UsageError
 from labkit.mm.placeholder import TensorPlaceholderRange as _Pre40143
-from labkit.vllm.variants import ENV_VAR, RESULT_NAME, VARIANTS, Variant, get_variant  # noqa: F401
+from labkit.vllm.variants import ENV_VAR, VARIANTS, Variant, get_variant  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

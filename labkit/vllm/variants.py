@@ -10,12 +10,11 @@ from dataclasses import dataclass
 
 from labkit.errors import UsageError
 
-__all__ = ["ENV_VAR", "RESULT_NAME", "Variant", "VARIANTS", "get_variant"]
+__all__ = ["ENV_VAR", "Variant", "VARIANTS", "get_variant"]
 
 #: environment variable read by :func:`load_plugin` in every vLLM process
 ENV_VAR = "LABKIT_VLLM_AB"
 #: results-store name of the serving A/B
-RESULT_NAME = "vllm_ab"
 
 
 @dataclass(frozen=True)

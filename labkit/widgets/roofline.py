@@ -88,10 +88,12 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
     import ipywidgets as w
 
     from labkit.device import resolve_device
-    from labkit.viz.lab.roofline import recorded_roofline
+    from labkit.results import ATTN_BENCH, find_all, results_rows
+    from labkit.viz.lab.roofline import roofline_points
 
     gpu = resolve_device(device) == "cuda"
-    recorded = recorded if recorded is not None else recorded_roofline()
+    if recorded is None:
+        recorded = roofline_points(results_rows(find_all(ATTN_BENCH, source="measured-gpu")))
     kind = w.Dropdown(options=[(v[0], k) for k, v in KINDS.items()], value="decode", description="case")
     images = w.IntSlider(value=32, min=1, max=64, description="images", continuous_update=False)
     rows = w.IntSlider(value=128, min=8, max=256, step=8, description="decode rows", continuous_update=False)

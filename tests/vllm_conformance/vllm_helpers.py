@@ -12,7 +12,7 @@ from vllm import SamplingParams
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 from vllm.v1.request import Request as VllmRequest
 
-from labkit.vllm.census.ranges import random_mask  # noqa: F401  (the shared random-mask generator)
+from labkit.vllm.census.prefix_ranges_patch import random_mask  # noqa: F401  (the shared random-mask generator)
 
 
 def vllm_feature(identifier: str, pos: PlaceholderRange, modality: str = "image") -> MultiModalFeatureSpec:

@@ -102,3 +102,8 @@ def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = N
     note = caption + (" (log scale)" if log else "")
     note_html = f'<div style="font-size:12px;color:#555">{esc(note)}</div>' if note else ""
     return f'<div class="labkit-answer-bars" style="max-width:640px;margin:6px 0">{note_html}{rows}</div>'
+
+
+def row(rows, **match) -> dict | None:
+    """The first row whose columns equal ``match``."""
+    return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)

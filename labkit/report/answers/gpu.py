@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
-from labkit.report.answers.pick import pick, recorded, row
-from labkit.results import load_results
-from labkit.viz.tables import format_table
+from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct, row
+from labkit.results import ATTN_BENCH, ENGINE, H2D_GPU_IDLE, H2D_STEP, find
 
 TENSOR, LIST = "tensor/loop/none/async", "list/loop/none/async"
 PER_LAYER, PER_STEP = "fast/cursor/per_layer/async", "fast/cursor/per_step/async"
@@ -19,8 +17,7 @@ def _gpu(result) -> str:
 def idle_bubbles(results=None) -> Answer:
     """02: how host time becomes GPU idle in the lab's mini engine: the GPU's idle share before and
     after each PR, measured on a GPU where one recorded it (else the simulated engine)."""
-    results = recorded(results)
-    eng = pick(results, "engine", source="measured-gpu",
+    eng = find(ENGINE, source="measured-gpu", results=results,
                where=lambda rows: row(rows, variant=TENSOR) and row(rows, variant=LIST))
     if eng is None:
         return Answer("No engine result recorded yet: run `labkit bench engine --size full`.")
@@ -42,9 +39,8 @@ def idle_bubbles(results=None) -> Answer:
 def h2d_prefix_ranges(results=None) -> Answer:
     """03: host time and host-to-device copies per decode step, per_layer (before #38794) against
     per_step, as recorded on a GPU where one recorded it; the GPU idle share from the profiled steps."""
-    results = list(results) if results is not None else load_results(name="h2d_step") + load_results(name="h2d_gpu_idle")
     both = lambda rows: row(rows, variant="per_layer") and row(rows, variant="per_step")  # noqa: E731
-    step = pick(results, "h2d_step", source="measured-gpu", where=both)
+    step = find(H2D_STEP, source="measured-gpu", where=both, results=results)
     if step is None:
         return Answer("No h2d_step result recorded yet: run `labkit bench h2d --size full`.")
     layers = min(r["layers"] for r in step.rows)
@@ -56,7 +52,7 @@ def h2d_prefix_ranges(results=None) -> Answer:
             f"step, {num(ps['h2d_per_step'])} copy and {num(ps['median_ns'] / 1e6, ' ms')} "
             f"({num(pl['median_ns'] / ps['median_ns'], 'x')}).")
     cited = [step]
-    idle = pick(results, "h2d_gpu_idle", machine=step.slug, where=both)
+    idle = find(H2D_GPU_IDLE, machine=step.slug, where=both, results=results)
     il = is_ = None
     if idle is not None:
         il, is_ = row(idle.rows, variant="per_layer", layers=layers), row(idle.rows, variant="per_step", layers=layers)
@@ -100,8 +96,7 @@ ATTN_HEADERS = {"triton_prefix_ms": "triton prefix", "flex_attention_ms": "flex 
 def prefix_attention(results=None) -> Answer:
     """04: the lab's Triton prefix-LM attention kernel against FlexAttention and SDPA with a dense
     mask, in the case where it gains most, as recorded on a GPU."""
-    results = list(results) if results is not None else load_results(name="attn_bench")
-    res = pick(results, "attn_bench", source="measured-gpu",
+    res = find(ATTN_BENCH, source="measured-gpu", results=results,
                where=lambda rows: any(r.get("median_ms") is not None for r in rows))
     if res is None or res.source != "measured-gpu":
         return Answer("No GPU attention result recorded yet: the kernel's timings need a CUDA GPU "

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from labkit.report.answers.element import Answer, bars_html, cite, esc, num
-from labkit.report.answers.pick import of_name, pick, recorded, row
-from labkit.results import load_results
+from labkit.report.answers.element import Answer, bars_html, cite, esc, num, row
+from labkit.results import CALIBRATION, MM_DECODE_STEP, find, find_all
 from labkit.viz.tables import format_table
 
 NO_RESULT = "No {what} recorded yet: {how}."
@@ -21,17 +20,11 @@ def _calibration_costs(result) -> dict:
     return {r["variant"]: r["median_ns"] for r in result.rows if r.get("kind") == "cpu"}
 
 
-def _calibrations(results) -> list:
-    """The calibration results given, else those of the store (read alone: a page's provenance lists
-    the results it read)."""
-    return list(results) if results is not None else load_results(name="calibration")
-
-
 def calibration_rows(results) -> list[dict]:
     """Per machine that recorded a calibration (its full run where it has one): the tensor index +
     ``int()`` (``tensor_index_int_ns``), the list index (``list_index_ns``) and their ``ratio``."""
     out = []
-    for r in of_name(results, "calibration"):
+    for r in find_all(CALIBRATION, results=results):
         costs = _calibration_costs(r)
         if "tensor_index_int" in costs and "list_index" in costs:
             out.append({"machine": r.slug, "source": r.source, "size": r.size,
@@ -43,9 +36,9 @@ def calibration_rows(results) -> list[dict]:
 def environment(results=None, machine: str | None = None) -> Answer:
     """00: what one tensor index + ``int()`` costs against a list index (the per-call cost #40143
     removed), as recorded on this machine (else on another one), beside every machine's recording."""
-    results = _calibrations(results)
+    results = list(find_all(CALIBRATION, results=results))
     machine = machine if machine is not None else _this_machine()
-    cal = pick(results, "calibration", machine=machine,
+    cal = find(CALIBRATION, machine=machine, results=results,
                where=lambda rows: any(r.get("variant") == "tensor_index_int" for r in rows))
     if cal is None:
         return Answer(NO_RESULT.format(what="calibration", how="run `labkit calibrate`"))
@@ -62,8 +55,7 @@ def environment(results=None, machine: str | None = None) -> Answer:
 
 def placeholder_scheduler(results=None) -> Answer:
     """01: one decode step's encoder scheduling at the PR's shape, per placeholder and strategy."""
-    results = recorded(results)
-    step = pick(results, "mm_decode_step", where=lambda rows: row(rows, combo="tensor+loop") and row(rows, combo="list+loop"))
+    step = find(MM_DECODE_STEP, results=results, where=lambda rows: row(rows, combo="tensor+loop") and row(rows, combo="list+loop"))
     if step is None:
         return Answer(NO_RESULT.format(what="mm_decode_step result", how="run `labkit bench mm --size full`"))
     before, pr = row(step.rows, combo="tensor+loop"), row(step.rows, combo="list+loop")
@@ -84,7 +76,7 @@ def placeholder_scheduler(results=None) -> Answer:
 def compare_gpus(results=None) -> Answer:
     """06: the one host figure every machine records (the calibration's tensor index + ``int()``), from
     the fastest machine to the slowest."""
-    results = _calibrations(results)
+    results = find_all(CALIBRATION, results=results)
     costs = sorted(calibration_rows(results), key=lambda r: r["tensor_index_int_ns"])
     if not costs:
         return Answer(NO_RESULT.format(what="calibration", how="run `make report` on a machine"))
@@ -96,5 +88,5 @@ def compare_gpus(results=None) -> Answer:
             "CPU. Below: which results each machine recorded.")
     detail = bars_html([(r["machine"], r["tensor_index_int_ns"] / 1e3) for r in costs], "us", log=False,
                        caption="tensor index + int() per call, calibration")
-    ends = {r.slug: r for r in of_name(results, "calibration")}
+    ends = {r.slug: r for r in results}
     return Answer(text, tuple(cite(ends[r["machine"]]) for r in (fast, slow)), detail)

@@ -4,7 +4,7 @@ and 08 (#40143's published table predicted by the one step model)."""
 from __future__ import annotations
 
 from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
-from labkit.report.answers.pick import pick, recorded
+from labkit.results import PR_TABLE, VLLM_PREFIX_RANGES, VLLM_STEP, find, find_all, results_rows
 from labkit.serve.published import PR40143
 
 
@@ -13,18 +13,18 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
     """07: installed vLLM's ``compute_mm_prefix_ranges`` against the patched one per step at ``point``
     (``vllm_prefix_ranges`` rows), and the GPU idle share each would leave with a ``device_step_ms``
     device step (perfect overlap bound)."""
-    from labkit.vllm.census import nextbubble
+    from labkit.vllm.census import prefix_ranges_bench
 
     if rows is None:
-        rows = nextbubble.recorded_rows()
-    rec = nextbubble.lookup(rows, *point)
+        rows = results_rows(find_all(VLLM_PREFIX_RANGES), params=("vllm_version",))
+    rec = prefix_ranges_bench.lookup(rows, *point)
     if rec is None or "speedup" not in rec:
         return Answer(f"No vllm_prefix_ranges result at {point[0]} x {point[1]} recorded yet: run "
-                      "`.venv-vllm/bin/labkit bench vllm-ranges --size full`.")
+                      "`.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`.")
     if device_step_ms is None:
-        device_step_ms, step_from = nextbubble.device_step_ms()
+        device_step_ms, step_from = prefix_ranges_bench.device_step_ms()
     first = next(r for r in rows if r.get("machine") == rec["machine"])
-    eff = nextbubble.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
+    eff = prefix_ranges_bench.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
     text = (f"Recorded on {esc(rec['machine'])} (vLLM {esc(first.get('vllm_version'))}) at {point[0]} requests x "
             f"{point[1]} images: installed <code>compute_mm_prefix_ranges</code> takes "
             f"{num(rec['installed_us'] / 1e3, ' ms')} of host time per step, patched "
@@ -45,9 +45,9 @@ def inside_vllm_answer(results=None) -> Answer:
     after arm's peak predicted on each GPU against the published one, and the host it implies before."""
     from labkit.report.findings import census_saving
 
-    results = recorded(results)
-    pr = pick(results, "pr_table", where=lambda rows: any(r.get("published") is not None for r in rows))
-    census = pick(results, "vllm_step", where=lambda rows: any(str(r.get("phase")).startswith("off_host:") for r in rows))
+    pr = find(PR_TABLE, results=results, where=lambda rows: any(r.get("published") is not None for r in rows))
+    census = find(VLLM_STEP, results=results,
+                  where=lambda rows: any(str(r.get("phase")).startswith("off_host:") for r in rows))
     saving = census_saving(census) if census is not None else None
     if pr is None or saving is None:
         return Answer("No full pr_table and vllm_step results recorded yet: run `labkit bench vllm-step --size full` "

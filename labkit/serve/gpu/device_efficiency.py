@@ -162,14 +162,13 @@ def _with_borrowed(measured: dict[str, Efficiency]) -> dict[str, Efficiency]:
 @functools.lru_cache(maxsize=8)
 def _measured(results_root: str | None, profile_name: str) -> tuple[tuple[str, Efficiency], ...]:
     from labkit.engine.device.profiles import load_profile
-    from labkit.results import load_results
+    from labkit.results import ATTN_BENCH, find_all
 
-    found = [r for r in load_results(results_root, name="attn_bench", machine=MEASURED_ON)
-             if r.source == "measured-gpu"]
+    found = find_all(ATTN_BENCH, machine=MEASURED_ON, source="measured-gpu", root=results_root)
     if not found:
         raise UsageError(f"no measured attn_bench result for {MEASURED_ON} under "
                          f"{results_root or 'the results store'}: the device model reads its efficiencies there")
-    result = max(found, key=lambda r: r.size == "full")
+    result = found[0]
     peak = peak_for(result.machine.get("gpu_name"))
     profile = load_profile(profile_name)
     ppeak = peak_for(profile.gpu_name)

@@ -24,7 +24,7 @@ from labkit.cli import add_run_options, emit_result, resolve_run_options
 from labkit.device import measured_source
 from labkit.errors import UsageError
 from labkit.machine_load import describe_load, machine_load
-from labkit.results import make_result, sized_name
+from labkit.results import TRACE_BENCH, make_result, sized_name
 from labkit.timing import summarize
 from labkit.trace.analysis.host.steps import STEP_NUMBER
 from labkit.trace.analysis.many import expand_paths
@@ -231,7 +231,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    size = resolve_run_options(args, "labkit bench trace")
+    size = resolve_run_options(args)
     sizes = args.size_mb or TRACE_MB[size]
     if min(sizes) <= 0 or args.repeats < 1:
         raise UsageError("--size-mb must be > 0 and --repeats >= 1")
@@ -275,6 +275,6 @@ def main(args: argparse.Namespace) -> int:
               "tools": ["labkit", "labkit-jobs2"] + (["hta"] if hta else []),
               "traces": [str(p) for p in args.traces] if args.traces else None, "decoder": lab.get("decoder"),
               "inflate": lab.get("inflate"), "not_run": not_run, "machine_load": load}
-    result = make_result(sized_name("trace_bench", size), rows, source=measured_source("cpu"), params=params, size=size)
+    result = make_result(sized_name(TRACE_BENCH, size), rows, source=measured_source("cpu"), params=params, size=size)
     emit_result(result, args)
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.engine.recorded import analyze_recorded
-from labkit.results import REPO_ROOT, data_root, load_results, results_table
+from labkit.results import REPO_ROOT, TRACE_BENCH, data_root, find_all, results_table
 from labkit.trace.read.load import load_trace
 
 FIXTURES = REPO_ROOT / "tests" / "data"
@@ -89,11 +89,11 @@ def trace_sources(path) -> list[str]:
     return ["simulated"] if load_trace(path).is_simulated else ["measured-gpu"]
 
 
-def recorded_bench():
-    """The recorded ``trace_bench`` results (all machines) as a table: per trace file and tool, MB/s of JSON,
-    peak memory over the JSON's size and the speed-ups over ``--jobs 1`` and HTA; or a sentence saying
-    there are none."""
-    results = load_results(name="trace_bench")
+def bench_table():
+    """The recorded ``trace_bench`` results (one per machine) as a table: per trace file and tool, MB/s of
+    JSON, peak memory over the JSON's size and the speed-ups over ``--jobs 1`` and HTA; or a sentence
+    saying there are none."""
+    results = find_all(TRACE_BENCH)
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
     from labkit.viz.tables import format_table

@@ -105,7 +105,7 @@ def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time
     ])
     fig.update_layout(title=f"{title} (simulated bars: simulated device)", barmode="group",
                       yaxis_title="median step time (ms)", yaxis_type="log", xaxis_tickangle=-30,
-                      margin=dict(t=80))
+                      margin=dict(t=80), height=420)
     return fig
 
 

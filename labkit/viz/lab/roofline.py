@@ -37,7 +37,6 @@ import plotly.graph_objects as go
 from labkit.viz.labels import legend_below
 from labkit.viz.peaks import GpuPeak, peak_for
 
-RESULT_NAME = "attn_bench"
 #: the variants drawn: the lab's kernel and FlexAttention (SDPA's masked run is far below both)
 SHOWN_VARIANTS = ("triton_prefix", "flex_attention")
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -172,29 +171,6 @@ def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) ->
         out.peaks[str(row.get("gpu_name"))] = peak
         out.points.append(point(row, traffic, peak))
     return out
-
-
-def recorded_attn_results(root=None) -> list:
-    """The ``attn_bench`` results measured on a GPU, one per machine: the full run where one is
-    recorded, else the quick one (``attn_bench_quick``)."""
-    from labkit.results import load_results, sized_name
-
-    # only these files are opened (the report lists every result a page reads)
-    found = [r for name in (RESULT_NAME, sized_name(RESULT_NAME, "quick"))
-             for r in load_results(root, name=name) if r.source == "measured-gpu"]
-    best: dict[str, object] = {}
-    for r in found:
-        kept = best.get(r.slug)
-        if kept is None or (kept.size != "full" and r.size == "full"):
-            best[r.slug] = r
-    return [best[slug] for slug in sorted(best)]
-
-
-def recorded_roofline(root=None) -> Roofline:
-    """:func:`roofline_points` of every recorded GPU result (:func:`recorded_attn_results`)."""
-    from labkit.results import results_rows
-
-    return roofline_points(results_rows(recorded_attn_results(root)))
 
 
 def describe(roof: Roofline) -> str:

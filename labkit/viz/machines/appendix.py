@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import html
 
-from labkit.results import base_name
+from labkit.results import base_name, find_all
 from labkit.viz.sources import source_rank
 from labkit.viz.tables import format_table, sig3
 
@@ -26,12 +26,10 @@ def _machines(results) -> list[str]:
 def one_per_machine(results) -> list:
     """Each machine's run of each result under the result's base name: its full run where it has one,
     else its quick one (a machine's quick and full runs are one result, not two)."""
-    best: dict[tuple[str, str], object] = {}
-    for r in results:
-        key = (r.slug, base_name(r.name))
-        if key not in best or best[key].size == "quick":
-            best[key] = r
-    return [dataclasses.replace(r, name=name) for (_, name), r in sorted(best.items())]
+    results = list(results)
+    kept = [dataclasses.replace(r, name=name) for name in {base_name(r.name) for r in results}
+            for r in find_all(name, results=results, here_first=False)]
+    return sorted(kept, key=lambda r: (r.slug, r.name))
 
 
 def results_matrix(results):

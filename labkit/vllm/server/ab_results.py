@@ -10,7 +10,8 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.fileio import copy_atomic
-from labkit.vllm.variants import ENV_VAR, RESULT_NAME, get_variant
+from labkit.results import VLLM_AB, data_root, find_all, make_result, save_result
+from labkit.vllm.variants import ENV_VAR, get_variant
 
 
 #: keys every ``vllm bench serve --save-result`` JSON has (facts F.2)
@@ -141,8 +142,6 @@ def ingest(
     (``*.pt.trace.json.gz`` / ``*.pt.trace.json``) are copied to
     ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. Returns the result path.
     """
-    from labkit.results import data_root, load_result, make_result, save_result
-
     path = Path(bench_json)
     try:
         bench = json.loads(path.read_text(encoding="utf-8"))
@@ -165,7 +164,7 @@ def ingest(
     slug = machine["slug"]
     if traces:
         dest = Path(traces_root) if traces_root is not None else data_root() / "traces"
-        dest = dest / slug / RESULT_NAME / row["variant"]
+        dest = dest / slug / VLLM_AB / row["variant"]
         dest.mkdir(parents=True, exist_ok=True)
         row["trace_files"] = []
         for t in traces:
@@ -178,14 +177,14 @@ def ingest(
               **_model_params(model), "shape": dict(shape or {}, num_prompts=row["num_prompts"], images=images)}
     if device == "cpu":
         params["prefix_ranges"] = CPU_PREFIX_RANGES
-    previous = load_result(RESULT_NAME, machine=slug, root=results_root)
+    previous = next(iter(find_all(VLLM_AB, machine=slug, root=results_root)), None)
     same_run = previous is not None and all(previous.params.get(k) == params.get(k)
                                             for k in ("vllm_version", "vllm_distribution", "shape", "device"))
     rows = [r for r in (previous.rows if same_run else []) if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)]
     rows.append(row)
     rows.sort(key=lambda r: (r.get("order") is None, r.get("order") or 0))
     source = "measured-cpu" if device == "cpu" else "measured-gpu"
-    result = make_result(RESULT_NAME, rows, params=params, source=source, machine=machine)
+    result = make_result(VLLM_AB, rows, params=params, source=source, machine=machine)
     return save_result(result, root=results_root)
 
 

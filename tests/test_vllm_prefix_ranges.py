@@ -1,4 +1,4 @@
-"""labkit.vllm.census.nextbubble without vLLM: workload, the caching patch on the lab's placeholder, results.
+"""labkit.vllm.census.prefix_ranges_bench without vLLM: workload, the caching patch on the lab's placeholder, results.
 
 The measurement against the installed vLLM (and the patch file applied to vLLM's source)
 is checked in tests/vllm_conformance/.
@@ -11,9 +11,9 @@ import random
 import pytest
 import torch
 
-from labkit.vllm.census import nextbubble as nb
+from labkit.vllm.census import prefix_ranges_bench as nb
 from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
-from labkit.results import make_result, save_result
+from labkit.results import VLLM_PREFIX_RANGES, find_all, make_result, results_rows, save_result
 
 
 def _runs_reference(offset, mask, length):
@@ -96,19 +96,19 @@ def test_clear_cached_runs():
 
 
 def _fake_result(root, machine_slug, rows, version="0.33.0"):
-    res = make_result(nb.RESULT_NAME, rows, params={"vllm_version": version}, source="measured-cpu",
+    res = make_result(VLLM_PREFIX_RANGES, rows, params={"vllm_version": version}, source="measured-cpu",
                       machine={"slug": machine_slug, "cpu_model": "test"})
     save_result(res, root=root)
 
 
-def test_recorded_rows_side_by_side_and_lookup(tmp_path):
+def test_rows_side_by_side_and_lookup(tmp_path):
     rows = [
         {"variant": "installed", "num_requests": 128, "images": 32, "median_ns": 140e6},
         {"variant": "patched", "num_requests": 128, "images": 32, "median_ns": 0.7e6},
         {"variant": "installed", "num_requests": 1, "images": 1, "median_ns": 40e3},
     ]
     _fake_result(tmp_path, "cpu-test-2c", rows)
-    got = nb.recorded_rows(root=tmp_path)
+    got = results_rows(find_all(VLLM_PREFIX_RANGES, root=tmp_path), params=("vllm_version",))
     assert len(got) == 3 and got[0]["machine"] == "cpu-test-2c" and got[0]["vllm_version"] == "0.33.0"
     table = nb.side_by_side(got)
     big = next(r for r in table if r["num_requests"] == 128)
@@ -118,7 +118,6 @@ def test_recorded_rows_side_by_side_and_lookup(tmp_path):
     assert "speedup" not in small  # no patched row recorded there
     assert nb.lookup(got, 128, 32)["speedup"] == pytest.approx(200.0)
     assert nb.lookup(got, 64, 64) is None
-    assert nb.recorded_rows(root=tmp_path / "empty") == []
 
 
 def test_host_comparison_and_device_step_read_from_results(tmp_path):
@@ -152,12 +151,12 @@ def test_cli_without_vllm_or_with_bad_arguments(capsys):
     except ImportError:
         has_vllm = False
     if not has_vllm:
-        assert labkit_main(["bench", "vllm-ranges", "--quick", "--no-save"]) == 2
+        assert labkit_main(["bench", "vllm-prefix-ranges", "--no-save"]) == 2
         assert "vLLM is not installed" in capsys.readouterr().err
-    assert labkit_main(["bench", "vllm-ranges", "--requests", "0"]) == 2
+    assert labkit_main(["bench", "vllm-prefix-ranges", "--requests", "0"]) == 2
     assert "requests must be in 1..256" in capsys.readouterr().err
-    assert labkit_main(["bench", "vllm-ranges", "--images", "65"]) == 2
-    assert labkit_main(["bench", "vllm-ranges", "--checks", "0"]) == 2
+    assert labkit_main(["bench", "vllm-prefix-ranges", "--images", "65"]) == 2
+    assert labkit_main(["bench", "vllm-prefix-ranges", "--checks", "0"]) == 2
 
 
 def test_expected_effect_hand_worked():
@@ -181,7 +180,7 @@ ROWS = [
 
 def test_figures_from_recorded_rows():
     pytest.importorskip("plotly")
-    from labkit.viz.vllm.nextbubble import plot_installed_vs_patched, plot_profile
+    from labkit.viz.vllm.prefix_ranges import plot_installed_vs_patched, plot_profile
 
     fig = plot_installed_vs_patched(ROWS)
     assert len(fig.data) == 4  # installed + patched for each of 2 image counts (one machine)
