@@ -104,16 +104,11 @@ plot_timeline_pair(traces["fast/cursor/per_layer/async"], traces["fast/cursor/pe
 
 # %% [markdown]
 # ## Under CUDA graphs: vLLM's regime
-# vLLM decodes under CUDA graphs: `piecewise` replays the work between two attention calls as one
-# graph per piece (attention runs eagerly in between, reading its prefix-range tensor there), and
-# `full` (vLLM's default FULL_AND_PIECEWISE) replays a whole uniform decode step as one graph,
-# its inputs copied into persistent buffers first. A replay costs the host one call, so the
-# per-op launch cost that makes the eager engine host-bound nearly vanishes: the device step
-# becomes the longer side, and what is left of the host's step (the scheduler, synchronising
-# copies) shows as idle wherever it is longer than the device step. `per_layer` cannot be
-# captured whole (its copies sit inside attention), so it runs piecewise in `full` mode, as the
-# table's note says: its `full` row is its `piecewise` run, not a second one. The simulated replay
-# costs the host the profile's replay cost (below); its device time is the sum of the captured ops.
+# `piecewise` replays the work between attention calls as graphs (attention runs eagerly between
+# them); `full` (vLLM's default FULL_AND_PIECEWISE) replays a whole decode step as one graph. A
+# replay costs the host one call, so the device step becomes the longer side and only the rest of
+# the host's step (scheduler, synchronising copies) shows as idle. `per_layer` cannot be captured
+# whole (its copies sit inside attention): its `full` row is its `piecewise` run.
 
 # %%
 print(f"host cost per replay: {profile.replay_overhead_ns / 1e3:.1f} us ({profile.replay_origin})")
@@ -122,11 +117,9 @@ plot_engine_bars([r for r in rows if r["cudagraph"] == "full"], metric="device_i
 
 # %% [markdown]
 # ## Eager and CUDA graphs side by side
-# Each run eagerly (top) and under full CUDA graphs (bottom); the dropdown picks the variant (it
-# works in the exported page). Eagerly, the device lane is mostly gaps whatever the variant: the
-# host launches op by op. Under graphs the after-fix variants keep the device busy and the
-# `per_layer` copies (#38794 before) still open gaps; the `tensor` scheduler (#40143 before)
-# opens them only where its host time is longer than the device step (next section).
+# Eagerly (top) the device lane is mostly gaps whatever the variant; under full CUDA graphs
+# (bottom) only the `per_layer` copies and a `tensor` scheduler longer than the device step open
+# gaps. The dropdown picks the variant.
 
 # %%
 from labkit.viz.lab.engine import plot_mode_timelines
@@ -139,15 +132,11 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 # %% [markdown]
 # ## The one step model on the mini engine
 #
-# Each simulated run beside the lab's one step model (`labkit.step_model`, the same rule notebook
-# 08 predicts #40143's table with): its host per step (schedule, metadata, launches or replays,
-# sampling) and its device busy time per step give `max(device, host)` under async scheduling and
-# `device + host` under sync. Eagerly the host launches op by op and is the longer side in every
-# variant; under full graphs the after-fix variants are device-bound and the `tensor` scheduler is
-# host-bound only where its loop outlasts the device step. The last column is the measured step
-# over the model's, less one: where it is well above zero, part of the step does not overlap the
-# device (the eager attention between piecewise replays), the part the model's `non_overlap` stands
-# for, which the lab does not measure on a real GPU.
+# Each simulated run beside the lab's one step model (`labkit.step_model`, with which notebook 08
+# predicts #40143's table): host and device time per step give `max(device, host)` under async
+# scheduling and `device + host` under sync. The last column is the simulated step over the
+# model's, less one: well above zero where part of the step does not overlap the device (the model's
+# `non_overlap`, which the lab does not measure on a real GPU).
 
 # %%
 from labkit.engine.recorded import step_model_rows
@@ -174,10 +163,8 @@ plot_engine_bars(gpu_rows, title=f"Mini engine on {gpu.machine.get('gpu_name')} 
 
 # %% [markdown]
 # ## Measured H200 timelines (measured-gpu)
-# The profiler traces of the H200 run (`data/traces/h200/<variant>/`), through the same analyzer
-# and timeline as the simulated ones. Blue bars are real kernels; red gaps are the GPU waiting
-# for the host. #40143: with `tensor` placeholders each step's scheduling (`host_schedule_ns` in
-# the table above) leaves the GPU idle; `list` cuts it several-fold.
+# The H200 run's profiler traces through the same analyzer and timeline: blue bars are real
+# kernels, red gaps the GPU waiting for the host; `list` cuts #40143's scheduling gap several-fold.
 
 # %%
 (plot_timeline_pair(measured["tensor/loop/none/async"], measured["list/loop/none/async"],

@@ -228,11 +228,13 @@ PAGES: dict[str, PageExpectation] = {
 
 # -- comparing a page with its expectation -------------------------------------------------------
 
-#: in the browser: the page's headings, text, and per figure its title, notes and trace data
+#: in the browser: the page's headings, text (with the whole of each long table, folded behind a
+#: click), and per figure its title, notes and trace data
 PAGE_FACTS_JS = """
 () => ({
   headings: Array.from(document.querySelectorAll('h1, h2, h3')).map(h => h.innerText.replace(/\\u00b6/g, '').trim()),
-  text: document.body.innerText,
+  text: [document.body.innerText,
+         ...Array.from(document.querySelectorAll('details td')).map(td => td.textContent)].join('\\n'),
   figures: Array.from(document.querySelectorAll('.plotly-graph-div')).map(gd => {
     const layout = gd.layout || {};
     const title = layout.title && (layout.title.text !== undefined ? layout.title.text : layout.title);
