@@ -1,11 +1,8 @@
 """Machine calibration: the unit costs the lab's two stories are made of.
 
-CPU part (every machine), the #40143 unit cost: reading one element of a Python list
-vs indexing a 1-D torch tensor (a 0-d tensor comes back) and converting it with
-``int()``, per element, inside a Python loop (the loop alone is measured too); and, with
-Pillow, the image path's unit cost (``image_decode_resize``: one of #40143's 1024 x 1536 JPEGs
-decoded, resized and normalized, per image), which the serving simulator scales the API
-server's intake by.
+CPU part (every machine): the #40143 unit cost, a Python list read vs a 1-D tensor read plus
+``int()``, and, with Pillow, the image path's unit cost (``image_decode_resize``).
+GPU part (CUDA only): the #38794 unit costs, a small H2D copy and a (nearly) empty kernel launch.
 
 More: docs/reference.md, ``labkit.calibrate``.
 """

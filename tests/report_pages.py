@@ -269,6 +269,92 @@ def figure_numbers(figure: dict) -> np.ndarray:
     return np.array(vals, dtype=float)
 
 
+#: in the browser: where the answer and the first figure are, every table's width against its room,
+#: and the visible text nodes that say FAIL (none inside a closed <details> counts)
+READER_FACTS_JS = r"""
+() => {
+  const top = el => el.getBoundingClientRect().top + window.scrollY;
+  const answer = document.querySelector('.labkit-answer');
+  const figure = document.querySelector('.plotly-graph-div');
+  const page = document.documentElement.clientWidth;
+  const tables = Array.from(document.querySelectorAll('table'))
+    .filter(t => t.offsetParent !== null && t.getClientRects().length)
+    .map(t => ({width: t.scrollWidth, room: Math.max(t.parentElement.clientWidth, 0), page: page,
+                text: t.innerText.slice(0, 80)}));
+  const fails = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (!/\bFAIL\b/.test(n.nodeValue)) continue;
+    const el = n.parentElement;
+    if (!el || el.closest('script, style')) continue;
+    const closed = el.closest('details:not([open])');
+    if (closed && !el.closest('summary')) continue;
+    if (!el.getClientRects().length) continue;
+    fails.push(n.nodeValue.trim().slice(0, 100));
+  }
+  return {
+    answer_top: answer ? top(answer) : null,
+    answer_text: answer ? answer.innerText : '',
+    figure_top: figure ? top(figure) : null,
+    tables: tables,
+    fails: fails,
+  };
+}
+"""
+
+#: in the browser: what the checks of this module read (see the module text)
+PAGE_CHECK_FACTS_JS = r"""
+() => {
+  const box = document.querySelector('.labkit-answer');
+  const shown = el => !el.closest('details:not([open])') && el.getClientRects().length > 0;
+  const prose = box ? Array.from(box.children).filter(c => !c.classList.contains('labkit-answer-detail'))
+    .map(c => c.innerText).join(' ') : '';
+  const after = [];
+  if (box) {
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!(box.compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING) || box.contains(n)) continue;
+      const el = n.parentElement;
+      if (!el || el.closest('script, style, .jp-CodeCell .jp-InputArea, .plotly-graph-div')) continue;
+      after.push(n.nodeValue);
+    }
+  }
+  const graphs = Array.from(document.querySelectorAll('.plotly-graph-div'));
+  const strings = v => (Array.isArray(v) ? v.flat(3) : [v]).filter(x => typeof x === 'string');
+  const figures = graphs.map((gd, i) => {
+    const layout = gd.layout || {};
+    const title = layout.title && (layout.title.text !== undefined ? layout.title.text : layout.title);
+    const axes = Object.keys(layout).filter(k => /^[xy]axis/.test(k)).map(k => (layout[k].title || {}).text || '');
+    return {
+      index: i,
+      below_answer: !!box && !!(box.compareDocumentPosition(gd) & Node.DOCUMENT_POSITION_FOLLOWING),
+      drawn: !!gd.querySelector('.main-svg'),
+      labels: [String(title || ''), ...axes, ...(layout.annotations || []).map(a => String(a.text || ''))]
+        .concat((gd.data || []).flatMap(t => [String(t.name || ''), ...strings(t.x), ...strings(t.y), ...strings(t.text)])),
+      traces: (gd.data || []).map(t => ({x: t.x, y: t.y, z: t.z, base: t.base, values: t.values, customdata: t.customdata})),
+      controls: ((layout.sliders || []).length + (layout.updatemenus || []).length),
+    };
+  });
+  const live = Array.from(document.querySelectorAll('h2')).find(h => /Try it live/.test(h.innerText));
+  const live_figure = live ? graphs.findIndex(gd => live.compareDocumentPosition(gd) & Node.DOCUMENT_POSITION_FOLLOWING) : -1;
+  const cells = Array.from(document.querySelectorAll('td')).filter(shown).map(td => td.innerText.trim());
+  return {
+    prose: prose,
+    words: prose.split(/\s+/).filter(Boolean).length,
+    evidence: after.join(' '),
+    figures: figures,
+    height: document.documentElement.scrollHeight,
+    code_shown: Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea')).filter(shown).length,
+    has_live: !!live,
+    live_figure: live_figure,
+    text_all: document.body.textContent,
+    table_cells: cells,
+    bad_cells: cells.filter(c => /^(nan|none)$/i.test(c)),
+  };
+}
+"""
+
+
 def has_data(figure: dict) -> bool:
     """Whether any trace of the figure holds points (a "no result" placeholder has no trace at all)."""
     return any(_decode(t.get(k)) for t in figure["traces"] for k in _ARRAY_KEYS)

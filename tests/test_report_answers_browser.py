@@ -1,7 +1,7 @@
 """Every page of the lab report as a reader meets it, at 1280 px in headless Chromium.
 
 Per page (the lab report ``test_report_browser`` builds: its ``lab_report`` fixture, quick size,
-this machine's CPU, once per test session for both modules):
+this machine's CPU, once per test run; each page visited once for both modules: ``page_visits``):
 
 - its answer box within the first 1400 px and above its first figure, with a number in it; no table
   wider than its container or the page; no visible "FAIL" outside a closed ``<details>``;
@@ -27,14 +27,13 @@ import math
 import re
 
 import pytest
-from report_pages import PAGES, drive_control, has_data, shown_data
-from test_report_browser import _open, _wait_for_figures, lab_report  # noqa: F401 (the session's report)
+from report_pages import PAGES, has_data
+from test_report_browser import lab_report, page_visits  # noqa: F401 (the session's report, each page visited once)
 
 from labkit.results import load_results
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-VIEWPORT = {"width": 1280, "height": 900}
 ANSWER_WITHIN_PX = 1400
 MAX_ANSWER_WORDS = 80
 MAX_HEIGHT_PX = {"08_inside_vllm": 6000}
@@ -45,94 +44,8 @@ TRY_IT_LIVE = ("01_placeholder_scheduler", "02_idle_bubbles", "03_h2d_prefix_ran
 CHECKS = ("answer_agrees", "answer_words", "height", "figures_drawn", "code_folded", "try_it_live", "readable")
 
 
-#: in the browser: where the answer and the first figure are, every table's width against its room,
-#: and the visible text nodes that say FAIL (none inside a closed <details> counts)
-READER_FACTS_JS = r"""
-() => {
-  const top = el => el.getBoundingClientRect().top + window.scrollY;
-  const answer = document.querySelector('.labkit-answer');
-  const figure = document.querySelector('.plotly-graph-div');
-  const page = document.documentElement.clientWidth;
-  const tables = Array.from(document.querySelectorAll('table'))
-    .filter(t => t.offsetParent !== null && t.getClientRects().length)
-    .map(t => ({width: t.scrollWidth, room: Math.max(t.parentElement.clientWidth, 0), page: page,
-                text: t.innerText.slice(0, 80)}));
-  const fails = [];
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-    if (!/\bFAIL\b/.test(n.nodeValue)) continue;
-    const el = n.parentElement;
-    if (!el || el.closest('script, style')) continue;
-    const closed = el.closest('details:not([open])');
-    if (closed && !el.closest('summary')) continue;
-    if (!el.getClientRects().length) continue;
-    fails.push(n.nodeValue.trim().slice(0, 100));
-  }
-  return {
-    answer_top: answer ? top(answer) : null,
-    answer_text: answer ? answer.innerText : '',
-    figure_top: figure ? top(figure) : null,
-    tables: tables,
-    fails: fails,
-  };
-}
-"""
-
-#: in the browser: what the checks of this module read (see the module text)
-PAGE_CHECK_FACTS_JS = r"""
-() => {
-  const box = document.querySelector('.labkit-answer');
-  const shown = el => !el.closest('details:not([open])') && el.getClientRects().length > 0;
-  const prose = box ? Array.from(box.children).filter(c => !c.classList.contains('labkit-answer-detail'))
-    .map(c => c.innerText).join(' ') : '';
-  const after = [];
-  if (box) {
-    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-      if (!(box.compareDocumentPosition(n) & Node.DOCUMENT_POSITION_FOLLOWING) || box.contains(n)) continue;
-      const el = n.parentElement;
-      if (!el || el.closest('script, style, .jp-CodeCell .jp-InputArea, .plotly-graph-div')) continue;
-      after.push(n.nodeValue);
-    }
-  }
-  const graphs = Array.from(document.querySelectorAll('.plotly-graph-div'));
-  const strings = v => (Array.isArray(v) ? v.flat(3) : [v]).filter(x => typeof x === 'string');
-  const figures = graphs.map((gd, i) => {
-    const layout = gd.layout || {};
-    const title = layout.title && (layout.title.text !== undefined ? layout.title.text : layout.title);
-    const axes = Object.keys(layout).filter(k => /^[xy]axis/.test(k)).map(k => (layout[k].title || {}).text || '');
-    return {
-      index: i,
-      below_answer: !!box && !!(box.compareDocumentPosition(gd) & Node.DOCUMENT_POSITION_FOLLOWING),
-      drawn: !!gd.querySelector('.main-svg'),
-      labels: [String(title || ''), ...axes, ...(layout.annotations || []).map(a => String(a.text || ''))]
-        .concat((gd.data || []).flatMap(t => [String(t.name || ''), ...strings(t.x), ...strings(t.y), ...strings(t.text)])),
-      traces: (gd.data || []).map(t => ({x: t.x, y: t.y, z: t.z, base: t.base, values: t.values, customdata: t.customdata})),
-      controls: ((layout.sliders || []).length + (layout.updatemenus || []).length),
-    };
-  });
-  const live = Array.from(document.querySelectorAll('h2')).find(h => /Try it live/.test(h.innerText));
-  const live_figure = live ? graphs.findIndex(gd => live.compareDocumentPosition(gd) & Node.DOCUMENT_POSITION_FOLLOWING) : -1;
-  const cells = Array.from(document.querySelectorAll('td')).filter(shown).map(td => td.innerText.trim());
-  return {
-    prose: prose,
-    words: prose.split(/\s+/).filter(Boolean).length,
-    evidence: after.join(' '),
-    figures: figures,
-    height: document.documentElement.scrollHeight,
-    code_shown: Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputArea')).filter(shown).length,
-    has_live: !!live,
-    live_figure: live_figure,
-    text_all: document.body.textContent,
-    table_cells: cells,
-    bad_cells: cells.filter(c => /^(nan|none)$/i.test(c)),
-  };
-}
-"""
-
-
 def reader_problems(name: str, facts: dict) -> list[str]:
-    """What a page shows its reader wrong, from :data:`READER_FACTS_JS`'s facts (empty: nothing)."""
+    """What a page shows its reader wrong, from :data:`report_pages.READER_FACTS_JS`'s facts (empty: nothing)."""
     out = []
     if facts["answer_top"] is None:
         return [f"{name}: no .labkit-answer element"]
@@ -162,22 +75,10 @@ def test_reader_problems_flags_each_fault():
     assert any("FAIL" in p for p in reader_problems("p", {**good, "fails": ["FAIL x"]}))
 
 
-def page_reader_facts(browser, path) -> dict:
-    """The facts of one page at 1280 px, once its figures are drawn."""
-    page, _ = _open(browser, path)
-    try:
-        page.set_viewport_size(VIEWPORT)
-        _wait_for_figures(page)
-        page.wait_for_timeout(300)  # relayout at the new width
-        return page.evaluate(READER_FACTS_JS)
-    finally:
-        page.close()
-
-
-def test_every_page_opens_with_its_answer_and_reads_at_1280_px(browser, lab_report):  # noqa: F811
-    pages = sorted(lab_report.out.glob("[0-9][0-9]_*.html"))
+def test_every_page_opens_with_its_answer_and_reads_at_1280_px(lab_report, page_visits):  # noqa: F811
+    pages = sorted(p.stem for p in lab_report.out.glob("[0-9][0-9]_*.html"))
     assert pages, f"no notebook pages exported ({lab_report.proc.stderr[-1500:]})"
-    problems = [p for path in pages for p in reader_problems(path.stem, page_reader_facts(browser, path))]
+    problems = [p for name in pages for p in reader_problems(name, page_visits[name]["reader"])]
     assert not problems, "\n".join(problems)
 
 
@@ -251,29 +152,16 @@ def test_unsupported_numbers_by_hand():
 # -- the per-page checks ------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def page_checks(browser, lab_report):  # noqa: F811
-    """Per page: the facts of :data:`PAGE_CHECK_FACTS_JS`, the numbers of the results it read, and what
-    driving its "Try it live" figure did (``before``, ``after``, the control used)."""
+def page_checks(lab_report, page_visits):  # noqa: F811
+    """Per page: the facts of :data:`report_pages.PAGE_CHECK_FACTS_JS`, what driving its "Try it live"
+    figure did (``live_control``, ``live_changed``) and the numbers of the results it read."""
     manifest = json.loads((lab_report.out / "report.json").read_text(encoding="utf-8"))
     store = {(r.slug, r.name): r for r in load_results(lab_report.out.parent / "results")}
     out = {}
     for nb in manifest["notebooks"]:
-        path = lab_report.out / nb["html"]
-        page, _ = _open(browser, path)
-        try:
-            page.set_viewport_size(VIEWPORT)
-            _wait_for_figures(page)
-            page.wait_for_timeout(300)
-            facts = page.evaluate(PAGE_CHECK_FACTS_JS)
-            read = [store[(r["machine"], r["name"])] for r in nb.get("results", []) if (r["machine"], r["name"]) in store]
-            facts["result_values"] = [v for r in read for v in _numbers_of(r.rows)]
-            if facts["live_figure"] >= 0:
-                i = facts["live_figure"]
-                before = shown_data(page, i)
-                facts["live_control"] = drive_control(page, i)
-                facts["live_changed"] = shown_data(page, i) != before
-        finally:
-            page.close()
+        facts = dict(page_visits[nb["html"].removesuffix(".html")]["checks"])
+        read = [store[(r["machine"], r["name"])] for r in nb.get("results", []) if (r["machine"], r["name"]) in store]
+        facts["result_values"] = [v for r in read for v in _numbers_of(r.rows)]
         out[nb["name"]] = facts
     return out
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 from report_helpers import TOGGLE_CELLS, write_notebook
-from report_pages import PAGE_FACTS_JS, PAGES, Recorded, page_problems
+from report_pages import (PAGE_CHECK_FACTS_JS, PAGE_FACTS_JS, PAGES, READER_FACTS_JS, Recorded, drive_control,
+                          page_problems, shown_data)
 
 from labkit.report.build import build_report
 from labkit.results import load_results
@@ -75,26 +76,54 @@ def _wait_for_figures(page) -> int:
     return n_graphs
 
 
-def _check_page(browser, path: Path) -> dict:
-    """Every assertion a page must pass; returns counts for the caller's own checks."""
+#: the window every page is read in
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def _visit(browser, path: Path) -> dict:
+    """One visit to a page at 1280 px, once its figures are drawn: what the checks of this module and of
+    ``test_report_answers_browser`` read (``reader``: READER_FACTS_JS, ``checks``: PAGE_CHECK_FACTS_JS with
+    what driving its "Try it live" figure did, ``content``: PAGE_FACTS_JS), then every update menu
+    clicked (``toggled``, ``toggle_problems``), the text after that and the requests that failed or left
+    file:// (``bad``)."""
     page, bad = _open(browser, path)
     try:
+        page.set_viewport_size(VIEWPORT)
         n_graphs = _wait_for_figures(page)
-        html = path.read_text(encoding="utf-8")
-        assert "application/vnd.jupyter.widget" not in html, f"{path.name}: a widget's view or state on the page"
-        live_notes = page.locator(".labkit-live-note").count()
-        toggled = _click_toggles(page, path.name)
-        text = page.inner_text("body")
-        assert "Traceback (most recent call last)" not in text, f"{path.name}: Python traceback on the page"
-        assert not bad, f"{path.name}: {bad}"
-        return {"graphs": n_graphs, "live_notes": live_notes, "toggled": toggled}
+        page.wait_for_timeout(300)  # relayout at the new width
+        facts = {"graphs": n_graphs, "reader": page.evaluate(READER_FACTS_JS),
+                 "checks": page.evaluate(PAGE_CHECK_FACTS_JS), "content": page.evaluate(PAGE_FACTS_JS),
+                 "live_notes": page.locator(".labkit-live-note").count()}
+        checks = facts["checks"]
+        if checks["live_figure"] >= 0:
+            before = shown_data(page, checks["live_figure"])
+            checks["live_control"] = drive_control(page, checks["live_figure"])
+            checks["live_changed"] = shown_data(page, checks["live_figure"]) != before
+        facts["toggled"], facts["toggle_problems"] = _click_toggles(page, path.name)
+        facts["text"] = page.inner_text("body")
+        facts["bad"] = list(bad)
+        return facts
     finally:
         page.close()
 
 
-def _click_toggles(page, name: str) -> int:
-    """Click, per menu, a button that changes trace visibility; check the change. Returns clicks."""
-    clicks = 0
+def _render_problems(path: Path, visit: dict) -> list[str]:
+    """What a visited page fails of rendering offline: a widget's state in the file, a traceback on the
+    page, a request that failed or left file://, an update menu that changed nothing."""
+    problems = list(visit["toggle_problems"])
+    if "application/vnd.jupyter.widget" in path.read_text(encoding="utf-8"):
+        problems.append(f"{path.name}: a widget's view or state on the page")
+    if "Traceback (most recent call last)" in visit["text"]:
+        problems.append(f"{path.name}: Python traceback on the page")
+    if visit["bad"]:
+        problems.append(f"{path.name}: {visit['bad']}")
+    return problems
+
+
+def _click_toggles(page, name: str) -> tuple[int, list[str]]:
+    """Click, per menu, a button that changes trace visibility; check the change. Returns the clicks and
+    what did not change as its button says."""
+    clicks, problems = 0, []
     for fig in page.evaluate(_MENUS_JS):
         for menu in fig["menus"]:
             current = page.evaluate(_MENUS_JS)[fig["graph"]]["visible"]
@@ -112,9 +141,24 @@ def _click_toggles(page, name: str) -> int:
                 container.locator("g.updatemenu-button").nth(i).click()
             page.wait_for_timeout(200)
             after = page.evaluate(_MENUS_JS)[fig["graph"]]["visible"]
-            assert after == want, f"{name}: graph {fig['graph']} menu {menu['menu']} button {i}: {after} != {want}"
+            if after != want:
+                problems.append(f"{name}: graph {fig['graph']} menu {menu['menu']} button {i}: {after} != {want}")
             clicks += 1
-    return clicks
+    return clicks, problems
+
+
+def _once_per_run(tmp_path_factory, name: str, make) -> dict:
+    """``make()``'s JSON, made once per test run: the first pytest-xdist worker to ask makes it under a
+    lock in the run's folder, the others read it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder
+    with FileLock(str(shared / f"{name}.lock")):
+        done = shared / f"{name}.json"
+        if not done.is_file():
+            done.write_text(json.dumps(make()), encoding="utf-8")
+        return json.loads(done.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="session")
@@ -137,9 +181,11 @@ def small_report(tmp_path_factory):
 
 
 def test_small_report_renders_offline_with_toggles_and_its_widget_as_a_line(browser, small_report):
-    counts = _check_page(browser, small_report / "00_toggles.html")
-    assert counts["graphs"] == 2 and counts["toggled"] == 2
-    assert counts["live_notes"] == 1
+    path = small_report / "00_toggles.html"
+    visit = _visit(browser, path)
+    assert not _render_problems(path, visit)
+    assert visit["graphs"] == 2 and visit["toggled"] == 2
+    assert visit["live_notes"] == 1
 
 
 def test_index_page_offline_and_links(browser, small_report):
@@ -185,29 +231,33 @@ def _run_report(out: Path, results: Path, *args: str, env_extra: dict | None = N
 
 @pytest.fixture(scope="session")
 def lab_report(tmp_path_factory) -> LabReport:
-    """The lab's own report, built on this machine's CPU with a planted secret: once per test run, the
-    first pytest-xdist worker to ask builds it under a lock and the others read the same folder."""
-    from filelock import FileLock
-
+    """The lab's own report, built on this machine's CPU with a planted secret, once per test run."""
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder
-    root = shared / "lab_report"
-    with FileLock(str(shared / "lab_report.lock")):
-        built = root / "build.json"
-        if not built.is_file():
-            shutil.rmtree(root, ignore_errors=True)
-            results = root / "results"
-            if (REPO / "data" / "results").is_dir():
-                shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
-                shutil.copytree(REPO / "data" / "results", root / "recorded")  # as they were before the build
-            secret = "labkit-secret-" + secrets.token_hex(8)
-            proc = _run_report(root / "out", results, env_extra={"LABKIT_TEST_SECRET": secret})
-            built.write_text(json.dumps({"secret": secret, "args": proc.args, "returncode": proc.returncode,
-                                         "stdout": proc.stdout, "stderr": proc.stderr}), encoding="utf-8")
-        b = json.loads(built.read_text(encoding="utf-8"))
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "lab_report"
+
+    def build() -> dict:
+        shutil.rmtree(root, ignore_errors=True)
+        results = root / "results"
+        if (REPO / "data" / "results").is_dir():
+            shutil.copytree(REPO / "data" / "results", results)  # recorded results, written to a copy
+            shutil.copytree(REPO / "data" / "results", root / "recorded")  # as they were before the build
+        secret = "labkit-secret-" + secrets.token_hex(8)
+        proc = _run_report(root / "out", results, env_extra={"LABKIT_TEST_SECRET": secret})
+        return {"secret": secret, "args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
+                "stderr": proc.stderr}
+
+    b = _once_per_run(tmp_path_factory, "lab_report", build)
     proc = subprocess.CompletedProcess(b["args"], b["returncode"], b["stdout"], b["stderr"])
     recorded = _recorded(root / "recorded") if (root / "recorded").is_dir() else []
     return LabReport(root / "out", b["secret"], proc, recorded)
+
+
+@pytest.fixture(scope="session")
+def page_visits(browser, lab_report, tmp_path_factory) -> dict:
+    """Per page of the lab report (by its name; ``index`` too): :func:`_visit`'s facts, each page visited
+    once per test run whichever module and worker asks first."""
+    return _once_per_run(tmp_path_factory, "page_visits", lambda: {
+        p.stem: _visit(browser, p) for p in sorted(lab_report.out.glob("*.html"))})
 
 
 def test_lab_report_builds(lab_report):
@@ -251,13 +301,12 @@ def test_a_page_exported_alone_opens_offline_with_every_figure_drawn(browser, la
     assert n >= 4 and drawn == n and not bad, (n, drawn, bad)
 
 
-def test_lab_report_pages_render_offline(browser, lab_report):
+def test_lab_report_pages_render_offline(lab_report, page_visits):
     out = lab_report.out
     pages = sorted(out.glob("[0-9][0-9]_*.html"))
     assert pages, "no notebook pages exported"
-    for path in pages:
-        _check_page(browser, path)
-    _check_page(browser, out / "index.html")
+    problems = [p for path in [*pages, out / "index.html"] for p in _render_problems(path, page_visits[path.stem])]
+    assert not problems, "\n".join(problems)
 
 
 def test_lab_report_leaks_no_secret_or_identity(lab_report):
@@ -283,7 +332,7 @@ def _page_facts(browser, path: Path) -> dict:
         page.close()
 
 
-def test_lab_report_pages_show_their_content(browser, lab_report):
+def test_lab_report_pages_show_their_content(lab_report, page_visits):
     """Every page has its defining headings, its figures drawn with data (no "no result"
     placeholder) and the key numbers of the recorded results it read (report_pages.PAGES)."""
     pages = {p.stem: p for p in sorted(lab_report.out.glob("[0-9][0-9]_*.html"))}
@@ -294,7 +343,7 @@ def test_lab_report_pages_show_their_content(browser, lab_report):
     assert not absent, f"expected pages not in the report: {absent} ({lab_report.proc.stderr[-1500:]})"
     rec = Recorded(lab_report.recorded)
     problems = [p for name, path in pages.items()
-                for p in page_problems(name, _page_facts(browser, path), PAGES[name], rec)]
+                for p in page_problems(name, page_visits[name]["content"], PAGES[name], rec)]
     assert not problems, "\n".join(problems)
 
 

@@ -1,11 +1,7 @@
 """``labkit bench attn``: the prefix-LM Triton kernel against FlexAttention and masked SDPA.
 
-Cases (:data:`CASES`) model Gemma-3-4B attention (8 query heads, 4 KV heads, head_dim 256,
-sliding window 1024 on local layers, none on global ones) over a prompt of 32 images x 256
-soft tokens plus text (8616 tokens, image tokens bidirectional within their image):
-``prefill_local`` / ``prefill_global`` (one row, all 8616 queries), ``decode`` (128 rows of
-one query over ~8.6k keys) and, in full mode, ``mixed`` (a 2048-token chunk ending between images plus
-64 decode rows in one launch).
+Cases (:data:`CASES`) model Gemma-3-4B attention over a prompt of 32 images x 256 soft tokens
+plus text; every variant (:data:`VARIANTS`) runs them behind one ``prepare(case, inputs) -> fn``.
 
 More: docs/reference.md, ``labkit.attn.bench_attn``.
 """

@@ -2,10 +2,7 @@
 
 Every strategy in :mod:`labkit.attn.prefix_ranges` reports each copy it makes (bytes,
 pageable or pinned staging, whether the host waits for it) and the host time it spends,
-per engine step. On a CUDA device these are real H2D copies; on a CPU the "copy" is the
-one the same code would make on a GPU (``torch.tensor(..., device="cpu")`` copies nothing
-across a bus), so each record says which it is (``target``): ``"cuda-h2d"`` or
-``"cpu-equivalent"``.
+per engine step; each record says whether its copy is a real one (``target``).
 
 More: docs/reference.md, ``labkit.attn.ledger``.
 """

@@ -5,8 +5,6 @@ layout: q ``(total_q, H, D)``, k/v ``(total_k, H_kv, D)``, int32 ``cu_seqlens``)
 the rule in :mod:`labkit.attn.prefix_mask` (causal, optional sliding window, OR the image
 ranges of ``prefix_ranges``, int32 ``(num_seqs, max_ranges, 2)``, inclusive ends).
 
-How the kernel is laid out.
-
 More: docs/reference.md, ``labkit.attn.prefix_attention``.
 """
 

@@ -23,7 +23,7 @@ PREFIX_MODALITIES = ("image", "video")
 
 
 class RangeBuilder:
-    """Builds per-row image ranges for a batch of requests; see the module docstring for options."""
+    """Builds per-row image ranges for a batch of requests; options in docs/reference.md."""
 
     name = "base"
     summary = ""

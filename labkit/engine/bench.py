@@ -2,10 +2,7 @@
 
 Variants combine a placeholder variant (#40143), a scheduling strategy and a prefix-range
 strategy (#38794), each with async (default) or sync scheduling. The default set tells both
-stories with the fewest runs::
-
-    tensor/loop/none   list/loop/none   fast/cursor/none          (#40143: before, after, beyond)
-    fast/cursor/per_layer  per_step  pinned  cached               (#38794: before, after, beyond)
+stories (before, after, beyond) with the fewest runs.
 
 More: docs/reference.md, ``labkit.engine.bench``.
 """

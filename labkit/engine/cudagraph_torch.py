@@ -139,7 +139,7 @@ class CudaGraphRunner:
     def _full_fn(self, b: int):
         m, cfg = self.model, self.cfg
         cap = m.k_buf.shape[0]
-        # host lengths for the kernel's argument check only (see the module docstring)
+        # host lengths for the kernel's argument check only (docs/reference.md)
         fake_lens = [(1, 1)] * (b - 1) + [(1, cap - (b - 1))]
         rng = self.ranges[:b] if self.with_ranges else None
 

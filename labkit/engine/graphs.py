@@ -52,7 +52,7 @@ def effective_mode(cudagraph: str, prefix_ranges: str) -> tuple[str, str | None]
 
 
 def piece_ops(num_layers: int, k: int) -> tuple[str, ...]:
-    """Op names of piecewise piece ``k`` (0..num_layers): see the module docstring."""
+    """Op names of piecewise piece ``k`` (0..num_layers): see docs/reference.md."""
     if not 0 <= k <= num_layers:
         raise ValueError(f"piece {k} outside 0..{num_layers}")
     ops: tuple[str, ...] = HEAD_OPS if k == 0 else POST_ATTN_OPS

@@ -46,7 +46,7 @@ TRACE_STEPS = 2
 #: profiler warm-up steps per traced variant (Kineto starts here; never inside the measured run)
 TRACE_WARMUP = 1
 #: largest relative difference of a graph run's kernel busy time per step from its eager run's for
-#: its trace idle figure to count as checked (see the module docstring)
+#: its trace idle figure to count as checked (docs/reference.md)
 GRAPH_BUSY_TOLERANCE = 0.10
 
 
@@ -89,7 +89,7 @@ def run_variants(kind: str, variants, *, model: str, workload: str, num_requests
     shared_model = None
     warm_up("cuda" if kind == "cuda" else "cpu")  # torch's first-use imports, before any variant runs
     if trace_dir and kind == "cuda" and any(_with_graph(v)[4] != "none" for v in variants):
-        os.environ.setdefault("TEARDOWN_CUPTI", "0")  # see the module docstring; read when a session stops
+        os.environ.setdefault("TEARDOWN_CUPTI", "0")  # see docs/reference.md; read when a session stops
     if trace_dir and kind in ("cuda", "cpu"):
         from labkit.trace.capture import warm_up_profiler
 
@@ -225,7 +225,7 @@ def _trace_idle(path: str) -> dict:
 def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
     """``idle_status`` of a graph-mode row's trace idle figure: ``checked`` when its kernel busy time
     per profiled step is within ``GRAPH_BUSY_TOLERANCE`` of the eager run's (same variant, same
-    run), else ``tentative``; ``idle_check`` says what was compared (see the module docstring)."""
+    run), else ``tentative``; ``idle_check`` says what was compared (docs/reference.md)."""
     busy = graph_row.get("trace_busy_us")
     ref = (eager_row or {}).get("trace_busy_us")
     if not busy or not ref:

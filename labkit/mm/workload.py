@@ -1,11 +1,9 @@
 """Synthetic multimodal workloads: requests with images laid out like a real model's prompt.
 
 A :class:`WorkloadSpec` (frozen, seeded) says how many requests, how many images each, how
-large, how much text between them, how many output tokens, which model layout and how often
-an image repeats. :func:`make_requests` turns it into :class:`Request` objects whose
-``mm_features`` hold placeholder ranges of any variant in ``PLACEHOLDER_VARIANTS``.
-
-Layouts (:data:`MODEL_PRESETS`).
+large, how much text between them, how many output tokens, which layout (:data:`MODEL_PRESETS`)
+and how often an image repeats. :func:`make_requests` turns it into :class:`Request` objects
+whose ``mm_features`` hold placeholder ranges of any variant in ``PLACEHOLDER_VARIANTS``.
 
 More: docs/reference.md, ``labkit.mm.workload``.
 """

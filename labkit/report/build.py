@@ -1,21 +1,11 @@
 """The report builder: run every lab notebook headless and export offline HTML.
 
-``labkit report`` takes each ``notebooks/NN_*.py`` (jupytext py:percent) in order,
-converts it to a notebook in memory, injects the ``device`` and ``size`` parameters
-after the cell tagged ``parameters``, executes it with nbclient (kernel working
-directory: the notebooks folder, as in JupyterLab), and exports
-one HTML page per notebook plus ``index.html``. Pages load nothing from the network: they
-are written by the ``labkit_html`` nbconvert exporter (:mod:`labkit.report.exporter`, also in
-JupyterLab's export menu) and share plotly.js and their style from ``<out>/_static/``, written
-once (``--single``: every page carries its own and works alone). A failing notebook is reported (cell index, first line, error)
-on stderr and in the index, its partial page is still written, the others still run,
-and the command exits 1 at the end.
+``labkit report`` executes each ``notebooks/NN_*.py`` in order, with the ``device`` and ``size``
+parameters injected, under :class:`labkit.report.client.ReportClient`, and exports one page per
+notebook (:mod:`labkit.report.exporter`) plus ``index.html``; a failing notebook does not stop
+the others. The run is saved in the results store (:mod:`labkit.report.runs`).
 
-The notebooks run under :class:`labkit.report.client.ReportClient` (a reply the kernel
-sent is never waited on until the cell timeout; SIGINT and SIGTERM stop the run). Each
-notebook's kernel records which recorded results it reads (:mod:`labkit.report.provenance`),
-so the index shows where each notebook ran and which labkit commits its results come
-from; the run itself is saved in the results store (:mod:`labkit.report.runs`).
+More: docs/reference.md, ``labkit.report.build``.
 """
 
 from __future__ import annotations

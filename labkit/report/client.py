@@ -1,31 +1,11 @@
 """The notebook client the report runs: nbclient's, unable to sit on a reply the kernel already sent.
 
-Why this exists. nbclient mimics JupyterLab's Output widget: when a cell displays
-something inside an ``ipywidgets.Output``, the client sends the widget's new outputs
-back to the kernel as a ``comm_msg`` on the shell channel, while it is still waiting
-for that cell's ``execute_reply`` on the same socket. jupyter_client's ``Session.send``
-sends through a *blocking* shadow of the asyncio socket. Any libzmq call on a socket
-may process the socket's pending commands and so clear its file descriptor, which is
-edge-like: the asyncio wrapper is woken only when the descriptor becomes readable. If
-the reply arrives just before that send (likely when the client lags, e.g. on a busy
-CPU), the send consumes the wakeup and, bypassing pyzmq's asyncio wrapper, never
-re-checks the socket; the reply then sits unread until the reply poll's timeout
-(300 s / 1800 s per cell), when pyzmq's final check finds it and the cell looks fine.
-A widget that drew its figure into an Output widget while its cell ran (the lab's
-former mask widget) hit it in notebook 04.
+:class:`SyncedOutputWidget` sends an Output widget's state through the asyncio socket itself;
+:class:`WatchfulShellChannel` reads at once a reply whose wakeup was lost (after ``grace_s``)
+and reports the stall. :class:`ReportClient` runs them, and on SIGINT or SIGTERM shuts the
+kernel down and raises :class:`ReportStopped`.
 
-The fix here, in two parts:
-
-- :class:`SyncedOutputWidget` sends the Output widget's state through the asyncio
-  socket itself, whose send re-checks the socket and wakes a pending reply poll;
-- :class:`WatchfulShellChannel` never waits silently: once the kernel has reported
-  idle for the awaited request, a reply poll still pending after ``grace_s`` while a
-  message is ready is taken as a lost wakeup; the message is read at once and the
-  stall reported through ``on_stall`` (the report prints one line).
-
-:class:`ReportClient` also stops on SIGINT and SIGTERM alike: it shuts the kernel down
-and raises :class:`ReportStopped`, instead of nbclient's default (clean up the kernel in
-the background and go on to fail the cell).
+More: docs/reference.md, ``labkit.report.client``.
 """
 
 from __future__ import annotations
@@ -113,7 +93,7 @@ class SyncedOutputWidget(OutputWidget):
     """nbclient's Output-widget mimic, sending its state back through the asyncio socket.
 
     pyzmq's asyncio send re-checks the socket afterwards and wakes a pending reply poll,
-    which jupyter_client's blocking ``Session.send`` does not (see the module docstring).
+    which jupyter_client's blocking ``Session.send`` does not (docs/reference.md, ``labkit.report.client``).
     """
 
     def _publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys) -> None:

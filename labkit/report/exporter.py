@@ -1,19 +1,11 @@
 """The lab's page format as an nbconvert exporter: ``labkit_html``.
 
-:class:`LabkitHTMLExporter` is registered under the ``nbconvert.exporters`` entry point,
-so JupyterLab's *File > Save and Export Notebook As* menu and ``jupyter nbconvert --to
-labkit_html`` produce the page ``labkit report`` writes (the report uses this class too).
-The page loads nothing from the network: nbconvert's lab template without MathJax, mermaid
-and require.js, plotly's CDN MathJax tags stripped, plotly.js inline in a single page or shared
-by a report's pages (:mod:`labkit.report.pagesize`). Input cells fold behind a "code" click;
-ipywidgets (live controls that need a kernel) become one line saying where they run. A header,
-folded into one line (``<details>``), shows the sources of the page's numbers and the run's
-provenance: where it executed, which labkit commit, which recorded results it read.
+:class:`LabkitHTMLExporter` is registered under the ``nbconvert.exporters`` entry point, so
+JupyterLab's export menu and ``jupyter nbconvert --to labkit_html`` produce the page ``labkit
+report`` writes: nothing loaded from the network, input cells folded, a provenance header, and
+the cell tags ``remove-input`` / ``hide-input`` / ``remove-cell`` honoured.
 
-Cell tags the page honours (JupyterLab shows every cell as it is): ``remove-input`` /
-``hide-input`` leave a cell's input out and keep its outputs (a set-up cell, a page's answer
-box), ``remove-cell`` leaves the cell out; the ``parameters`` cell and the values ``labkit report``
-injected (``injected-parameters``) are left out (the header says the size and device).
+More: docs/reference.md, ``labkit.report.exporter``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The report index page, a front page: the lab's answers, where to start, then one row per notebook.
 
-At the top, the findings table (``<table id="findings">``, :func:`labkit.report.findings.lab_findings`:
-each method's answer to why #40143 gained what it did, read from the recorded results, with the
-manifest's ``findings`` where it carries them), then "Start here" (the page to open first and the
-one-minute path, :mod:`labkit.report.frontpage`). Then the run (machine, device, size, commit)
-and one compact row per notebook (appendices, :data:`labkit.report.frontpage.APPENDICES`, are
-linked from the footer instead): its number and title with one sentence on what it shows
-(:data:`labkit.report.frontpage.NOTEBOOK_SUMMARIES`; a notebook missing there gets its own first
-sentence, cut to a line), the sources of its numbers (measured-gpu, measured-cpu, simulated,
-interpreted), where it ran (device, machine; the labkit commit only where it is not the
-report's), its status and seconds. The recorded results a page read fold into one cell, the
-files grouped by commit behind a ``<details>`` element (opens without JavaScript). Results whose
-labkit commit is unknown or carries uncommitted changes are said once, above the table, with why
-(:data:`RESULT_FLAGS`), not on every row. Plain HTML with inline CSS: it loads nothing.
+:func:`render_index` writes the findings table (:func:`labkit.report.findings.lab_findings`),
+"Start here" (:mod:`labkit.report.frontpage`), the run and one compact row per notebook; results
+whose labkit commit is unknown or dirty are said once, above the table (:data:`RESULT_FLAGS`).
+Plain HTML with inline CSS: it loads nothing.
+
+More: docs/reference.md, ``labkit.report.index``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """What a page carries itself and what a report shares: plotly.js and the page style once per report.
 
-A page exported with plotly's ``notebook`` renderer carries the whole plotly.js bundle (~4.8 MB)
-inline, nbconvert's lab style (~250 kB) inline, and each figure as an inline script holding
-its data. ``shrink_page`` post-processes a finished page:
+:func:`shrink_page` post-processes a finished page: with a ``static_dir`` (``labkit report``)
+plotly.js and large inline styles are written once into that folder and linked; without one
+(``--single``, JupyterLab's export menu) the page keeps one copy inline and works alone. Either
+way figure scripts over ``compress_over`` bytes are stored gzip-compressed.
 
-- with a ``static_dir`` (``labkit report``): plotly.js is written once as ``plotly.min.js`` and
-  each large inline style once under its content hash into that folder, and the page links
-  them with relative URLs (the pages work offline next to that folder, from a file URL);
-- without one (a single page: ``labkit report --single``, JupyterLab's export menu): the page
-  keeps one copy of plotly.js and its style inline, and works alone.
-
-Either way figure scripts over ``compress_over`` bytes are stored gzip-compressed as base64
-and run once the browser's ``DecompressionStream`` has unpacked them (plotly.js is loaded
-before, synchronously), a second copy of the bundle is dropped, and plotly's MathJax set-up
-lines are dropped (MathJax is never loaded; the lab's figures use no formulas).
+More: docs/reference.md, ``labkit.report.pagesize``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Tables a person reads: units in the headers, three significant figures, no index, folded when long.
 
-:func:`format_table` takes a DataFrame or a list of row dicts with the lab's column names
-(``median_ns``, ``host_saving_ms``, ``idle_fraction``, ``speedup_vs_pr``) and returns a
-:class:`Table` whose HTML (``_repr_html_``) shows:
+:func:`format_table` takes a DataFrame or a list of row dicts with the lab's column names and
+returns a :class:`Table` whose HTML (``_repr_html_``) shows rates, times, shares and sizes in
+their units, every float with three significant figures, and the rows past ``max_rows`` behind
+a ``<details>`` click.
 
-- rates as rates (``output_tok_s`` -> ``output tok/s``, ``tokens_per_s`` -> ``tokens per s``);
-- times in ms or us (a ``_ns`` / ``_us`` column in the unit its median value reads best in),
-  the unit in the header (``median (ms)``);
-- ``_pct`` columns as %, ``_frac`` / ``_fraction`` / ``_share`` columns as % of one, ``speedup``
-  and ``_ratio`` columns as ``5.71x``, ``_bytes`` in kB / MB;
-- every float with three significant figures (``11,700``, not ``11739.049327``);
-- no index column and no column with no value at all;
-- the first ``max_rows`` rows, the whole table behind a ``<details>`` click when longer;
-- headers and cells that wrap, so that the table fits the page's width.
+More: docs/reference.md, ``labkit.viz.tables``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Timeline figures: host threads and device streams as lanes, idle gaps highlighted, steps to zoom to.
 
-``plot_timeline(trace_or_analysis)`` draws kernels, copies, memsets, annotations, CPU ops and
-runtime calls as horizontal bars (``go.Bar`` with ``base``; no shapes, so big traces stay
-fast) and the device idle gaps on each stream (host-wait gaps in red, others grey). A dropdown
-zooms to each ``ProfilerStep`` (host span extended to the end of the device work it launched).
-``plot_timeline_pair(before, after)`` stacks two runs for a before/after view. Times are in ms
-from the start of each trace. Simulated traces say so in the title.
+:func:`plot_timeline` draws a trace or its analysis as bars per lane, the device idle gaps on
+each stream and a dropdown to zoom to each ``ProfilerStep``; :func:`plot_timeline_pair` stacks
+two runs for a before/after view. Over ``max_events`` bars, :func:`decimate` merges close bars.
 
-A figure draws at most ``max_events`` bars. Over that, ``decimate`` merges each lane's bars of
-one kind that lie closer than a resolution into one bar (hover: how many, the longest, the busy
-share; the bar's opacity is that share), at the finest resolution that fits, never coarser
-than ``STEP_FRACTION`` of the median step: every gap at least that long between a lane's
-bars is drawn exactly, and so is every idle gap at least that long.
+More: docs/reference.md, ``labkit.viz.timeline``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ Also: applying and undoing a variant clears cumsums cached under the other defin
 from __future__ import annotations
 
 import gc
-import random
 import time
 
 import pytest

@@ -5,9 +5,7 @@ Imported only by test modules that already did ``pytest.importorskip("vllm")``.
 
 from __future__ import annotations
 
-import random
 
-import torch
 from vllm import SamplingParams
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 from vllm.v1.request import Request as VllmRequest

@@ -7,7 +7,6 @@ vLLM's CPU build reads its environment at import, so the lab's engine settings
 from __future__ import annotations
 
 import importlib.util
-import os
 import tempfile
 from pathlib import Path
 

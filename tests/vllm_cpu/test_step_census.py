@@ -114,7 +114,7 @@ def test_the_baseline_trace_reads_placeholders_and_merged_none(census):
 
 
 def test_the_census_keeps_the_unit_costs_of_its_run_per_point(census):
-    from labkit.calibrate import IN_RUN_KEY
+    from labkit.timing import IN_RUN_KEY
     from labkit.serve.host import UnitCosts, chains_from_census
 
     kept = census.params[IN_RUN_KEY]

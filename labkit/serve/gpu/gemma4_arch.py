@@ -1,11 +1,8 @@
 """Gemma-4-E4B's architecture as numbers: the shapes a device model counts bytes and FLOPs from.
 
-:data:`GEMMA4_E4B` is the model of vLLM #40143's benchmark (``google/gemma-4-E4B-it``). The
-field names follow transformers' ``Gemma4TextConfig`` / ``Gemma4VisionConfig`` (the lab's made
-Gemma 4 model is written with them, :func:`labkit.vllm.conformance.models._write_gemma4`). Those classes'
-defaults describe another checkpoint (their docstrings name ``google/gemma-4-e2b-it``; the text
-defaults, hidden 2304 over 30 layers, are not E4B's), so every E4B value below comes from a
-published E4B configuration.
+:data:`GEMMA4_E4B` is the model of vLLM #40143's benchmark (``google/gemma-4-E4B-it``), with the
+field names of transformers' ``Gemma4TextConfig`` / ``Gemma4VisionConfig``; every value comes
+from a published E4B configuration, not from those classes' defaults.
 
 More: docs/reference.md, ``labkit.serve.gpu.gemma4_arch``.
 """
@@ -209,7 +206,7 @@ def _e4b_layer_types() -> tuple[str, ...]:
     return tuple(GLOBAL if i % 6 == 5 else SLIDING for i in range(42))
 
 
-#: Gemma-4-E4B (``google/gemma-4-E4B-it``); sources in the module docstring
+#: Gemma-4-E4B (``google/gemma-4-E4B-it``); sources in docs/reference.md, ``labkit.serve.gpu.gemma4_arch``
 GEMMA4_E4B = Gemma4Arch(
     name="gemma-4-E4B",
     num_layers=42, hidden_size=2560, num_heads=8, num_kv_heads=2, head_dim=256, global_head_dim=512,

@@ -154,7 +154,7 @@ def _rank_label(rec: dict, i: int):
 
 
 def combine(records: list[dict]) -> dict:
-    """The cross-rank view of several ``analyze_one`` records (see the module docstring)."""
+    """The cross-rank view of several ``analyze_one`` records (docs/reference.md)."""
     per_rank = []
     step_durs: dict[int, list[tuple[float, int, dict]]] = {}
     for i, rec in enumerate(records):

@@ -77,7 +77,7 @@ class Trace:
 
 
 def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:
-    """Apply the malformed-event policy (module docstring) to what the loader counted.
+    """Apply the malformed-event policy (docs/reference.md) to what the loader counted.
 
     Raises ``UsageError`` when no event is a JSON object (not a trace), or when more than
     ``MALFORMED_LIMIT`` of the events are malformed and ``skip_malformed`` is False."""

@@ -59,7 +59,7 @@ def step_starts(events: list[dict]) -> list[float]:
 
 
 def trim_events(events: list[dict], steps: int = 1) -> tuple[list[dict], TrimStats] | None:
-    """The events of the first ``steps`` profiled steps (see the module docstring), or None
+    """The events of the first ``steps`` profiled steps (docs/reference.md), or None
     when the trace has no ``ProfilerStep`` ranges."""
     if steps < 1:
         raise UsageError("steps must be at least 1")

@@ -23,7 +23,7 @@ KINDS = ("scale", "unsync", "drop_copies")
 
 @dataclass(frozen=True)
 class Change:
-    """One what-if change (see the module docstring): ``kind``, the span/call regex ``pattern``,
+    """One what-if change (docs/reference.md): ``kind``, the span/call regex ``pattern``,
     ``factor`` (``scale``) and ``keep`` (``drop_copies``: copies kept per step)."""
 
     kind: str
@@ -174,8 +174,8 @@ def _pad_after(spans: list, starts: list, span, last_copy: float):
 
 
 def plan_copy_drops(g, changes, steps) -> CopyDrops:
-    """Which ops, waits and host work the ``drop_copies`` changes among ``changes`` remove (see the
-    module docstring); ``steps`` are the ``(thread key, Span)`` step spans (keep counts per step)."""
+    """Which ops, waits and host work the ``drop_copies`` changes among ``changes`` remove (see
+    docs/reference.md); ``steps`` are the ``(thread key, Span)`` step spans (keep counts per step)."""
     out = CopyDrops()
     drops = [c for c in changes if c.kind == "drop_copies"]
     if not drops:

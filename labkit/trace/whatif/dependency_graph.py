@@ -133,7 +133,7 @@ class SyncCall:
 
 @dataclass
 class Graph:
-    """Constraints of a run (see the module docstring); times in us."""
+    """Constraints of a run (docs/reference.md); times in us."""
 
     rec: Records
     launch_of: dict  #: op index -> (thread key, launch call start)
@@ -185,7 +185,7 @@ def trace_graph(trace) -> tuple[Records, Graph]:
 
 
 def build_graph(rec: Records, *, async_hint: bool | None = None) -> Graph:
-    """Derive the replay constraints from ``rec`` (see the module docstring)."""
+    """Derive the replay constraints from ``rec`` (docs/reference.md)."""
     ops = rec.ops
     runtime: dict = {}  # corr -> (thread key, Span)
     for key, spans in rec.threads.items():

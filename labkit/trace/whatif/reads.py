@@ -34,7 +34,7 @@ __all__ = ["PlaceholderReads", "find_placeholder_reads", "read_cost_ns"]
 class PlaceholderReads:
     """The placeholder reads of one trace (times: ``_ns`` per read, ``_ms`` per step)."""
 
-    kind: str  #: ``"frames"`` or ``"ops"`` (see the module docstring)
+    kind: str  #: ``"frames"`` or ``"ops"`` (docs/reference.md)
     pattern: str  #: the spans the removing change scales
     reads_per_step: tuple  #: reads in each step (steps as ``labkit whatif`` times them)
     read_ns: float  #: what one read costs in this trace

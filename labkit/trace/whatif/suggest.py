@@ -144,7 +144,7 @@ def _copy_sites(g, steps, step_rx) -> dict:
 
 
 def suggest(g, step_spans: list, step_pat: str | None, base_us: float, win, top: int = TOP) -> dict:
-    """The three lists of the module docstring for a graph ``g`` (``labkit.trace.whatif.predict``
+    """The three lists of docs/reference.md for a graph ``g`` (``labkit.trace.whatif.predict``
     supplies the steps, the unchanged replay's median step ``base_us`` and the measured window)."""
     step_of = _step_of_ops(g, step_spans) if step_spans else {}
     host_only = not g.rec.ops

@@ -1,30 +1,11 @@
 """The attention kernel's runs on a roofline of their GPU.
 
-A roofline bounds a kernel's throughput by ``min(peak compute, intensity x peak memory
-bandwidth)``, where the arithmetic intensity is the FLOPs a run does per byte it must move
-between memory and the chip. The ridge point (peak compute / peak bandwidth) splits
-memory-bound cases (left of it: bytes limit them) from compute-bound ones. Peaks come from
-the datasheet table :mod:`labkit.viz.peaks`.
+:func:`roofline_points` turns recorded ``attn_bench`` rows into points (achieved TFLOP/s and
+TB/s, intensity, bound, shares of the peaks and of the roof); :func:`plot_roofline` draws them,
+one roof per GPU. Peaks come from :mod:`labkit.viz.peaks`; FLOPs and bytes follow one counting
+rule per case (:class:`labkit.attn.bench_attn.AttnCase`).
 
-Counting rule for one attention case (its shapes: per-row ``(q_len, kv_len)``, image ranges,
-heads, head size, window; :class:`labkit.attn.bench_attn.AttnCase`), element size ``b``
-bytes (bf16: 2):
-
-- **FLOPs** = ``4 x head_dim x num_heads x allowed_pairs``: each allowed (query, key) pair
-  costs one multiply-add per head dimension in ``Q K^T`` and one in ``P V`` (2 FLOPs each),
-  per query head; masked pairs and the softmax are not counted (the benchmark's rule,
-  ``attn_bench``'s ``flops``).
-- **Bytes** = the traffic no kernel can avoid: ``Q`` read and the output written once
-  (``2 x total_q x num_heads x head_dim x b``), and ``K`` and ``V`` read once for every key
-  that some query of its row may attend to (``2 x needed_keys x num_kv_heads x head_dim x
-  b``; a key outside every query's window and image is never needed). The int32 metadata
-  (``cu_seqlens``, prefix ranges) is left out: under 0.01% of any case here. A real kernel
-  re-reads K/V tiles per query tile, so the intensity is an upper bound on what it sees,
-  and the share of the roof a lower bound on how well it uses the memory system.
-
-:func:`roofline_points` turns recorded ``attn_bench`` rows into points (achieved TFLOP/s
-and TB/s, intensity, bound, shares of the peaks and of the roof); :func:`plot_roofline`
-draws them, one roof per GPU.
+More: docs/reference.md, ``labkit.viz.lab.roofline``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Machines side by side: every recorded result under ``data/results/<machine>/``.
 
-The comparison is generic. Results are grouped by result name, a row label and machine;
-each result name gets one main metric from ``MAIN_METRICS`` (first candidate column
-present in its rows; names matching no entry use ``FALLBACK_METRICS``). A row's label is
-its ``variant`` plus the swept parameters: among the columns holding strings, integers or
-booleans (floats are measurements; see ``BOOKKEEPING`` for columns never used), the fewest
-needed to tell rows apart.
+Results are grouped by result name, a row label and machine; each result name gets one main
+metric (``MAIN_METRICS``, else ``FALLBACK_METRICS``). Nothing is dropped silently: a row without
+a value stays with a ``missing`` reason, :func:`missing_table` lists per machine what it lacks,
+and every table keeps the ``source``.
 
-Nothing is dropped silently. A row that lacks the main metric (a machine recorded under
-an older metric name, an interpreted run that is never timed) stays in the comparison
-with no value and a ``missing`` reason; ``missing_table`` lists per machine every result
-it lacks, every result without a usable metric and every row without a value. Every
-table keeps the ``source`` (measured-gpu, measured-cpu, simulated, interpreted), and the
-figure sets the sources apart (legend groups, colours and fills from
-``labkit.viz.sources``).
+More: docs/reference.md, ``labkit.viz.machines.compare``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The step census's checks as a reader takes them: invariants in one line each, observations as findings.
 
-The census (:mod:`labkit.vllm.census.step_checks`) records every check with ``passed`` and its figures.
-Two kinds are told apart here, by the check's name (:data:`CHECK_KINDS`):
+The census (:mod:`labkit.vllm.census.step_checks`) records every check with ``passed`` and its
+figures. A check's name says its kind (:data:`CHECK_KINDS`): an invariant must hold (red with
+its failing points when it does not); an observation's gap is stated as a finding, never as a
+failure.
 
-- an **invariant** must hold for the census to be read at all (the phases add up to the step, the
-  trace agrees with the timers, whatif predicts the merged step): one line each, green when it
-  holds everywhere, red with the failing points behind a click when it does not;
-- an **observation** compares the schedule saving measured two ways. Where they differ, the gap is
-  the finding (inside a step the rest of the step evicts the scheduler's data from the caches), so
-  it is stated as a finding with its ratio per point, never as a failure.
-
-A check whose name is not listed is read as an invariant (its failure shows in red).
+More: docs/reference.md, ``labkit.viz.vllm.census_checks``.
 """
 
 from __future__ import annotations

@@ -3,9 +3,7 @@
 :class:`PhaseTimers` wraps the methods that make the phases of
 :mod:`labkit.trace.analysis.host.engine_steps` on a live in-process engine (``vllm.LLM`` with
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with ``perf_counter_ns`` and keeps one record per
-``LLMEngine.step()`` call: the nanoseconds spent in each phase (a call nested in another of the
-same phase counts once), and what the step scheduled. The same phase names as the trace table,
-so the two compare one for one.
+``LLMEngine.step()`` call, under the trace table's phase names, so the two compare one for one.
 
 More: docs/reference.md, ``labkit.vllm.census.step_timers``.
 """

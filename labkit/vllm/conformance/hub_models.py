@@ -1,10 +1,8 @@
 """Hub models made locally for vLLM's own unit tests: config and tokenizer folders, no weights.
 
 vLLM's scheduler tests name Hugging Face repositories (``facebook/opt-125m``,
-``llava-hf/llava-1.5-7b-hf``) only to build a ``ModelConfig``: vLLM reads the repository's
-``config.json`` and, for a multimodal model, the processor (its tokenizer and image
-processor) to learn the image token and the largest placeholder. None of the tests loads
-weights. :func:`make_hub_cache` writes such repositories into a Hugging Face cache
+``llava-hf/llava-1.5-7b-hf``) only to build a ``ModelConfig``; none of them loads weights.
+:func:`make_hub_cache` writes such repositories into a Hugging Face cache
 (``$HF_HOME/hub``) in the layout ``huggingface_hub`` reads offline.
 
 More: docs/reference.md, ``labkit.vllm.conformance.hub_models``.

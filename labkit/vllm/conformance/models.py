@@ -1,11 +1,9 @@
 """Tiny multimodal model folders that vLLM loads with dummy weights: ``labkit vllm make-model``.
 
 vLLM's engine needs a model folder (a ``transformers`` config, a tokenizer, the processor's
-configuration); with ``load_format="dummy"`` it fills the weights with random values, so
-nothing is downloaded. :func:`make_model` writes such a folder for an architecture of
-:data:`ARCHS`, with tiny layer sizes but the real model's **image placeholder rules**, so
-a request's placeholder has the real token count and ``is_embed`` layout for a given
-image size (the #40143 code path: ``PlaceholderRange.is_embed`` is not None).
+configuration); with ``load_format="dummy"`` nothing is downloaded. :func:`make_model` writes
+such a folder for an architecture of :data:`ARCHS`, with tiny layer sizes but the real model's
+**image placeholder rules** (the #40143 code path).
 
 More: docs/reference.md, ``labkit.vllm.conformance.models``.
 """

@@ -256,7 +256,7 @@ def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
 
     Returns ``stream``, ``idle_category`` (host_wait / kernel_wait / other), ``idle_time``
     (us, signed gaps summed, rounded to 0.01 like HTA) for every stream with device work.
-    ``consecutive_kernel_delay`` is compared with microsecond gaps (see module docstring).
+    ``consecutive_kernel_delay`` is compared with microsecond gaps (docs/reference.md).
     """
     ev = trace.events
     n = len(ev)
