@@ -1,8 +1,13 @@
-"""Helpers for the report tests: write small py:percent notebooks into a folder."""
+"""Helpers for the report tests: write small py:percent notebooks into a folder; the results the repository records."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+from labkit.results import load_results
+
+REPO = Path(__file__).resolve().parents[1]
 
 HEADER = """# ---
 # jupyter:
@@ -69,3 +74,16 @@ fig2.update_layout(updatemenus=[dict(buttons=[
 fig2""",
     "import ipywidgets as w\nw.IntSlider(value=3, min=0, max=10, description='n')",
 ]
+
+
+def tracked_results(store: Path) -> list:
+    """The results in ``store`` (a copy of data/results) that the repository records: the files git
+    tracks under data/results (a checkout's own quick runs, which git ignores, left out), or every
+    file where git is not available."""
+    proc = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", "data/results"], capture_output=True,
+                          check=False)
+    results = load_results(store)
+    if proc.returncode != 0 or not proc.stdout:
+        return results
+    tracked = {Path(n).relative_to("data/results") for n in proc.stdout.decode().split("\0") if n}
+    return [r for r in results if Path(r.path).relative_to(store) in tracked]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from report_helpers import TOGGLE_CELLS, write_notebook
+from report_helpers import TOGGLE_CELLS, tracked_results, write_notebook
 from report_pages import (PAGE_CHECK_FACTS_JS, PAGE_FACTS_JS, PAGES, READER_FACTS_JS, Recorded, drive_control,
                           page_problems, shown_data)
 
@@ -198,19 +198,6 @@ def test_index_page_offline_and_links(browser, small_report):
         page.close()
 
 
-def _recorded(store: Path) -> list:
-    """The results in ``store`` (a copy of data/results) that the repository records: the files git
-    tracks under data/results (a checkout's own quick runs, which git ignores, left out), or every
-    file where git is not available."""
-    proc = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", "data/results"], capture_output=True,
-                          check=False)
-    results = load_results(store)
-    if proc.returncode != 0 or not proc.stdout:
-        return results
-    tracked = {Path(n).relative_to("data/results") for n in proc.stdout.decode().split("\0") if n}
-    return [r for r in results if Path(r.path).relative_to(store) in tracked]
-
-
 @dataclass
 class LabReport:
     out: Path  # the pages
@@ -248,7 +235,7 @@ def lab_report(tmp_path_factory) -> LabReport:
 
     b = _once_per_run(tmp_path_factory, "lab_report", build)
     proc = subprocess.CompletedProcess(b["args"], b["returncode"], b["stdout"], b["stderr"])
-    recorded = _recorded(root / "recorded") if (root / "recorded").is_dir() else []
+    recorded = tracked_results(root / "recorded") if (root / "recorded").is_dir() else []
     return LabReport(root / "out", b["secret"], proc, recorded)
 
 
@@ -363,7 +350,7 @@ def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
         assert load_results(broken) == []
     proc = _run_report(tmp_path / "out", broken, "--no-save", "--only", *UNLOADED_PAGES)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rec = Recorded(_recorded(REPO / "data" / "results"))  # what the pages should have shown
+    rec = Recorded(tracked_results(REPO / "data" / "results"))  # what the pages should have shown
     for name in UNLOADED_PAGES:
         facts = _page_facts(browser, tmp_path / "out" / f"{name}.html")
         assert facts["figures"], f"{name}: no figure at all"
