@@ -41,9 +41,9 @@ def test_importing_does_not_import_vllm():
 
 def test_variants_cover_both_prs_both_ways():
     combos = {(v.placeholder, v.prefix_range) for v in vllm_ab.VARIANTS.values()}
-    assert combos == {("tensor", "per-layer"), ("list", "per-layer"), ("tensor", "per-step"), ("list", "per-step")}
+    assert combos == {("tensor", "per_layer"), ("list", "per_layer"), ("tensor", "per_step"), ("list", "per_step")}
     assert vllm_ab.get_variant("baseline").placeholder == "tensor"
-    assert vllm_ab.get_variant("merged").prefix_range == "per-step"
+    assert vllm_ab.get_variant("merged").prefix_range == "per_step"
     with pytest.raises(UsageError, match="unknown vLLM A/B variant 'nope'"):
         vllm_ab.get_variant("nope")
 
@@ -96,7 +96,7 @@ def test_per_layer_prefix_range_tensor_hand_worked():
 def test_bench_row_reads_documented_keys():
     bench = json.loads((DATA / "vllm_bench_baseline.json").read_text())
     row = vllm_ab_results.bench_row(bench, variant="baseline", images=32)
-    assert row["variant"] == "baseline" and row["placeholder"] == "tensor" and row["prefix_range"] == "per-layer"
+    assert row["variant"] == "baseline" and row["placeholder"] == "tensor" and row["prefix_range"] == "per_layer"
     assert row["model"] == "google/gemma-4-E4B-it" and row["num_prompts"] == 128 and row["images_per_request"] == 32
     assert row["output_throughput_tok_s"] == 2478.5
     assert row["duration_s"] == 413.16

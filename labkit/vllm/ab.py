@@ -205,7 +205,7 @@ def apply_variant(name: str) -> Callable[[], None]:
             _patch_placeholder(undo)
         if variant.scheduler == "loop":
             _patch_loop(undo)
-        if variant.prefix_range == "per-layer":
+        if variant.prefix_range == "per_layer":
             _patch_prefix_range(undo)
         if variant.early_return:
             _patch_early_return(undo)

@@ -23,7 +23,7 @@ class Variant:
 
     name: str
     placeholder: str  # "tensor" (before #40143) or "list" (after)
-    prefix_range: str  # "per-layer" (before #38794) or "per-step" (after)
+    prefix_range: str  # "per_layer" (before #38794) or "per_step" (after), as the lab spells its strategies
     description: str
     #: which encoder-input scheduler: "loop" (vLLM 0.20's walk over every image of every running
     #: request, as #40143 found and left it: :mod:`labkit.vllm.sched020`) or "window" (the installed
@@ -37,22 +37,22 @@ class Variant:
     def patches(self) -> bool:
         """Whether the variant changes the installed vLLM at all (``merged`` is vLLM as installed)."""
         return (self.placeholder, self.prefix_range, self.scheduler, self.early_return) != (
-            "list", "per-step", "window", False)
+            "list", "per_step", "window", False)
 
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("baseline", "tensor", "per-layer",
+        Variant("baseline", "tensor", "per_layer",
                 "before both PRs (tensor cumsum, vLLM 0.20's per-image loop, per-layer prefix ranges)",
                 scheduler="loop"),
-        Variant("pr40143", "list", "per-layer",
+        Variant("pr40143", "list", "per_layer",
                 "#40143 as merged in vLLM 0.20 (list cumsum, the same per-image loop, per-layer prefix ranges)",
                 scheduler="loop"),
-        Variant("pr38794", "tensor", "per-step",
+        Variant("pr38794", "tensor", "per_step",
                 "#38794 only (tensor cumsum, vLLM 0.20's per-image loop, per-step prefix ranges)", scheduler="loop"),
-        Variant("merged", "list", "per-step", "vLLM as installed (both PRs, the installed windowed scheduler)"),
-        Variant("early-return", "list", "per-step", "as installed + the scheduler's early return (next step)",
+        Variant("merged", "list", "per_step", "vLLM as installed (both PRs, the installed windowed scheduler)"),
+        Variant("early-return", "list", "per_step", "as installed + the scheduler's early return (next step)",
                 early_return=True),
     )
 }

@@ -2,7 +2,7 @@
 
 - ``placeholder="tensor"``: the patched ``PlaceholderRange`` behaves exactly like the
   lab's ``"tensor"`` variant (pre-#40143), edge cases included.
-- ``prefix_range="per-layer"``: every read of ``TritonAttentionMetadata.mm_prefix_range_tensor``
+- ``prefix_range="per_layer"``: every read of ``TritonAttentionMetadata.mm_prefix_range_tensor``
   rebuilds the lab's per-layer (pre-#38794) tensor, equal in value to the per-step one;
   the per-step build in the metadata builder is skipped.
 - Undo restores the installed behaviour; the plugin entry point reads ``LABKIT_VLLM_AB``.
