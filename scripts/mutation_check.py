@@ -177,8 +177,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "variant-merged-tensor-cumsum",
         "A/B variants: merged runs the pre-#40143 tensor cumsum",
-        'Variant("merged", "list", "per-step"',
-        'Variant("merged", "tensor", "per-step"',
+        'Variant("merged", "list", "per_step"',
+        'Variant("merged", "tensor", "per_step"',
         ("tests/test_vllm_ab.py",),
     ),
     Mutation(
