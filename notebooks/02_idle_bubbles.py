@@ -23,10 +23,8 @@
 # - **#38794**: with `per_layer` prefix ranges every attention layer makes one synchronising
 #   pageable copy per sequence, so the GPU drains between layers; `per_step` and `cached` remove it.
 #
-# On a CPU the engine runs on a **simulated** GPU stream: host time is real, device durations come
-# from a recorded GPU profile (or a parametric one, labelled so). Everything simulated says so.
-# The second half shows the same engine **measured on an NVIDIA H200** (recorded results and
-# profiler traces, labelled measured-gpu) and how far the simulator is from it.
+# On a CPU the GPU stream is **simulated** (real host time, device times from a recorded GPU
+# profile); the second half shows the engine **measured on an NVIDIA H200** beside it.
 
 # %% tags=["remove-input"]
 from labkit.report import answers
@@ -146,11 +144,8 @@ format_table(step_model_rows(rows))
 # %% [markdown]
 # ## Measured on a GPU: recorded results
 # `labkit bench engine` on a GPU runs the real model (Triton prefix attention, bf16) and records
-# step times, TPOT and idle (from its profiler trace) under `data/results/<gpu>/engine.json`.
-#
-# The bars use decode tokens per step over the median step time: one step of the first variant's
-# window held a one-off stall of seconds (the first profiler start in a process), which the
-# window-based throughput (the figure's other button) keeps.
+# step times, TPOT and idle. The bars use the median step (the window-based throughput, the other
+# button, keeps the first variant's one-off profiler-start stall).
 
 # %%
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
@@ -214,8 +209,7 @@ fold("Simulated against measured, run by run", format_table(table)) if table is 
 plot_sim_vs_measured(table, title="Simulated (h200 profile) vs measured H200") if table is not None else None
 
 # %% [markdown]
-# The device side is close (the busy ratios): the differences are host time, this CPU's own for
-# scheduling and metadata and the profile's per-op cost for the forward. `per_layer` is furthest
+# The device side is close (the busy ratios); the differences are host time. `per_layer` is furthest
 # off: thousands of small synchronising copies, each charged the full per-op host cost.
 
 # %% [markdown]
