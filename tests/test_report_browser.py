@@ -309,16 +309,6 @@ def test_lab_report_leaks_no_secret_or_identity(lab_report):
             assert needle not in text, f"{path.name} contains {needle!r}"
 
 
-def _page_facts(browser, path: Path) -> dict:
-    """Headings, text and every figure's data of a page, once its figures are drawn."""
-    page, _ = _open(browser, path)
-    try:
-        _wait_for_figures(page)
-        return page.evaluate(PAGE_FACTS_JS)
-    finally:
-        page.close()
-
-
 def test_lab_report_pages_show_their_content(lab_report, page_visits):
     """Every page has its defining headings, its figures drawn with data (no "no result"
     placeholder) and the key numbers of the recorded results it read (report_pages.PAGES)."""
@@ -352,7 +342,7 @@ def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = Recorded(tracked_results(REPO / "data" / "results"))  # what the pages should have shown
     for name in UNLOADED_PAGES:
-        facts = _page_facts(browser, tmp_path / "out" / f"{name}.html")
+        facts = _visit(browser, tmp_path / "out" / f"{name}.html")["content"]
         assert facts["figures"], f"{name}: no figure at all"
         problems = page_problems(name, facts, PAGES[name], rec)
         assert any("figures with data, expected at least" in p for p in problems), problems
