@@ -128,7 +128,7 @@ plot_sweep(find_all(H2D_SWEEP))
 
 # %%
 from labkit.results import reuse_or_measure
-results, note = reuse_or_measure([H2D_STEP, H2D_SWEEP], lambda: run_benchmarks(device, size))
+results, note = reuse_or_measure([H2D_STEP], lambda: run_benchmarks(device, size, sweep=False))
 here = results[H2D_STEP]
 declare_sources(here.source)
 format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_per_step", "sync_per_step",
@@ -145,7 +145,7 @@ format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_
 
 # %%
 from labkit.attn import bench_ranges
-ranges, note = reuse_or_measure([RANGES_STEP], lambda: bench_ranges.run_benchmarks(device, size))
+ranges, note = reuse_or_measure([RANGES_STEP], lambda: bench_ranges.run_benchmarks(device, size, sweep=False))
 format_table(ranges[RANGES_STEP].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
                                                   "speedup_vs_v033_pinned"],
              caption=f"this run on {ranges['ranges_step'].slug} ({ranges['ranges_step'].size} size), per decode step")

@@ -54,15 +54,25 @@ _MENUS_JS = """
 """
 
 
-def _open(browser, path: Path):
-    """Open a page from disk, recording every request that failed or left file://."""
-    page = browser.new_page()
+def _record_requests(page) -> list[str]:
+    """The list every later request of ``page`` that failed or left file:// is added to."""
     bad: list[str] = []
     page.on("requestfailed", lambda r: bad.append(f"failed: {r.url[:120]} ({r.failure})"))
     page.on("request", lambda r: None if r.url.startswith(("file://", "data:", "blob:", "about:"))
             else bad.append(f"external: {r.url[:120]}"))
+    return bad
+
+
+def _goto(page, path: Path) -> None:
     page.goto(path.resolve().as_uri(), wait_until="load")
     page.wait_for_load_state("networkidle")
+
+
+def _open(browser, path: Path):
+    """Open a page from disk in a new tab, recording every request that failed or left file://."""
+    page = browser.new_page()
+    bad = _record_requests(page)
+    _goto(page, path)
     return page, bad
 
 
@@ -80,31 +90,38 @@ def _wait_for_figures(page) -> int:
 VIEWPORT = {"width": 1280, "height": 900}
 
 
-def _visit(browser, path: Path) -> dict:
+def _visits(browser, paths) -> dict:
+    """Per page (by its name), :func:`_visit`'s facts, the pages visited in turn in one tab as a reader
+    goes from page to page (the tab's renderer then compiles plotly.js once, not once per page)."""
+    page = browser.new_page(viewport=VIEWPORT)
+    bad = _record_requests(page)
+    try:
+        return {p.stem: _visit(page, bad, p) for p in paths}
+    finally:
+        page.close()
+
+
+def _visit(page, bad: list, path: Path) -> dict:
     """One visit to a page at 1280 px, once its figures are drawn: what the checks of this module and of
     ``test_report_answers_browser`` read (``reader``: READER_FACTS_JS, ``checks``: PAGE_CHECK_FACTS_JS with
     what driving its "Try it live" figure did, ``content``: PAGE_FACTS_JS), then every update menu
     clicked (``toggled``, ``toggle_problems``), the text after that and the requests that failed or left
-    file:// (``bad``)."""
-    page, bad = _open(browser, path)
-    try:
-        page.set_viewport_size(VIEWPORT)
-        n_graphs = _wait_for_figures(page)
-        page.wait_for_timeout(300)  # relayout at the new width
-        facts = {"graphs": n_graphs, "reader": page.evaluate(READER_FACTS_JS),
-                 "checks": page.evaluate(PAGE_CHECK_FACTS_JS), "content": page.evaluate(PAGE_FACTS_JS),
-                 "live_notes": page.locator(".labkit-live-note").count()}
-        checks = facts["checks"]
-        if checks["live_figure"] >= 0:
-            before = shown_data(page, checks["live_figure"])
-            checks["live_control"] = drive_control(page, checks["live_figure"])
-            checks["live_changed"] = shown_data(page, checks["live_figure"]) != before
-        facts["toggled"], facts["toggle_problems"] = _click_toggles(page, path.name)
-        facts["text"] = page.inner_text("body")
-        facts["bad"] = list(bad)
-        return facts
-    finally:
-        page.close()
+    file:// (``bad``, the tab's list, emptied first)."""
+    bad.clear()
+    _goto(page, path)
+    n_graphs = _wait_for_figures(page)
+    facts = {"graphs": n_graphs, "reader": page.evaluate(READER_FACTS_JS),
+             "checks": page.evaluate(PAGE_CHECK_FACTS_JS), "content": page.evaluate(PAGE_FACTS_JS),
+             "live_notes": page.locator(".labkit-live-note").count()}
+    checks = facts["checks"]
+    if checks["live_figure"] >= 0:
+        before = shown_data(page, checks["live_figure"])
+        checks["live_control"] = drive_control(page, checks["live_figure"])
+        checks["live_changed"] = shown_data(page, checks["live_figure"]) != before
+    facts["toggled"], facts["toggle_problems"] = _click_toggles(page, path.name)
+    facts["text"] = page.inner_text("body")
+    facts["bad"] = list(bad)
+    return facts
 
 
 def _render_problems(path: Path, visit: dict) -> list[str]:
@@ -182,7 +199,7 @@ def small_report(tmp_path_factory):
 
 def test_small_report_renders_offline_with_toggles_and_its_widget_as_a_line(browser, small_report):
     path = small_report / "00_toggles.html"
-    visit = _visit(browser, path)
+    visit = _visits(browser, [path])[path.stem]
     assert not _render_problems(path, visit)
     assert visit["graphs"] == 2 and visit["toggled"] == 2
     assert visit["live_notes"] == 1
@@ -243,8 +260,7 @@ def lab_report(tmp_path_factory) -> LabReport:
 def page_visits(browser, lab_report, tmp_path_factory) -> dict:
     """Per page of the lab report (by its name; ``index`` too): :func:`_visit`'s facts, each page visited
     once per test run whichever module and worker asks first."""
-    return _once_per_run(tmp_path_factory, "page_visits", lambda: {
-        p.stem: _visit(browser, p) for p in sorted(lab_report.out.glob("*.html"))})
+    return _once_per_run(tmp_path_factory, "page_visits", lambda: _visits(browser, sorted(lab_report.out.glob("*.html"))))
 
 
 def test_lab_report_builds(lab_report):
@@ -341,8 +357,9 @@ def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
     proc = _run_report(tmp_path / "out", broken, "--no-save", "--only", *UNLOADED_PAGES)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = Recorded(tracked_results(REPO / "data" / "results"))  # what the pages should have shown
+    visits = _visits(browser, [tmp_path / "out" / f"{name}.html" for name in UNLOADED_PAGES])
     for name in UNLOADED_PAGES:
-        facts = _visit(browser, tmp_path / "out" / f"{name}.html")["content"]
+        facts = visits[name]["content"]
         assert facts["figures"], f"{name}: no figure at all"
         problems = page_problems(name, facts, PAGES[name], rec)
         assert any("figures with data, expected at least" in p for p in problems), problems
