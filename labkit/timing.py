@@ -166,13 +166,6 @@ def time_cuda(
     return summarize(samples, number=number, method="cuda_event")
 
 
-def time_fn(fn: Callable[[], object], device: str = "cpu", **kwargs) -> Timing:
-    """``time_cuda`` for CUDA devices, ``time_host`` otherwise."""
-    if str(device).startswith("cuda"):
-        return time_cuda(fn, **kwargs)
-    return time_host(fn, **kwargs)
-
-
 @contextlib.contextmanager
 def frozen_gc_heap():
     """Everything alive on entry collected and frozen out of the cyclic collector until exit, as

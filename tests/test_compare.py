@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
 
 from labkit.results import make_result
@@ -136,14 +135,6 @@ def test_side_by_side_has_a_source_and_a_value_per_machine():
     mm = wide.loc[("mm_sweep", "median_us", "tensor")]
     assert mm[("h200", "source")] == "" and mm[("h200", "value")] == compare.NO_RESULT
     assert mm[("cpu-x-2c", "source")] == "measured-cpu" and mm[("cpu-x-2c", "value")] == 90.0
-
-
-def test_display_table_formats_numbers_and_keeps_text():
-    df = pd.DataFrame({"value": [12345.678, 0.5], "note": ["missing", "x"]})
-    df["value"] = df["value"].astype(object)
-    df.loc[1, "value"] = compare.MISSING
-    html = compare.display_table(df).to_html()
-    assert "1.235e+04" in html and ">missing<" in html and "12345.678" not in html
 
 
 # ---- the figure: sources apart, missing marked ------------------------------------------------

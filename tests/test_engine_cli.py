@@ -134,7 +134,7 @@ def test_bad_input_is_one_line_exit_2(argv, tmp_path, monkeypatch, capsys):
 
 
 def test_figures_and_widget_callback():
-    from labkit.viz.lab.engine import METRICS, plot_engine_bars, plot_step_series
+    from labkit.viz.lab.engine import METRICS, plot_engine_bars
     from labkit.widgets.engine import run_selection
 
     rows, fig = run_selection(["fast"], ["cursor"], ["none", "per_step"], num_requests=8, steps=2, warmup=1,
@@ -147,9 +147,6 @@ def test_figures_and_widget_callback():
     assert len(fig.layout.updatemenus[0].buttons) == len(METRICS)
     fig2 = plot_engine_bars(rows, metric="device_idle_frac")
     assert [t.visible for t in fig2.data] == [k == "device_idle_frac" for k in METRICS]
-    steps = [{"variant": "a", "step": i, "output_ns": i * 2_000_000} for i in range(4)]
-    s = plot_step_series(steps)
-    assert list(s.data[0].y) == [2.0, 2.0, 2.0]
     with pytest.raises(ValueError):
         plot_engine_bars(rows, metric="nope")
 

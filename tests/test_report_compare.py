@@ -58,18 +58,6 @@ def test_unknown_metric_results_are_skipped_and_big_sweeps_summarised(monkeypatc
     assert by["list (median over sweep)"] == pytest.approx(45.0)
 
 
-def test_coverage_and_missing_messages():
-    results = [_r("calibration", "h200", [{"kind": "cpu", "variant": "list_index", "median_ns": 20.0}]),
-               _r("mm_sweep", "cpu-x-2c", _sweep("c", 1.0), "measured-cpu")]
-    cov = compare.coverage(results)
-    assert cov.loc["h200", "calibration"] == 1 and cov.loc["cpu-x-2c", "calibration"] == 0
-    msgs = compare.missing_messages(results)
-    assert "no result for calibration on cpu-x-2c" in msgs
-    assert "no result for #40143 placeholder scheduler on h200" in msgs
-    assert not any("calibration on h200" in m for m in msgs)
-    assert len(msgs) == 2 * len(compare.SECTIONS) - 2
-
-
 def test_plot_comparison_dropdown_switches_results():
     results = [_r("mm_sweep", "h200", _sweep("h200", 1.0)), _r("mm_sweep", "cpu-x-2c", _sweep("c", 2.0), "simulated"),
                _r("h2d_step", "h200", [{"variant": "per_layer", "median_ns": 5.0}, {"variant": "per_step", "median_ns": 1.0}])]

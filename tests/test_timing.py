@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import timing
-from labkit.timing import Timing, quantile, summarize, time_fn, time_host
+from labkit.timing import Timing, quantile, summarize, time_host
 
 
 class FakeClock:
@@ -93,15 +93,6 @@ def test_auto_number_targets_sample_length(monkeypatch):
     clock = FakeClock([10])
     monkeypatch.setattr(timing.time, "perf_counter_ns", clock)
     assert timing.auto_number(clock.work, target_ns=200_000, cap=50) == 50
-
-
-def test_time_fn_dispatches_on_device(monkeypatch):
-    called = []
-    monkeypatch.setattr(timing, "time_cuda", lambda fn, **kw: called.append("cuda") or "c")
-    monkeypatch.setattr(timing, "time_host", lambda fn, **kw: called.append("host") or "h")
-    assert time_fn(lambda: None, "cuda:0") == "c"
-    assert time_fn(lambda: None, "cpu") == "h"
-    assert called == ["cuda", "host"]
 
 
 def test_timing_is_frozen():

@@ -84,15 +84,6 @@ def test_diff_of_identical_and_different():
     assert json.dumps(d.to_json(), allow_nan=False)
 
 
-def test_notebook_helpers():
-    from labkit.trace.analysis.notebook import find_notebook_trace, trace_sources
-
-    p = find_notebook_trace("quick")
-    assert p.is_file() and trace_sources(p) in (["measured-gpu"], ["simulated"])
-    with pytest.raises(ValueError):
-        find_notebook_trace("huge")
-
-
 def test_build_big_trace_repeats_steps(tmp_path):
     from labkit.trace.analysis.bench import build_big_trace
     from labkit.trace.analysis.device.bubbles import hta_idle_breakdown, hta_idle_totals

@@ -52,12 +52,6 @@ class ModelConfig:
     def qkv_size(self) -> int:
         return (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
 
-    def num_params(self) -> int:
-        """Parameter count (weights of the stack plus the tied embedding)."""
-        per_layer = (self.hidden_size * self.qkv_size + self.num_heads * self.head_dim * self.hidden_size
-                     + 3 * self.hidden_size * self.intermediate_size + 3 * self.hidden_size)
-        return self.num_layers * per_layer + self.vocab_size * self.hidden_size + self.hidden_size
-
     def with_(self, **changes) -> "ModelConfig":
         return replace(self, **changes)
 

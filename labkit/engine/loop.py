@@ -9,7 +9,7 @@ More: docs/reference.md, ``labkit.engine.loop``.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -370,9 +370,3 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
         "host_wait_ns": med("wait_ns"),
         "h2d_per_step": med("h2d_count"),
     }
-
-
-def step_rows(engine: Engine) -> list[dict]:
-    """Every step record as a flat dict (``_ns`` host times), tagged with the variant."""
-    v = engine.config.variant_name()
-    return [{"variant": v, **asdict(s)} for s in engine.steps]

@@ -114,10 +114,6 @@ class StepPlan:
         return sum(1 for s in self.scheduled if s.is_prefill)
 
     @property
-    def num_decode(self) -> int:
-        return len(self.scheduled) - self.num_prefill
-
-    @property
     def encoder_inputs(self) -> dict[str, tuple[int, ...]]:
         """request id -> item indices encoded this step (only requests with any)."""
         return {s.request_id: s.encoder_inputs for s in self.scheduled if s.encoder_inputs}

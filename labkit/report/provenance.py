@@ -93,11 +93,3 @@ def results_read(log_path: Path | str) -> list[dict]:
             "size": result.size,
         })
     return out
-
-
-def commits_of(results: list[dict]) -> dict[str, list[str]]:
-    """``commit -> ["machine/name", ...]`` in first-seen order."""
-    by_commit: dict[str, list[str]] = {}
-    for r in results:
-        by_commit.setdefault(r["labkit_commit"], []).append(f"{r['machine']}/{r['name']}")
-    return by_commit

@@ -11,32 +11,12 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.engine.recorded import analyze_recorded
-from labkit.results import REPO_ROOT, TRACE_BENCH, data_root, find_all, results_table
-from labkit.trace.read.load import load_trace
+from labkit.results import REPO_ROOT, TRACE_BENCH, find_all, results_table
 
 FIXTURES = REPO_ROOT / "tests" / "data"
 #: real non-lab GPU traces of the fixtures (provenance in tests/data/README.md): quick, full
 QUICK = "hta-step-based-gpu-annotation-gp100.pt.trace.json.gz"
 FULL = "nvllm-gb10-one-step.trimmed.pt.trace.json.gz"
-
-
-def find_notebook_trace(size: str = "quick") -> Path:
-    """A real GPU trace to analyse: a lab trace under ``data/traces/`` recorded on a GPU if any
-    (at most 20 MB in quick mode), else a real fixture: one step of a vLLM serving trace (full) or
-    a small PyTorch profile (quick)."""
-    if size not in ("quick", "full"):
-        raise ValueError(f"size must be 'quick' or 'full', got {size!r}")
-    lab = sorted((data_root() / "traces").rglob("*.pt.trace.json*"))
-    for p in lab[:10]:
-        if size == "quick" and p.stat().st_size > 20e6:
-            continue
-        try:
-            tr = load_trace(p)
-        except ValueError:
-            continue
-        if not tr.is_simulated and tr.has_device_events():
-            return p
-    return fixture_trace(size)
 
 
 LAB_MACHINE = "h200"
@@ -82,11 +62,6 @@ def analyses_sources(*analyses) -> list[str]:
 def flags_table(analysis):
     """The flagged repeated small pageable copies of an analysis as a table (one row per call site)."""
     return pd.DataFrame(analysis.copies.flags)
-
-
-def trace_sources(path) -> list[str]:
-    """The source badge for a trace: ``simulated`` or ``measured-gpu``."""
-    return ["simulated"] if load_trace(path).is_simulated else ["measured-gpu"]
 
 
 def bench_table():

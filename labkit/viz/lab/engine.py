@@ -1,9 +1,8 @@
-"""Engine figures: throughput / idle / step time per variant, and step-time series.
+"""Engine figures: throughput / idle / step time per variant, and timelines per CUDA-graph mode.
 
 ``plot_engine_bars(rows)`` draws one bar per variant with buttons (plotly ``updatemenus``, so the
 toggles survive HTML export) switching the metric between tokens/s, device idle fraction, median
-step time and host schedule time. ``plot_step_series(step_rows)`` draws each variant's time between
-outputs per step. Titles say when numbers are simulated and which profile was used.
+step time and host schedule time. Titles say when numbers are simulated and which profile was used.
 """
 
 from __future__ import annotations
@@ -67,25 +66,6 @@ def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", met
     )
     add_full_names(fig, {"; ".join(sorted({str(r.get("profile_origin") or r.get("profile") or "?") for r in rows}))},
                    PROFILE_CHARS, label="profile")
-    return fig
-
-
-def plot_step_series(step_rows: list[dict], *, title: str = "Time between outputs per step",
-                     source: str = "simulated") -> go.Figure:
-    """One line per variant: time between consecutive outputs (ms) against step index.
-
-    ``step_rows`` come from ``labkit.engine.loop.step_rows`` (``variant``, ``step``, ``output_ns``).
-    """
-    fig = go.Figure()
-    by: dict[str, list[dict]] = {}
-    for r in step_rows:
-        by.setdefault(r["variant"], []).append(r)
-    for variant, rs in by.items():
-        rs = sorted(rs, key=lambda r: r["step"])
-        xs = [b["step"] for b in rs[1:]]
-        ys = [(b["output_ns"] - a["output_ns"]) / 1e6 for a, b in zip(rs, rs[1:])]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=variant))
-    fig.update_layout(title=f"{title} ({source})", xaxis_title="step", yaxis_title="ms")
     return fig
 
 

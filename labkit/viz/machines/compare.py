@@ -242,32 +242,6 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
-def display_table(df: pd.DataFrame):
-    """``df`` styled for a notebook or report page: every row and full text shown, numbers to 4
-    significant digits (a pandas ``Styler``; the data is unchanged)."""
-    return df.style.format(lambda v: f"{v:.4g}" if isinstance(v, float) and not math.isnan(v) else v)
-
-
-def coverage(results: list[BenchResult], machines: list[str] | None = None) -> pd.DataFrame:
-    """Machines x sections: how many results each machine has per section (0 = none)."""
-    machines = machines if machines is not None else sorted({r.slug for r in results})
-    counts = {m: {s: 0 for s in SECTIONS} for m in machines}
-    for r in results:
-        s = section_of(r.name)
-        if s is not None and r.slug in counts:
-            counts[r.slug][s] += 1
-    return pd.DataFrame(counts).T.reindex(columns=list(SECTIONS)).rename_axis("machine")
-
-
-def missing_messages(results: list[BenchResult]) -> list[str]:
-    """One line per (section, machine) without a result: ``no result for X on Y``."""
-    cov = coverage(results)
-    return [
-        f"no result for {section} on {machine}"
-        for machine, row in cov.iterrows() for section, n in row.items() if n == 0
-    ]
-
-
 def _unit(metric: str) -> str:
     for suffix, unit in (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes")):
         if metric.endswith(suffix):

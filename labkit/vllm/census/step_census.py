@@ -167,12 +167,6 @@ class _PointRun:
     images: int
     ids: list = field(default_factory=list)
 
-    def all_decoding(self) -> bool:
-        s = self.scheduler
-        return (len(s.running) == self.requests and not s.waiting
-                and all(r.num_output_tokens > 0 for r in s.running))
-
-
 def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
     """Add the point's requests wave by wave; step until all decode. Returns timings of the set-up."""
     from vllm import SamplingParams

@@ -5,7 +5,6 @@ More: docs/reference.md, ``labkit.vllm.census.step_whatif``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from labkit.errors import UsageError
@@ -67,8 +66,3 @@ def main_check(baseline, merged, args) -> int:
         write_json(args.json, res)
         print(f"wrote {args.json}")
     return 0 if res["passed"] else 1
-
-
-def load_check(path) -> dict:
-    """A check written with ``--json``."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -7,7 +7,6 @@ More: docs/reference.md, ``labkit.vllm.conformance.check``.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,8 +168,3 @@ def _check_placeholders(report: CheckReport, seen: dict, expected, shape) -> Non
     report.add("placeholders as the model's rules give", bool(seen) and not bad,
                (f"{len(seen)} requests, each image {expected.length} tokens with {expected.num_embeds} embeddings"
                 if not bad else "; ".join(bad[:4])))
-
-
-def load_report(path: str | Path) -> dict:
-    """A check's JSON (``--json``) as a dict."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
