@@ -260,7 +260,8 @@ def lab_report(tmp_path_factory) -> LabReport:
 def page_visits(browser, lab_report, tmp_path_factory) -> dict:
     """Per page of the lab report (by its name; ``index`` too): :func:`_visit`'s facts, each page visited
     once per test run whichever module and worker asks first."""
-    return _once_per_run(tmp_path_factory, "page_visits", lambda: _visits(browser, sorted(lab_report.out.glob("*.html"))))
+    return _once_per_run(tmp_path_factory, "page_visits",
+                         lambda: _visits(browser, sorted(lab_report.out.glob("*.html"))))
 
 
 def test_lab_report_builds(lab_report):
