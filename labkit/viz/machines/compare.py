@@ -37,8 +37,6 @@ MAIN_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "vllm_": ("vLLM A/B", ("output_tok_s", "mean_tpot_ms", "median_us", "median_ns")),
 }
 FALLBACK_METRICS = ("median_us", "median_ns", "median_ms")
-#: the sections every machine is expected to have a result for
-SECTIONS = tuple(dict.fromkeys(section for section, _ in MAIN_METRICS.values()))
 #: columns never used as labels
 BOOKKEEPING = frozenset({
     "machine", "gpu_name", "source", "result", "created", "variant", "repeats", "number", "warmup",

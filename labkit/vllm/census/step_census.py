@@ -167,6 +167,7 @@ class _PointRun:
     images: int
     ids: list = field(default_factory=list)
 
+
 def _admit(run: _PointRun, model_dir, plan: CensusPlan, seed: int) -> dict:
     """Add the point's requests wave by wave; step until all decode. Returns timings of the set-up."""
     from vllm import SamplingParams
