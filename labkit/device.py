@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 from typing import Literal
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,16 @@ def configure_triton() -> KernelMode:
     if not has_cuda() and os.environ.get("TRITON_INTERPRET") != "1":
         os.environ["TRITON_INTERPRET"] = "1"
         logger.info("no CUDA GPU: Triton kernels run under the interpreter (correctness only)")
-    return kernel_mode()
+    mode = kernel_mode()
+    language = sys.modules.get("triton.language")
+    if mode == "interpret" and language is not None and type(language.zeros).__name__ == "JITFunction":
+        # triton's own @jit library (tl.zeros, tl.sum, ...) was defined before the flag: every kernel
+        # that calls it would fail inside the interpreter with "Cannot call @triton.jit'd outside ..."
+        from labkit.errors import UsageError
+
+        raise UsageError("triton was imported before its interpreter was switched on: set TRITON_INTERPRET=1 "
+                         "before anything imports triton, or import labkit's kernels first")
+    return mode
 
 
 def measured_source(device: str) -> Source:
@@ -136,12 +146,18 @@ def _nvidia_driver() -> str | None:
     return first[0].strip() if out.returncode == 0 and first else None
 
 
-def _version(module: str) -> str | None:
-    try:
-        mod = __import__(module)
-    except Exception:
-        return None
-    return getattr(mod, "__version__", None)
+def _version(*distributions: str) -> str | None:
+    """The installed version of the first of ``distributions`` found, read from its metadata: importing
+    the package is not needed, and for triton it would freeze its library's ``@triton.jit`` functions in
+    compiled mode before :func:`configure_triton` can switch on the interpreter."""
+    from importlib import metadata
+
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -159,7 +175,7 @@ def describe_machine(device: str | None = None) -> dict:
         "driver": None,
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
-        "triton": _version("triton"),
+        "triton": _version("triton", "pytorch-triton", "pytorch-triton-rocm"),
         "python": platform.python_version(),
         "cpu_model": _cpu_model(),
         "cpu_cores": os.cpu_count(),

@@ -16,9 +16,9 @@
 # In prefix-LM multimodal models (Gemma 3 and friends) the tokens of one image attend to each other
 # in both directions, while text stays causal. vLLM's Triton backend reads the image ranges from an
 # int32 tensor `(num_seqs, max_ranges, 2)` (the tensor #38794 stopped rebuilding on every layer).
-# This page draws the mask rule, tests the kernel, and puts its GPU runs on a roofline. It checks
-# this lab's own kernel against a plain-torch reference, compares it with FlexAttention and masked
-# SDPA where a GPU result is recorded, and places those runs on their GPU's roofline.
+# This page draws the mask rule, shows the kernel and checks it against a plain-torch reference on
+# this machine, then compares it with FlexAttention and masked SDPA where a GPU result is recorded,
+# and places those runs on their GPU's roofline.
 
 # %% tags=["remove-input"]
 from labkit.report import answers
@@ -33,6 +33,61 @@ from labkit.viz.notebook import setup_notebook, declare_sources
 setup_notebook()
 
 # %% [markdown]
+# ## The rule: image tokens see their whole image, text stays causal
+#
+# For a sequence of `kv_len` keys whose queries are its last `q_len` positions, with inclusive
+# image ranges `(s_i, e_i)` and an optional sliding window `W`:
+#
+# `allowed[q, k] = ((k <= q) and (W == 0 or q - k < W)) or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)`
+#
+# A query inside an image sees every earlier token (subject to the window) **and all tokens of its
+# own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
+# causal rule, orange ones only by an image range: a prompt of 24 tokens with two images, without a
+# window and under a sliding window (slider). Then a few other prompts (menu): a chunked prefill
+# sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
+
+# %%
+from labkit.viz.lab.mask import plot_mask_examples, plot_mask_window_slider
+plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
+
+# %%
+plot_mask_examples()
+
+# %% [markdown]
+# ## The kernel, checked against its reference here
+#
+# `labkit.attn.prefix_attention.prefix_attention` takes the packed variable-length layout (prefill,
+# chunked-prefill and decode rows in one launch; grouped-query heads). Each program owns a block of
+# queries times the query heads of one KV head, so K/V tiles are read once per group. It reduces the
+# ranges to one key interval per query and bounds its key loop per tile: text tiles stop at the
+# causal limit, tiles with image queries run to the end of their images, and tiles below the window
+# are skipped. Interior tiles where every pair is allowed skip the mask.
+#
+# Below, this run checks the kernel on a small batch (a prefill with two images, a chunked prefill,
+# a decode row; 4 query heads over 2 KV heads, window 12) against the plain-torch reference (float64
+# on a CPU), as `torch.allclose` would with the tolerance printed. Without a GPU it runs under the
+# Triton interpreter: the numbers are **interpreted**, a correctness check, not a speed. A kernel
+# that misses prints FAILED, and the report marks this page failed.
+
+# %%
+import inspect
+from labkit.attn import prefix_attention as kernel
+from labkit.attn.bench_attn import kernel_checks, run_bench
+from labkit.device import resolve_device
+from labkit.viz.notebook import fold
+from labkit.viz.tables import format_table
+fold("the kernel's source (labkit/attn/prefix_attention.py: one key tile, then the program)",
+     inspect.getsource(kernel._attend_tile.fn), inspect.getsource(kernel._prefix_attn_fwd.fn))
+
+# %%
+device = resolve_device(device)
+rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=device)
+declare_sources(source)
+print(*kernel_checks(rows), sep="\n")
+format_table(rows, columns=["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"],
+             caption=f"this run on {device} ({source})")
+
+# %% [markdown]
 # ## Recorded on a GPU: the kernel against SDPA with a mask and FlexAttention
 #
 # The run the answer above reads. The benchmark (`labkit bench attn`, bf16) models Gemma-3-4B
@@ -43,13 +98,10 @@ setup_notebook()
 # mask. Masks and BlockMasks are built outside the timed region.
 
 # %%
-from labkit.attn.bench_attn import run_bench, tile_sweep
-from labkit.device import resolve_device
+from labkit.attn.bench_attn import tile_sweep
 from labkit.report.answers.gpu import ATTN_HEADERS, attention_table
 from labkit.results import ATTN_BENCH, find_all, results_rows
-from labkit.viz.lab.mask import plot_attn_bench, plot_mask_examples, plot_mask_window_slider
-from labkit.viz.notebook import fold
-from labkit.viz.tables import format_table
+from labkit.viz.lab.mask import plot_attn_bench
 recorded = find_all(ATTN_BENCH, source="measured-gpu")  # one per GPU machine, this machine's first
 res = recorded[0] if recorded else None
 if res is not None:
@@ -92,48 +144,6 @@ plot_roofline(roof)
 # %%
 fold("each run on the roofline, and the peaks with their sources", describe(roof),
      format_table(roofline_table(roof)) if roof.points else None)
-
-# %% [markdown]
-# ## The rule: image tokens see their whole image, text stays causal
-#
-# For a sequence of `kv_len` keys whose queries are its last `q_len` positions, with inclusive
-# image ranges `(s_i, e_i)` and an optional sliding window `W`:
-#
-# `allowed[q, k] = ((k <= q) and (W == 0 or q - k < W)) or any_i(s_i < e_i and s_i <= q <= e_i and s_i <= k <= e_i)`
-#
-# A query inside an image sees every earlier token (subject to the window) **and all tokens of its
-# own image, later ones included**; ranges override the window. Blue pairs below are allowed by the
-# causal rule, orange ones only by an image range: a prompt of 24 tokens with two images, without a
-# window and under a sliding window (slider). Then a few other prompts (menu): a chunked prefill
-# sees its earlier keys in full; a decode query is never inside an image, so its row is plain causal.
-
-# %%
-plot_mask_window_slider(24, 24, [(2, 7), (12, 17)], windows=(0, 3, 5, 8, 12))
-
-# %%
-plot_mask_examples()
-
-# %% [markdown]
-# ## The kernel, checked here, now (interpreted on a CPU)
-#
-# `labkit.attn.prefix_attention.prefix_attention` takes the packed variable-length layout (prefill,
-# chunked-prefill and decode rows in one launch; grouped-query heads). Each program owns a block of
-# queries times the query heads of one KV head, so K/V tiles are read once per group. It reduces the
-# ranges to one key interval per query and bounds its key loop per tile: text tiles stop at the
-# causal limit, tiles with image queries run to the end of their images, and tiles below the window
-# are skipped. Interior tiles where every pair is allowed skip the mask.
-#
-# Below, this run checks the kernel on a small batch (a prefill with two images, a chunked prefill,
-# a decode row; 4 query heads over 2 KV heads, window 12) against the float64 reference. Without a
-# GPU it runs under the Triton interpreter: the numbers are **interpreted**, a correctness check,
-# not a speed.
-
-# %%
-device = resolve_device(device)
-rows, source = run_bench(["tiny"], ["triton_prefix", "sdpa_mask"], device=device)
-declare_sources(source)
-format_table(rows, columns=["case", "variant", "total_q", "num_heads", "num_kv_heads", "max_abs_err", "rel_err"],
-             caption=f"this run on {device} ({source})")
 
 # %% [markdown]
 # ## Try it live

@@ -157,9 +157,10 @@ def test_build_report_runs_notebooks_and_reports_failures(tmp_path, capsys, monk
     assert "still here full" in (out / "02_after.html").read_text()
     index = (out / "index.html").read_text()
     assert "failed" in index and "2 of 3 notebooks ran to the end" in index
-    row = index[index.index('data-notebook="00_ok"'):index.index('data-notebook="01_fail"')]
-    assert "gpu-x/bench_a" in row and "uncommitted changes" in row
-    assert "gpu-y/bench_b" in row and "commit unknown" in row
+    fold = index[index.index('<details id="flags"'):]
+    fold = fold[fold.index('data-notebook="00_ok"'):fold.index("</li>")]  # the results 00_ok read, folded
+    assert "gpu-x/bench_a" in fold and "uncommitted changes" in fold
+    assert "gpu-y/bench_b" in fold and "commit unknown" in fold
     styles = sorted(p.name for p in (out / "_static").glob("style-*.css"))  # the pages share nbconvert's style
     assert styles and all(f'href="_static/{s}"' in ok_html and f'href="_static/{s}"' in fail_html for s in styles)
 
@@ -266,3 +267,60 @@ def test_report_command_blocks_the_optional_parser_before_nbformat():
                          cwd=Path(__file__).resolve().parents[1])
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "None True"
+
+
+def test_a_cell_that_prints_a_failure_or_a_page_whose_results_do_not_load_fails_the_page(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A page whose cells all ran still fails when a cell printed that a check failed (a log record
+    included) or when a recorded result it opened did not load; the other pages are still exported."""
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    write_notebook(nbdir, "00_logged", "A check that logs", [
+        "import logging\nlogging.getLogger('x').warning('conformance on tiny failed: 3 of 4 equal')", "print('on')"])
+    write_notebook(nbdir, "01_fine", "Prints no failure", ["print('max_abs_err 0.1, no Errors here, failed 0')"])
+    write_notebook(nbdir, "02_unloaded", "Reads a broken result", [
+        "import warnings\nwarnings.simplefilter('ignore')\n"
+        "from labkit.results import find\nprint(find('bench_a', machine='gpu-x'))"])
+    store = tmp_path / "results"
+    monkeypatch.setenv("LABKIT_RESULTS", str(store))
+    path = _record(store, "gpu-x", "bench_a", "0123456789ab")
+    path.write_text(path.read_text()[:40])  # cut short: not JSON
+    out = tmp_path / "out"
+    rc = cli_main(["report", "--notebooks", str(nbdir), "--out", str(out), "--device", "cpu", "--no-save"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    by = {n["name"]: n for n in json.loads((out / "report.json").read_text())["notebooks"]}
+    assert not by["00_logged"]["ok"] and by["00_logged"]["error"]["cell"] == 2
+    assert "conformance on tiny failed: 3 of 4 equal" in by["00_logged"]["error"]["error"]
+    assert by["01_fine"]["ok"], by["01_fine"]["error"]
+    assert not by["02_unloaded"]["ok"] and "gpu-x/bench_a.json" in by["02_unloaded"]["error"]["error"]
+    assert all((out / f"{name}.html").is_file() for name in by)
+    assert "did not finish" in (out / "00_logged.html").read_text()
+    assert "1 of 3 notebooks ran to the end" in (out / "index.html").read_text()
+
+
+def test_a_planted_kernel_failure_fails_page_04_and_the_report(tmp_path, capsys):
+    """Page 04 with its kernel made wrong (each output off by one) prints FAILED for the kernel's check:
+    the index marks the page failed and ``labkit report`` exits 1, the next page exported all the same."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    text = (repo / "notebooks" / "04_prefix_attention_kernel.py").read_text(encoding="utf-8")
+    plant = ("# %%\nimport labkit.attn.prefix_attention as _k\n_real = _k.prefix_attention\n"
+             "_k.prefix_attention = lambda *a, **k: _real(*a, **k) + 1\n\n")
+    at = text.index("# %% [markdown]\n# ## The kernel")
+    (nbdir / "04_prefix_attention_kernel.py").write_text(text[:at] + plant + text[at:], encoding="utf-8")
+    write_notebook(nbdir, "05_after", "After the kernel page", ["print('exported')"])
+    out = tmp_path / "out"
+    rc = cli_main(["report", "--notebooks", str(nbdir), "--out", str(out), "--device", "cpu", "--no-save"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "FAILED 04_prefix_attention_kernel" in err and "FAILED: triton_prefix on tiny" in err
+    by = {n["name"]: n for n in json.loads((out / "report.json").read_text())["notebooks"]}
+    assert not by["04_prefix_attention_kernel"]["ok"] and by["05_after"]["ok"]
+    row = (out / "index.html").read_text()
+    row = row[row.index('<tr data-notebook="04_prefix_attention_kernel"'):]
+    assert 'class="failed"' in row[:row.index("</tr>")]
+    assert (out / "05_after.html").is_file()

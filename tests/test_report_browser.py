@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -120,6 +121,8 @@ def _visit(page, bad: list, path: Path) -> dict:
         checks["live_changed"] = shown_data(page, checks["live_figure"]) != before
     facts["toggled"], facts["toggle_problems"] = _click_toggles(page, path.name)
     facts["text"] = page.inner_text("body")
+    facts["outputs"] = page.evaluate("() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+                                     ".map(o => o.textContent)")
     facts["bad"] = list(bad)
     return facts
 
@@ -132,9 +135,24 @@ def _render_problems(path: Path, visit: dict) -> list[str]:
         problems.append(f"{path.name}: a widget's view or state on the page")
     if "Traceback (most recent call last)" in visit["text"]:
         problems.append(f"{path.name}: Python traceback on the page")
+    problems += [f"{path.name}: a cell printed {line.strip()[:160]!r}" for out in visit.get("outputs", [])
+                 for line in out.splitlines() if _FAILURE.search(line)]
     if visit["bad"]:
         problems.append(f"{path.name}: {visit['bad']}")
     return problems
+
+
+#: a line a cell prints that says something failed ("x failed: why", "FAILED", "SomeError: ...")
+_FAILURE = re.compile(r"\bfailed:|\bFAILED\b|\b[A-Z][A-Za-z]*Error\b")
+
+
+def test_a_printed_failure_is_a_render_problem(tmp_path):
+    path = tmp_path / "p.html"
+    path.write_text("<p>x</p>", encoding="utf-8")
+    visit = {"toggle_problems": [], "text": "", "bad": [], "outputs": ["ok\nmax_abs_err 1e-7, none failed"]}
+    assert _render_problems(path, visit) == []
+    for line in ("triton_prefix on tiny failed: InterpreterError: x", "FAILED: triton_prefix", "KeyError: 'x'"):
+        assert _render_problems(path, dict(visit, outputs=["ok", line])), line
 
 
 def _click_toggles(page, name: str) -> tuple[int, list[str]]:
@@ -347,8 +365,9 @@ UNLOADED_PAGES = ("06_compare_gpus", "04_prefix_attention_kernel")
 
 def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
     """Pages built against a results store whose files do not load (each file cut short: invalid
-    JSON, skipped with a warning) draw only "no result" placeholders; the content check fails on
-    each of them, for its figures and for its key numbers."""
+    JSON, skipped with a warning) are marked failed and ``labkit report`` exits 1; they draw only
+    "no result" placeholders, and the content check fails on each of them, for its figures and for
+    its key numbers."""
     broken = tmp_path / "results"
     shutil.copytree(REPO / "data" / "results", broken)
     for path in broken.glob("*/*.json"):
@@ -356,7 +375,10 @@ def test_page_check_fails_when_results_did_not_load(browser, tmp_path):
     with pytest.warns(UserWarning, match="skipping"):
         assert load_results(broken) == []
     proc = _run_report(tmp_path / "out", broken, "--no-save", "--only", *UNLOADED_PAGES)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # every page exported, each marked failed
+    manifest = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert {n["name"]: n["ok"] for n in manifest["notebooks"]} == dict.fromkeys(UNLOADED_PAGES, False)
+    assert all("did not load" in n["error"]["error"] for n in manifest["notebooks"])
     rec = Recorded(tracked_results(REPO / "data" / "results"))  # what the pages should have shown
     visits = _visits(browser, [tmp_path / "out" / f"{name}.html" for name in UNLOADED_PAGES])
     for name in UNLOADED_PAGES:

@@ -26,6 +26,7 @@ def test_audit_hook_lists_every_result_read_once(tmp_path):
     b = _record(store, "cpu-x", "engine", "unknown", size="quick")
     c = _record(store, "cpu-x", "never_read", "0123456789ab")
     (store / "cpu-x" / "notes.json").write_text("{}")  # under the store but not a result
+    (store / "cpu-x" / "cut_short.json").write_text('{"name": "eng')  # a result that does not load
     outside = tmp_path / "elsewhere.json"
     outside.write_text("{}")
     log = tmp_path / "reads.txt"
@@ -39,17 +40,20 @@ json.loads(Path({str(b)!r}).read_text())
 with open({str(a)!r}, "rb") as f: f.read()
 json.loads(Path({str(b)!r}).read_text())         # twice: listed once
 open({str(store / 'cpu-x' / 'notes.json')!r}).read()
+open({str(store / 'cpu-x' / 'cut_short.json')!r}).read()
 open({str(outside)!r}).read()                   # outside the store: not listed
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    assert results_read(log) == [
+    records, unreadable = results_read(log)
+    assert unreadable == ["cpu-x/cut_short.json"]
+    assert records == [
         {"machine": "cpu-x", "name": "engine_quick", "labkit_commit": "unknown", "commit_status": "unknown",
          "size": "quick"},
         {"machine": "h200", "name": "calibration", "labkit_commit": "0123456789ab", "commit_status": "clean",
          "size": "full"},
     ]
     assert c.is_file()
-    assert results_read(tmp_path / "missing.txt") == []
+    assert results_read(tmp_path / "missing.txt") == ([], [])
 
 
 def test_without_a_log_path_nothing_is_tracked(monkeypatch):
@@ -96,35 +100,44 @@ def _index_meta() -> dict:
     }
 
 
-def test_index_folds_each_notebooks_results_and_says_flags_once_with_why():
+def _provenance(page: str) -> str:
+    start = page.index('<details id="flags"')
+    return page[start:page.index("</details>", start)]
+
+
+def test_index_folds_the_results_each_page_read_and_says_flags_once_with_why():
     meta = _index_meta()
     before = copy.deepcopy(meta)
     page = render_index(meta)
 
     def row(name):
-        start = page.index(f'data-notebook="{name}"')
+        start = page.index(f'data-notebook="{name}"', page.index('<table id="notebooks"'))
         return page[start:page.index("</tr>", start)]
 
     a, b, c, d = row("00_a"), row("01_b"), row("02_c"), row("03_d")
-    # every flagged result is said once, above the table, each file once, with why it is flagged
-    flags = _text(page[page.index('<p id="flags">'):page.index("</p>", page.index('<p id="flags">'))])
+    fold = _provenance(page)
+    assert page.count('id="flags"') == 1 and page.index('id="flags"') < page.index('<table id="notebooks"')
+    # one folded line: how many results, how many kinds of flag
+    assert _text(fold[:fold.index("</summary>")]) == ("Provenance: 3 recorded results read by the pages, "
+                                                      "by labkit commit (2 kinds of flag)")
+    # every flagged result is said once, each file once, with why it is flagged
+    flags = _text(fold[fold.index("<p>"):fold.index("</p>")])
     assert flags.startswith("Commit unknown: 2 recorded results (h200/calibration, a100/engine): no labkit commit")
     assert "recorded before results carried their commit" in flags and "LABKIT_COMMIT" in flags
     assert "Uncommitted: 1 recorded result (h200/engine): made from a tree with uncommitted changes" in flags
     assert "ran with" not in flags  # 00_a and 02_c ran on a clean commit
-    assert page.count('id="flags"') == 1
-    # rows: a count, no flag repeated on them; the files behind <details>, grouped by commit
-    assert _text(a[a.index("<summary>"):a.index("</summary>")]) == "3 results"
-    assert "data-flag" not in a and 'class="chip"' not in a[a.index('class="res"'):]
-    details_a = _text(a[a.index("</summary>"):a.index("</details>")])
-    assert details_a == "commit unknown: h200/calibration, a100/engine 111111111111+dirty uncommitted changes: h200/engine"
-    assert _text(b[b.index("<summary>"):b.index("</summary>")]) == "1 result"
+    # per page that read results, its files grouped by commit; the rows list none of them
+    items = {m.group(1): _text(m.group(2)) for m in re.finditer(r'<li data-notebook="([^"]+)">(.*?)</li>', fold)}
+    assert items == {"00_a": "00 commit unknown: h200/calibration, a100/engine; 111111111111+dirty uncommitted "
+                             "changes: h200/engine",
+                     "01_b": "01 commit unknown: a100/engine"}
+    assert not any("calibration" in r or "a100" in r for r in (a, b, c, d))
     # where each ran; a commit other than the report's is shown (and flagged)
     assert _text(a[a.index('class="ran"'):a.index("</td>", a.index('class="ran"'))]).endswith("cuda on h200")
     ran_b = _text(b[b.index('class="ran"'):b.index("</td>", b.index('class="ran"'))])
     assert ran_b.endswith("cpu on cpu-x fedcba9 uncommitted") and 'title="fedcba987654+dirty"' in b
-    assert "none read" in c and "data-commit" not in c  # 02_c ran on the report's commit: not repeated
-    assert d.count("not recorded") == 2
+    assert "data-commit" not in c  # 02_c ran on the report's commit: not repeated
+    assert d.count("not recorded") == 1
     assert meta == before  # the manifest (written as report.json) is left as it was
 
 
@@ -134,19 +147,22 @@ def test_shared_run_flag_is_said_once_and_left_off_the_rows():
         nb["labkit_commit"] = "fedcba987654+dirty"
     meta["labkit_commit"] = "fedcba987654+dirty"
     page = render_index(meta)
-    flags = _text(page[page.index('<p id="flags">'):page.index("</p>", page.index('<p id="flags">'))])
-    assert "ran with uncommitted changes to labkit (fedcba987654+dirty)" in flags
+    assert "ran with uncommitted changes to labkit (fedcba987654+dirty)" in _text(_provenance(page))
     ran = re.findall(r'<td class="ran">(.*?)</td>', page)
     assert len(ran) == 4 and not [cell for cell in ran if "data-commit" in cell or "uncommitted" in cell]
 
 
-def test_no_flag_line_when_every_result_is_clean():
+def test_no_flag_when_every_result_is_clean_and_no_fold_when_none_was_read():
     meta = _index_meta()
     for nb in meta["notebooks"]:
         for r in nb.get("results", []):
             r["labkit_commit"] = "0123456789ab"
     page = render_index(meta)
-    assert 'id="flags"' not in page and "data-flag=" not in page
+    assert "data-flag=" not in page and "kind" not in _text(_provenance(page)[:_provenance(page).index("</summary>")])
+    for nb in meta["notebooks"]:
+        nb["results"] = []
+        nb["labkit_commit"] = "fedcba987654"
+    assert 'id="flags"' not in render_index(meta)
 
 
 def test_summary_line_of_a_notebook():

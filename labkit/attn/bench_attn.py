@@ -373,16 +373,32 @@ def main(args: argparse.Namespace) -> int:
     result = make_result(name, rows, params=params, source=source, size=size)
     print(format_table(rows))
     emit_result(result, args)
-    failed = [r for r in rows if r["variant"].startswith("triton_prefix") and not kernel_row_ok(r)]
-    for r in failed:
-        why = r.get("error") or f"relative error {r.get('rel_err')} against the reference (tolerance {REL_TOL[r['dtype']]})"
-        print(f"FAILED: {r['variant']} on {r['case']}: {why}")
+    failed = [line for line in kernel_checks(rows) if line.startswith("FAILED")]
+    for line in failed:
+        print(line)
     return 1 if failed else 0
 
 
 #: largest relative error (``||out - ref|| / ||ref||``) of a kernel row against the fp32/fp64
 #: reference, per input dtype: a few bf16/fp16 roundings of O(1) values, far below a wrong mask
 REL_TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}
+
+
+def kernel_checks(rows: list[dict]) -> list[str]:
+    """One line per kernel row: that it matches the reference (``REL_TOL``), or ``FAILED: ...`` and why."""
+    lines = []
+    for r in rows:
+        if not r["variant"].startswith("triton_prefix"):
+            continue
+        what = f"{r['variant']} on {r['case']}"
+        if kernel_row_ok(r):
+            lines.append(f"{what} matches the reference: relative error {r['rel_err']:.1e}, max abs error "
+                         f"{r['max_abs_err']:.1e} (tolerance {REL_TOL[r['dtype']]:g} in {r['dtype']})")
+        else:
+            why = r.get("error") or (f"relative error {r.get('rel_err')} against the reference "
+                                     f"(tolerance {REL_TOL.get(r.get('dtype'), 1e-4)})")
+            lines.append(f"FAILED: {what}: {why}")
+    return lines
 
 
 def kernel_row_ok(row: dict) -> bool:

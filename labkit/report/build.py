@@ -182,8 +182,10 @@ def _run_notebook(path: Path, out_dir: Path, *, size: str, device: str, slug: st
             nb, cwd=notebooks_dir, timeout=timeout, env=dict(env, **{READS_ENV: str(reads)}), injected_at=at,
             on_stall=stalled, extra_arguments=[f"--IPKernelApp.exec_lines={KERNEL_SETUP}"],
         )
-        results = results_read(reads)
+        results, unreadable = results_read(reads)
     err = execution.error
+    if err is None and unreadable:
+        err = CellError(cell=None, first_line="", error=f"recorded results that did not load: {', '.join(unreadable)}")
     seconds = time.perf_counter() - t0
     if err is not None:
         _error_banner(nb, path.stem, err)

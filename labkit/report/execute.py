@@ -2,13 +2,15 @@
 
 :func:`execute_notebook` runs a notebook in place with :class:`labkit.report.client.ReportClient`
 (kernel working directory as given, per-cell timing recorded) and
-returns a :class:`CellError` naming the cell that failed, or None. A stop signal
-(SIGINT, SIGTERM) is not a failure: :class:`ReportStopped` propagates.
+returns a :class:`CellError` naming the cell that failed, or None: a cell fails when it raises or
+when it prints a line that says a check failed (:data:`FAILURE_LINE`). A stop signal (SIGINT,
+SIGTERM) is not a failure: :class:`ReportStopped` propagates.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,10 @@ from labkit.errors import ReportStopped
 from labkit.report import KERNEL_EXEC_LINES
 
 logger = logging.getLogger(__name__)
+
+#: a line a cell prints (stdout, stderr, a log record) that says a check failed: "x failed: why",
+#: "FAILED: ...", or an exception's name ("InterpreterError: ...")
+FAILURE_LINE = re.compile(r"\b(?:failed|FAILED)\b:|\b[A-Z]\w*Error\b")
 
 
 @dataclass
@@ -29,6 +35,8 @@ class CellError:
     error: str
 
     def describe(self) -> str:
+        if self.cell is None and not self.first_line:
+            return self.error
         where = f"cell {self.cell}" if self.cell is not None else "kernel"
         line = f" `{self.first_line}`" if self.first_line else ""
         return f"{where}{line}: {self.error}"
@@ -63,6 +71,19 @@ def _failed_cell(nb) -> tuple[int | None, str]:
     if started:
         return started[-1], _first_line(nb.cells[started[-1]].source)
     return None, ""
+
+
+def printed_failure(nb) -> CellError | None:
+    """The first line a code cell printed that says a check failed, as the cell's error."""
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        for o in c.get("outputs", []):
+            text = o.get("text", "") if o.get("output_type") == "stream" else ""
+            line = next((ln.strip() for ln in text.splitlines() if FAILURE_LINE.search(ln)), None)
+            if line:
+                return CellError(cell=i, first_line=_first_line(c.source), error=f"printed: {line[:300]}")
+    return None
 
 
 def _error_text(nb, exc: BaseException) -> str:
@@ -138,4 +159,7 @@ def execute_notebook(
                 signal.signal(s, handler)
             except (ValueError, TypeError):  # not the main thread, or a handler set outside Python
                 pass
-    return Execution(None, stalls)
+    printed = printed_failure(nb)
+    if printed is not None:
+        printed.cell = own_index(printed.cell)
+    return Execution(printed, stalls)

@@ -1,8 +1,9 @@
 """The report index page, a front page: the lab's answers, where to start, then one row per notebook.
 
 :func:`render_index` writes the findings table (:func:`labkit.report.findings.lab_findings`),
-"Start here" (:mod:`labkit.report.frontpage`), the run and one compact row per notebook; results
-whose labkit commit is unknown or dirty are said once, above the table (:data:`RESULT_FLAGS`).
+"Start here" (:mod:`labkit.report.frontpage`), the run and one compact row per notebook; the
+recorded results each page read, by commit, folded in one provenance line above the table
+(results whose labkit commit is unknown or dirty said there once, :data:`RESULT_FLAGS`).
 Plain HTML with inline CSS: it loads nothing.
 
 More: docs/reference.md, ``labkit.report.index``.
@@ -54,10 +55,9 @@ th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vert
          overflow-wrap: anywhere; }
 th { background: #f4f4f4; font-weight: 600; }
 #notebooks .num { width: 3em; white-space: nowrap; }
-#notebooks .nb { width: 46%; }
-#notebooks .src { width: 17%; }
+#notebooks .nb { width: 52%; }
+#notebooks .src { width: 19%; }
 #notebooks .ran { width: 10%; }
-#notebooks .res { width: 12%; }
 #notebooks .st { width: 6%; }
 #notebooks .sec { width: 4.5em; text-align: right; }
 .title { font-weight: 600; }
@@ -75,7 +75,7 @@ code { background: #f4f4f4; padding: 0 3px; }
 details summary { cursor: pointer; }
 .st summary { white-space: nowrap; }
 details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
-#flags { border-left: 4px solid #b58900; background: #fbf7ea; padding: 4px 10px; font-size: 12.5px; }
+#flags { margin: 0.4em 0; }
 .lead { font-size: 15px; max-width: 1000px; }
 #findings { width: 100%; table-layout: fixed; }
 #answer { max-width: 60em; }
@@ -200,23 +200,39 @@ def common_flags(notebooks: list[dict]) -> set[tuple[str, str]]:
     return common
 
 
-def _flag_line(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
-    """The one note above the table on flagged commits: every flagged result the pages read, said
-    once with why (:data:`RESULT_FLAGS`), and the run flags every page carries (empty when none)."""
+def _provenance(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
+    """The index's folded provenance line: the recorded results each page read, by commit, every flagged
+    one said once with why (:data:`RESULT_FLAGS`), and the run flags every page carries (empty when no
+    page read a result nor carries a flag)."""
     parts = []
     for status, (short, meaning) in RESULT_FLAGS.items():
         files = list(dict.fromkeys(f for nb in notebooks for f in _result_statuses(nb).get(status, [])))
         if files:
             what = f"{len(files)} recorded result{'s' if len(files) != 1 else ''}"
             parts.append(f'<b data-flag="{status}">{_e(short.capitalize())}</b>: {what} '
-                         f'(<span class="small">{_e(", ".join(files))}</span>): {_e(meaning)}.')
+                         f'({_e(", ".join(files))}): {_e(meaning)}.')
     for kind, status in sorted(common):
         if kind == "run":
             commits = sorted({str(nb.get("labkit_commit")) for nb in notebooks if nb.get("machine") or nb.get("device")})
             parts.append(f'Every page {RUN_FLAGS[status]} (<code>{_e(", ".join(commits))}</code>).')
-    if not parts:
+    pages = [_results_item(nb) for nb in notebooks if nb.get("results")]
+    if not parts and not pages:
         return ""
-    return f'<p id="flags">{" ".join(parts)} Each row lists the results its page read, by commit.</p>'
+    n = len({(r.get("machine"), r.get("name")) for nb in notebooks for r in nb.get("results") or []})
+    flagged = sum(1 for p in parts if "data-flag" in p)
+    summary = f"Provenance: {n} recorded result{'s' if n != 1 else ''} read by the pages, by labkit commit" + \
+        (f" ({flagged} kind{'s' if flagged != 1 else ''} of flag)" if flagged else "")
+    body = (f"<p>{' '.join(parts)}</p>" if parts else "") + (f"<ul>{''.join(pages)}</ul>" if pages else "")
+    return f'<details id="flags" class="small"><summary>{_e(summary)}</summary>{body}</details>'
+
+
+def _results_item(nb: dict) -> str:
+    """One page's line of the provenance fold: the results it read, grouped by commit."""
+    by_commit: dict[str, list[str]] = {}
+    for r in nb["results"]:
+        by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
+    groups = "; ".join(f"{commit_label(c, quiet=True)}: {_e(', '.join(n))}" for c, n in by_commit.items())
+    return f'<li data-notebook="{_e(nb["name"])}"><b>{_e(str(nb["name"]).split("_", 1)[0])}</b> {groups}</li>'
 
 
 # -- one row -------------------------------------------------------------------------------------
@@ -247,20 +263,6 @@ def _ran_cell(nb: dict, report_commit: str | None) -> str:
     return f'<td class="ran">{text}</td>'
 
 
-def _results_cell(nb: dict) -> str:
-    results = nb.get("results")
-    if results is None or (not results and not nb.get("machine")):
-        return '<td class="res"><span class="muted">not recorded</span></td>'
-    if not results:
-        return '<td class="res"><span class="muted">none read</span></td>'
-    by_commit: dict[str, list[str]] = {}
-    for r in results:
-        by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
-    items = "".join(f"<li>{commit_label(c, quiet=True)}: {_e(', '.join(n))}</li>" for c, n in by_commit.items())
-    count = f"{len(results)} result{'s' if len(results) != 1 else ''}"
-    return f'<td class="res"><details><summary>{count}</summary><ul>{items}</ul></details></td>'
-
-
 def _status_cell(nb: dict) -> str:
     if nb.get("ok"):
         return '<td class="st"><span class="ok">ok</span></td>'
@@ -277,7 +279,7 @@ def _notebook_row(nb: dict, report_commit: str | None = None) -> str:
     return (
         f'<tr data-notebook="{_e(nb["name"])}"><td class="num"><code title="{_e(nb["name"])}">{_e(number)}</code></td>'
         f'{_title_cell(nb)}<td class="src">{sources}</td>{_ran_cell(nb, report_commit)}'
-        f'{_results_cell(nb)}{_status_cell(nb)}<td class="sec">{float(nb.get("seconds", 0)):.1f}</td></tr>'
+        f'{_status_cell(nb)}<td class="sec">{float(nb.get("seconds", 0)):.1f}</td></tr>'
     )
 
 
@@ -334,12 +336,12 @@ The answer and its evidence, read from the recorded results:</p>
 size <b>{_e(meta.get('size'))}</b>) on {_e(meta.get('created'))},
 labkit commit {commit_label(meta.get('labkit_commit'))}.
 {n_ok} of {len(notebooks)} notebooks ran to the end.</p>
-{_flag_line(notebooks, common)}
+{_provenance(notebooks, common)}
 <table id="notebooks">
-<colgroup><col class="num"><col class="nb"><col class="src"><col class="ran"><col class="res"><col class="st">
+<colgroup><col class="num"><col class="nb"><col class="src"><col class="ran"><col class="st">
 <col class="sec"></colgroup>
 <tr><th>#</th><th>notebook: what it shows</th><th>numbers</th><th>executed on</th>
-<th>recorded results read</th><th>status</th><th class="sec">s</th></tr>
+<th>status</th><th class="sec">s</th></tr>
 {rows}
 </table>
 <ul class="legend small">{legend}</ul>

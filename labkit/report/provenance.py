@@ -64,16 +64,18 @@ def track_result_reads(log_path: str | None = None, root: Path | str | None = No
     return True
 
 
-def results_read(log_path: Path | str) -> list[dict]:
+def results_read(log_path: Path | str) -> tuple[list[dict], list[str]]:
     """The results listed in ``log_path``, each once, in reading order: ``machine`` (folder),
     ``name``, ``labkit_commit``, ``commit_status`` (``clean``, ``dirty`` or ``unknown``, see
-    :func:`labkit.results.commit_status`), ``size``. Files that are gone or not results are
+    :func:`labkit.results.commit_status`), ``size``; and, as ``machine/file``, those that did not load
+    (not JSON: a result cut short or corrupt). Files that are gone, or JSON but not results, are
     skipped."""
     try:
         lines = Path(log_path).read_text(encoding="utf-8").splitlines()
     except OSError:
-        return []
+        return [], []
     out: list[dict] = []
+    unreadable: list[str] = []
     seen: set[str] = set()
     for line in lines:
         if not line or line in seen:
@@ -81,8 +83,15 @@ def results_read(log_path: Path | str) -> list[dict]:
         seen.add(line)
         path = Path(line)
         try:
-            result = parse_result(json.loads(path.read_text(encoding="utf-8")), str(path))
-        except (OSError, ValueError, TypeError, KeyError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        except ValueError:
+            unreadable.append(f"{path.parent.name}/{path.name}")
+            continue
+        try:
+            result = parse_result(data, str(path))
+        except (ValueError, TypeError, KeyError):
             continue
         commit = (result.labkit_commit or "").strip() or "unknown"
         out.append({
@@ -92,4 +101,4 @@ def results_read(log_path: Path | str) -> list[dict]:
             "commit_status": commit_status(commit),
             "size": result.size,
         })
-    return out
+    return out, unreadable

@@ -59,7 +59,8 @@ def _layout(fig: go.Figure, title: str) -> go.Figure:
 
 def _legend_note(fig: go.Figure) -> None:
     fig.add_annotation(text="blue: causal/window  orange: image range only  grey: masked", xref="paper",
-                       yref="paper", x=0, y=-0.13, showarrow=False, font={"size": 11})
+                       yref="paper", x=0, y=1.0, xanchor="left", yanchor="bottom", showarrow=False,
+                       font={"size": 11})  # above the plot: below it the key axis' title would cover it
 
 
 def plot_mask(q_len: int, kv_len: int, ranges=None, sliding_window: int = 0, *, title: str | None = None) -> go.Figure:
