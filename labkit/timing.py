@@ -295,8 +295,8 @@ def unit_costs(result) -> dict[str, float]:
 
 def unit_cost_note(results: Iterable) -> str:
     """What a view that sets ``results``' times side by side says about their runs' speed: each unit cost
-    that differs by more than ``UNIT_COST_SPREAD`` between two of them, and the runs that kept none.
-    Empty where they agree (or there is one result)."""
+    that differs by more than ``UNIT_COST_SPREAD`` between two of them. Empty where they agree (or there is
+    one result)."""
     results = list(results)
     if len(results) < 2:
         return ""
@@ -309,7 +309,4 @@ def unit_cost_note(results: Iterable) -> str:
             lines.append(f"The runs set side by side ran at different speeds: {what} took {got[lo]:,.1f} ns in {lo}'s "
                          f"run and {got[hi]:,.1f} ns in {hi}'s ({got[hi] / got[lo]:.1f}x); host times differ by as "
                          "much before any change.")
-    missing = sorted(k for k, c in costs.items() if not c)
-    if missing:
-        lines.append(f"No unit costs kept by the run of {', '.join(missing)}: how fast its CPU ran then is unknown.")
-    return "\n".join(lines)
+    return "\n".join(lines)  # a run that kept none says so in the page's provenance (labkit.report.provenance)

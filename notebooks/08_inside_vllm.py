@@ -127,7 +127,8 @@ inside_vllm.plot_input_stages(inputs)
 #
 # `scripts/vllm_ab.sh` serves the lab's made Gemma 4 with vLLM's CPU build once per variant and
 # repeat, in alternating order, and measures it with `vllm bench serve --dataset-name random-mm`;
-# the mark on merged's bar is the lab's own figure for the same loop (`mm_decode_step`). On the
+# the mark on baseline's column is the lab's prediction for it: merged's median plus what the lab's own
+# figure for the same loop (`mm_decode_step`) adds at this shape. On the
 # CPU build the forward runs on the host and async scheduling is off, so every microsecond the
 # scheduler adds lands on the step; its shape and arms are its own, not the PR's.
 

@@ -108,7 +108,13 @@ def test_the_answers_views_read_the_result(tmp_path):
     published = [t for t in fig.data if t.name == "published"]
     assert [list(t.y) for t in published][0] == [two_phases(PR40143.before)["arrival_s"],
                                                   two_phases(PR40143.after)["arrival_s"]]
-    assert list(fig.data[1].y) == [100.0, 100.0] and fig.data[1].marker.pattern.shape == "/"  # simulated: hatched
+    # arrival: pr40143's predicted (simulated: hatched); baseline's is the TTFT its intake was inferred from
+    arrival = {t.name.split(" ")[0]: t for t in fig.data if t.xaxis == "x" and t.name != "published"}
+    assert list(arrival["predicted"].x) == ["pr40143"] and arrival["predicted"].marker.pattern.shape == "/"
+    assert list(arrival["inferred"].x) == ["baseline"] and not arrival["inferred"].marker.pattern.shape
+    assert list(arrival["inferred"].y) == [100.0] and arrival["inferred"].offsetgroup == arrival["predicted"].offsetgroup
+    spread = [t for t in fig.data if t.xaxis == "x2" and t.name != "published"]
+    assert [list(t.x) for t in spread] == [["baseline", "pr40143"]] and spread[0].marker.pattern.shape == "/"
     inf = pr_table.inferred_frame(res)
     assert inf["inferred"].tolist() == [2.0, 45.0] and inf["the lab measures"][0] == "cpu-a 1.00-4.00 us"
     assert len(pr_table.peaks_frame(res)) == 4

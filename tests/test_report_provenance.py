@@ -25,6 +25,9 @@ def test_audit_hook_lists_every_result_read_once(tmp_path):
     a = _record(store, "h200", "calibration", "0123456789ab")
     b = _record(store, "cpu-x", "engine", "unknown", size="quick")
     c = _record(store, "cpu-x", "never_read", "0123456789ab")
+    timed = make_result("mm_decode_step", [{"x": 1}], source="measured-cpu", machine={"slug": "cpu-x"}, size="full")
+    timed.labkit_commit = "0123456789ab"
+    e = save_result(timed, store)  # a CPU timing whose run kept no unit costs
     (store / "cpu-x" / "notes.json").write_text("{}")  # under the store but not a result
     (store / "cpu-x" / "cut_short.json").write_text('{"name": "eng')  # a result that does not load
     outside = tmp_path / "elsewhere.json"
@@ -39,6 +42,7 @@ assert track_result_reads({str(log)!r}, {str(store)!r})
 json.loads(Path({str(b)!r}).read_text())
 with open({str(a)!r}, "rb") as f: f.read()
 json.loads(Path({str(b)!r}).read_text())         # twice: listed once
+json.loads(Path({str(e)!r}).read_text())
 open({str(store / 'cpu-x' / 'notes.json')!r}).read()
 open({str(store / 'cpu-x' / 'cut_short.json')!r}).read()
 open({str(outside)!r}).read()                   # outside the store: not listed
@@ -51,6 +55,8 @@ open({str(outside)!r}).read()                   # outside the store: not listed
          "size": "quick"},
         {"machine": "h200", "name": "calibration", "labkit_commit": "0123456789ab", "commit_status": "clean",
          "size": "full"},
+        {"machine": "cpu-x", "name": "mm_decode_step", "labkit_commit": "0123456789ab", "commit_status": "clean",
+         "size": "full", "unit_costs": False},
     ]
     assert c.is_file()
     assert results_read(tmp_path / "missing.txt") == ([], [])

@@ -112,7 +112,10 @@ def provenance_html(nb, run: dict | None = None) -> str:
         if results:
             by_commit: dict[str, list[str]] = {}
             for r in results:
-                by_commit.setdefault(str(r.get("labkit_commit")), []).append(f"{r.get('machine')}/{r.get('name')}")
+                unknown_speed = " (its run kept no unit costs: how fast its CPU ran then is unknown)" \
+                    if r.get("unit_costs") is False else ""
+                by_commit.setdefault(str(r.get("labkit_commit")), []).append(
+                    f"{r.get('machine')}/{r.get('name')}{unknown_speed}")
             rows = "".join(f"<li>{commit_label(c)}: {html.escape(', '.join(n))}</li>" for c, n in by_commit.items())
             where += f"<p>Recorded results read, by labkit commit:</p><ul>{rows}</ul>"
         else:

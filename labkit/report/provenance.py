@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from labkit.results import commit_status, parse_result
+from labkit.timing import unit_costs
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def track_result_reads(log_path: str | None = None, root: Path | str | None = No
 def results_read(log_path: Path | str) -> tuple[list[dict], list[str]]:
     """The results listed in ``log_path``, each once, in reading order: ``machine`` (folder),
     ``name``, ``labkit_commit``, ``commit_status`` (``clean``, ``dirty`` or ``unknown``, see
-    :func:`labkit.results.commit_status`), ``size``; and, as ``machine/file``, those that did not load
+    :func:`labkit.results.commit_status`), ``size``, and ``unit_costs: False`` on a CPU timing whose run
+    kept no unit costs (:func:`labkit.timing.unit_costs`); and, as ``machine/file``, those that did not load
     (not JSON: a result cut short or corrupt). Files that are gone, or JSON but not results, are
     skipped."""
     try:
@@ -100,5 +102,7 @@ def results_read(log_path: Path | str) -> tuple[list[dict], list[str]]:
             "labkit_commit": commit,
             "commit_status": commit_status(commit),
             "size": result.size,
+            # a CPU timing whose run kept no unit costs: how fast that CPU ran then is unknown
+            **({"unit_costs": False} if result.source == "measured-cpu" and not unit_costs(result) else {}),
         })
     return out, unreadable

@@ -21,6 +21,8 @@ PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
           ("finish_spread_s", "finish spread", "s"),
           ("decode_step_ms", "decode: mean step", "ms"),
           ("fastest_step_ms", "fastest full-batch step", "ms"))
+#: the published metric each phase is read from, where an unknown may be inferred from it
+PHASE_OF_METRIC = {"mean_ttft_s": "arrival_s", "peak_output_tok_s": "fastest_step_ms"}
 METRIC_LABELS = {"peak_output_tok_s": "peak output tok/s", "output_tok_s": "output tok/s",
                  "mean_tpot_ms": "mean TPOT (ms)", "mean_ttft_s": "mean TTFT (s)", "duration_s": "duration (s)"}
 
@@ -102,7 +104,8 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
 
 
 def plot_phases(result) -> go.Figure:
-    """Both arms' two phases, published against predicted on the named GPU (hatched: simulated)."""
+    """Both arms' two phases, published against predicted on the named GPU (hatched: simulated; plain and
+    pale: inferred from that very figure)."""
     if result is None:
         fig = go.Figure()
         fig.add_annotation(text=NO_PR_TABLE, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
@@ -113,14 +116,25 @@ def plot_phases(result) -> go.Figure:
     pub = {a: two_phases(PR40143.side(a)) for a in arms}
     fig = make_subplots(rows=1, cols=len(PHASES), subplot_titles=[f"{label} ({unit})" for _, label, unit in PHASES])
     colour, pattern = source_style("simulated")
+    # a phase whose published figure an unknown was inferred from is matched by construction: drawn as inferred
+    inferred = {(r["arm"], PHASE_OF_METRIC[r["metric"]]) for r in result.rows
+                if r.get("inferred") and r["gpu"] == gpu and r["metric"] in PHASE_OF_METRIC}
+    shown = set()
     for col, (key, _, unit) in enumerate(PHASES, start=1):
         fig.add_bar(x=arms, y=[pub[a][key] for a in arms], name="published", marker_color="#444",
-                    legendgroup="published", showlegend=col == 1, row=1, col=col,
+                    legendgroup="published", offsetgroup="published", showlegend=col == 1, row=1, col=col,
                     hovertemplate=f"%{{x}} published: %{{y:.3g}} {unit}<extra></extra>")
-        fig.add_bar(x=arms, y=[pred[a][key] for a in arms], name=f"predicted on the {gpu.upper()} (simulated)",
-                    marker_color=colour, marker_pattern_shape=pattern, legendgroup="predicted",
-                    showlegend=col == 1, row=1, col=col,
-                    hovertemplate=f"%{{x}} predicted: %{{y:.3g}} {unit}<extra></extra>")
+        for kind in ("predicted", "inferred"):
+            xs = [a for a in arms if ((a, key) in inferred) == (kind == "inferred")]
+            if not xs:
+                continue
+            name = (f"predicted on the {gpu.upper()} (simulated)" if kind == "predicted" else
+                    "inferred from the published figure (an unknown of the PR's machine)")
+            fig.add_bar(x=xs, y=[pred[a][key] for a in xs], name=name, marker_color=colour, legendgroup=kind, offsetgroup="model",
+                        marker_pattern_shape=pattern if kind == "predicted" else "",
+                        marker_opacity=1.0 if kind == "predicted" else 0.45, showlegend=kind not in shown,
+                        row=1, col=col, hovertemplate=f"%{{x}} {kind}: %{{y:.3g}} {unit}<extra></extra>")
+            shown.add(kind)
     fig.update_layout(barmode="group", height=360, margin=dict(t=60, b=40, l=50, r=10),
                       title=f"#40143's run in two phases, published and predicted ({gpu.upper()}, nothing fitted)",
                       legend=dict(orientation="h", y=-0.15))

@@ -76,7 +76,7 @@ def lab_prediction(requests: int, images: int, root=None) -> dict | None:
 
 def plot_ab(results=None, root=None):
     """Mean TPOT per variant and repeat for each recorded run, with the lab's own prediction of
-    the baseline's excess (``lab_prediction``) drawn on merged's median; a go.Figure."""
+    the baseline's excess (``lab_prediction``) added to merged's median, drawn on baseline's column; a go.Figure."""
     import plotly.graph_objects as go
 
     results = find_all(VLLM_AB, root=root) if results is None else results
