@@ -48,19 +48,22 @@ appendix.results_matrix(results)
 
 # %% [markdown]
 # ## Side by side where several machines recorded a result
-# Pick a result in the menu. Bars are grouped by the row's variant and swept parameters; the legend
-# groups machines by source (measured bars solid, simulated hatched, interpreted dotted).
+# Pick a result in the menu. Bars are the rows that two or more machines recorded, grouped by the row's
+# variant and swept parameters; the legend groups machines by source (measured bars solid, simulated
+# hatched, interpreted dotted). Every row of every result is in the tables below.
 
 # %%
 per_machine = appendix.one_per_machine(results)
 table = compare.comparison_table(per_machine)
 table = table[~table["label"].str.contains("[", regex=False)]  # the kernel's tile sweep: on page 04
-shared = table.dropna(subset=["value"]).groupby("result")["machine"].nunique()
-shared = sorted(shared[shared > 1].index)
+# the rows two or more machines recorded: one metric per label, nothing drawn against an empty slot
+machines = table.dropna(subset=["value"]).groupby(["result", "label"])["machine"].nunique()
+both = table.set_index(["result", "label"]).index.isin(machines[machines > 1].index)
+shared = sorted(set(table[both]["result"]))
 notes = {name: unit_cost_note(r for r in per_machine if r.name == name) for name in shared}
 (fold("how fast each machine's CPU ran in the runs compared", "\n".join(f"{n}: {t}" for n, t in notes.items() if t))
  if any(notes.values()) else None)
-compare.plot_comparison(table[table["result"].isin(shared)])
+compare.plot_comparison(table[both])
 
 # %% [markdown]
 # Every result's numbers as tables, one per result behind a click (per machine that recorded it,

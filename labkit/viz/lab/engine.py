@@ -104,7 +104,7 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
 
     if not runs:
         raise ValueError("no runs to show")
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=False, vertical_spacing=0.12,
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=False, vertical_spacing=0.2,  # room for the top's axis title
                         subplot_titles=(labels[0], labels[1]))
     spans, lanes_all, simulated = [], [set(), set()], False
     for name, pair in runs.items():
@@ -128,7 +128,7 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
         lanes = sorted(lanes_all[row - 1], key=lambda s: (not s.startswith("host"), s))
         fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lanes)), automargin=True, row=row, col=1)
         fig.update_xaxes(title_text="time since trace start (ms)", row=row, col=1)
-    fig.update_layout(title=f"{title}: {spans[0][0]}{suffix}", barmode="overlay", height=520,
-                      margin=dict(l=10, r=10, t=110),
-                      updatemenus=[dict(buttons=buttons, direction="down", x=0, y=1.22, xanchor="left")])
+    fig.update_layout(title=f"{title}: {spans[0][0]}{suffix}", barmode="overlay", height=560,
+                      margin=dict(l=10, r=10, t=110),  # the menu at the right, clear of the title at the left
+                      updatemenus=[dict(buttons=buttons, direction="down", x=1.0, y=1.22, xanchor="right")])
     return legend_below(fig)
