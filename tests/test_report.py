@@ -296,7 +296,10 @@ def test_a_cell_that_prints_a_failure_or_a_page_whose_results_do_not_load_fails_
     assert not by["02_unloaded"]["ok"] and "gpu-x/bench_a.json" in by["02_unloaded"]["error"]["error"]
     assert all((out / f"{name}.html").is_file() for name in by)
     assert "did not finish" in (out / "00_logged.html").read_text()
-    assert "1 of 3 notebooks ran to the end" in (out / "index.html").read_text()
+    index = (out / "index.html").read_text()
+    assert "1 of 3 notebooks ran to the end" in index
+    row = index[index.index('<tr data-notebook="02_unloaded"'):]
+    assert '<span class="small">recorded results that did not load: gpu-x/bench_a.json' in row[:row.index("</tr>")]
 
 
 def test_a_planted_kernel_failure_fails_page_04_and_the_report(tmp_path, capsys):

@@ -269,8 +269,9 @@ def _status_cell(nb: dict) -> str:
     err = nb.get("error") or {}
     where = f"cell {err['cell']}" if err.get("cell") is not None else "kernel"
     first = f" <code>{_e(err.get('first_line'))}</code>" if err.get("first_line") else ""
+    at = "" if err.get("cell") is None and not err.get("first_line") else f"at {where}{first}: "  # not a cell's
     return (f'<td class="st"><details><summary><span class="failed">failed</span></summary>'
-            f'<span class="small">at {where}{first}: {_e(err.get("error"))}</span></details></td>')
+            f'<span class="small">{at}{_e(err.get("error"))}</span></details></td>')
 
 
 def _notebook_row(nb: dict, report_commit: str | None = None) -> str:
