@@ -20,6 +20,7 @@ from nbconvert import HTMLExporter
 from traitlets import Unicode
 
 from labkit.report.index import SOURCE_MEANINGS, commit_label, source_badge
+from labkit.report.provenance import by_commit
 
 SOURCES_METADATA_KEY = "labkit_sources"  # same key as labkit.viz.notebook (not imported: no plotly here)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -110,13 +111,8 @@ def provenance_html(nb, run: dict | None = None) -> str:
                  f"{commit_label(run.get('labkit_commit'))}.")
         results = run.get("results") or []
         if results:
-            by_commit: dict[str, list[str]] = {}
-            for r in results:
-                unknown_speed = " (its run kept no unit costs: how fast its CPU ran then is unknown)" \
-                    if r.get("unit_costs") is False else ""
-                by_commit.setdefault(str(r.get("labkit_commit")), []).append(
-                    f"{r.get('machine')}/{r.get('name')}{unknown_speed}")
-            rows = "".join(f"<li>{commit_label(c)}: {html.escape(', '.join(n))}</li>" for c, n in by_commit.items())
+            rows = "".join(f"<li>{commit_label(c)}: {html.escape(', '.join(n))}</li>"
+                           for c, n in by_commit(results).items())
             where += f"<p>Recorded results read, by labkit commit:</p><ul>{rows}</ul>"
         else:
             where += " It read no recorded result."

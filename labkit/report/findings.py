@@ -149,9 +149,9 @@ def _whole_table(res) -> Evidence:
     gpu = res.params["gpu"]
     free = [r for r in res.rows if r["gpu"] == gpu and r["error"] is not None and not r.get("inferred")
             and r["metric"] != "peak_output_tok_s"]
-    worst = max(free, key=lambda r: abs(r["error"]))
+    worst = max(free, key=lambda r: abs(r["error"]), default=None)
     errs = (f"{len(free)} figures off by {min(r['error'] for r in free):+.0%} to {max(r['error'] for r in free):+.0%}; "
-            f"most: {worst['arm']} {worst['metric']}")
+            f"most: {worst['arm']} {worst['metric']}") if worst else "no other figure predicted"
     inf = res.params["inferred"]
     return Evidence("whole_table", f"Every other figure of the table on the {gpu.upper()}, with two unknowns inferred: "
                                    f"the PR host's tensor read ({inf['read_ns']['value'] / 1e3:.2f} us) and its "

@@ -15,6 +15,7 @@ import html
 import re
 
 from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, findings_table, start_here
+from labkit.report.provenance import by_commit
 
 _COLOURS = {
     "measured-gpu": "#1b7f3a",
@@ -228,10 +229,7 @@ def _provenance(notebooks: list[dict], common: set[tuple[str, str]]) -> str:
 
 def _results_item(nb: dict) -> str:
     """One page's line of the provenance fold: the results it read, grouped by commit."""
-    by_commit: dict[str, list[str]] = {}
-    for r in nb["results"]:
-        by_commit.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}")
-    groups = "; ".join(f"{commit_label(c, quiet=True)}: {_e(', '.join(n))}" for c, n in by_commit.items())
+    groups = "; ".join(f"{commit_label(c, quiet=True)}: {_e(', '.join(n))}" for c, n in by_commit(nb["results"]).items())
     return f'<li data-notebook="{_e(nb["name"])}"><b>{_e(str(nb["name"]).split("_", 1)[0])}</b> {groups}</li>'
 
 

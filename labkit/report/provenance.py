@@ -106,3 +106,14 @@ def results_read(log_path: Path | str) -> tuple[list[dict], list[str]]:
             **({"unit_costs": False} if result.source == "measured-cpu" and not unit_costs(result) else {}),
         })
     return out, unreadable
+
+
+def by_commit(results: list[dict]) -> dict[str, list[str]]:
+    """The results read (:func:`results_read`'s records) as ``machine/name``, grouped by labkit commit
+    (``unknown`` where none), in reading order; a CPU timing whose run kept no unit costs says so."""
+    out: dict[str, list[str]] = {}
+    for r in results:
+        speed = " (its run kept no unit costs: how fast its CPU ran then is unknown)" \
+            if r.get("unit_costs") is False else ""
+        out.setdefault(str(r.get("labkit_commit") or "unknown"), []).append(f"{r.get('machine')}/{r.get('name')}{speed}")
+    return out
