@@ -22,7 +22,8 @@
 #   `int()`; a Python list makes it a plain list index. How many times dearer is the tensor read?
 # - **#38794**: the attention metadata built a small device tensor per sequence on every layer.
 #   A small host-to-device copy from pageable memory makes the host wait; from pinned memory it
-#   does not. On a GPU this page times both, and the launch of an (almost) empty kernel.
+#   does not. On a GPU this page times both, and the launch of an (almost) empty kernel (the
+#   recorded copies are drawn on page 03).
 #
 # Results are saved as `calibration` in `data/results/<machine>/`; recorded results of other
 # machines are shown beside this one.
@@ -58,16 +59,8 @@ format_table(calibration_rows(recorded), rename={"tensor_index_int_ns": "tensor 
 # the menu picks a machine):
 
 # %%
-from labkit.viz.machines.calibration import plot_cpu_calibration, plot_gpu_calibration
+from labkit.viz.machines.calibration import plot_cpu_calibration
 plot_cpu_calibration(recorded)
-
-# %% [markdown]
-# ## Recorded on a GPU: a pageable copy makes the host wait, a pinned one does not
-# On a GPU the pageable copy's host time includes the synchronization it forces: that wait is the
-# bubble #38794 removed from every attention layer. Pinned copies enqueue and return.
-
-# %%
-plot_gpu_calibration(recorded)
 
 # %% [markdown]
 # ## Measured here, now, quick

@@ -150,6 +150,10 @@ format_table(step_model_rows(rows))
 # %%
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
+if gpu:
+    from labkit.viz.tables import sig3
+    print("GPU idle share of the run: " + ", ".join(f"{r['variant']} {sig3(100 * r['device_idle_frac'])}%"
+                                                    for r in gpu_rows if r.get("device_idle_frac") is not None))
 fold("The recorded GPU run's rows", format_table(gpu_rows, columns=cols)) if gpu else print(
     "No GPU result recorded yet: run `labkit bench engine --size full --trace-dir ...` on a GPU machine.")
 

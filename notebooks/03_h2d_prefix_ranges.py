@@ -42,7 +42,7 @@ setup_notebook()
 # %%
 from labkit.attn.bench_h2d import ledger_demo, run_benchmarks
 from labkit.device import resolve_device
-from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, RANGES_STEP, RANGES_SWEEP, find, find_all
+from labkit.results import CALIBRATION, H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, find, find_all
 from labkit.viz.lab.h2d import STRATEGY_LABELS, plot_before_after, plot_gpu_idle, plot_sweep
 from labkit.viz.notebook import fold
 from labkit.viz.tables import format_table
@@ -79,6 +79,16 @@ format_table(named([r for g in idle for r in g.rows]), columns=["strategy", "lay
 
 # %%
 plot_gpu_idle(idle)
+
+# %% [markdown]
+# ## Recorded on a GPU: a pageable copy makes the host wait, a pinned one does not
+# One small copy, timed alone (`labkit calibrate` on a GPU): from pageable memory the host time
+# includes the synchronization it forces, the wait #38794 removed from every attention layer;
+# pinned copies enqueue and return.
+
+# %%
+from labkit.viz.machines.calibration import plot_gpu_calibration
+plot_gpu_calibration(find_all(CALIBRATION))
 
 # %% [markdown]
 # ## Why one tiny `torch.tensor(..., device="cuda")` stalls the pipeline
@@ -134,28 +144,6 @@ declare_sources(here.source)
 format_table(named(here.rows), columns=["strategy", "layers", "median_ns", "h2d_per_step", "sync_per_step",
                                         "speedup_vs_per_layer"], time_unit="ms",
              caption=f"this run on {here.slug} ({here.source}, {here.size} size), per decode step")
-
-# %% [markdown]
-# ## The next bubble: building the ranges themselves (measured here, now, quick)
-# Both vLLM versions still rebuild every request's image ranges on every step, calling the uncached
-# `extract_embeds_range()` (a handful of torch ops) for every image of every request. The lab's
-# `cached` builder computes each placeholder's ranges once; `incremental` keeps each request's list
-# and only touches requests that join or leave. The pipeline rows add the prefix-range tensor for
-# every layer: vLLM 0.33 (`v033+pinned`) against the lab (`incremental+cached`).
-
-# %%
-from labkit.attn import bench_ranges
-ranges, note = reuse_or_measure([RANGES_STEP], lambda: bench_ranges.run_benchmarks(device, size, sweep=False))
-format_table(ranges[RANGES_STEP].rows, columns=["kind", "variant", "median_ns", "h2d_per_step", "speedup_vs_v033",
-                                                  "speedup_vs_v033_pinned"],
-             caption=f"this run on {ranges['ranges_step'].slug} ({ranges['ranges_step'].size} size), per decode step")
-
-# %% [markdown]
-# As recorded on every machine, against the images in the batch:
-
-# %%
-from labkit.viz.lab.h2d import plot_ranges_sweep
-plot_ranges_sweep(find_all(RANGES_SWEEP))
 
 # %% [markdown]
 # ## Try it live

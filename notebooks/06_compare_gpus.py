@@ -47,6 +47,17 @@ declare_sources(*sorted({r.source for r in results}))
 appendix.results_matrix(results)
 
 # %% [markdown]
+# The one host figure every machine records, one tensor index + `int()` (its calibration), from the
+# fastest machine to the slowest:
+
+# %%
+from labkit.report.answers.host import calibration_rows
+from labkit.viz.tables import format_table, sig3
+reads = sorted(calibration_rows(results), key=lambda r: r["tensor_index_int_ns"])
+format_table([{"machine": r["machine"], "tensor index + int()": f"{sig3(r['tensor_index_int_ns'] / 1e3)} us",
+               "x the fastest": f"{sig3(r['tensor_index_int_ns'] / reads[0]['tensor_index_int_ns'])}x"} for r in reads])
+
+# %% [markdown]
 # ## Side by side where several machines recorded a result
 # Pick a result in the menu. Bars are the rows that two or more machines recorded, grouped by the row's
 # variant and swept parameters; the legend groups machines by source (measured bars solid, simulated

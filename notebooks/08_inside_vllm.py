@@ -100,6 +100,12 @@ ab_runs = find_all(VLLM_AB)
 # (every phase but `process_outputs`, which the API server pays). A menu switches machines.
 
 # %%
+from labkit.report.findings import census_saving
+from labkit.viz.tables import sig3
+saving = census_saving(census) if census is not None else None
+if saving:
+    print(f"At 128 x 32, forward off the host, {census.slug}: {sig3(saving['before_ms'])} ms a step with baseline, "
+          f"{sig3(saving['after_ms'])} ms with pr40143: #40143 saves {sig3(saving['saving_ms'])} ms a step.")
 print(unit_cost_note(censuses))
 inside_vllm.plot_phase_census(censuses)
 

@@ -67,6 +67,12 @@ def time_unit(values_ns: list[float]) -> tuple[str, float]:
     return "ns", 1.0
 
 
+def duration(ns: float) -> str:
+    """A time in ns as a reader reads it: three significant figures in the unit that suits it (``21.4 us``)."""
+    unit, scale = time_unit([ns])
+    return f"{sig3(ns / scale)} {unit}"
+
+
 def _words(name: str) -> str:
     return name.replace("_", " ").strip()
 

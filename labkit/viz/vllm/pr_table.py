@@ -44,13 +44,15 @@ def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
                 row[f"{arm} published"] = round(r["published"]) if whole else r["published"]
                 row[f"{arm} error"] = "inferred from it" if r.get("inferred") else f"{r['error']:+.1%}"
         out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, dtype=object)  # token rates stay whole numbers beside the float rows
 
 
 def peaks_frame(result) -> pd.DataFrame:
-    """The steady full-batch step per GPU, arm and regime: device, host, step, which side sets it, peak."""
+    """The steady full-batch step per GPU, arm and regime: device, host, step, which side sets it, peak
+    (whole tokens/s, as ``vllm bench serve`` prints them)."""
     cols = ["gpu", "arm", "regime", "device_ms", "host_ms", "step_ms", "bound", "peak_output_tok_s"]
-    return pd.DataFrame(result.params["peaks"])[cols]
+    frame = pd.DataFrame(result.params["peaks"])[cols]
+    return frame.assign(peak_output_tok_s=[round(v) for v in frame["peak_output_tok_s"]]).astype(object)
 
 
 def inferred_frame(result) -> pd.DataFrame:
