@@ -42,8 +42,8 @@ H2D_STEP, H2D_SWEEP, H2D_GPU_IDLE, RANGES_STEP, RANGES_SWEEP = (
 MM_GET_NUM_EMBEDS, MM_DECODE_STEP, MM_SWEEP, MM_WORKLOAD = (
     "mm_get_num_embeds", "mm_decode_step", "mm_sweep", "mm_workload")
 TRACE_BENCH, PR_TABLE, REPORT = "trace_bench", "pr_table", "report"
-VLLM_AB, VLLM_INPUT, VLLM_STEP, VLLM_SCHED, VLLM_PREFIX_RANGES, VLLM_OWN_TESTS = (
-    "vllm_ab", "vllm_input", "vllm_step", "vllm_sched", "vllm_prefix_ranges", "vllm_own_tests")
+VLLM_AB, VLLM_INPUT, VLLM_STEP, VLLM_SCHED, VLLM_PREFIX_RANGES, VLLM_OWN_TESTS, VLLM_SERVE_TIMELINE = (
+    "vllm_ab", "vllm_input", "vllm_step", "vllm_sched", "vllm_prefix_ranges", "vllm_own_tests", "vllm_serve_timeline")
 #: every result name -> the command that writes it
 NAMES = {
     CALIBRATION: "labkit calibrate", ENGINE: "labkit bench engine", ENGINE_SIM: "notebook 02 (its simulated runs)",
@@ -54,6 +54,7 @@ NAMES = {
     REPORT: "labkit report", VLLM_AB: "labkit vllm ab", VLLM_INPUT: "labkit bench vllm-input",
     VLLM_STEP: "labkit bench vllm-step", VLLM_SCHED: "labkit bench vllm-sched",
     VLLM_PREFIX_RANGES: "labkit bench vllm-prefix-ranges", VLLM_OWN_TESTS: "labkit vllm own-tests",
+    VLLM_SERVE_TIMELINE: "scripts/vllm_ab.sh --timeline",
 }
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

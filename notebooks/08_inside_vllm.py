@@ -146,6 +146,19 @@ ab_table = ab_view.summary_table(ab_runs)
 fold("The A/B's runs per variant", format_table(ab_table)) if not ab_table.empty else print(ab_view.NO_RESULT)
 
 # %% [markdown]
+# ## vLLM's own server, request by request and step by step
+#
+# `scripts/vllm_ab.sh --timeline` runs the same server at #40143's image size and count per request
+# (1024x1536, 32 images) and keeps every request's send, first token, token gaps and finish from
+# `vllm bench serve --save-detailed`, and every engine step vLLM logs
+# (`--enable-logging-iteration-details`). The menu picks the arm and shape.
+
+# %%
+from labkit.results import VLLM_SERVE_TIMELINE
+timeline = find(VLLM_SERVE_TIMELINE)
+inside_vllm.plot_serve_timeline(timeline)
+
+# %% [markdown]
 # ## The next host costs to hunt
 #
 # With the fix in, what is left on the host of a decode step at 128 x 32, largest first (the

@@ -40,6 +40,9 @@
 #   --out DIR          where bench JSON, logs and traces go (default $TMPDIR/labkit-vllm-ab;
 #                      ingest copies results and traces into data/)
 #   --profile          also capture torch profiler traces (--profiler-config + bench --profile)
+#   --timeline         time each request and engine step (bench --save-detailed, serve
+#                      --enable-logging-iteration-details) and file them under
+#                      data/results/<machine>/vllm_serve_timeline.json instead of vllm_ab
 #   --python PY        Python with vLLM and labkit installed (default .venv-vllm/bin/python, CPU
 #                      .venv-vllm-cpu/bin/python, else python3)
 #   --dry-run          print the commands, run nothing
@@ -63,12 +66,13 @@ PORT=8000
 BACKEND="TRITON_ATTN"
 OUT="${TMPDIR:-/tmp}/labkit-vllm-ab"
 PROFILE=0
+TIMELINE=0
 DRY=0
 PY=""
 SERVE_EXTRA=()
 
 die() { echo "vllm_ab.sh: error: $*" >&2; exit 2; }
-usage() { sed -n '2,50p' "$0" | sed -n '/^#/p' | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,52p' "$0" | sed -n '/^#/p' | sed 's/^# \{0,1\}//'; }
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
 is_posint() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 
@@ -88,6 +92,7 @@ while [ $# -gt 0 ]; do
     --out) need_value "$@"; OUT=$2; shift 2 ;;
     --python) need_value "$@"; PY=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
+    --timeline) TIMELINE=1; shift ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; SERVE_EXTRA=("$@"); break ;;
@@ -168,9 +173,9 @@ run() {  # print, and run unless --dry-run
 
 mkdir_out() { [ "$DRY" = 1 ] || mkdir -p "$@"; }
 SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
+stop_server() {  # the server's whole process group: its engine core and workers too, even where the API server died
+  if [ -n "$SERVER_PID" ]; then
+    kill -- "-$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
   fi
   SERVER_PID=""
@@ -194,13 +199,18 @@ for v in "${ORDER[@]}"; do
     serve+=(--profiler-config "{\"profiler\": \"torch\", \"torch_profiler_dir\": \"$dir/traces\"}")
     bench_profile=(--profile)
   fi
+  bench_timeline=()
+  if [ "$TIMELINE" = 1 ]; then
+    serve+=(--enable-logging-iteration-details)
+    bench_timeline=(--save-detailed)
+  fi
   serve+=("${SERVE_EXTRA[@]}")
   env=("${SERVE_ENV[@]/#LABKIT_VLLM_AB=_/LABKIT_VLLM_AB=$v}")
   [ "$DEVICE" = cpu ] && env+=(VLLM_CACHE_ROOT="$dir/vllm-cache")
   echo "== repeat $rep, variant $v" >&2
   printf '+ %s' "${env[0]}"; printf ' %q' "${serve[@]}"; printf ' > %q 2>&1 &\n' "$dir/server.log"
   if [ "$DRY" = 0 ]; then
-    env "${env[@]}" "${serve[@]}" > "$dir/server.log" 2>&1 &
+    setsid env "${env[@]}" "${serve[@]}" > "$dir/server.log" 2>&1 &  # a process group of its own
     SERVER_PID=$!
     echo "waiting for the server (log: $dir/server.log)" >&2
     for _ in $(seq 1 1800); do
@@ -222,12 +232,13 @@ for v in "${ORDER[@]}"; do
       --random-mm-limit-mm-per-prompt "{\"image\": $IMAGES, \"video\": 0}" \
       --random-mm-bucket-config "{($IMG_H, $IMG_W, 1): 1.0}" \
       --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" --ignore-eos --seed 0 \
-      --save-result --result-dir "$dir" --result-filename bench.json "${bench_profile[@]}"
+      --save-result --result-dir "$dir" --result-filename bench.json "${bench_profile[@]}" "${bench_timeline[@]}"
   [ "$DRY" = 1 ] || stop_server
   ingest=("$PY" -m labkit vllm ab ingest --variant "$v" --bench-json "$dir/bench.json"
           --images "$IMAGES" --model "$MODEL" --repeat "$rep" --order "$order" --device "$DEVICE"
           --image-size "${IMG_H}x${IMG_W}" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN")
   if [ "$PROFILE" = 1 ]; then ingest+=(--trace-dir "$dir/traces"); fi
+  if [ "$TIMELINE" = 1 ]; then ingest+=(--server-log "$dir/server.log"); fi
   (cd "$ROOT" && run "${ingest[@]}")
 done
 done

@@ -155,7 +155,8 @@ def next_bubble_numbers(rec: Recorded) -> list[KeyNumber]:
 def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
     """Notebook 08: the answer's figure (each arm's two phases as predicted on the named GPU, as drawn);
     where recorded, the census's schedule and prepare_inputs per point and variant (ms, as drawn), the
-    input stages per image (ms) and the real-server A/B's mean TPOT per variant and repeat (ms)."""
+    input stages per image (ms), the real-server A/B's mean TPOT per variant and repeat (ms) and the real
+    server's engine steps (ms)."""
     out = []
     for r in rec.find("pr_table"):
         if r.size != "full":
@@ -174,6 +175,9 @@ def inside_vllm_numbers(rec: Recorded) -> list[KeyNumber]:
         out += [KeyNumber(f"{r.slug} vllm_ab {row['variant']} repeat {row.get('repeat')}: mean TPOT ms",
                           row["mean_tpot_us"] / NS_PER_US)
                 for r in rec.find("vllm_ab") for row in r.rows if row.get("mean_tpot_us") is not None]
+    if rec.has("vllm_serve_timeline"):  # every engine step's own time, as drawn
+        out += [KeyNumber(f"{r.slug} vllm_serve_timeline {row['variant']} step {row['iteration']}: ms", row["elapsed_ms"])
+                for r in rec.find("vllm_serve_timeline") for row in r.rows if row["kind"] == "step"]
     return out
 
 
@@ -222,8 +226,9 @@ PAGES: dict[str, PageExpectation] = {
     "08_inside_vllm": PageExpectation(
         headings=("Why #40143 gained 1.27x", "The whole table, predicted", "The peaks",
                   "The two unknowns of the PR's machine", "every phase of a real vLLM step", "the intake",
-                  "The next host costs to hunt"),
-        min_figures=1, numbers=inside_vllm_numbers, optional=("pr_table", "vllm_step", "vllm_input", "vllm_ab")),
+                  "request by request and step by step", "The next host costs to hunt"),
+        min_figures=1, numbers=inside_vllm_numbers,
+        optional=("pr_table", "vllm_step", "vllm_input", "vllm_ab", "vllm_serve_timeline")),
 }
 
 

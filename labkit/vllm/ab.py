@@ -301,6 +301,9 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     ing.add_argument("--image-size", default=None, help="image HxW of the run (filed in the shape)")
     ing.add_argument("--input-len", type=int, default=None, help="random text tokens per request (shape)")
     ing.add_argument("--output-len", type=int, default=None, help="output tokens per request (shape)")
+    ing.add_argument("--server-log", default=None,
+                     help="the server's log of a --timeline run: file its requests and engine steps "
+                          "(vllm_serve_timeline) instead of the A/B row")
     ing.add_argument("--results-root", default=None, help="results folder (default data/results)")
     ing.add_argument("--json", default=None, help="also write the filed row as JSON here")
     srv = sub.add_parser(
@@ -322,18 +325,27 @@ def ab_main(args: argparse.Namespace) -> int:
     if args.ab_cmd == "ingest":
         if args.images is not None and args.images < 0:
             raise UsageError("--images must be >= 0")
+        from labkit.results import keep_unit_costs
         from labkit.vllm.server.ab_results import ingest
 
+        keep_unit_costs()  # measured here, right after the server's run, on the machine that ran it
         shape = {k: v for k, v in (("image_size", args.image_size), ("input_len", args.input_len),
                                     ("output_len", args.output_len)) if v is not None}
         out = ingest(
             args.bench_json, variant=args.variant, images=args.images, model=args.model,
             trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
-            repeat=args.repeat, order=args.order, device=args.device, shape=shape,
+            repeat=args.repeat, order=args.order, device=args.device, shape=shape, server_log=args.server_log,
         )
         from labkit.results import parse_result
 
         result = parse_result(json.loads(Path(out).read_text(encoding="utf-8")), str(out))
+        if args.server_log:
+            run = {"variant": args.variant, "repeat": args.repeat, "images": args.images,
+                   "image_size": args.image_size, "output_len": args.output_len}
+            mine = [r for r in result.rows if all(r.get(k) == v for k, v in run.items())]
+            print(f"filed {args.variant}: {sum(r['kind'] == 'request' for r in mine)} requests, "
+                  f"{sum(r['kind'] == 'step' for r in mine)} engine steps -> {out}")
+            return 0
         row = next(r for r in result.rows if r["variant"] == args.variant and r.get("repeat") == args.repeat)
         if args.json:
             from labkit.fileio import write_json

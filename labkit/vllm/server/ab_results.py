@@ -11,6 +11,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.fileio import copy_atomic
 from labkit.results import VLLM_AB, data_root, find_all, make_result, save_result
+from labkit.vllm.server.timeline import ingest_timeline
 from labkit.vllm.variants import ENV_VAR, get_variant
 
 
@@ -130,6 +131,7 @@ def ingest(
     order: int | None = None,
     device: str = "cuda",
     shape: dict | None = None,
+    server_log: str | Path | None = None,
 ) -> Path:
     """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
@@ -140,7 +142,9 @@ def ingest(
     kept, except one with the same variant, model, prompts, images and repeat, which this one
     replaces; rows of another shape or vLLM build are dropped (one result, one run). Traces
     (``*.pt.trace.json.gz`` / ``*.pt.trace.json``) are copied to
-    ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. Returns the result path.
+    ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. ``server_log``: the server's log of
+    a ``--timeline`` run: its requests and steps are filed under ``vllm_serve_timeline`` instead
+    (:mod:`labkit.vllm.server.timeline`), ``vllm_ab`` left as it is. Returns the result path.
     """
     path = Path(bench_json)
     try:
@@ -184,6 +188,11 @@ def ingest(
     rows.append(row)
     rows.sort(key=lambda r: (r.get("order") is None, r.get("order") or 0))
     source = "measured-cpu" if device == "cpu" else "measured-gpu"
+    if server_log is not None:
+        return ingest_timeline(bench, server_log, variant=row["variant"], repeat=repeat, machine=machine,
+                               shape={k: params["shape"].get(k) for k in ("num_prompts", "images", "image_size",
+                                                                          "output_len")},
+                               vllm_version=params["vllm_version"], results_root=results_root)
     result = make_result(VLLM_AB, rows, params=params, source=source, machine=machine)
     return save_result(result, root=results_root)
 

@@ -1,0 +1,104 @@
+"""vLLM's own server timed per request and per step: result ``vllm_serve_timeline``.
+
+Per request, from ``vllm bench serve --save-detailed``: when it was sent, its first token, every
+token's arrival (the ITLs) and its finish, in seconds from the run's first request. Per engine step,
+from ``vllm serve --enable-logging-iteration-details``: its prefill and decode requests and tokens,
+encoder inputs and the engine core's own elapsed time. The engine settings the server ran with are
+read from its log (vLLM's "non-default args" line). One row per request and per step (``kind``);
+rows of other arms, shapes and repeats are kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from labkit.errors import UsageError
+from labkit.results import VLLM_SERVE_TIMELINE, find_all, make_result, save_result
+
+_ITERATION = re.compile(
+    r"INFO (?P<date>\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d).*?Iteration\((?P<iteration>\d+)\): (?P<ctx_requests>\d+) context "
+    r"requests, (?P<ctx_tokens>\d+) context tokens, (?P<gen_requests>\d+) generation requests, (?P<gen_tokens>\d+) "
+    r"generation tokens, iteration elapsed time: (?P<elapsed_ms>[\d.]+) ms(?P<dummy> \(dummy\))?"
+    r"(?:.*encoder inputs: (?P<encoder_inputs>\d+), encoder output embeddings: (?P<encoder_tokens>\d+))?")
+_SETTINGS = re.compile(r"non-default args: (\{.*\})\s*$")
+#: the shape and arm that key a run's rows
+RUN_KEYS = ("variant", "num_prompts", "images", "image_size", "output_len", "repeat")
+
+
+def request_rows(bench: dict) -> list[dict]:
+    """One row per completed request of a ``--save-detailed`` bench result: ``sent_s``, ``first_token_s``,
+    ``finish_s`` (from the run's first send) and ``itl_ms`` (each later token's gap, in order)."""
+    missing = [k for k in ("start_times", "ttfts", "itls", "latencies") if not isinstance(bench.get(k), list)]
+    if missing:
+        raise UsageError(f"the bench file has no per-request {', '.join(missing)}: run `vllm bench serve` "
+                         "with --save-detailed")
+    t0 = min(bench["start_times"])
+    errors = bench.get("errors") or [""] * len(bench["start_times"])
+    rows = []
+    for i, (start, ttft, itls, latency, error) in enumerate(
+            zip(bench["start_times"], bench["ttfts"], bench["itls"], bench["latencies"], errors)):
+        if error or not ttft:
+            continue
+        rows.append({"kind": "request", "request": i, "sent_s": start - t0, "first_token_s": start - t0 + ttft,
+                     "finish_s": start - t0 + latency, "output_tokens": len(itls) + 1,
+                     "itl_ms": [round(x * 1e3, 3) for x in itls]})
+    return rows
+
+
+def step_rows(log_text: str) -> list[dict]:
+    """One row per engine step the server logged (``--enable-logging-iteration-details``), dummy steps
+    left out: ``iteration``, ``log_time`` (the log's HH:MM:SS), requests and tokens in prefill
+    (``ctx_*``) and decode (``gen_*``), ``encoder_inputs``, ``encoder_tokens`` and ``elapsed_ms``."""
+    rows = []
+    for m in _ITERATION.finditer(log_text):
+        if m["dummy"]:
+            continue
+        rows.append({"kind": "step", "iteration": int(m["iteration"]), "log_time": m["time"],
+                     **{k: int(m[k]) for k in ("ctx_requests", "ctx_tokens", "gen_requests", "gen_tokens")},
+                     "encoder_inputs": int(m["encoder_inputs"] or 0), "encoder_tokens": int(m["encoder_tokens"] or 0),
+                     "elapsed_ms": float(m["elapsed_ms"])})
+    return rows
+
+
+def engine_settings(log_text: str) -> dict:
+    """The arguments the server ran with that differ from vLLM's defaults, as its log states them."""
+    for line in log_text.splitlines():
+        m = _SETTINGS.search(line)
+        if m:
+            try:
+                return {k: v for k, v in ast.literal_eval(m.group(1)).items() if k not in ("model_tag", "host", "port")}
+            except (ValueError, SyntaxError):
+                return {}
+    return {}
+
+
+def ingest_timeline(bench: dict, server_log: str | Path, *, variant: str, shape: dict, repeat: int | None,
+                    machine: dict, vllm_version: str | None, results_root=None) -> Path:
+    """File one run's requests and steps under ``vllm_serve_timeline`` (rows of the same arm, shape and
+    repeat replaced; the others kept). ``shape``: ``num_prompts``, ``images``, ``image_size``, ``output_len``."""
+    try:
+        log = Path(server_log).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read the server log {server_log}: {exc}") from None
+    steps = step_rows(log)
+    if not steps:
+        raise UsageError(f"no engine steps in {server_log}: serve with --enable-logging-iteration-details")
+    run = dict(shape, variant=variant, repeat=repeat)
+    rows = [dict(r, **run) for r in request_rows(bench) + steps]
+    settings = {f"{variant}/{_run_label(run)}": engine_settings(log)}
+    previous = next(iter(find_all(VLLM_SERVE_TIMELINE, machine=machine["slug"], root=results_root)), None)
+    kept = [r for r in (previous.rows if previous else []) if tuple(r.get(k) for k in RUN_KEYS) != tuple(
+        run.get(k) for k in RUN_KEYS)]
+    params = {"vllm_version": vllm_version, "device": machine.get("device"),
+              "engine_settings": {**((previous.params.get("engine_settings") or {}) if previous else {}), **settings},
+              "clock": "requests: seconds from the run's first send (client); steps: the engine core's elapsed time "
+                       "per iteration and the log's second"}
+    result = make_result(VLLM_SERVE_TIMELINE, kept + rows, params=params,
+                         source="measured-cpu" if machine.get("device") == "cpu" else "measured-gpu", machine=machine)
+    return save_result(result, root=results_root)
+
+
+def _run_label(run: dict) -> str:
+    return f"{run.get('num_prompts')}x{run.get('images')}x{run.get('image_size')}/out{run.get('output_len')}/r{run.get('repeat')}"

@@ -1,0 +1,94 @@
+"""vLLM's server timed per request and per step: the bench file's per-request lists and the server
+log's iteration lines, read into ``vllm_serve_timeline`` rows (hand-worked cases, vLLM's own log format)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.errors import UsageError
+from labkit.results import VLLM_SERVE_TIMELINE, find_all
+from labkit.vllm.server.timeline import engine_settings, ingest_timeline, request_rows, step_rows
+
+#: lines as vLLM 0.32's API server logs them (one with encoder inputs, one decode step, one dummy step)
+LOG = """\
+(APIServer pid=1) INFO 12-06 04:52:13 [api_utils.py:286] non-default args: {'model_tag': '/m', 'host': '127.0.0.1', \
+'model': '/m', 'max_model_len': 8528, 'enforce_eager': True, 'limit_mm_per_prompt': {'image': 32}, \
+'max_num_batched_tokens': 2048, 'max_num_seqs': 2}
+(APIServer pid=1) INFO 12-06 04:53:01 [loggers.py:199] Engine 000: Iteration(0): 1 context requests, 2048 context \
+tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 960.67 ms, CPU KV cache usage: 0.0%, \
+encoder inputs: 8, encoder output embeddings: 2080
+(APIServer pid=1) INFO 12-06 04:53:04 [loggers.py:199] Engine 000: Iteration(9): 0 context requests, 0 context \
+tokens, 2 generation requests, 2 generation tokens, iteration elapsed time: 6.81 ms, CPU KV cache usage: 0.1%
+(APIServer pid=1) INFO 12-06 04:53:04 [loggers.py:199] Engine 000: Iteration(10): 0 context requests, 0 context \
+tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 0.00 ms (dummy), CPU KV cache usage: 0.1%
+"""
+
+BENCH = {"start_times": [10.0, 10.5, 10.7], "ttfts": [2.0, 1.0, 0.0], "itls": [[0.1, 0.2], [0.3], []],
+         "latencies": [2.3, 1.3, 0.0], "errors": ["", "", "connection reset"]}
+
+
+def test_requests_by_hand():
+    rows = request_rows(BENCH)
+    assert [r["request"] for r in rows] == [0, 1]  # the failed one left out
+    a, b = rows
+    assert (a["sent_s"], a["first_token_s"], a["output_tokens"], a["itl_ms"]) == (0.0, 2.0, 3, [100.0, 200.0])
+    assert a["finish_s"] == pytest.approx(2.3)
+    assert b["sent_s"] == pytest.approx(0.5) and b["first_token_s"] == pytest.approx(1.5)
+    assert b["finish_s"] == pytest.approx(1.8) and b["output_tokens"] == 2 and b["itl_ms"] == [300.0]
+    with pytest.raises(UsageError, match="--save-detailed"):
+        request_rows({"latencies": [1.0]})
+
+
+def test_steps_and_settings_from_the_log():
+    assert step_rows(LOG) == [
+        {"kind": "step", "iteration": 0, "log_time": "04:53:01", "ctx_requests": 1, "ctx_tokens": 2048,
+         "gen_requests": 0, "gen_tokens": 0, "encoder_inputs": 8, "encoder_tokens": 2080, "elapsed_ms": 960.67},
+        {"kind": "step", "iteration": 9, "log_time": "04:53:04", "ctx_requests": 0, "ctx_tokens": 0,
+         "gen_requests": 2, "gen_tokens": 2, "encoder_inputs": 0, "encoder_tokens": 0, "elapsed_ms": 6.81},
+    ]
+    assert engine_settings(LOG) == {"model": "/m", "max_model_len": 8528, "enforce_eager": True,
+                                    "limit_mm_per_prompt": {"image": 32}, "max_num_batched_tokens": 2048,
+                                    "max_num_seqs": 2}
+
+
+def test_runs_of_other_arms_and_shapes_are_kept_and_a_rerun_replaces_its_own(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    machine = {"slug": "cpu-x", "device": "cpu"}
+    shape = {"num_prompts": 3, "images": 32, "image_size": "1024x1536", "output_len": 3}
+    for arm in ("baseline", "pr40143", "baseline"):
+        ingest_timeline(BENCH, log, variant=arm, shape=shape, repeat=1, machine=machine, vllm_version="0.32.0",
+                        results_root=tmp_path / "results")
+    res = find_all(VLLM_SERVE_TIMELINE, root=tmp_path / "results")[0]
+    assert res.source == "measured-cpu"
+    count = {(arm, kind): sum(r["variant"] == arm and r["kind"] == kind for r in res.rows)
+             for arm in ("baseline", "pr40143") for kind in ("request", "step")}
+    assert count == {("baseline", "request"): 2, ("baseline", "step"): 2, ("pr40143", "request"): 2,
+                     ("pr40143", "step"): 2}
+    assert set(res.params["engine_settings"]) == {"baseline/3x32x1024x1536/out3/r1", "pr40143/3x32x1024x1536/out3/r1"}
+    empty = tmp_path / "empty.log"
+    empty.write_text("no iterations here\n")
+    with pytest.raises(UsageError, match="enable-logging-iteration-details"):
+        ingest_timeline(BENCH, empty, variant="baseline", shape=shape, repeat=2, machine=machine, vllm_version=None,
+                        results_root=tmp_path / "results")
+
+
+def test_the_figure_by_hand(tmp_path):
+    from labkit.viz.vllm.inside_vllm import NO_TIMELINE, plot_serve_timeline
+
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    shape = {"num_prompts": 3, "images": 32, "image_size": "1024x1536", "output_len": 3}
+    for arm in ("baseline", "pr40143"):
+        ingest_timeline(BENCH, log, variant=arm, shape=shape, repeat=1, machine={"slug": "cpu-x", "device": "cpu"},
+                        vllm_version=None, results_root=tmp_path / "results")
+    fig = plot_serve_timeline(find_all(VLLM_SERVE_TIMELINE, root=tmp_path / "results")[0])
+    assert len(fig.data) == 8 and len(fig.layout.updatemenus[0].buttons) == 2  # 4 traces per arm, a menu entry each
+    waiting, decoding, itl, steps = fig.data[:4]
+    assert list(waiting.base) == [0.0, 0.5] and list(waiting.x) == pytest.approx([2.0, 1.0])  # in the order sent
+    assert list(decoding.base) == [2.0, 1.5] and list(decoding.x) == pytest.approx([0.3, 0.3])
+    assert list(itl.x) == pytest.approx([2.1, 2.3, 1.8]) and list(itl.y) == [100.0, 200.0, 300.0]
+    # the prefill step ends at the first token (1.5 s), the decode step 6.81 ms later
+    assert list(steps.x) == pytest.approx([1.5, 1.50681]) and list(steps.y) == [960.67, 6.81]
+    assert [t.visible for t in fig.data] == [True] * 4 + [False] * 4
+    assert plot_serve_timeline(None).layout.annotations[0].text == NO_TIMELINE
