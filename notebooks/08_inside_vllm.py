@@ -159,6 +159,15 @@ timeline = find(VLLM_SERVE_TIMELINE)
 inside_vllm.plot_serve_timeline(timeline)
 
 # %% [markdown]
+# Each run in numbers: how far apart the requests got their first tokens and how far apart they
+# finished; the client's mean gap between tokens; the engine's median step with a prefill chunk in
+# it and without one.
+
+# %%
+summary = inside_vllm.timeline_summary(timeline)
+format_table(summary) if not summary.empty else print(inside_vllm.NO_TIMELINE)
+
+# %% [markdown]
 # ## The next host costs to hunt
 #
 # With the fix in, what is left on the host of a decode step at 128 x 32, largest first (the

@@ -92,3 +92,19 @@ def test_the_figure_by_hand(tmp_path):
     assert list(steps.x) == pytest.approx([1.5, 1.50681]) and list(steps.y) == [960.67, 6.81]
     assert [t.visible for t in fig.data] == [True] * 4 + [False] * 4
     assert plot_serve_timeline(None).layout.annotations[0].text == NO_TIMELINE
+
+
+def test_the_summary_by_hand(tmp_path):
+    from labkit.viz.vllm.inside_vllm import timeline_summary
+
+    log = tmp_path / "server.log"
+    log.write_text(LOG)
+    ingest_timeline(BENCH, log, variant="baseline", repeat=1, machine={"slug": "cpu-x", "device": "cpu"},
+                    shape={"num_prompts": 3, "images": 32, "image_size": "1024x1536", "output_len": 3},
+                    vllm_version=None, results_root=tmp_path / "results")
+    row = timeline_summary(find_all(VLLM_SERVE_TIMELINE, root=tmp_path / "results")[0]).iloc[0]
+    assert (row["arm"], row["shape"], row["requests"]) == ("baseline", "3 x 32 x 1024x1536", 2)
+    assert row["first_token_spread_s"] == pytest.approx(0.5) and row["finish_spread_s"] == pytest.approx(0.5)
+    assert row["client_mean_itl_ms"] == pytest.approx(200.0)  # (100 + 200 + 300) / 3
+    assert row["decode_only_step_ms"] == 6.81 and row["step_with_prefill_ms"] is None  # no step had both
+    assert timeline_summary(None).empty

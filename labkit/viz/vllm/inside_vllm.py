@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from labkit.viz.sources import source_title
 
-__all__ = ["NO_STEP", "NO_INPUT", "NO_TIMELINE", "no_result", "saving_by_phase", "plot_serve_timeline",
+__all__ = ["NO_STEP", "NO_INPUT", "NO_TIMELINE", "no_result", "saving_by_phase", "plot_serve_timeline", "timeline_summary",
            "census_table", "plot_phase_census", "next_costs", "plot_next_costs", "plot_input_stages", "PHASE_COLOURS"]
 
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
@@ -287,3 +287,28 @@ def plot_serve_timeline(result) -> go.Figure:
     fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
     fig.update_xaxes(title_text="seconds from the first request sent", row=2, col=1)
     return fig
+
+
+def timeline_summary(result):
+    """Per run of ``vllm_serve_timeline``: requests, how far apart their first tokens and their finishes
+    came (s), the client's mean inter-token gap (ms) and the engine's median step with and without a
+    prefill chunk in it (ms)."""
+    import statistics
+
+    import pandas as pd
+
+    runs: dict[tuple, dict] = {}
+    for r in result.rows if result is not None else []:
+        key = (r["variant"], f"{r['num_prompts']} x {r['images']} x {r['image_size']}", r["output_len"])
+        runs.setdefault(key, {"request": [], "step": []})[r["kind"]].append(r)
+    out = []
+    for (arm, shape, tokens), run in runs.items():
+        firsts, ends = [r["first_token_s"] for r in run["request"]], [r["finish_s"] for r in run["request"]]
+        mixed = [s["elapsed_ms"] for s in run["step"] if s["gen_requests"] and s["ctx_requests"]]
+        decode = [s["elapsed_ms"] for s in run["step"] if s["gen_requests"] and not s["ctx_requests"]]
+        out.append({"arm": arm, "shape": shape, "output_tokens": tokens, "requests": len(firsts),
+                    "first_token_spread_s": max(firsts) - min(firsts), "finish_spread_s": max(ends) - min(ends),
+                    "client_mean_itl_ms": statistics.mean(x for r in run["request"] for x in r["itl_ms"]),
+                    "step_with_prefill_ms": statistics.median(mixed) if mixed else None,
+                    "decode_only_step_ms": statistics.median(decode) if decode else None})
+    return pd.DataFrame(out)
