@@ -230,6 +230,20 @@ def test_ab_script_on_a_cpu_chooses_the_cpu_builds_flags_and_alternates(tmp_path
     assert "--device cpu" in ingests[0] and "--repeat 2 --order 6" in ingests[-1]
 
 
+def test_ab_script_timeline_times_requests_and_steps_and_files_them_apart(tmp_path):
+    base = ("--dry-run", "--device", "cpu", "--model", str(tmp_path), "--repeats", "1", "--variants", "baseline",
+            "--python", "python3")
+    for extra, on in (((), False), (("--timeline",), True)):
+        out = _script(*base, *extra)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        serve = next(line for line in lines if " serve " in line and " bench serve " not in line)
+        bench = next(line for line in lines if " bench serve " in line)
+        ingest = next(line for line in lines if "labkit vllm ab ingest" in line)
+        assert ("--enable-logging-iteration-details" in serve, "--save-detailed" in bench,
+                "--server-log" in ingest and "/r1/baseline/server.log" in ingest) == (on, on, on), lines
+
+
 def test_ab_script_runs_pixtral_at_the_pr_counts_on_a_cpu(tmp_path):
     (tmp_path / "labkit_model.json").write_text('{"arch": "pixtral-llava"}')
     out = _script("--dry-run", "--device", "cpu", "--model", str(tmp_path), "--repeats", "1", "--python", "python3")

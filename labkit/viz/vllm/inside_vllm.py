@@ -242,7 +242,7 @@ def plot_serve_timeline(result) -> go.Figure:
         key = (f"{r['variant']}, {r['num_prompts']} x {r['images']} images of {r['image_size']}, "
                f"{r['output_len']} tokens")
         runs.setdefault(key, {"request": [], "step": []})[r["kind"]].append(r)
-    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.14, row_heights=[0.6, 0.4],
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
                         subplot_titles=("each request: waiting to its first token, then decoding",
                                          "the client's inter-token gap beside the engine's step"))
     spans = []
