@@ -41,7 +41,8 @@
 #                      ingest copies results and traces into data/)
 #   --profile          also capture torch profiler traces (--profiler-config + bench --profile)
 #   --timeline         time each request and engine step (bench --save-detailed, serve
-#                      --enable-logging-iteration-details) and file them under
+#                      --enable-logging-iteration-details, the lab's timers in the server:
+#                      $LABKIT_SERVE_TIMERS) and file them under
 #                      data/results/<machine>/vllm_serve_timeline.json instead of vllm_ab
 #   --python PY        Python with vLLM and labkit installed (default .venv-vllm/bin/python, CPU
 #                      .venv-vllm-cpu/bin/python, else python3)
@@ -207,6 +208,7 @@ for v in "${ORDER[@]}"; do
   serve+=("${SERVE_EXTRA[@]}")
   env=("${SERVE_ENV[@]/#LABKIT_VLLM_AB=_/LABKIT_VLLM_AB=$v}")
   [ "$DEVICE" = cpu ] && env+=(VLLM_CACHE_ROOT="$dir/vllm-cache")
+  if [ "$TIMELINE" = 1 ]; then env+=(LABKIT_SERVE_TIMERS="$dir/timers"); [ "$DRY" = 1 ] || rm -rf "$dir/timers"; fi
   echo "== repeat $rep, variant $v" >&2
   printf '+ %s' "${env[0]}"; printf ' %q' "${serve[@]}"; printf ' > %q 2>&1 &\n' "$dir/server.log"
   if [ "$DRY" = 0 ]; then
@@ -238,7 +240,7 @@ for v in "${ORDER[@]}"; do
           --images "$IMAGES" --model "$MODEL" --repeat "$rep" --order "$order" --device "$DEVICE"
           --image-size "${IMG_H}x${IMG_W}" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN")
   if [ "$PROFILE" = 1 ]; then ingest+=(--trace-dir "$dir/traces"); fi
-  if [ "$TIMELINE" = 1 ]; then ingest+=(--server-log "$dir/server.log"); fi
+  if [ "$TIMELINE" = 1 ]; then ingest+=(--server-log "$dir/server.log" --timers "$dir/timers"); fi
   (cd "$ROOT" && run "${ingest[@]}")
 done
 done

@@ -266,6 +266,9 @@ def load_plugin() -> None:
     Registered under the ``vllm.general_plugins`` entry-point group; vLLM may call it
     several times per process, so a second call with the same variant does nothing.
     """
+    from labkit.vllm.server import timers
+
+    timers.install()
     name = os.environ.get(ENV_VAR, "").strip()
     if not name:
         return
@@ -304,6 +307,9 @@ def add_ab_args(p: argparse.ArgumentParser) -> None:
     ing.add_argument("--server-log", default=None,
                      help="the server's log of a --timeline run: file its requests and engine steps "
                           "(vllm_serve_timeline) instead of the A/B row")
+    ing.add_argument("--timers", default=None,
+                     help="with --server-log: the folder $LABKIT_SERVE_TIMERS named (each request's intake stages, "
+                          "each step's clock)")
     ing.add_argument("--results-root", default=None, help="results folder (default data/results)")
     ing.add_argument("--json", default=None, help="also write the filed row as JSON here")
     srv = sub.add_parser(
@@ -335,6 +341,7 @@ def ab_main(args: argparse.Namespace) -> int:
             args.bench_json, variant=args.variant, images=args.images, model=args.model,
             trace_dir=args.trace_dir, gpu_name=args.gpu_name, results_root=args.results_root,
             repeat=args.repeat, order=args.order, device=args.device, shape=shape, server_log=args.server_log,
+            timers=args.timers,
         )
         from labkit.results import parse_result
 

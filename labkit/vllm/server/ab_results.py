@@ -132,6 +132,7 @@ def ingest(
     device: str = "cuda",
     shape: dict | None = None,
     server_log: str | Path | None = None,
+    timers: str | Path | None = None,
 ) -> Path:
     """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
@@ -192,7 +193,7 @@ def ingest(
         return ingest_timeline(bench, server_log, variant=row["variant"], repeat=repeat, machine=machine,
                                shape={k: params["shape"].get(k) for k in ("num_prompts", "images", "image_size",
                                                                           "output_len")},
-                               vllm_version=params["vllm_version"], results_root=results_root)
+                               vllm_version=params["vllm_version"], timers=timers, results_root=results_root)
     result = make_result(VLLM_AB, rows, params=params, source=source, machine=machine)
     return save_result(result, root=results_root)
 
