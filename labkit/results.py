@@ -53,7 +53,7 @@ NAMES = {
     MM_WORKLOAD: "labkit bench mm --workload", TRACE_BENCH: "labkit bench trace", PR_TABLE: "labkit bench serve-sim",
     REPORT: "labkit report", VLLM_AB: "labkit vllm ab", VLLM_INPUT: "labkit bench vllm-input",
     VLLM_STEP: "labkit bench vllm-step", VLLM_SCHED: "labkit bench vllm-sched",
-    VLLM_PREFIX_RANGES: "labkit bench vllm-prefix-ranges", VLLM_OWN_TESTS: "labkit vllm own-tests",
+    VLLM_PREFIX_RANGES: "labkit bench vllm-prefix-ranges", VLLM_OWN_TESTS: "python -m scripts.vllm_own.run",
     VLLM_SERVE_TIMELINE: "scripts/vllm_ab.sh --timeline",
 }
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "labkit"
 #: most ``.py`` files (``__init__.py`` included) one folder may hold
@@ -198,8 +196,15 @@ def test_the_other_entry_points_and_every_verb_module_resolve():
         assert callable(getattr(mod, "add_cli_args", None)) and callable(getattr(mod, "main", None)), m
 
 
-@pytest.mark.parametrize("plugin", ["labkit.vllm.pytest_ab", "labkit.vllm.torchvision_compat"])
-def test_modules_named_from_outside_the_package_stay_put(plugin):
-    # ``pytest -p labkit.vllm.pytest_ab`` (recorded in vllm_own_tests results) and the ``.pth`` hook
-    # scripts/setup_vllm_cpu.sh writes name these paths
-    assert importlib.util.find_spec(plugin) is not None
+def test_modules_named_from_outside_the_package_stay_put():
+    # the ``.pth`` hook scripts/setup_vllm_cpu.sh writes names this path
+    assert importlib.util.find_spec("labkit.vllm.torchvision_compat") is not None
+
+
+def test_the_package_imports_nothing_from_scripts():
+    # scripts/ (CI tooling) imports labkit, never the other way round
+    found = [f"{p.relative_to(REPO)}:{node.lineno}" for p in PACKAGE.rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "scripts" for a in node.names)
+             or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "scripts"]
+    assert not found, f"labkit modules importing scripts/: {found}"

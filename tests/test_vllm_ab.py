@@ -33,7 +33,7 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 def test_importing_does_not_import_vllm():
     code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.prefix_ranges_bench, "
             "labkit.vllm.conformance.cli, labkit.vllm.conformance.models, labkit.vllm.conformance.engine, "
-            "labkit.vllm.conformance.check, labkit.vllm.conformance.wheel_diff, labkit.vllm.torchvision_compat, "
+            "labkit.vllm.conformance.check, labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -4,6 +4,7 @@ the Hugging Face cache layout of a made model, and the comparison of junit XML r
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import tarfile
 from pathlib import Path
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.vllm.conformance import own_tests, own_tests_run, sdist
-from labkit.vllm.conformance.hub_models import repo_folder, write_hub_model
-from labkit.vllm.conformance.own_tests import compare_runs, counts, parse_junit, run_row
+from scripts.vllm_own import own_tests, run, sdist
+from scripts.vllm_own.hub_models import repo_folder, write_hub_model
+from scripts.vllm_own.own_tests import compare_runs, counts, parse_junit, run_row
 
 
 # --------------------------------------------------------------------------------------
@@ -75,15 +76,13 @@ def test_fetch_keeps_only_a_matching_download(tmp_path):
 
 
 def test_cli_sha_mismatch_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
-    from labkit.cli import main as labkit_main
-
     archive = _sdist(tmp_path / "vllm-9.9.9.tar.gz")
-    monkeypatch.setattr(own_tests_run, "installed_vllm_version", lambda: "9.9.9")
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "9.9.9")
     monkeypatch.setattr(sdist, "registry_sdist",
                         lambda version: sdist.SdistFile(f"vllm-{version}.tar.gz", archive.as_uri(), "a" * 64))
     cache, work = tmp_path / "cache", tmp_path / "work"
-    code = labkit_main(["vllm", "own-tests", "--variants", "early-return", "--files", "core", "--cache-dir", str(cache),
-                               "--work", str(work), "--no-save"])
+    code = run.cli(["--variants", "early-return", "--files", "core", "--cache-dir", str(cache), "--work", str(work),
+                    "--no-save"])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and "sha256" in err and "a" * 64 in err
@@ -143,9 +142,9 @@ def test_models_named_reads_the_test_files(tmp_path):
     (tmp_path / "tests/v1/utils.py").write_text("def f(model: str = 'facebook/opt-125m'): ...\n")
     (tmp_path / "tests/v1/test_b.py").write_text('x = "org/unused"\n')
     known = {"facebook/opt-125m": None, "llava-hf/llava-1.5-7b-hf": None, "org/other": None}
-    assert own_tests_run.models_named(tmp_path, ["tests/v1/test_a.py"], known) == [
+    assert run.models_named(tmp_path, ["tests/v1/test_a.py"], known) == [
         "facebook/opt-125m", "llava-hf/llava-1.5-7b-hf"]
-    assert own_tests_run.models_named(tmp_path, ["tests/v1/test_b.py"], {"org/other": None}) == []
+    assert run.models_named(tmp_path, ["tests/v1/test_b.py"], {"org/other": None}) == []
 
 
 # --------------------------------------------------------------------------------------
@@ -224,3 +223,9 @@ def test_choices():
     for bad in ("nope", "tests/../x.py", "/etc/passwd"):
         with pytest.raises(UsageError):
             own_tests.choose_files(bad)
+
+
+def test_the_pytest_plugin_each_run_loads_resolves():
+    # ``pytest -p scripts.vllm_own.pytest_ab`` (recorded in vllm_own_tests results) names this path
+    assert "(pytest -p scripts.vllm_own.pytest_ab)" in Path(run.__file__).read_text(encoding="utf-8")
+    assert importlib.util.find_spec("scripts.vllm_own.pytest_ab") is not None

@@ -15,7 +15,7 @@ import pytest
 @pytest.fixture(scope="module")
 def diff(run_root):
     from labkit.errors import UsageError
-    from labkit.vllm.conformance.wheel_diff import compare_installed
+    from scripts.vllm_own.wheel_diff import compare_installed
 
     try:
         return compare_installed(wheel_dir=os.environ.get("LABKIT_VLLM_WHEEL_DIR") or run_root / "wheels")

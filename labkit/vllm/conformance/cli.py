@@ -17,7 +17,6 @@ __all__ = ["main"]
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.vllm.ab import add_ab_args
-    from labkit.vllm.conformance import own_tests_run
     from labkit.vllm.conformance.models import ARCHS
 
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -40,13 +39,8 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     ck.add_argument("--run-dir", default=None, help="vLLM's caches and the traces (default: a temporary folder)")
     ck.add_argument("--traces", default=None, help="keep one profiler trace per variant under this folder")
     ck.add_argument("--json", default=None, help="write the check's findings as JSON here")
-    wd = sub.add_parser("wheel-diff", help="compare the installed vLLM's sources with the official wheel")
-    wd.add_argument("--wheel-dir", default=None, help="where the official wheel is (downloaded with pip if absent)")
-    wd.add_argument("--json", default=None, help="write the comparison as JSON here")
     add_ab_args(sub.add_parser("ab", help="the A/B switch: list the variants, file a serving run, run vLLM's CLI "
                                           "under a variant"))
-    own_tests_run.add_cli_args(sub.add_parser("own-tests", help="vLLM's own tests, stock and under each arm that "
-                                                                 "patches it (filed as vllm_own_tests)"))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,10 +49,6 @@ def main(args: argparse.Namespace) -> int:
         from labkit.vllm.ab import ab_main
 
         return ab_main(args)
-    if args.cmd == "own-tests":
-        from labkit.vllm.conformance import own_tests_run
-
-        return own_tests_run.main(args)
     if args.cmd == "make-model":
         from labkit.vllm.conformance.models import config_hash, make_model
 
@@ -66,28 +56,18 @@ def main(args: argparse.Namespace) -> int:
                          vocab_size=args.vocab_size)
         print(f"wrote {args.arch} model folder {out} (config hash {config_hash(out)})")
         return 0
-    if args.cmd == "check":
-        from labkit.vllm.conformance.check import run_check
-        from labkit.vllm.conformance.engine import Shape
-        from labkit.vllm.variants import get_variant
+    from labkit.vllm.conformance.check import run_check
+    from labkit.vllm.conformance.engine import Shape
+    from labkit.vllm.variants import get_variant
 
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        for v in variants:
-            get_variant(v)
-        if not variants:
-            raise UsageError("--variants is empty")
-        w, h = parse_image_size(args.image_size)
-        shape = Shape(args.requests, args.images, w, h, args.output_len).check()
-        report = run_check(args.model, shape, variants, run_dir=args.run_dir, traces=args.traces, json_out=args.json)
-        for line in report.lines():
-            print(line)
-        return 0 if report.ok else 1
-    from labkit.vllm.conformance.wheel_diff import compare_installed
-
-    diff = compare_installed(wheel_dir=args.wheel_dir, json_out=args.json)
-    for line in diff.lines():
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in variants:
+        get_variant(v)
+    if not variants:
+        raise UsageError("--variants is empty")
+    w, h = parse_image_size(args.image_size)
+    shape = Shape(args.requests, args.images, w, h, args.output_len).check()
+    report = run_check(args.model, shape, variants, run_dir=args.run_dir, traces=args.traces, json_out=args.json)
+    for line in report.lines():
         print(line)
-    return 0
-
-
-
+    return 0 if report.ok else 1

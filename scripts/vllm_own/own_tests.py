@@ -1,6 +1,6 @@
 """vLLM's own unit tests as the judge of the A/B variants: ``make test-vllm-own``.
 
-More: docs/reference.md, ``labkit.vllm.conformance.own_tests``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ STOCK = "stock"
 #: what vLLM's tests need beyond the venv's packages (its conftest imports tblib; async tests)
 TEST_DEPS = ("tblib==3.2.2", "pytest-asyncio==1.5.0")
 
-#: the chosen files, by set (``FILES=core`` in CI); why each is chosen is in the README
+#: the chosen files, by set (``FILES=core`` in CI); why each is chosen: docs/conformance.md
 FILE_SETS: dict[str, tuple[str, ...]] = {
     # the scheduler (encoder inputs, chunked mm input, EAGLE shift) and its encoder cache
     "core": ("tests/v1/core/test_scheduler.py", "tests/v1/core/test_encoder_cache_manager.py"),
@@ -44,7 +44,7 @@ FILE_SETS: dict[str, tuple[str, ...]] = {
 class Explanation:
     """A known difference: tests matching ``pattern`` fail under every variant whose ``field`` is ``value``.
 
-    ``why``: the rule the variant's vLLM had and the installed tests check (README: "vLLM's own
+    ``why``: the rule the variant's vLLM had and the installed tests check (docs/conformance.md: "vLLM's own
     tests judge the variants").
     """
 

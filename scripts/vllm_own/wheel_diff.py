@@ -1,10 +1,11 @@
 """Is the installed vLLM the vLLM the lab reasons about? Its Python sources against the official wheel.
 
-More: docs/reference.md, ``labkit.vllm.conformance.wheel_diff``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import subprocess
 import sys
@@ -14,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.errors import UsageError
+from scripts.vllm_own import run_cli
 
-__all__ = ["LAB_SOURCES", "WheelDiff", "compare_trees", "wheel_sources", "installed_sources", "compare_installed"]
+__all__ = ["LAB_SOURCES", "WheelDiff", "compare_trees", "wheel_sources", "installed_sources", "compare_installed",
+           "cli"]
 
 #: the vLLM sources the lab's findings rest on (paths inside the wheel)
 LAB_SOURCES = (
@@ -134,3 +137,21 @@ def compare_installed(*, wheel_dir: str | Path | None = None, json_out: str | Pa
 
         write_json(json_out, diff.to_json())
     return diff
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m scripts.vllm_own.wheel_diff [--wheel-dir DIR] [--json OUT]``; returns the exit code."""
+    p = argparse.ArgumentParser(prog="python -m scripts.vllm_own.wheel_diff",
+                                description="compare the installed vLLM's sources with the official wheel")
+    p.add_argument("--wheel-dir", default=None, help="where the official wheel is (downloaded with pip if absent)")
+    p.add_argument("--json", default=None, help="write the comparison as JSON here")
+
+    def main(args: argparse.Namespace) -> int:
+        print("\n".join(compare_installed(wheel_dir=args.wheel_dir, json_out=args.json).lines()))
+        return 0
+
+    return run_cli(p, main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,6 +1,6 @@
 """vLLM's source distribution from PyPI, checked against the registry, and its ``tests/`` tree.
 
-More: docs/reference.md, ``labkit.vllm.conformance.sdist``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations

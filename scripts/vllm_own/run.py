@@ -1,6 +1,6 @@
 """Running vLLM's own tests stock and under each A/B variant, and filing ``vllm_own_tests``.
 
-More: docs/reference.md, ``labkit.vllm.conformance.own_tests_run``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.results import VLLM_OWN_TESTS, make_result, save_result, sized_name
-from labkit.vllm.conformance.own_tests import (FILE_SETS, STOCK, TEST_DEPS, choose_files, choose_variants,
-                                   parse_junit, run_row)
 from labkit.vllm.variants import ENV_VAR, VARIANTS
+from scripts.vllm_own import run_cli
+from scripts.vllm_own.own_tests import (FILE_SETS, STOCK, TEST_DEPS, choose_files, choose_variants, parse_junit,
+                                        run_row)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["installed_vllm_version", "ensure_test_deps", "models_named", "run_pytest", "run_matrix", "main"]
+__all__ = ["installed_vllm_version", "ensure_test_deps", "models_named", "run_pytest", "run_matrix", "main", "cli"]
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: the pytest configuration of the run folder: vLLM's markers are not registered (warnings only)
 _PYTEST_INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
 
@@ -93,7 +94,7 @@ def run_pytest(variant: str, files: list[str], run_dir: Path, hf_home: Path, jun
     """Run vLLM's ``files`` (relative to ``run_dir``) under ``variant`` in a fresh pytest process.
 
     Returns ``(exit code, wall seconds)``; the outcomes are in ``junit``. The stock run has no
-    ``$LABKIT_VLLM_AB``; every run loads vLLM's general plugins through ``labkit.vllm.pytest_ab``.
+    ``$LABKIT_VLLM_AB``; every run loads vLLM's general plugins through ``scripts.vllm_own.pytest_ab``.
     """
     env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "VLLM_PLUGINS", "PYTEST_ADDOPTS")}
     if variant != STOCK:
@@ -101,7 +102,7 @@ def run_pytest(variant: str, files: list[str], run_dir: Path, hf_home: Path, jun
     env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(run_dir), str(REPO_ROOT)]))
     cmd = [python, "-m", "pytest", "-c", str(run_dir / "pytest.ini"), "--rootdir", str(run_dir),
-           "-p", "labkit.vllm.pytest_ab", "-p", "no:cacheprovider", "-q", "--tb=line",
+           "-p", "scripts.vllm_own.pytest_ab", "-p", "no:cacheprovider", "-q", "--tb=line",
            "-W", "ignore::DeprecationWarning", f"--junitxml={junit}", *files]
     start = time.monotonic()
     try:
@@ -120,8 +121,8 @@ def run_pytest(variant: str, files: list[str], run_dir: Path, hf_home: Path, jun
 def run_matrix(variants: list[str], files: list[str], *, work: Path, cache_dir: Path, timeout_s: float,
                progress=logger.info) -> tuple[list[dict], dict]:
     """Every run of ``variants`` (stock first) over ``files``; returns ``(rows, params)``."""
-    from labkit.vllm.conformance import sdist
-    from labkit.vllm.conformance.hub_models import HUB_MODELS, make_hub_cache
+    from scripts.vllm_own import sdist
+    from scripts.vllm_own.hub_models import HUB_MODELS, make_hub_cache
 
     version = installed_vllm_version()
     listed = sdist.registry_sdist(version)
@@ -153,12 +154,15 @@ def run_matrix(variants: list[str], files: list[str], *, work: Path, cache_dir: 
               "sdist_sha256": listed.sha256, "test_files": files, "variants": variants,
               "hub_models": {n: p.name for n, p in made.items()}, "test_deps": list(TEST_DEPS),
               "variant_switch": f"${ENV_VAR} + vllm.plugins.load_general_plugins() at pytest start "
-                                "(pytest -p labkit.vllm.pytest_ab)",
+                                "(pytest -p scripts.vllm_own.pytest_ab)",
               "python": sys.version.split()[0]}
     return rows, params
 
 
-def add_cli_args(p: argparse.ArgumentParser) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scripts.vllm_own.run",
+                                description="vLLM's own tests, stock and under each arm that patches it "
+                                            "(filed as vllm_own_tests)")
     p.add_argument("--variants", default="", help="comma-separated A/B variants (default: all); stock always runs")
     p.add_argument("--files", default="", help=f"comma-separated file sets ({', '.join(FILE_SETS)}) or "
                                                 "tests/... paths (default: every set)")
@@ -167,10 +171,11 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work", default=None, help="run folder (default: a temporary one, removed afterwards)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run (default 3600)")
     p.add_argument("--no-save", action="store_true", help="print only, file no result")
+    return p
 
 
 def main(args: argparse.Namespace) -> int:
-    """``labkit vllm own-tests``; returns the exit code."""
+    """The run of :func:`cli`'s arguments; returns the exit code."""
     variants, controls = choose_variants(args.variants)
     files = choose_files(args.files)
     full = not args.variants.strip() and not args.files.strip()
@@ -193,10 +198,19 @@ def main(args: argparse.Namespace) -> int:
     params["controls"] = {n: f"patches nothing ({VARIANTS[n].description}): the stock run is its run" for n in controls}
     if not args.no_save:
         size = "full" if full else "quick"
-        res = make_result(sized_name(VLLM_OWN_TESTS, size), rows, params=params, source="measured-cpu", size=size)
+        res = make_result(sized_name(VLLM_OWN_TESTS, size), rows, params=params, source="measured-cpu", size=size,
+                          command=args.command)
         print(f"saved {save_result(res)}")
     bad = [(r["variant"], d["test"]) for r in rows for d in r.get("differences", []) if not d["explained"]]
     for variant, test in bad:
         print(f"DIFFERENCE {variant}: {test} passes stock and fails under {variant}")
     return 1 if bad else 0
 
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m scripts.vllm_own.run [--variants a,b] [--files core,inputs]``; returns the exit code."""
+    return run_cli(build_parser(), main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,6 +1,6 @@
 """pytest plugin: vLLM's own tests run with the A/B variant named by ``$LABKIT_VLLM_AB``.
 
-More: docs/reference.md, ``labkit.vllm.pytest_ab``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations

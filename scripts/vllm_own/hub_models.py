@@ -5,7 +5,7 @@ vLLM's scheduler tests name Hugging Face repositories (``facebook/opt-125m``,
 :func:`make_hub_cache` writes such repositories into a Hugging Face cache
 (``$HF_HOME/hub``) in the layout ``huggingface_hub`` reads offline.
 
-More: docs/reference.md, ``labkit.vllm.conformance.hub_models``.
+More: scripts/vllm_own/README.md.
 """
 
 from __future__ import annotations
