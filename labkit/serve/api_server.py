@@ -1,4 +1,4 @@
-"""The API server's one thread: every request's input processing, and the engine's outputs.
+"""vLLM's API server as its requests and outputs use it: the event loop, the media pool, the processor's one worker.
 
 More: docs/reference.md, ``labkit.serve.api_server``.
 """
@@ -6,22 +6,38 @@ More: docs/reference.md, ``labkit.serve.api_server``.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-__all__ = ["OutputJob", "ApiServer", "media_first_jobs"]
+__all__ = ["Intake", "OutputJob", "ApiServer"]
 
 
-def media_first_jobs(media_ns: list[float], process_ns: list[float]) -> list[tuple]:
-    """The input jobs ``(ns, request handed over when it ends or None, index of the job that must
-    end first or None)``: every request's image decode, then each request's processor work."""
-    if len(media_ns) != len(process_ns):
-        raise ValueError("one media and one processing time per request")
-    return [(float(m), None, None) for m in media_ns] + [(float(p), i, i) for i, p in enumerate(process_ns)]
+@dataclass(frozen=True)
+class Intake:
+    """What one request costs vLLM's server before the engine core has it (ns), stage by stage as
+    vLLM runs them: its body read and validated on the event loop (``parse_ns``, one request at a
+    time), each of its ``images`` decoded on the media pool (``image_ns``, ``media_threads``
+    workers, first in first out), then the multimodal processor on its single-worker executor
+    (``process_ns``, one request at a time, in the order their images were done); the handover
+    follows the processor."""
+
+    parse_ns: float
+    image_ns: float
+    process_ns: float
+    images: int
+    media_threads: int = 8
+
+    def check(self) -> "Intake":
+        if min(self.parse_ns, self.image_ns, self.process_ns) < 0 or self.images < 0 or self.media_threads < 1:
+            raise ValueError("intake costs >= 0, images >= 0, media threads >= 1")
+        return self
+
+    def scaled(self, factor: float, stages=("parse_ns", "image_ns", "process_ns")) -> "Intake":
+        return replace(self, **{s: getattr(self, s) * factor for s in stages})
 
 
 @dataclass(order=True)
 class OutputJob:
-    """The outputs of one engine step: ready at ``ready_ns``, ``cost_ns`` of the thread."""
+    """The outputs of one engine step: ready at ``ready_ns``, ``cost_ns`` of the event loop."""
 
     ready_ns: float
     step: int
@@ -31,40 +47,36 @@ class OutputJob:
 
 
 class ApiServer:
-    """One thread; ``input_ns[i]`` the whole input processing of request ``i`` (all in at t = 0), or
-    ``jobs`` (:func:`media_first_jobs`). The thread takes the first listed input job whose
-    prerequisite has ended, so it never idles while one is ready."""
+    """``requests`` requests, all sent at t = 0, through :class:`Intake`. The event loop runs the
+    requests' parses (in order) and the engine's outputs (:meth:`submit`), an output first when one
+    is ready; a parse's end starts that request's images on the pool and its processor work after."""
 
-    def __init__(self, input_ns: list[float] | None = None, *, jobs: list[tuple] | None = None) -> None:
-        if (input_ns is None) == (jobs is None):
-            raise ValueError("give input_ns or jobs")
-        self.jobs = [(float(ns), i, None) for i, ns in enumerate(input_ns)] if jobs is None else list(jobs)
-        requests = sorted(j[1] for j in self.jobs if j[1] is not None)
-        if requests != list(range(len(requests))):
-            raise ValueError("every request 0..n-1 must be handed over by exactly one job")
-        if any(after is not None and not 0 <= after < k for k, (_, _, after) in enumerate(self.jobs)):
-            raise ValueError("a job can wait only for one listed before it")
-        self.handover_ns: list[float | None] = [None] * len(requests)
+    def __init__(self, requests: int, intake: Intake) -> None:
+        self.intake = intake.check()
+        self.handover_ns: list[float | None] = [None] * requests
         self.free_ns = 0.0
-        self._ended: list[float | None] = [None] * len(self.jobs)
-        self._todo = list(range(len(self.jobs)))
+        self._parsed = 0
+        self._pool = [0.0] * intake.media_threads  # each worker's free time (a heap)
+        self._processor_free = 0.0
         self._pending: list[OutputJob] = []
         self.finished_outputs: list[OutputJob] = []
         self.busy_inputs_ns = 0.0
         self.busy_outputs_ns = 0.0
 
+    def _after_parse(self, request: int, at: float) -> None:
+        done = at
+        for _ in range(self.intake.images):
+            start = max(at, heapq.heappop(self._pool))
+            heapq.heappush(self._pool, start + self.intake.image_ns)
+            done = max(done, start + self.intake.image_ns)
+        self._processor_free = max(done, self._processor_free) + self.intake.process_ns
+        self.handover_ns[request] = self._processor_free
+
     def submit(self, job: OutputJob) -> None:
         heapq.heappush(self._pending, job)
 
-    def _ready_input(self) -> int | None:
-        for k in self._todo:
-            after = self.jobs[k][2]
-            if after is None or self._ended[after] is not None:
-                return k
-        return None
-
     def _run_one(self) -> bool:
-        """Run the next job the thread would take at ``free_ns``; False when there is none yet."""
+        """Run the next job the event loop would take at ``free_ns``; False when there is none yet."""
         if self._pending and self._pending[0].ready_ns <= self.free_ns:
             job = heapq.heappop(self._pending)
             self.free_ns += job.cost_ns
@@ -72,15 +84,11 @@ class ApiServer:
             self.busy_outputs_ns += job.cost_ns
             self.finished_outputs.append(job)
             return True
-        k = self._ready_input()
-        if k is not None:
-            ns, request, _ = self.jobs[k]
-            self._todo.remove(k)
-            self.free_ns += ns
-            self.busy_inputs_ns += ns
-            self._ended[k] = self.free_ns
-            if request is not None:
-                self.handover_ns[request] = self.free_ns
+        if self._parsed < len(self.handover_ns):
+            self.free_ns += self.intake.parse_ns
+            self.busy_inputs_ns += self.intake.parse_ns
+            self._after_parse(self._parsed, self.free_ns)
+            self._parsed += 1
             return True
         if self._pending:  # idle until the next outputs arrive
             self.free_ns = max(self.free_ns, self._pending[0].ready_ns)
@@ -88,12 +96,12 @@ class ApiServer:
         return False
 
     def _next_start_ns(self) -> float | None:
-        if (self._pending and self._pending[0].ready_ns <= self.free_ns) or self._ready_input() is not None:
+        if (self._pending and self._pending[0].ready_ns <= self.free_ns) or self._parsed < len(self.handover_ns):
             return self.free_ns
         return max(self.free_ns, self._pending[0].ready_ns) if self._pending else None
 
     def advance(self, until_ns: float) -> None:
-        """Run every job that starts before ``until_ns``."""
+        """Run every event-loop job that starts before ``until_ns``."""
         while True:
             start = self._next_start_ns()
             if start is None or start >= until_ns or not self._run_one():
@@ -105,16 +113,17 @@ class ApiServer:
             pass
 
     def handed_over(self, until_ns: float) -> list[int]:
-        """Requests whose inputs are done by ``until_ns`` (after :meth:`advance`)."""
-        return [i for i, t in enumerate(self.handover_ns) if t is not None and t <= until_ns]
+        """Requests the engine core has by ``until_ns`` (after :meth:`advance`), in handover order."""
+        got = [i for i, t in enumerate(self.handover_ns) if t is not None and t <= until_ns]
+        return sorted(got, key=lambda i: self.handover_ns[i])
 
     def next_handover_ns(self, after_ns: float) -> float | None:
-        """When the next request is handed over after ``after_ns`` (running jobs until one is);
+        """When the next request is handed over after ``after_ns`` (parsing until one is);
         None when every request was handed over by then."""
         while True:
             later = [t for t in self.handover_ns if t is not None and t > after_ns]
-            if later:
+            if later:  # handovers come in parse order: none parsed later can come before
                 return min(later)
-            if not self._todo:
+            if self._parsed == len(self.handover_ns):
                 return None
             self._run_one()

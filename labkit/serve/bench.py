@@ -15,7 +15,7 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.results import PR_TABLE, make_result, results_root, sized_name
-from labkit.serve.api_server import media_first_jobs
+from labkit.serve.api_server import Intake
 from labkit.serve.clock import StepShape, simulate
 from labkit.serve.gpu.device_model import GPUS, describe_device, step_device_fn
 from labkit.serve.host import UnitCosts, chains_from_census, infer_read_ns, measured_units
@@ -114,14 +114,13 @@ def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, i
     prompt_len, spans = prompt_layout(workload)
     config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
                          max_item_tokens=spans[0].length if spans else 1, async_scheduling=regime == "async")
-    per_request = {s: ns * workload.images * scale for s, ns in intake.items()}
-    jobs = media_first_jobs([per_request["media_decode"]] * workload.requests,
-                            [per_request["add_request"]] * workload.requests)
+    frontend = Intake(0.0, intake["media_decode"], intake["add_request"] * workload.images,
+                      workload.images).scaled(scale)
     with stopwatch() as wall, patched_vllm(arm):
         driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
                             async_scheduling=config.async_scheduling)
-        tl = simulate(driver, input_jobs=jobs, host=ServeHost(chains, arm, units), device=step_device_fn(gpu),
-                      regime=regime)
+        tl = simulate(driver, requests=workload.requests, intake=frontend, host=ServeHost(chains, arm, units),
+                      device=step_device_fn(gpu), regime=regime)
     logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), wall.s)
     return {"metrics": predicted_metrics(tl.token_ns, prompt_len), "phases": _phases(tl),
             "scheduler": config.describe()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from labkit.serve.api_server import ApiServer, OutputJob
+from labkit.serve.api_server import ApiServer, Intake, OutputJob
 from labkit.step_model import planned_ahead, step_time
 
 __all__ = ["Delivery", "StepShape", "StepRecord", "EngineDriver", "HostModel", "StepTiming", "Timeline", "simulate"]
@@ -104,13 +104,13 @@ class Timeline:
     regime: str = "async"
 
 
-def simulate(driver: EngineDriver, *, host: HostModel, device: Callable[[StepShape], float],
-             input_ns: list[float] | None = None, input_jobs: list | None = None, regime: str = "async",
-             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
-    """Run ``driver``'s requests (those ``input_ns`` or ``input_jobs`` hand over, see
+def simulate(driver: EngineDriver, *, requests: int, intake: Intake, host: HostModel,
+             device: Callable[[StepShape], float], regime: str = "async", max_steps: int = 10_000_000,
+             on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
+    """Run ``driver``'s ``requests`` requests (handed over as vLLM's server would, see
     :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
     ``on_step`` sees each step's timing as it is made."""
-    api = ApiServer(input_ns, jobs=input_jobs)
+    api = ApiServer(requests, intake)
     ahead = planned_ahead(regime)
     n = len(api.handover_ns)
     jobs: dict = {}  # step -> its output job
