@@ -1,19 +1,19 @@
 """The simulated clock and the API server's thread on a hand-worked three-request run.
 
-Three requests, one image each, three output tokens, every request's input processing 10 time
-units, the engine core's host 2 per step, the device 8 for a step with prefill and 5 without,
+Three requests, one image each, three output tokens, every request's body parsed
+in 10 time units (no images to decode, no processor work), the engine core's host 2 per step, the device 8 for a step with prefill and 5 without,
 each output job 1. The engine is a hand-made one (every joined request prefills in one step, then
 decodes one token per step). The token times below were worked out by hand, step by step, in
 the order the module text states (admission at the step's start; async: a step takes
 max(host, device) and its outputs reach the API server with the next step; the API server takes
-output jobs that arrived before it finishes a job, then the next request's inputs).
+output jobs that arrived before it finishes a job, then the next request's parse).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.serve.api_server import ApiServer, OutputJob
+from labkit.serve.api_server import ApiServer, Intake, OutputJob
 from labkit.serve.clock import Delivery, StepRecord, StepShape, simulate
 
 PROMPT, OUTPUT = 5, 3
@@ -65,7 +65,7 @@ def device(shape: StepShape) -> float:
 
 
 def _run(async_scheduling: bool):
-    return simulate(HandEngine(), input_ns=[10.0] * 3, host=FixedHost(), device=device,
+    return simulate(HandEngine(), requests=3, intake=_parse_only(10.0), host=FixedHost(), device=device,
                     regime="async" if async_scheduling else "sync")
 
 
@@ -97,20 +97,24 @@ def test_steps_record_shape_and_bounds():
     assert tl.api_busy_inputs_ns == 30.0 and tl.api_busy_outputs_ns == 6.0
 
 
-def test_api_server_takes_arrived_outputs_before_the_next_inputs():
-    api = ApiServer([10.0, 10.0])
-    api.advance(1.0)  # request 0's inputs start at 0
+def _parse_only(parse: float) -> Intake:
+    return Intake(parse, 0.0, 0.0, images=0)
+
+
+def test_api_server_takes_arrived_outputs_before_the_next_parse():
+    api = ApiServer(2, _parse_only(10.0))
+    api.advance(1.0)  # request 0's parse starts at 0
     assert api.handover_ns == [10.0, None]
-    api.submit(OutputJob(5.0, 0, 2.0))  # arrives while request 0's inputs run
+    api.submit(OutputJob(5.0, 0, 2.0))  # arrives while request 0's parse runs
     api.advance(11.0)
-    assert api.finished_outputs[0].done_ns == 12.0  # taken at 10, before request 1's inputs
-    assert api.handover_ns == [10.0, None]  # request 1's inputs start at 12, not before 11
+    assert api.finished_outputs[0].done_ns == 12.0  # taken at 10, before request 1's parse
+    assert api.handover_ns == [10.0, None]  # request 1's parse starts at 12, not before 11
     api.advance(13.0)
     assert api.handover_ns == [10.0, 22.0]
 
 
 def test_api_server_idles_until_outputs_arrive():
-    api = ApiServer([1.0])
+    api = ApiServer(1, _parse_only(1.0))
     api.submit(OutputJob(5.0, 0, 1.0))
     api.advance(4.0)
     assert api.handover_ns == [1.0] and not api.finished_outputs  # nothing starts before 4
@@ -119,10 +123,48 @@ def test_api_server_idles_until_outputs_arrive():
 
 
 def test_next_handover_after_a_time():
-    api = ApiServer([3.0, 3.0])
+    api = ApiServer(2, _parse_only(3.0))
     assert api.next_handover_ns(0.0) == 3.0
     assert api.next_handover_ns(3.0) == 6.0
     assert api.next_handover_ns(6.0) is None
+
+
+# Three requests, parse 1 each, two images each of 4 on a pool of two workers, the processor 6 per
+# request on its one worker. By hand: parses end at 1, 2, 3. Request 0's images run 1-5 on both
+# workers, its processor 5-11 (the event loop, which a request back from the pool needs, is free
+# from 3). Request 1's images wait for the workers (free at 5): 5-9; the processor is busy until 11,
+# so 11-17. Request 2: images 9-13, processor 17-23.
+POOL = Intake(1.0, 4.0, 6.0, images=2, media_threads=2)
+
+
+def _handovers(intake: Intake, requests: int = 3) -> list:
+    api = ApiServer(requests, intake)
+    api.drain()
+    return api.handover_ns
+
+
+def test_intake_pool_and_single_processor_by_hand():
+    assert _handovers(POOL) == [11.0, 17.0, 23.0]
+
+
+def test_intake_stage_orders_matter():
+    # one media worker: request 0's images run 1-5 and 5-9, processor 9-15; request 1: 9-17, 17-23;
+    # request 2: 17-25, 25-31
+    assert _handovers(Intake(1.0, 4.0, 6.0, images=2, media_threads=1)) == [15.0, 23.0, 31.0]
+    # the processor the bottleneck: handovers 6 apart, whatever the pool does; request 0's images are
+    # done at 2, but it waits for the event loop to parse the other two bodies (until 3)
+    slow = Intake(1.0, 1.0, 6.0, images=2, media_threads=8)
+    assert _handovers(slow) == [9.0, 15.0, 21.0]
+    # scaling every stage scales every handover (one request: no queueing)
+    assert _handovers(POOL.scaled(2.0), 1) == [22.0]
+    assert _handovers(POOL.scaled(2.0, ("process_ns",)), 1) == [17.0]
+
+
+def test_intake_rejects_nonsense():
+    with pytest.raises(ValueError):
+        Intake(1.0, -1.0, 0.0, images=1).check()
+    with pytest.raises(ValueError):
+        Intake(1.0, 1.0, 0.0, images=1, media_threads=0).check()
 
 
 def test_engine_that_never_finishes_is_an_error():
@@ -132,29 +174,4 @@ def test_engine_that_never_finishes_is_an_error():
             return StepRecord(rec.index, rec.shape, ())  # never delivers
 
     with pytest.raises(RuntimeError):
-        simulate(Stuck(), input_ns=[1.0], host=FixedHost(), device=device, max_steps=50)
-
-
-def test_media_first_three_requests_by_hand():
-    from labkit.serve.api_server import media_first_jobs
-
-    # each request: 6 of image decode, 4 of processor work (10 in all, as above); every decode first,
-    # so request 0 is handed over at 6 + 6 + 6 + 4 = 22, then 26 and 30, not at 10, 20, 31
-    jobs = media_first_jobs([6.0] * 3, [4.0] * 3)
-    # (ns, handed over, after job): each processor job waits for its request's decode
-    assert jobs == [(6.0, None, None)] * 3 + [(4.0, 0, 0), (4.0, 1, 1), (4.0, 2, 2)]
-    tl = simulate(HandEngine(), input_jobs=jobs, host=FixedHost(), device=device)
-    assert tl.handover_ns == [22.0, 26.0, 30.0]
-    # step 0 prefills request 0 (22-30); step 1 decodes it and prefills 1 and 2 (30-38); two decode steps
-    assert [(s.start_ns, s.end_ns) for s in tl.steps] == [(22, 30), (30, 38), (38, 43), (43, 48)]
-    # each step's outputs cost the API thread 1 once the next step is planned (async)
-    assert tl.token_ns == [[31.0, 39.0, 44.0], [39.0, 44.0, 49.0], [39.0, 44.0, 49.0]]
-    with pytest.raises(ValueError, match="exactly one job"):
-        ApiServer(jobs=[(1.0, None, None), (1.0, 1, None)])
-    with pytest.raises(ValueError, match="exactly one job"):
-        ApiServer(jobs=[(1.0, 0, None), (1.0, 0, None)])
-
-
-def test_a_job_waits_only_for_one_before_it():
-    with pytest.raises(ValueError, match="before it"):
-        ApiServer(jobs=[(1.0, 0, 1), (1.0, None, None)])
+        simulate(Stuck(), requests=1, intake=_parse_only(1.0), host=FixedHost(), device=device, max_steps=50)

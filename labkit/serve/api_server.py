@@ -17,22 +17,27 @@ class Intake:
     vLLM runs them: its body read and validated on the event loop (``parse_ns``, one request at a
     time), each of its ``images`` decoded on the media pool (``image_ns``, ``media_threads``
     workers, first in first out), then the multimodal processor on its single-worker executor
-    (``process_ns``, one request at a time, in the order their images were done); the handover
-    follows the processor."""
+    (``process_ns``, one request at a time, in the order their images were done; ``process_each_ns``,
+    where given, the k-th call's own time, as a run measured them); the handover follows the
+    processor. A request goes from its images
+    to the processor on the event loop, which parses every body sent before it first."""
 
     parse_ns: float
     image_ns: float
     process_ns: float
     images: int
     media_threads: int = 8
+    process_each_ns: tuple = ()
 
     def check(self) -> "Intake":
-        if min(self.parse_ns, self.image_ns, self.process_ns) < 0 or self.images < 0 or self.media_threads < 1:
+        if min(self.parse_ns, self.image_ns, self.process_ns, *self.process_each_ns) < 0 or self.images < 0 \
+                or self.media_threads < 1:
             raise ValueError("intake costs >= 0, images >= 0, media threads >= 1")
         return self
 
     def scaled(self, factor: float, stages=("parse_ns", "image_ns", "process_ns")) -> "Intake":
-        return replace(self, **{s: getattr(self, s) * factor for s in stages})
+        each = tuple(t * factor for t in self.process_each_ns) if "process_ns" in stages else self.process_each_ns
+        return replace(self, process_each_ns=each, **{s: getattr(self, s) * factor for s in stages})
 
 
 @dataclass(order=True)
@@ -69,8 +74,16 @@ class ApiServer:
             start = max(at, heapq.heappop(self._pool))
             heapq.heappush(self._pool, start + self.intake.image_ns)
             done = max(done, start + self.intake.image_ns)
-        self._processor_free = max(done, self._processor_free) + self.intake.process_ns
+        # a request back from the pool waits for the event loop, which parses every body sent before
+        loop = len(self.handover_ns) * self.intake.parse_ns if self.intake.images else 0.0
+        each = self.intake.process_each_ns
+        cost = each[request] if request < len(each) else self.intake.process_ns
+        self._processor_free = max(done, self._processor_free, loop) + cost
         self.handover_ns[request] = self._processor_free
+
+    def intake_busy(self, at_ns: float) -> bool:
+        """Whether a request is still being parsed, decoded or processed at ``at_ns``."""
+        return self._parsed < len(self.handover_ns) or self._processor_free > at_ns
 
     def submit(self, job: OutputJob) -> None:
         heapq.heappush(self._pending, job)

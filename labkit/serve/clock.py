@@ -105,11 +105,13 @@ class Timeline:
 
 
 def simulate(driver: EngineDriver, *, requests: int, intake: Intake, host: HostModel,
-             device: Callable[[StepShape], float], regime: str = "async", max_steps: int = 10_000_000,
-             on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
+             device: Callable[[StepShape], float], regime: str = "async", intake_slows_device: float = 1.0,
+             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
     """Run ``driver``'s ``requests`` requests (handed over as vLLM's server would, see
     :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
-    ``on_step`` sees each step's timing as it is made."""
+    ``on_step`` sees each step's timing as it is made. ``intake_slows_device``: the device's time
+    is that many times longer for a step that starts while the intake still works (where the
+    device is the same CPU as the intake: vLLM's CPU build)."""
     api = ApiServer(requests, intake)
     ahead = planned_ahead(regime)
     n = len(api.handover_ns)
@@ -163,6 +165,8 @@ def simulate(driver: EngineDriver, *, requests: int, intake: Intake, host: HostM
                 t = max(t, nxt)
             continue
         core, dev = float(host.core_ns(rec.shape)), float(device(rec.shape))
+        if api.intake_busy(t):
+            dev *= intake_slows_device
         end = t + step_time(dev, core, regime).step_ns
         jobs[rec.index] = OutputJob(end, rec.index, 0.0)
         waiting.append(rec.index)

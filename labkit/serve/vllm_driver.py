@@ -27,13 +27,14 @@ class ServeConfig:
     block_size: int = 16
     num_blocks: int = 0
     max_item_tokens: int = 262
+    encoder_budget: int = 0  #: the encoder's budget where above the batched tokens (a run's own)
 
     def describe(self) -> dict:
         return {"max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
                 "async_scheduling": self.async_scheduling, "enable_chunked_prefill": True,
                 "enable_prefix_caching": False, "max_model_len": self.max_model_len, "block_size": self.block_size,
                 "kv_blocks": self.num_blocks,
-                "encoder_budget_embeddings": max(self.max_num_batched_tokens, self.max_item_tokens),
+                "encoder_budget_embeddings": max(self.max_num_batched_tokens, self.max_item_tokens, self.encoder_budget),
                 "kv_cache": "every request's prompt and output fit at once: no preemption"}
 
 
@@ -69,7 +70,7 @@ def make_serving_scheduler(model_dir, config: ServeConfig):
                        kv_cache_groups=[KVCacheGroupSpec(["layers.0"], spec)])
     cls = AsyncScheduler if config.async_scheduling else vsched.Scheduler
     real_budget = vsched.MultiModalBudget
-    vsched.MultiModalBudget = _budget_class(config.max_item_tokens)
+    vsched.MultiModalBudget = _budget_class(config.max_item_tokens, config.encoder_budget)
     try:
         return cls(vconf, kv, StructuredOutputManager(vconf), block_size=config.block_size)
     finally:

@@ -36,6 +36,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_quick_run_every_request_to_its_end(model_dir):
+    from labkit.serve.api_server import Intake
     from labkit.serve.clock import simulate
     from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
     from labkit.vllm.ab import patched_vllm
@@ -45,7 +46,8 @@ def test_quick_run_every_request_to_its_end(model_dir):
     cfg = ServeConfig(num_blocks=kv_blocks_for(w.requests, prompt, w.output_tokens), max_item_tokens=spans[0].length)
     with patched_vllm("pr40143"):
         drv = VllmDriver(make_serving_scheduler(model_dir, cfg), make_vllm_requests(w, prefix="t-"))
-        tl = simulate(drv, input_ns=[5e6] * w.requests, host=_FixedHost(), device=_device)
+        tl = simulate(drv, requests=w.requests, intake=Intake(5e6, 0.0, 0.0, w.images), host=_FixedHost(),
+                      device=_device)
     assert [len(ts) for ts in tl.token_ns] == [w.output_tokens] * w.requests
     # request i's inputs are done at 5 ms x (i + 1) at the earliest; its first token comes after
     for i, ts in enumerate(tl.token_ns):

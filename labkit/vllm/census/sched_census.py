@@ -80,12 +80,14 @@ def early_return_patch() -> Iterator[None]:
 # --------------------------------------------------------------------------------------
 
 
-def _budget_class(max_item_tokens: int):
+def _budget_class(max_item_tokens: int, budget: int = 0):
     class _Budget:
-        """Stand-in for vLLM's ``MultiModalBudget``: the numbers the scheduler reads."""
+        """Stand-in for vLLM's ``MultiModalBudget``: the numbers the scheduler reads (``budget``,
+        where given, is the encoder's: the largest item of any modality the model takes, when
+        above the batched tokens)."""
 
         def __init__(self, vllm_config, mm_registry, **_kw) -> None:
-            n = max(vllm_config.scheduler_config.max_num_batched_tokens, max_item_tokens)
+            n = max(vllm_config.scheduler_config.max_num_batched_tokens, max_item_tokens, budget)
             self.encoder_compute_budget = n
             self.encoder_cache_size = n
             self.mm_max_toks_per_item = {"image": max_item_tokens}

@@ -24,26 +24,31 @@ _ITERATION = re.compile(
     r"generation tokens, iteration elapsed time: (?P<elapsed_ms>[\d.]+) ms(?P<dummy> \(dummy\))?"
     r"(?:.*encoder inputs: (?P<encoder_inputs>\d+), encoder output embeddings: (?P<encoder_tokens>\d+))?")
 _SETTINGS = re.compile(r"non-default args: (\{.*\})\s*$")
+#: what ``vllm bench serve`` itself reported for the run, kept per run
+REPORTED = ("duration", "completed", "total_output_tokens", "output_throughput", "max_output_tokens_per_s",
+            "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
 #: the shape and arm that key a run's rows
 RUN_KEYS = ("variant", "num_prompts", "images", "image_size", "output_len", "repeat")
 
 
 def request_rows(bench: dict) -> list[dict]:
     """One row per completed request of a ``--save-detailed`` bench result: ``sent_s``, ``first_token_s``,
-    ``finish_s`` (from the run's first send) and ``itl_ms`` (each later token's gap, in order)."""
+    ``finish_s`` (from the run's first send), ``output_tokens`` and ``itl_ms`` (the gap before each
+    later chunk the client received, in order; a chunk may hold several tokens)."""
     missing = [k for k in ("start_times", "ttfts", "itls", "latencies") if not isinstance(bench.get(k), list)]
     if missing:
         raise UsageError(f"the bench file has no per-request {', '.join(missing)}: run `vllm bench serve` "
                          "with --save-detailed")
     t0 = min(bench["start_times"])
     errors = bench.get("errors") or [""] * len(bench["start_times"])
+    lens = bench.get("output_lens") or [None] * len(bench["start_times"])
     rows = []
-    for i, (start, ttft, itls, latency, error) in enumerate(
-            zip(bench["start_times"], bench["ttfts"], bench["itls"], bench["latencies"], errors)):
+    for i, (start, ttft, itls, latency, error, n) in enumerate(
+            zip(bench["start_times"], bench["ttfts"], bench["itls"], bench["latencies"], errors, lens)):
         if error or not ttft:
             continue
         rows.append({"kind": "request", "request": i, "sent_s": start - t0, "first_token_s": start - t0 + ttft,
-                     "finish_s": start - t0 + latency, "output_tokens": len(itls) + 1,
+                     "finish_s": start - t0 + latency, "output_tokens": n if n else len(itls) + 1,
                      "itl_ms": [round(x * 1e3, 3) for x in itls]})
     return rows
 
@@ -148,11 +153,13 @@ def ingest_timeline(bench: dict, server_log: str | Path, *, variant: str, shape:
         step_clock(steps, timers, t0)
     rows = [dict(r, **run) for r in requests + intake + steps]
     settings = {f"{variant}/{_run_label(run)}": engine_settings(log)}
+    reported = {f"{variant}/{_run_label(run)}": {k: bench.get(k) for k in REPORTED}}
     previous = next(iter(find_all(VLLM_SERVE_TIMELINE, machine=machine["slug"], root=results_root)), None)
     kept = [r for r in (previous.rows if previous else []) if tuple(r.get(k) for k in RUN_KEYS) != tuple(
         run.get(k) for k in RUN_KEYS)]
     params = {"vllm_version": vllm_version, "device": machine.get("device"),
               "engine_settings": {**((previous.params.get("engine_settings") or {}) if previous else {}), **settings},
+              "reported": {**((previous.params.get("reported") or {}) if previous else {}), **reported},
               "clock": "seconds from the run's first send, one monotonic clock for the client (requests), the API "
                        "server's timers (intake) and the engine core's (steps' start_s / end_s); elapsed_ms: vLLM's "
                        "own per-iteration time", "media_threads": _media_threads(log)}
