@@ -41,6 +41,8 @@ BENCH_TARGETS = {
                     "vLLM's per-step compute_mm_prefix_ranges, installed vs patched (needs vLLM)"),
     "vllm-sched": ("labkit.vllm.census.sched_bench", "vLLM's real scheduler step per variant (needs vLLM)"),
     "vllm-step": ("labkit.vllm.census.step_bench", "vLLM's whole engine step, phase by phase (needs vLLM's CPU build)"),
+    "vllm-overlap": ("labkit.vllm.census.overlap", "what vLLM's engine core hides behind a forward of set length "
+                                                   "(needs vLLM)"),
     "vllm-input": ("labkit.vllm.processor.input_processing",
                    "vLLM's input processing of #40143's images (needs vLLM's CPU build)"),
     "serve-sim": ("labkit.serve.bench", "#40143's published table predicted by the one step model (needs vLLM)"),

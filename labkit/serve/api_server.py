@@ -28,6 +28,7 @@ class Intake:
     images: int
     media_threads: int = 8
     process_each_ns: tuple = ()
+    arrivals_ns: tuple = ()
 
     def check(self) -> "Intake":
         if min(self.parse_ns, self.image_ns, self.process_ns, *self.process_each_ns) < 0 or self.images < 0 \
@@ -74,8 +75,7 @@ class ApiServer:
             start = max(at, heapq.heappop(self._pool))
             heapq.heappush(self._pool, start + self.intake.image_ns)
             done = max(done, start + self.intake.image_ns)
-        # a request back from the pool waits for the event loop, which parses every body sent before
-        loop = len(self.handover_ns) * self.intake.parse_ns if self.intake.images else 0.0
+        loop = 0.0
         each = self.intake.process_each_ns
         cost = each[request] if request < len(each) else self.intake.process_ns
         self._processor_free = max(done, self._processor_free, loop) + cost
@@ -98,7 +98,8 @@ class ApiServer:
             self.finished_outputs.append(job)
             return True
         if self._parsed < len(self.handover_ns):
-            self.free_ns += self.intake.parse_ns
+            arrivals = self.intake.arrivals_ns
+            self.free_ns = max(self.free_ns, arrivals[self._parsed]) if arrivals else self.free_ns + self.intake.parse_ns
             self.busy_inputs_ns += self.intake.parse_ns
             self._after_parse(self._parsed, self.free_ns)
             self._parsed += 1

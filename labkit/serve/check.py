@@ -61,15 +61,17 @@ def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
 
 def run_costs(intake: list[dict], steps: list[dict], media_threads: int) -> dict:
     """What one server run measured, as the clock takes it (ns): the :class:`Intake` stages (the
-    event loop's body work: the last handler's start over the requests; the pool's time per image,
-    the median; the processor's, each call as it ran: one call's stall holds up every request after), the host per step (intercept + one cost per request
+    event loop's body work: the last handler's start over the requests; the pool's per worker and
+    image: its workers x the span from its first image's start to its last one's end / the images; the processor's, each call as it ran: one call's stall holds up every request after), the host per step (intercept + one cost per request
     in the step), the device per step (intercept + one cost per :data:`DEVICE_TERMS`, from the
     steps after the last handover) and how much longer the device took while the intake still
     worked (the median ratio of those steps' device time to that model's)."""
     if not intake or len(steps) < 4 or any("start_s" not in s for s in steps):
         raise UsageError("the run has no intake timers or step clock: record it with scripts/vllm_ab.sh --timeline")
     parse = max(r["handler_s"] for r in intake) / len(intake)
-    image = statistics.median(r["media_busy_ms"] / r["images"] / 1e3 for r in intake if r.get("images"))
+    images = sum(r.get("images") or 0 for r in intake)
+    span = max(r.get("media_end_s", 0.0) for r in intake) - min(r.get("media_start_s", 1e18) for r in intake)
+    image = media_threads * span / images if images else 0.0
     each = [r["processor_end_s"] - r["processor_start_s"] for r in sorted(intake, key=lambda r: r["processor_start_s"])]
     steps = sorted(steps, key=lambda s: s["start_s"])
     gaps = [b["start_s"] - a["end_s"] for a, b in zip(steps, steps[1:])] + [0.0]
@@ -87,7 +89,7 @@ def run_costs(intake: list[dict], steps: list[dict], media_threads: int) -> dict
     hst = _lstsq([[1.0, float(s["ctx_requests"] + s["gen_requests"])] for s in steps], host)
     return {"encoder_budget": max(s["encoder_tokens"] for s in steps),
             "intake": Intake(parse * 1e9, image * 1e9, statistics.fmean(each) * 1e9, intake[0]["images"],
-                             media_threads, tuple(t * 1e9 for t in each)),
+                             media_threads, tuple(t * 1e9 for t in each), tuple(sorted(r["handler_s"] * 1e9 for r in intake))),
             "device_ns": dict(zip(("base",) + DEVICE_TERMS, (c * 1e9 for c in dev))),
             "intake_slows_device": statistics.median(busy) if busy else 1.0,
             "host_ns": {"base": hst[0] * 1e9, "per_request": hst[1] * 1e9}}
