@@ -34,11 +34,11 @@ NO_LABEL = ""
 @dataclass
 class Segments:
     """Time on one thread cut into pieces: ``start_us``/``end_us`` and the innermost name per layer, as
-    ``codes`` (layer -> (n,) int64 index into ``names``, -1 when nothing of that layer is open)."""
+    ``codes`` (layer -> index into ``names``, -1 when nothing of that layer is open)."""
 
     start_us: np.ndarray  # (n,) float64
     end_us: np.ndarray  # (n,) float64
-    codes: dict
+    codes: dict  # layer -> (n,) int32
     names: np.ndarray  # object array of str
 
 
@@ -76,30 +76,33 @@ def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES
     """Cut the time covered by nested events into segments labelled per layer.
 
     ``starts``/``ends`` in us, ``layer_idx`` (int per event, index into ``LAYER_NAMES``), ``codes``
-    (int per event: its name in ``names``, -1 for none). Where events of one layer overlap without nesting, the one that started
-    last is innermost until it ends: a layer's label is always its open event that started last.
+    (int per event: its name in ``names``, -1 for none). Where events of one layer overlap without nesting,
+    the one that started last is innermost until it ends: a layer's label is its open event that started last.
     """
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
-        return Segments(np.zeros(0), np.zeros(0), {k: np.zeros(0, np.int64) for k in LAYER_NAMES[:n_layers]}, names)
+        return Segments(np.zeros(0), np.zeros(0), {k: np.zeros(0, np.int32) for k in LAYER_NAMES[:n_layers]}, names)
     n = len(idx)
     s, e = starts[idx], ends[idx]
     # boundaries: ends before starts at the same time; outer starts first, inner ends first
     t = np.concatenate([s, e])
     is_start = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
     order = np.lexsort((np.concatenate([-e, -s]), is_start, t))
-    pos = np.empty(2 * n, np.int64)
-    pos[order] = np.arange(2 * n)  # each boundary's place in the sweep
-    t = t[order]
-    open_after = np.cumsum(is_start[order] * 2 - 1)
-    seg = np.flatnonzero((open_after[:-1] > 0) & (t[1:] > t[:-1]))  # a segment from boundary p to p + 1
-    layer, codes = np.asarray(layer_idx)[idx], np.asarray(codes, dtype=np.int64)[idx]
+    del s, e
+    pos = np.empty(2 * n, np.int32)  # each boundary's place in the sweep (int32: memory, not range, is the limit)
+    pos[order] = np.arange(2 * n, dtype=np.int32)
+    t, is_start = t[order], is_start[order]
+    del order
+    open_after = np.cumsum(is_start * 2 - 1, dtype=np.int32)
+    seg = np.flatnonzero((open_after[:-1] > 0) & (t[1:] > t[:-1])).astype(np.int32)  # boundary p to p + 1
+    del open_after, is_start
+    layer, codes = np.asarray(layer_idx)[idx], np.asarray(codes, dtype=np.int32)[idx]
     out = {}
     for j, name in enumerate(LAYER_NAMES[:n_layers]):
         mine = np.flatnonzero(layer == j)
         top = _last_open(pos[:n][mine], pos[n:][mine], seg)
-        out[name] = np.append(codes[mine], -1)[top]  # top -1: the appended -1, no label
+        out[name] = np.append(codes[mine], np.int32(-1))[top]  # top -1: the appended -1, no label
     return Segments(t[seg], t[seg + 1], out, names)
 
 
@@ -107,32 +110,34 @@ def _last_open(sp: np.ndarray, ep: np.ndarray, at: np.ndarray) -> np.ndarray:
     """For each sweep position in ``at``: which event (index into ``sp``/``ep``, -1: none) of those with
     boundaries at positions ``sp`` (start) and ``ep`` (end) is open after it and started last.
 
-    The answer changes only at these events' own boundaries: at a start it is that event; at an end the
-    latest started event still open, found by binary lifting over a table of the largest end position in
-    each power-of-two run of events in start order."""
+    The answer changes only at these events' own boundaries: at a start it is that event; at the end of the
+    event on top (no later-started one still open: the next event to end later started after it ended)
+    the event before it in start order that ends later still, the one under it."""
     if len(sp) == 0:
-        return np.full(len(at), -1, np.int64)
-    o = np.argsort(sp, kind="stable")
+        return np.full(len(at), -1, np.int32)
+    o = np.argsort(sp, kind="stable").astype(np.int32)
     sp, ep = sp[o], ep[o]
-    m = len(sp)
-    runs = [ep]  # runs[j][k]: the latest end among events k .. k + 2**j - 1
-    while (2 << (len(runs) - 1)) <= m:
-        h = 1 << (len(runs) - 1)
-        runs.append(np.maximum(runs[-1][:-h], runs[-1][h:]))
-    below = np.searchsorted(sp, ep, side="right")  # events started up to each end
-    for j in range(len(runs) - 1, -1, -1):  # step back over runs of events all ended by then
-        step = 1 << j
-        back = below - step
-        ok = back >= 0
-        ok[ok] = runs[j][back[ok]] <= ep[ok]
-        below[ok] -= step
-    at_pos = np.concatenate([sp, ep])
-    value = np.concatenate([np.arange(m), below - 1])
+    on_top = _nearest_later_end(ep, 1) >= np.searchsorted(sp, ep, side="right")
+    at_pos = np.concatenate([sp, ep[on_top]])
+    value = np.concatenate([np.arange(len(sp), dtype=np.int32), _nearest_later_end(ep, -1)[on_top]])
     k = np.argsort(at_pos)
-    at_pos, value = at_pos[k], value[k]
-    last = np.searchsorted(at_pos, at, side="right") - 1
-    out = np.where(last >= 0, value[np.maximum(last, 0)], -1)
+    last = np.searchsorted(at_pos[k], at, side="right") - 1
+    out = np.where(last >= 0, value[k][np.maximum(last, 0)], -1)
     return np.where(out >= 0, o[np.maximum(out, 0)], -1)
+
+
+def _nearest_later_end(ep: np.ndarray, step: int) -> np.ndarray:
+    """For each event, the nearest one before it (``step`` -1; -1 if none) or after it (+1; ``len(ep)`` if none)
+    that ends later, by pointer jumping: an event passed over ends no later than the one it was passed for."""
+    m = len(ep)
+    cand = np.arange(step, m + step, dtype=np.int32)
+    todo = np.flatnonzero((cand >= 0) & (cand < m))
+    while len(todo):
+        todo = todo[ep[cand[todo]] < ep[todo]]
+        nxt = cand[cand[todo]]
+        cand[todo] = nxt
+        todo = todo[(nxt >= 0) & (nxt < m)]
+    return cand
 
 
 def thread_segments(host, win_s, win_e) -> Segments:
@@ -154,7 +159,7 @@ def name_codes(col) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(col.dtype, pd.CategoricalDtype):
         col = col.astype("category")
     names = np.asarray(col.cat.categories, dtype=object)
-    codes = col.cat.codes.to_numpy().astype(np.int64)
+    codes = col.cat.codes.to_numpy().astype(np.int32)
     empty = np.flatnonzero(names == NO_LABEL)
     if len(empty):
         codes[codes == empty[0]] = -1
@@ -242,12 +247,13 @@ def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
         rest = rest[rest > 1e-9]
         if len(rest):
             gap = pd.DataFrame({"id": rest.index.to_numpy(), "overlap_us": rest.to_numpy(),
-                                **{k: np.full(len(rest), -1, np.int64) for k in LAYER_NAMES}})
+                                **{k: np.full(len(rest), -1, np.int32) for k in LAYER_NAMES}})
             part = pd.concat([part, gap], ignore_index=True)
         parts.append(part)
     if not parts:
         return pd.DataFrame({c: [] for c in ["id", *LAYER_NAMES, "overlap_us"]})
     out = pd.concat(parts, ignore_index=True)
+    del parts, part, seg  # held once, in ``out``
     code, keys = group_codes(out["id"].to_numpy(), *(out[c].to_numpy() for c in LAYER_NAMES))
     res = pd.DataFrame(keys, columns=["id", *LAYER_NAMES])
     for k in LAYER_NAMES:
