@@ -14,7 +14,9 @@ import pytest
 import labkit.trace.read.document as document
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
+from labkit.trace.analysis.bench import decompressed_bytes
 from labkit.trace.read.load import load_trace
+from real_traces import fixtures, shared
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -108,16 +110,18 @@ def test_truncated_file_gives_the_one_read_error(tmp_path, small_parts):
     assert str(e1.value) == str(e2.value)
 
 
-@pytest.mark.parametrize("name", ["nvllm-gb10-one-step.trimmed.pt.trace.json.gz",
-                                  "labkit-h200-tensor-loop-none-async.trimmed.pt.trace.json.gz"])
-def test_analyze_json_is_the_same_for_every_jobs(tmp_path, small_parts, monkeypatch, name, capsys):
-    monkeypatch.setattr(document, "PART_MIN_BYTES", 200_000)
-    monkeypatch.setattr(document, "_SPLIT_WINDOW", 1 << 16)
-    assert load_trace(DATA / name, jobs=3).stats.parts == 3
+@pytest.mark.parametrize("path", fixtures() + shared(), ids=lambda p: p.parent.name + "/" + p.name)
+def test_analyze_json_is_the_same_for_every_jobs(tmp_path, monkeypatch, path, capsys):
+    """Every real trace (the fixtures, and the shared collection where present) cut into three ranges read
+    on workers: ``labkit analyze``'s JSON is the same, byte for byte, at ``--jobs`` 1, 2 and 3."""
+    size = decompressed_bytes(path)
+    monkeypatch.setattr(document, "PART_MIN_BYTES", size // 4)
+    monkeypatch.setattr(document, "_SPLIT_WINDOW", min(1 << 16, size // 16))
+    assert load_trace(path, jobs=3).stats.parts == 3
     docs = []
     for jobs in (1, 2, 3):
         out = tmp_path / f"{jobs}.json"
-        assert labkit_main(["analyze", str(DATA / name), "--jobs", str(jobs), "--json", str(out)]) == 0
+        assert labkit_main(["analyze", str(path), "--jobs", str(jobs), "--json", str(out)]) == 0
         docs.append(out.read_bytes())
     assert docs[0] == docs[1] == docs[2]
     capsys.readouterr()

@@ -248,7 +248,7 @@ def kernel_stats(ops: pd.DataFrame) -> pd.DataFrame:
     """Per device-op name: ``count``, ``total_us``, ``mean_us`` (sorted by total time)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in ["name", "cat", "count", "total_us", "mean_us"]})
-    code, groups = group_codes(ops["name"].tolist(), ops["cat"].tolist())  # kernel names are long strings
+    code, groups = group_codes(ops["name"].to_numpy(), ops["cat"].to_numpy())  # kernel names are long strings
     total = pd.Series(ops["dur_us"].to_numpy()).groupby(code, sort=False).sum()
     k = pd.DataFrame({"name": [n for n, _ in groups], "cat": [c for _, c in groups],
                       "count": np.bincount(code, minlength=len(groups)).astype(np.int64), "total_us": total.to_numpy()})

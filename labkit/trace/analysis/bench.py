@@ -2,9 +2,10 @@
 
 In one run, on the same files: traces built by repeating a real trace's steps (time-shifted, ids and
 ``ProfilerStep`` numbers offset; ``--size full``: 100 MB and 1 GB, quick: 20 MB) and the real traces
-of ``--traces``. Each tool runs in a fresh subprocess: the lab's ``analyze_trace`` and HTA's
-``get_idle_time_breakdown`` (where its memory fits); both tools' idle totals are checked against each
-other. The machine's load is recorded with the figures. Result ``trace_bench`` (source ``measured-cpu``).
+of ``--traces``. Each tool runs in a fresh subprocess: a bare decode of the whole JSON text with the
+analyzer's decoder (the floor every row is a ratio of), the lab's ``analyze_trace`` and HTA's
+``get_idle_time_breakdown`` (each where its memory fits); both tools' idle totals are checked against
+each other. The machine's load is recorded with the figures. Result ``trace_bench`` (source ``measured-cpu``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ DEFAULT_BASES = [
 ]
 #: sizes (MB) of the built traces per run size
 TRACE_MB = {"quick": (20.0,), "full": (100.0, 1000.0)}
-HTA_RSS_OVER_JSON = 5.0  #: HTA's peak memory per byte of JSON (4.4 recorded), to tell where it does not fit
+#: peak memory per byte of JSON, to tell where a tool does not fit: HTA's (4.4 recorded) and the bare decode's
+#: (the text and every event as Python objects)
+RSS_OVER_JSON = {"hta": 5.0, "bare-decode": 5.0}
+BARE = "bare-decode"  #: the variant of the bare decode's rows
 
 
 def build_big_trace(base: Path, out: Path, size_mb: float) -> dict:
@@ -86,6 +90,19 @@ logging.disable(logging.WARNING)
 import numpy, pandas
 if kind == "hta":
     import hta.trace_analysis as hta_ta
+elif kind == "bare-decode":
+    import gc, gzip
+    import labkit.trace.read.reader as lab_reader
+    if want_decoder != "auto":
+        lab_reader.DECODER = want_decoder
+    with open(path, "rb") as f:
+        text = f.read()
+    text = gzip.decompress(text) if text[:2] == b"\x1f\x8b" else text
+    if lab_reader.DECODER == "msgspec":
+        import msgspec
+        decode = msgspec.json.decode
+    else:
+        decode = lab_reader._loads_batch
 else:
     import labkit.trace.analysis.analyze as lab
     import labkit.trace.read.reader as lab_reader
@@ -106,7 +123,12 @@ if kind == "baseline":
     print(json.dumps({"base_rss": base_rss})); sys.exit(0)
 t0, c0 = time.perf_counter_ns(), time.process_time_ns()
 extra = {}
-if kind == "hta":
+if kind == "bare-decode":  # the text alone, as the analyzer reads it: the garbage collector off
+    gc.disable()
+    decode(text)
+    df = None
+    extra = {"decoder": lab_reader.DECODER}
+elif kind == "hta":
     import os
     ta = hta_ta.TraceAnalysis(trace_dir=os.path.dirname(path))
     df, _ = ta.get_idle_time_breakdown(ranks=[ta.t.get_ranks()[0]], visualize=False)
@@ -117,7 +139,7 @@ else:
 t1 = time.perf_counter_ns()
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu_ns = time.process_time_ns() - c0 + int((kids.ru_utime + kids.ru_stime) * 1e9)
-totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()}
+totals = {str(k): float(v) for k, v in df.groupby("stream")["idle_time"].sum().items()} if df is not None else None
 print(json.dumps({"wall_ns": t1 - t0, "cpu_ns": cpu_ns, "peak_rss": status_bytes("VmHWM"), "base_rss": base_rss,
                   "child_peak_rss": kids.ru_maxrss * 1024, "totals": totals, **extra}))
 """
@@ -156,11 +178,13 @@ def _tool_row(tool: str, runs: list[dict], json_bytes: int, extra: dict) -> dict
     base = max(r["base_rss"] for r in runs)
     analysis = max(peak - base * (1 + workers), 0)
     cpu = sorted(r.get("cpu_ns", 0) for r in runs)[len(runs) // 2]
+    totals = runs[0].get("totals")
     return {"variant": tool, **extra, "json_bytes": json_bytes, "median_ns": tm.median_ns, "p20_ns": tm.p20_ns,
             "p80_ns": tm.p80_ns, "cpu_ns": cpu, "mb_per_s": json_bytes / 1e6 / (tm.median_ns / 1e9),
             "mb_per_cpu_s": json_bytes / 1e6 / (cpu / 1e9) if cpu else None,
-            "peak_rss_bytes": peak, "import_rss_bytes": base, "analysis_rss_bytes": analysis,
-            "rss_over_json": analysis / json_bytes, "idle_total_us": sum(runs[0]["totals"].values()),
+            "cpu_s_per_mb": cpu / 1e9 / (json_bytes / 1e6), "peak_rss_bytes": peak, "import_rss_bytes": base,
+            "analysis_rss_bytes": analysis, "rss_over_json": analysis / json_bytes,
+            "idle_total_us": sum(totals.values()) if totals is not None else None,
             **{k: runs[0][k] for k in ("decoder", "inflate", "parts") if k in runs[0]}}
 
 
@@ -170,25 +194,41 @@ def _mem_available() -> int | None:
     return None
 
 
+def _fits(tool: str, label: str, json_bytes: int, not_run: list) -> bool:
+    """Whether ``tool``'s memory for this much JSON fits what the machine has available (else a line in ``not_run``)."""
+    avail, need = _mem_available(), json_bytes * RSS_OVER_JSON[tool]
+    if avail is not None and need > 0.8 * avail:
+        not_run.append(f"{tool} on {label}: needs about {need / 1e9:.1f} GB, {avail / 1e9:.1f} GB available")
+        return False
+    return True
+
+
 def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, decoder: str = "auto",
-                 jobs: tuple = (1, 2), hta: bool = True, not_run: list | None = None) -> list[dict]:
-    """Rows for one trace file: ``labkit`` at each of ``jobs`` and ``hta`` where its memory fits (else a line in
-    ``not_run``), with each labkit row's speed-ups over ``--jobs 1`` and HTA on the same file."""
+                 jobs: tuple = (1, 2), hta: bool = True, bare: bool = True, not_run: list | None = None) -> list[dict]:
+    """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta``, the bare decode and
+    HTA where their memory fits (else a line in ``not_run``). Every row has its MB/s over the bare decode's
+    (``vs_bare_decode``); each labkit row its speed-up over HTA and its wall time and CPU seconds per MB
+    over ``--jobs 1``'s (``speedup_vs_jobs1``, ``cpu_vs_jobs1``)."""
+    not_run = not_run if not_run is not None else []
     json_bytes = decompressed_bytes(path)
     extra = {"trace": label, "file_bytes": path.stat().st_size}
-    rows, totals = [], {}
+    base_row, lab, totals = None, [], {}
+    if bare and _fits(BARE, label, json_bytes, not_run):
+        runs = [_run_worker(BARE, path, timeout, decoder) for _ in range(repeats)]
+        bad = [r["error"] for r in runs if "error" in r]
+        if bad:
+            not_run.append(f"{BARE} on {label}: {bad[0]}")
+        else:
+            base_row = _tool_row(BARE, runs, json_bytes, extra)
     for j in jobs:
         runs = [_run_worker("labkit", path, timeout, decoder, j) for _ in range(repeats)]
         bad = [r["error"] for r in runs if "error" in r]
         if bad:
             raise UsageError(f"labkit analyze failed on {label}: {bad[0]}")
-        rows.append(_tool_row("labkit" if j == 1 else f"labkit-jobs{j}", runs, json_bytes, {**extra, "jobs": j}))
+        lab.append(_tool_row("labkit" if j == 1 else f"labkit-jobs{j}", runs, json_bytes, {**extra, "jobs": j}))
         totals[j] = runs[0]["totals"]
-    avail = _mem_available()
-    if hta and avail is not None and json_bytes * HTA_RSS_OVER_JSON > 0.8 * avail:
-        (not_run if not_run is not None else []).append(
-            f"hta on {label}: needs about {json_bytes * HTA_RSS_OVER_JSON / 1e9:.1f} GB, {avail / 1e9:.1f} GB available")
-    elif hta:
+    hta_row = None
+    if hta and _fits("hta", label, json_bytes, not_run):
         with tempfile.TemporaryDirectory(prefix="labkit-trace-bench-hta-") as tmp:
             alone = Path(tmp) / (path.name if ".pt.trace.json" in path.name else "trace.pt.trace.json")
             try:  # HTA reads every trace of a folder: the file alone in one
@@ -198,17 +238,39 @@ def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, de
             runs = [_run_worker("hta", alone, timeout) for _ in range(repeats)]
         bad = [r["error"] for r in runs if "error" in r]
         if bad:
-            (not_run if not_run is not None else []).append(f"hta on {label}: {bad[0]}")
+            not_run.append(f"hta on {label}: {bad[0]}")
         else:
-            rows.append(_tool_row("hta", runs, json_bytes, extra))
+            hta_row = _tool_row("hta", runs, json_bytes, extra)
             ref = runs[0]["totals"]
-            for r, j in zip(rows, jobs):
-                r["speedup_vs_hta"] = rows[-1]["median_ns"] / r["median_ns"]
+            for r, j in zip(lab, jobs):
+                r["speedup_vs_hta"] = hta_row["median_ns"] / r["median_ns"]
                 r["idle_max_rel_diff_vs_hta"] = max([abs(totals[j].get(s, 0.0) - v) / max(abs(v), 1.0)
                                                      for s, v in ref.items()] or [0.0])
-    for r in rows[1:len(jobs)]:
-        r["speedup_vs_jobs1"] = rows[0]["median_ns"] / r["median_ns"]
+    for r in lab[1:]:
+        r["speedup_vs_jobs1"] = lab[0]["median_ns"] / r["median_ns"]
+        r["cpu_vs_jobs1"] = r["cpu_s_per_mb"] / lab[0]["cpu_s_per_mb"] if lab[0]["cpu_s_per_mb"] else None
+    rows = [r for r in [base_row, *lab, hta_row] if r is not None]
+    for r in rows:
+        r["vs_bare_decode"] = r["mb_per_s"] / base_row["mb_per_s"] if base_row is not None else None
     return rows
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """The printed table: per row wall time, MB/s and its ratio to the bare decode's, CPU seconds per MB, peak
+    memory over the JSON, the ratios to ``--jobs 1`` (wall, CPU per MB) and HTA, and the other processes' share
+    of the machine while that file was measured."""
+    def ratio(v, digits=2):
+        return "" if v is None else f"{v:.{digits}f}x"
+
+    out = [f"{'tool':<13} {'wall_s':>7} {'MB/s':>7} {'vs bare':>7} {'cpu_s/MB':>8} {'x json':>6} {'vs jobs1':>8} "
+           f"{'cpu/jobs1':>9} {'vs HTA':>7} {'others':>6}  trace"]
+    for r in rows:
+        load = r.get("others_frac")
+        out.append(f"{r['variant']:<13} {r['median_ns'] / 1e9:>7.2f} {r['mb_per_s']:>7.1f} "
+                   f"{ratio(r['vs_bare_decode']):>7} {r['cpu_s_per_mb']:>8.4f} {r['rss_over_json']:>6.2f} "
+                   f"{ratio(r.get('speedup_vs_jobs1')):>8} {ratio(r.get('cpu_vs_jobs1')):>9} "
+                   f"{ratio(r.get('speedup_vs_hta'), 1):>7} {'' if load is None else f'{100 * load:.0f}%':>6}  {r['trace']}")
+    return out
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -220,6 +282,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "(default: tests/data's one step of a vLLM GB10 serving trace)")
     parser.add_argument("--repeats", type=int, default=1, help="runs per tool (median reported; default 1)")
     parser.add_argument("--no-hta", action="store_true", help="skip HTA (e.g. where traceinsight is not installed)")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare decode of each file's JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per tool run (default 900)")
     parser.add_argument("--traces", nargs="+", type=Path, default=None, metavar="PATH",
                         help="also each real trace file (or every trace below a folder), on its own")
@@ -247,6 +310,13 @@ def main(args: argparse.Namespace) -> int:
             print("HTA (traceinsight) not installed: measuring labkit only")
             hta = False
     rows, not_run = [], []
+
+    def measure(path: Path, label: str, **extra) -> None:  # each file's rows with the load while they ran
+        with machine_load() as file_load:
+            got = measure_file(path, label, timeout=args.timeout, repeats=args.repeats, decoder=args.decoder, hta=hta,
+                               bare=not args.no_bare, not_run=not_run)
+        rows.extend({**r, **extra, "others_frac": file_load["others_frac"]} for r in got)
+
     with machine_load() as load, tempfile.TemporaryDirectory(prefix="labkit-trace-bench-") as tmp:
         for mb in sizes:
             big = Path(tmp) / f"built-{mb:g}MB.pt.trace.json"
@@ -254,25 +324,18 @@ def main(args: argparse.Namespace) -> int:
             info = build_big_trace(base, big, mb)
             print(f"built {big.name}: {info['file_bytes'] / 1e6:.1f} MB from {info['copies']} copies of {base.name} "
                   f"({time.perf_counter() - t:.1f} s)")
-            rows += [{**r, "source_trace": "built", "copies": info["copies"]}
-                     for r in measure_file(big, big.name, timeout=args.timeout, repeats=args.repeats,
-                                           decoder=args.decoder, hta=hta, not_run=not_run)]
+            measure(big, big.name, source_trace="built", copies=info["copies"])
             big.unlink()
         for f in real:
-            rows += [{**r, "source_trace": "real"} for r in measure_file(
-                f, f.name, timeout=args.timeout, repeats=args.repeats, decoder=args.decoder, hta=hta, not_run=not_run)]
+            measure(f, f.name, source_trace="real")
     print(describe_load(load))
-    print(f"{'tool':<13} {'wall_s':>7} {'MB/s':>7} {'MB/cpu_s':>8} {'x json':>7} {'vs jobs1':>8} {'vs HTA':>7}  trace")
-    for r in rows:
-        sp, sj = r.get("speedup_vs_hta"), r.get("speedup_vs_jobs1")
-        print(f"{r['variant']:<13} {r['median_ns'] / 1e9:>7.2f} {r['mb_per_s']:>7.1f} {r['mb_per_cpu_s'] or 0:>8.1f} "
-              f"{r['rss_over_json']:>7.2f} {'' if sj is None else f'{sj:.2f}x':>8} "
-              f"{'' if sp is None else f'{sp:.1f}x':>7}  {r['trace']}")
+    for line in table_lines(rows):
+        print(line)
     for line in not_run:
         print(f"not run: {line}")
     lab = next((r for r in rows if r["variant"] == "labkit"), {})
     params = {"size": size, "size_mb": list(sizes), "base": base.name, "repeats": args.repeats,
-              "tools": ["labkit", "labkit-jobs2"] + (["hta"] if hta else []),
+              "tools": ([] if args.no_bare else [BARE]) + ["labkit", "labkit-jobs2"] + (["hta"] if hta else []),
               "traces": [str(p) for p in args.traces] if args.traces else None, "decoder": lab.get("decoder"),
               "inflate": lab.get("inflate"), "not_run": not_run, "machine_load": load}
     result = make_result(sized_name(TRACE_BENCH, size), rows, source=measured_source("cpu"), params=params, size=size)

@@ -66,17 +66,18 @@ def flags_table(analysis):
 
 def bench_table():
     """The recorded ``trace_bench`` results (one per machine) as a table: per trace file and tool, MB/s of
-    JSON, peak memory over the JSON's size and the speed-ups over ``--jobs 1`` and HTA; or a sentence
-    saying there are none."""
+    JSON and its ratio to a bare decode of the same JSON, CPU seconds per MB, peak memory over the JSON's size
+    and the speed-ups over ``--jobs 1`` and HTA; or a sentence saying there are none."""
     results = find_all(TRACE_BENCH)
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
     from labkit.viz.tables import format_table
 
-    cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "rss_over_json", "speedup_vs_jobs1",
-            "speedup_vs_hta"]
+    cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb",
+            "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]
     t = results_table(results)
     t["trace"] = t["trace"].astype(str).str.replace(r"\.pt\.trace\.json(\.gz)?$", "", regex=True)  # a label, not a file
     return format_table(t[[c for c in cols if c in t.columns]],
                         rename={"variant": "tool", "rss_over_json": "peak RSS / JSON", "mb_per_s": "MB/s of JSON",
+                                "vs_bare_decode": "vs bare decode", "cpu_s_per_mb": "CPU s / MB",
                                 "speedup_vs_jobs1": "vs --jobs 1", "speedup_vs_hta": "vs HTA"})

@@ -135,12 +135,17 @@ def column_strings(col) -> np.ndarray:
 
 
 def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
-    """Group rows by equal values of ``columns`` with a dict: ``(code of each row, key of each group)``,
+    """Group rows by equal values of ``columns`` (lists or arrays): ``(code of each row, key of each group)``,
     groups numbered in order of first appearance (``sort``: in key order), as pandas' ``groupby``
-    numbers them, far faster on long strings; aggregate with ``pd.Series(v).groupby(codes, sort=False)``."""
-    groups: dict = {}
-    code = np.array([groups.setdefault(k, len(groups)) for k in zip(*columns)], dtype=np.intp)
-    keys = list(groups)
+    numbers them, far faster on long strings (one hashing pass per column, no per-row tuples);
+    aggregate with ``pd.Series(v).groupby(codes, sort=False)``."""
+    cols = [c if isinstance(c, np.ndarray) else np.asarray(c, dtype=object) for c in columns]
+    code = np.zeros(len(cols[0]), np.int64)
+    for c in cols:  # the groups so far split by this column, still numbered by first appearance
+        part, uniq = pd.factorize(c, use_na_sentinel=False)
+        code = pd.factorize(code * len(uniq) + part)[0]
+    first = np.unique(code, return_index=True)[1]
+    keys = list(zip(*(c[first].tolist() for c in cols)))
     if sort and keys:
         order = sorted(range(len(keys)), key=keys.__getitem__)
         rank = np.empty(len(keys), np.intp)

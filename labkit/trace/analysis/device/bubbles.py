@@ -209,7 +209,7 @@ def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = No
     top_site = best.set_index("id")["call_site"]
     # ``pairs`` has one row per (bubble, layers) and the call site follows from the layers, so a
     # group's row count is its number of distinct bubbles
-    code, keys = group_codes(pairs["call_site"].tolist(), *(pairs[c].tolist() for c in LAYER_NAMES))
+    code, keys = group_codes(pairs["call_site"].to_numpy(), *(pairs[c].to_numpy() for c in LAYER_NAMES))
     rank = pd.DataFrame(keys, columns=["call_site", *LAYER_NAMES])
     rank["idle_overlap_us"] = pd.Series(pairs["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
     rank["bubble_count"] = np.bincount(code, minlength=len(keys)).astype(np.int64)

@@ -8,7 +8,6 @@ host-only trace: ``between_step_call_sites``) by call site. See docs/trace-analy
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,17 +28,23 @@ LAYERS = {
     "Driver": "runtime",
 }
 LAYER_NAMES = ("annotation", "python_frame", "cpu_op", "runtime")
-_SWEEP_CHUNK = 1 << 16  #: event boundaries turned into Python lists at a time
 NO_LABEL = ""
 
 
 @dataclass
 class Segments:
-    """Time on one thread cut into pieces: ``start_us``/``end_us`` and the innermost name per layer."""
+    """Time on one thread cut into pieces: ``start_us``/``end_us`` and the innermost name per layer, as
+    ``codes`` (layer -> index into ``names``, -1 when nothing of that layer is open)."""
 
     start_us: np.ndarray  # (n,) float64
     end_us: np.ndarray  # (n,) float64
-    labels: dict  # layer -> (n,) object array of names ("" when nothing of that layer is open)
+    codes: dict  # layer -> (n,) int32
+    names: np.ndarray  # object array of str
+
+
+def label_strings(names: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The names of ``codes`` (index into ``names``; -1: ``NO_LABEL``) as an object array."""
+    return np.append(names, NO_LABEL).astype(object)[codes]
 
 
 def merge_windows(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -67,57 +72,72 @@ def overlaps_windows(starts, ends, win_s, win_e) -> np.ndarray:
     return ok & (win_s[kk] <= ends)
 
 
-def sweep(starts, ends, layer_idx, names, n_layers: int = len(LAYER_NAMES)) -> Segments:
+def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES)) -> Segments:
     """Cut the time covered by nested events into segments labelled per layer.
 
-    ``starts``/``ends`` in us, ``layer_idx`` (int per event, index into ``LAYER_NAMES``), ``names``
-    (str per event). Where events of one layer overlap without nesting, the one that started
-    last is innermost until it ends.
+    ``starts``/``ends`` in us, ``layer_idx`` (int per event, index into ``LAYER_NAMES``), ``codes``
+    (int per event: its name in ``names``, -1 for none). Where events of one layer overlap without nesting,
+    the one that started last is innermost until it ends: a layer's label is its open event that started last.
     """
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
-        return Segments(np.zeros(0), np.zeros(0), {k: np.zeros(0, object) for k in LAYER_NAMES[:n_layers]})
+        return Segments(np.zeros(0), np.zeros(0), {k: np.zeros(0, np.int32) for k in LAYER_NAMES[:n_layers]}, names)
+    n = len(idx)
     s, e = starts[idx], ends[idx]
     # boundaries: ends before starts at the same time; outer starts first, inner ends first
     t = np.concatenate([s, e])
-    kind = np.concatenate([np.ones(len(s), np.int8), np.zeros(len(e), np.int8)])
-    tie = np.concatenate([-e, -s])
-    ev = np.concatenate([idx, idx])
-    order = np.lexsort((tie, kind, t))
-    stacks: list[list[int]] = [[] for _ in range(n_layers)]
-    seg_s, seg_e, seg_lab = array("d"), array("d"), array("q")  # compact: segments number about 2 per event
-    tops = [-1] * n_layers
-    open_count = 0
-    prev = None
-    layer_all = np.asarray(layer_idx)[ev]
-    for a in range(0, len(order), _SWEEP_CHUNK):  # Python lists of one chunk at a time: bounded memory
-        o = order[a:a + _SWEEP_CHUNK]
-        for tt, kk, i, li in zip(t[o].tolist(), kind[o].tolist(), ev[o].tolist(), layer_all[o].tolist()):
-            if open_count and tt > prev:
-                seg_s.append(prev)
-                seg_e.append(tt)
-                seg_lab.extend(tops)
-            st = stacks[li]
-            if kk:
-                st.append(i)
-                tops[li] = i
-                open_count += 1
-            else:
-                open_count -= 1
-                if st[-1] == i:
-                    st.pop()
-                    tops[li] = st[-1] if st else -1
-                else:  # an event of this layer that another one outlived: the top stays
-                    st.remove(i)
-            prev = tt
-    names_arr = np.asarray(names, dtype=object)
-    labels = {}
-    lab = np.frombuffer(seg_lab, dtype=np.int64).reshape(-1, n_layers)
-    with_empty = np.append(names_arr, NO_LABEL).astype(object)
-    for j, layer in enumerate(LAYER_NAMES[:n_layers]):
-        labels[layer] = with_empty[np.where(lab[:, j] < 0, len(names_arr), lab[:, j])]
-    return Segments(np.frombuffer(seg_s, dtype=np.float64), np.frombuffer(seg_e, dtype=np.float64), labels)
+    is_start = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
+    order = np.lexsort((np.concatenate([-e, -s]), is_start, t))
+    del s, e
+    pos = np.empty(2 * n, np.int32)  # each boundary's place in the sweep (int32: memory, not range, is the limit)
+    pos[order] = np.arange(2 * n, dtype=np.int32)
+    t, is_start = t[order], is_start[order]
+    del order
+    open_after = np.cumsum(is_start * 2 - 1, dtype=np.int32)
+    seg = np.flatnonzero((open_after[:-1] > 0) & (t[1:] > t[:-1])).astype(np.int32)  # boundary p to p + 1
+    del open_after, is_start
+    layer, codes = np.asarray(layer_idx)[idx], np.asarray(codes, dtype=np.int32)[idx]
+    out = {}
+    for j, name in enumerate(LAYER_NAMES[:n_layers]):
+        mine = np.flatnonzero(layer == j)
+        top = _last_open(pos[:n][mine], pos[n:][mine], seg)
+        out[name] = np.append(codes[mine], np.int32(-1))[top]  # top -1: the appended -1, no label
+    return Segments(t[seg], t[seg + 1], out, names)
+
+
+def _last_open(sp: np.ndarray, ep: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each sweep position in ``at``: which event (index into ``sp``/``ep``, -1: none) of those with
+    boundaries at positions ``sp`` (start) and ``ep`` (end) is open after it and started last.
+
+    The answer changes only at these events' own boundaries: at a start it is that event; at the end of the
+    event on top (no later-started one still open: the next event to end later started after it ended)
+    the event before it in start order that ends later still, the one under it."""
+    if len(sp) == 0:
+        return np.full(len(at), -1, np.int32)
+    o = np.argsort(sp, kind="stable").astype(np.int32)
+    sp, ep = sp[o], ep[o]
+    on_top = _nearest_later_end(ep, 1) >= np.searchsorted(sp, ep, side="right")
+    at_pos = np.concatenate([sp, ep[on_top]])
+    value = np.concatenate([np.arange(len(sp), dtype=np.int32), _nearest_later_end(ep, -1)[on_top]])
+    k = np.argsort(at_pos)
+    last = np.searchsorted(at_pos[k], at, side="right") - 1
+    out = np.where(last >= 0, value[k][np.maximum(last, 0)], -1)
+    return np.where(out >= 0, o[np.maximum(out, 0)], -1)
+
+
+def _nearest_later_end(ep: np.ndarray, step: int) -> np.ndarray:
+    """For each event, the nearest one before it (``step`` -1; -1 if none) or after it (+1; ``len(ep)`` if none)
+    that ends later, by pointer jumping: an event passed over ends no later than the one it was passed for."""
+    m = len(ep)
+    cand = np.arange(step, m + step, dtype=np.int32)
+    todo = np.flatnonzero((cand >= 0) & (cand < m))
+    while len(todo):
+        todo = todo[ep[cand[todo]] < ep[todo]]
+        nxt = cand[cand[todo]]
+        cand[todo] = nxt
+        todo = todo[(nxt >= 0) & (nxt < m)]
+    return cand
 
 
 def thread_segments(host, win_s, win_e) -> Segments:
@@ -129,7 +149,21 @@ def thread_segments(host, win_s, win_e) -> Segments:
     sub = host[m]
     layer_of = {name: LAYER_NAMES.index(layer) for name, layer in LAYERS.items()}
     layer_idx = np.array([layer_of[c] for c in column_strings(sub["cat"]).tolist()], dtype=np.int64)
-    return sweep(s[m], e[m], layer_idx, column_strings(sub["name"]))
+    codes, names = name_codes(sub["name"])
+    return sweep(s[m], e[m], layer_idx, codes, names)
+
+
+def name_codes(col) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, names)`` of a (categorical) name column: the names of a trace's events table are one list,
+    so codes from any of its rows compare; an empty name is no name (-1), as its label reads."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    names = np.asarray(col.cat.categories, dtype=object)
+    codes = col.cat.codes.to_numpy().astype(np.int32)
+    empty = np.flatnonzero(names == NO_LABEL)
+    if len(empty):
+        codes[codes == empty[0]] = -1
+    return codes, names
 
 
 def call_site_label(annotation: str, python_frame: str, cpu_op: str, runtime: str) -> str:
@@ -163,14 +197,11 @@ def overlap_by_segment(seg: Segments, win_s, win_e, win_id):
 
 def innermost_at(seg: Segments, t_us: np.ndarray) -> dict:
     """Layer labels of the segment containing each time ``t_us`` ("" where none)."""
-    out = {k: np.full(len(t_us), NO_LABEL, dtype=object) for k in seg.labels}
     if len(seg.start_us) == 0 or len(t_us) == 0:
-        return out
+        return {k: np.full(len(t_us), NO_LABEL, dtype=object) for k in seg.codes}
     j = np.searchsorted(seg.start_us, t_us, side="right") - 1
     ok = (j >= 0) & (seg.end_us[np.maximum(j, 0)] >= t_us)
-    for k, lab in seg.labels.items():
-        out[k][ok] = lab[j[ok]]
-    return out
+    return {k: label_strings(seg.names, np.where(ok, c[np.maximum(j, 0)], -1)) for k, c in seg.codes.items()}
 
 
 _THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
@@ -204,27 +235,29 @@ def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
     site on the window's thread: one row per (window, call site) with ``id``, ``LAYER_NAMES`` and
     ``overlap_us``; time with no recorded host event is a row with every layer empty."""
     parts = []
+    names = None  # every thread's segments name events by the codes of one events table
     for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
         ws, we = merge_windows(w["start_us"].to_numpy(), w["end_us"].to_numpy())
         seg = thread_segments(thread_events(trace, pid, tid), ws, we)
+        names = seg.names
         wid, sidx, ov = overlap_by_segment(seg, w["start_us"].to_numpy(), w["end_us"].to_numpy(), w["id"].to_numpy())
-        part = pd.DataFrame({"id": wid, "overlap_us": ov})
-        for layer in LAYER_NAMES:
-            part[layer] = seg.labels[layer][sidx] if len(sidx) else np.zeros(0, object)
+        part = pd.DataFrame({"id": wid, "overlap_us": ov, **{k: seg.codes[k][sidx] for k in LAYER_NAMES}})
         covered = part.groupby("id")["overlap_us"].sum()
         rest = (w.set_index("id")["end_us"] - w.set_index("id")["start_us"]).sub(covered, fill_value=0.0)
         rest = rest[rest > 1e-9]
         if len(rest):
-            gap = pd.DataFrame({"id": rest.index.to_numpy(), "overlap_us": rest.to_numpy()})
-            for layer in LAYER_NAMES:
-                gap[layer] = ""
+            gap = pd.DataFrame({"id": rest.index.to_numpy(), "overlap_us": rest.to_numpy(),
+                                **{k: np.full(len(rest), -1, np.int32) for k in LAYER_NAMES}})
             part = pd.concat([part, gap], ignore_index=True)
         parts.append(part)
     if not parts:
         return pd.DataFrame({c: [] for c in ["id", *LAYER_NAMES, "overlap_us"]})
     out = pd.concat(parts, ignore_index=True)
-    code, keys = group_codes(out["id"].tolist(), *(out[c].tolist() for c in LAYER_NAMES))
+    del parts, part, seg  # held once, in ``out``
+    code, keys = group_codes(out["id"].to_numpy(), *(out[c].to_numpy() for c in LAYER_NAMES))
     res = pd.DataFrame(keys, columns=["id", *LAYER_NAMES])
+    for k in LAYER_NAMES:
+        res[k] = label_strings(names, res[k].to_numpy())
     res["overlap_us"] = pd.Series(out["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
     return res
 
@@ -250,7 +283,7 @@ def between_step_call_sites(trace: Trace, steps: pd.DataFrame, *, top: int | Non
     if len(pairs) == 0:
         return pd.DataFrame({c: [] for c in HOST_SITE_COLUMNS})
     pairs["call_site"] = label_call_sites(pairs)
-    code, keys = group_codes(pairs["call_site"].tolist(), *(pairs[c].tolist() for c in LAYER_NAMES))
+    code, keys = group_codes(pairs["call_site"].to_numpy(), *(pairs[c].to_numpy() for c in LAYER_NAMES))
     rank = pd.DataFrame(keys, columns=["call_site", *LAYER_NAMES])
     rank["host_us"] = pd.Series(pairs["overlap_us"].to_numpy()).groupby(code, sort=False).sum().to_numpy()
     rank["window_count"] = pd.Series(pairs["id"].to_numpy()).groupby(code, sort=False).nunique().to_numpy().astype(np.int64)
