@@ -56,9 +56,11 @@ _VERBOSE = ("-v", "--verbose")
 # -- options shared by every bench verb and calibrate ----------------------------------------
 
 def add_run_options(p: argparse.ArgumentParser, *, json_help: str = "also write the result(s) as JSON to OUT",
-                    size_help: str = "quick (default: seconds to minutes) or full (the recorded size)") -> None:
-    """Add ``--size``, ``--json OUT``, ``--no-save`` and ``-v``."""
-    p.add_argument("--size", choices=RUN_SIZES, default=RUN_SIZES[0], help=size_help)
+                    size_help: str = "quick (default: seconds to minutes) or full (the recorded size)",
+                    sized: bool = True) -> None:
+    """Add ``--size`` (unless not ``sized``), ``--json OUT``, ``--no-save`` and ``-v``."""
+    if sized:
+        p.add_argument("--size", choices=RUN_SIZES, default=RUN_SIZES[0], help=size_help)
     p.add_argument("--json", metavar="OUT", default=None, help=json_help)
     p.add_argument("--no-save", action="store_true", help="do not write to the results store")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -79,7 +81,7 @@ def resolve_run_options(args: argparse.Namespace) -> str:
     if args.verbose:
         set_verbose()
     keep_unit_costs()
-    return args.size
+    return getattr(args, "size", None)
 
 
 def emit_result(result, args: argparse.Namespace) -> None:

@@ -258,6 +258,41 @@ MUTATIONS: tuple[Mutation, ...] = (
         'units = UnitCosts.from_rows(in_run.get(f"128x{images}"), f"the census\'s unit costs at {n}x{images}")',
         ("tests/test_serve_host.py",),
     ),
+    Mutation(
+        "intake-media-pool-serial",
+        "serve-sim's frontend: vLLM's media pool of eight workers made one",
+        "self._pool = [0.0] * intake.media_threads",
+        "self._pool = [0.0]",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "intake-processor-parallel",
+        "serve-sim's frontend: the processor's single-worker executor made parallel (no request waits for another)",
+        "self._processor_free = max(done, self._processor_free) + cost",
+        "self._processor_free = done + cost",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "clock-non-overlap-dropped",
+        "the clock leaves out the step model's measured non-overlapping term",
+        "end = t + step_time(dev, core, regime, non_overlap_ns).step_ns",
+        "end = t + step_time(dev, core, regime).step_ns",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "clock-tpot-from-engine-step",
+        "the client's token times taken from the engine's step end, not from the API server's outputs",
+        "token_ns[d.request].extend([job.done_ns] * d.tokens)",
+        "token_ns[d.request].extend([job.ready_ns] * d.tokens)",
+        ("tests/test_serve_clock.py",),
+    ),
+    Mutation(
+        "peak-host-async-less-device",
+        "the PR host at the baseline's peak, async, inferred as step - device (the sync solution)",
+        'host = step_ns - non_overlap - (device_ns if regime == "sync" else 0.0)',
+        "host = step_ns - non_overlap - device_ns",
+        ("tests/test_serve_check.py",),
+    ),
 )
 
 

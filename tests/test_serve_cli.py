@@ -17,18 +17,39 @@ def test_few_options():
     add_cli_args(p)
     flags = {o for a in p._actions for o in a.option_strings} - {"-h", "--help", "--json", "--no-save", "-v",
                                                                   "--verbose"}
-    assert flags == {"--size", "--gpu", "--arms", "--regime", "--census-machine"}
+    workload = {"--num-prompts", "--random-mm-base-items-per-request", "--random-mm-bucket-config",
+                "--random-input-len", "--random-output-len"}
+    assert workload <= flags and len(flags - workload) <= 4
+    assert flags - workload == {"--gpu", "--arms", "--regime", "--census-machine"}
+
+
+def test_workload_defaults_are_the_published_run():
+    from labkit.serve.published import PR40143
+    from labkit.serve.workload import WORKLOADS
+
+    p = argparse.ArgumentParser()
+    add_cli_args(p)
+    a = p.parse_args([])
+    w = WORKLOADS["full"]
+    assert (a.num_prompts, a.random_mm_base_items_per_request, a.random_output_len) == (
+        PR40143.requests, PR40143.images, PR40143.output_tokens) == (w.requests, w.images, w.output_tokens)
+    from labkit.serve.bench import _bucket
+
+    assert "x".join(map(str, _bucket(a.random_mm_bucket_config))) == PR40143.image_size
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_without_vllm_one_line_and_exit_2(capsys):
-    assert main(["bench", "serve-sim", "--size", "quick", "--no-save"]) == 2
+    assert main(["bench", "serve-sim", "--num-prompts", "4", "--no-save"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vLLM is not installed" in err[0]
 
 
 @pytest.mark.parametrize("argv, says", [(["--arms", "baseline,nope"], "arms"), (["--gpu", "a100"], "GPUs"),
-                                        (["--regime", "overlapped"], "regime")])
+                                        (["--regime", "overlapped"], "regime"),
+                                        (["--random-mm-bucket-config", "{(64, 64, 1): 0.5, (32, 32, 1): 0.5}"],
+                                         "one image bucket"),
+                                        (["--num-prompts", "0"], "requests >= 1")])
 def test_bad_input_exit_2(capsys, argv, says):
     assert main(["bench", "serve-sim", *argv, "--no-save"]) == 2
     assert says in capsys.readouterr().err

@@ -11,6 +11,8 @@ output jobs that arrived before it finishes a job, then the next request's parse
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from labkit.serve.api_server import ApiServer, Intake, OutputJob
@@ -89,6 +91,13 @@ def test_sync_three_requests_by_hand():
     assert [(ts[-1] - ts[0]) / 2 for ts in tl.token_ns] == [8.5, 8.0, 7.0]
 
 
+def test_non_overlap_lengthens_every_step_by_hand():
+    tl = simulate(HandEngine(), requests=3, intake=_parse_only(10.0), host=FixedHost(), device=device,
+                  non_overlap_ns=1.0)
+    # async: max(host 2, device 8 or 5) + 1
+    assert [s.end_ns - s.start_ns for s in tl.steps] == [9, 6, 9, 9, 6, 6]
+
+
 def test_steps_record_shape_and_bounds():
     tl = _run(True)
     first = tl.steps[0]
@@ -131,9 +140,8 @@ def test_next_handover_after_a_time():
 
 # Three requests, parse 1 each, two images each of 4 on a pool of two workers, the processor 6 per
 # request on its one worker. By hand: parses end at 1, 2, 3. Request 0's images run 1-5 on both
-# workers, its processor 5-11 (the event loop, which a request back from the pool needs, is free
-# from 3). Request 1's images wait for the workers (free at 5): 5-9; the processor is busy until 11,
-# so 11-17. Request 2: images 9-13, processor 17-23.
+# workers, its processor 5-11. Request 1's images wait for the workers (free at 5): 5-9; the
+# processor is busy until 11, so 11-17. Request 2: images 9-13, processor 17-23.
 POOL = Intake(1.0, 4.0, 6.0, images=2, media_threads=2)
 
 
@@ -151,10 +159,16 @@ def test_intake_stage_orders_matter():
     # one media worker: request 0's images run 1-5 and 5-9, processor 9-15; request 1: 9-17, 17-23;
     # request 2: 17-25, 25-31
     assert _handovers(Intake(1.0, 4.0, 6.0, images=2, media_threads=1)) == [15.0, 23.0, 31.0]
-    # the processor the bottleneck: handovers 6 apart, whatever the pool does; request 0's images are
-    # done at 2, but it waits for the event loop to parse the other two bodies (until 3)
+    # the processor the bottleneck: handovers 6 apart, whatever the pool does
     slow = Intake(1.0, 1.0, 6.0, images=2, media_threads=8)
-    assert _handovers(slow) == [9.0, 15.0, 21.0]
+    assert _handovers(slow) == [8.0, 14.0, 20.0]
+    # bodies in at 0, 10, 10 (a run's own arrivals): request 0's images 0-4, processor 4-10; request 1's
+    # images take both workers 10-14, processor 14-20; request 2's images wait for them: 14-18, its
+    # processor for request 1's: 20-26
+    assert _handovers(replace(POOL, arrivals_ns=(0.0, 10.0, 10.0))) == [10.0, 20.0, 26.0]
+    # the k-th processor call's own time, 2, then 9, then 1: request 0's images 1-5, processor 5-7;
+    # request 1's images 5-9, processor 9-18; request 2's images 9-13, processor 18-19
+    assert _handovers(replace(POOL, process_each_ns=(2.0, 9.0, 1.0))) == [7.0, 18.0, 19.0]
     # scaling every stage scales every handover (one request: no queueing)
     assert _handovers(POOL.scaled(2.0), 1) == [22.0]
     assert _handovers(POOL.scaled(2.0, ("process_ns",)), 1) == [17.0]

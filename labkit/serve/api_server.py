@@ -15,12 +15,11 @@ __all__ = ["Intake", "OutputJob", "ApiServer"]
 class Intake:
     """What one request costs vLLM's server before the engine core has it (ns), stage by stage as
     vLLM runs them: its body read and validated on the event loop (``parse_ns``, one request at a
-    time), each of its ``images`` decoded on the media pool (``image_ns``, ``media_threads``
-    workers, first in first out), then the multimodal processor on its single-worker executor
-    (``process_ns``, one request at a time, in the order their images were done; ``process_each_ns``,
-    where given, the k-th call's own time, as a run measured them); the handover follows the
-    processor. A request goes from its images
-    to the processor on the event loop, which parses every body sent before it first."""
+    time; ``arrivals_ns``, where given, when each body was in, as a run measured them), each of its
+    ``images`` decoded on the media pool (``image_ns``, ``media_threads`` workers, first in first
+    out), then the multimodal processor on its single-worker executor (``process_ns``, one request
+    at a time, in the order their images were done; ``process_each_ns``, where given, the k-th
+    call's own time); the handover follows the processor."""
 
     parse_ns: float
     image_ns: float
@@ -75,10 +74,9 @@ class ApiServer:
             start = max(at, heapq.heappop(self._pool))
             heapq.heappush(self._pool, start + self.intake.image_ns)
             done = max(done, start + self.intake.image_ns)
-        loop = 0.0
         each = self.intake.process_each_ns
         cost = each[request] if request < len(each) else self.intake.process_ns
-        self._processor_free = max(done, self._processor_free, loop) + cost
+        self._processor_free = max(done, self._processor_free) + cost
         self.handover_ns[request] = self._processor_free
 
     def intake_busy(self, at_ns: float) -> bool:

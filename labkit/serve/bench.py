@@ -10,11 +10,11 @@ import json
 import logging
 import statistics
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.results import PR_TABLE, make_result, results_root, sized_name
+from labkit.results import PR_TABLE, SERVE_SIM_CHECK, make_result, results_root, sized_name
 from labkit.serve.api_server import Intake
 from labkit.serve.clock import StepShape, simulate
 from labkit.serve.gpu.device_model import GPUS, describe_device, step_device_fn
@@ -22,12 +22,12 @@ from labkit.serve.host import UnitCosts, chains_from_census, infer_read_ns, meas
 from labkit.serve.metrics import compute_metrics
 from labkit.serve.published import ARMS as PUBLISHED_ARMS
 from labkit.serve.published import METRICS, PR40143, two_phases
-from labkit.serve.workload import get_workload, prompt_layout
+from labkit.serve.workload import WORKLOADS, ServeWorkload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
 from labkit.timing import stopwatch
 
-__all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "INTAKE_STAGES", "ServeHost", "intake_ns",
-           "predicted_metrics", "full_batch_device_ns", "peak_rows", "infer_intake", "predict", "add_cli_args", "main"]
+__all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "ServeHost", "server_intake", "predicted_metrics",
+           "full_batch_device_ns", "peak_rows", "infer_intake", "gain_rows", "predict", "add_cli_args", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ ARMS = ("baseline", "pr40143", "merged", "early-return")
 CENSUS_MACHINE = "cpu-epyc-2c"
 #: the lab's GPU node, whose calibration prices the Python-loop units on the PR's machine
 GPU_NODE = "h200"
-#: the intake stages per image: JPEG decode, then the whole add_request (HF processor, hashing, cache)
-INTAKE_STAGES = ("media_decode", "add_request")
 #: the published figure each inferred quantity comes from, and its tolerance (intake: a secant on the runs)
 TTFT_TOLERANCE, TTFT_MAX_RUNS = 0.005, 6
 
@@ -68,25 +66,57 @@ def _read(path: Path, role: str) -> dict:
 def _inputs(root: Path, census_machine: str) -> dict:
     node = root / GPU_NODE / "calibration.json"
     node = node if node.exists() else root / GPU_NODE / "calibration_quick.json"
-    return {"census": _read(root / census_machine / "vllm_step.json", "the census of vLLM's step"),
-            "input": _read(root / census_machine / "vllm_input.json", "vLLM's input processing"),
+    here = root / census_machine
+    return {"census": _read(here / "vllm_step.json", "the census of vLLM's step"),
+            "input": _read(here / "vllm_input.json", "vLLM's input processing"),
+            "timeline": _read(here / "vllm_serve_timeline.json", "vLLM's own server, timed (scripts/vllm_ab.sh --timeline)"),
+            "overlap": _read(here / "vllm_overlap.json", "vLLM's engine core against a set forward (labkit bench vllm-overlap)"),
             "node": _read(node, "the GPU node's calibration")}
 
 
-def intake_ns(doc: dict) -> dict:
-    """Per image, ns of each of :data:`INTAKE_STAGES` on the machine that recorded ``doc`` (``vllm_input``)."""
-    by = {r.get("stage"): r.get("per_image_median_us") for r in doc.get("rows", [])}
-    missing = [s for s in INTAKE_STAGES if not isinstance(by.get(s), (int, float))]
-    if missing:
-        raise UsageError(f"the input-processing result lacks the stages {', '.join(missing)}")
-    return {s: float(by[s]) * 1e3 for s in INTAKE_STAGES}
+def server_intake(timeline: dict, input_doc: dict, images: int) -> tuple[Intake, dict]:
+    """The intake of a request of ``images`` images as this machine's server ran it: the serial stages
+    (body parse on the event loop, the processor) per image from the recorded run with the most
+    images per request (the baseline arm), the pool's per image from the decode timed alone
+    (``vllm_input``'s ``media_decode``: on a host with cores to spare the pool's eight workers each
+    decode at that pace). Returns the intake and where each stage came from."""
+    from labkit.serve.check import run_costs
+
+    rows = [r for r in timeline.get("rows", []) if r.get("kind") in ("intake", "step") and r.get("variant") == "baseline"]
+    widest = max((r.get("images") or 0 for r in rows if r["kind"] == "intake"), default=0)
+    run = [r for r in rows if r.get("images") == widest]
+    if not widest:
+        raise UsageError("the server timeline holds no baseline run with the intake timers")
+    costs = run_costs([r for r in run if r["kind"] == "intake"], [r for r in run if r["kind"] == "step"],
+                      int((timeline.get("params") or {}).get("media_threads") or 8))["intake"]
+    decode = next((r.get("per_image_median_us") for r in input_doc.get("rows", []) if r.get("stage") == "media_decode"), None)
+    if not isinstance(decode, (int, float)):
+        raise UsageError("the input-processing result lacks the media_decode stage")
+    per_image = {"parse_ns": costs.parse_ns / widest, "process_ns": costs.process_ns / widest}
+    intake = Intake(per_image["parse_ns"] * images, decode * 1e3, per_image["process_ns"] * images, images,
+                    costs.media_threads)
+    return intake, {"serial_per_image_ms": {k: v / 1e6 for k, v in per_image.items()},
+                    "from": f"the baseline's {widest}-image run of vllm_serve_timeline (serial stages) and "
+                            f"vllm_input's media_decode ({decode / 1e3:.1f} ms per image, alone)"}
+
+
+def non_overlap_ns(overlap: dict, regime: str) -> float:
+    """The step model's non-overlapping term under ``regime``, as ``vllm_overlap`` measured it: the
+    median, over its forward times > 0 and arms, of step - max(forward, host) (async) or step -
+    (forward + host) (sync)."""
+    key = "non_overlap_ms" if regime == "async" else "serial_excess_ms"
+    got = [r[key] for r in overlap.get("rows", []) if r.get("regime") == regime and (r.get("forward_ms") or 0) > 0
+           and isinstance(r.get(key), (int, float))]
+    if not got:
+        raise UsageError(f"vllm_overlap holds no {regime} point with a forward")
+    return max(0.0, statistics.median(got)) * 1e6
 
 
 def predicted_metrics(token_ns: list, prompt_len: int) -> dict:
     """The table's metrics of a simulated run, as ``vllm bench serve`` computes them."""
     m = compute_metrics([[t / 1e9 for t in ts] for ts in token_ns], [prompt_len] * len(token_ns))
     return {"output_tok_s": m.output_throughput, "mean_tpot_ms": m.mean_tpot_ms, "mean_ttft_s": m.mean_ttft_ms / 1e3,
-            "duration_s": m.duration_s, "whole_run_peak_tok_s": m.max_output_tokens_per_s}
+            "duration_s": m.duration_s}
 
 
 def _phases(tl) -> dict:
@@ -104,8 +134,8 @@ def _phases(tl) -> dict:
     return out
 
 
-def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, intake: dict, scale: float,
-         regime: str) -> dict:
+def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, intake: Intake, scale: float,
+         regime: str, non_overlap: float) -> dict:
     """One arm's whole run on the simulated clock (needs vLLM): metrics and phases."""
     from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
     from labkit.serve.workload import make_vllm_requests
@@ -114,13 +144,12 @@ def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, i
     prompt_len, spans = prompt_layout(workload)
     config = ServeConfig(num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
                          max_item_tokens=spans[0].length if spans else 1, async_scheduling=regime == "async")
-    frontend = Intake(0.0, intake["media_decode"], intake["add_request"] * workload.images,
-                      workload.images).scaled(scale)
+    frontend = intake.scaled(scale)
     with stopwatch() as wall, patched_vllm(arm):
         driver = VllmDriver(make_serving_scheduler(model_dir, config), make_vllm_requests(workload, prefix=f"{arm}-"),
                             async_scheduling=config.async_scheduling)
         tl = simulate(driver, requests=workload.requests, intake=frontend, host=ServeHost(chains, arm, units),
-                      device=step_device_fn(gpu), regime=regime)
+                      device=step_device_fn(gpu), regime=regime, non_overlap_ns=non_overlap)
     logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), wall.s)
     return {"metrics": predicted_metrics(tl.token_ns, prompt_len), "phases": _phases(tl),
             "scheduler": config.describe()}
@@ -132,7 +161,8 @@ def full_batch_device_ns(gpu: str, requests: int, prompt_len: int) -> float:
     return step_device_fn(gpu)(StepShape(decode_context_lens=(prompt_len,) * requests))
 
 
-def peak_rows(chains, units: UnitCosts, gpus, arms, *, requests: int, prompt_len: int) -> list[dict]:
+def peak_rows(chains, units: UnitCosts, gpus, arms, *, requests: int, prompt_len: int,
+              non_overlap: float = 0.0) -> list[dict]:
     """The steady full-batch step per GPU x arm x regime (:func:`full_batch_device_ns`), its device
     and host, which sets it, and the peak output tok/s ``vllm bench serve`` reports for it."""
     rows = []
@@ -140,7 +170,7 @@ def peak_rows(chains, units: UnitCosts, gpus, arms, *, requests: int, prompt_len
         device_ns = full_batch_device_ns(gpu, requests, prompt_len)
         for arm in arms:
             host_ns = chains.core_ns(arm, requests, units)
-            for regime, step in both_regimes(device_ns, host_ns).items():
+            for regime, step in both_regimes(device_ns, host_ns, non_overlap).items():
                 rows.append({"gpu": gpu, "arm": arm, "regime": regime, "device_ms": device_ns / 1e6,
                              "host_ms": host_ns / 1e6, "step_ms": step.step_ns / 1e6, "bound": step.bound,
                              "peak_output_tok_s": peak_tokens_per_s(step.step_ns, requests)})
@@ -175,15 +205,60 @@ def _range(entries: list, key: str) -> dict:
     return {m: {"min": min(v), "max": max(v), "measurements": len(v)} for m, v in sorted(by.items())}
 
 
-def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr40143"), *, regime: str = "async",
-            census_machine: str = CENSUS_MACHINE, root=None):
-    """The whole comparison (needs vLLM): the result ``pr_table`` (``pr_table_quick`` at quick size,
-    which compares nothing and infers nothing: the GPU node's measured unit costs, the recorded intake)."""
+def host_at_peak(step_ns: float, device_ns: float, regime: str, non_overlap: float) -> float:
+    """The host side of a host-bound step of ``step_ns``: :func:`labkit.step_model.step_time` solved
+    for the host (async: step - non_overlap; sync: step - device - non_overlap)."""
+    host = step_ns - non_overlap - (device_ns if regime == "sync" else 0.0)
+    if host <= 0 or (regime == "async" and host < device_ns):
+        raise UsageError(f"a step of {step_ns / 1e6:.2f} ms is not host-bound beside a device of {device_ns / 1e6:.2f} ms")
+    return host
+
+
+def gain_rows(rows: list[dict], gpus) -> list[dict]:
+    """Per GPU, after over before (pr40143 over baseline) of the predicted output tok/s, peak and mean
+    TPOT (before over after, a time), beside the same ratios of the published table."""
+    pub = {"output_tok_s": PR40143.throughput_gain,
+           "peak_output_tok_s": PR40143.after.peak_output_tok_s / PR40143.before.peak_output_tok_s,
+           "mean_tpot_ms": PR40143.before.mean_tpot_ms / PR40143.after.mean_tpot_ms}
+    out = []
+    for gpu in gpus:
+        got = {(r["arm"], r["metric"]): r["predicted"] for r in rows if r["gpu"] == gpu}
+        for metric, published in pub.items():
+            before, after = got.get(("baseline", metric)), got.get(("pr40143", metric))
+            if not before or not after:
+                continue
+            ratio = before / after if metric == "mean_tpot_ms" else after / before
+            out.append({"arm": "pr40143/baseline", "gpu": gpu, "metric": f"gain_{metric}", "unit": "x",
+                        "predicted": ratio, "published": published, "error": (ratio - published) / published,
+                        "inferred": None})
+    return out
+
+
+def _check(docs: dict) -> tuple:
+    """serve-sim against this machine's recorded server runs (:mod:`labkit.serve.check`): the result
+    ``serve_sim_check``, made before anything is predicted."""
+    from labkit.serve.check import TOLERANCE, check_rows
+
+    rows, used = check_rows(docs["timeline"])
+    params = {"tolerance": TOLERANCE, "timeline": _prov(docs["timeline"]), "costs": used,
+              "within_tolerance": sum(abs(r["error"]) <= TOLERANCE for r in rows if r["error"] is not None),
+              "rows": len(rows), "note": "simulated against measured: vLLM's real scheduler on the clock, each run's "
+                                         "own measured costs; synchronous scheduling (vLLM's CPU build)"}
+    return make_result(SERVE_SIM_CHECK, rows, params=params, source="simulated"), used
+
+
+def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=("baseline", "pr40143"), *,
+            regime: str = "async", census_machine: str = CENSUS_MACHINE, root=None):
+    """The whole comparison (needs vLLM): ``(pr_table, serve_sim_check)``. ``workload`` defaults to
+    #40143's, which is compared with the published table (``pr_table``; two quantities of the PR's
+    machine inferred); any other workload is filed as ``pr_table_quick`` and compares nothing (the GPU
+    node's measured unit costs, this machine's intake)."""
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
     from labkit.vllm.census.sched_census import write_model_config
     from labkit.vllm.census.step_bench import require_vllm
 
+    workload = (workload or WORKLOADS["full"]).check()
     if regime not in REGIMES:
         raise UsageError(f"--regime must be one of {', '.join(REGIMES)}")
     bad = [g for g in gpus if g not in GPUS] + [a for a in arms if a not in ARMS]
@@ -194,23 +269,25 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
     docs = _inputs(root, census_machine)
     chains = chains_from_census(docs["census"], arms)
     node = UnitCosts.from_rows(docs["node"]["rows"], f"{GPU_NODE}/{docs['node'].get('name', 'calibration')}")
-    intake = intake_ns(docs["input"])
-    workload = get_workload(size)
+    intake, intake_from = server_intake(docs["timeline"], docs["input"], workload.images)
+    overlap = non_overlap_ns(docs["overlap"], regime)
     prompt_len, _ = prompt_layout(workload)
-    compare = size == "full"
+    compare = workload == WORKLOADS["full"]
+    size = "full" if compare else "quick"
     named = gpus[0]
     inferred: dict = {}
     units = node
+    with machine_load() as load:
+        check, _ = _check(docs)
     if compare:
         if "baseline" not in arms:
             raise UsageError("a full run infers the PR host from the baseline arm: include it in --arms")
         devices = {g: full_batch_device_ns(g, workload.requests, prompt_len) for g in gpus}
         peak = PR40143.before.peak_output_tok_s
         step = workload.requests / peak * 1e9
-        if regime == "async" and any(d >= step for d in devices.values()):
-            raise UsageError(f"the baseline's peak step ({step / 1e6:.2f} ms) is device-bound on "
-                             f"{', '.join(g for g, d in devices.items() if d >= step)}: it says nothing of the host")
-        host = step if regime == "async" else step - devices[named]  # step_time solved for the host
+        for g, d in devices.items():
+            host_at_peak(step, d, regime, overlap)  # UsageError where the peak says nothing of the host
+        host = host_at_peak(step, devices[named], regime, overlap)
         got = infer_read_ns(chains, host_ns=host, requests=workload.requests, loop_ns=node.loop_ns)
         units = UnitCosts(got["read_ns"], node.loop_ns, "read: inferred from the baseline's published peak; "
                                                         f"loop: {node.where} (measured there)")
@@ -225,7 +302,7 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
 
         def run(arm, gpu, scale):
             return _run(arm, gpu, workload=workload, model_dir=model_dir, chains=chains, units=units,
-                        intake=intake, scale=scale, regime=regime)
+                        intake=intake, scale=scale, regime=regime, non_overlap=overlap)
 
         scale = 1.0
         if compare:
@@ -237,16 +314,16 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
 
             scale, tried = infer_intake(baseline_ttft, PR40143.before.mean_ttft_s)
             runs[("baseline", named)] = first[scale]
-            here = sum(intake.values())
+            here = (intake.parse_ns + intake.process_ns) / intake.images
             inferred["intake_per_image_ms"] = {
                 "value": here * scale / 1e6, "scale": scale, "runs": [{"scale": s, "mean_ttft_s": t} for s, t in tried],
                 "from": f"baseline mean_ttft_s (published {PR40143.before.mean_ttft_s:g}) on {named}",
-                "lab_measured_ms": {census_machine: here / 1e6}, "stages_measured_ms": {s: v / 1e6 for s, v in intake.items()}}
+                "lab_measured_ms": {census_machine: here / 1e6}, "stages": intake_from}
         for gpu in gpus:
             for arm in arms:
                 if (arm, gpu) not in runs:
                     runs[(arm, gpu)] = run(arm, gpu, scale)
-    peaks = peak_rows(chains, units, gpus, arms, requests=workload.requests, prompt_len=prompt_len)
+    peaks = peak_rows(chains, units, gpus, arms, requests=workload.requests, prompt_len=prompt_len, non_overlap=overlap)
     rows = []
     for gpu in gpus:
         for arm in arms:
@@ -259,6 +336,8 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
                 rows.append({"arm": arm, "gpu": gpu, "metric": metric, "unit": unit, "predicted": got[metric],
                              "published": pub, "error": None if pub is None else (got[metric] - pub) / pub,
                              "inferred": _inferred_from(arm, metric) if compare else None})
+    if compare:
+        rows += gain_rows(rows, gpus)
     phases = {f"{arm}/{gpu}": {"run": runs[(arm, gpu)]["phases"],
                                "arithmetic": two_phases(_as_side(runs[(arm, gpu)]["metrics"], rows, arm, gpu),
                                                         workload.requests, workload.output_tokens)}
@@ -269,18 +348,21 @@ def predict(size: str = "quick", gpus=("h200", "h100"), arms=("baseline", "pr401
         "published_phases": {a: two_phases(PR40143.side(a)) for a in PUBLISHED_ARMS} if compare else None,
         "fitted": {}, "inferred": inferred, "units": units.as_dict(), "gpu_node_units": node.as_dict(),
         "census": _prov(docs["census"]), "input_processing": _prov(docs["input"]), "gpu_node": _prov(docs["node"]),
+        "server_timeline": _prov(docs["timeline"]), "overlap": _prov(docs["overlap"]),
+        "check": {k: check.params[k] for k in ("within_tolerance", "rows", "tolerance")},
         "census_machine": census_machine, "chains": {a: [(n, asdict(c)) for n, c in pts] for a, pts in chains.points.items()},
         "device": {g: describe_device(g) for g in gpus}, "peaks": peaks, "phases": phases,
-        "step_model": "async: max(device, engine-core host) + 0 (no non-overlapping part measured); sync: device + host",
+        "step_model": f"{regime}: {'max(device, engine-core host)' if regime == 'async' else 'device + host'} + "
+                      f"{overlap / 1e6:.3f} ms (vllm_overlap: what neither side hid)", "non_overlap_ns": overlap,
         "scheduler": f"vLLM {version} {'AsyncScheduler' if regime == 'async' else 'Scheduler'} on "
                      f"{describe_machine().get('cpu_model')}", "scheduler_config": runs[(arms[0], named)]["scheduler"],
-        "intake": "the API server's one thread: every request's image decode, then each request's add_request, "
-                  "request by request; each stage per image as recorded x the intake scale",
+        "intake": {**vars(intake), **intake_from, "scaled": "every stage by the inferred intake scale: all are the "
+                   "host's CPU work; the pool's per image as decoded alone (the PR host has cores for its workers)"},
         "machine_load": load,
         "note": "simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, device "
                 "from the roofline) is simulated; not a GPU measurement",
     }
-    return make_result(sized_name(PR_TABLE, size), rows, params=params, source="simulated", size=size)
+    return make_result(sized_name(PR_TABLE, size), rows, params=params, source="simulated", size=size), check
 
 
 def _inferred_from(arm: str, metric: str) -> str | None:
@@ -305,6 +387,15 @@ def _prov(doc: dict) -> dict:
         "machine": (doc.get("machine") or {}).get("slug")}
 
 
+def print_check(check) -> None:
+    print(f"checked against this machine's own server runs (within {check.params['tolerance']:.0%}: "
+          f"{check.params['within_tolerance']} of {check.params['rows']}):")
+    print(f"  {'shape':<26} {'arm':<9} {'metric':<18} {'measured':>10} {'predicted':>10} {'error':>8}")
+    for r in check.rows:
+        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        print(f"  {r['shape']:<26} {r['arm']:<9} {r['metric']:<18} {r['measured']:>10.4g} {r['predicted']:>10.4g} {err:>8}")
+
+
 def print_table(result) -> None:
     print(f"{'gpu':<5} {'arm':<10} {'metric':<20} {'predicted':>11} {'published':>11} {'error':>8}")
     for r in result.rows:
@@ -317,29 +408,60 @@ def print_table(result) -> None:
     print("source: simulated (vLLM's real scheduler on this CPU; simulated clock and device)")
 
 
+def _bucket(text: str) -> tuple[int, int]:
+    import ast
+
+    try:
+        buckets = ast.literal_eval(text)
+        (h, w, frames), = [k for k, v in buckets.items() if v]
+        if int(frames) != 1:
+            raise ValueError
+        return int(h), int(w)
+    except (ValueError, SyntaxError, TypeError, AttributeError):
+        raise UsageError(f"--random-mm-bucket-config {text!r}: one image bucket, e.g. \"{{(1024, 1536, 1): 1.0}}\"") from None
+
+
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     from labkit.cli import add_run_options
 
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default: 4 requests x 2 images x 16 tokens, nothing compared) or full "
-                              "(#40143's run: 128 x 32 images x 8,000 tokens, the published table)")
+    w = WORKLOADS["full"]
+    add_run_options(p, json_help="also write the result JSON to OUT", sized=False)
+    p.add_argument("--num-prompts", type=int, default=w.requests, help=f"requests, all sent at once (default {w.requests})")
+    p.add_argument("--random-mm-base-items-per-request", type=int, default=w.images,
+                   help=f"images per request (default {w.images})")
+    p.add_argument("--random-mm-bucket-config", default=f"{{({w.image_height}, {w.image_width}, 1): 1.0}}",
+                   help="the image size as vllm bench serve's one bucket (default #40143's 1024 x 1536)")
+    p.add_argument("--random-input-len", type=int, default=w.text_tokens, help=f"text tokens (default {w.text_tokens})")
+    p.add_argument("--random-output-len", type=int, default=w.output_tokens,
+                   help=f"output tokens, EOS ignored (default {w.output_tokens}). #40143's run as the defaults is "
+                        "compared with its published table (pr_table); any other is filed as pr_table_quick")
     p.add_argument("--gpu", default="h200,h100", help=f"comma list from {', '.join(GPUS)}; the first is the one "
                                                       "the inference runs on (default h200,h100)")
     p.add_argument("--arms", default="baseline,pr40143", help=f"comma list from {', '.join(ARMS)} (default baseline,pr40143)")
     p.add_argument("--regime", choices=REGIMES, default="async", help="async (vLLM's default) or sync scheduling")
     p.add_argument("--census-machine", default=CENSUS_MACHINE,
-                   help=f"the machine whose recorded census and input processing are read (default {CENSUS_MACHINE})")
+                   help=f"the machine whose recorded vLLM runs are read (default {CENSUS_MACHINE})")
 
 
 def main(args: argparse.Namespace) -> int:
     from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
-    size = resolve_run_options(args)
+    resolve_run_options(args)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
-    result = predict(size, tuple(split(args.gpu)), tuple(split(args.arms)), regime=args.regime,
-                     census_machine=args.census_machine)
+    h, w = _bucket(args.random_mm_bucket_config)
+    workload = ServeWorkload("pr40143", args.num_prompts, args.random_mm_base_items_per_request, h, w,
+                             args.random_input_len, args.random_output_len, args.num_prompts)
+    if workload != WORKLOADS["full"]:
+        workload = replace(workload, name="own")
+    result, check = predict(workload, tuple(split(args.gpu)), tuple(split(args.arms)), regime=args.regime,
+                            census_machine=args.census_machine)
+    print_check(check)
     print_table(result)
     print(describe_load(result.params.get("machine_load")))
+    if not args.no_save:
+        from labkit.results import save_result
+
+        print(f"saved {save_result(check)}")
     emit_result(result, args)
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from itertools import accumulate
 
 from labkit.errors import UsageError
 from labkit.serve.api_server import Intake
@@ -30,6 +31,29 @@ CHECK_METRICS = {"mean_ttft_s": "s", "finish_spread_s": "s", "mean_tpot_ms": "ms
 TOLERANCE = 0.15
 #: each step's device cost is linear in these (the CPU forward: prefill tokens, images encoded, decodes)
 DEVICE_TERMS = ("ctx_tokens", "encoder_inputs", "gen_requests")
+
+
+def peak_range(token_s: list) -> list:
+    """The peak second (most token arrivals in one of ``vllm bench serve``'s one-second buckets) for
+    buckets cut at each twentieth of a second: ``[least, most]``. A run whose fastest stretch is
+    shorter than a second has a peak that depends on where the buckets fall."""
+    got = []
+    for k in range(20):
+        counts: dict = {}
+        for ts in token_s:
+            for t in ts:
+                counts[int(t + k / 20)] = counts.get(int(t + k / 20), 0) + 1
+        got.append(max(counts.values()))
+    return [min(got), max(got)]
+
+
+def first_request_margin(first_token_s: float, finish_s: float, steps: list) -> dict:
+    """The request that got its first token first: how many prefill steps (those scheduling prompt
+    tokens) the engine ran after that token and until it finished. When the others' prefills
+    outlast its output, it finishes while they still prefill, seconds before the rest."""
+    after = [s for s in steps if s[0] >= first_token_s]
+    return {"prefill_steps_after_first_token": sum(1 for s in after if s[1]),
+            "steps_to_finish": sum(1 for s in after if s[0] < finish_s)}
 
 
 def _metrics(token_s: list, prompt_len: int) -> dict:
@@ -131,7 +155,11 @@ def _simulate(arm: str, workload: ServeWorkload, costs: dict, settings: dict, mo
         tl = simulate(driver, requests=workload.requests, intake=costs["intake"], host=_RunHost(costs["host_ns"]),
                       device=_device_fn(costs["device_ns"]), regime="sync",
                       intake_slows_device=costs["intake_slows_device"])
-    return _metrics([[t / 1e9 for t in ts] for ts in tl.token_ns], prompt_len)
+    token_s = [[t / 1e9 for t in ts] for ts in tl.token_ns]
+    first = min(range(len(token_s)), key=lambda i: token_s[i][0])
+    margin = first_request_margin(token_s[first][0], token_s[first][-1],
+                                  [(s.start_ns / 1e9, s.prefill_tokens > 0) for s in tl.steps])
+    return {**_metrics(token_s, prompt_len), "peak_range": peak_range(token_s), "first_request": margin}
 
 
 def check_rows(doc: dict) -> tuple[list[dict], dict]:
@@ -163,11 +191,17 @@ def check_rows(doc: dict) -> tuple[list[dict], dict]:
                              if k.startswith(label)), {})
             predicted = _simulate(arm, workload.check(), costs, run_settings, model_dir)
             measured = measured_metrics(got["request"], reported)
+            chunks = [list(accumulate([r["first_token_s"]] + [x / 1e3 for x in r["itl_ms"]])) for r in got["request"]]
+            first = min(got["request"], key=lambda r: r["first_token_s"])
+            first_margin = first_request_margin(first["first_token_s"], first["finish_s"],
+                                                [(s["start_s"], s["ctx_tokens"] > 0) for s in got["step"]])
             shape = f"{n}x{images}x{size}/out{out_len}"
             used[f"{arm}/{shape}"] = {"intake_ns": vars(costs["intake"]), "device_ns": costs["device_ns"],
                                       "host_ns": costs["host_ns"], "prompt_tokens": prompt_len,
                                       "intake_slows_device": costs["intake_slows_device"],
-                                      "encoder_budget": costs["encoder_budget"]}
+                                      "encoder_budget": costs["encoder_budget"],
+                                      "first_request": {"measured": first_margin, "predicted": predicted["first_request"]},
+                                      "peak_range": {"measured": peak_range(chunks), "predicted": predicted["peak_range"]}}
             for metric, unit in CHECK_METRICS.items():
                 m, p = measured[metric], predicted[metric]
                 rows.append({"shape": shape, "arm": arm, "metric": metric, "unit": unit, "measured": m,

@@ -106,12 +106,13 @@ class Timeline:
 
 def simulate(driver: EngineDriver, *, requests: int, intake: Intake, host: HostModel,
              device: Callable[[StepShape], float], regime: str = "async", intake_slows_device: float = 1.0,
-             max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
+             non_overlap_ns: float = 0.0, max_steps: int = 10_000_000, on_step: Callable[[StepTiming], None] | None = None) -> Timeline:
     """Run ``driver``'s ``requests`` requests (handed over as vLLM's server would, see
     :class:`~labkit.serve.api_server.ApiServer`; every one to its end) on the simulated clock;
     ``on_step`` sees each step's timing as it is made. ``intake_slows_device``: the device's time
     is that many times longer for a step that starts while the intake still works (where the
-    device is the same CPU as the intake: vLLM's CPU build)."""
+    device is the same CPU as the intake: vLLM's CPU build). ``non_overlap_ns``: the step model's
+    term for what neither side hides (:func:`labkit.step_model.step_time`)."""
     api = ApiServer(requests, intake)
     ahead = planned_ahead(regime)
     n = len(api.handover_ns)
@@ -167,7 +168,7 @@ def simulate(driver: EngineDriver, *, requests: int, intake: Intake, host: HostM
         core, dev = float(host.core_ns(rec.shape)), float(device(rec.shape))
         if api.intake_busy(t):
             dev *= intake_slows_device
-        end = t + step_time(dev, core, regime).step_ns
+        end = t + step_time(dev, core, regime, non_overlap_ns).step_ns
         jobs[rec.index] = OutputJob(end, rec.index, 0.0)
         waiting.append(rec.index)
         steps.append(StepTiming(rec.index, t, end, dev, core, len(rec.shape.decode_context_lens),

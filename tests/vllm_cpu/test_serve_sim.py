@@ -113,11 +113,13 @@ def test_cli_with_bad_arms_exits_2(capsys):
 
 
 def test_quick_serve_sim_end_to_end():
-    """The default path end to end at quick size: the census machine's census and intake, the GPU
-    node's unit costs, the roofline, vLLM's scheduler; nothing compared, nothing inferred."""
+    """A workload other than #40143's end to end: the census machine's census, its server's intake and
+    overlap, the GPU node's unit costs, the roofline, vLLM's scheduler; nothing compared, nothing inferred."""
     from labkit.serve.bench import predict
+    from labkit.serve.workload import WORKLOADS
 
-    res = predict("quick", ("h200",), ("baseline", "pr40143"))
+    res, check = predict(WORKLOADS["quick"], ("h200",), ("baseline", "pr40143"))
+    assert check.name == "serve_sim_check" and check.rows  # checked against the recorded server runs first
     assert res.name == "pr_table_quick" and res.params["fitted"] == {} and res.params["inferred"] == {}
     got = {(r["arm"], r["metric"]): r for r in res.rows}
     assert {m for _, m in got} == {"peak_output_tok_s", "output_tok_s", "mean_tpot_ms", "mean_ttft_s", "duration_s"}

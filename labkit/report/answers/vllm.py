@@ -51,7 +51,7 @@ def inside_vllm_answer(results=None) -> Answer:
     saving = census_saving(census) if census is not None else None
     if pr is None or saving is None:
         return Answer("No full pr_table and vllm_step results recorded yet: run `labkit bench vllm-step --size full` "
-                      "and `labkit bench serve-sim --size full` in .venv-vllm-cpu.")
+                      "and `labkit bench serve-sim` in .venv-vllm-cpu.")
     gpu, p = pr.params["gpu"], pr.params
     peak = {g: next(r for r in pr.rows if (r["arm"], r["gpu"], r["metric"]) == ("pr40143", g, "peak_output_tok_s"))
             for g in p["gpus"]}

