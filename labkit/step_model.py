@@ -3,7 +3,7 @@
 Async scheduling (vLLM's default since 0.14): the engine core plans and prepares step n+1 while
 the device runs step n, so a step takes ``max(device, host) + non_overlap``. Sync scheduling: they
 add, ``device + host + non_overlap``. ``non_overlap`` is whatever cannot hide behind the other
-side (none is measured by the lab: callers pass 0 and say so). Every part of labkit that turns
+side (`labkit bench vllm-overlap` measures it in vLLM's engine core; serve-sim takes that, the others pass 0). Every part of labkit that turns
 host and device time into step time calls :func:`step_time`; the mini engine, which simulates its
 own device, plans :func:`planned_ahead` steps ahead. Reasoning: docs/serve-sim.md.
 """
