@@ -15,9 +15,11 @@
 #
 # PR #40143 published a whole `vllm bench serve` table for Gemma-4-E4B (128 requests x 32 images of
 # 1024x1536, 8,000 output tokens each). This page predicts every figure of it with one step model
-# (a decode step lasts `max(device, host)` under async scheduling), from what the lab measures in
-# vLLM's real engine and a roofline of the GPU, fitting nothing. Two quantities of the PR's machine
-# the lab cannot measure are each inferred from one published figure and set beside the lab's own.
+# (a decode step lasts `max(device, host)` under async scheduling, plus what vLLM's engine core was
+# measured not to hide), from what the lab measures in vLLM's real engine and server and a roofline
+# of the GPU, fitting nothing. The simulator is first checked against vLLM's own server on this CPU.
+# Two quantities of the PR's machine the lab cannot measure are each inferred from one published
+# figure and set beside the lab's own.
 
 # %% tags=["remove-input"]
 from labkit.report import answers
@@ -33,7 +35,7 @@ setup_notebook()
 declare_sources("measured-cpu", "simulated")
 
 # %%
-from labkit.results import PR_TABLE, VLLM_AB, VLLM_INPUT, VLLM_STEP, find, find_all
+from labkit.results import PR_TABLE, SERVE_SIM_CHECK, VLLM_AB, VLLM_INPUT, VLLM_OVERLAP, VLLM_STEP, find, find_all
 from labkit.timing import unit_cost_note
 from labkit.viz.vllm import pr_table
 pr = find(PR_TABLE, size="full")
@@ -42,18 +44,57 @@ pr_table.plot_phases(pr)
 # %% [markdown]
 # ## The whole table, predicted
 #
-# `labkit bench serve-sim --size full` runs the published benchmark on a simulated clock: vLLM's
-# real scheduler plans every step, each step lasts what the step model gives for its device time
-# (the roofline) and its engine-core host time (the census below, counted in tensor reads and
-# Python-loop units and priced on the PR's host), and the API server's one thread takes the
-# requests' images in. The two rows marked "inferred from it" are where the PR machine's two
-# unknowns come from; every other error is a prediction. A figure that misses says which mechanism
-# the model lacks: the arrival phase (how requests come in while the first ones decode) is the
-# least measured part of it.
+# `labkit bench serve-sim` runs the published benchmark on a simulated clock: vLLM's real scheduler
+# plans every step, each step lasts what the step model gives for its device time (the roofline)
+# and its engine-core host time (the census below, counted in tensor reads and Python-loop units
+# and priced on the PR's host), and the requests come in as vLLM's server takes them: bodies parsed
+# on the event loop, images on the media pool's eight workers, the processor on its single worker.
+# The two rows marked "inferred from it" are where the PR machine's two unknowns come from; every
+# other error is a prediction. The last rows are the gains, after over before.
 
 # %%
 from labkit.viz.tables import format_table
 format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
+
+# %% [markdown]
+# ## Checked first: the simulator against vLLM's own server
+#
+# Before it predicts, serve-sim is given only what each of this CPU's recorded server runs measured
+# (the intake stages per request, the engine core's host per step, the CPU forward as the device and
+# how much the intake slowed it) and predicts what `vllm bench serve` reported for that run. The
+# spread of the finishes and the peak second are statistics of single moments at these small
+# shapes: the folds below show by how much where the one-second buckets fall moves the peak, and
+# how close the first request comes to finishing while the others still prefill.
+
+# %%
+from labkit.viz.notebook import fold
+check = find(SERVE_SIM_CHECK)
+if check is None:
+    print("no serve_sim_check recorded yet: run `.venv-vllm-cpu/bin/labkit bench serve-sim`")
+else:
+    import pandas as pd
+    frame = pd.DataFrame(check.rows)[["shape", "arm", "metric", "measured", "predicted", "error"]]
+    display(format_table(frame.assign(error=[f"{e:+.1%}" for e in frame["error"]])))
+    costs = check.params["costs"]
+    fold("The peak second over the buckets' phase, measured and predicted (tok/s)",
+         format_table(pd.DataFrame([{"run": k, "measured": v["peak_range"]["measured"],
+                                     "predicted": v["peak_range"]["predicted"]} for k, v in costs.items()])))
+    fold("The first request: prefill steps after its first token (it needs one step a token to finish)",
+         format_table(pd.DataFrame([{"run": k, **{f"{side} {kk}": vv for side in ("measured", "predicted")
+                                                 for kk, vv in v["first_request"][side].items()}}
+                                    for k, v in costs.items()])))
+
+# %% [markdown]
+# ## What a step hides: vLLM's engine core against a forward of set length
+#
+# `labkit bench vllm-overlap` runs vLLM's own engine-core step functions over its real scheduler at
+# 128 x 32, with a stand-in device that takes a set time per forward on its own thread. Under async
+# scheduling the step is the longer of the forward and the engine core's chain, plus the little
+# the step model's last term takes from this measurement; under sync scheduling the two add.
+
+# %%
+from labkit.viz.vllm import inside_vllm
+inside_vllm.plot_overlap(find(VLLM_OVERLAP, size="full"))
 
 # %% [markdown]
 # ## The peaks: device-bound after, host-bound before
@@ -66,8 +107,16 @@ format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_
 # %%
 format_table(pr_table.peaks_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
 
+# %% [markdown]
+# Where the crossing lies: the full-batch step's output tok/s as the PR host's cost per tensor read
+# grows. The baseline's host side grows with it and overtakes the device where its line bends; the
+# fixed arm does not read tensors. The lab's machines are marked at what they measure, the PR host
+# at what its published peak implies (drawn as inferred).
+
 # %%
-from labkit.viz.notebook import fold
+pr_table.plot_crossover(pr) if pr is not None else print(pr_table.NO_PR_TABLE)
+
+# %%
 fold("The H200's device step, part by part (the roofline, simulated; each efficiency measured on the lab's H200 "
      "or carried over from one that was)", format_table(pr_table.device_parts_frame("h200")))
 
@@ -83,7 +132,6 @@ fold("The H200's device step, part by part (the roofline, simulated; each effici
 format_table(pr_table.inferred_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
 
 # %%
-from labkit.viz.vllm import inside_vllm
 from labkit.vllm.server import ab_view
 censuses = find_all(VLLM_STEP)  # one per machine that recorded it, this machine's first
 inputs = find_all(VLLM_INPUT)
@@ -150,8 +198,10 @@ fold("The A/B's runs per variant", format_table(ab_table)) if not ab_table.empty
 #
 # `scripts/vllm_ab.sh --timeline` runs the same server at #40143's image size and count per request
 # (1024x1536, 32 images) and keeps every request's send, first token, token gaps and finish from
-# `vllm bench serve --save-detailed`, and every engine step vLLM logs
-# (`--enable-logging-iteration-details`). The menu picks the arm and shape.
+# `vllm bench serve --save-detailed`, every engine step vLLM logs
+# (`--enable-logging-iteration-details`), and the lab's timers inside the server: each request's
+# body, images, processor and handover, each step's start and end, on the client's clock. The menu
+# picks the arm and shape.
 
 # %%
 from labkit.results import VLLM_SERVE_TIMELINE

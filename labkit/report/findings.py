@@ -21,7 +21,7 @@ from labkit.viz.tables import sig3
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Evidence", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
+__all__ = ["Evidence", "gains", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 
 BEGIN = "<!-- findings:begin -->"
 END = "<!-- findings:end -->"
@@ -159,6 +159,20 @@ def _whole_table(res) -> Evidence:
                     errs, "the published table", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
+def gains(res) -> str:
+    """The opening of the answer: the predicted whole-run gain (output tok/s, after over before) and
+    the peak ratio on the named GPU, each beside the published one."""
+    gpu = res.params["gpu"]
+    g = {m: _row(res, "pr40143/baseline", gpu, f"gain_{m}") for m in ("output_tok_s", "peak_output_tok_s",
+                                                                       "mean_tpot_ms")}
+    if not all(g.values()):
+        return "This pr_table predates its gain rows: run `labkit bench serve-sim` again."
+    return (f"Predicted on an {gpu.upper()}: a whole-run gain of {g['output_tok_s']['predicted']:.2f}x in output "
+            f"tok/s against the published {g['output_tok_s']['published']:.2f}x (mean TPOT "
+            f"{g['mean_tpot_ms']['predicted']:.2f}x against {g['mean_tpot_ms']['published']:.2f}x), and a peak ratio "
+            f"of {g['peak_output_tok_s']['predicted']:.2f}x against {g['peak_output_tok_s']['published']:.2f}x.")
+
+
 def _lab_range(inf: dict, key: str, scale: float) -> str:
     by = inf.get(key) or {}
     return ", ".join(f"{m} {v['min'] * scale:.2f}" + (f"-{v['max'] * scale:.2f}" if v["max"] > v["min"] else "")
@@ -179,7 +193,7 @@ def answer_text(res, census) -> str:
     spread = {a: p["phases"][f"{a}/{gpu}"]["arithmetic"]["finish_spread_s"] for a in ("baseline", "pr40143")}
     pub_spread = {a: two_phases(PR40143.side(a))["finish_spread_s"] for a in ("baseline", "pr40143")}
     misses = ", ".join(f"{r['arm']} {r['metric']} {r['error']:+.0%}" for r in free[:3])
-    return (f"#40143 took {census['saving_ms']:.1f} ms of host work out of every decode step at 128 requests x 32 images "
+    return (f"{gains(res)} #40143 took {census['saving_ms']:.1f} ms of host work out of every decode step at 128 requests x 32 images "
             f"(vLLM's engine core, {census['before_ms']:.1f} -> {census['after_ms']:.1f} ms). Under async scheduling a "
             f"step lasts max(device, host). After the fix the full-batch step is device-bound: the Gemma-4-E4B "
             f"roofline's {peaks[(gpu, 'pr40143')]['device_ms']:.1f} ms on an {gpu.upper()} predicts a peak of "

@@ -26,7 +26,7 @@ from labkit.serve.workload import WORKLOADS, ServeWorkload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
 from labkit.timing import stopwatch
 
-__all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "ServeHost", "server_intake", "predicted_metrics",
+__all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "ServeHost", "isolated_intake", "predicted_metrics",
            "full_batch_device_ns", "peak_rows", "infer_intake", "gain_rows", "predict", "add_cli_args", "main"]
 
 logger = logging.getLogger(__name__)
@@ -74,30 +74,27 @@ def _inputs(root: Path, census_machine: str) -> dict:
             "node": _read(node, "the GPU node's calibration")}
 
 
-def server_intake(timeline: dict, input_doc: dict, images: int) -> tuple[Intake, dict]:
-    """The intake of a request of ``images`` images as this machine's server ran it: the serial stages
-    (body parse on the event loop, the processor) per image from the recorded run with the most
-    images per request (the baseline arm), the pool's per image from the decode timed alone
-    (``vllm_input``'s ``media_decode``: on a host with cores to spare the pool's eight workers each
-    decode at that pace). Returns the intake and where each stage came from."""
-    from labkit.serve.check import run_costs
+#: the intake stages vllm_input times alone, per image: (Intake field, stages summed into it)
+INTAKE_STAGES = {"parse_ns": ("client_serialize", "request_parse"), "image_ns": ("media_decode",),
+                 "process_ns": ("add_request",)}
 
-    rows = [r for r in timeline.get("rows", []) if r.get("kind") in ("intake", "step") and r.get("variant") == "baseline"]
-    widest = max((r.get("images") or 0 for r in rows if r["kind"] == "intake"), default=0)
-    run = [r for r in rows if r.get("images") == widest]
-    if not widest:
-        raise UsageError("the server timeline holds no baseline run with the intake timers")
-    costs = run_costs([r for r in run if r["kind"] == "intake"], [r for r in run if r["kind"] == "step"],
-                      int((timeline.get("params") or {}).get("media_threads") or 8))["intake"]
-    decode = next((r.get("per_image_median_us") for r in input_doc.get("rows", []) if r.get("stage") == "media_decode"), None)
-    if not isinstance(decode, (int, float)):
-        raise UsageError("the input-processing result lacks the media_decode stage")
-    per_image = {"parse_ns": costs.parse_ns / widest, "process_ns": costs.process_ns / widest}
-    intake = Intake(per_image["parse_ns"] * images, decode * 1e3, per_image["process_ns"] * images, images,
-                    costs.media_threads)
-    return intake, {"serial_per_image_ms": {k: v / 1e6 for k, v in per_image.items()},
-                    "from": f"the baseline's {widest}-image run of vllm_serve_timeline (serial stages) and "
-                            f"vllm_input's media_decode ({decode / 1e3:.1f} ms per image, alone)"}
+
+def isolated_intake(input_doc: dict, images: int) -> tuple[Intake, dict]:
+    """A request of ``images`` images through vLLM's intake on a host with cores to spare: each stage
+    as ``vllm_input`` timed it alone on this machine (the body serialized by the client and parsed by
+    the server, one after another; each image decoded on one of the pool's eight workers; the
+    processor's whole ``add_request`` on its single worker). The server runs on this 2-core machine
+    (``vllm_serve_timeline``) share two cores among the pool, the processor and the engine, which a
+    GPU server's host does not."""
+    by = {r.get("stage"): r.get("per_image_median_us") for r in input_doc.get("rows", [])}
+    missing = [st for sts in INTAKE_STAGES.values() for st in sts if not isinstance(by.get(st), (int, float))]
+    if missing:
+        raise UsageError(f"the input-processing result lacks the stages {', '.join(missing)}")
+    per_image = {f: sum(by[st] for st in sts) * 1e3 for f, sts in INTAKE_STAGES.items()}
+    intake = Intake(per_image["parse_ns"] * images, per_image["image_ns"], per_image["process_ns"] * images, images)
+    return intake, {"per_image_ms": {f: v / 1e6 for f, v in per_image.items()},
+                    "from": "vllm_input, each stage timed alone: " + "; ".join(f"{f}: {' + '.join(sts)}"
+                                                                           for f, sts in INTAKE_STAGES.items())}
 
 
 def non_overlap_ns(overlap: dict, regime: str) -> float:
@@ -269,7 +266,7 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
     docs = _inputs(root, census_machine)
     chains = chains_from_census(docs["census"], arms)
     node = UnitCosts.from_rows(docs["node"]["rows"], f"{GPU_NODE}/{docs['node'].get('name', 'calibration')}")
-    intake, intake_from = server_intake(docs["timeline"], docs["input"], workload.images)
+    intake, intake_from = isolated_intake(docs["input"], workload.images)
     overlap = non_overlap_ns(docs["overlap"], regime)
     prompt_len, _ = prompt_layout(workload)
     compare = workload == WORKLOADS["full"]
@@ -314,7 +311,7 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
 
             scale, tried = infer_intake(baseline_ttft, PR40143.before.mean_ttft_s)
             runs[("baseline", named)] = first[scale]
-            here = (intake.parse_ns + intake.process_ns) / intake.images
+            here = (intake.parse_ns + intake.process_ns) / max(1, intake.images)
             inferred["intake_per_image_ms"] = {
                 "value": here * scale / 1e6, "scale": scale, "runs": [{"scale": s, "mean_ttft_s": t} for s, t in tried],
                 "from": f"baseline mean_ttft_s (published {PR40143.before.mean_ttft_s:g}) on {named}",
@@ -356,8 +353,8 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
                       f"{overlap / 1e6:.3f} ms (vllm_overlap: what neither side hid)", "non_overlap_ns": overlap,
         "scheduler": f"vLLM {version} {'AsyncScheduler' if regime == 'async' else 'Scheduler'} on "
                      f"{describe_machine().get('cpu_model')}", "scheduler_config": runs[(arms[0], named)]["scheduler"],
-        "intake": {**vars(intake), **intake_from, "scaled": "every stage by the inferred intake scale: all are the "
-                   "host's CPU work; the pool's per image as decoded alone (the PR host has cores for its workers)"},
+        "intake": {**vars(intake), **intake_from, "scaled": "every stage by the inferred intake scale: each is one "
+                   "thread's CPU work, so a faster or slower host core moves them alike"},
         "machine_load": load,
         "note": "simulated: vLLM's scheduler runs for real, the clock (host from recorded CPU results, device "
                 "from the roofline) is simulated; not a GPU measurement",

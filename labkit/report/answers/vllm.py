@@ -60,7 +60,9 @@ def inside_vllm_answer(results=None) -> Answer:
 
     others = "".join(f"; an {esc(g.upper())} tops out at {tok(peak[g]['predicted'])}" for g in p["gpus"] if g != gpu)
     read = p["inferred"]["read_ns"]["value"] / 1e3
-    text = (f"#40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32 "
+    from labkit.report.findings import gains
+
+    text = (f"{esc(gains(pr))} #40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32 "
             f"({num(saving['before_ms'], ' ms')} to {num(saving['after_ms'], ' ms')}). After it the full-batch step "
             f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())}, published "
             f"{tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was host-bound: the PR "

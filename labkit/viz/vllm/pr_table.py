@@ -141,3 +141,44 @@ def plot_phases(result) -> go.Figure:
                       title=f"#40143's run in two phases, published and predicted ({gpu.upper()}, nothing fitted)",
                       legend=dict(orientation="h", y=-0.15))
     return fig
+
+
+def plot_crossover(result, gpu: str | None = None) -> go.Figure:
+    """The full-batch step's output tok/s against the PR host's cost per tensor read, each arm
+    ``max(device, host) + non_overlap`` on ``gpu``: the baseline's host grows with the read cost and
+    crosses the device where its line bends; the lab's machines' measured costs and the inferred one marked."""
+    from labkit.serve.host import Chains, Counts
+    from labkit.step_model import peak_tokens_per_s, step_time
+
+    p = result.params
+    gpu = gpu or p["gpu"]
+    requests, loop_ns = p["workload"]["requests"], p["units"]["loop_ns"]
+    chains = Chains(p["workload"]["images_per_request"], {a: [(n, Counts(**c)) for n, c in pts]
+                                                          for a, pts in p["chains"].items()})
+    device = next(q["device_ms"] for q in p["peaks"] if q["gpu"] == gpu) * 1e6
+    read = p["inferred"]["read_ns"]
+    marks = {f"{m} (measured)": v["max"] for m, v in read["lab_measured_ns"].items()}
+    top = 1.5 * max([read["value"], *marks.values()])
+    xs = [top * k / 120 for k in range(121)]
+    fig = go.Figure()
+    colour, pattern = source_style("simulated")
+    for arm, dash in (("baseline", "solid"), ("pr40143", "dot")):
+        c = chains.counts(arm, requests)
+        ys = [peak_tokens_per_s(step_time(device, c.reads * x + c.loops * loop_ns, p["regime"],
+                                          p.get("non_overlap_ns", 0.0)).step_ns, requests) for x in xs]
+        fig.add_scatter(x=[x / 1e3 for x in xs], y=ys, mode="lines", name=f"{arm}: max(device, host), simulated",
+                        line=dict(color=colour, dash=dash), hovertemplate=f"{arm}: %{{y:,.0f}} tok/s at %{{x:.2f}} us"
+                                                                          "<extra></extra>")
+    for label, x in marks.items():
+        fig.add_vline(x=x / 1e3, line=dict(color="#444", width=1), annotation_text=label, annotation_textangle=-90,
+                      annotation_position="top left")
+    fig.add_vline(x=read["value"] / 1e3, line=dict(color=colour, width=2, dash="dash"), opacity=0.45,
+                  annotation_text="the PR host (inferred from the baseline's peak)", annotation_textangle=-90,
+                  annotation_position="top right")
+    for arm, dash in (("baseline", "solid"), ("pr40143", "dot")):
+        fig.add_hline(y=PR40143.side(arm).peak_output_tok_s, line=dict(color="#444", width=1, dash=dash),
+                      annotation_text=f"{arm} published peak", annotation_position="bottom right")
+    fig.update_layout(height=380, margin=dict(t=60, b=50, l=60, r=10), legend=dict(orientation="h", y=-0.2),
+                      title=f"Where the baseline turns host-bound: {requests} requests decoding on an {gpu.upper()}",
+                      xaxis_title="host cost of one tensor read + int() (us)", yaxis_title="full-batch output tok/s")
+    return fig
