@@ -88,8 +88,9 @@ def run_costs(intake: list[dict], steps: list[dict], media_threads: int) -> dict
     event loop's body work: the last handler's start over the requests; the pool's per worker and
     image: its workers x the span from its first image's start to its last one's end / the images; the processor's, each call as it ran: one call's stall holds up every request after), the host per step (intercept + one cost per request
     in the step), the device per step (intercept + one cost per :data:`DEVICE_TERMS`, from the
-    steps after the last handover) and how much longer the device took while the intake still
-    worked (the median ratio of those steps' device time to that model's)."""
+    steps after the last handover, or from every step where fewer than three of those prefill) and
+    how much longer the device took while the intake still worked (the median ratio of those
+    steps' device time to that model's; 1 where the model is fitted on every step)."""
     if not intake or len(steps) < 4 or any("start_s" not in s for s in steps):
         raise UsageError("the run has no intake timers or step clock: record it with scripts/vllm_ab.sh --timeline")
     parse = max(r["handler_s"] for r in intake) / len(intake)
@@ -104,9 +105,8 @@ def run_costs(intake: list[dict], steps: list[dict], media_threads: int) -> dict
     terms = [[1.0] + [float(s[k]) for k in DEVICE_TERMS] for s in steps]
     last = max(r["handover_s"] for r in intake)
     free = [i for i, s in enumerate(steps) if s["start_s"] >= last]
-    if sum(steps[i]["ctx_tokens"] > 0 for i in free) < 3:
-        raise UsageError("the run has fewer than 3 prefill steps after its last handover: the device's cost "
-                         "cannot be told from the intake's load on it")
+    if sum(steps[i]["ctx_tokens"] > 0 for i in free) < 3:  # the intake outlasted the prefills: one fit for all
+        free = list(range(len(steps)))
     dev = _lstsq([terms[i] for i in free], [device[i] for i in free])
     busy = [device[i] / model for i in range(len(steps)) if i not in free
             and (model := sum(c * x for c, x in zip(dev, terms[i]))) > 0]
