@@ -54,7 +54,10 @@ def test_the_answer_reads_the_same_results(store):
     assert "2.00 us (the lab measures cpu-a 1.00-4.00 us)" in text
     assert "45 ms per image" in text and "23 ms here" in text
     assert "misses most in pr40143 mean_tpot_ms -20%, baseline mean_tpot_ms -11%, pr40143 output_tok_s -11%" in text
-    assert "finish 40 and 30 s apart, where the published figures say 4.8 and 4.5 s" in text
+    assert "finish 40 and 30 s apart where the published figures say 4.8 and 4.5 s" in text
+    assert "serve-sim has 3 of their 4 mean TTFT, TPOT, duration and output tok/s figures within 15%" in text
+    assert text.startswith("Predicted on an H200: a whole-run gain of 1.22x in output tok/s against the published "
+                           "1.27x (mean TPOT 1.53x against 1.38x), and a peak ratio of 1.53x against 1.48x. ")
 
 
 @pytest.mark.parametrize("gone, key", [("calibration", "unit_cost"), ("vllm_step", "engine_saving"),
@@ -70,7 +73,7 @@ def test_a_missing_result_says_so_in_its_row(tmp_path, gone, key):
 
 def test_the_markdown_block_opens_with_the_answer_and_has_five_rows(store):
     text = findings_markdown(lab_findings(store))
-    assert text.startswith("**Why did #40143 gain 1.27x?** #40143 took 8.0 ms")
+    assert text.startswith("**Why did #40143 gain 1.27x?** Predicted on an H200: a whole-run gain of 1.22x")
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Evidence")]
     assert len(rows) == 5 and "[08](notebooks/08_inside_vllm.py)" in rows[-1]
     for e in lab_findings(store)["evidence"]:

@@ -73,24 +73,44 @@ def test_runs_of_other_arms_and_shapes_are_kept_and_a_rerun_replaces_its_own(tmp
                         results_root=tmp_path / "results")
 
 
+def _timers(folder):
+    """The server's timers for BENCH's two completed requests and LOG's two steps, on the client's clock."""
+    import json
+
+    folder.mkdir()
+    api = [{"id": 0, "handler_s": 10.2, "media": [[10.3, 10.3, 10.6]], "processor": [[10.6, 10.7, 11.0]],
+            "handover_s": 11.1, "first_output_s": 12.0, "finish_s": 12.3},
+           {"id": 1, "handler_s": 10.6, "media": [[10.7, 10.8, 11.1]], "processor": [[11.1, 11.1, 11.4]],
+            "handover_s": 11.5, "first_output_s": 11.5, "finish_s": 11.8}]
+    core = [{"schedule_s": [11.2, 11.21], "update_s": [12.0, 12.01], "tokens": 2048, "requests": 1},
+            {"schedule_s": [12.02, 12.021], "update_s": [12.03, 12.031], "tokens": 2, "requests": 2}]
+    (folder / "api-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in api))
+    (folder / "core-2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in core))
+    return folder
+
+
 def test_the_figure_by_hand(tmp_path):
-    from labkit.viz.vllm.inside_vllm import NO_TIMELINE, plot_serve_timeline
+    from labkit.viz.vllm.inside_vllm import INTAKE_SPANS, NO_TIMELINE, plot_serve_timeline
 
     log = tmp_path / "server.log"
     log.write_text(LOG)
+    timers = _timers(tmp_path / "timers")
     shape = {"num_prompts": 3, "images": 32, "image_size": "1024x1536", "output_len": 3}
     for arm in ("baseline", "pr40143"):
         ingest_timeline(BENCH, log, variant=arm, shape=shape, repeat=1, machine={"slug": "cpu-x", "device": "cpu"},
-                        vllm_version=None, results_root=tmp_path / "results")
+                        vllm_version=None, timers=timers, results_root=tmp_path / "results")
     fig = plot_serve_timeline(find_all(VLLM_SERVE_TIMELINE, root=tmp_path / "results")[0])
-    assert len(fig.data) == 8 and len(fig.layout.updatemenus[0].buttons) == 2  # 4 traces per arm, a menu entry each
-    waiting, decoding, itl, steps = fig.data[:4]
-    assert list(waiting.base) == [0.0, 0.5] and list(waiting.x) == pytest.approx([2.0, 1.0])  # in the order sent
-    assert list(decoding.base) == [2.0, 1.5] and list(decoding.x) == pytest.approx([0.3, 0.3])
+    per_arm = len(INTAKE_SPANS) + 2  # the spans, the client's gaps, the engine's steps
+    assert len(fig.data) == 2 * per_arm and len(fig.layout.updatemenus[0].buttons) == 2
+    parsed, processor = fig.data[0], fig.data[3]
+    # in the order handed over (request 0 at 1.1 s, request 1 at 1.5 s), seconds from the first send at 10.0
+    assert list(parsed.base) == [0.0, 0.0] and list(parsed.x) == pytest.approx([0.2, 0.6])
+    assert list(processor.base) == pytest.approx([0.7, 1.1]) and list(processor.x) == pytest.approx([0.3, 0.3])
+    itl, steps = fig.data[per_arm - 2], fig.data[per_arm - 1]
     assert list(itl.x) == pytest.approx([2.1, 2.3, 1.8]) and list(itl.y) == [100.0, 200.0, 300.0]
-    # the prefill step ends at the first token (1.5 s), the decode step 6.81 ms later
-    assert list(steps.x) == pytest.approx([1.5, 1.50681]) and list(steps.y) == [960.67, 6.81]
-    assert [t.visible for t in fig.data] == [True] * 4 + [False] * 4
+    # each step at its end on the same clock, its length from schedule to the end of update_from_output
+    assert list(steps.x) == pytest.approx([2.01, 2.031]) and list(steps.y) == pytest.approx([810.0, 11.0])
+    assert [t.visible for t in fig.data] == [True] * per_arm + [False] * per_arm
     assert plot_serve_timeline(None).layout.annotations[0].text == NO_TIMELINE
 
 
