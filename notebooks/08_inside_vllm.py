@@ -57,6 +57,12 @@ from labkit.viz.tables import format_table
 format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
 
 # %% [markdown]
+# The gains, after over before (mean TPOT before over after), beside the published ones:
+
+# %%
+format_table(pr_table.gains_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
+
+# %% [markdown]
 # ## Checked first: the simulator against vLLM's own server
 #
 # Before it predicts, serve-sim is given only what each of this CPU's recorded server runs measured
@@ -74,7 +80,11 @@ if check is None:
 else:
     import pandas as pd
     frame = pd.DataFrame(check.rows)[["shape", "arm", "metric", "measured", "predicted", "error"]]
-    display(format_table(frame.assign(error=[f"{e:+.1%}" for e in frame["error"]])))
+    means = frame[frame["metric"].isin(["mean_ttft_s", "mean_tpot_ms", "duration_s", "output_tok_s"])]
+    print(f"{sum(abs(means['error']) <= check.params['tolerance'])} of {len(means)} mean figures within "
+          f"{check.params['tolerance']:.0%}; {sum(abs(frame['error']) <= check.params['tolerance'])} of {len(frame)} in all")
+    fold("Every run's six figures, measured and predicted",
+         format_table(frame.assign(error=[f"{e:+.1%}" for e in frame["error"]])))
     costs = check.params["costs"]
     fold("The peak second over the buckets' phase, measured and predicted (tok/s)",
          format_table(pd.DataFrame([{"run": k, "measured": v["peak_range"]["measured"],

@@ -144,7 +144,8 @@ def test_json_under_a_file_is_refused(tmp_path):
         _run_options(["--json", str(tmp_path / "f" / "out.json")])
 
 
-SHARED_TARGETS = list(cli.BENCH_TARGETS)
+#: serve-sim takes vllm bench serve's workload options instead of a size
+SHARED_TARGETS = [t for t in cli.BENCH_TARGETS if t != "serve-sim"]
 
 
 @pytest.mark.parametrize("verb", [["calibrate"], *(["bench", t] for t in SHARED_TARGETS)])

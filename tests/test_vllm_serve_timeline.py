@@ -108,8 +108,8 @@ def test_the_figure_by_hand(tmp_path):
     assert list(processor.base) == pytest.approx([0.7, 1.1]) and list(processor.x) == pytest.approx([0.3, 0.3])
     itl, steps = fig.data[per_arm - 2], fig.data[per_arm - 1]
     assert list(itl.x) == pytest.approx([2.1, 2.3, 1.8]) and list(itl.y) == [100.0, 200.0, 300.0]
-    # each step at its end on the same clock, its length from schedule to the end of update_from_output
-    assert list(steps.x) == pytest.approx([2.01, 2.031]) and list(steps.y) == pytest.approx([810.0, 11.0])
+    # each step at its end on the same clock, its length as vLLM logged it
+    assert list(steps.x) == pytest.approx([2.01, 2.031]) and list(steps.y) == pytest.approx([960.67, 6.81])
     assert [t.visible for t in fig.data] == [True] * per_arm + [False] * per_arm
     assert plot_serve_timeline(None).layout.annotations[0].text == NO_TIMELINE
 

@@ -161,17 +161,18 @@ def _whole_table(res) -> Evidence:
                     errs, "the published table", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
-def gains(res) -> str:
-    """The opening of the answer: the predicted whole-run gain (output tok/s, after over before) and
-    the peak ratio on the named GPU, each beside the published one."""
+def gains(res, tpot: bool = True) -> str:
+    """The opening of the answer: the predicted whole-run gain (output tok/s, after over before), the
+    mean TPOT's (unless not ``tpot``) and the peak ratio on the named GPU, each beside the published one."""
     gpu = res.params["gpu"]
     g = {m: _row(res, "pr40143/baseline", gpu, f"gain_{m}") for m in ("output_tok_s", "peak_output_tok_s",
                                                                        "mean_tpot_ms")}
     if not all(g.values()):
         return "This pr_table predates its gain rows: run `labkit bench serve-sim` again."
+    tpot_part = (f" (mean TPOT {g['mean_tpot_ms']['predicted']:.2f}x against {g['mean_tpot_ms']['published']:.2f}x)"
+                 if tpot else "")
     return (f"Predicted on an {gpu.upper()}: a whole-run gain of {g['output_tok_s']['predicted']:.2f}x in output "
-            f"tok/s against the published {g['output_tok_s']['published']:.2f}x (mean TPOT "
-            f"{g['mean_tpot_ms']['predicted']:.2f}x against {g['mean_tpot_ms']['published']:.2f}x), and a peak ratio "
+            f"tok/s against the published {g['output_tok_s']['published']:.2f}x{tpot_part}, and a peak ratio "
             f"of {g['peak_output_tok_s']['predicted']:.2f}x against {g['peak_output_tok_s']['published']:.2f}x.")
 
 

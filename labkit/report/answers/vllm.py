@@ -62,8 +62,8 @@ def inside_vllm_answer(results=None) -> Answer:
     read = p["inferred"]["read_ns"]["value"] / 1e3
     from labkit.report.findings import gains
 
-    text = (f"{esc(gains(pr))} #40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32 "
-            f"({num(saving['before_ms'], ' ms')} to {num(saving['after_ms'], ' ms')}). After it the full-batch step "
+    text = (f"{esc(gains(pr, tpot=False))} #40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host "
+            f"step at 128 x 32. After it the full-batch step "
             f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())}, published "
             f"{tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was host-bound: the PR "
             f"host's tensor read comes out at {num(read, ' us')}.")

@@ -239,7 +239,7 @@ def plot_serve_timeline(result) -> go.Figure:
     each request's way through the server as its timers saw it (body parsed, images on the media pool,
     the wait for and the time on the processor's single worker, handover to the engine, first output,
     finish), in the order handed over; below, every token's gap as the client saw it (its ITL, at its
-    arrival) beside each engine step's time at the step's end, one clock for both."""
+    arrival) beside each engine step's time as vLLM logs it, at the step's end: one clock for both."""
     from plotly.subplots import make_subplots
 
     title = "vLLM's own server, per request and per step"
@@ -274,8 +274,8 @@ def plot_serve_timeline(result) -> go.Figure:
                                    name="client: inter-token gap (ms)", visible=show, legendgroup="itl",
                                    showlegend=i == 0), row=2, col=1)
         steps = sorted(run["step"], key=lambda s: s["end_s"])
-        fig.add_trace(go.Scattergl(x=[s["end_s"] for s in steps], y=[(s["end_s"] - s["start_s"]) * 1e3 for s in steps],
-                                   mode="lines", name="engine: step, schedule to update (ms)",
+        fig.add_trace(go.Scattergl(x=[s["end_s"] for s in steps], y=[s["elapsed_ms"] for s in steps],
+                                   mode="lines", name="engine: vLLM's iteration time (ms), at the step's end",
                                    line=dict(color="#d62728", width=1), visible=show, legendgroup="step",
                                    showlegend=i == 0), row=2, col=1)
         spans.append((key, start, len(fig.data)))

@@ -47,6 +47,15 @@ def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(out, dtype=object)  # token rates stay whole numbers beside the float rows
 
 
+def gains_frame(result) -> pd.DataFrame:
+    """After over before (a time: before over after) per GPU, predicted beside published, as the
+    result's gain rows hold them (two decimals, as the answer states them)."""
+    rows = [{"gpu": r["gpu"], "gain": r["metric"].removeprefix("gain_"), "predicted": f"{r['predicted']:.2f}",
+             "published": f"{r['published']:.2f}", "error": f"{r['error']:+.1%}"}
+            for r in result.rows if r["metric"].startswith("gain_")]
+    return pd.DataFrame(rows)
+
+
 def peaks_frame(result) -> pd.DataFrame:
     """The steady full-batch step per GPU, arm and regime: device, host, step, which side sets it, peak
     (whole tokens/s, as ``vllm bench serve`` prints them)."""
