@@ -13,13 +13,10 @@
 # %% [markdown]
 # # 08 · Why #40143 gained 1.27x: the published table, predicted
 #
-# PR #40143 published a whole `vllm bench serve` table for Gemma-4-E4B (128 requests x 32 images of
-# 1024x1536, 8,000 output tokens each). This page predicts every figure of it with one step model
-# (a decode step lasts `max(device, host)` under async scheduling, plus what vLLM's engine core was
-# measured not to hide), from what the lab measures in vLLM's real engine and server and a roofline
-# of the GPU, fitting nothing. The simulator is first checked against vLLM's own server on this CPU.
-# Two quantities of the PR's machine the lab cannot measure are each inferred from one published
-# figure and set beside the lab's own.
+# PR #40143 published a `vllm bench serve` table for Gemma-4-E4B (128 requests x 32 images of
+# 1024x1536, 8,000 output tokens each). This page predicts it with one step model from what the lab
+# measures in vLLM's real engine and server and a GPU roofline, fitting nothing, after checking the
+# simulator against vLLM's own server on this CPU; two unknowns of the PR's machine are inferred.
 
 # %% tags=["remove-input"]
 from labkit.report import answers
@@ -45,19 +42,15 @@ pr_table.plot_phases(pr)
 # ## The whole table, predicted
 #
 # `labkit bench serve-sim` runs the published benchmark on a simulated clock: vLLM's real scheduler
-# plans every step, each step lasts what the step model gives for its device time (the roofline)
-# and its engine-core host time (the census below, counted in tensor reads and Python-loop units
-# and priced on the PR's host), and the requests come in as vLLM's server takes them: bodies parsed
-# on the event loop, images on the media pool's eight workers, the processor on its single worker.
-# The two rows marked "inferred from it" are where the PR machine's two unknowns come from; every
-# other error is a prediction. The last rows are the gains, after over before.
+# plans every step; a step lasts what the step model gives for its device time (the roofline) and
+# engine-core host time (the census below, priced on the PR's host); requests come in as vLLM's
+# server takes them (bodies parsed on the event loop, images on the media pool, the processor on
+# its single worker). Rows "inferred from it" are where the PR machine's two unknowns come from;
+# under the table, the gains: after over before (mean TPOT before over after).
 
 # %%
 from labkit.viz.tables import format_table
 format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
-
-# %% [markdown]
-# The gains, after over before (mean TPOT before over after), beside the published ones:
 
 # %%
 format_table(pr_table.gains_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
@@ -65,46 +58,51 @@ format_table(pr_table.gains_frame(pr)) if pr is not None else print(pr_table.NO_
 # %% [markdown]
 # ## Checked first: the simulator against vLLM's own server
 #
-# Before it predicts, serve-sim is given only what each of this CPU's recorded server runs measured
-# (the intake stages per request, the engine core's host per step, the CPU forward as the device and
-# how much the intake slowed it) and predicts what `vllm bench serve` reported for that run. The
-# spread of the finishes and the peak second are statistics of single moments at these small
-# shapes: the folds below show by how much where the one-second buckets fall moves the peak, and
-# how close the first request comes to finishing while the others still prefill.
+# serve-sim is first given only what each of this CPU's recorded server runs measured (intake
+# stages, engine host and CPU forward per step) and predicts what `vllm bench serve` reported. The
+# finishes' spread and the peak second are single moments at these small shapes: the folds show
+# how the buckets' phase moves the peak, and how near the first request comes to finishing early.
 
 # %%
+import pandas as pd
 from labkit.viz.notebook import fold
 check = find(SERVE_SIM_CHECK)
 if check is None:
     print("no serve_sim_check recorded yet: run `.venv-vllm-cpu/bin/labkit bench serve-sim`")
 else:
-    import pandas as pd
     frame = pd.DataFrame(check.rows)[["shape", "arm", "metric", "measured", "predicted", "error"]]
     means = frame[frame["metric"].isin(["mean_ttft_s", "mean_tpot_ms", "duration_s", "output_tok_s"])]
     print(f"{sum(abs(means['error']) <= check.params['tolerance'])} of {len(means)} mean figures within "
           f"{check.params['tolerance']:.0%}; {sum(abs(frame['error']) <= check.params['tolerance'])} of {len(frame)} in all")
-    fold("Every run's six figures, measured and predicted",
-         format_table(frame.assign(error=[f"{e:+.1%}" for e in frame["error"]])))
+    display(fold("Every run's six figures, measured and predicted",
+                 format_table(frame.assign(error=[f"{e:+.1%}" for e in frame["error"]]))))
     costs = check.params["costs"]
-    fold("The peak second over the buckets' phase, measured and predicted (tok/s)",
-         format_table(pd.DataFrame([{"run": k, "measured": v["peak_range"]["measured"],
-                                     "predicted": v["peak_range"]["predicted"]} for k, v in costs.items()])))
-    fold("The first request: prefill steps after its first token (it needs one step a token to finish)",
-         format_table(pd.DataFrame([{"run": k, **{f"{side} {kk}": vv for side in ("measured", "predicted")
-                                                 for kk, vv in v["first_request"][side].items()}}
-                                    for k, v in costs.items()])))
+    display(fold("The peak second over the buckets' phase, measured and predicted (tok/s)",
+                 format_table(pd.DataFrame([{"run": k, "measured": v["peak_range"]["measured"],
+                                             "predicted": v["peak_range"]["predicted"]} for k, v in costs.items()]))))
+    display(fold("The first request: prefill steps after its first token (it needs one step a token to finish)",
+                 format_table(pd.DataFrame([{"run": k, **{f"{side} {kk}": vv for side in ("measured", "predicted")
+                                                         for kk, vv in v["first_request"][side].items()}}
+                                            for k, v in costs.items()]))))
 
 # %% [markdown]
 # ## What a step hides: vLLM's engine core against a forward of set length
 #
 # `labkit bench vllm-overlap` runs vLLM's own engine-core step functions over its real scheduler at
-# 128 x 32, with a stand-in device that takes a set time per forward on its own thread. Under async
-# scheduling the step is the longer of the forward and the engine core's chain, plus the little
-# the step model's last term takes from this measurement; under sync scheduling the two add.
+# 128 x 32 with a stand-in device of set forward time. Async, a step is the longer of the two plus
+# a little (the step model's last term); sync, they add.
 
 # %%
 from labkit.viz.vllm import inside_vllm
-inside_vllm.plot_overlap(find(VLLM_OVERLAP, size="full"))
+overlap = find(VLLM_OVERLAP, size="full")
+if overlap is None:
+    print(inside_vllm.NO_OVERLAP)
+else:
+    print(f"async, a forward of at least the chain: step - max(forward, chain) = {overlap.params['non_overlap_ms']:.2f} ms "
+          f"(median); measured on {overlap.machine.get('slug')}, vLLM {overlap.params['vllm_version']}")
+    display(fold("Every point: step against forward, per regime and arm (ms)", format_table(pd.DataFrame(overlap.rows)[
+        ["regime", "arm", "forward_ms", "step_ms", "host_alone_ms", "schedule_ms", "update_ms", "bound",
+         "non_overlap_ms", "serial_excess_ms"]])))
 
 # %% [markdown]
 # ## The peaks: device-bound after, host-bound before
@@ -115,7 +113,8 @@ inside_vllm.plot_overlap(find(VLLM_OVERLAP, size="full"))
 # alone; before it the host side is longer, so the published peak measures the PR host.
 
 # %%
-format_table(pr_table.peaks_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
+fold("The steady full-batch step per GPU, arm and regime", format_table(pr_table.peaks_frame(pr))) \
+    if pr is not None else print(pr_table.NO_PR_TABLE)
 
 # %% [markdown]
 # Where the crossing lies: the full-batch step's output tok/s as the PR host's cost per tensor read
@@ -151,11 +150,9 @@ ab_runs = find_all(VLLM_AB)
 # %% [markdown]
 # ## The evidence: every phase of a real vLLM step
 #
-# vLLM's CPU build runs the real engine step; `labkit bench vllm-step` times each phase of each
-# decode step per variant and shape (`schedule`, `prepare_inputs`, `forward`: the CPU's own model,
-# never a GPU figure, `sample`, `update_from_output`, `process_outputs`, `other`), and again with
-# the forward taken off the host: the host as a GPU server pays it, the chain the answer reads
-# (every phase but `process_outputs`, which the API server pays). A menu switches machines.
+# `labkit bench vllm-step` times each phase of vLLM's real decode step per variant and shape on its
+# CPU build, and again with the forward taken off the host: the host as a GPU server pays it, the
+# chain the answer reads (every phase but `process_outputs`, the API server's). A menu switches machines.
 
 # %%
 from labkit.report.findings import census_saving
@@ -178,10 +175,9 @@ fold("The census in numbers: every phase per point, its checks, and where the sa
 # %% [markdown]
 # ## What the lab measures of the intake
 #
-# vLLM times the frontend's stages per image itself (`enable_mm_processor_stats`): JPEG decode,
-# Gemma 4's processor, hashing, the processor cache, the placeholder expansion. The simulation
-# takes the image decode and the whole `add_request` from here, scaled by the one factor inferred
-# from the published mean TTFT.
+# vLLM times the frontend's stages per image itself (`enable_mm_processor_stats`), each alone here.
+# The simulation takes the body's serialization and parse, the image decode and the whole
+# `add_request` from here, scaled by the one factor inferred from the published mean TTFT.
 
 # %%
 inside_vllm.plot_input_stages(inputs)
@@ -206,11 +202,9 @@ fold("The A/B's runs per variant", format_table(ab_table)) if not ab_table.empty
 # %% [markdown]
 # ## vLLM's own server, request by request and step by step
 #
-# `scripts/vllm_ab.sh --timeline` runs the same server at #40143's image size and count per request
-# (1024x1536, 32 images) and keeps every request's send, first token, token gaps and finish from
-# `vllm bench serve --save-detailed`, every engine step vLLM logs
-# (`--enable-logging-iteration-details`), and the lab's timers inside the server: each request's
-# body, images, processor and handover, each step's start and end, on the client's clock. The menu
+# `scripts/vllm_ab.sh --timeline` runs the same server at #40143's image size and keeps, on the
+# client's clock, every request's tokens (`--save-detailed`), every engine step vLLM logs, and the
+# lab's timers inside the server: each request's body, images, processor and handover. The menu
 # picks the arm and shape.
 
 # %%
@@ -219,13 +213,13 @@ timeline = find(VLLM_SERVE_TIMELINE)
 inside_vllm.plot_serve_timeline(timeline)
 
 # %% [markdown]
-# Each run in numbers: how far apart the requests got their first tokens and how far apart they
-# finished; the client's mean gap between tokens; the engine's median step with a prefill chunk in
-# it and without one.
+# Each run in numbers: how far apart the server handed the requests over, got them their first
+# tokens and finished them; the client's mean gap between tokens; the engine's median step with a
+# prefill chunk in it and without one.
 
 # %%
 summary = inside_vllm.timeline_summary(timeline)
-format_table(summary) if not summary.empty else print(inside_vllm.NO_TIMELINE)
+fold("Each run in numbers", format_table(summary)) if not summary.empty else print(inside_vllm.NO_TIMELINE)
 
 # %% [markdown]
 # ## The next host costs to hunt

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
 from labkit.results import PR_TABLE, VLLM_PREFIX_RANGES, VLLM_STEP, find, find_all, results_rows
-from labkit.serve.published import PR40143
 
 
 def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = None, step_from: str = "",
@@ -58,17 +57,17 @@ def inside_vllm_answer(results=None) -> Answer:
     def tok(v) -> str:
         return f"<b>{v:,.0f}</b> tok/s"
 
-    others = "".join(f"; an {esc(g.upper())} tops out at {tok(peak[g]['predicted'])}" for g in p["gpus"] if g != gpu)
     read = p["inferred"]["read_ns"]["value"] / 1e3
-    from labkit.report.findings import gains
-
-    text = (f"{esc(gains(pr, tpot=False))} #40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host "
-            f"step at 128 x 32. After it the full-batch step "
-            f"is device-bound: predicted peak {tok(peak[gpu]['predicted'])} on an {esc(gpu.upper())}, published "
-            f"{tok(peak[gpu]['published'])}, nothing fitted{others}. Before it the step was host-bound: the PR "
+    g = {r["metric"]: r for r in pr.rows if r["gpu"] == gpu and r["metric"].startswith("gain_")}
+    if {"gain_output_tok_s", "gain_peak_output_tok_s"} <= set(g):
+        opening = (f"On an {esc(gpu.upper())}, whole-run gain {num(g['gain_output_tok_s']['predicted'], 'x')} "
+                   f"predicted, {num(g['gain_output_tok_s']['published'], 'x')} published; peak ratio "
+                   f"{num(g['gain_peak_output_tok_s']['predicted'], 'x')} predicted, "
+                   f"{num(g['gain_peak_output_tok_s']['published'], 'x')} published. ")
+    else:
+        opening = "This pr_table predates its gain rows. "
+    text = (f"{opening}#40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32. "
+            f"After it the full-batch step is device-bound: peak {tok(peak[gpu]['predicted'])} predicted, "
+            f"{tok(peak[gpu]['published'])} published, nothing fitted. Before it the step was host-bound: the PR "
             f"host's tensor read comes out at {num(read, ' us')}.")
-    detail = bars_html([("published, after", round(PR40143.after.peak_output_tok_s))]
-                       + [(f"predicted, {g.upper()}", round(peak[g]["predicted"])) for g in p["gpus"]]
-                       + [("published, before", round(PR40143.before.peak_output_tok_s))], "tok/s", log=False,
-                       highlight=(f"predicted, {gpu.upper()}",), caption="peak output tok/s at full batch")
-    return Answer(text, (cite(census), cite(pr)), detail)
+    return Answer(text, (cite(census), cite(pr)))

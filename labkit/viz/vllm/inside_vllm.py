@@ -113,7 +113,7 @@ def plot_phase_census(results) -> go.Figure:
     _machine_menu(fig, groups, [r.slug for r in results])
     first = results[0]
     vllm = f"vLLM {first.params.get('vllm_version')} ({first.params.get('vllm_distribution')})"
-    fig.update_layout(barmode="stack", height=460, yaxis_title="ms per decode step (median)",
+    fig.update_layout(barmode="stack", height=340, yaxis_title="ms per decode step (median)",
                       xaxis_title="requests x images per request, then variant", legend_title_text="phase",
                       title=dict(text=f"{title}<br><sup>{source_title(first.source)}, "
                                       f"{_machines_note([r.slug for r in results])}, {vllm}, images {first.params.get('image_size')} px (HxW), wrapper timers on "
@@ -156,7 +156,7 @@ def plot_next_costs(result, *, variant: str = "merged", point=(128, 32), top: in
     fig = go.Figure(go.Bar(x=t["ms"], y=t["phase"], orientation="h", marker_color="#d9730d",
                            customdata=t["share"], hovertemplate="%{y}: %{x:.3f} ms (%{customdata:.0%} of the host "
                                                                 "work)<extra></extra>"))
-    fig.update_layout(height=360, xaxis_title="host ms per decode step (median)",
+    fig.update_layout(height=280, xaxis_title="host ms per decode step (median)",
                       title=dict(text=f"{title}<br><sup>{source_title(result.source)}, {result.slug}; the forward "
                                       f"left out (device work on a GPU)</sup>"), margin=dict(t=80, l=160))
     return fig
@@ -179,7 +179,7 @@ def plot_input_stages(results) -> go.Figure:
                              hovertemplate=f"{result.slug}, %{{x}}: %{{y:.2f}} ms<br>%{{customdata}}<extra></extra>"))
     p = results[0].params
     machines = ", ".join(r.slug for r in results)
-    fig.update_layout(height=380, yaxis_title="ms per image (median)", barmode="group",
+    fig.update_layout(height=260, yaxis_title="ms per image (median)", barmode="group",
                       showlegend=len(results) > 1,
                       title=dict(text=f"{title}<br><sup>{source_title(results[0].source)}, {machines}, images "
                                       f"{p.get('image_size')} px, {p.get('images_per_request')} per request, "
@@ -251,8 +251,7 @@ def plot_serve_timeline(result) -> go.Figure:
                f"{r['output_len']} tokens")
         runs.setdefault(key, {"request": [], "step": [], "intake": []})[r["kind"]].append(r)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
-                        subplot_titles=("each request through the server, in the order handed to the engine",
-                                        "the client's inter-token gap beside the engine's step"))
+                        subplot_titles=("each request, in the order handed over", "token gaps and engine steps"))
     spans = []
     for i, (key, run) in enumerate(runs.items()):
         start, show = len(fig.data), i == 0
@@ -282,9 +281,9 @@ def plot_serve_timeline(result) -> go.Figure:
     n = len(fig.data)
     buttons = [dict(label=key, method="update", args=[{"visible": [a <= j < b for j in range(n)]}])
                for key, a, b in spans]
-    fig.update_layout(title=title, barmode="overlay", height=680, margin=dict(t=110),
+    fig.update_layout(title=title, barmode="overlay", height=470, margin=dict(t=110),
                       updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.16)] if len(spans) > 1 else [],
-                      legend=dict(orientation="h", y=-0.12))
+                      legend=dict(orientation="h", y=-0.2))
     fig.update_yaxes(title_text="request", row=1, col=1)
     fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
     fig.update_xaxes(title_text="seconds from the first request sent (the client's clock, the server's too)", row=2, col=1)
@@ -322,28 +321,3 @@ def timeline_summary(result):
 
 
 NO_OVERLAP = "no vllm_overlap result recorded yet: run `.venv-vllm-cpu/bin/labkit bench vllm-overlap --size full`"
-
-
-def plot_overlap(result) -> go.Figure:
-    """``vllm_overlap``: vLLM's engine-core step against the stand-in forward's time, per arm, async
-    (solid) and sync (dotted), with the two limits a step can take: the forward alone and forward + host."""
-    title = "vLLM's engine core against a forward of set length"
-    if result is None:
-        return no_result(NO_OVERLAP, title)
-    fig = go.Figure()
-    colours = {"baseline": "#b35900", "pr40143": "#1f5f99"}
-    for (regime, arm), dash in (((r, a), "solid" if r == "async" else "dot") for r in ("async", "sync")
-                                for a in ("baseline", "pr40143")):
-        rows = sorted((r for r in result.rows if (r["regime"], r["arm"]) == (regime, arm)), key=lambda r: r["forward_ms"])
-        if rows:
-            fig.add_scatter(x=[r["forward_ms"] for r in rows], y=[r["step_ms"] for r in rows], mode="lines+markers",
-                            name=f"{arm}, {regime}", line=dict(color=colours.get(arm, "#444"), dash=dash),
-                            hovertemplate=f"{arm} {regime}: %{{y:.2f}} ms at a %{{x:.0f}} ms forward<extra></extra>")
-    top = max(r["forward_ms"] for r in result.rows)
-    fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="the forward alone", line=dict(color="#999", width=1))
-    p = result.params
-    fig.update_layout(title=f"{title}: {p.get('requests')} requests x {p.get('images')} images, vLLM "
-                            f"{p.get('vllm_version')} (measured, CPU; the device a stand-in)",
-                      height=380, margin=dict(t=60, b=50, l=60, r=10), legend=dict(orientation="h", y=-0.2),
-                      xaxis_title="the forward's time (ms)", yaxis_title="engine step (ms)")
-    return fig

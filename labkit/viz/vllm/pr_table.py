@@ -47,12 +47,14 @@ def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(out, dtype=object)  # token rates stay whole numbers beside the float rows
 
 
-def gains_frame(result) -> pd.DataFrame:
-    """After over before (a time: before over after) per GPU, predicted beside published, as the
-    result's gain rows hold them (two decimals, as the answer states them)."""
-    rows = [{"gpu": r["gpu"], "gain": r["metric"].removeprefix("gain_"), "predicted": f"{r['predicted']:.2f}",
+def gains_frame(result, gpu: str | None = None) -> pd.DataFrame:
+    """After over before (a time: before over after) on ``gpu`` (default: the one the result names),
+    predicted beside published, as the result's gain rows hold them (two decimals, as the answer
+    states them)."""
+    gpu = gpu or result.params["gpu"]
+    rows = [{"gain": r["metric"].removeprefix("gain_"), "predicted": f"{r['predicted']:.2f}",
              "published": f"{r['published']:.2f}", "error": f"{r['error']:+.1%}"}
-            for r in result.rows if r["metric"].startswith("gain_")]
+            for r in result.rows if r["metric"].startswith("gain_") and r["gpu"] == gpu]
     return pd.DataFrame(rows)
 
 
@@ -146,7 +148,7 @@ def plot_phases(result) -> go.Figure:
                         marker_opacity=1.0 if kind == "predicted" else 0.45, showlegend=kind not in shown,
                         row=1, col=col, hovertemplate=f"%{{x}} {kind}: %{{y:.3g}} {unit}<extra></extra>")
             shown.add(kind)
-    fig.update_layout(barmode="group", height=360, margin=dict(t=60, b=40, l=50, r=10),
+    fig.update_layout(barmode="group", height=300, margin=dict(t=60, b=40, l=50, r=10),
                       title=f"#40143's run in two phases, published and predicted ({gpu.upper()}, nothing fitted)",
                       legend=dict(orientation="h", y=-0.15))
     return fig
@@ -182,12 +184,11 @@ def plot_crossover(result, gpu: str | None = None) -> go.Figure:
         fig.add_vline(x=x / 1e3, line=dict(color="#444", width=1), annotation_text=label, annotation_textangle=-90,
                       annotation_position="top left")
     fig.add_vline(x=read["value"] / 1e3, line=dict(color=colour, width=2, dash="dash"), opacity=0.45,
-                  annotation_text="the PR host (inferred from the baseline's peak)", annotation_textangle=-90,
-                  annotation_position="top right")
+                  annotation_text="PR host (inferred)", annotation_textangle=-90, annotation_position="top right")
     for arm, dash in (("baseline", "solid"), ("pr40143", "dot")):
         fig.add_hline(y=PR40143.side(arm).peak_output_tok_s, line=dict(color="#444", width=1, dash=dash),
                       annotation_text=f"{arm} published peak", annotation_position="bottom right")
-    fig.update_layout(height=380, margin=dict(t=60, b=50, l=60, r=10), legend=dict(orientation="h", y=-0.2),
+    fig.update_layout(height=290, margin=dict(t=60, b=50, l=60, r=10), legend=dict(orientation="h", y=-0.2),
                       title=f"Where the baseline turns host-bound: {requests} requests decoding on an {gpu.upper()}",
                       xaxis_title="host cost of one tensor read + int() (us)", yaxis_title="full-batch output tok/s")
     return fig

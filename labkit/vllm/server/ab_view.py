@@ -108,5 +108,5 @@ def plot_ab(results=None, root=None):
         notes.append(f"{label}: vLLM {res.params.get('vllm_version')}, {shape.get('num_prompts')} requests x "
                      f"{shape.get('images')} images, {shape.get('output_len')} output tokens")
     fig.update_layout(title=dict(text=f"{title}<br><sup>{'; '.join(notes)}</sup>"), yaxis_title="mean TPOT (ms)",
-                      height=440, margin=dict(t=100))
+                      height=340, margin=dict(t=100))
     return fig
