@@ -96,8 +96,9 @@ class ApiServer:
             self.finished_outputs.append(job)
             return True
         if self._parsed < len(self.handover_ns):
-            arrivals = self.intake.arrivals_ns
-            self.free_ns = max(self.free_ns, arrivals[self._parsed]) if arrivals else self.free_ns + self.intake.parse_ns
+            arrivals = self.intake.arrivals_ns  # a run's own, where it measured them (its failed requests none)
+            self.free_ns = (max(self.free_ns, arrivals[self._parsed]) if self._parsed < len(arrivals)
+                            else self.free_ns + self.intake.parse_ns)
             self.busy_inputs_ns += self.intake.parse_ns
             self._after_parse(self._parsed, self.free_ns)
             self._parsed += 1

@@ -84,8 +84,9 @@ def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
 
 
 def run_costs(intake: list[dict], steps: list[dict], media_threads: int) -> dict:
-    """What one server run measured, as the clock takes it (ns): the :class:`Intake` stages (the
-    event loop's body work: the last handler's start over the requests; the pool's per worker and
+    """What one server run measured, as the clock takes it (ns): the :class:`Intake` stages (each
+    body's arrival: its handler's start; the event loop's body work: the last handler's start over
+    the requests, where a request has no arrival of its own; the pool's per worker and
     image: its workers x the span from its first image's start to its last one's end / the images; the processor's, each call as it ran: one call's stall holds up every request after), the host per step (intercept + one cost per request
     in the step), the device per step (intercept + one cost per :data:`DEVICE_TERMS`, from the
     steps after the last handover, or from every step where fewer than three of those prefill) and
