@@ -9,6 +9,7 @@ reader decodes it with ``json`` and ``ColumnStore.add_event``, whose rules defin
 from __future__ import annotations
 
 from itertools import compress
+from operator import not_
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 AVAILABLE = _msgspec is not None
 _FLOW_PHASES = frozenset(("s", "f", "t"))
-_IS_X = frozenset(("X",)).__contains__
 
 if AVAILABLE:
     _UNSET = _msgspec.UNSET
@@ -87,21 +87,22 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
     if not n:
         return True
     phs = [e.ph for e in batch]
-    is_x = list(map(_IS_X, phs))
-    x_mask = np.fromiter(is_x, bool, n)
-    x_pos = np.flatnonzero(x_mask)
-    xs = batch if len(x_pos) == n else list(compress(batch, is_x))
-    others = np.flatnonzero(~x_mask).tolist()
+    if phs.count("X") == n:
+        xs, x_pos, others = batch, None, []
+    else:
+        is_x = [p == "X" for p in phs]
+        xs, x_pos = list(compress(batch, is_x)), list(compress(range(n), is_x))
+        others = list(compress(range(n), map(not_, is_x)))
     ts_types = {type(batch[k].ts) for k in others}
     flows = [k for k in others if phs[k] in _FLOW_PHASES]
-    if flows:  # a flow needs a finite numeric ts
-        f_ts = np.array([batch[k].ts for k in flows])
-        if f_ts.dtype.kind not in "if" or not np.all(np.abs(f_ts) < _BIG):
+    for k in flows:
+        v = batch[k].ts
+        if v is None or not -_BIG < v < _BIG:
             return False
     n_other = 0
     if xs:
         x_cats, x_names = [e.cat for e in xs], [e.name for e in xs]  # one pass per field: faster than tuples
-        pid, tid = [e.pid for e in xs], [e.tid for e in xs]
+        pid, tid, args = [e.pid for e in xs], [e.tid for e in xs], [e.args for e in xs]
         a_ts, a_dur = np.array([e.ts for e in xs]), np.array([e.dur for e in xs])
         # float64: some float (or mixed); int64: all plain ints; anything else (None, huge ints): decline
         if a_ts.dtype == np.float64:
@@ -113,22 +114,20 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         a_ts, a_dur = a_ts.astype(np.float64, copy=False), a_dur.astype(np.float64, copy=False)
         if not (np.all(a_dur >= 0) and np.all(a_dur < _BIG) and np.all(np.abs(a_ts) < _BIG)):
             return False
-        try:  # every category interned already: its code
-            cat_ix, ucats = np.fromiter(map(cols.cats.codes.__getitem__, x_cats), np.intp, len(x_cats)), None
-            kinds_u = np.array(list(map(cols.kind.__getitem__, range(len(cols.cats.values)))), dtype=np.int8)
-        except KeyError:  # a new one (or "Trace", or none): by the batch's own values, interned once it is taken
-            ucats = list(dict.fromkeys(x_cats))
-            where = {c: j for j, c in enumerate(ucats)}
-            cat_ix = np.array(list(map(where.__getitem__, x_cats)), dtype=np.intp)
-            kinds_u = np.array([category_kind(c) for c in ucats], dtype=np.int8)
+        ucats = list(dict.fromkeys(x_cats))
+        kinds_u = np.array([category_kind(c) for c in ucats], dtype=np.int8)
+        where = {c: j for j, c in enumerate(ucats)}
+        cat_ix = (np.array(list(map(where.__getitem__, x_cats)), dtype=np.intp) if len(ucats) > 1
+                  else np.zeros(len(xs), np.intp))
         kinds = kinds_u[cat_ix]
         keep = kinds != KIND_IGNORED
         if not keep.all():  # the profiler's own span ("Trace"): counted, not kept
             n_other = int((~keep).sum())
             k = keep.tolist()
-            xs, x_names = list(compress(xs, k)), list(compress(x_names, k))
+            x_cats, x_names, args = list(compress(x_cats, k)), list(compress(x_names, k)), list(compress(args, k))
             pid, tid = list(compress(pid, k)), list(compress(tid, k))
-            x_pos, a_ts, a_dur, cat_ix, kinds = x_pos[keep], a_ts[keep], a_dur[keep], cat_ix[keep], kinds[keep]
+            x_pos = list(compress(x_pos if x_pos is not None else range(n), k))
+            a_ts, a_dur, cat_ix, kinds = a_ts[keep], a_dur[keep], cat_ix[keep], kinds[keep]
         n_x = len(x_names)
         not_host = np.flatnonzero(kinds != KIND_HOST)
         dev_at = np.flatnonzero(kinds == KIND_DEVICE)
@@ -136,7 +135,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
             pid_a, tid_a = _int_col(pid), _int_col(tid)
             corr_a, stream_a, device_a, bytes_a = (np.full(n_x, -1, np.int64) for _ in range(4))
             if len(not_host):
-                nh_args = [xs[k].args or _EMPTY_ARGS for k in not_host.tolist()]
+                nh_args = [args[k] or _EMPTY_ARGS for k in not_host.tolist()]
                 corr_a[not_host] = _int_col([a.correlation for a in nh_args])
                 on_dev = kinds[not_host] == KIND_DEVICE
                 if on_dev.any():
@@ -151,14 +150,15 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         except OverflowError:
             return False
         # interning, in event order like ColumnStore.add_event
-        if ucats is not None:
-            cat_ix = np.array([cols.cat_code(c)[0] if k != KIND_IGNORED else -1
-                               for c, k in zip(ucats, kinds_u.tolist())], dtype=np.int32)[cat_ix]
+        cat_code = np.array([cols.cat_code(c)[0] if k != KIND_IGNORED else -1 for c, k in zip(ucats, kinds_u.tolist())],
+                            dtype=np.int32)
         name_c = list(map(cols.names.codes.get, x_names))
         if None in name_c:
             interner = cols.names
             name_c = [c if c is not None else interner(s) for c, s in zip(name_c, x_names)]
-        cols.append((cat_ix, name_c, pid_a, tid_a, a_ts, a_dur, stream_a, device_a, corr_a, bytes_a, x_pos + i0))
+        index_a = (np.arange(i0, i0 + n, dtype=np.int64) if x_pos is None else np.array(x_pos, dtype=np.int64) + i0)
+        cols.append((cat_code[cat_ix], name_c, pid_a, tid_a, a_ts, a_dur, stream_a, device_a, corr_a, bytes_a,
+                     index_a))
         stats.n_complete += n_x
     if len(others) > len(flows):
         flow_set = set(flows)
