@@ -247,16 +247,13 @@ class ColumnStore:
 
     def extend(self, part: tuple, index_offset: int) -> None:
         """Append a later part of the same array read by another store (``part()`` of it): its strings are
-        interned here in their order of first appearance, so codes and categories are those of one read.
-        Its chunks are appended as they are (codes renumbered only where they differ), joined once by ``columns``."""
+        interned here in their order of first appearance, so codes and categories are those of one read."""
         chunks, cats, names, threads = part
         cat_map, name_map = self.cats.lookup(cats), self.names.lookup(names)
         for code, value in zip(cat_map.tolist(), cats):
             self.kind.setdefault(code, category_kind(value))
-        same_cats, same_names = (np.array_equal(m, np.arange(len(m))) for m in (cat_map, name_map))
         for cat, name, *rest, index in zip(*chunks):
-            self.append((cat if same_cats else cat_map[cat], name if same_names else name_map[name], *rest,
-                         index + index_offset if index_offset else index))
+            self.append((cat_map[cat], name_map[name], *rest, index + index_offset))
         self.threads.extend(threads)
 
     def part(self) -> tuple:
