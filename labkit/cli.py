@@ -23,7 +23,7 @@ VERBS = {
     "calibrate": ("labkit.calibrate", "the unit costs: tensor vs list reads, pageable vs pinned copies, launches"),
     "bench": (None, "run one benchmark (a target below) and save its result"),
     "results": ("labkit.results_cli", "what the results store holds; --readme rewrites README's findings"),
-    "analyze": ("labkit.trace.analysis.cli", "a profiler trace (or a vLLM profile folder): idle, bubbles, copies"),
+    "analyze": ("labkit.viz.trace_cli", "a profiler trace (or a vLLM profile folder): idle, bubbles, copies"),
     "whatif": ("labkit.trace.whatif.cli", "what removing a host cost from a trace would buy"),
     "report": ("labkit.report.build", "run the notebooks headless and export the offline report"),
     "vllm": ("labkit.vllm.conformance.cli", "vLLM's real engine here: models, the check, the A/B switch"),

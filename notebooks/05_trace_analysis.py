@@ -27,7 +27,7 @@
 
 # %% tags=["remove-input"]
 from labkit.report import answers
-from labkit.trace.analysis.notebook import lab_analyses
+from labkit.viz.trace_notebook import lab_analyses
 lab = lab_analyses()
 answers.trace_analysis(lab)
 
@@ -49,7 +49,7 @@ setup_notebook()
 
 # %%
 from labkit.report.answers.gpu import trace_per_step
-from labkit.trace.analysis.notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
+from labkit.viz.trace_notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
 from labkit.viz.notebook import fold
 from labkit.viz.tables import format_table
 declare_sources(*analyses_sources(*lab.values()))
@@ -58,8 +58,8 @@ max_bars = 3000 if size == "quick" else 20000  # bars drawn per timeline; the an
  else print(missing_lab_traces(lab)))
 
 # %%
-format_table([{"variant": v, "GPU": an.source.get("gpu"), "device_ops": an.summary["device_ops_count"],
-               "steps": an.summary.get("steps_count")} for v, an in lab.items()], caption="the traces")
+format_table([{"variant": v, "GPU": an.source().get("gpu"), "device_ops": an.summary()["device_ops_count"],
+               "steps": an.summary()["steps_count"]} for v, an in lab.items()], caption="the traces")
 
 # %% [markdown]
 # ## #38794 on the H200: `per_layer` against `per_step`
@@ -91,11 +91,11 @@ from labkit.viz.timeline import plot_timeline_pair
 # <= 64 KiB in one step. Every flag should name a layer's forward (`forward/layer_N`).
 
 # %%
-from labkit.trace.analysis.notebook import flags_table
+from labkit.viz.trace_notebook import flags_table
 format_table(flags_table(lab[PER_LAYER])) if PER_LAYER in lab else None
 
 # %%
-fold("the copies per call site", format_table(lab[PER_LAYER].copies.by_call_site)) if PER_LAYER in lab else None
+fold("the copies per call site", format_table(lab[PER_LAYER].copies().by_call_site)) if PER_LAYER in lab else None
 
 # %% [markdown]
 # ## #40143 on the H200: what the host did while the GPU starved
@@ -104,7 +104,7 @@ fold("the copies per call site", format_table(lab[PER_LAYER].copies.by_call_site
 # launching thread (`share` of all host-wait idle):
 
 # %%
-format_table(lab[TENSOR_LOOP].host_starvation) if TENSOR_LOOP in lab else None
+format_table(lab[TENSOR_LOOP].call_sites()) if TENSOR_LOOP in lab else None
 
 # %%
 from labkit.viz.timeline import plot_idle_breakdown
@@ -119,20 +119,20 @@ plot_idle_breakdown({labels: lab[v] for v, labels in ((TENSOR_LOOP, "tensor/loop
 # zooms to each step, and its pageable copies are each followed by a `cudaStreamSynchronize`.
 
 # %%
-from labkit.trace.analysis.analyze import analyze_trace
-from labkit.trace.analysis.notebook import fixture_trace
-ex = analyze_trace(fixture_trace(size))
-fold("where the trace comes from", format_table([{"field": k, "value": v} for k, v in ex.source.items()]))
+from labkit.trace import Trace
+from labkit.viz.trace_notebook import fixture_trace
+ex = Trace(fixture_trace(size))
+fold("where the trace comes from", format_table([{"field": k, "value": v} for k, v in ex.source().items()]))
 
 # %%
 from labkit.viz.timeline import plot_timeline
-plot_timeline(ex, max_events=max_bars, title=f"a public PyTorch profile, {ex.source.get('gpu') or 'its GPU'} (measured-gpu)")
+plot_timeline(ex, max_events=max_bars, title=f"a public PyTorch profile, {ex.source().get('gpu') or 'its GPU'} (measured-gpu)")
 
 # %%
-format_table(ex.streams)
+format_table(ex.idle())
 
 # %%
-fold("every host-to-device copy of the trace", format_table(ex.h2d, columns=["kind", "bytes", "host_call_us", "sync_name",
+fold("every host-to-device copy of the trace", format_table(ex.h2d(), columns=["kind", "bytes", "host_call_us", "sync_name",
                                                                           "sync_us", "host_stall_us", "call_site"]))
 
 # %% [markdown]
@@ -141,7 +141,7 @@ fold("every host-to-device copy of the trace", format_table(ex.h2d, columns=["ki
 # one; `hta_compatible` reproduces those numbers exactly (the tests check them against HTA itself).
 
 # %%
-fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
+fold("the numbers with HTA's conventions", format_table(ex.hta_compatible()))
 
 # %% [markdown]
 # ## Point the lab at your own vLLM profile
@@ -159,7 +159,8 @@ fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
 #
 # vLLM traces have no `ProfilerStep` spans; `--steps` names the per-step annotation to group by
 # (e.g. `execute_context_...`). `labkit analyze BEFORE --vs AFTER` compares two runs; in Python,
-# `analyze_trace(path)` and `diff_analyses(before, after)` as above.
+# `Trace(path)` (each table on first use: `.idle()`, `.bubbles()`, `.call_sites()`, `.copies()`, `.steps()`)
+# and `diff_analyses(before, after)` as above.
 
 # %% [markdown]
 # ## How fast the analyzer is (measured-cpu)
@@ -170,7 +171,7 @@ fold("the numbers with HTA's conventions", format_table(ex.hta_compatible))
 # are host (CPU) timings, not GPU measurements; the table is the recorded result.
 
 # %%
-from labkit.trace.analysis.notebook import bench_table
+from labkit.viz.trace_notebook import bench_table
 declare_sources("measured-cpu")
 bench_table()
 
@@ -210,7 +211,7 @@ w = predict(tensor_run, parse_changes(["^schedule$=0.1"])) if tensor_run else No
 
 # %%
 from labkit.trace.whatif.host_only import host_only_rows, predict_host_only
-from labkit.trace.analysis.notebook import FIXTURES
+from labkit.viz.trace_notebook import FIXTURES
 vllm_cpu = [FIXTURES / f"vllm-cpu-gemma4-{v}-16x15.trimmed.pt.trace.json.gz" for v in ("baseline", "merged")]
 display(fold("what `--suggest` names first", "\n".join(predict(vllm_cpu[0], suggest=True).summary_lines()[-12:])))
 format_table(host_only_rows(predict_host_only(vllm_cpu[0]), predict(vllm_cpu[1]).measured["step_ms_median"]))

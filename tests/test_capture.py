@@ -10,7 +10,8 @@ import pytest
 from labkit.engine.device.devices import SimDevice
 from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
-from labkit.trace.capture import TB_TRACE_PATTERN, make_capture, read_trace, write_trace
+from labkit.engine.device.sim_trace import device_capture
+from labkit.trace.capture import TB_TRACE_PATTERN, read_trace, trace_path, write_trace
 
 
 class FakeClock:
@@ -35,7 +36,7 @@ def _hand_run(root, steps=3):
     """
     clk = FakeClock()
     dev = SimDevice(_profile(), clock=clk)
-    with make_capture(dev, root, "hand", metadata={"variant": "hand"}, wait=0, warmup=0, active=steps) as cap:
+    with device_capture(dev, trace_path(root, "hand"), metadata={"variant": "hand"}, warmup=0, active=steps) as cap:
         for _ in range(steps):
             with dev.annotate("schedule"):
                 clk.t += 1000
@@ -47,7 +48,7 @@ def _hand_run(root, steps=3):
             dev.launch("D", 1000)
             dev.synchronize()
             cap.step()
-    return dev, cap.paths
+    return dev, sorted((root / "hand").iterdir())
 
 
 def _hand_gaps_us(dev):
@@ -95,12 +96,12 @@ def test_hand_schedule_idle_agrees_with_hta_and_the_lab(tmp_path):
     ta = TraceAnalysis(trace_dir=str(paths[0].parent), include_last_profiler_step=True)
     df, _ = ta.get_idle_time_breakdown(visualize=False)
     assert df["idle_time"].sum() == pytest.approx(expected_us)
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
 
-    a = analyze_trace(paths[0], include_last_profiler_step=True)
-    assert a.summary["idle_us"] == pytest.approx(expected_us)
-    assert a.summary["busy_us"] == pytest.approx(dev.busy_ns / 1e3)
-    assert a.h2d["kind"].tolist() == ["pageable"] * 3
+    a = Trace(paths[0], include_last_profiler_step=True)
+    assert a.summary()["idle_us"] == pytest.approx(expected_us)
+    assert a.summary()["busy_us"] == pytest.approx(dev.busy_ns / 1e3)
+    assert a.h2d()["kind"].tolist() == ["pageable"] * 3
 
 
 def test_tensorboard_plugin_parser_reads_sim_trace(tmp_path):
@@ -118,19 +119,12 @@ def test_tensorboard_plugin_parser_reads_sim_trace(tmp_path):
 
 
 def test_write_trace_is_atomic_and_checks_run_names(tmp_path):
-    p = write_trace({"traceEvents": []}, tmp_path, "run-1", worker="w")
+    p = write_trace({"traceEvents": []}, trace_path(tmp_path, "run-1", worker="w"))
     assert TB_TRACE_PATTERN.match(p.name) and p.name.startswith("w.")
     assert json.loads(gzip.open(p).read()) == {"traceEvents": []}
     assert [q.name for q in (tmp_path / "run-1").iterdir()] == [p.name]
     with pytest.raises(UsageError):
-        write_trace({}, tmp_path, "../escape")
-
-
-def test_null_capture_without_trace_dir():
-    cap = make_capture(SimDevice(), None)
-    with cap:
-        cap.step()
-    assert cap.paths == []
+        trace_path(tmp_path, "../escape")
 
 
 def test_torch_profiler_capture_of_the_cpu_engine(tmp_path):
@@ -142,11 +136,11 @@ def test_torch_profiler_capture_of_the_cpu_engine(tmp_path):
                        prefix_ranges="per_step")
     dev = TorchDevice("cpu")
     eng = Engine(cfg, dev)
-    cap = make_capture(dev, tmp_path, "cpu-run", metadata={"variant": cfg.variant_name()}, wait=1, warmup=1, active=2)
-    with cap:
+    path = trace_path(tmp_path, "cpu-run")
+    with device_capture(dev, path, metadata={"variant": cfg.variant_name()}, warmup=2, active=2) as cap:
         eng.run(5, capture=cap)
-    assert len(cap.paths) == 1 and TB_TRACE_PATTERN.match(cap.paths[0].name)
-    tr = read_trace(cap.paths[0])
+    assert list((tmp_path / "cpu-run").iterdir()) == [path] and TB_TRACE_PATTERN.match(path.name)
+    tr = read_trace(path)
     names = {e["name"] for e in tr["traceEvents"] if e.get("cat") == "user_annotation"}
     assert {"ProfilerStep#2", "ProfilerStep#3", "schedule", "prepare_metadata", "forward", "sample",
             "forward/layer_0", "forward/layer_1"} <= names

@@ -15,7 +15,8 @@ from labkit.engine.loop import Engine, summarize_run
 from labkit.engine.model import LAYER_OPS
 from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost
 from labkit.errors import UsageError
-from labkit.trace.capture import make_capture
+from labkit.engine.device.sim_trace import device_capture
+from labkit.trace.capture import trace_path
 
 HOST = FixedHostCosts(schedule_ns={"tensor/loop": 3e6, "list/loop": 0.3e6, "fast/cursor": 0.1e6}, prepare_ns=0.1e6,
                       range_copy_ns=10_000)
@@ -44,13 +45,13 @@ def _traced(tmp_path, device_step_ns, **cfg):
     config = EngineConfig(model="tiny", workload="pr40143", **cfg)
     dev = make_fixed_cost_device(_profile(device_step_ns), record=True)
     eng = Engine(config, dev, host_costs=HOST)
-    cap = make_capture(dev, tmp_path, config.variant_name().replace("/", "-"), wait=2, warmup=1, active=3)
-    with cap:
+    path = trace_path(tmp_path, config.variant_name().replace("/", "-"))
+    with device_capture(dev, path, warmup=3, active=3) as cap:
         eng.run(6, capture=cap)
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
 
-    a = analyze_trace(cap.paths[0], include_last_profiler_step=True)
-    busy, idle = a.summary["busy_us"], a.summary["idle_us"]
+    a = Trace(path, include_last_profiler_step=True)
+    busy, idle = a.summary()["busy_us"], a.summary()["idle_us"]
     return eng, a, idle / (busy + idle)
 
 
@@ -61,8 +62,8 @@ def test_tensor_placeholders_starve_the_device_and_lists_fix_it(tmp_path, device
     assert idle_t > 0.2                      # host-bound: the device waits for the scheduler
     assert idle_l < idle_t / 2 and idle_f < idle_t / 2
     # the idle is host wait, and the host was in `schedule` during it
-    assert a_t.summary["idle_host_wait_us"] > 0.8 * a_t.summary["idle_us"]
-    top = a_t.host_starvation.iloc[0]["call_site"]
+    assert a_t.summary()["idle_host_wait_us"] > 0.8 * a_t.summary()["idle_us"]
+    top = a_t.call_sites().iloc[0]["call_site"]
     assert "schedule" in top
     r_t, r_l = summarize_run(eng_t, warmup_steps=2, measured_steps=3), summarize_run(eng_l, warmup_steps=2,
                                                                                       measured_steps=3)
@@ -76,8 +77,8 @@ def test_per_layer_prefix_copies_open_bubbles_between_layers(tmp_path, device_st
     eng, a, idle_pl = runs["per_layer"]
     n_layers = 2
     # pre-#38794: every layer uploads one row per sequence (+ nested offsets), all pageable
-    per_step = a.h2d.groupby("step").size() if "step" in a.h2d.columns else None
-    pageable = int((a.h2d["kind"] == "pageable").sum())
+    per_step = a.h2d().groupby("step").size() if "step" in a.h2d().columns else None
+    pageable = int((a.h2d()["kind"] == "pageable").sum())
     assert pageable >= 3 * n_layers * 128
     if per_step is not None:
         assert per_step.min() >= n_layers * 128
@@ -85,14 +86,14 @@ def test_per_layer_prefix_copies_open_bubbles_between_layers(tmp_path, device_st
     for s in ("per_step", "cached"):
         _, a_s, idle_s = runs[s]
         assert idle_s < idle_pl / 2
-        assert int((a_s.h2d["kind"] == "pageable").sum()) <= 3
+        assert int((a_s.h2d()["kind"] == "pageable").sum()) <= 3
     # many bubbles sit inside forward/layer_i ranges, where the copies are made; none do without them
     def layer_idle_us(analysis):
-        b = analysis.bubbles
+        b = analysis.bubbles()
         return float(b.loc[b["call_site"].astype(str).str.contains("forward/layer_"), "dur_us"].sum())
 
-    assert layer_idle_us(a) > 0.3 * a.summary["idle_us"]
-    assert int((a.bubbles["call_site"].astype(str).str.contains("forward/layer_")).sum()) >= 3 * n_layers * 100
+    assert layer_idle_us(a) > 0.3 * a.summary()["idle_us"]
+    assert int((a.bubbles()["call_site"].astype(str).str.contains("forward/layer_")).sum()) >= 3 * n_layers * 100
     for s in ("per_step", "cached"):
         assert layer_idle_us(runs[s][1]) < 0.05 * layer_idle_us(a)
 

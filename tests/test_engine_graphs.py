@@ -190,31 +190,31 @@ def test_per_layer_keeps_its_bubbles_and_says_it_ran_piecewise():
 
 
 def test_analyzer_puts_host_wait_on_the_scheduler_and_the_prefix_range_copies(tmp_path):
-    from labkit.trace.analysis.analyze import analyze_trace
-    from labkit.trace.capture import make_capture
+    from labkit.trace import Trace
+    from labkit.engine.device.sim_trace import device_capture
+    from labkit.trace.capture import trace_path
 
     def traced(placeholder, scheduling, prefix_ranges):
         cfg = EngineConfig(model="gemma4-e4b-like", workload="pr40143-short", placeholder=placeholder,
                            scheduling=scheduling, prefix_ranges=prefix_ranges, cudagraph="full")
         dev = make_fixed_cost_device(graph_profile(), record=True)
         eng = Engine(cfg, dev, host_costs=HOST)
-        cap = make_capture(dev, tmp_path, cfg.variant_name().replace("/", "-"), wait=1, warmup=1, active=2,
-                           metadata={"cudagraph": cfg.cudagraph})
-        with cap:
+        path = trace_path(tmp_path, cfg.variant_name().replace("/", "-"))
+        with device_capture(dev, path, warmup=2, active=2, metadata={"cudagraph": cfg.cudagraph}) as cap:
             eng.run(4, capture=cap)
-        return analyze_trace(cap.paths[0], include_last_profiler_step=True)
+        return Trace(path, include_last_profiler_step=True)
 
     a = traced("tensor", "loop", "none")
-    s = a.summary
+    s = a.summary()
     assert s["idle_host_wait_us"] > 0.8 * s["idle_us"] > 0
-    assert "schedule" in str(a.host_starvation.iloc[0]["call_site"])
+    assert "schedule" in str(a.call_sites().iloc[0]["call_site"])
     b = traced("fast", "cursor", "per_layer")
-    bub = b.bubbles
+    bub = b.bubbles()
     in_layers = bub["call_site"].astype(str).str.contains("forward/layer_")
-    assert float(bub.loc[in_layers, "dur_us"].sum()) > 0.5 * b.summary["idle_us"]
-    top = b.host_starvation.iloc[0]["call_site"]
+    assert float(bub.loc[in_layers, "dur_us"].sum()) > 0.5 * b.summary()["idle_us"]
+    top = b.call_sites().iloc[0]["call_site"]
     assert "forward/layer_" in str(top) or "h2d" in str(top)
-    assert int((b.h2d["kind"] == "pageable").sum()) >= 2 * 42 * 128
+    assert int((b.h2d()["kind"] == "pageable").sum()) >= 2 * 42 * 128
 
 
 # -- the real-device runner's buffers and padding, on a CPU -----------------------------------------

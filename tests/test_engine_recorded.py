@@ -42,7 +42,7 @@ class _StallingCapture:
     """A capture whose start and every step hold the (simulated) host for 5 s, like a profiler's first start."""
 
     def __init__(self, dev):
-        self.dev, self.calls, self.paths = dev, 0, []
+        self.dev, self.calls = dev, 0
 
     def _stall(self):
         self.calls += 1
@@ -60,14 +60,14 @@ class _StallingCapture:
         self._stall()
 
 
-def test_profiler_start_never_enters_the_measured_window(monkeypatch):
+def test_profiler_start_never_enters_the_measured_window(monkeypatch, tmp_path):
     import labkit.engine.device.devices as devices
-    import labkit.trace.capture as capture
+    import labkit.engine.device.sim_trace as sim_trace
     from labkit.engine.runs import run_variants
 
     made = []
 
-    def fake_make_capture(dev, trace_dir, run="run", **kw):
+    def fake_capture(dev, path, **kw):
         made.append(_StallingCapture(dev))
         return made[-1]
 
@@ -77,10 +77,10 @@ def test_profiler_start_never_enters_the_measured_window(monkeypatch):
         assert kind == "sim"
         return devices.SimDevice(profile, clock=lambda: 0)
 
-    monkeypatch.setattr(capture, "make_capture", fake_make_capture)
+    monkeypatch.setattr(sim_trace, "device_capture", fake_capture)
     monkeypatch.setattr(devices, "make_device", frozen_clock_device)
     rows, _ = run_variants("sim", [("fast", "cursor", "none", True)], model="tiny", workload="pr40143",
-                           num_requests=8, steps=4, warmup=2, trace_dir="unused")
+                           num_requests=8, steps=4, warmup=2, trace_dir=str(tmp_path))
     assert made and made[0].calls >= 2  # the stalls did happen, after the measured run
     (row,) = rows
     assert row["window_ns"] < 1_000_000_000 and row["max_ns"] < 1_000_000_000  # a 5 s stall would be in both
@@ -174,10 +174,10 @@ def test_simulated_device_time_per_step_matches_the_h200_trace():
     from labkit.engine.device.devices import SimDevice
     from labkit.engine.loop import Engine
     from labkit.engine.device.profiles import load_profile
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
 
     trace = engine_traces("h200")["fast/cursor/per_step/async"]
-    measured_us = float(analyze_trace(trace).steps["device_busy_us"].median())
+    measured_us = float(Trace(trace).steps()["device_busy_us"].median())
     dev = SimDevice(load_profile("h200"))
     eng = Engine(EngineConfig(model="gemma4-e4b-like", workload="pr40143", placeholder="fast", scheduling="cursor",
                               prefix_ranges="per_step"), dev)
@@ -209,7 +209,7 @@ def test_host_cost_figures_come_from_the_recorded_files(tmp_path, monkeypatch):
     rows = [{"variant": "a/none", "host_forward_ns": 20e6}, {"variant": "b/none", "host_forward_ns": 26e6},
             {"variant": "x/per_layer/async", "host_forward_ns": 400e6},
             {"variant": "a/none", "cudagraph": "full", "host_forward_ns": 1e6}, {"variant": "c", "host_forward_ns": None}]
-    an = {v: SimpleNamespace(steps=pd.DataFrame({"device_busy_us": b})) for v, b in
+    an = {v: SimpleNamespace(steps=lambda b=b: pd.DataFrame({"device_busy_us": b})) for v, b in
           {"a": [9_000.0, 11_000.0], "b": [12_000.0], "c": [8_000.0, 8_000.0, 30_000.0]}.items()}
     fig = host_cost_figures(profile, rows, an)
     assert fig == {"host_per_op_us": 60.0, "ops_per_forward": len(HEAD_OPS) + 2 * len(LAYER_OPS) + len(TAIL_OPS),

@@ -143,12 +143,12 @@ def _trace_with_long_name(tmp_path, name):
 
 
 def test_timeline_titles_are_bounded_and_full_names_go_to_hover(tmp_path):
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
     from labkit.viz.labels import CAPTION_NAME, NAME_CHARS
     from labkit.viz.timeline import plot_timeline, plot_timeline_pair
 
     long_name = "labkit.fast-cursor-per_layer-async.1795992754131407379.pt.trace.json"
-    an = analyze_trace(_trace_with_long_name(tmp_path, long_name))
+    an = Trace(_trace_with_long_name(tmp_path, long_name))
     fig = plot_timeline(an)
     title = fig.layout.title.text.split("<br>")[0]
     assert long_name not in title and "…" in title
@@ -161,7 +161,7 @@ def test_timeline_titles_are_bounded_and_full_names_go_to_hover(tmp_path):
     assert fig.layout.title.text.startswith("tensor/loop")
     assert not [a for a in fig.layout.annotations if a.name == CAPTION_NAME]
 
-    short = analyze_trace(_trace_with_long_name(tmp_path, "b.json"))
+    short = Trace(_trace_with_long_name(tmp_path, "b.json"))
     pair = plot_timeline_pair(an, short)
     subtitles = [a.text for a in pair.layout.annotations if a.name != CAPTION_NAME]
     assert len(subtitles) == 2 and all(len(t) <= 60 for t in subtitles)

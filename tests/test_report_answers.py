@@ -91,9 +91,9 @@ def test_prefix_attention_picks_the_case_with_the_largest_gain_and_needs_a_gpu()
 
 def test_trace_analysis_per_step_from_the_summaries():
     def an(h2d, pageable, idle, busy):
-        return SimpleNamespace(source={"gpu": "H200", "kind": "measured-gpu", "file": "t.json.gz"},
-                               summary={"h2d_count": h2d, "pageable_h2d_count": pageable, "idle_us": idle,
-                                        "busy_us": busy, "steps_count": 2})
+        return SimpleNamespace(source=lambda: {"gpu": "H200", "kind": "measured-gpu", "file": "t.json.gz"},
+                               summary=lambda: {"h2d_count": h2d, "pageable_h2d_count": pageable, "idle_us": idle,
+                                                "busy_us": busy, "steps_count": 2})
     lab = {"fast/cursor/per_layer/async": an(8000, 7000, 1_800_000.0, 200_000.0),
            "fast/cursor/per_step/async": an(10, 2, 60_000.0, 140_000.0)}
     t = text(answers.trace_analysis(lab))

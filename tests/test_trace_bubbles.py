@@ -10,7 +10,7 @@ import pytest
 from hta_reference import CHECKED, COLUMNS, RECORDED, hta_live, hta_version, raw_trace, recorded
 from real_traces import fixtures, find, shared, shared_trace
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.device.bubbles import find_bubbles, host_starvation, hta_idle_breakdown, hta_idle_totals
 from labkit.trace.analysis.host.steps import detect_steps
 from labkit.trace.read.load import load_trace
@@ -76,8 +76,8 @@ def test_hand_worked_bubbles(hand_trace):
 
 
 def test_hand_worked_streams_and_hta_convention(hand_trace):
-    an = analyze_trace(hand_trace)
-    s7 = an.streams.set_index("stream").loc[7]
+    an = Trace(hand_trace)
+    s7 = an.idle().set_index("stream").loc[7]
     assert s7["span_us"] == 77.0 and s7["busy_us"] == 23.0 and s7["idle_us"] == 54.0
     assert (s7["idle_host_wait_us"], s7["idle_kernel_wait_us"], s7["idle_other_us"]) == (53.0, 1.0, 0.0)
     # HTA: signed gaps after the previous row's end: 1, 32-36=-4, 84-34=50 (host), 95-90=5 (host)
@@ -107,10 +107,10 @@ def test_hand_worked_host_call_sites(hand_trace):
 def test_no_device_events_reports_host_time(tmp_path):
     p = tmp_path / "cpu.json"
     p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), X("cpu_op", "b", 5, 10), X("cpu_op", "c", 30, 5)]}))
-    an = analyze_trace(p)
-    assert not an.source["has_device_events"] and an.source["kind"] == "host-only"
-    assert len(an.streams) == 0 and len(an.bubbles) == 0
-    assert an.host_threads["busy_us"].tolist() == [20.0] and an.host_threads["span_us"].tolist() == [35.0]
+    an = Trace(p)
+    assert not an.source()["has_device_events"] and an.source()["kind"] == "host-only"
+    assert len(an.idle()) == 0 and len(an.bubbles()) == 0
+    assert an.host_threads()["busy_us"].tolist() == [20.0] and an.host_threads()["span_us"].tolist() == [35.0]
     assert any("host time only" in line for line in an.summary_lines())
 
 
@@ -157,14 +157,14 @@ def test_idle_agrees_with_hta(path):
     for key, val in r.items():
         assert m.get(key, 0.0) == pytest.approx(val, rel=0.01, abs=1.0), f"{key}"
     # the whole analysis runs and its memcpy count matches a direct count of the events
-    an = analyze_trace(tr)
+    an = Trace(tr)
     raw = _raw_events(path)["traceEvents"]
     n_memcpy = sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy")
-    assert len(an.copies.copies) == n_memcpy
+    assert len(an.copies().copies) == n_memcpy
     n_h2d_pageable = sum(1 for e in raw if e.get("name") == "Memcpy HtoD (Pageable -> Device)")
-    assert int((an.h2d["kind"] == "pageable").sum()) == n_h2d_pageable
+    assert int((an.h2d()["kind"] == "pageable").sum()) == n_h2d_pageable
     # lab idle: each category is non-negative and they sum to idle_us
-    s = an.streams
+    s = an.idle()
     assert (s[["idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us"]] >= 0).all().all()
     assert (s["idle_us"] - s[["idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us"]].sum(axis=1)).abs().max() < 1e-6
 
@@ -226,34 +226,42 @@ def test_host_thread_time_per_thread_by_hand(tmp_path):
         X("user_annotation", "g", 5, 40, pid=2),
         K("k", 1, 100, corr=1),  # a kernel: device time, not a host thread
     ]}))
-    th = analyze_trace(p).host_threads
+    th = Trace(p).host_threads()
     assert th[["pid", "tid"]].values.tolist() == [[2, 1], [1, 1], [1, 2]]
     assert th["busy_us"].tolist() == [40.0, 20.0, 4.0]
     assert th["span_us"].tolist() == [40.0, 25.0, 31.0]
     assert th["events"].tolist() == [1, 4, 2]
 
 
-def test_analyses_of_a_path_are_reused_until_the_file_changes(tmp_path):
-    from labkit.trace.read import load
+def test_a_table_is_computed_once_and_only_when_asked(tmp_path, monkeypatch):
+    import labkit.trace.analysis.trace as facade
 
+    calls: dict = {}
+
+    def counting(name):
+        real = getattr(facade, name)
+
+        def wrapper(*a, **k):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*a, **k)
+        monkeypatch.setattr(facade, name, wrapper)
+
+    for name in ("find_bubbles", "copy_report", "hta_idle_breakdown", "host_thread_time", "graph_replays",
+                 "engine_phase_table"):
+        counting(name)
     p = tmp_path / "t.json"
-    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), K("k", 20, 5, corr=1)]}))
-    a1 = analyze_trace(p)
-    assert analyze_trace(p) is a1 and load.as_trace(p) is a1.trace
-    assert analyze_trace(p, kernel_wait_us=1.0) is not a1  # other options: analysed again
-    assert analyze_trace(p, cache=False) is not a1 and load.as_trace(p, cache=False) is not a1.trace
-    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), X("cpu_op", "b", 12, 3), K("k", 20, 5, corr=1)]}))
-    a2 = analyze_trace(p)
-    assert a2 is not a1 and a2.host_threads["events"].tolist() == [2]
-
-
-def test_big_traces_are_not_kept(tmp_path, monkeypatch):
-    from labkit.trace.analysis import analyze
-    from labkit.trace.read import load
-
-    monkeypatch.setattr(load, "CACHE_MAX_EVENTS", 1)
-    monkeypatch.setattr(analyze, "CACHE_MAX_EVENTS", 1)
-    p = tmp_path / "t.json"
-    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), X("cpu_op", "b", 12, 3)]}))
-    assert load.as_trace(p) is not load.as_trace(p)
-    assert analyze_trace(p) is not analyze_trace(p)
+    p.write_text(json.dumps({"traceEvents": [X("cpu_op", "a", 0, 10), K("k", 20, 5, corr=1), K("k", 40, 5, corr=2)]}))
+    t = Trace(p)
+    assert calls == {}  # reading the file computes no table
+    b = t.bubbles()
+    assert t.bubbles() is b and t.call_sites() is t.call_sites()
+    assert b["dur_us"].tolist() == [15.0]  # the one gap, 25 -> 40
+    assert calls == {"find_bubbles": 1}  # neither the copies, HTA's breakdown, threads nor graphs
+    assert t.idle() is t.idle() and calls == {"find_bubbles": 1}
+    assert t.host_threads() is t.host_threads() and calls["host_thread_time"] == 1
+    t.to_json()
+    t.to_json()
+    assert calls == dict.fromkeys(["find_bubbles", "copy_report", "hta_idle_breakdown", "host_thread_time",
+                                   "graph_replays", "engine_phase_table"], 1)
+    assert Trace(p).bubbles() is not b  # kept on the instance, nothing global
+    assert calls["find_bubbles"] == 2

@@ -222,12 +222,12 @@ def test_not_a_trace_exit_2(tmp_path, capsys, content):
 
 
 def test_output_paths_checked_before_work(tmp_path, capsys, monkeypatch):
-    import labkit.trace.analysis.analyze as analyze
+    import labkit.viz.trace_cli as trace_cli
 
     def boom(*a, **k):
         raise AssertionError("analysis ran before the outputs were checked")
 
-    monkeypatch.setattr(analyze, "analyze_trace", boom)
+    monkeypatch.setattr(trace_cli, "Trace", boom)
     same = tmp_path / "same.out"
     rc, _, err = run([GP100, "--json", same, "--html", same], capsys)
     assert rc == 2 and "same file" in err

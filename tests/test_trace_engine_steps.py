@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.host.engine_steps import TOP_PHASES, engine_phase_table, engine_steps, phase_summary
 from labkit.trace.read.load import load_trace
 
@@ -116,7 +116,7 @@ def test_a_trace_without_engine_step_frames_has_no_table(tmp_path):
     trace = load_trace(path)
     assert engine_steps(trace)[1] is None
     assert len(engine_phase_table(trace)) == 0
-    assert analyze_trace(path, cache=False).to_json()["engine_steps"] == []
+    assert Trace(path).to_json()["engine_steps"] == []
 
 
 def _raw_events(name):
@@ -127,8 +127,8 @@ def _raw_events(name):
 @pytest.mark.parametrize("variant", ["baseline", "merged"])
 def test_real_vllm_cpu_traces(variant):
     name = f"vllm-cpu-gemma4-{variant}.trimmed.pt.trace.json.gz"
-    an = analyze_trace(DATA / name, cache=False)
-    table = an.engine_phases
+    an = Trace(DATA / name)
+    table = an.engine_phases()
     # reference: straight from the JSON, each whole LLMEngine.step frame and the scheduler frames in it
     raw = _raw_events(name)
     first, last = min(e["ts"] for e in raw), max(e["ts"] + e["dur"] for e in raw)

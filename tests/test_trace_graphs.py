@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.device.bubbles import device_ops
 from labkit.trace.analysis.device.cuda_graphs import device_gaps, device_idle, graph_replays, replay_index, graph_launches
 from labkit.trace.read.load import load_trace
@@ -65,13 +65,13 @@ def test_kernels_sharing_the_launch_correlation_are_one_replay(tmp_path):
 def test_replay_over_two_streams_is_not_idle(tmp_path):
     # one replay: stream 7 runs [10,20] and [40,50], stream 8 runs [18,42] in between
     ev = [_rt("cudaGraphLaunch", 0, 5, 1), _k("a", 10, 10, 1, 7), _k("b", 18, 24, 1, 8), _k("c", 40, 10, 1, 7)]
-    an = analyze_trace(_write(tmp_path, ev))
-    per_stream = {int(r.stream): r.idle_us for r in an.streams.itertuples()}
+    an = Trace(_write(tmp_path, ev))
+    per_stream = {int(r.stream): r.idle_us for r in an.idle().itertuples()}
     assert per_stream == {7: 20.0, 8: 0.0}  # stream 7 alone has a 20 us gap...
-    dev = an.devices.iloc[0]
+    dev = an.devices().iloc[0]
     assert dev["idle_us"] == 0 and dev["busy_us"] == 40  # ...but the device was busy from 10 to 50
     assert dev["per_stream_idle_sum_us"] == 20 and dev["streams_count"] == 2
-    r = an.replays.iloc[0]
+    r = an.replays().iloc[0]
     assert r["streams"] == "7,8" and r["busy_us"] == 40 and r["gaps_us"] == 0
 
 
@@ -81,13 +81,13 @@ def test_unrecorded_replay_is_not_counted_as_idle(tmp_path):
     # 55): unrecorded, not idle. The gap [240,400] is a real host wait.
     ev = [_rt("cudaGraphLaunch", 0, 5, 1), _k("a", 10, 40, 1), _rt("cudaGraphLaunch", 55, 3, 2),
           _rt("cudaGraphLaunch", 60, 3, 3), _k("b", 200, 40, 3), _rt("cudaLaunchKernel", 400, 2, 4), _k("c", 400, 10, 4)]
-    an = analyze_trace(_write(tmp_path, ev))
-    assert an.replays["ops_count"].tolist() == [1, 0, 1]
-    assert an.replays["recorded"].tolist() == [True, False, True]
-    gaps = an.device_gaps
+    an = Trace(_write(tmp_path, ev))
+    assert an.replays()["ops_count"].tolist() == [1, 0, 1]
+    assert an.replays()["recorded"].tolist() == [True, False, True]
+    gaps = an.device_gaps()
     assert gaps[["start_us", "end_us", "category"]].values.tolist() == [[50, 200, "unrecorded"],
                                                                        [240, 400, "host_wait"]]
-    dev = an.devices.iloc[0]
+    dev = an.devices().iloc[0]
     assert (dev["span_us"], dev["idle_us"], dev["unrecorded_us"], dev["busy_us"]) == (400, 160, 150, 90)
     doc = an.to_json()
     assert doc["graphs"]["launches_count"] == 3 and doc["graphs"]["unrecorded_count"] == 1
@@ -95,10 +95,10 @@ def test_unrecorded_replay_is_not_counted_as_idle(tmp_path):
 
 
 def test_trace_without_graphs_has_no_replays():
-    an = analyze_trace(DATA / "hta-triton-example-a100.pt.trace.json.gz")
-    assert len(an.replays) == 0 and an.to_json()["graphs"]["launches_count"] == 0
+    an = Trace(DATA / "hta-triton-example-a100.pt.trace.json.gz")
+    assert len(an.replays()) == 0 and an.to_json()["graphs"]["launches_count"] == 0
     # one stream: device idle equals the stream's idle
-    assert an.devices["idle_us"].sum() == pytest.approx(an.streams["idle_us"].sum())
+    assert an.devices()["idle_us"].sum() == pytest.approx(an.idle()["idle_us"].sum())
 
 
 def test_real_vllm_graph_trace_against_raw_json():
@@ -108,26 +108,26 @@ def test_real_vllm_graph_trace_against_raw_json():
     launches = {e["args"]["correlation"] for e in events if e.get("name") == "cudaGraphLaunch"}
     per_corr = Counter(e["args"]["correlation"] for e in events
                        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["correlation"] in launches)
-    an = analyze_trace(NVLLM_STEP)
-    got = dict(zip(an.replays["correlation"], an.replays["ops_count"]))
+    an = Trace(NVLLM_STEP)
+    got = dict(zip(an.replays()["correlation"], an.replays()["ops_count"]))
     assert len(got) == len(launches) == 65
     assert got == {c: per_corr.get(c, 0) for c in launches}
     # every graph-launched op carries a non-zero graph id in this trace: they are exactly the replay ops
     graph_kernels = sum(1 for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
                         and e["args"].get("graph id", 0) != 0)
-    assert int(an.replays["ops_count"].sum()) == graph_kernels
-    dev = an.devices.iloc[0]
-    assert dev["idle_us"] <= an.streams["idle_us"].min() + 1e-6
+    assert int(an.replays()["ops_count"].sum()) == graph_kernels
+    dev = an.devices().iloc[0]
+    assert dev["idle_us"] <= an.idle()["idle_us"].min() + 1e-6
     assert dev["unrecorded_us"] == 0
 
 
 def test_analysis_ops_carry_their_replay(tmp_path):
     ev = [_rt("cudaGraphLaunch", 0, 5, 1), _k("a", 10, 10, 1), _rt("cudaLaunchKernel", 30, 2, 2), _k("e", 40, 5, 2),
           _rt("cudaGraphLaunch", 50, 5, 3), _k("b", 60, 10, 3), _k("c", 75, 10, 3)]
-    an = analyze_trace(_write(tmp_path, ev))
-    assert dict(zip(an.ops["name"], an.ops["replay"])) == {"a": 0, "e": -1, "b": 1, "c": 1}
-    unit = an.ops[an.ops["replay"] == 1]
-    assert unit["name"].tolist() == ["b", "c"] and an.replays.loc[1, "gaps_us"] == 5
+    an = Trace(_write(tmp_path, ev))
+    assert dict(zip(an.ops()["name"], an.ops()["replay"])) == {"a": 0, "e": -1, "b": 1, "c": 1}
+    unit = an.ops()[an.ops()["replay"] == 1]
+    assert unit["name"].tolist() == ["b", "c"] and an.replays().loc[1, "gaps_us"] == 5
 
 
 def test_many_replays_interleaved_against_a_brute_force_union(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.device.bubbles import device_ops
 from labkit.trace.analysis.host.steps import detect_steps
 from labkit.trace.analysis.device.h2d import classify_copy, copy_report
@@ -59,8 +59,8 @@ def _copy_trace(tmp_path, n_small: int, step_len: float = 1000.0):
 
 
 def test_host_stall_and_call_site(tmp_path):
-    an = analyze_trace(_copy_trace(tmp_path, n_small=3))
-    h = an.h2d
+    an = Trace(_copy_trace(tmp_path, n_small=3))
+    h = an.h2d()
     pg = h[h["kind"] == "pageable"]
     assert len(pg) == 6 and (pg["bytes"] == 256).all()
     assert (pg["host_call_us"] == 8).all() and (pg["sync_us"] == 6).all()
@@ -69,36 +69,36 @@ def test_host_stall_and_call_site(tmp_path):
     assert pg["step"].tolist() == [0, 0, 0, 1, 1, 1]
     pinned = h[h["kind"] == "pinned"].iloc[0]
     assert pinned["sync_us"] == 0 and pinned["host_stall_us"] == 4 and pinned["step"] == 1
-    by_step = an.copies.by_step.set_index("step")
+    by_step = an.copies().by_step.set_index("step")
     assert by_step.loc[0, "pageable_count"] == 3 and by_step.loc[1, "pinned_count"] == 1
 
 
 @pytest.mark.parametrize("n_small, min_count, flagged", [(3, 4, False), (4, 4, True), (3, 3, True), (8, 4, True)])
 def test_small_pageable_rule(tmp_path, n_small, min_count, flagged):
-    an = analyze_trace(_copy_trace(tmp_path, n_small=n_small), min_count=min_count)
-    assert bool(an.copies.flags) is flagged
+    an = Trace(_copy_trace(tmp_path, n_small=n_small), min_count=min_count)
+    assert bool(an.copies().flags) is flagged
     if flagged:
-        f = an.copies.flags[0]
+        f = an.copies().flags[0]
         assert f["count"] == 2 * n_small and f["steps_flagged"] == 2 and f["max_per_step"] == n_small
     # the large pinned copy never counts
-    assert all("pinned" not in f["rule"] for f in an.copies.flags)
+    assert all("pinned" not in f["rule"] for f in an.copies().flags)
 
 
 def test_small_bytes_threshold(tmp_path):
-    assert not analyze_trace(_copy_trace(tmp_path, n_small=5), small_bytes=255).copies.flags
-    assert analyze_trace(_copy_trace(tmp_path, n_small=5), small_bytes=256).copies.flags
+    assert not Trace(_copy_trace(tmp_path, n_small=5), small_bytes=255).copies().flags
+    assert Trace(_copy_trace(tmp_path, n_small=5), small_bytes=256).copies().flags
 
 
 def test_real_trace_pageable_copies_are_followed_by_sync():
     # provenance README: 16 pageable HtoD copies, each followed by cudaStreamSynchronize
-    an = analyze_trace(DATA / "hta-critical-path-alexnet-a100.pt.trace.json.gz")
-    h = an.h2d
+    an = Trace(DATA / "hta-critical-path-alexnet-a100.pt.trace.json.gz")
+    h = an.h2d()
     assert len(h) == 16 and (h["kind"] == "pageable").all()
     assert (h["sync_name"] == "cudaStreamSynchronize").all()
     assert (h["launch_name"] == "cudaMemcpyAsync").all() and (h["cpu_op"] == "aten::copy_").all()
     assert (h["host_stall_us"] > h["host_call_us"]).all()
-    an2 = analyze_trace(DATA / "hta-step-based-gpu-annotation-gp100.pt.trace.json.gz")
-    assert len(an2.h2d) == 10 and (an2.h2d["sync_name"] == "cudaStreamSynchronize").all()
+    an2 = Trace(DATA / "hta-step-based-gpu-annotation-gp100.pt.trace.json.gz")
+    assert len(an2.h2d()) == 10 and (an2.h2d()["sync_name"] == "cudaStreamSynchronize").all()
 
 
 def test_copy_report_rejects_bad_rule(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.host.callsite import between_step_call_sites
 from labkit.trace.analysis.host.steps import between_step_windows
 from labkit.trace.read.load import as_trace
@@ -48,7 +48,7 @@ def test_call_sites_between_steps_are_the_innermost_frames(tmp_path):
               _x("python_function", "inside_a_step", 2, 5)]  # inside a step: not counted
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    trace = as_trace(path, cache=False)
+    trace = as_trace(path)
     steps, _ = detect_steps(trace)
     sites = between_step_call_sites(trace, steps).set_index("call_site")
     # window 10..20: 12..14 and 16..18 in schedule, 14..16 in aten::select under it, 4 us with nothing
@@ -60,18 +60,18 @@ def test_call_sites_between_steps_are_the_innermost_frames(tmp_path):
 
 
 def test_a_gpu_trace_gets_no_host_only_ranking():
-    an = analyze_trace(DATA / "hta-critical-path-alexnet-a100.pt.trace.json.gz", cache=False)
-    assert an.host_sites is None and an.to_json()["host_call_sites"] == []
+    an = Trace(DATA / "hta-critical-path-alexnet-a100.pt.trace.json.gz")
+    assert an.host_call_sites() is None and an.to_json()["host_call_sites"] == []
 
 
 def test_analyze_reads_vllms_cpu_trace_and_names_the_schedulers_placeholder_calls():
-    an = analyze_trace(BASELINE, cache=False)
-    assert not an.source["has_device_events"]
-    assert len(an.steps) == 4 and an.step_info["source"] == "vllm execute_context"
-    assert {"_model_forward", "_prepare_inputs"} <= set(an.step_phases["phase"])
-    top = an.host_sites.head(10)["call_site"].tolist()
+    an = Trace(BASELINE)
+    assert not an.source()["has_device_events"]
+    assert len(an.steps()) == 4 and an.step_detection()["source"] == "vllm execute_context"
+    assert {"_model_forward", "_prepare_inputs"} <= set(an.step_phases()["phase"])
+    top = an.host_call_sites().head(10)["call_site"].tolist()
     assert all(any(site in s for s in top) for site in PLACEHOLDER_SITES), top
-    merged = analyze_trace(MERGED, cache=False).host_sites["call_site"].tolist()
+    merged = Trace(MERGED).host_call_sites()["call_site"].tolist()
     assert not any(PLACEHOLDER_SITES[0] in s for s in merged)
 
 

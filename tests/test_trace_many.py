@@ -73,12 +73,12 @@ def test_folder_with_two_jobs_equals_single_runs(tmp_path, capsys, folder, singl
 def test_dask_local_cluster_equals_single_runs(tmp_path_factory):
     """On the fixtures' folder (the Dask path does not depend on which traces it carries)."""
     distributed = pytest.importorskip("distributed")
-    from labkit.trace.analysis.many import analyze_many
+    from labkit.trace.analysis.many import TraceSet
 
     single_runs = _single_runs(_fixture_folder(tmp_path_factory))
     paths = list(single_runs)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        recs = analyze_many(paths, dask_address=cluster.scheduler_address)
+        recs = TraceSet(paths, dask_address=cluster.scheduler_address).records
     assert [r["trace"] for r in recs] == paths
     assert {r["trace"]: r["json"] for r in recs} == json.loads(json.dumps(single_runs))
 
@@ -179,7 +179,7 @@ def test_profile_folder_per_step_rows_name_the_slowest_rank(tmp_path, capsys):
     """A folder of three real traces as ranks: per step seen in two or more of them, the slowest rank, its
     idle in that step and its host call sites during the step's host-wait gaps, against a hand-written
     reading of each trace's own analysis (every bubble, summed by call site here)."""
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
 
     folder = tmp_path / "vllm_profile"
     folder.mkdir()
@@ -191,16 +191,16 @@ def test_profile_folder_per_step_rows_name_the_slowest_rank(tmp_path, capsys):
     assert labkit_main(["analyze", str(folder), "--jobs", "2", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     comb = json.loads(out.read_text())["combined"]
-    ans = [analyze_trace(f, cache=False) for f in files]
+    ans = [Trace(f) for f in files]
     expected = []
-    for k in range(max(len(a.steps) for a in ans)):
-        have = [(float(a.steps["dur_us"].iloc[k]), r) for r, a in enumerate(ans) if len(a.steps) > k]
+    for k in range(max(len(a.steps()) for a in ans)):
+        have = [(float(a.steps()["dur_us"].iloc[k]), r) for r, a in enumerate(ans) if len(a.steps()) > k]
         if len(have) < 2:
             continue
         dur, r = max(have)
-        row = ans[r].steps.iloc[k]
+        row = ans[r].steps().iloc[k]
         sites: dict = {}
-        for b in ans[r].bubbles.itertuples():
+        for b in ans[r].bubbles().itertuples():
             if b.category == "host_wait" and b.step == k:
                 sites[b.call_site] = sites.get(b.call_site, 0.0) + b.dur_us
         top = sorted(sites.items(), key=lambda kv: -kv[1])[:3]

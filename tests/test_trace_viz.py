@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.analysis.diff import diff_analyses
 from labkit.trace.read.load import load_trace
 
@@ -39,8 +39,8 @@ def test_simulated_source_and_timeline(tmp_path):
     pytest.importorskip("plotly")
     from labkit.viz.timeline import plot_idle_breakdown, plot_timeline, step_ranges
 
-    an = analyze_trace(_sim_trace(tmp_path))
-    assert an.source["simulated"] and an.source["kind"] == "simulated"
+    an = Trace(_sim_trace(tmp_path))
+    assert an.source()["simulated"] and an.source()["kind"] == "simulated"
     fig = plot_timeline(an)
     assert "SIMULATED" in fig.layout.title.text
     names = {t.name for t in fig.data}
@@ -56,28 +56,28 @@ def test_simulated_source_and_timeline(tmp_path):
     # runs side by side: one bar per run and stream, each run's idle as its own analysis has it
     both = plot_idle_breakdown({"before": an, "after": an})
     host_wait = next(t for t in both.data if t.name == "host wait")
-    assert len(host_wait.x) == 2 * len(an.streams) and host_wait.x[0].startswith("before<br>GPU")
-    assert list(host_wait.y) == [v / 1e3 for v in an.streams["idle_host_wait_us"].tolist()] * 2
+    assert len(host_wait.x) == 2 * len(an.idle()) and host_wait.x[0].startswith("before<br>GPU")
+    assert list(host_wait.y) == [v / 1e3 for v in an.idle()["idle_host_wait_us"].tolist()] * 2
 
 
 def test_timeline_caps_bars_and_pair():
     pytest.importorskip("plotly")
     from labkit.viz.timeline import plot_timeline, plot_timeline_pair
 
-    an = analyze_trace(BERT)
+    an = Trace(BERT)
     fig = plot_timeline(an, max_events=100)
     assert sum(len(t.x) for t in fig.data) == 100
     assert "SIMULATED" not in fig.layout.title.text
-    pair = plot_timeline_pair(an, analyze_trace(GP100))
+    pair = plot_timeline_pair(an, Trace(GP100))
     axes = {t.yaxis for t in pair.data}
     assert axes == {"y", "y2"}
 
 
 def test_diff_of_identical_and_different():
-    a = analyze_trace(GP100)
-    same = diff_analyses(a, analyze_trace(GP100))
+    a = Trace(GP100)
+    same = diff_analyses(a, Trace(GP100))
     assert (same.totals["delta"] == 0).all()
-    d = diff_analyses(a, analyze_trace(BERT))
+    d = diff_analyses(a, Trace(BERT))
     t = d.totals.set_index("metric")
     assert t.loc["h2d_count", "before"] == 10 and t.loc["h2d_count", "after"] == 0
     assert t.loc["device_ops_count", "after"] == 61
@@ -97,13 +97,13 @@ def test_build_big_trace_repeats_steps(tmp_path):
     assert big.events["correlation"][big.events["correlation"] >= 0].nunique() == \
         info["copies"] * one.events["correlation"][one.events["correlation"] >= 0].nunique()
     # copies do not overlap in time: lab idle per copy adds up, plus the gaps between copies
-    an1, anb = analyze_trace(one), analyze_trace(big)
-    assert anb.streams["busy_us"].sum() == pytest.approx(info["copies"] * an1.streams["busy_us"].sum(), rel=1e-6)
+    an1, anb = Trace(one), Trace(big)
+    assert anb.idle()["busy_us"].sum() == pytest.approx(info["copies"] * an1.idle()["busy_us"].sum(), rel=1e-6)
     assert len(hta_idle_totals(hta_idle_breakdown(big))) == 1
 
 
 def test_lesson_trace_helpers():
-    from labkit.trace.analysis.notebook import PER_LAYER, analyses_sources, fixture_trace, missing_lab_traces
+    from labkit.viz.trace_notebook import PER_LAYER, analyses_sources, fixture_trace, missing_lab_traces
 
     p = fixture_trace("quick")
     assert p.name.startswith("hta-step-based") and p.is_file()
@@ -111,7 +111,7 @@ def test_lesson_trace_helpers():
     assert full.is_file() and full.resolve().is_relative_to(Path(__file__).resolve().parents[1])
     with pytest.raises(ValueError):
         fixture_trace("huge")
-    an = analyze_trace(p)
+    an = Trace(p)
     assert analyses_sources(an) == ["measured-gpu"]
     assert missing_lab_traces({}, variants=(PER_LAYER,), machine="nowhere").startswith("No recorded nowhere trace")
     assert missing_lab_traces({PER_LAYER: an}, variants=(PER_LAYER,)) == ""

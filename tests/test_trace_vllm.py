@@ -11,7 +11,7 @@ import pytest
 from real_traces import shared_trace
 
 from labkit.cli import main as labkit_main
-from labkit.trace.analysis.analyze import analyze_trace
+from labkit.trace import Trace
 from labkit.trace.read.load import load_trace
 from labkit.trace.analysis.host.steps import NO_STEPS_NOTE, detect_steps
 
@@ -41,8 +41,8 @@ def test_repeated_vllm_step_names_are_all_steps(tmp_path):
     steps, info = detect_steps(load_trace(_write(tmp_path, ev)))
     assert steps["start_us"].tolist() == [0, 100, 200] and steps["dur_us"].tolist() == [80, 80, 80]
     assert info["source"] == "vllm execute_context" and info["model_runner"] == "v1" and info["note"] is None
-    an = analyze_trace(_write(tmp_path, ev))
-    ph = {(r.step, r.phase): r.host_us for r in an.step_phases.itertuples()}
+    an = Trace(_write(tmp_path, ev))
+    ph = {(r.step, r.phase): r.host_us for r in an.step_phases().itertuples()}
     assert ph == {(0, "_prepare_inputs"): 20, (1, "_prepare_inputs"): 20, (1, "_model_forward"): 50,
                   (2, "_prepare_inputs"): 20}
 
@@ -52,8 +52,8 @@ def test_model_runner_v2_execute_model_frames(tmp_path):
     ev.append(_x("python_function", "vllm/v1/worker/gpu/model_runner.py(900): _sample", 30, 30))  # ends past step 0
     steps, info = detect_steps(load_trace(_write(tmp_path, ev)))
     assert len(steps) == 2 and info["source"] == "vllm execute_model" and info["model_runner"] == "v2"
-    an = analyze_trace(_write(tmp_path, ev))
-    assert an.step_phases[["step", "phase", "host_us"]].values.tolist() == [[0, "_sample", 10.0]]  # clipped at 40
+    an = Trace(_write(tmp_path, ev))
+    assert an.step_phases()[["step", "phase", "host_us"]].values.tolist() == [[0, "_sample", 10.0]]  # clipped at 40
 
 
 def test_profiler_steps_win_and_nested_duplicates_drop(tmp_path):
@@ -65,8 +65,8 @@ def test_profiler_steps_win_and_nested_duplicates_drop(tmp_path):
 
 def test_no_step_markers_get_a_note(tmp_path, capsys):
     p = _write(tmp_path, [_x("cpu_op", "aten::mm", 0, 10)])
-    an = analyze_trace(p)
-    assert len(an.steps) == 0 and an.step_info["note"] == NO_STEPS_NOTE
+    an = Trace(p)
+    assert len(an.steps()) == 0 and an.step_detection()["note"] == NO_STEPS_NOTE
     assert an.to_json()["step_detection"]["note"] == NO_STEPS_NOTE
     assert labkit_main(["analyze", str(p)]) == 0
     assert "note: no step markers" in capsys.readouterr().out
@@ -81,10 +81,10 @@ def test_real_vllm_step_phases_against_raw_json():
     rx = re.compile(r"gpu_model_runner\.py\(\d+\): _model_forward$")
     want = sum(min(e["ts"] + e["dur"], t1) - e["ts"] for e in events
                if e.get("cat") == "python_function" and rx.search(e["name"]) and t0 <= e["ts"] < t1)
-    an = analyze_trace(NVLLM_STEP)
-    assert an.step_info["source"] == "vllm execute_context" and an.step_info["model_runner"] == "v1"
-    assert len(an.steps) == 1 and an.steps["dur_us"].iloc[0] == pytest.approx(step["dur"])
-    got = an.step_phases.set_index("phase")["host_us"]
+    an = Trace(NVLLM_STEP)
+    assert an.step_detection()["source"] == "vllm execute_context" and an.step_detection()["model_runner"] == "v1"
+    assert len(an.steps()) == 1 and an.steps()["dur_us"].iloc[0] == pytest.approx(step["dur"])
+    got = an.step_phases().set_index("phase")["host_us"]
     assert want > 0 and got["_model_forward"] == pytest.approx(want)
 
 
@@ -99,6 +99,6 @@ def test_vllm_trace_ten_steps_printed(path, capsys):
     assert labkit_main(["analyze", str(path)]) == 0
     out = capsys.readouterr().out
     assert "steps: 10 from vllm execute_context markers, model runner v1" in out
-    an = analyze_trace(path)
-    assert an.steps["start_us"].tolist() == [t for t, _ in marks]
-    assert an.steps["dur_us"].tolist() == pytest.approx([d for _, d in marks])
+    an = Trace(path)
+    assert an.steps()["start_us"].tolist() == [t for t, _ in marks]
+    assert an.steps()["dur_us"].tolist() == pytest.approx([d for _, d in marks])

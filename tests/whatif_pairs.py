@@ -22,7 +22,8 @@ from labkit.engine.loop import Engine
 from labkit.errors import UsageError
 from labkit.results import load_results
 from labkit.trace.analysis.host.steps import find_step_spans
-from labkit.trace.capture import make_capture
+from labkit.engine.device.sim_trace import device_capture
+from labkit.trace.capture import trace_path
 from labkit.trace.read.load import as_trace
 from labkit.trace.whatif.changes import Change
 from labkit.trace.whatif.dependency_graph import trace_graph, trace_records
@@ -326,9 +327,8 @@ def make_sim_pairs(out_dir: str | Path, cases=SIM_CASES, *, model: str = "tiny",
                 if mode != "none":
                     eng.capture_graphs()
                 run_dir = variant_dir(v) + ("" if mode == "none" else f"-{mode}")
-                cap = make_capture(dev, out_dir, run_dir, metadata=meta, wait=2, warmup=1, active=steps)
-                with cap:
+                paths[(v, mode)] = trace_path(out_dir, run_dir)
+                with device_capture(dev, paths[(v, mode)], metadata=meta, warmup=3, active=steps) as cap:
                     eng.run(3 + steps, capture=cap)
-            paths[(v, mode)] = Path(cap.paths[0])
         out[sim_case_name(name, mode)] = (paths[(c.before, mode)], paths[(c.after, mode)])
     return out

@@ -258,16 +258,14 @@ class Engine:
     def run(self, num_steps: int, capture=None) -> list[EngineStep]:
         """Run ``num_steps`` steps (fewer if the workload finishes), then drain; returns all records.
 
-        ``capture`` (from ``labkit.trace.capture.make_capture``) gets ``step()`` after each step.
+        ``capture`` (``labkit.engine.device.sim_trace.device_capture``'s) gets ``step()`` after each step.
         """
-        from labkit.trace.capture import NullCapture
-
-        cap = capture or NullCapture()
         for _ in range(num_steps):
             if not self.scheduler.has_unfinished():
                 break
             self.step()
-            cap.step()
+            if capture is not None:
+                capture.step()
         self._drain()
         self.dev.synchronize()
         return self.steps

@@ -65,16 +65,14 @@ def engine_traces(machine: str = "h200", root: str | Path | None = None) -> dict
     return out
 
 
-def _busy_per_step_us(analysis) -> float | None:
-    steps = getattr(analysis, "steps", None)
-    if steps is None or not len(steps):
-        return None
-    return float(steps["device_busy_us"].median())
+def _busy_per_step_us(trace) -> float | None:
+    steps = trace.steps()
+    return float(steps["device_busy_us"].median()) if len(steps) else None
 
 
-def _idle_frac(analysis) -> float | None:
-    s = getattr(analysis, "summary", None) or {}
-    span = s.get("busy_us", 0.0) + s.get("idle_us", 0.0)
+def _idle_frac(trace) -> float | None:
+    s = trace.summary()
+    span = s["busy_us"] + s["idle_us"]
     return s["idle_us"] / span if span else None
 
 
@@ -83,7 +81,7 @@ def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: d
 
     Columns: ``variant``; ``measured_step_ms`` / ``simulated_step_ms`` (median time between
     outputs) and ``step_ratio`` (simulated / measured); ``measured_busy_ms`` (median device busy
-    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.analysis.analyze.Analysis`` of
+    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.Trace`` of
     the measured trace) / ``simulated_busy_ms`` (device busy per measured step) and
     ``busy_ratio``; ``measured_idle_frac`` (profiled steps' trace) / ``simulated_idle_frac``;
     ``measured_tok_s`` / ``simulated_tok_s`` (tokens per step over the median step). Only
@@ -120,12 +118,12 @@ def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: d
 
 
 def analyze_recorded(machine: str = "h200", variants=None, root: str | Path | None = None) -> dict:
-    """Variant -> ``labkit.trace.analysis.analyze.Analysis`` of each recorded trace (``variants``: a subset)."""
-    from labkit.trace.analysis.analyze import analyze_trace
+    """Variant -> ``labkit.trace.Trace`` of each recorded trace (``variants``: a subset)."""
+    from labkit.trace import Trace
 
     traces = engine_traces(machine, root)
     wanted = traces if variants is None else {v: traces[v] for v in variants if v in traces}
-    return {v: analyze_trace(p) for v, p in wanted.items()}
+    return {v: Trace(p) for v, p in wanted.items()}
 
 
 def step_model_rows(rows: list[dict]) -> list[dict]:

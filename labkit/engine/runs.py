@@ -115,7 +115,8 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
     from labkit.engine.graphs import effective_mode
     from labkit.engine.loop import Engine, summarize_run
     from labkit.timing import progress
-    from labkit.trace.capture import make_capture
+    from labkit.engine.device.sim_trace import device_capture
+    from labkit.trace.capture import trace_path
 
     rows, traces = [], []
     runners: dict = {}  # real GPU: graphs captured once per (mode, ranges) and shared by the variants
@@ -150,16 +151,15 @@ def _run_each(kind, variants, *, model, workload, num_requests, steps, warmup, p
             row = summarize_run(engine, warmup_steps=warmup, measured_steps=steps)
             # Then a separate profiled run: the profiler starts (and may stall the host) only after
             # every measured output has been collected, so it can never enter the numbers.
-            cap = make_capture(dev, trace_dir, run_name, metadata=meta, wait=0, warmup=TRACE_WARMUP,
-                               active=TRACE_STEPS)
-            if trace_dir:
-                with cap:
+            path = trace_path(trace_dir, run_name) if trace_dir else None
+            if path is not None:
+                with device_capture(dev, path, metadata=meta, warmup=TRACE_WARMUP, active=TRACE_STEPS) as cap:
                     engine.run(TRACE_WARMUP + TRACE_STEPS, capture=cap)
         row["source"] = dev.source
         row["wall_s"] = wall.s
         if kind == "sim":
             row.update(dev.profile.describe())
-        paths = [str(p) for p in getattr(cap, "paths", [])]
+        paths = [str(path)] if path is not None and path.is_file() else []
         if paths:
             row["trace"] = paths[0]
             if kind == "cuda":

@@ -1,9 +1,10 @@
-"""The output files of the trace commands (``labkit analyze``, ``labkit whatif``) and their offline HTML pages.
+"""The output files of the trace commands (``labkit analyze``, ``labkit whatif``) and ``labkit whatif``'s page.
 
 Every path is checked before any work (not a folder, in an existing folder, two outputs not on one
 file, no output on an input) and the outputs are written all or none, so bad input leaves nothing
-behind. ``render_report`` (an analysis; plotly.js inline) and ``render_whatif`` (a what-if answer,
-no scripts) share one stylesheet and table writer; neither page loads anything from the network.
+behind. ``render_whatif`` (a what-if answer, no scripts) and ``labkit analyze``'s page
+(``labkit.viz.trace_cli``) share one stylesheet (``CSS``) and table writer (``html_table``); neither page
+loads anything from the network.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import pandas as pd
 
 from labkit import fileio
 from labkit.errors import UsageError
-from labkit.trace.analysis.diff import diff_analyses
 
 
 def check_output(path: str | os.PathLike) -> Path:
@@ -82,7 +82,7 @@ def write_all(outputs: dict[Path, str]) -> None:
             path.unlink(missing_ok=True)
         raise UsageError(f"cannot write outputs: {exc.strerror or exc}") from None
 
-_CSS = """
+CSS = """
 body{font-family:system-ui,sans-serif;margin:20px;color:#222}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}
@@ -95,7 +95,7 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}
 """
 
 
-def _table(df: pd.DataFrame, top: int | None = None, floatfmt: str = "{:.3f}") -> str:
+def html_table(df: pd.DataFrame, top: int | None = None, floatfmt: str = "{:.3f}") -> str:
     if top is not None:
         df = df.head(top)
     if len(df) == 0:
@@ -116,79 +116,6 @@ def _table(df: pd.DataFrame, top: int | None = None, floatfmt: str = "{:.3f}") -
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _source(an) -> str:
-    s = an.source
-    cls, word = ("sim", "simulated") if s["simulated"] else (("gpu", "measured on a GPU") if s["has_device_events"]
-                                                             else ("host", "host only"))
-    items = [f"<span class='badge {cls}'>{word}</span>",
-             f"<b>{html.escape(str(s['file']))}</b>", f"GPU: {html.escape(str(s.get('gpu') or 'none recorded'))}",
-             f"{s['events']} events"]
-    if s["skipped_events"]:
-        items.append(f"<span class='flag'>{s['skipped_events']} malformed events skipped</span>")
-    return "<p>" + " &middot; ".join(items) + "</p>"
-
-
-def _section(an, top: int) -> str:
-    parts = [_source(an)]
-    if not an.source["has_device_events"]:
-        parts.append("<p>No device events in this trace: only host time is reported.</p>")
-    parts.append("<h2>Device streams: busy and idle (us)</h2>" + _table(an.streams))
-    parts.append(f"<h2>Host call sites during host-wait idle (top {top})</h2>"
-                 "<p>Device idle time during which the launching thread was inside each call site "
-                 "(innermost annotation, Python frame, CPU op, runtime call).</p>"
-                 + _table(an.host_starvation[["call_site", "idle_overlap_us", "bubble_count", "share"]], top))
-    big = an.bubbles.sort_values("dur_us", ascending=False).head(top)
-    parts.append(f"<h2>Largest bubbles (top {top})</h2>" + _table(
-        big[["device", "stream", "start_us", "dur_us", "category", "prev_op", "next_op", "call_site"]]))
-    h = an.h2d
-    parts.append(f"<h2>Host-to-device copies ({len(h)}: {int((h['kind'] == 'pageable').sum())} pageable, "
-                 f"{int((h['kind'] == 'pinned').sum())} pinned)</h2>")
-    for f in an.copies.flags:
-        parts.append(f"<p class='flag'>repeated small pageable copies: {f['count']} copies ({f['bytes']} bytes, "
-                     f"{f['host_stall_us']:.1f} us host stall) at {html.escape(f['call_site'])} "
-                     f"- rule: {html.escape(f['rule'])}</p>")
-    parts.append(_table(an.copies.by_call_site, top))
-    parts.append("<h3>per step</h3>" + _table(an.copies.by_step))
-    if len(an.steps):
-        parts.append("<h2>Steps</h2>" + _table(an.steps))
-    parts.append("<h2>HTA-compatible idle breakdown (us)</h2>" + _table(an.hta_compatible))
-    parts.append(f"<h2>Device ops by total time (top {top})</h2>" + _table(an.kernels, top))
-    return "\n".join(parts)
-
-
-def render_report(analysis, *, other=None, top: int = 10) -> str:
-    """The page of an ``Analysis`` (or of two, before and after) as one HTML string (plotly.js inline)."""
-    import plotly.io as pio  # optional (labkit[report]): only the analyze page needs plotly
-    from plotly.offline import get_plotlyjs
-
-    from labkit.viz.timeline import plot_idle_breakdown, plot_timeline, plot_timeline_pair
-
-    if other is None:
-        figs = [plot_idle_breakdown(analysis), plot_timeline(analysis)]
-        title = f"Trace analysis: {analysis.source['file']}"
-    else:
-        figs = [plot_timeline_pair(analysis, other)]
-        title = f"Trace comparison: {analysis.source['file']} vs {other.source['file']}"
-    fig_html = "\n".join(pio.to_html(f, full_html=False, include_plotlyjs=False, include_mathjax=False,
-                                     config={"displaylogo": False}) for f in figs)
-    body = [f"<h1>{html.escape(title)}</h1>", fig_html]
-    if other is None:
-        body.append(_section(analysis, top))
-    else:
-        d = diff_analyses(analysis, other)
-        body.append("<h2>Before / after totals</h2>" + _table(d.totals))
-        body.append(f"<h2>Host call sites: change in host-wait idle (top {top})</h2>" +
-                    _table(d.call_sites[["call_site", "idle_overlap_us_before", "idle_overlap_us_after",
-                                         "idle_overlap_us_delta"]], top))
-        body.append("<h2>Copies</h2>" + _table(d.copies))
-        body.append(f"<h2>Kernels: largest changes (top {top})</h2>" + _table(d.kernels, top))
-        body.append("<h1>Before</h1>" + _section(analysis, top))
-        body.append("<h1>After</h1>" + _section(other, top))
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) + "</title>"
-            f"<style>{_CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-            + "\n".join(body) + "</body></html>\n")
-
-
 # -- labkit whatif's page ------------------------------------------------------------------------
 
 def _num(x, nd: int = 3) -> str:
@@ -205,7 +132,7 @@ def render_whatif(w) -> str:
     """The page for ``w`` (a ``labkit.trace.whatif.predict.WhatIf``) as a string."""
     j = w.to_json()
     s, m, p, rc, g = j["source"], j["measured"], j["predicted"], j["replay_check"], j["gaps"]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>labkit whatif</title><style>{_CSS}</style>"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>labkit whatif</title><style>{CSS}</style>"
              "</head><body>", "<h1>labkit whatif</h1>",
              f"<p>{html.escape(str(s['file']))} &middot; {html.escape(s['kind'])} &middot; GPU: "
              f"{html.escape(str(s.get('gpu') or 'none recorded'))} &middot; steps: {j['steps']['count']} x "

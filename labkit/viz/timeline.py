@@ -1,6 +1,6 @@
 """Timeline figures: host threads and device streams as lanes, idle gaps highlighted, steps to zoom to.
 
-:func:`plot_timeline` draws a trace or its analysis as bars per lane, the device idle gaps on
+:func:`plot_timeline` draws a ``labkit.trace.Trace`` (or a trace path) as bars per lane, the device idle gaps on
 each stream and a dropdown to zoom to each ``ProfilerStep``; :func:`plot_timeline_pair` stacks
 two runs for a before/after view. Over ``max_events`` bars, :func:`decimate` merges close bars.
 
@@ -14,8 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.trace.analysis.analyze import Analysis, analyze_trace
-from labkit.trace.read.load import Trace
+from labkit.trace.analysis.trace import Trace
 from labkit.viz.labels import add_full_names, legend_below, short_name
 
 MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see ``decimate``)
@@ -34,37 +33,33 @@ _STYLE = {
 }
 
 
-def _as_analysis(obj) -> Analysis:
-    if isinstance(obj, Analysis):
-        return obj
-    if isinstance(obj, Trace):
-        return analyze_trace(obj)
-    return analyze_trace(obj)
+def _as_trace(obj) -> Trace:
+    return obj if isinstance(obj, Trace) else Trace(obj)
 
 
-def _origin(an: Analysis) -> float:
-    ev = an.trace.events
+def _origin(an: Trace) -> float:
+    ev = an.tables.events
     return float(ev["ts_us"].min()) if len(ev) else 0.0
 
 
-def _lanes(an: Analysis) -> tuple[list[str], pd.DataFrame]:
+def _lanes(an: Trace) -> tuple[list[str], pd.DataFrame]:
     """Rows to draw: lane, kind, start_ms, dur_ms, label (host lanes first, then streams)."""
     t0 = _origin(an)
-    ops = an.ops
+    ops = an.ops()
     frames = []
     if len(ops):
         lane = "GPU " + ops["device"].astype(str) + " stream " + ops["stream"].astype(str)
         kind = ops["cat"].where(ops["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"]), "kernel")
         frames.append(pd.DataFrame({"lane": lane, "kind": kind, "start_ms": (ops["ts_us"] - t0) / 1e3,
                                     "dur_ms": ops["dur_us"] / 1e3, "label": ops["name"], "prio": 1}))
-    b = an.bubbles
+    b = an.bubbles()
     if len(b):
         lane = "GPU " + b["device"].astype(str) + " stream " + b["stream"].astype(str)
         kind = np.where(b["category"] == "host_wait", "host_wait", "idle")
         label = b["category"] + ": " + b["call_site"].fillna("").astype(str)
         frames.append(pd.DataFrame({"lane": lane, "kind": kind, "start_ms": (b["start_us"] - t0) / 1e3,
                                     "dur_ms": b["dur_us"] / 1e3, "label": label, "prio": 0}))
-    ev = an.trace.events
+    ev = an.tables.events
     threads = set(zip(ops["launch_pid"], ops["launch_tid"])) if len(ops) else set()
     host_cats = {"user_annotation": "user_annotation", "cpu_op": "cpu_op", "cuda_runtime": "runtime",
                  "cuda_driver": "runtime"}
@@ -176,13 +171,13 @@ def decimate(rows: pd.DataFrame, max_bars: int, max_gap_ms: float) -> tuple[pd.D
     return pd.concat([kept, merge_close(rows[~long_gap], res)], ignore_index=True), res
 
 
-def max_resolution_ms(an: Analysis) -> float:
+def max_resolution_ms(an: Trace) -> float:
     """The coarsest merge resolution for ``an``: ``STEP_FRACTION`` of its median step span, in ms
     (of the whole trace when it has no steps)."""
     steps = step_ranges(an)
     if steps:
         return STEP_FRACTION * float(np.median([b - a for _, a, b in steps]))
-    ev = an.trace.events
+    ev = an.tables.events
     if not len(ev):
         return 0.0
     return STEP_FRACTION * float((ev["ts_us"] + ev["dur_us"].fillna(0)).max() - ev["ts_us"].min()) / 1e3
@@ -223,12 +218,12 @@ def _bars(rows: pd.DataFrame, showlegend: bool = True) -> list[go.Bar]:
     return out
 
 
-def step_ranges(an: Analysis) -> list[tuple[str, float, float]]:
+def step_ranges(an: Trace) -> list[tuple[str, float, float]]:
     """``(name, start_ms, end_ms)`` per step: the host span, extended to the end of the device work launched in it."""
     t0 = _origin(an)
-    steps = an.steps
+    steps = an.steps()
     out = []
-    ops = an.ops
+    ops = an.ops()
     for r in steps.itertuples():
         end = r.start_us + r.dur_us
         if len(ops):
@@ -239,17 +234,17 @@ def step_ranges(an: Analysis) -> list[tuple[str, float, float]]:
     return out
 
 
-def _title(an: Analysis, title: str | None) -> str:
-    s = an.source
+def _title(an: Trace, title: str | None) -> str:
+    s = an.source()
     base = title or f"{short_name(s.get('file'))} ({s.get('gpu') or 'no GPU recorded'})"
     if s.get("simulated"):
         base += " - SIMULATED device timeline"
     return base
 
 
-def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
+def plot_timeline(trace, *, max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
     """Lanes for host threads and device streams with idle gaps highlighted and a step dropdown."""
-    an = _as_analysis(trace_or_analysis)
+    an = _as_trace(trace)
     lanes, all_rows = _lanes(an)
     merged, res = decimate(all_rows, max_events, max_resolution_ms(an))
     rows = _cap(merged, max_events)
@@ -268,15 +263,15 @@ def plot_timeline(trace_or_analysis, *, max_events: int = MAX_EVENTS, title: str
             pad = 0.02 * (b - a)
             buttons.append(dict(label=name, method="relayout", args=[{"xaxis.range": [a - pad, b + pad]}]))
         fig.update_layout(updatemenus=[dict(type="dropdown", buttons=buttons, x=1.0, xanchor="right", y=1.12, yanchor="top")])
-    if an.source.get("simulated"):
+    if an.source().get("simulated"):
         fig.add_annotation(text="simulated", xref="paper", yref="paper", x=0, y=1.08, showarrow=False,
                            font=dict(color="#b35900"))
-    return add_full_names(fig, [] if title else [an.source.get("file")])
+    return add_full_names(fig, [] if title else [an.source().get("file")])
 
 
-def _subplot_title(label: str, an: Analysis) -> str:
+def _subplot_title(label: str, an: Trace) -> str:
     """A subplot's title: the caller's label and where the trace ran (the file name goes to the caption's hover)."""
-    s = an.source
+    s = an.source()
     where = "SIMULATED device" if s.get("simulated") else (s.get("gpu") or "no GPU recorded")
     return f"{label} · {where}"
 
@@ -284,10 +279,10 @@ def _subplot_title(label: str, an: Analysis) -> str:
 def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "after"),
                        max_events: int = MAX_EVENTS, title: str | None = None) -> go.Figure:
     """Two runs stacked (shared time axis from each trace's start) for a before/after view."""
-    a, b = _as_analysis(before), _as_analysis(after)
+    a, b = _as_trace(before), _as_trace(after)
     la, ra = _lanes(a)
     lb, rb = _lanes(b)
-    sim = a.source.get("simulated") or b.source.get("simulated")
+    sim = a.source().get("simulated") or b.source().get("simulated")
     subtitles = [_subplot_title(label, an) for label, an in zip(labels, (a, b))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
@@ -304,20 +299,20 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
                       margin=dict(l=10, r=10, t=80))
     legend_below(fig)
     fig.update_xaxes(title_text="time since trace start (ms)", row=2, col=1)
-    add_full_names(fig, [a.source.get("file"), b.source.get("file")])
+    add_full_names(fig, [a.source().get("file"), b.source().get("file")])
     return fig
 
 
-def plot_idle_breakdown(analysis) -> go.Figure:
+def plot_idle_breakdown(trace) -> go.Figure:
     """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms.
 
-    ``analysis``: one analysis (or trace), or ``{label: analysis}`` to set runs side by side (one bar
-    per run and stream, the label first)."""
-    runs = analysis if isinstance(analysis, dict) else {"": analysis}
-    runs = {label: _as_analysis(a) for label, a in runs.items()}
+    ``trace``: one ``Trace`` (or path), or ``{label: trace}`` to set runs side by side (one bar per
+    run and stream, the label first)."""
+    runs = trace if isinstance(trace, dict) else {"": trace}
+    runs = {label: _as_trace(a) for label, a in runs.items()}
     lanes, parts = [], []
     for label, an in runs.items():
-        s = an.streams
+        s = an.idle()
         names = ("GPU " + s["device"].astype(str) + " stream " + s["stream"].astype(str)).tolist()
         lanes += [f"{label}<br>{n}" if label else n for n in names]
         parts.append(s)
@@ -328,7 +323,7 @@ def plot_idle_breakdown(analysis) -> go.Figure:
         values = [v / 1e3 for s in parts for v in s[col].tolist()]
         fig.add_trace(go.Bar(x=lanes, y=values, name=name, marker_color=colour))
     t = "Device idle time by cause"
-    if any(an.source.get("simulated") for an in runs.values()):
+    if any(an.source().get("simulated") for an in runs.values()):
         t += " (SIMULATED)"
     fig.update_layout(barmode="stack", title=t, yaxis_title="idle (ms)")
     return fig

@@ -1,11 +1,19 @@
-"""Kineto (Chrome-trace JSON) export of a simulated device's timeline.
+"""Kineto (Chrome-trace JSON) export of a simulated device's timeline, and the capture of a run's steps.
 
-More: docs/reference.md, ``labkit.engine.device.sim_trace``.
+``device_capture(device, path, ...)`` traces an engine run on either device: ``SimCapture`` (the
+simulated timeline of the active steps, in ``ProfilerStep#N`` spans, written by ``build_sim_trace``)
+or ``labkit.trace.capture.torch_capture`` on a real one. More: docs/reference.md.
 """
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from labkit.engine.device.devices import SimDevice
+from labkit.trace.capture import torch_capture, write_trace
+
+logger = logging.getLogger(__name__)
 
 #: simulated ns are shifted by this many us so no timestamp is zero
 BASE_US = 1_000_000.0
@@ -100,3 +108,55 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
         "traceEvents": events,
         "traceName": "labkit simulated engine",
     }
+
+
+class SimCapture:
+    """``torch_capture``'s schedule on a ``SimDevice``: ``warmup`` steps unrecorded, then ``active`` steps
+    recorded in ``ProfilerStep#N`` spans (call ``step()`` after each); a clean exit writes ``path``."""
+
+    def __init__(self, device: SimDevice, path: str | Path, *, metadata: dict | None = None, warmup: int = 1,
+                 active: int = 3) -> None:
+        self.device, self.path, self.metadata = device, Path(path), dict(metadata or {})
+        self.warmup, self.active = warmup, active
+        self._window: list[int] = []
+
+    def __enter__(self):
+        self.device.record = self.warmup == 0
+        self.device.reset_records()
+        self._step, self._start = 0, self.device.now_ns()
+        self._window = [self._start] if self.warmup == 0 else []
+        return self
+
+    def step(self) -> None:
+        now, n = self.device.now_ns(), self._step
+        if self.warmup <= n < self.warmup + self.active:
+            self.device.mark(f"ProfilerStep#{n}", self._start, now)
+            self._window = [self._window[0] if self._window else self._start, now]
+        self._step, self._start = n + 1, now
+        if self._step == self.warmup:
+            self.device.record = True
+            self._window = [now]
+        elif self._step >= self.warmup + self.active:
+            self.device.record = False
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.device.record = True  # build_sim_trace checks the device has recorded
+        try:
+            if exc_type is None and len(self._window) == 2:
+                write_trace(build_sim_trace(self.device, window=(self._window[0], self._window[1]),
+                                            metadata=self.metadata), self.path)
+            elif exc_type is None:
+                logger.warning("no complete active profiler step: no trace written to %s", self.path)
+        finally:
+            self.device.record = False
+            self.device.reset_records()
+
+
+def device_capture(device, path: str | Path, *, metadata: dict | None = None, warmup: int = 1, active: int = 3):
+    """The capture of an engine run on ``device`` into ``path`` (``labkit.trace.capture.trace_path``): a
+    ``SimCapture`` on the simulated device, ``torch_capture`` on a real one. A context manager whose value
+    has ``step()``; ``path`` exists afterwards when the active steps were recorded."""
+    if getattr(device, "kind", None) == "sim":
+        return SimCapture(device, path, metadata=metadata, warmup=warmup, active=active)
+    return torch_capture(path, cuda=bool(getattr(device, "is_cuda", False)), metadata=metadata,
+                         warmup=warmup, active=active)

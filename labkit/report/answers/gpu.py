@@ -119,18 +119,18 @@ def prefix_attention(results=None) -> Answer:
 
 def trace_per_step(analyses: dict) -> list[dict]:
     """Per step of the recorded #38794 traces, before (per_layer) and after (per_step): host-to-device
-    copies, pageable ones, GPU idle and busy ms and the idle share (``analyses``: ``{variant: Analysis}``,
-    e.g. :func:`labkit.trace.analysis.notebook.lab_analyses`); empty when either trace is missing."""
+    copies, pageable ones, GPU idle and busy ms and the idle share (``analyses``: ``{variant: Trace}``,
+    e.g. :func:`labkit.viz.trace_notebook.lab_analyses`); empty when either trace is missing."""
     before, after = analyses.get(PER_LAYER), analyses.get(PER_STEP)
     if before is None or after is None:
         return []
 
     def per_step(an, key):
-        value = an.summary[key] / max(1, an.summary.get("steps_count") or 1)
+        value = an.summary()[key] / max(1, an.summary()["steps_count"] or 1)
         return int(value) if key.endswith("_count") and value == int(value) else value
 
     def share(an):
-        s = an.summary
+        s = an.summary()
         return s["idle_us"] / (s["idle_us"] + s["busy_us"]) if s["idle_us"] + s["busy_us"] else 0.0
 
     return [{"per step": what, "per_layer (before)": get(before), "per_step (after)": get(after)} for what, get in (
@@ -143,20 +143,20 @@ def trace_per_step(analyses: dict) -> list[dict]:
 
 def trace_analysis(analyses: dict) -> Answer:
     """05: what the recorded GPU traces of #38794 show per step: host-to-device copies and GPU idle,
-    per_layer against per_step (``analyses``: ``{variant: Analysis}``; see :func:`trace_per_step`)."""
+    per_layer against per_step (``analyses``: ``{variant: Trace}``; see :func:`trace_per_step`)."""
     table = trace_per_step(analyses)
     if not table:
         return Answer("The per_layer / per_step traces of #38794 are not recorded: run `labkit bench engine "
                       "--trace-dir data/traces/<machine>` on a GPU.")
     before = analyses[PER_LAYER]
     copies, pageable, idle, _, share = ((r["per_layer (before)"], r["per_step (after)"]) for r in table)
-    gpu = before.source.get("gpu") or "the traced device"
-    text = (f"The mini engine's traces on {esc(gpu)} ({esc(before.source.get('kind') or 'measured')}): per-layer "
+    gpu = before.source().get("gpu") or "the traced device"
+    text = (f"The mini engine's traces on {esc(gpu)} ({esc(before.source().get('kind') or 'measured')}): per-layer "
             f"prefix ranges (before #38794) make {num(copies[0])} host-to-device copies per step "
             f"({num(pageable[0])} from pageable memory) against {num(copies[1])} after; the GPU idles "
             f"{num(idle[0], ' ms')} per step ({num(share[0])}% of the traced time) against "
             f"{num(idle[1], ' ms')} ({num(share[1])}%).")
     detail = bars_html([("per_layer (before)", idle[0]), ("per_step (after)", idle[1])], "ms",
                        highlight=("per_layer (before)",), caption="GPU idle per step, from the traces")
-    return Answer(text, (f"the profiler traces of the per_layer and per_step runs ({before.source.get('kind')}, {gpu})",),
+    return Answer(text, (f"the profiler traces of the per_layer and per_step runs ({before.source().get('kind')}, {gpu})",),
                   detail)

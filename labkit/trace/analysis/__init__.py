@@ -1,3 +1,4 @@
-"""Analysing a trace: ``analyze`` (every table at once), ``diff``, ``many`` (many traces, a profile folder),
-``cli`` (``labkit analyze``), ``bench`` (``labkit bench trace``), ``notebook``; ``device`` and ``host`` tables.
+"""Analysing a trace: ``trace`` (``Trace``: each table on first use), ``diff``, ``many`` (``TraceSet``: many
+traces, a profile folder), ``cli`` (``labkit analyze``), ``bench`` (``labkit bench trace``); ``device`` and
+``host`` tables.
 """

@@ -3,7 +3,7 @@
 In one run, on the same files: traces built by repeating a real trace's steps (time-shifted, ids and
 ``ProfilerStep`` numbers offset; ``--size full``: 100 MB and 1 GB, quick: 20 MB) and the real traces
 of ``--traces``. Each tool runs in a fresh subprocess: a bare decode of the whole JSON text with the
-analyzer's decoder (the floor every row is a ratio of), the lab's ``analyze_trace`` and HTA's
+analyzer's decoder (the floor every row is a ratio of), the lab's ``Trace`` (every table) and HTA's
 ``get_idle_time_breakdown`` (each where its memory fits); both tools' idle totals are checked against
 each other. The machine's load is recorded with the figures. Result ``trace_bench`` (source ``measured-cpu``).
 """
@@ -104,7 +104,7 @@ elif kind == "bare-decode":
     else:
         decode = lab_reader._loads_batch
 else:
-    import labkit.trace.analysis.analyze as lab
+    import labkit.trace.analysis.trace as lab
     import labkit.trace.read.reader as lab_reader
     import labkit.trace.read.streams as lab_streams
     if want_decoder != "auto":
@@ -133,9 +133,10 @@ elif kind == "hta":
     ta = hta_ta.TraceAnalysis(trace_dir=os.path.dirname(path))
     df, _ = ta.get_idle_time_breakdown(ranks=[ta.t.get_ranks()[0]], visualize=False)
 else:
-    an = lab.analyze_trace(path, cache=False, jobs=jobs)
-    df = an.hta_compatible
-    extra = {"decoder": lab_reader.DECODER, "inflate": lab_streams.INFLATE, "parts": an.trace.stats.parts}
+    an = lab.Trace(path, jobs=jobs)
+    an.to_json()  # every table, as labkit analyze computes them
+    df = an.hta_compatible()
+    extra = {"decoder": lab_reader.DECODER, "inflate": lab_streams.INFLATE, "parts": an.tables.stats.parts}
 t1 = time.perf_counter_ns()
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu_ns = time.process_time_ns() - c0 + int((kids.ru_utime + kids.ru_stime) * 1e9)

@@ -1,6 +1,6 @@
 """Two traces compared: idle time and its causes, host call sites, copies, per-kernel counts and durations.
 
-``diff_analyses(before, after)`` takes two ``Analysis`` objects (or trace paths) and returns a
+``diff_analyses(before, after)`` takes two ``labkit.trace.Trace`` objects (or trace paths) and returns a
 ``TraceDiff`` of tidy tables with ``*_before``, ``*_after`` and ``*_delta`` columns (after minus
 before; us, bytes, counts). Streams are matched by ``(device, stream)``, call sites and kernels
 by name.
@@ -12,17 +12,20 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from labkit.trace.analysis.analyze import Analysis, _clean, _records, analyze_trace
+from labkit.trace.analysis.trace import Trace, _clean, _records
 
 CAUSES = ("idle_host_wait_us", "idle_kernel_wait_us", "idle_other_us")
+#: the rows of ``TraceDiff.totals``: ``summary()`` totals, and the host stall of the H2D copies
+TOTALS = ("busy_us", "idle_us", *CAUSES, "device_ops_count", "bubbles_count", "h2d_count", "pageable_h2d_count",
+          "h2d_host_stall_us", "host_busy_us")
 
 
 @dataclass
 class TraceDiff:
     """Before/after tables; every numeric column comes as ``_before``, ``_after``, ``_delta``."""
 
-    before: Analysis
-    after: Analysis
+    before: Trace
+    after: Trace
     totals: pd.DataFrame  # metric, before, after, delta, ratio
     streams: pd.DataFrame
     call_sites: pd.DataFrame
@@ -31,8 +34,8 @@ class TraceDiff:
 
     def to_json(self, top: int = 20) -> dict:
         return _clean({
-            "before": self.before.source,
-            "after": self.after.source,
+            "before": self.before.source(),
+            "after": self.after.source(),
             "totals": _records(self.totals),
             "streams": _records(self.streams),
             "call_sites": _records(self.call_sites.head(top)),
@@ -41,7 +44,7 @@ class TraceDiff:
         })
 
     def summary_lines(self, top: int = 5) -> list[str]:
-        out = [f"before: {self.before.source['file']}   after: {self.after.source['file']}",
+        out = [f"before: {self.before.source()['file']}   after: {self.after.source()['file']}",
                f"{'metric':<24} {'before':>14} {'after':>14} {'delta':>14} {'after/before':>12}"]
         for r in self.totals.itertuples():
             ratio = "" if pd.isna(r.ratio) else f"{r.ratio:.3f}"
@@ -65,33 +68,21 @@ def _merge(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], values: list[str])
 
 
 def diff_analyses(before, after, **kw) -> TraceDiff:
-    """Compare two analyses (``Analysis`` objects or trace paths, analysed with ``kw``)."""
-    a = before if isinstance(before, Analysis) else analyze_trace(before, **kw)
-    b = after if isinstance(after, Analysis) else analyze_trace(after, **kw)
-    metrics = {
-        "busy_us": lambda x: x.summary["busy_us"],
-        "idle_us": lambda x: x.summary["idle_us"],
-        "idle_host_wait_us": lambda x: x.summary["idle_host_wait_us"],
-        "idle_kernel_wait_us": lambda x: x.summary["idle_kernel_wait_us"],
-        "idle_other_us": lambda x: x.summary["idle_other_us"],
-        "device_ops_count": lambda x: x.summary["device_ops_count"],
-        "bubbles_count": lambda x: x.summary["bubbles_count"],
-        "h2d_count": lambda x: x.summary["h2d_count"],
-        "pageable_h2d_count": lambda x: x.summary["pageable_h2d_count"],
-        "h2d_host_stall_us": lambda x: float(x.h2d["host_stall_us"].sum()),
-        "host_busy_us": lambda x: x.summary["host_busy_us"],
-    }
+    """Compare two traces (``Trace`` objects or trace paths, read with ``kw``)."""
+    a = before if isinstance(before, Trace) else Trace(before, **kw)
+    b = after if isinstance(after, Trace) else Trace(after, **kw)
     rows = []
-    for name, get in metrics.items():
-        vb, va = float(get(a)), float(get(b))
+    for name in TOTALS:
+        vb, va = (float(x.h2d()["host_stall_us"].sum()) if name == "h2d_host_stall_us" else float(x.summary()[name])
+                  for x in (a, b))
         rows.append({"metric": name, "before": vb, "after": va, "delta": va - vb,
                      "ratio": va / vb if vb else float("nan")})
     totals = pd.DataFrame(rows)
-    streams = _merge(a.streams, b.streams, ["device", "stream"], ["ops_count", "busy_us", "idle_us", *CAUSES])
-    sites = _merge(a.host_starvation, b.host_starvation, ["call_site"], ["idle_overlap_us", "bubble_count"])
+    streams = _merge(a.idle(), b.idle(), ["device", "stream"], ["ops_count", "busy_us", "idle_us", *CAUSES])
+    sites = _merge(a.call_sites(), b.call_sites(), ["call_site"], ["idle_overlap_us", "bubble_count"])
     sites = sites.reindex(sites["idle_overlap_us_delta"].abs().sort_values(ascending=False).index).reset_index(drop=True)
-    ca, cb = a.copies.copies, b.copies.copies
+    ca, cb = a.copies().copies, b.copies().copies
     copies = _merge(ca.assign(count=1), cb.assign(count=1), ["direction", "kind"], ["count", "bytes", "host_stall_us"])
-    kernels = _merge(a.kernels, b.kernels, ["name"], ["count", "total_us"])
+    kernels = _merge(a.kernels(), b.kernels(), ["name"], ["count", "total_us"])
     kernels = kernels.reindex(kernels["total_us_delta"].abs().sort_values(ascending=False).index).reset_index(drop=True)
     return TraceDiff(before=a, after=b, totals=totals, streams=streams, call_sites=sites, copies=copies, kernels=kernels)

@@ -1,9 +1,11 @@
 """Many traces at once (a vLLM profile folder: one trace per engine-core process and rank), then a combined view.
 
-``analyze_many`` analyses each trace on ``jobs`` local processes (or a Dask cluster); a worker hands
-back only the trace's JSON record, its summary lines, its per-step host-wait call sites and its
-peak memory. ``combine`` aligns the ranks by their step markers (the n-th of each trace) and reports
-per rank busy and idle, per step the slowest rank with its idle and call sites, and the stragglers. Keys: docs/analyze-json.md ("Several traces").
+``TraceSet(folder)`` analyses each trace (a ``labkit.trace.Trace``) on ``jobs`` local processes (or a
+Dask cluster); a worker hands back only the trace's JSON record, its summary lines, its per-step
+host-wait call sites and its peak memory. ``combine`` aligns the ranks by their step markers (the n-th
+of each trace) and reports per rank busy and idle, per step the slowest rank with its idle and call
+sites, and the stragglers: ``TraceSet.per_rank()``, ``per_step()``, ``stragglers()``. Keys:
+docs/analyze-json.md ("Several traces").
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import resource
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
 
 from labkit.errors import UsageError
-from labkit.trace.analysis.analyze import Analysis, analyze_trace
+from labkit.trace.analysis.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +78,12 @@ def _peak_rss_bytes(reset_ok: bool) -> int:
 
 def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
     """Analyse one trace file in this process: ``{"trace", "json", "lines", "step_sites", "peak_rss_bytes",
-    "wall_s"}``. ``options``: keyword arguments of ``analyze_trace``. ``peak_rss_bytes`` is this process's
+    "wall_s"}``. ``options``: keyword arguments of ``Trace``. ``peak_rss_bytes`` is this process's
     peak resident memory while it analysed the trace (reset before it where Linux allows)."""
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()
     try:
-        an = analyze_trace(path, cache=False, **(options or {}))
+        an = Trace(path, **(options or {}))
     except UsageError as exc:  # name the file: with many traces the message alone does not say which
         name = Path(path).name
         raise UsageError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
@@ -95,10 +99,10 @@ def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
 STEP_SITES = 3  #: host-wait call sites kept per step for the combined view
 
 
-def step_call_sites(an: Analysis, top: int = STEP_SITES) -> dict:
+def step_call_sites(an: Trace, top: int = STEP_SITES) -> dict:
     """Per step (its index): the call sites the launching thread was in during the step's host-wait idle,
     largest first: ``[{"call_site", "idle_us"}]`` (each bubble counted at its top call site)."""
-    b = an.bubbles
+    b = an.bubbles()
     b = b[(b["category"] == "host_wait") & (b["step"] >= 0)]
     if not len(b):
         return {}
@@ -137,15 +141,48 @@ def _run_dask(paths: list[str], options: dict, top: int, address: str) -> list[d
         client.close()
 
 
-def analyze_many(paths: list, *, options: dict | None = None, top: int = 10, jobs: int | None = None,
-                 dask_address: str | None = None) -> list[dict]:
-    """``analyze_one`` for every trace, in the order given: on ``jobs`` local processes (default:
-    the core count) or on the Dask cluster at ``dask_address``. A bad trace raises its ``UsageError``."""
-    paths = [str(p) for p in paths]
-    options = dict(options or {})
-    if dask_address:
-        return _run_dask(paths, options, top, dask_address)
-    return _run_local(paths, options, top, jobs or os.cpu_count() or 1)
+class TraceSet:
+    """Several traces or a profile folder (``expand_paths``), one ``Trace`` each on ``jobs`` local
+    processes (default: the core count) or on the Dask cluster at ``dask_address``, then lined up.
+
+    ``records`` (``analyze_one``'s, in the order given; a bad trace raises its ``UsageError``) and
+    ``combined`` (``combine``'s view) are computed on first use; ``per_rank()``, ``per_step()`` and
+    ``stragglers()`` are its tables. ``options``: keyword arguments of ``Trace``."""
+
+    def __init__(self, paths, *, jobs: int | None = None, dask_address: str | None = None, top: int = 10,
+                 **options) -> None:
+        self.paths = expand_paths([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))
+        self.jobs, self.dask_address, self.top, self.options = jobs, dask_address, top, options
+
+    @cached_property
+    def records(self) -> list[dict]:
+        paths = [str(p) for p in self.paths]
+        if self.dask_address:
+            return _run_dask(paths, self.options, self.top, self.dask_address)
+        return _run_local(paths, self.options, self.top, self.jobs or os.cpu_count() or 1)
+
+    @cached_property
+    def combined(self) -> dict:
+        return combine(self.records)
+
+    def per_rank(self) -> pd.DataFrame:
+        return pd.DataFrame(self.combined["per_rank"])
+
+    def per_step(self) -> pd.DataFrame:
+        return pd.DataFrame(self.combined["per_step"])
+
+    def stragglers(self) -> pd.DataFrame:
+        return pd.DataFrame(self.combined["stragglers"])
+
+    def to_json(self) -> dict:
+        """``labkit analyze``'s document: one trace's, or ``{"traces": [...], "combined": {...}}``."""
+        if len(self.records) == 1:
+            return self.records[0]["json"]
+        return {"traces": [{"trace": r["trace"], **r["json"]} for r in self.records], "combined": self.combined}
+
+    def summary_lines(self) -> list[str]:
+        lines = [line for r in self.records for line in (*r["lines"], "")]
+        return lines + (combined_lines(self.combined) if len(self.records) > 1 else [])
 
 
 def _rank_label(rec: dict, i: int):

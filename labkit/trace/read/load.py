@@ -1,10 +1,10 @@
-"""Loading a trace: ``load_trace`` / ``as_trace`` into a ``Trace`` (column tables), and the bad-input policy.
+"""Loading a trace: ``load_trace`` / ``as_trace`` into ``EventTables`` (column tables), and the bad-input policy.
 
 A file that is not (gzip'ed) UTF-8 JSON with a ``traceEvents`` array of objects is a ``UsageError``
 with a one-line reason; malformed single events are counted and skipped, and more than
-``MALFORMED_LIMIT`` of them is an error unless ``skip_malformed``. ``Trace.events`` has one row per
+``MALFORMED_LIMIT`` of them is an error unless ``skip_malformed``. ``EventTables.events`` has one row per
 complete ``X`` event in file order (``EVENT_COLUMNS`` of ``labkit.trace.read.columns``);
-``Trace.threads`` the process/thread names. Details: docs/trace-analyzer.md ("Reading a trace").
+``EventTables.threads`` the process/thread names. Details: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from labkit.errors import UsageError
 from labkit.trace.read.columns import BUSY_CATS, DEVICE_CATS, RUNTIME_CATS, ColumnStore, LoadStats, cat_mask
 from labkit.trace.read.document import read_document
 
-__all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "LoadStats", "Trace", "as_trace",
+__all__ = ["BUSY_CATS", "DEVICE_CATS", "MALFORMED_LIMIT", "RUNTIME_CATS", "EventTables", "LoadStats", "as_trace",
            "check_malformed", "load_trace", "trace_from_document"]
 
 logger = logging.getLogger(__name__)
@@ -30,8 +29,9 @@ MALFORMED_LIMIT = 0.001
 
 
 @dataclass
-class Trace:
-    """A loaded trace: events and thread names as DataFrames, plus top-level metadata."""
+class EventTables:
+    """A loaded trace's events and thread names as DataFrames, plus its top-level metadata (what
+    ``labkit.trace.Trace`` analyses)."""
 
     events: "object"  # pandas.DataFrame
     threads: "object"  # pandas.DataFrame: pid, tid, kind (process_name/thread_name/...), label
@@ -95,13 +95,13 @@ def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False
 
 
 def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None,
-               jobs: int = 1) -> Trace:
-    """Load a Kineto trace file (``.json`` or gzip'ed) into a ``Trace``.
+               jobs: int = 1) -> EventTables:
+    """Load a Kineto trace file (``.json`` or gzip'ed) into ``EventTables``.
 
     Raises ``UsageError`` with a one-line reason when the file is unreadable, truncated,
     not JSON, has no ``traceEvents`` array or no event objects, or has more than
     ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
-    below the limit are skipped and counted (``Trace.stats``). ``progress``: show a bar on
+    below the limit are skipped and counted (``EventTables.stats``). ``progress``: show a bar on
     stderr (None: for files over 50 MB when stderr is a terminal). ``jobs``: processes reading a large
     file as byte ranges of its event array (``labkit.trace.read.document``).
     """
@@ -115,11 +115,11 @@ def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progres
         raise UsageError(f"not a trace: {path.name} has no traceEvents array")
     check_malformed(stats, path.name, skip_malformed=skip_malformed)
     events, threads = cols.frames()
-    return Trace(events=events, threads=threads, metadata=metadata, stats=stats, path=str(path))
+    return EventTables(events=events, threads=threads, metadata=metadata, stats=stats, path=str(path))
 
 
-def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool = False) -> Trace:
-    """A ``Trace`` from an already decoded Chrome-trace document (a dict with ``traceEvents``, or a
+def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool = False) -> EventTables:
+    """``EventTables`` from an already decoded Chrome-trace document (a dict with ``traceEvents``, or a
     list of events), with the same rules as ``load_trace``."""
     if isinstance(doc, dict):
         events = doc.get("traceEvents")
@@ -135,40 +135,16 @@ def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool =
     stats.n_events, stats.found = len(events), True
     check_malformed(stats, name, skip_malformed=skip_malformed)
     ev, threads = cols.frames()
-    return Trace(events=ev, threads=threads, metadata=metadata, stats=stats, path=None)
+    return EventTables(events=ev, threads=threads, metadata=metadata, stats=stats, path=None)
 
 
-CACHE_SIZE = 6  #: traces loaded by path that ``as_trace`` keeps per process
-CACHE_MAX_EVENTS = 300_000  #: larger traces are not kept
-_CACHE: OrderedDict = OrderedDict()
-
-
-def as_trace(obj, *, skip_malformed: bool = False, cache: bool = True, jobs: int = 1) -> Trace:
-    """A ``Trace`` from a path, a decoded document (dict or event list) or a ``Trace`` (returned as is).
-
-    ``cache``: a path whose file is unchanged since an earlier call in this process gives the same
-    ``Trace`` again (a notebook reads one trace in several cells); traces of more than
-    ``CACHE_MAX_EVENTS`` complete events are never kept. Treat a returned ``Trace`` as read-only.
-    ``load_trace`` never caches."""
-    if isinstance(obj, Trace):
+def as_trace(obj, *, skip_malformed: bool = False, jobs: int = 1) -> EventTables:
+    """``EventTables`` from a path (read with ``load_trace``), a decoded document (dict or event list) or
+    ``EventTables`` (returned as is)."""
+    if isinstance(obj, EventTables):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        key = None
-        if cache:
-            try:
-                st = os.stat(obj)
-                key = (os.path.realpath(obj), st.st_mtime_ns, st.st_size, skip_malformed)
-            except OSError:
-                key = None  # load_trace says what is wrong
-        if key is not None and key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
-        trace = load_trace(obj, skip_malformed=skip_malformed, jobs=jobs)
-        if key is not None and len(trace.events) <= CACHE_MAX_EVENTS:
-            _CACHE[key] = trace
-            while len(_CACHE) > CACHE_SIZE:
-                _CACHE.popitem(last=False)
-        return trace
+        return load_trace(obj, skip_malformed=skip_malformed, jobs=jobs)
     if isinstance(obj, (dict, list)):
         return trace_from_document(obj, skip_malformed=skip_malformed)
-    raise UsageError(f"expected a trace path or Trace, got {type(obj).__name__}")
+    raise UsageError(f"expected a trace path or EventTables, got {type(obj).__name__}")

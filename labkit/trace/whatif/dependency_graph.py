@@ -1,6 +1,6 @@
 """The dependency graph of a profiled run, for what-if replay (``labkit whatif``).
 
-``records_from_trace`` turns a ``Trace`` into plain records (host spans per thread, device ops per
+``records_from_trace`` turns ``EventTables`` into plain records (host spans per thread, device ops per
 stream joined to their launch call); ``build_graph`` derives what the replay honours: each thread in
 order, each op after its launch and its stream predecessor (CUDA-graph replays as one unit), each
 synchronizing call holding its thread until the device reaches the point it waited for. The rules,
@@ -77,7 +77,7 @@ class Records:
 
 
 def records_from_trace(trace) -> Records:
-    """The adapter: a loaded trace (``labkit.trace.read.load.Trace``) -> ``Records``.
+    """The adapter: a loaded trace (``labkit.trace.read.load.EventTables``) -> ``Records``.
 
     It is the only place that knows the loader's representation; everything else in whatif
     works on ``Span``/``Op`` records.
@@ -151,7 +151,7 @@ def _is_pageable_copy(op_name: str) -> bool:
 
 
 def trace_records(trace) -> Records:
-    """``records_from_trace(trace)``, built once per loaded trace (kept on the ``Trace`` object;
+    """``records_from_trace(trace)``, built once per loaded trace (kept on its ``EventTables``;
     the whatif treats traces, records and graphs as read-only)."""
     owner, cache = trace.__dict__.get("_whatif_graphs", (None, None))
     if owner is not trace.events:  # first call, or the events table was replaced

@@ -61,13 +61,14 @@ class CheckReport:
 
 def trace_findings(path: str | Path, *, top: int = SITE_RANK) -> dict:
     """What ``labkit analyze`` reads in one of vLLM's CPU traces: steps, device events, top host call sites."""
-    from labkit.trace.analysis.analyze import analyze_trace
+    from labkit.trace import Trace
 
-    an = analyze_trace(path, cache=False)
-    sites = [] if an.host_sites is None else an.host_sites.head(top)["call_site"].tolist()
-    return {"trace": str(path), "steps": int(len(an.steps)), "steps_source": an.step_info.get("source"),
-            "has_device_events": bool(an.source["has_device_events"]), "top_host_call_sites": sites,
-            "phases": sorted(set(an.step_phases["phase"])) if an.step_phases is not None else []}
+    an = Trace(path)
+    sites = an.host_call_sites()
+    return {"trace": str(path), "steps": int(len(an.steps())), "steps_source": an.step_detection().get("source"),
+            "has_device_events": bool(an.source()["has_device_events"]),
+            "top_host_call_sites": [] if sites is None else sites.head(top)["call_site"].tolist(),
+            "phases": sorted(set(an.step_phases()["phase"]))}
 
 
 def _names_placeholder_site(sites: Sequence[str]) -> list[str]:

@@ -18,7 +18,7 @@ import pandas as pd
 from labkit.trace.analysis.host.callsite import LAYER_NAMES, attribute_windows, label_call_sites
 from labkit.trace.analysis.host.steps import STEP_NUMBER
 from labkit.trace.read.columns import cat_mask, group_codes
-from labkit.trace.read.load import BUSY_CATS, RUNTIME_CATS, Trace
+from labkit.trace.read.load import BUSY_CATS, RUNTIME_CATS, EventTables
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +32,13 @@ STREAM_COLUMNS = ["device", "stream", "ops_count", "span_us", "busy_us", "idle_u
 STARVATION_COLUMNS = ["call_site", *LAYER_NAMES, "idle_overlap_us", "bubble_count", "share"]
 
 
-def runtime_calls(trace: Trace) -> pd.DataFrame:
+def runtime_calls(trace: EventTables) -> pd.DataFrame:
     """Host calls into the CUDA runtime/driver (``cudaLaunchKernel``, ``cudaMemcpyAsync``...), once per loaded
     trace (the device ops and the copies both read them); treat the table as read-only."""
     return trace.once("runtime_calls", lambda: _runtime_calls(trace))
 
 
-def _runtime_calls(trace: Trace) -> pd.DataFrame:
+def _runtime_calls(trace: EventTables) -> pd.DataFrame:
     ev = trace.events
     rt = ev[cat_mask(ev["cat"], RUNTIME_CATS)]
     out = pd.DataFrame({
@@ -53,7 +53,7 @@ def _runtime_calls(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def device_ops(trace: Trace) -> pd.DataFrame:
+def device_ops(trace: EventTables) -> pd.DataFrame:
     """Kernels, memcpys and memsets on device streams, joined to the runtime call that launched them.
 
     Columns: ``row`` (index into ``trace.events``), ``device``, ``stream``, ``cat``, ``name``,
@@ -121,7 +121,7 @@ def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.
     return np.flatnonzero(gap > 0), prev_end, gap
 
 
-def find_bubbles(trace: Trace, steps: pd.DataFrame, *, ops: pd.DataFrame | None = None,
+def find_bubbles(trace: EventTables, steps: pd.DataFrame, *, ops: pd.DataFrame | None = None,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US) -> pd.DataFrame:
     """Every positive idle gap on every device stream (lab convention: overlaps clipped).
 
@@ -188,7 +188,7 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
     return out[STREAM_COLUMNS]
 
 
-def host_starvation(trace: Trace, bubbles: pd.DataFrame, *, top: int | None = None) -> tuple[pd.DataFrame, pd.Series]:
+def host_starvation(trace: EventTables, bubbles: pd.DataFrame, *, top: int | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Call sites ranked by the host-wait idle time they overlap, and each bubble's top call site.
 
     Returns ``(ranking, top_site)``: ``ranking`` has ``call_site``, the layer columns,
@@ -250,7 +250,7 @@ _HTA_KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "M
 _HTA_SYNC_NAMES = ("Event Sync", "Context Sync")
 
 
-def hta_idle_breakdown(trace: Trace, *, consecutive_kernel_delay: float = 30,
+def hta_idle_breakdown(trace: EventTables, *, consecutive_kernel_delay: float = 30,
                        include_last_profiler_step: bool = False) -> pd.DataFrame:
     """Idle time per stream and category exactly as HTA's ``get_idle_time_breakdown`` counts it.
 

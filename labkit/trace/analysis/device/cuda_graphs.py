@@ -15,7 +15,7 @@ import pandas as pd
 
 from labkit.trace.analysis.device.bubbles import gaps_in_runs
 from labkit.trace.read.columns import cat_mask
-from labkit.trace.read.load import Trace
+from labkit.trace.read.load import EventTables
 
 GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?$")
 GAP_CATEGORIES = ("host_wait", "kernel_wait", "other", "unrecorded")
@@ -29,7 +29,7 @@ DEVICE_COLUMNS = ["device", "streams_count", "ops_count", "span_us", "busy_us", 
                   "per_stream_idle_sum_us"]
 
 
-def graph_launches(trace: Trace) -> pd.DataFrame:
+def graph_launches(trace: EventTables) -> pd.DataFrame:
     """Host calls that launch a CUDA/HIP graph: ``row``, ``name``, ``pid``, ``tid``, ``ts_us``,
     ``end_us``, ``correlation``; sorted by start."""
     ev = trace.events
@@ -57,7 +57,7 @@ def replay_index(ops: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
     return np.where(np.isnan(out), -1, out).astype(np.int64)
 
 
-def graph_replays(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+def graph_replays(trace: EventTables, ops: pd.DataFrame) -> pd.DataFrame:
     """One row per graph launch with its recorded device ops (``REPLAY_COLUMNS``; times in us).
 
     ``ops_count`` 0 (``recorded`` False) marks a launch whose ops are not in the trace.

@@ -18,7 +18,7 @@ from labkit.trace.analysis.device.bubbles import _assign_step, runtime_calls
 from labkit.trace.analysis.host.callsite import (LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_events,
                                                  thread_segments)
 from labkit.trace.read.columns import group_codes
-from labkit.trace.read.load import Trace
+from labkit.trace.read.load import EventTables
 
 SMALL_BYTES = 64 * 1024
 MIN_COUNT = 4
@@ -69,7 +69,7 @@ class CopyReport:
         return self.copies[self.copies["direction"] == "HtoD"]
 
 
-def find_copies(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, sync_gap_us: float = SYNC_GAP_US) -> pd.DataFrame:
+def find_copies(trace: EventTables, ops: pd.DataFrame, steps: pd.DataFrame, *, sync_gap_us: float = SYNC_GAP_US) -> pd.DataFrame:
     """One row per memcpy with direction, kind, bytes, host stall (us) and call site (see module doc)."""
     cp = ops[ops["cat"].isin(["gpu_memcpy", "Memcpy"])].reset_index(drop=True)
     if len(cp) == 0:
@@ -122,7 +122,7 @@ def find_copies(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, sync_ga
     return out[COPY_COLUMNS]
 
 
-def copy_report(trace: Trace, ops: pd.DataFrame, steps: pd.DataFrame, *, small_bytes: int = SMALL_BYTES,
+def copy_report(trace: EventTables, ops: pd.DataFrame, steps: pd.DataFrame, *, small_bytes: int = SMALL_BYTES,
                 min_count: int = MIN_COUNT, sync_gap_us: float = SYNC_GAP_US) -> CopyReport:
     """Copies with per-step and per-call-site counts, and flags for repeated small pageable H2D copies."""
     if small_bytes < 0 or min_count < 1:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from labkit.trace.analysis.host.steps import between_step_windows
 from labkit.trace.read.columns import cat_mask, column_strings, group_codes
-from labkit.trace.read.load import Trace
+from labkit.trace.read.load import EventTables
 
 #: event category -> layer (column in the call-site tables)
 LAYERS = {
@@ -208,7 +208,7 @@ _THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
 HOST_SITE_COLUMNS = ["call_site", *LAYER_NAMES, "host_us", "window_count", "share"]
 
 
-def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
+def thread_events(trace: EventTables, pid: int, tid: int) -> pd.DataFrame:
     """The call-site layers' events of thread ``(pid, tid)``, computed once per loaded trace and thread.
     Python frames recorded under another thread id (some exporters write them on pid/tid 0) are
     borrowed when the thread has none of its own: those of its tid, else the only thread that has any."""
@@ -230,7 +230,7 @@ def thread_events(trace: Trace, pid: int, tid: int) -> pd.DataFrame:
     return cache[key]
 
 
-def attribute_windows(trace: Trace, windows: pd.DataFrame) -> pd.DataFrame:
+def attribute_windows(trace: EventTables, windows: pd.DataFrame) -> pd.DataFrame:
     """Split host time inside windows (``id``, ``pid``, ``tid``, ``start_us``, ``end_us``) by innermost call
     site on the window's thread: one row per (window, call site) with ``id``, ``LAYER_NAMES`` and
     ``overlap_us``; time with no recorded host event is a row with every layer empty."""
@@ -274,7 +274,7 @@ def label_call_sites(df: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def between_step_call_sites(trace: Trace, steps: pd.DataFrame, *, top: int | None = None) -> pd.DataFrame:
+def between_step_call_sites(trace: EventTables, steps: pd.DataFrame, *, top: int | None = None) -> pd.DataFrame:
     """A host-only trace's call sites ranked by the host time they took between steps (``HOST_SITE_COLUMNS``):
     ``host_us`` inside the windows, ``window_count`` windows it appeared in, ``share`` of all between-step time.
     ``steps``: a ``detect_steps`` table."""

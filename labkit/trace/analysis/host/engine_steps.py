@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.trace.read.columns import name_mask
-from labkit.trace.read.load import Trace
+from labkit.trace.read.load import EventTables
 
 __all__ = ["PhaseSpec", "ENGINE_PHASES", "TOP_PHASES", "SUB_PHASES", "STEP_FRAMES", "engine_steps",
            "engine_phase_table", "phase_summary"]
@@ -65,7 +65,7 @@ STEP_FRAMES = (("LLMEngine.step", _VLLM + r"v1/engine/llm_engine\.py\(\d+\): ste
 STEP_COLUMNS = ["step", "start_us", "end_us", "dur_us", "pid", "tid"]
 
 
-def _frames(trace: Trace, pattern: str) -> pd.DataFrame:
+def _frames(trace: EventTables, pattern: str) -> pd.DataFrame:
     ev = trace.events
     is_frame = trace.once("python_frames", lambda: (ev["cat"] == "python_function").to_numpy())
     return ev[is_frame & name_mask(ev["name"], re.compile(pattern))]
@@ -82,7 +82,7 @@ def _outermost(frames: pd.DataFrame) -> pd.DataFrame:
     return s[keep]
 
 
-def engine_steps(trace: Trace) -> tuple[pd.DataFrame, str | None]:
+def engine_steps(trace: EventTables) -> tuple[pd.DataFrame, str | None]:
     """The engine's whole steps (``STEP_COLUMNS``, us) and which frame made them (None: no such frame).
 
     Only steps wholly inside the trace count: a step frame cut by the profiler's start or stop
@@ -138,7 +138,7 @@ def _input_prep_span(frames: dict, st) -> float:
     return max(0.0, float(last.max() - first.min()))
 
 
-def engine_phase_table(trace: Trace, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def engine_phase_table(trace: EventTables, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per engine step: ``step``, ``start_us``, ``dur_us``, ``<phase>_us`` for every top-level
     phase (:data:`TOP_PHASES`) and sub-phase (:data:`SUB_PHASES`), ``<phase>_count`` for the
     measured phases (outermost frames), ``other_us`` (the step less its top-level phases) and

@@ -1,6 +1,6 @@
 """The one step finder: ``ProfilerStep#N``, else vLLM's own step markers, for analyze, whatif and the bubbles.
 
-``detect_steps`` (a ``Trace``; ``labkit analyze``) and ``find_step_spans`` (the what-if's records)
+``detect_steps`` (``EventTables``; ``labkit analyze``) and ``find_step_spans`` (the what-if's records)
 keep the outermost spans matching the first of their patterns that matches; ``step_phases``
 splits each step's host time by annotated phase; ``between_steps`` gives the host time from one
 step's end to the next one's start. The rules and their differences: docs/trace-analyzer.md ("Steps").
@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.errors import UsageError
 from labkit.trace.read.columns import cat_mask, group_codes, name_mask
-from labkit.trace.read.load import Trace
+from labkit.trace.read.load import EventTables
 from labkit.trace.whatif.changes import closest_names
 
 PROFILER_STEP = r"^ProfilerStep\s*#\s*\d+"
@@ -62,7 +62,7 @@ def top_level_spans(spans: pd.DataFrame) -> pd.DataFrame:
     return s[keep]
 
 
-def detect_steps(trace: Trace, pattern: str | None = None) -> tuple[pd.DataFrame, dict]:
+def detect_steps(trace: EventTables, pattern: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Steps of ``trace`` (``STEP_COLUMNS``, us) and how they were found: ``source`` (which marker, or
     ``"pattern"``/None), ``pattern``, ``model_runner`` (``"v1"``/``"v2"`` where vLLM frames say so), ``note``.
     ``pattern``: a regex over user annotations and CPU ops (None: ``AUTO_PATTERNS``)."""
@@ -132,7 +132,7 @@ def between_step_windows(steps: pd.DataFrame) -> pd.DataFrame:
                         columns=["id", "pid", "tid", "start_us", "end_us"])
 
 
-def step_phases(trace: Trace, steps: pd.DataFrame) -> pd.DataFrame:
+def step_phases(trace: EventTables, steps: pd.DataFrame) -> pd.DataFrame:
     """Host time per annotated phase per step: ``step``, ``phase``, ``count``, ``host_us`` (clipped to the step).
 
     Phases: the other annotations inside the step and the model runner's phase frames (``PHASE_FUNCTIONS``,

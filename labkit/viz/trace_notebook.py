@@ -12,6 +12,7 @@ import pandas as pd
 
 from labkit.engine.recorded import analyze_recorded
 from labkit.results import REPO_ROOT, TRACE_BENCH, find_all, results_table
+from labkit.viz.tables import format_table
 
 FIXTURES = REPO_ROOT / "tests" / "data"
 #: real non-lab GPU traces of the fixtures (provenance in tests/data/README.md): quick, full
@@ -25,7 +26,7 @@ PER_LAYER, PER_STEP, TENSOR_LOOP = "fast/cursor/per_layer/async", "fast/cursor/p
 
 
 def lab_analyses(variants=(PER_LAYER, PER_STEP, TENSOR_LOOP), machine: str = LAB_MACHINE) -> dict:
-    """Variant -> ``Analysis`` of the recorded lab traces that exist (missing ones are left out)."""
+    """Variant -> ``labkit.trace.Trace`` of the recorded lab traces that exist (missing ones are left out)."""
     return analyze_recorded(machine, variants=list(variants))
 
 
@@ -49,19 +50,19 @@ def fixture_trace(size: str = "quick") -> Path:
     return p
 
 
-def analyses_sources(*analyses) -> list[str]:
-    """Source labels of analyses: ``measured-gpu`` for real traces, ``simulated`` for simulated ones."""
+def analyses_sources(*traces) -> list[str]:
+    """Source labels of ``Trace`` objects: ``measured-gpu`` for real traces, ``simulated`` for simulated ones."""
     out = []
-    for an in analyses:
-        s = "simulated" if an.source.get("simulated") else "measured-gpu"
+    for an in traces:
+        s = "simulated" if an.source().get("simulated") else "measured-gpu"
         if s not in out:
             out.append(s)
     return out or ["measured-gpu"]
 
 
-def flags_table(analysis):
-    """The flagged repeated small pageable copies of an analysis as a table (one row per call site)."""
-    return pd.DataFrame(analysis.copies.flags)
+def flags_table(trace):
+    """The flagged repeated small pageable copies of a ``Trace`` as a table (one row per call site)."""
+    return pd.DataFrame(trace.copies().flags)
 
 
 def bench_table():
@@ -71,8 +72,6 @@ def bench_table():
     results = find_all(TRACE_BENCH)
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
-    from labkit.viz.tables import format_table
-
     cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb",
             "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]
     t = results_table(results)
