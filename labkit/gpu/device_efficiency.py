@@ -1,12 +1,12 @@
 """How much of a GPU's peak the step model's parts reach: read from the lab's H200 recordings.
 
-Every efficiency is a fraction of a datasheet peak (:mod:`labkit.viz.peaks`): of HBM bandwidth
+Every efficiency is a fraction of a datasheet peak (:mod:`labkit.facts`): of HBM bandwidth
 for the ``*_stream`` ones, of dense bf16 tensor-core throughput for the ``*_compute`` ones. Each
 carries where it comes from and whether it is ``assumed`` (not measured for that use).
 
 Measured on the H200 (read from the files at every load, never typed here).
 
-More: docs/reference.md, ``labkit.serve.gpu.device_efficiency``.
+More: docs/reference.md, ``labkit.gpu.device_efficiency``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from labkit.errors import UsageError
-from labkit.viz.peaks import GpuPeak, peak_for
+from labkit.facts import GpuPeak, peak_for
 
 __all__ = ["Efficiency", "Efficiencies", "load_efficiencies", "uniform_efficiencies", "EFFICIENCY_NAMES",
            "MEASURED_ON", "ATTN_VARIANT", "PROFILE_DECODE_ROWS", "PROFILE_PREFILL_TOKENS"]
