@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from labkit.errors import UsageError
 from labkit.step_model import Delivery, ScheduledStep, StepShape
-from labkit.vllm.census.sched_census import _budget_class
+from labkit.vllm.census.sched_census import _budget_class, vllm_requests
 from labkit.vllm.conformance.models import placeholder_layout
 
 __all__ = ["ServeWorkload", "WORKLOADS", "get_workload", "PlaceholderSpan", "prompt_layout", "make_vllm_requests",
@@ -88,24 +88,11 @@ def prompt_layout(workload: ServeWorkload) -> tuple[int, list[PlaceholderSpan]]:
 
 def make_vllm_requests(workload: ServeWorkload, *, prefix: str = "r") -> list:
     """vLLM ``Request`` objects, one per request of ``workload``, ids ``<prefix><index>``: the
-    prompt's images as ``MultiModalFeatureSpec`` with a ``PlaceholderRange(offset, length,
-    is_embed)``, ``max_tokens = output_tokens`` and ``ignore_eos``."""
-    import torch
-    from vllm import SamplingParams
-    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
-    from vllm.v1.request import Request
-
+    prompt's images at their placeholders (:func:`prompt_layout`), ``max_tokens = output_tokens``
+    and ``ignore_eos``."""
     prompt_len, spans = prompt_layout(workload)
-    out = []
-    for r in range(workload.requests):
-        feats = [MultiModalFeatureSpec(data=None, modality="image", identifier=f"{prefix}{r}-img{k}",
-                                       mm_position=PlaceholderRange(s.offset, s.length,
-                                                                    torch.tensor(s.is_embed, dtype=torch.bool)))
-                 for k, s in enumerate(spans)]
-        out.append(Request(request_id=f"{prefix}{r}", prompt_token_ids=[0] * prompt_len,
-                           sampling_params=SamplingParams(max_tokens=workload.output_tokens, ignore_eos=True),
-                           pooling_params=None, mm_features=feats or None))
-    return out
+    return vllm_requests(workload.requests, prompt_len, [(s.offset, s.length, s.is_embed) for s in spans],
+                         max_tokens=workload.output_tokens, prefix=prefix)
 
 
 #: ``vllm serve`` on an H100/H200 (vLLM's ``_set_default_max_num_seqs_and_batched_tokens_args``)

@@ -91,9 +91,9 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
     """The roofline's full-batch decode step at #40143's shape on ``gpu``, part by part: its time,
     which bound sets it, and the efficiency it ran at with where that comes from (measured on
     the lab's H200, or carried over from a measured one)."""
+    from labkit.facts import GEMMA4_E4B
     from labkit.gpu.device_efficiency import load_efficiencies
     from labkit.gpu.device_model import StepBatch, step_device_time
-    from labkit.facts import GEMMA4_E4B
     from labkit.vllm.serving import get_workload, prompt_layout
 
     prompt, _ = prompt_layout(get_workload("full"))
