@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from labkit.results import base_name
 from labkit.viz.tables import sig3
 
 _BOX_STYLE = ("border-left:5px solid #1f5f99;background:#f3f6fa;padding:8px 14px;margin:8px 0;"
@@ -36,8 +37,6 @@ def pct(fraction) -> str:
 def cite(*results) -> str:
     """Where numbers come from: ``name and name recorded on machine (source, GPU, size)``, one clause
     per machine, source and size the results share."""
-    from labkit.results import base_name
-
     groups: dict[tuple, list[str]] = {}
     for r in results:
         gpu = (r.machine or {}).get("gpu_name")
