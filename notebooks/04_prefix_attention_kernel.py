@@ -128,7 +128,7 @@ fold("the tile-shape sweep: every tile the kernel was timed with, per case",
 # nor than its peak memory bandwidth times the FLOPs it does per byte it moves (its arithmetic
 # intensity). The ridge point, peak compute over peak bandwidth, splits the memory-bound cases
 # from the compute-bound ones. The peaks are datasheet figures (dense bf16 tensor cores, HBM),
-# from a table with its sources (`labkit/viz/gpu_peaks.json`). Each recorded case's FLOPs and
+# from a table with its sources (`labkit/gpu_peaks.json`). Each recorded case's FLOPs and
 # bytes follow from its shapes: FLOPs as above; bytes as the traffic no kernel can avoid (Q read
 # and the output written once, K and V read once for every key some query may attend to), so
 # the intensity is an upper bound and the share of the roof a lower bound

@@ -302,7 +302,7 @@ def test_graph_runner_matches_the_eager_forward_on_cpu(mode, q_lens, kv_lens, ra
     from labkit.engine.config import get_model_config
     from labkit.engine.cudagraph_torch import CudaGraphRunner
     from labkit.engine.device.devices import TorchDevice
-    from labkit.engine.loop import make_batch
+    from labkit.engine.model import make_batch
     from labkit.engine.model import TransformerStack
 
     cfg = get_model_config("tiny")
@@ -389,7 +389,7 @@ def test_cuda_graphs_replay_the_eager_forward(mode):
     from labkit.engine.config import get_model_config
     from labkit.engine.cudagraph_torch import CudaGraphRunner
     from labkit.engine.device.devices import TorchDevice
-    from labkit.engine.loop import make_batch
+    from labkit.engine.model import make_batch
     from labkit.engine.model import TransformerStack
 
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -1,6 +1,7 @@
 """The package's house rules: a layout a newcomer can walk.
 
-No import circle among labkit's modules (imports at any depth, function-level ones too), no folder
+Packages import one way, down the order of ``LAYERS`` (docs/layout.md writes it out), and no
+import circle among labkit's modules (imports at any depth, function-level ones too), no folder
 with more than ``MAX_FILES`` modules side by side, no module over ``MAX_LINES`` lines, a docstring in
 every package's ``__init__.py``, and the entry points named from outside the package still resolve.
 The import graph is read from the sources (``ast``), nothing is imported for it.
@@ -25,6 +26,13 @@ MAX_LINES = 500
 MIN_LINES, SMALL_ALLOWED = 30, ("__init__.py", "__main__.py", "errors.py")
 #: the calls that take a result name: a constant of ``labkit.results`` (NAMES), never a string typed there
 NAME_TAKERS = ("find", "find_all", "make_result", "sized_name", "reuse_or_measure")
+#: labkit's top-level modules and packages, bottom to top: each imports only from its own layer and below
+LAYERS = (
+    ("errors", "fileio", "device", "timing", "machine_load", "results", "facts", "step_model", "bench"),
+    ("trace",), ("mm",), ("attn",), ("engine",), ("gpu",), ("vllm",), ("serve",), ("viz",), ("report",),
+    ("widgets",),
+    ("calibrate", "results_cli", "cli", "__main__"),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -107,6 +115,37 @@ def test_no_import_circle():
     assert len(graph) > 100  # the walk found the package
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def _layer(module: str) -> int:
+    """The layer of ``labkit.<top>...``: the index in :data:`LAYERS` of its top-level name."""
+    top = module.split(".")[1] if "." in module else "__init__"
+    return next((i for i, names in enumerate(LAYERS) if top in names), -1)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for every import of a module whose layer is above the importer's."""
+    return [f"{m} -> {t}" for m, targets in sorted(graph.items()) for t in sorted(targets)
+            if _layer(t) > _layer(m)]
+
+
+def test_the_layer_check_names_an_upward_edge_and_lets_downward_and_sideways_ones_be():
+    graph = {"labkit.viz.a": {"labkit.serve.b", "labkit.viz.c", "labkit.errors"},
+             "labkit.facts": {"labkit.errors"}, "labkit.results": {"labkit.viz.a"},
+             "labkit.trace.x": {"labkit.engine.y"}}
+    assert upward_imports(graph) == ["labkit.results -> labkit.viz.a", "labkit.trace.x -> labkit.engine.y"]
+
+
+def test_every_top_level_module_and_package_has_a_layer():
+    tops = {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    tops |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    unplaced = sorted(t for t in tops if _layer(f"labkit.{t}") < 0)
+    assert not unplaced, f"top-level modules with no place in LAYERS: {unplaced}"
+
+
+def test_packages_import_only_down_the_layers():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports of a layer above the importer's:\n" + "\n".join(upward)
 
 
 def test_no_folder_holds_more_than_max_files_modules():

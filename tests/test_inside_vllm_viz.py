@@ -88,10 +88,10 @@ def test_saving_by_phase_worked_by_hand():
 def test_the_answers_views_read_the_result(tmp_path):
     from findings_results import write_results
 
-    from labkit.serve.gpu.device_model import decode_step_ms
-    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.gpu.device_model import decode_step_ms
+    from labkit.facts import GEMMA4_E4B
     from labkit.results import PR_TABLE, find
-    from labkit.serve.published import PR40143, two_phases
+    from labkit.facts import PR40143, two_phases
     from labkit.viz.vllm import pr_table
 
     write_results(tmp_path)

@@ -1,5 +1,5 @@
 """docs/layout.md against the package and the parser: every folder and top-level module it lists
-exists and every one that exists is listed; every verb and bench target is named; the caps it states
+exists and every one that exists is listed; the order of the packages is tests/test_house.py's; every verb and bench target is named; the caps it states
 are the ones tests/test_house.py holds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_house import MAX_FILES, MAX_LINES, MIN_LINES, SMALL_ALLOWED
+from test_house import LAYERS, MAX_FILES, MAX_LINES, MIN_LINES, SMALL_ALLOWED
 
 from labkit import cli
 from labkit.vllm.conformance.cli import add_cli_args as vllm_cli_args
@@ -47,3 +47,9 @@ def test_the_caps_it_states_are_the_house_rules():
     assert f"more than {MAX_FILES} modules" in text and f"over {MAX_LINES} lines" in text
     assert f"is under {MIN_LINES}" in text
     assert all(f"`{name}`" in text for name in SMALL_ALLOWED)
+
+
+def test_the_order_it_writes_is_the_one_the_house_rules_hold():
+    section = DOC.split("## The order of the packages", 1)[1].split("\n\n")[2]  # the numbered list
+    named = list(dict.fromkeys(re.findall(r"`(\w+)`", section)))
+    assert named == [name for layer in LAYERS for name in layer]

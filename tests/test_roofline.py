@@ -15,7 +15,7 @@ import pytest
 from labkit.attn.bench_attn import CASES, AttnCase
 from labkit.attn.prefix_mask import prefix_lm_mask
 from labkit.results import ATTN_BENCH, find_all, make_result, save_result
-from labkit.viz.peaks import load_peaks, peak_for
+from labkit.facts import load_peaks, peak_for
 from labkit.viz.lab.roofline import (
     AttnTraffic,
     attention_traffic,

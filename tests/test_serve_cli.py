@@ -24,8 +24,8 @@ def test_few_options():
 
 
 def test_workload_defaults_are_the_published_run():
-    from labkit.serve.published import PR40143
-    from labkit.serve.workload import WORKLOADS
+    from labkit.facts import PR40143
+    from labkit.vllm.serving import WORKLOADS
 
     p = argparse.ArgumentParser()
     add_cli_args(p)
@@ -56,9 +56,9 @@ def test_bad_input_exit_2(capsys, argv, says):
 
 
 def test_device_adapter_counts_the_new_token():
-    from labkit.serve.clock import StepShape
-    from labkit.serve.gpu import device_model as dm
-    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
+    from labkit.step_model import StepShape
+    from labkit.gpu import device_model as dm
+    from labkit.facts import GEMMA4_E4B
 
     expected = dm.step_device_time(GEMMA4_E4B, "h200", dm.StepBatch(decode_contexts=(101, 201),
                                                                    prefill_chunks=(dm.PrefillChunk(50, 0, True),),
@@ -68,7 +68,8 @@ def test_device_adapter_counts_the_new_token():
 
 
 def test_peaks_by_regime_from_the_device_and_the_chain():
-    from labkit.serve.bench import full_batch_device_ns, peak_rows
+    from labkit.gpu.device_model import full_batch_device_ns
+    from labkit.serve.bench import peak_rows
     from labkit.serve.host import Chains, Counts, UnitCosts
     from labkit.step_model import peak_tokens_per_s
 

@@ -16,7 +16,8 @@ from dataclasses import replace
 import pytest
 
 from labkit.serve.api_server import ApiServer, Intake, OutputJob
-from labkit.serve.clock import Delivery, StepRecord, StepShape, simulate
+from labkit.serve.clock import simulate
+from labkit.step_model import Delivery, ScheduledStep, StepShape
 
 PROMPT, OUTPUT = 5, 3
 
@@ -46,7 +47,7 @@ class HandEngine:
         for i in live:
             self.tokens[i] = self.tokens.get(i, 0) + 1
             out.append(Delivery(self.steps, i, 1, self.tokens[i] == OUTPUT))
-        rec = StepRecord(self.steps, StepShape(decode, prefill, len(prefill)), tuple(out))
+        rec = ScheduledStep(self.steps, StepShape(decode, prefill, len(prefill)), tuple(out))
         self.steps += 1
         return rec
 
@@ -185,7 +186,7 @@ def test_engine_that_never_finishes_is_an_error():
     class Stuck(HandEngine):
         def step(self):
             rec = super().step()
-            return StepRecord(rec.index, rec.shape, ())  # never delivers
+            return ScheduledStep(rec.index, rec.shape, ())  # never delivers
 
     with pytest.raises(RuntimeError):
         simulate(Stuck(), requests=1, intake=_parse_only(1.0), host=FixedHost(), device=device, max_steps=50)

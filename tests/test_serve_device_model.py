@@ -16,7 +16,7 @@ import random
 import pytest
 
 from labkit.errors import UsageError
-from labkit.serve.gpu.device_efficiency import (
+from labkit.gpu.device_efficiency import (
     EFFICIENCY_NAMES,
     PROFILE_DECODE_ROWS,
     PROFILE_PREFILL_TOKENS,
@@ -24,7 +24,7 @@ from labkit.serve.gpu.device_efficiency import (
     load_efficiencies,
     uniform_efficiencies,
 )
-from labkit.serve.gpu.device_model import (
+from labkit.gpu.device_model import (
     ENCODER_PATCHES,
     GPUS,
     PR40143_REAL_PATCHES,
@@ -36,8 +36,8 @@ from labkit.serve.gpu.device_model import (
     get_gpu,
     step_device_time,
 )
-from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B as E4B
-from labkit.serve.gpu.gemma4_arch import GLOBAL, SLIDING, Gemma4Arch, VisionTower
+from labkit.facts import GEMMA4_E4B as E4B
+from labkit.facts import GLOBAL, SLIDING, Gemma4Arch, VisionTower
 
 ONE = uniform_efficiencies(1.0, 1.0)
 
@@ -250,7 +250,7 @@ def test_the_h100_borrows_the_h200s_efficiencies():
 
 
 def test_gpus_come_from_the_peak_table():
-    from labkit.viz.peaks import load_peaks
+    from labkit.facts import load_peaks
 
     table = {p.name: p for p in load_peaks()}
     assert GPUS["h100"] is table["H100 SXM"] and GPUS["h200"] is table["H200 SXM"]

@@ -15,7 +15,7 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.serve.host import UnitCosts, chains_from_census, infer_read_ns, measured_units
-from labkit.serve.published import PR40143, two_phases
+from labkit.facts import PR40143, two_phases
 
 PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "update_from_output", "other",
           "process_outputs")

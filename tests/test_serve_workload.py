@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.errors import UsageError
-from labkit.serve.workload import get_workload, prompt_layout
+from labkit.vllm.serving import get_workload, prompt_layout
 
 
 def test_full_prompt_layout():

@@ -136,7 +136,7 @@ def test_host_comparison_and_device_step_read_from_results(tmp_path):
         {"machine": "cpu-test-2c", "what": "vllm installed", "median_ms": 139.0, "source": "measured-cpu"},
     ]
     # the device step: the roofline's full-batch step at #40143's shape, the one notebook 08 reads
-    from labkit.serve.bench import full_batch_device_ns
+    from labkit.gpu.device_model import full_batch_device_ns
 
     ms, where = nb.device_step_ms("h100")
     assert ms == round(full_batch_device_ns("h100", 128, 1024 + 32 * 262) / 1e6, 2) and "roofline" in where

@@ -7,7 +7,7 @@ import torch
 
 from labkit.errors import UsageError
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-from labkit.mm.workload import (MODEL_PRESETS, WORKLOAD_PRESETS, MMFeature, Request, WorkloadSpec,
+from labkit.mm.workload import (IMAGE_LAYOUTS, WORKLOAD_PRESETS, MMFeature, Request, WorkloadSpec,
                                 get_workload_spec, make_request, make_requests, placeholder_layout)
 
 
@@ -31,15 +31,15 @@ def test_pr40143_shape():
 
 
 def test_plain_model_size_rule_and_no_mask():
-    assert MODEL_PRESETS["plain"].tokens_for_size(1024, 1536) == 37 * 55  # ceil(1024/28) x ceil(1536/28)
-    assert MODEL_PRESETS["plain"].tokens_for_size(28, 29) == 2
-    assert MODEL_PRESETS["gemma"].tokens_for_size(1024, 1536) == 256
+    assert IMAGE_LAYOUTS["plain"].tokens_for_size(1024, 1536) == 37 * 55  # ceil(1024/28) x ceil(1536/28)
+    assert IMAGE_LAYOUTS["plain"].tokens_for_size(28, 29) == 2
+    assert IMAGE_LAYOUTS["gemma"].tokens_for_size(1024, 1536) == 256
     spec = WorkloadSpec(2, 3, image_size=(56, 84), model="plain")
     r = make_requests(spec)[0]
     assert [f.mm_position.length for f in r.mm_features] == [6, 6, 6]
     assert all(f.mm_position.is_embed is None for f in r.mm_features)
     with pytest.raises(UsageError):
-        MODEL_PRESETS["plain"].tokens_for_size(0, 10)
+        IMAGE_LAYOUTS["plain"].tokens_for_size(0, 10)
 
 
 def test_placeholder_layout_gemma():

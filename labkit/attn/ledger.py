@@ -37,7 +37,7 @@ class CopyRecord:
 
 
 @dataclass
-class StepRecord:
+class StepCopies:
     """Per-step totals: copies, bytes and host time in nanoseconds."""
 
     step: int
@@ -58,15 +58,15 @@ class TransferLedger:
         self.strategy = strategy
         self.device = str(device)
         self.target = "cuda-h2d" if self.device.startswith("cuda") else "cpu-equivalent"
-        self.steps: list[StepRecord] = []
-        self._open: StepRecord | None = None
+        self.steps: list[StepCopies] = []
+        self._open: StepCopies | None = None
 
     # -- recording -----------------------------------------------------------------
     def begin_step(self) -> None:
         """Open a new step (closing any step left open)."""
         if self._open is not None:
             self.end_step()
-        self._open = StepRecord(step=len(self.steps))
+        self._open = StepCopies(step=len(self.steps))
 
     def end_step(self) -> None:
         """Close the current step (no-op if none is open)."""
@@ -74,7 +74,7 @@ class TransferLedger:
             self.steps.append(self._open)
             self._open = None
 
-    def _current(self) -> StepRecord:
+    def _current(self) -> StepCopies:
         if self._open is None:
             self.begin_step()
         assert self._open is not None
@@ -106,7 +106,7 @@ class TransferLedger:
         self._open = None
 
     # -- reading -------------------------------------------------------------------
-    def all_steps(self) -> list[StepRecord]:
+    def all_steps(self) -> list[StepCopies]:
         """Closed steps, plus the open one if any."""
         return self.steps + ([self._open] if self._open is not None else [])
 

@@ -1,7 +1,8 @@
 """Engine and model configurations: frozen dataclasses with named presets.
 
-``ModelConfig`` describes the transformer stack the mini engine runs (random weights).
-Presets.
+``ModelConfig`` describes the transformer stack the mini engine runs (random weights). Presets:
+``tiny`` and ``small`` for tests and quick runs, ``gemma4-e4b-like`` the stack of Gemma-4-E4B
+(:data:`labkit.facts.GEMMA4_E4B`) with one head size for every layer and no KV sharing.
 
 More: docs/reference.md, ``labkit.engine.config``.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from labkit.errors import UsageError
+from labkit.facts import GEMMA4_E4B as A
+from labkit.facts import GLOBAL
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,9 @@ class ModelConfig:
 MODEL_PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig("tiny", 2, 64, 4, 2, 16, 128, 256, sliding_window=0),
     "small": ModelConfig("small", 4, 256, 4, 2, 64, 512, 1024, sliding_window=64, global_every=2),
-    "gemma4-e4b-like": ModelConfig("gemma4-e4b-like", 42, 2560, 8, 2, 256, 10240, 262144,
-                                   sliding_window=512, global_every=6),
+    "gemma4-e4b-like": ModelConfig("gemma4-e4b-like", A.num_layers, A.hidden_size, A.num_heads, A.num_kv_heads,
+                                   A.head_dim, A.intermediate_size, A.vocab_size, sliding_window=A.sliding_window,
+                                   global_every=A.layer_types.index(GLOBAL) + 1),
 }
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
 from labkit.engine.graphs import effective_mode
-from labkit.engine.model import StepBatch, TransformerStack, make_batch  # noqa: F401  (make_batch: public here too)
+from labkit.engine.model import ForwardBatch, TransformerStack, make_batch
 from labkit.errors import UsageError
 from labkit.step_model import planned_ahead
 from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
@@ -171,7 +171,7 @@ class Engine:
     def _layer_ranges(self, layer: int):
         return self.dev.produce(self.prefix.tensor_for_layer, layer, self.prefix.ledger)
 
-    def _prepare(self, plan) -> StepBatch:
+    def _prepare(self, plan) -> ForwardBatch:
         """Host-side input metadata for ``plan`` and its pinned non-blocking H2D copy."""
         rows = plan.scheduled
         n = len(rows)

@@ -26,7 +26,7 @@ TAIL_OPS = ("final_norm", "lm_head", "sample")
 
 
 @dataclass
-class StepBatch:
+class ForwardBatch:
     """What one forward needs: sizes (host ints) and, on a real device, the input tensors.
 
     ``num_tokens``: query tokens in the step; ``kv_tokens``: keys summed over rows;
@@ -138,7 +138,7 @@ class TransformerStack:
         return self.torch.nn.functional.gelu(gu[:, :i], approximate="tanh") * gu[:, i:]
 
     # -- the forward --------------------------------------------------------------------------
-    def forward(self, dev, batch: StepBatch, ranges_for_layer: Callable[[int], object]):
+    def forward(self, dev, batch: ForwardBatch, ranges_for_layer: Callable[[int], object]):
         """Launch one step's decoder layers on ``dev``; returns the hidden states ``(T, hidden)``.
 
         ``ranges_for_layer(i)`` is called where layer ``i``'s attention reads its prefix-range
@@ -176,7 +176,7 @@ class TransformerStack:
                                fn=lambda: hx[0] + self._rms_norm(d, w["post_mlp"]))
         return h
 
-    def sample(self, dev, batch: StepBatch, h):
+    def sample(self, dev, batch: ForwardBatch, h):
         """Launch the final norm, LM head and greedy sampling over each row's last token.
 
         Returns an int64 ``(num_seqs,)`` device tensor on real devices, None simulated.
@@ -224,7 +224,7 @@ def host_inputs(q_lens, kv_lens) -> dict:
     }
 
 
-def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> StepBatch:
+def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> ForwardBatch:
     """Build a step's inputs from per-row query and KV lengths and copy them to ``dev``.
 
     ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds the ``host_inputs`` and copies
@@ -235,8 +235,8 @@ def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> StepBatch:
     return batch_of(model, q_lens, kv_lens, tensors)
 
 
-def batch_of(model: TransformerStack, q_lens, kv_lens, tensors: dict | None) -> StepBatch:
-    """The ``StepBatch`` of per-row query and KV lengths around input ``tensors`` already on the device
+def batch_of(model: TransformerStack, q_lens, kv_lens, tensors: dict | None) -> ForwardBatch:
+    """The ``ForwardBatch`` of per-row query and KV lengths around input ``tensors`` already on the device
     (``make_batch``'s copies, or a CUDA-graph runner's persistent buffers); grows the KV buffers."""
     q_lens = np.asarray(q_lens, dtype=np.int64)
     kv_lens = np.asarray(kv_lens, dtype=np.int64)
@@ -245,7 +245,7 @@ def batch_of(model: TransformerStack, q_lens, kv_lens, tensors: dict | None) -> 
     kv_window = int(np.minimum(kv_lens, window).sum()) if window else total_k
     model.ensure_kv_capacity(total_k)
     seq_lens = list(zip(q_lens.tolist(), kv_lens.tolist()))
-    return StepBatch(len(q_lens), total_q, total_k, kv_window, tensors, seq_lens)
+    return ForwardBatch(len(q_lens), total_q, total_k, kv_window, tensors, seq_lens)
 
 
 def default_attention(device) -> Callable:

@@ -11,7 +11,7 @@ import logging
 import numpy as np
 
 from labkit.engine.device.devices import TorchDevice
-from labkit.engine.loop import make_batch
+from labkit.engine.model import make_batch
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
 from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
 from labkit.timing import time_host

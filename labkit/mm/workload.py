@@ -1,9 +1,10 @@
 """Synthetic multimodal workloads: requests with images laid out like a real model's prompt.
 
 A :class:`WorkloadSpec` (frozen, seeded) says how many requests, how many images each, how
-large, how much text between them, how many output tokens, which layout (:data:`MODEL_PRESETS`)
-and how often an image repeats. :func:`make_requests` turns it into :class:`Request` objects
-whose ``mm_features`` hold placeholder ranges of any variant in ``PLACEHOLDER_VARIANTS``.
+large, how much text between them, how many output tokens, which image layout
+(:data:`IMAGE_LAYOUTS`) and how often an image repeats. :func:`make_requests` turns it into
+:class:`Request` objects whose ``mm_features`` hold placeholder ranges of any variant in
+``PLACEHOLDER_VARIANTS``.
 
 More: docs/reference.md, ``labkit.mm.workload``.
 """
@@ -22,8 +23,8 @@ from labkit.mm.placeholder import get_placeholder_class
 __all__ = [
     "MMFeature",
     "Request",
-    "ModelPreset",
-    "MODEL_PRESETS",
+    "ImageLayout",
+    "IMAGE_LAYOUTS",
     "WorkloadSpec",
     "WORKLOAD_PRESETS",
     "get_workload_spec",
@@ -111,7 +112,7 @@ class Request:
 
 
 @dataclass(frozen=True)
-class ModelPreset:
+class ImageLayout:
     """How a model lays out one image in the prompt.
 
     ``begin_tokens``/``end_tokens`` are non-embedding marker tokens around the soft tokens;
@@ -136,15 +137,15 @@ class ModelPreset:
         return math.ceil(height / self.patch_px) * math.ceil(width / self.patch_px)
 
 
-MODEL_PRESETS: dict[str, ModelPreset] = {
-    "gemma": ModelPreset("gemma", begin_tokens=1, end_tokens=1, masked=True, fixed_tokens=256),
-    "plain": ModelPreset("plain", begin_tokens=0, end_tokens=0, masked=False, fixed_tokens=None),
+IMAGE_LAYOUTS: dict[str, ImageLayout] = {
+    "gemma": ImageLayout("gemma", begin_tokens=1, end_tokens=1, masked=True, fixed_tokens=256),
+    "plain": ImageLayout("plain", begin_tokens=0, end_tokens=0, masked=False, fixed_tokens=None),
 }
 
 
 def placeholder_layout(model: str, soft_tokens: int) -> tuple[int, torch.Tensor | None]:
     """``(length, is_embed)`` of one placeholder with ``soft_tokens`` embeddings under ``model``."""
-    preset = _model(model)
+    preset = _layout(model)
     length = preset.begin_tokens + soft_tokens + preset.end_tokens
     if not preset.masked:
         return length, None
@@ -176,7 +177,7 @@ class WorkloadSpec:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        _model(self.model)
+        _layout(self.model)
         if self.num_requests < 1:
             raise UsageError(f"num_requests must be >= 1, got {self.num_requests}")
         _check_range("images_per_request", self.images_per_request, 0)
@@ -206,11 +207,11 @@ def _draw(rng: random.Random, value: IntOrRange) -> int:
     return rng.randint(*value) if isinstance(value, tuple) else value
 
 
-def _model(name: str) -> ModelPreset:
+def _layout(name: str) -> ImageLayout:
     try:
-        return MODEL_PRESETS[name]
+        return IMAGE_LAYOUTS[name]
     except KeyError:
-        raise UsageError(f"unknown model preset {name!r}: choose from {', '.join(MODEL_PRESETS)}") from None
+        raise UsageError(f"unknown image layout {name!r}: choose from {', '.join(IMAGE_LAYOUTS)}") from None
 
 
 #: named workloads; ``pr40143`` is the shape of the PR's benchmark (Gemma, 128 x 32 images of
@@ -275,7 +276,7 @@ def _fresh(p):
 
 
 def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
-    preset = _model(spec.model)
+    preset = _layout(spec.model)
     rng = random.Random(spec.seed)
     seen: list[tuple[str, int]] = []  # (identifier, soft tokens) of every image so far
     requests = []

@@ -304,7 +304,7 @@ def _findings(meta: dict) -> dict:
 
 def render_index(meta: dict) -> str:
     """The index page for a report manifest (see ``labkit.report.build.build_report``)."""
-    from labkit.serve.published import PR40143
+    from labkit.facts import PR40143
 
     machine = meta.get("machine", {})
     machine_rows = "".join(

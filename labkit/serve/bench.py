@@ -16,18 +16,18 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.results import PR_TABLE, SERVE_SIM_CHECK, make_result, results_root, sized_name
 from labkit.serve.api_server import Intake
-from labkit.serve.clock import StepShape, simulate
-from labkit.serve.gpu.device_model import GPUS, describe_device, step_device_fn
+from labkit.serve.clock import simulate
+from labkit.gpu.device_model import GPUS, describe_device, full_batch_device_ns, step_device_fn
 from labkit.serve.host import UnitCosts, chains_from_census, infer_read_ns, measured_units
 from labkit.serve.metrics import compute_metrics
-from labkit.serve.published import ARMS as PUBLISHED_ARMS
-from labkit.serve.published import METRICS, PR40143, two_phases
-from labkit.serve.workload import WORKLOADS, ServeWorkload, prompt_layout
+from labkit.facts import ARMS as PUBLISHED_ARMS
+from labkit.facts import METRICS, PR40143, two_phases
+from labkit.vllm.serving import WORKLOADS, ServeWorkload, prompt_layout
 from labkit.step_model import REGIMES, both_regimes, peak_tokens_per_s
 from labkit.timing import stopwatch
 
 __all__ = ["ARMS", "CENSUS_MACHINE", "GPU_NODE", "ServeHost", "isolated_intake", "predicted_metrics",
-           "full_batch_device_ns", "peak_rows", "infer_intake", "gain_rows", "predict", "add_cli_args", "main"]
+           "peak_rows", "infer_intake", "gain_rows", "predict", "add_cli_args", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +134,7 @@ def _phases(tl) -> dict:
 def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, intake: Intake, scale: float,
          regime: str, non_overlap: float) -> dict:
     """One arm's whole run on the simulated clock (needs vLLM): metrics and phases."""
-    from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
-    from labkit.serve.workload import make_vllm_requests
+    from labkit.vllm.serving import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler, make_vllm_requests
     from labkit.vllm.ab import patched_vllm
 
     prompt_len, spans = prompt_layout(workload)
@@ -150,12 +149,6 @@ def _run(arm: str, gpu: str, *, workload, model_dir, chains, units: UnitCosts, i
     logger.info("serve-sim %s on %s: %d steps in %.0f s of wall time", arm, gpu, len(tl.steps), wall.s)
     return {"metrics": predicted_metrics(tl.token_ns, prompt_len), "phases": _phases(tl),
             "scheduler": config.describe()}
-
-
-def full_batch_device_ns(gpu: str, requests: int, prompt_len: int) -> float:
-    """The device step of ``requests`` decoding their first token after a ``prompt_len`` prompt: the
-    earliest full-batch step, the shortest context, the fastest step."""
-    return step_device_fn(gpu)(StepShape(decode_context_lens=(prompt_len,) * requests))
 
 
 def peak_rows(chains, units: UnitCosts, gpus, arms, *, requests: int, prompt_len: int,
@@ -373,7 +366,7 @@ def _inferred_from(arm: str, metric: str) -> str | None:
 
 
 def _as_side(metrics: dict, rows: list, arm: str, gpu: str):
-    from labkit.serve.published import Published
+    from labkit.facts import Published
 
     peak = next(r["predicted"] for r in rows if (r["arm"], r["gpu"], r["metric"]) == (arm, gpu, "peak_output_tok_s"))
     return Published(metrics["output_tok_s"], peak, metrics["mean_tpot_ms"], metrics["mean_ttft_s"], metrics["duration_s"])

@@ -20,8 +20,12 @@ from itertools import accumulate
 
 from labkit.errors import UsageError
 from labkit.serve.api_server import Intake
+from labkit.serve.clock import simulate
 from labkit.serve.metrics import compute_metrics
-from labkit.serve.workload import ServeWorkload, prompt_layout
+from labkit.vllm.census.sched_census import write_model_config
+from labkit.vllm.conformance.models import placeholder_layout
+from labkit.vllm.serving import (ServeConfig, ServeWorkload, VllmDriver, kv_blocks_for, make_serving_scheduler,
+                                  make_vllm_requests, prompt_layout)
 
 __all__ = ["CHECK_METRICS", "TOLERANCE", "measured_metrics", "run_costs", "check_rows"]
 
@@ -140,9 +144,6 @@ def _device_fn(device_ns: dict):
 
 
 def _simulate(arm: str, workload: ServeWorkload, costs: dict, settings: dict, model_dir) -> dict:
-    from labkit.serve.clock import simulate
-    from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
-    from labkit.serve.workload import make_vllm_requests
     from labkit.vllm.ab import patched_vllm
 
     prompt_len, spans = prompt_layout(workload)
@@ -166,9 +167,6 @@ def _simulate(arm: str, workload: ServeWorkload, costs: dict, settings: dict, mo
 def check_rows(doc: dict) -> tuple[list[dict], dict]:
     """Rows (shape, arm, metric, unit, measured, predicted, error) for every run of a
     ``vllm_serve_timeline`` result, and each run's costs as the clock took them (needs vLLM)."""
-    from labkit.vllm.census.sched_census import write_model_config
-    from labkit.vllm.conformance.models import placeholder_layout
-
     runs: dict = {}
     for r in doc.get("rows", []):
         key = (r.get("num_prompts"), r.get("images"), r.get("image_size"), r.get("output_len"), r.get("variant"))

@@ -9,48 +9,9 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from labkit.serve.api_server import ApiServer, Intake, OutputJob
-from labkit.step_model import planned_ahead, step_time
+from labkit.step_model import ScheduledStep, StepShape, planned_ahead, step_time
 
-__all__ = ["Delivery", "StepShape", "StepRecord", "EngineDriver", "HostModel", "StepTiming", "Timeline", "simulate"]
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What one engine step computes: per decoding request its context length (tokens in the KV
-    cache before the step), per prefill chunk ``(tokens, context before, ends the prompt)``,
-    images encoded."""
-
-    decode_context_lens: tuple = ()
-    prefill_chunks: tuple = ()
-    images_encoded: int = 0
-
-    @property
-    def num_requests(self) -> int:
-        return len(self.decode_context_lens) + len(self.prefill_chunks)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(c[0] for c in self.prefill_chunks)
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """New tokens for one request in the outputs of step ``step``; ``finished`` when it is its last."""
-
-    step: int
-    request: int
-    tokens: int
-    finished: bool = False
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One scheduled step: its shape and the deliveries that became known with it (of this step
-    with synchronous scheduling, of the previous one with async)."""
-
-    index: int
-    shape: StepShape
-    deliveries: tuple = ()
+__all__ = ["EngineDriver", "HostModel", "StepTiming", "Timeline", "simulate"]
 
 
 class EngineDriver(Protocol):
@@ -58,7 +19,7 @@ class EngineDriver(Protocol):
 
     def has_work(self) -> bool: ...
 
-    def step(self) -> StepRecord | None:
+    def step(self) -> ScheduledStep | None:
         """Plan (and, synchronous, finish) one step; None when nothing could be scheduled."""
 
     def flush(self) -> tuple:

@@ -2,7 +2,7 @@
 
 transformers' ``Gemma4ForConditionalGeneration`` is built from E4B's published values with no
 weights allocated; its matrices per layer, its KV-sharing layers and its image processor's output
-are compared with what :mod:`labkit.serve.gpu.gemma4_arch` and :mod:`labkit.serve.gpu.device_model` count.
+are compared with what :mod:`labkit.facts` and :mod:`labkit.gpu.device_model` count.
 Runs in vLLM's CPU environment (transformers with Gemma 4 is installed there).
 """
 
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from labkit.serve.gpu.device_model import ENCODER_PATCHES, PR40143_REAL_PATCHES, PR40143_SOFT_TOKENS
-from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B as A
+from labkit.gpu.device_model import ENCODER_PATCHES, PR40143_REAL_PATCHES, PR40143_SOFT_TOKENS
+from labkit.facts import GEMMA4_E4B as A
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (run bash scripts/test_vllm_cpu.sh)")
 
-from labkit.serve.workload import ServeWorkload, get_workload, make_vllm_requests, prompt_layout  # noqa: E402
+from labkit.vllm.serving import ServeWorkload, get_workload, make_vllm_requests, prompt_layout  # noqa: E402
 
 
 def _device(shape):
@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory):
 def test_quick_run_every_request_to_its_end(model_dir):
     from labkit.serve.api_server import Intake
     from labkit.serve.clock import simulate
-    from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
+    from labkit.vllm.serving import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
     from labkit.vllm.ab import patched_vllm
 
     w = get_workload("quick")
@@ -63,7 +63,7 @@ def test_quick_run_every_request_to_its_end(model_dir):
 def _embeds_calls_per_decode_step(arm: str, model_dir) -> tuple[int, int]:
     from vllm.multimodal.inputs import PlaceholderRange
 
-    from labkit.serve.vllm_driver import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
+    from labkit.vllm.serving import ServeConfig, VllmDriver, kv_blocks_for, make_serving_scheduler
     from labkit.vllm.ab import patched_vllm
 
     w = ServeWorkload("census", 3, 4, 1024, 1536, 16, 64, 3)
@@ -116,7 +116,7 @@ def test_quick_serve_sim_end_to_end():
     """A workload other than #40143's end to end: the census machine's census, its server's intake and
     overlap, the GPU node's unit costs, the roofline, vLLM's scheduler; nothing compared, nothing inferred."""
     from labkit.serve.bench import predict
-    from labkit.serve.workload import WORKLOADS
+    from labkit.vllm.serving import WORKLOADS
 
     res, check = predict(WORKLOADS["quick"], ("h200",), ("baseline", "pr40143"))
     assert check.name == "serve_sim_check" and check.rows  # checked against the recorded server runs first

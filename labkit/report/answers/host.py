@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from labkit.report.answers.element import Answer, bars_html, cite, esc, num, row
+from labkit.report.answers.element import Answer, cite, esc, num, row
 from labkit.results import CALIBRATION, MM_DECODE_STEP, find, find_all
-from labkit.viz.tables import format_table
+from labkit.viz.tables import bars_html, format_table
 
 NO_RESULT = "No {what} recorded yet: {how}."
 

@@ -3,8 +3,9 @@ and 08 (#40143's published table predicted by the one step model)."""
 
 from __future__ import annotations
 
-from labkit.report.answers.element import Answer, bars_html, cite, esc, num, pct
+from labkit.report.answers.element import Answer, cite, esc, num, pct
 from labkit.results import PR_TABLE, VLLM_PREFIX_RANGES, VLLM_STEP, find, find_all, results_rows
+from labkit.viz.tables import bars_html
 
 
 def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = None, step_from: str = "",

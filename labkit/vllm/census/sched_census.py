@@ -16,7 +16,7 @@ from labkit.timing import clock_ns
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VARIANTS", "early_return_patch", "make_scheduler", "make_requests", "SchedulerRun", "measure_point",
+__all__ = ["VARIANTS", "early_return_patch", "make_scheduler", "vllm_requests", "make_requests", "SchedulerRun", "measure_point",
            "profile_step", "temporary_model_dir", "write_model_config"]
 
 #: variants timed at every grid point, in the order they are interleaved
@@ -136,29 +136,32 @@ def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int 
         vsched.MultiModalBudget = real_budget
 
 
-def make_requests(num_requests: int, images: int, *, with_images: bool = True, max_tokens: int = 100_000,
-                  prefix: str = "r") -> list:
-    """Real vLLM ``Request``s: per request ``images`` Gemma-style placeholders (ends not
-    embedded) separated by text, or (``with_images=False``) the same prompt length as text."""
+def vllm_requests(count: int, prompt_len: int, spans=(), *, max_tokens: int, prefix: str = "r") -> list:
+    """Real vLLM ``Request`` objects, ids ``<prefix><index>``: ``prompt_len`` tokens, an image at each
+    ``(offset, length, is_embed)`` of ``spans`` (as a ``MultiModalFeatureSpec`` with its
+    ``PlaceholderRange``), ``max_tokens`` output tokens with ``ignore_eos``."""
     import torch
     from vllm import SamplingParams
     from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
     from vllm.v1.request import Request
 
-    mask = torch.ones(PLACEHOLDER_LEN, dtype=torch.bool)
-    mask[0] = mask[-1] = False
-    out = []
-    for r in range(num_requests):
-        feats, pos = [], TEXT_BETWEEN
-        for k in range(images):
-            if with_images:
-                feats.append(MultiModalFeatureSpec(data=None, modality="image", identifier=f"{prefix}{r}-img{k}",
-                                                   mm_position=PlaceholderRange(pos, PLACEHOLDER_LEN, mask)))
-            pos += PLACEHOLDER_LEN + TEXT_BETWEEN
-        out.append(Request(request_id=f"{prefix}{r}", prompt_token_ids=[0] * pos,
-                           sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                           pooling_params=None, mm_features=feats or None))
-    return out
+    masks = [torch.tensor(is_embed, dtype=torch.bool) for _, _, is_embed in spans]
+    return [Request(request_id=f"{prefix}{r}", prompt_token_ids=[0] * prompt_len,
+                    sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), pooling_params=None,
+                    mm_features=[MultiModalFeatureSpec(data=None, modality="image", identifier=f"{prefix}{r}-img{k}",
+                                                       mm_position=PlaceholderRange(offset, length, mask))
+                                 for k, ((offset, length, _), mask) in enumerate(zip(spans, masks))] or None)
+            for r in range(count)]
+
+
+def make_requests(num_requests: int, images: int, *, with_images: bool = True, max_tokens: int = 100_000,
+                  prefix: str = "r") -> list:
+    """Real vLLM ``Request``s: per request ``images`` Gemma-style placeholders (ends not
+    embedded) separated by text, or (``with_images=False``) the same prompt length as text."""
+    is_embed = (False,) + (True,) * (PLACEHOLDER_LEN - 2) + (False,)
+    spans = [(TEXT_BETWEEN + k * (PLACEHOLDER_LEN + TEXT_BETWEEN), PLACEHOLDER_LEN, is_embed) for k in range(images)]
+    return vllm_requests(num_requests, TEXT_BETWEEN + images * (PLACEHOLDER_LEN + TEXT_BETWEEN),
+                         spans if with_images else (), max_tokens=max_tokens, prefix=prefix)
 
 
 class SchedulerRun:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.facts import GEMMA4_E4B
 
 __all__ = ["ARCHS", "PlaceholderLayout", "placeholder_layout", "make_model", "config_hash", "model_arch",
            "read_vocab_size", "image_prompt", "MARKER_FILE"]
@@ -53,10 +54,11 @@ _PIXTRAL = {
     "text": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 32},
 }
+#: the made Gemma 4 model: tiny layers, the image rule of Gemma-4-E4B's vision tower (labkit.facts)
 _GEMMA4 = {
-    "patch_size": 16,
-    "pooling_kernel_size": 3,
-    "max_soft_tokens": 280,
+    "patch_size": GEMMA4_E4B.vision.patch_size,
+    "pooling_kernel_size": GEMMA4_E4B.vision.pooling_kernel_size,
+    "max_soft_tokens": GEMMA4_E4B.vision.max_soft_tokens,
     "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
                "num_key_value_heads": 2, "head_dim": 16},
     "text": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -84,14 +86,7 @@ def _pixtral_layout(width: int, height: int) -> PlaceholderLayout:
 
 
 def _gemma4_layout(width: int, height: int) -> PlaceholderLayout:
-    # Gemma 4's image processor: aspect-preserving resize to sides that are multiples of
-    # patch x pooling within max_soft_tokens x pooling^2 patches; one soft token per pooled cell
-    patch, pool, budget = _GEMMA4["patch_size"], _GEMMA4["pooling_kernel_size"], _GEMMA4["max_soft_tokens"]
-    unit = patch * pool
-    scale = math.sqrt(budget * pool * pool / ((height / patch) * (width / patch)))
-    target_h = max(unit, int(math.floor(height * scale / unit)) * unit)
-    target_w = max(unit, int(math.floor(width * scale / unit)) * unit)
-    soft = min((target_h // patch) * (target_w // patch) // (pool * pool), budget)
+    soft = GEMMA4_E4B.vision.soft_tokens(width, height)
     return PlaceholderLayout(soft + 2, (False,) + (True,) * soft + (False,))
 
 

@@ -1,21 +1,161 @@
-"""Gemma-4-E4B's architecture as numbers: the shapes a device model counts bytes and FLOPs from.
+"""The facts the lab takes from outside: GPU datasheets, #40143's published table, Gemma-4-E4B.
 
-:data:`GEMMA4_E4B` is the model of vLLM #40143's benchmark (``google/gemma-4-E4B-it``), with the
-field names of transformers' ``Gemma4TextConfig`` / ``Gemma4VisionConfig``; every value comes
-from a published E4B configuration, not from those classes' defaults.
+Numbers no measurement of the lab's makes, each with where it comes from. Read by the simulator,
+the figures and the report alike, so they live here, below all of them.
 
-More: docs/reference.md, ``labkit.serve.gpu.gemma4_arch``.
+- **GPU peaks** (``gpu_peaks.json`` beside this module): dense BF16 tensor-core TFLOP/s and memory
+  TB/s per GPU, the memory, the regular expressions that recognise the name torch reports
+  (``torch.cuda.get_device_name``; tried in table order, so ``H200 NVL`` before ``H200``) and the
+  document each figure comes from. Datasheets quote BF16 "with sparsity" (2:4 structured); the table
+  holds the dense figure, half of it, which is what an attention kernel can reach.
+- **#40143's published table** (:data:`PR40143`): Gemma-4-E4B, 128 requests at concurrency 128, 32
+  images of 1024x1536 each, 8,000 output tokens (``--ignore-eos``), ``vllm bench serve``: the
+  figures of the PR's description, before and after. :func:`two_phases` derives from them alone
+  the run's two phases (an arrival phase of few, long steps; then full-batch decode).
+- **Gemma-4-E4B's architecture** (:data:`GEMMA4_E4B`): the model of #40143's benchmark
+  (``google/gemma-4-E4B-it``) with the field names of transformers' ``Gemma4TextConfig`` /
+  ``Gemma4VisionConfig``; every value comes from a published E4B configuration, not from those
+  classes' defaults. The one model description: the device model counts bytes and FLOPs from it,
+  the mini engine's ``gemma4-e4b-like`` preset takes its stack from it, the made Gemma 4 model
+  takes its image rule (:meth:`VisionTower.soft_tokens`) from it.
+
+More: docs/reference.md, ``labkit.facts``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from labkit.errors import UsageError
 
-__all__ = ["VisionTower", "Gemma4Arch", "AttentionGroup", "GEMMA4_E4B", "SLIDING", "GLOBAL"]
+__all__ = ["GpuPeak", "load_peaks", "peak_for", "Published", "PR40143", "ARMS", "METRICS", "two_phases",
+           "VisionTower", "Gemma4Arch", "AttentionGroup", "GEMMA4_E4B", "SLIDING", "GLOBAL"]
 
+
+# -- GPU peaks ------------------------------------------------------------------------------------
+#: the GPU peak table
+TABLE = Path(__file__).resolve().parent / "gpu_peaks.json"
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """One GPU's peaks: ``bf16_dense_tflops`` (1e12 FLOP/s), ``mem_tb_s`` (1e12 bytes/s), and their ``source``."""
+
+    name: str
+    bf16_dense_tflops: float
+    mem_tb_s: float
+    memory: str
+    source: str
+    match: tuple[str, ...]
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        """The ridge point: the arithmetic intensity (FLOP/byte) where memory and compute bounds meet."""
+        return self.bf16_dense_tflops / self.mem_tb_s
+
+    def attainable_tflops(self, flop_per_byte: float) -> float:
+        """The roof at ``flop_per_byte``: ``min(peak compute, intensity x peak bandwidth)`` in TFLOP/s."""
+        return min(self.bf16_dense_tflops, flop_per_byte * self.mem_tb_s)
+
+
+@functools.lru_cache(maxsize=2)
+def load_peaks(path: Path | str = TABLE) -> tuple[GpuPeak, ...]:
+    """Every entry of the peak table, in table order."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return tuple(GpuPeak(name=g["name"], bf16_dense_tflops=float(g["bf16_dense_tflops"]),
+                         mem_tb_s=float(g["mem_tb_s"]), memory=str(g.get("memory", "")), source=str(g["source"]),
+                         match=tuple(g["match"])) for g in data["gpus"])
+
+
+def peak_for(gpu_name: str | None, peaks: tuple[GpuPeak, ...] | None = None) -> GpuPeak | None:
+    """The table entry for a GPU as torch names it (``"NVIDIA H200"``), or None when none matches."""
+    if not gpu_name:
+        return None
+    for peak in peaks if peaks is not None else load_peaks():
+        if any(re.search(p, gpu_name, re.I) for p in peak.match):
+            return peak
+    return None
+
+
+# -- #40143's published table --------------------------------------------------------------------
+#: the lab's A/B arm -> side of the published table
+ARMS = {"baseline": "before", "pr40143": "after"}
+#: the table's metrics the lab predicts, with their units
+METRICS = {"peak_output_tok_s": "tok/s", "output_tok_s": "tok/s", "mean_tpot_ms": "ms", "mean_ttft_s": "s",
+           "duration_s": "s"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """One side of the table."""
+
+    output_tok_s: float
+    peak_output_tok_s: float
+    mean_tpot_ms: float
+    mean_ttft_s: float
+    duration_s: float
+
+    def get(self, metric: str) -> float:
+        return float(getattr(self, metric))
+
+
+@dataclass(frozen=True)
+class _Table:
+    name: str
+    requests: int
+    images: int
+    image_size: str
+    output_tokens: int
+    before: Published
+    after: Published
+
+    def side(self, arm: str) -> Published:
+        """The published side of a lab arm (``baseline`` -> before, ``pr40143`` -> after)."""
+        return self.before if ARMS.get(arm, arm) == "before" else self.after
+
+    @property
+    def throughput_gain(self) -> float:
+        return self.after.output_tok_s / self.before.output_tok_s
+
+
+PR40143 = _Table(
+    name="vllm#40143 Gemma-4-E4B c=128 x 32 images", requests=128, images=32, image_size="1024x1536",
+    output_tokens=8000,
+    before=Published(output_tok_s=2478.5, peak_output_tok_s=6158.0, mean_tpot_ms=33.81, mean_ttft_s=137.9,
+                     duration_s=413.16),
+    after=Published(output_tok_s=3146.8, peak_output_tok_s=9088.0, mean_tpot_ms=24.58, mean_ttft_s=124.3,
+                    duration_s=325.41),
+)
+
+
+def two_phases(side: Published, requests: int = PR40143.requests, output_tokens: int = PR40143.output_tokens) -> dict:
+    """What one side's figures say about its run, by arithmetic alone.
+
+    ``output_tokens_total``: tok/s x duration (= requests x output tokens when the figures hold);
+    ``mean_e2el_s``: mean TTFT + (output tokens - 1) x mean TPOT; ``finish_spread_s``: duration
+    less the mean E2EL (how long before the last request the average one finished);
+    ``fastest_step_ms``: one full-batch step at the peak (requests / peak tok/s);
+    ``spread_steps``: the finish spread in such steps (the average request got its first token
+    about that many steps before the last one did, each running request decoding one token a
+    step); ``arrival_s``: the arrival phase, up to the average first token (= mean TTFT);
+    ``decode_s``: the rest of the run; ``decode_step_ms``: its mean step (= mean TPOT up to the
+    spread).
+    """
+    e2el = side.mean_ttft_s + (output_tokens - 1) * side.mean_tpot_ms / 1e3
+    spread = side.duration_s - e2el
+    fastest = requests / side.peak_output_tok_s * 1e3
+    decode = side.duration_s - side.mean_ttft_s
+    return {"output_tokens_total": side.output_tok_s * side.duration_s, "mean_e2el_s": e2el, "finish_spread_s": spread,
+            "fastest_step_ms": fastest, "spread_steps": spread / fastest * 1e3, "arrival_s": side.mean_ttft_s,
+            "decode_s": decode, "decode_step_ms": (decode - spread) / (output_tokens - 1) * 1e3}
+
+
+# -- Gemma-4-E4B ---------------------------------------------------------------------------------
 SLIDING = "sliding_attention"
 GLOBAL = "full_attention"
 
@@ -35,6 +175,19 @@ class VisionTower:
     max_soft_tokens: int = 280
     channels: int = 3
     position_embedding_size: int = 10240
+
+    def soft_tokens(self, width: int, height: int) -> int:
+        """Soft tokens of one ``width x height`` image: the processor resizes it, keeping its aspect,
+        to sides that are multiples of patch x pooling within ``max_soft_tokens x pooling^2``
+        patches; one soft token per pooled cell."""
+        if width < 1 or height < 1:
+            raise UsageError(f"image size must be positive, got {width} x {height}")
+        patch, pool, budget = self.patch_size, self.pooling_kernel_size, self.max_soft_tokens
+        unit = patch * pool
+        scale = math.sqrt(budget * pool * pool / ((height / patch) * (width / patch)))
+        target_h = max(unit, int(math.floor(height * scale / unit)) * unit)
+        target_w = max(unit, int(math.floor(width * scale / unit)) * unit)
+        return min((target_h // patch) * (target_w // patch) // (pool * pool), budget)
 
     @property
     def max_patches(self) -> int:
@@ -206,7 +359,7 @@ def _e4b_layer_types() -> tuple[str, ...]:
     return tuple(GLOBAL if i % 6 == 5 else SLIDING for i in range(42))
 
 
-#: Gemma-4-E4B (``google/gemma-4-E4B-it``); sources in docs/reference.md, ``labkit.serve.gpu.gemma4_arch``
+#: Gemma-4-E4B (``google/gemma-4-E4B-it``); sources in docs/reference.md, ``labkit.facts``
 GEMMA4_E4B = Gemma4Arch(
     name="gemma-4-E4B",
     num_layers=42, hidden_size=2560, num_heads=8, num_kv_heads=2, head_dim=256, global_head_dim=512,

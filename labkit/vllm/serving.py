@@ -1,15 +1,99 @@
-"""vLLM's real scheduler, stepped for a whole serving run (the clock's :class:`EngineDriver`).
+"""#40143's serving run against vLLM's real scheduler: the run ``vllm bench serve`` made (which
+requests, with what prompts) and the scheduler stepped for the whole of it (the simulated clock's
+engine, :class:`VllmDriver`).
 
-More: docs/reference.md, ``labkit.serve.vllm_driver``.
+More: docs/reference.md, ``labkit.vllm.serving``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.serve.clock import Delivery, StepRecord, StepShape
+from labkit.errors import UsageError
+from labkit.step_model import Delivery, ScheduledStep, StepShape
+from labkit.vllm.census.sched_census import _budget_class, vllm_requests
+from labkit.vllm.conformance.models import placeholder_layout
 
-__all__ = ["SERVE_DEFAULTS", "ServeConfig", "kv_blocks_for", "make_serving_scheduler", "VllmDriver"]
+__all__ = ["ServeWorkload", "WORKLOADS", "get_workload", "PlaceholderSpan", "prompt_layout", "make_vllm_requests",
+           "SERVE_DEFAULTS", "ServeConfig", "kv_blocks_for", "make_serving_scheduler", "VllmDriver"]
+
+
+@dataclass(frozen=True)
+class ServeWorkload:
+    """One ``vllm bench serve`` run: requests (all sent at t = 0), images per request and their size
+    (pixels, ``height x width`` as random-mm's bucket keys), random text tokens, output tokens."""
+
+    name: str
+    requests: int
+    images: int
+    image_height: int
+    image_width: int
+    text_tokens: int
+    output_tokens: int
+    max_concurrency: int
+
+    def check(self) -> "ServeWorkload":
+        if self.requests < 1 or self.images < 0 or self.text_tokens < 0 or self.output_tokens < 1:
+            raise UsageError(f"workload {self.name}: requests >= 1, images >= 0, text >= 0, output >= 1")
+        return self
+
+    def describe(self) -> dict:
+        return {"workload": self.name, "requests": self.requests, "images_per_request": self.images,
+                "image_size": f"{self.image_height}x{self.image_width}", "text_tokens": self.text_tokens,
+                "output_tokens": self.output_tokens, "max_concurrency": self.max_concurrency,
+                "request_rate": "inf (all sent at t = 0)", "ignore_eos": True}
+
+
+#: ``full``: #40143's published run; ``quick``: the same shape, small enough for tests
+WORKLOADS = {
+    "full": ServeWorkload("pr40143", 128, 32, 1024, 1536, 1024, 8000, 128),
+    "quick": ServeWorkload("pr40143-quick", 4, 2, 1024, 1536, 64, 16, 4),
+}
+
+
+def get_workload(size: str) -> ServeWorkload:
+    try:
+        return WORKLOADS[size].check()
+    except KeyError:
+        raise UsageError(f"unknown size {size!r}: choose from {', '.join(WORKLOADS)}") from None
+
+
+@dataclass(frozen=True)
+class PlaceholderSpan:
+    """One image's placeholder in the prompt: first token, length (tokens), which tokens are embeddings."""
+
+    offset: int
+    length: int
+    is_embed: tuple
+
+    @property
+    def num_embeds(self) -> int:
+        return sum(self.is_embed)
+
+
+def prompt_layout(workload: ServeWorkload) -> tuple[int, list[PlaceholderSpan]]:
+    """``(prompt tokens, placeholders)`` of one request: the text split into ``images + 1`` runs
+    as evenly as it divides (the first runs one token longer), an image after each run but the last."""
+    layout = placeholder_layout("gemma4", workload.image_width, workload.image_height)
+    runs = workload.images + 1
+    base, extra = divmod(workload.text_tokens, runs)
+    pos, spans = 0, []
+    for k in range(workload.images):
+        pos += base + (1 if k < extra else 0)
+        spans.append(PlaceholderSpan(pos, layout.length, tuple(layout.is_embed)))
+        pos += layout.length
+    pos += base + (1 if workload.images < extra else 0)
+    return pos, spans
+
+
+def make_vllm_requests(workload: ServeWorkload, *, prefix: str = "r") -> list:
+    """vLLM ``Request`` objects, one per request of ``workload``, ids ``<prefix><index>``: the
+    prompt's images at their placeholders (:func:`prompt_layout`), ``max_tokens = output_tokens``
+    and ``ignore_eos``."""
+    prompt_len, spans = prompt_layout(workload)
+    return vllm_requests(workload.requests, prompt_len, [(s.offset, s.length, s.is_embed) for s in spans],
+                         max_tokens=workload.output_tokens, prefix=prefix)
+
 
 #: ``vllm serve`` on an H100/H200 (vLLM's ``_set_default_max_num_seqs_and_batched_tokens_args``)
 SERVE_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024, "enable_chunked_prefill": True,
@@ -53,8 +137,6 @@ def make_serving_scheduler(model_dir, config: ServeConfig):
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
-
-    from labkit.vllm.census.sched_census import _budget_class
 
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=config.max_model_len, enforce_eager=True)
@@ -127,7 +209,7 @@ class VllmDriver:
                                         o.finish_reason is not None))
         return tuple(got)
 
-    def step(self) -> StepRecord | None:
+    def step(self) -> ScheduledStep | None:
         out = self.s.schedule()
         if out.total_num_scheduled_tokens == 0:
             from vllm.v1.outputs import ModelRunnerOutput
@@ -141,7 +223,7 @@ class VllmDriver:
             self._in_flight = (index, out, mro)
         else:
             got = self._update(index, out, mro)
-        return StepRecord(index, shape, got)
+        return ScheduledStep(index, shape, got)
 
     def flush(self) -> tuple:
         if self._in_flight is None:

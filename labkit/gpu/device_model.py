@@ -1,6 +1,6 @@
 """How long one engine step of Gemma 4 takes on a GPU: a roofline per part, summed (simulated).
 
-More: docs/reference.md, ``labkit.serve.gpu.device_model``.
+More: docs/reference.md, ``labkit.gpu.device_model``.
 """
 
 from __future__ import annotations
@@ -10,20 +10,18 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from labkit.errors import UsageError
-from labkit.serve.gpu.device_efficiency import Efficiencies, load_efficiencies
-from labkit.serve.gpu.gemma4_arch import GEMMA4_E4B, SLIDING, Gemma4Arch
-from labkit.viz.peaks import GpuPeak, load_peaks
-from labkit.vllm.conformance.models import placeholder_layout
+from labkit.gpu.device_efficiency import Efficiencies, load_efficiencies
+from labkit.facts import GEMMA4_E4B, SLIDING, Gemma4Arch, GpuPeak, load_peaks
 
-__all__ = ["GPUS", "get_gpu", "step_device_fn", "describe_device", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
+__all__ = ["GPUS", "get_gpu", "step_device_fn", "full_batch_device_ns", "describe_device", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
            "STEP_FLOOR_ORIGIN", "SOURCE"]
 
 SOURCE = "simulated"
-#: the peak-table entries (:mod:`labkit.viz.peaks`) of the two GPUs
+#: the peak-table entries (:mod:`labkit.facts`) of the two GPUs
 _GPU_TABLE_NAMES = {"h100": "H100 SXM", "h200": "H200 SXM"}
 #: soft tokens of one of #40143's 1024 x 1536 images, and the real patches behind them
-PR40143_SOFT_TOKENS = placeholder_layout("gemma4", 1024, 1536).num_embeds
+PR40143_SOFT_TOKENS = GEMMA4_E4B.vision.soft_tokens(1024, 1536)
 PR40143_REAL_PATCHES = PR40143_SOFT_TOKENS * GEMMA4_E4B.vision.pooling_kernel_size ** 2
 #: patches the encoder runs per image: the processor's padded length
 ENCODER_PATCHES = GEMMA4_E4B.vision.max_patches
@@ -250,7 +248,7 @@ def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, batch: StepBatch, *,
     """The device time of one engine step (ns, simulated): a roofline per part, summed (module text).
 
     ``gpu``: ``"h100"``/``"h200"`` (:data:`GPUS`). ``efficiencies``: default the recorded ones
-    for ``gpu`` (:func:`labkit.serve.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
+    for ``gpu`` (:func:`labkit.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
     fixed per-step cost added on top (none is measured, :data:`STEP_FLOOR_ORIGIN`).
     """
     key, peak = get_gpu(gpu)
@@ -300,8 +298,14 @@ def describe(result: DeviceTime) -> list[dict]:
     return rows
 
 
+def full_batch_device_ns(gpu: str, requests: int, prompt_len: int) -> float:
+    """The device step (ns, simulated) of ``requests`` decoding their first token after a ``prompt_len``
+    prompt: the earliest full-batch step, the shortest context, the fastest step."""
+    return step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt_len + 1,) * requests)).total_ns
+
+
 def step_device_fn(gpu: str, arch: Gemma4Arch = GEMMA4_E4B):
-    """The serving clock's device: a step's shape (:class:`labkit.serve.clock.StepShape`: each
+    """The serving clock's device: a step's shape (:class:`labkit.step_model.StepShape`: each
     decoding request's context before the step, the prefill chunks, the images encoded) -> ns on
     ``gpu`` (a decoding request attends to its context and its new token)."""
     key, _ = get_gpu(gpu)

@@ -1,12 +1,12 @@
 """How much of a GPU's peak the step model's parts reach: read from the lab's H200 recordings.
 
-Every efficiency is a fraction of a datasheet peak (:mod:`labkit.viz.peaks`): of HBM bandwidth
+Every efficiency is a fraction of a datasheet peak (:mod:`labkit.facts`): of HBM bandwidth
 for the ``*_stream`` ones, of dense bf16 tensor-core throughput for the ``*_compute`` ones. Each
 carries where it comes from and whether it is ``assumed`` (not measured for that use).
 
 Measured on the H200 (read from the files at every load, never typed here).
 
-More: docs/reference.md, ``labkit.serve.gpu.device_efficiency``.
+More: docs/reference.md, ``labkit.gpu.device_efficiency``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from labkit.engine.config import get_model_config
+from labkit.engine.device.profiles import load_profile
 from labkit.errors import UsageError
-from labkit.viz.peaks import GpuPeak, peak_for
+from labkit.facts import GpuPeak, peak_for
+from labkit.results import ATTN_BENCH, REPO_ROOT, find_all
 
 __all__ = ["Efficiency", "Efficiencies", "load_efficiencies", "uniform_efficiencies", "EFFICIENCY_NAMES",
            "MEASURED_ON", "ATTN_VARIANT", "PROFILE_DECODE_ROWS", "PROFILE_PREFILL_TOKENS"]
@@ -85,8 +88,6 @@ def uniform_efficiencies(stream: float, compute: float, gpu: str = "any") -> Eff
 
 
 def _profile_efficiencies(peak: GpuPeak, profile) -> dict[str, Efficiency]:
-    from labkit.engine.config import get_model_config
-
     if profile.parametric or not profile.model:
         raise UsageError(f"device profile {profile.name} is not a recording ({profile.origin})")
     cfg = get_model_config(profile.model)
@@ -116,8 +117,6 @@ def _profile_efficiencies(peak: GpuPeak, profile) -> dict[str, Efficiency]:
 
 
 def _repo_relative(path: str | None) -> str | None:
-    from labkit.results import REPO_ROOT
-
     if path is None:
         return None
     try:
@@ -161,9 +160,6 @@ def _with_borrowed(measured: dict[str, Efficiency]) -> dict[str, Efficiency]:
 
 @functools.lru_cache(maxsize=8)
 def _measured(results_root: str | None, profile_name: str) -> tuple[tuple[str, Efficiency], ...]:
-    from labkit.engine.device.profiles import load_profile
-    from labkit.results import ATTN_BENCH, find_all
-
     found = find_all(ATTN_BENCH, machine=MEASURED_ON, source="measured-gpu", root=results_root)
     if not found:
         raise UsageError(f"no measured attn_bench result for {MEASURED_ON} under "
