@@ -100,7 +100,7 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
     """
     from plotly.subplots import make_subplots
 
-    from labkit.viz.timeline import _as_analysis, _bars, _cap, _lanes, max_resolution_ms
+    from labkit.viz.timeline import _as_trace, _bars, _cap, _lanes, max_resolution_ms
 
     if not runs:
         raise ValueError("no runs to show")
@@ -110,8 +110,8 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
     for name, pair in runs.items():
         start = len(fig.data)
         for row, trace in enumerate(pair, start=1):
-            an = _as_analysis(trace)
-            simulated = simulated or bool(an.source.get("simulated"))
+            an = _as_trace(trace)
+            simulated = simulated or bool(an.source().get("simulated"))
             lanes, rows = _lanes(an)
             lanes_all[row - 1].update(lanes)
             for tr in _bars(_cap(rows, max_events, max_resolution_ms(an)), showlegend=(row == 1)):  # one run shows
