@@ -1,4 +1,4 @@
-"""labkit.vllm.census.prefix_ranges_bench without vLLM: workload, the caching patch on the lab's placeholder, results.
+"""labkit.vllm.census.bench_vllm_prefix_ranges without vLLM: workload, the caching patch on the lab's placeholder, results.
 
 The measurement against the installed vLLM (and the patch file applied to vLLM's source)
 is checked in tests/vllm_conformance/.
@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from labkit.vllm.census import prefix_ranges_bench as nb
+from labkit.vllm.census import bench_vllm_prefix_ranges as nb
 from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
 from labkit.results import VLLM_PREFIX_RANGES, find_all, make_result, results_rows, save_result
 
@@ -136,7 +136,7 @@ def test_host_comparison_and_device_step_read_from_results(tmp_path):
         {"machine": "cpu-test-2c", "what": "vllm installed", "median_ms": 139.0, "source": "measured-cpu"},
     ]
     # the device step: the roofline's full-batch step at #40143's shape, the one notebook 08 reads
-    from labkit.serve.bench import full_batch_device_ns
+    from labkit.serve.bench_serve_sim import full_batch_device_ns
 
     ms, where = nb.device_step_ms("h100")
     assert ms == round(full_batch_device_ns("h100", 128, 1024 + 32 * 262) / 1e6, 2) and "roofline" in where

@@ -14,7 +14,7 @@ import html
 import math
 from dataclasses import dataclass
 
-from labkit.viz.tables import sig3
+from labkit.bench import sig3
 
 _BOX_STYLE = ("border-left:5px solid #1f5f99;background:#f3f6fa;padding:8px 14px;margin:8px 0;"
               "font-family:sans-serif;font-size:14px;line-height:1.45;max-width:100%;box-sizing:border-box")

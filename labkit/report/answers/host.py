@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, bars_html, cite, esc, num, row
 from labkit.results import CALIBRATION, MM_DECODE_STEP, find, find_all
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 
 NO_RESULT = "No {what} recorded yet: {how}."
 

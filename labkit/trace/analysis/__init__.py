@@ -1,3 +1,3 @@
 """Analysing a trace: ``analyze`` (every table at once), ``diff``, ``many`` (many traces, a profile folder),
-``cli`` (``labkit analyze``), ``bench`` (``labkit bench trace``), ``notebook``; ``device`` and ``host`` tables.
+``cli`` (``labkit analyze``), ``bench_trace`` (``labkit bench trace``), ``notebook``; ``device`` and ``host`` tables.
 """

@@ -71,7 +71,7 @@ def bench_table():
     results = find_all(TRACE_BENCH)
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
-    from labkit.viz.tables import format_table
+    from labkit.bench import format_table
 
     cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb",
             "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]

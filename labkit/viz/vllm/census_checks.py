@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 from labkit.report.answers.element import bars_html
-from labkit.viz.tables import sig3
+from labkit.bench import sig3
 
 INVARIANT, OBSERVATION = "invariant", "observation"
 
