@@ -13,7 +13,8 @@ import argparse
 import logging
 
 from labkit.errors import UsageError
-from labkit.results import CALIBRATION, PartialResult, make_result, save_result, sized_name
+from labkit.bench import Bench, add_run_options, report, resolve_run_options
+from labkit.results import CALIBRATION, PartialResult, save_result
 from labkit.timing import CPU_ELEMENTS, Timing, calibrate_cpu, time_cuda, time_host, unit_row
 
 logger = logging.getLogger(__name__)
@@ -142,38 +143,34 @@ def profiled_device_time(fn, *, calls: int, categories: tuple[str, ...]) -> Timi
     return timing_of(device_durations_ns(trace, categories))
 
 
-def run_calibration(device: str = "auto", *, quick: bool = True, on_rows=None) -> tuple[list[dict], str]:
+def run_calibration(device: str = "auto", size: str = "quick", *, on_rows=None) -> tuple[list[dict], str]:
     """CPU rows always, GPU rows when ``device`` resolves to cuda; returns (rows, source).
 
     ``on_rows(rows)`` gets every row so far after each part (``labkit.results.PartialResult.update``)."""
     from labkit.device import measured_source, resolve_device
 
     kind = resolve_device(device)
-    rows = calibrate_cpu(repeats=15 if quick else 60)
+    knobs = CALIBRATE.at(size)
+    rows = calibrate_cpu(repeats=knobs["repeats"])
     if on_rows:
         on_rows(rows)
     if kind == "cuda":
         cpu = list(rows)
-        rows = cpu + calibrate_gpu(repeats=30 if quick else 100,
+        rows = cpu + calibrate_gpu(repeats=knobs["gpu_repeats"],
                                    on_rows=(lambda gpu: on_rows(cpu + gpu)) if on_rows else None)
     return rows, measured_source(kind)
 
 
-def make_calibration_result(rows: list[dict], source: str, *, full: bool = False, size: str | None = None):
-    """The calibration result for ``rows`` (what the CLI and the notebook save).
-
-    ``size`` (``quick`` or ``full``; or the older ``full`` flag) names it ``calibration`` or
-    ``calibration_quick``.
-    """
-    size = size or ("full" if full else "quick")
-    params = {"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES), "size": size}
-    return make_result(sized_name(CALIBRATION, size), rows, source=source, params=params, size=size)
+#: ``labkit calibrate``'s result: its own sweep (CPU loops, then the GPU's copies and launches)
+CALIBRATE = Bench(CALIBRATION, knobs={"repeats": (15, 60), "gpu_repeats": (30, 100)}, columns=("kind", "variant", "metric", "size_bytes",
+                                                                   "median_ns", "p20_ns", "p80_ns"),
+                  params={"cpu_elements": CPU_ELEMENTS, "copy_sizes_bytes": list(COPY_SIZES_BYTES)})
 
 
 def measure_and_save(device: str = "auto", size: str = "quick"):
     """Calibrate ``device`` at ``size`` and save the result (``calibration`` / ``calibration_quick``); returns it."""
-    rows, source = run_calibration(device, quick=size == "quick")
-    result = make_calibration_result(rows, source, size=size)
+    rows, source = run_calibration(device, size)
+    result = CALIBRATE.result(rows, size, source=source)
     save_result(result)
     return result
 
@@ -194,40 +191,20 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def format_table(rows: list[dict]) -> str:
-    """A short fixed-width table of the rows (times in microseconds)."""
-    lines = [f"{'kind':<4} {'variant':<20} {'metric':<13} {'bytes':>8} {'median_us':>10} {'p20_us':>9} {'p80_us':>9}"]
-    for r in rows:
-        size = r.get("size_bytes")
-        lines.append(
-            f"{r['kind']:<4} {r['variant']:<20} {r['metric']:<13} {'' if size is None else size:>8} "
-            f"{r['median_ns'] / 1e3:>10.3f} {r['p20_ns'] / 1e3:>9.3f} {r['p80_ns'] / 1e3:>9.3f}"
-        )
-    return "\n".join(lines)
-
-
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default) or full (more repeats, tighter quantiles)")
+    add_run_options(p, size_help="quick (default) or full (more repeats, tighter quantiles)")
 
 
 def main(args: argparse.Namespace) -> int:
     """``labkit calibrate``: measure, print a table, save result ``calibration`` (quick: ``calibration_quick``)."""
-    from labkit.cli import emit_result, resolve_run_options
-
-    size = resolve_run_options(args)
     from labkit.device import measured_source, resolve_device
 
-    draft = make_calibration_result([], measured_source(resolve_device(args.device)), size=size)
+    size = resolve_run_options(args)
+    draft = CALIBRATE.result([], size, source=measured_source(resolve_device(args.device)))
     partial = PartialResult(draft.name, params=draft.params, source=draft.source, size=size, save=not args.no_save)
-    rows, source = run_calibration(args.device, quick=size == "quick", on_rows=partial.update)
-    result = make_calibration_result(rows, source, size=size)
-    print(format_table(rows))
+    rows, source = run_calibration(args.device, size, on_rows=partial.update)
+    report(args, CALIBRATE.result(rows, size, source=source), CALIBRATE.columns)
     for key, value in summary(rows).items():
         print(f"{key}: {value:.1f}x")
-    emit_result(result, args)
     return 0
-

@@ -3,18 +3,18 @@
 Each verb is a module with ``add_cli_args(parser)`` and ``main(args) -> int`` (the pattern of vLLM's
 ``benchmarks/``); only the module of the verb on the command line is imported. Exit codes: 0
 success, 2 bad input (one line on stderr), 1 internal error (``LABKIT_DEBUG=1`` shows the
-traceback). ``-v`` may come anywhere. The bench verbs and ``calibrate`` share :func:`add_run_options`.
+traceback). ``-v`` may come anywhere. The bench verbs and ``calibrate`` share the options of
+:mod:`labkit.bench` (the one bench runner).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
-from pathlib import Path
 
+from labkit.bench import set_verbose
 from labkit.errors import UsageError
 
 #: verb -> (module with ``add_cli_args`` and ``main``, one line of help); ``bench`` has its targets below
@@ -31,109 +31,24 @@ VERBS = {
 
 #: ``labkit bench TARGET`` -> (module, one line of help); ``vllm-*`` and ``serve-sim`` need vLLM
 BENCH_TARGETS = {
-    "mm": ("labkit.mm.bench", "#40143's scheduler: placeholder calls, the decode step, sweeps, whole workloads"),
+    "mm": ("labkit.mm.bench_mm", "#40143's scheduler: placeholder calls, the decode step, sweeps, whole workloads"),
     "h2d": ("labkit.attn.bench_h2d", "#38794's prefix-range copies per decode step, per strategy"),
     "ranges": ("labkit.attn.bench_ranges", "host time per step to build the batch's image ranges, per builder"),
     "attn": ("labkit.attn.bench_attn", "the Triton prefix-LM kernel against FlexAttention and masked SDPA"),
-    "engine": ("labkit.engine.bench", "the mini engine per variant: tokens/s, step time, device idle"),
-    "trace": ("labkit.trace.analysis.bench", "the trace analyzer's speed and memory, beside HTA"),
-    "vllm-prefix-ranges": ("labkit.vllm.census.prefix_ranges_bench",
+    "engine": ("labkit.engine.bench_engine", "the mini engine per variant: tokens/s, step time, device idle"),
+    "trace": ("labkit.trace.analysis.bench_trace", "the trace analyzer's speed and memory, beside HTA"),
+    "vllm-prefix-ranges": ("labkit.vllm.census.bench_vllm_prefix_ranges",
                     "vLLM's per-step compute_mm_prefix_ranges, installed vs patched (needs vLLM)"),
-    "vllm-sched": ("labkit.vllm.census.sched_bench", "vLLM's real scheduler step per variant (needs vLLM)"),
-    "vllm-step": ("labkit.vllm.census.step_bench", "vLLM's whole engine step, phase by phase (needs vLLM's CPU build)"),
-    "vllm-overlap": ("labkit.vllm.census.overlap", "what vLLM's engine core hides behind a forward of set length "
+    "vllm-sched": ("labkit.vllm.census.bench_vllm_sched", "vLLM's real scheduler step per variant (needs vLLM)"),
+    "vllm-step": ("labkit.vllm.census.bench_vllm_step", "vLLM's whole engine step, phase by phase (needs vLLM's CPU build)"),
+    "vllm-overlap": ("labkit.vllm.census.bench_vllm_overlap", "what vLLM's engine core hides behind a forward of set length "
                                                    "(needs vLLM)"),
-    "vllm-input": ("labkit.vllm.processor.input_processing",
+    "vllm-input": ("labkit.vllm.processor.bench_vllm_input",
                    "vLLM's input processing of #40143's images (needs vLLM's CPU build)"),
-    "serve-sim": ("labkit.serve.bench", "#40143's published table predicted by the one step model (needs vLLM)"),
+    "serve-sim": ("labkit.serve.bench_serve_sim", "#40143's published table predicted by the one step model (needs vLLM)"),
 }
 
-#: run sizes of every bench verb and ``labkit calibrate`` (the first is the default)
-RUN_SIZES = ("quick", "full")
 _VERBOSE = ("-v", "--verbose")
-
-
-# -- options shared by every bench verb and calibrate ----------------------------------------
-
-def add_run_options(p: argparse.ArgumentParser, *, json_help: str = "also write the result(s) as JSON to OUT",
-                    size_help: str = "quick (default: seconds to minutes) or full (the recorded size)",
-                    sized: bool = True) -> None:
-    """Add ``--size`` (unless not ``sized``), ``--json OUT``, ``--no-save`` and ``-v``."""
-    if sized:
-        p.add_argument("--size", choices=RUN_SIZES, default=RUN_SIZES[0], help=size_help)
-    p.add_argument("--json", metavar="OUT", default=None, help=json_help)
-    p.add_argument("--no-save", action="store_true", help="do not write to the results store")
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-
-
-def resolve_run_options(args: argparse.Namespace) -> str:
-    """Check the shared options before any work starts; returns the size (``quick`` or ``full``). A
-    ``--json`` path that is a folder is a ``UsageError``. The results this run makes keep the unit
-    costs measured in it (:func:`labkit.results.keep_unit_costs`)."""
-    from labkit.results import keep_unit_costs
-
-    if args.json is not None:
-        out = Path(args.json)
-        if not args.json or out.is_dir():
-            raise UsageError(f"--json {args.json!r} is not a file path")
-        if out.parent.exists() and not out.parent.is_dir():
-            raise UsageError(f"--json {args.json}: {out.parent} is not a folder")
-    if args.verbose:
-        set_verbose()
-    keep_unit_costs()
-    return getattr(args, "size", None)
-
-
-def emit_result(result, args: argparse.Namespace) -> None:
-    """Save ``result`` to the results store unless ``--no-save``, and write it to ``--json OUT``."""
-    if not args.no_save:
-        from labkit.results import save_result
-
-        print(f"saved {save_result(result)}")
-    if args.json:
-        from labkit.fileio import write_json
-
-        write_json(args.json, result.to_json())
-        print(f"wrote {args.json}")
-
-
-def set_verbose(on: bool = True) -> None:
-    """Log the lab's progress (INFO) to stderr."""
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(format="%(name)s: %(message)s")
-    root.setLevel(logging.INFO if on else logging.WARNING)
-
-
-# -- the sweep grid and image sizes of the vLLM bench verbs --------------------------
-
-def add_grid_options(p: argparse.ArgumentParser) -> None:
-    """``--requests`` and ``--images``: the sweep grid of the vLLM bench verbs."""
-    p.add_argument("--requests", type=int, nargs="+", default=None, help="requests per step to sweep (1-256)")
-    p.add_argument("--images", type=int, nargs="+", default=None, help="images per request to sweep (1-64)")
-
-
-def grid_from_args(args: argparse.Namespace, grid: dict) -> dict:
-    """A copy of ``grid`` (the size's default) with ``--requests``/``--images`` applied and checked."""
-    grid = dict(grid)
-    if args.requests:
-        grid["requests"] = tuple(args.requests)
-    if args.images:
-        grid["images"] = tuple(args.images)
-    if any(not 1 <= r <= 256 for r in grid["requests"]) or any(not 1 <= i <= 64 for i in grid["images"]):
-        raise UsageError("requests must be in 1..256 and images in 1..64")
-    return grid
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``HxW`` -> ``(width, height)``."""
-    try:
-        h, w = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise UsageError(f"--image-size must look like 64x96 (height x width), got {text!r}") from None
-    if w < 1 or h < 1:
-        raise UsageError(f"--image-size must be positive, got {text!r}")
-    return w, h
 
 
 # -- the command -----------------------------------------------------------------------------

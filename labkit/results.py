@@ -281,35 +281,6 @@ class PartialResult:
         return self.update([*self.rows, row])
 
 
-def record_sized(name: str, rows: Iterable[dict], params: dict, *, source: str, size: str,
-                 save: bool = True) -> BenchResult:
-    """Result ``name`` of a ``size`` run (filed as ``<name>_quick`` when quick), saved unless ``save`` is False."""
-    res = make_result(sized_name(name, size), rows, params=params, source=source, size=size)
-    if save:
-        save_result(res)
-    return res
-
-
-def partial_sized(name: str, params: dict, *, source: str, size: str, save: bool = True):
-    """``PartialResult(...).update`` for result ``name`` of a ``size`` run: call it with the rows so far."""
-    return PartialResult(sized_name(name, size), params=params, source=source, size=size, save=save).update
-
-
-def write_results_json(path: str | os.PathLike, results: dict[str, BenchResult]) -> Path:
-    """``--json OUT`` of every bench verb: one object, result base name -> result (atomic)."""
-    return write_json(path, {name: res.to_json() for name, res in results.items()})
-
-
-def report_saved(results: dict[str, BenchResult], json_path: str | None = None) -> None:
-    """CLI helper: print where each saved result went; write them all as one JSON object if asked."""
-    for res in results.values():
-        if res.path:
-            print(f"saved {res.path}")
-    if json_path:
-        write_results_json(json_path, results)
-        print(f"wrote {json_path}")
-
-
 _REQUIRED = {"schema": int, "name": str, "source": str, "params": dict, "rows": list, "machine": dict}
 
 

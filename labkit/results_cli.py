@@ -12,6 +12,7 @@ import argparse
 import sys
 import warnings
 
+from labkit.bench import format_table
 from labkit.errors import UsageError
 from labkit.results import QUICK_SUFFIX, BenchResult, commit_status, find_all, load_results, provenance, results_root
 
@@ -28,29 +29,6 @@ def overview_rows(results: list[BenchResult]) -> list[dict]:
         rows.append({"machine": r.slug, "name": r.name, "size": r.size, "source": r.source, "commit": commit,
                      "date": r.created[:10] if r.created else "-"})
     return rows
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
-    if isinstance(value, (dict, list)):
-        return "..." if value else "-"
-    return str(value)
-
-
-def format_table(rows: list[dict], columns=None) -> str:
-    """A fixed-width text table of ``rows`` (columns: ``columns`` or every key, in first-seen order)."""
-    if columns is None:
-        columns = []
-        for row in rows:
-            columns += [k for k in row if k not in columns]
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(str(c))] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
-    return "\n".join(lines)
 
 
 def _load(name: str | None, machine: str | None) -> list[BenchResult]:
@@ -89,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         if not found:
             print(f"no results recorded under {root}")
             return 0
-        print(format_table(overview_rows(found), OVERVIEW_COLUMNS))
+        print(format_table(overview_rows(found), columns=OVERVIEW_COLUMNS))
         return 0
     if not found:
         where = f" for machine {args.machine!r}" if args.machine else ""
@@ -100,6 +78,6 @@ def main(args: argparse.Namespace) -> int:
         print(provenance(res))
         if res.command:
             print(f"command: {res.command}")
-        print(format_table(res.rows) if res.rows else "(no rows)")
+        print(format_table(res.rows))
     return 0
 

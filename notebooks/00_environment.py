@@ -49,7 +49,7 @@ setup_notebook()
 # %%
 from labkit.results import CALIBRATION, find_all
 from labkit.report.answers.host import calibration_rows
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 recorded = find_all(CALIBRATION)
 declare_sources(*sorted({r.source for r in recorded}))
 format_table(calibration_rows(recorded), rename={"tensor_index_int_ns": "tensor index + int()", "list_index_ns": "list index"})

@@ -72,13 +72,13 @@ length, mask = placeholder_layout("gemma", 256)  # 258 tokens: begin marker, 256
 
 # %%
 from labkit.device import resolve_device
-from labkit.mm.bench import run_benchmarks
+from labkit.mm.bench_mm import run_benchmarks
 from labkit.results import (MM_DECODE_STEP, MM_GET_NUM_EMBEDS, MM_SWEEP, MM_WORKLOAD, find_all, provenance,
                             results_rows, reuse_or_measure)
 from labkit.timing import unit_cost_note
 device = resolve_device(device)
 results, note = reuse_or_measure([MM_GET_NUM_EMBEDS, MM_DECODE_STEP, MM_SWEEP, MM_WORKLOAD],
-                                 lambda: run_benchmarks(quick=(size == "quick"), sweep=True))
+                                 lambda: run_benchmarks(size, sweep=True))
 print(note)
 declare_sources(*sorted({r.source for r in results.values()}))
 
@@ -97,7 +97,7 @@ plot_placeholder_calls(results[MM_GET_NUM_EMBEDS].rows)
 # Encoder scheduling of one steady decode step, 128 requests x 32 images, this run:
 
 # %%
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 format_table(results[MM_DECODE_STEP].rows, columns=["combo", "median_ns", "p20_ns", "p80_ns", "per_image_ns",
                                                       "speedup_vs_before", "speedup_vs_pr"])
 
@@ -106,7 +106,7 @@ format_table(results[MM_DECODE_STEP].rows, columns=["combo", "median_ns", "p20_n
 # time of their own CPU):
 
 # %%
-from labkit.viz.tables import duration, sig3
+from labkit.bench import duration, sig3
 recorded = find_all(MM_DECODE_STEP)
 print(*(provenance(r) for r in recorded), unit_cost_note(recorded), sep="\n")
 format_table([{"machine": r["machine"], "combo": r["combo"], "per step": duration(r["median_ns"]),

@@ -40,7 +40,8 @@ setup_notebook()
 
 # %%
 import tempfile
-from labkit.engine.runs import run_notebook_set, format_rows
+from labkit.bench import format_table
+from labkit.engine.runs import ENGINE_COLUMNS, run_notebook_set
 from labkit.engine.runs import default_profile_name
 from labkit.engine.device.profiles import load_profile
 from labkit.engine.recorded import analyze_recorded, describe_host_cost, host_cost_figures, with_robust_metrics
@@ -72,7 +73,7 @@ declare_sources("simulated")
 trace_dir = tempfile.mkdtemp(prefix="labkit-engine-")
 rows, traces = run_notebook_set(size, trace_dir=trace_dir, profile=profile, cudagraph=("none", "piecewise", "full"))
 eager_rows = [r for r in rows if r["cudagraph"] == "none"]
-fold("Every run's figures, as the bench prints them", format_rows(rows))
+fold("Every run's figures, as the bench prints them", format_table(rows, columns=ENGINE_COLUMNS))
 
 # %% [markdown]
 # ## Throughput, idle fraction and step time per variant
@@ -138,7 +139,6 @@ plot_mode_timelines(pairs, labels=("eager", "CUDA graphs (full; per_layer falls 
 
 # %%
 from labkit.engine.recorded import step_model_rows
-from labkit.viz.tables import format_table
 format_table(step_model_rows(rows))
 
 # %% [markdown]
@@ -151,7 +151,7 @@ format_table(step_model_rows(rows))
 cols = ["variant", "median_ns", "tokens_per_s_median", "tokens_per_s_window", "tpot_mean_ms", "stall_ns",
         "device_idle_frac", "host_schedule_ns", "h2d_per_step"]
 if gpu:
-    from labkit.viz.tables import sig3
+    from labkit.bench import sig3
     print("GPU idle share of the run: " + ", ".join(f"{r['variant']} {sig3(100 * r['device_idle_frac'])}%"
                                                     for r in gpu_rows if r.get("device_idle_frac") is not None))
 fold("The recorded GPU run's rows", format_table(gpu_rows, columns=cols)) if gpu else print(

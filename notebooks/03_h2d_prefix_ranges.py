@@ -45,7 +45,7 @@ from labkit.device import resolve_device
 from labkit.results import CALIBRATION, H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, find, find_all
 from labkit.viz.lab.h2d import STRATEGY_LABELS, plot_before_after, plot_gpu_idle, plot_sweep
 from labkit.viz.notebook import fold
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 recorded = find_all(H2D_STEP)
 step = find(H2D_STEP, source="measured-gpu", results=recorded)
 named = lambda rows: [dict(r, strategy=STRATEGY_LABELS.get(r["variant"], r["variant"])) for r in rows]  # noqa: E731

@@ -75,7 +75,7 @@ from labkit.attn import prefix_attention as kernel
 from labkit.attn.bench_attn import kernel_checks, run_bench
 from labkit.device import resolve_device
 from labkit.viz.notebook import fold
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 fold("the kernel's source (labkit/attn/prefix_attention.py: one key tile, then the program)",
      inspect.getsource(kernel._attend_tile.fn), inspect.getsource(kernel._prefix_attn_fwd.fn))
 

@@ -51,7 +51,7 @@ setup_notebook()
 from labkit.report.answers.gpu import trace_per_step
 from labkit.viz.trace_notebook import PER_LAYER, PER_STEP, TENSOR_LOOP, analyses_sources, missing_lab_traces
 from labkit.viz.notebook import fold
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 declare_sources(*analyses_sources(*lab.values()))
 max_bars = 3000 if size == "quick" else 20000  # bars drawn per timeline; the analysis uses every event
 (format_table(trace_per_step(lab), caption="per step, from the traces") if not missing_lab_traces(lab)

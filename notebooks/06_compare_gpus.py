@@ -52,7 +52,7 @@ appendix.results_matrix(results)
 
 # %%
 from labkit.report.answers.host import calibration_rows
-from labkit.viz.tables import format_table, sig3
+from labkit.bench import format_table, sig3
 reads = sorted(calibration_rows(results), key=lambda r: r["tensor_index_int_ns"])
 format_table([{"machine": r["machine"], "tensor index + int()": f"{sig3(r['tensor_index_int_ns'] / 1e3)} us",
                "x the fastest": f"{sig3(r['tensor_index_int_ns'] / reads[0]['tensor_index_int_ns'])}x"} for r in reads])

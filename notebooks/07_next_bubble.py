@@ -44,7 +44,7 @@ setup_notebook()
 #
 # The run the answer above reads (`.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`). The patch
 # computes a placeholder's runs once (a `cached_property` holding a tuple) and returns a fresh list
-# per call; `labkit.vllm.census.prefix_ranges_bench` checks on randomized inputs that the patched function
+# per call; `labkit.vllm.census.bench_vllm_prefix_ranges` checks on randomized inputs that the patched function
 # returns exactly what the installed one does, then times both on the same features. The GPU idle
 # columns set each host time beside the device step below (perfect-overlap bound: a step lasts
 # `max(device, host)`).
@@ -52,15 +52,15 @@ setup_notebook()
 # %%
 from labkit.results import RANGES_STEP, RANGES_SWEEP, VLLM_PREFIX_RANGES, VLLM_SCHED, find_all, results_rows
 from labkit.timing import unit_cost_note
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 from labkit.viz.vllm.prefix_ranges import plot_installed_vs_patched, plot_profile
-from labkit.vllm.census import prefix_ranges_bench
+from labkit.vllm.census import bench_vllm_prefix_ranges
 recorded = find_all(VLLM_PREFIX_RANGES)
 rows = results_rows(recorded, params=("vllm_version",))
 declare_sources(*sorted({r["source"] for r in rows}))
-device_step_ms, step_from = prefix_ranges_bench.device_step_ms()
+device_step_ms, step_from = bench_vllm_prefix_ranges.device_step_ms()
 print(f"device step: {device_step_ms} ms ({step_from})")
-format_table(prefix_ranges_bench.gpu_idle_table(rows, device_step_ms),
+format_table(bench_vllm_prefix_ranges.gpu_idle_table(rows, device_step_ms),
              columns=["machine", "num_requests", "images", "installed_us", "patched_us", "speedup",
                       "installed_idle_frac", "patched_idle_frac"], time_unit="ms",
              rename={"num_requests": "requests", "installed_us": "installed", "patched_us": "patched",
@@ -82,7 +82,7 @@ plot_installed_vs_patched(rows)
 # the torch ops it runs (`diff` twice, `nonzero` twice, `stack`), 4,096 times per step.
 
 # %%
-profile, aten_ops = prefix_ranges_bench.saved_profile(recorded)
+profile, aten_ops = bench_vllm_prefix_ranges.saved_profile(recorded)
 plot_profile(profile, aten_ops)
 
 # %% [markdown]
@@ -97,7 +97,7 @@ plot_profile(profile, aten_ops)
 
 # %%
 print(unit_cost_note(recorded + find_all(RANGES_STEP)))
-format_table(prefix_ranges_bench.host_comparison(128, 32))
+format_table(bench_vllm_prefix_ranges.host_comparison(128, 32))
 
 # %% [markdown]
 # ## The lab's range builders (recorded on every machine, and measured here, now, quick)
@@ -113,11 +113,11 @@ declare_sources(*sorted({r.source for r in ranges}))
 plot_ranges_sweep(ranges)
 
 # %%
-from labkit.attn.bench_ranges import bench_step
+from labkit.attn.bench_ranges import step_bench
 from labkit.device import measured_source, resolve_device
 device = resolve_device(device)
-quick = bench_step(device, ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
-                   images=8 if size == "quick" else 32, layers=4, repeats=3, pipelines=())
+quick = step_bench(device, ["v033", "cached", "incremental"], num_requests=32 if size == "quick" else 128,
+                   images=8 if size == "quick" else 32, layers=4, pipelines=()).sweep(size, repeats=3)
 format_table(quick, columns=["variant", "num_requests", "images_per_request", "median_ns", "speedup_vs_v033"],
              caption=f"this run on {device} ({measured_source(device)}, {size} size)")
 
@@ -133,8 +133,8 @@ format_table(quick, columns=["variant", "num_requests", "images_per_request", "m
 # the step columns are the two bubble bounds with the device step used above.
 
 # %%
-from labkit.vllm.census import sched_bench
-sched_table = format_table(sched_bench.summary(results_rows(find_all(VLLM_SCHED)), device_step_ms=device_step_ms))
+from labkit.vllm.census import bench_vllm_sched
+sched_table = format_table(bench_vllm_sched.summary(results_rows(find_all(VLLM_SCHED)), device_step_ms=device_step_ms))
 sched_table if len(sched_table) else print("no vllm_sched result recorded yet: run `.venv-vllm/bin/labkit bench vllm-sched --size full`")
 
 # %% [markdown]
@@ -161,7 +161,7 @@ plot_explorer(grid, x="version", y="ms", slider="num_requests", menu="images", s
 # %%
 try:
     import vllm  # noqa: F401  (only in .venv-vllm)
-    live = prefix_ranges_bench.sweep({"requests": (32,), "images": (8,)}, repeats=3)
+    live = bench_vllm_prefix_ranges.PREFIX.sweep("quick", requests=(32,), images=(8,), repeats=3)
     display(format_table(live, columns=["variant", "num_requests", "images", "median_ns"], caption="measured here, now"))
 except ImportError:
     print("vLLM is not installed in this kernel (it is in .venv-vllm): the figure above is the recorded run.")

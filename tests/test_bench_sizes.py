@@ -27,7 +27,7 @@ def test_trace_bench_quick_is_filed_as_quick_with_its_command(results_store, rep
 
 
 def test_trace_bench_sizes_pick_the_trace_size(results_store, monkeypatch, capsys):
-    from labkit.trace.analysis import bench
+    from labkit.trace.analysis import bench_trace as bench
 
     seen = []
 
@@ -38,8 +38,8 @@ def test_trace_bench_sizes_pick_the_trace_size(results_store, monkeypatch, capsy
     monkeypatch.setattr(bench, "build_big_trace", stop)
     assert cli_main(["bench", "trace", "--no-hta"]) == 130
     assert cli_main(["bench", "trace", "--no-hta", "--size", "full"]) == 130
-    assert seen == [bench.TRACE_MB["quick"][0], bench.TRACE_MB["full"][0]] == [20.0, 100.0]
-    assert bench.TRACE_MB["full"] == (100.0, 1000.0)  # full also builds a 1 GB trace
+    assert seen == [20.0, 100.0]
+    assert bench.TRACE.at("full")["size_mb"] == (100.0, 1000.0)  # full also builds a 1 GB trace
     assert not results_store.exists()
 
 
@@ -62,12 +62,12 @@ def test_ranges_full_and_quick_names(results_store, capsys):
 
 def test_mm_and_h2d_default_to_quick(results_store, monkeypatch, capsys):
     from labkit.attn import bench_h2d
-    from labkit.mm import bench as mm_bench
+    from labkit.mm import bench_mm as mm_bench
 
     seen = []
 
     def stop(*args, **kw):
-        seen.append(kw.get("quick", args[1] if len(args) > 1 else None))
+        seen.append(next(a for a in (*args, kw.get("size")) if a in ("quick", "full")))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(mm_bench, "run_benchmarks", stop)
@@ -75,7 +75,7 @@ def test_mm_and_h2d_default_to_quick(results_store, monkeypatch, capsys):
     for argv in (["mm"], ["mm", "--size", "full"], ["h2d", "--device", "cpu"],
                  ["h2d", "--device", "cpu", "--size", "full"]):
         assert cli_main(["bench", *argv]) == 130
-    assert seen == [True, False, "quick", "full"]
+    assert seen == ["quick", "full", "quick", "full"]
     assert cli_main(["bench", "mm", "--quick"]) == 2  # one way to say the size
     assert "unrecognized arguments: --quick" in capsys.readouterr().err
 

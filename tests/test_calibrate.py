@@ -87,11 +87,11 @@ def test_cli_saves_cpu_result(results_store, tmp_path, capsys):
 
 
 def _fixed_calibration(monkeypatch):
-    """``run_calibration`` replaced by one hand-made row; returns the quick flags it was called with."""
+    """``run_calibration`` replaced by one hand-made row; returns the sizes it was called with."""
     calls = []
 
-    def fake(device="auto", *, quick=True, on_rows=None):
-        calls.append(quick)
+    def fake(device="auto", size="quick", *, on_rows=None):
+        calls.append(size)
         return [{"kind": "cpu", "variant": "list_index", "metric": "host_ns", "median_ns": 10.0, "p20_ns": 9.0,
                  "p80_ns": 11.0, "repeats": 3, "number": 1}], "measured-cpu"
 
@@ -103,7 +103,7 @@ def test_cli_size_full_names_a_full_recording(results_store, monkeypatch, capsys
     calls = _fixed_calibration(monkeypatch)
     assert cli_main(["calibrate", "--size", "full", "--device", "cpu"]) == 0
     assert capsys.readouterr().err == ""
-    assert calls == [False]
+    assert calls == ["full"]
     (res,) = load_results()
     assert (res.name, res.size, res.params["size"]) == ("calibration", "full", "full")
 

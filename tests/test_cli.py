@@ -113,10 +113,12 @@ def test_verbose_after_the_verb_turns_logging_on(capsys):
 def _run_options(argv):
     import argparse
 
+    from labkit.bench import add_run_options, resolve_run_options
+
     p = argparse.ArgumentParser(prog="labkit bench x")
-    cli.add_run_options(p)
+    add_run_options(p)
     args = p.parse_args(argv)
-    return cli.resolve_run_options(args), args
+    return resolve_run_options(args), args
 
 
 def test_run_options_default_to_quick_and_take_size(capsys):

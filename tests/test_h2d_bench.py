@@ -92,8 +92,9 @@ def test_gpu_idle_traces_are_kept_whole_and_named(tmp_path):
     import gzip
     import json
 
-    rows = bench_h2d.bench_gpu_idle(["per_step"], num_seqs=4, images=2, layer_counts=(2,), steps=2, layer_mb=8,
-                                    trace_dir=str(tmp_path))
+    got = bench_h2d.run_benchmarks("cuda", strategies=["per_step"], num_seqs=4, images=2, layers=(2,), sweep=False,
+                                   layer_mb=8, trace_dir=str(tmp_path), save=False)
+    rows = got["h2d_gpu_idle"].rows
     assert [p.name for p in tmp_path.iterdir()] == ["h2d-per_step-S4-L2.pt.trace.json.gz"]  # no temporary left
     with gzip.open(tmp_path / "h2d-per_step-S4-L2.pt.trace.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]

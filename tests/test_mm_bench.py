@@ -7,7 +7,7 @@ import json
 import pytest
 
 from labkit.cli import main as labkit_main
-from labkit.mm.bench import parse_combos
+from labkit.mm.bench_mm import parse_combos
 from labkit.mm.measure import (make_decode_requests, make_decode_step, measure_decode_grid,
                                measure_decode_step_host_time, measure_placeholder_calls, measure_workload)
 from labkit.mm.workload import get_workload_spec
@@ -36,7 +36,8 @@ def test_cli_quick_writes_all_results(results_dir, tmp_path, capsys):
     assert {r["sweep"] for r in res["mm_sweep"].rows} == {"requests", "images"}
     dumped = json.loads(out.read_text())
     assert set(dumped) == base
-    assert "decode step" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "mm_decode_step_quick (measured-cpu):" in out and "mm_sweep_quick (measured-cpu):" in out
 
 
 def test_cli_bad_input_exit_2(results_dir, capsys):

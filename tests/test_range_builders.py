@@ -283,7 +283,7 @@ def test_ranges_sweep_figure():
     from labkit.results import make_result
     from labkit.viz.lab.h2d import plot_ranges_sweep
 
-    rows = bench_ranges.bench_sweep(["v033", "incremental"], requests=(1, 2), images=(1, 2), repeats=1)
+    rows = bench_ranges.sweep_bench(["v033", "incremental"]).sweep("quick", requests=(1, 2), images=(1, 2), repeats=1)
     fig = plot_ranges_sweep([make_result("ranges_sweep", rows, source="measured-cpu", machine={"slug": "t"})])
     assert len(fig.data) == 2 * 2  # builders x images-per-request choices
     assert [t.visible for t in fig.data] == [False, False, True, True]  # the largest choice shown first

@@ -55,10 +55,11 @@ def test_a_name_shows_its_rows_on_every_machine(recorded, capsys):
     assert len(blocks) == 2
     cpu, gpu = (b.splitlines() for b in blocks)
     assert cpu[0] == "cpu-a-2c calibration: measured-cpu, size full, commit 0123456789ab, 2026-11-30"
-    assert _lines("\n".join(cpu[1:])) == [["variant", "median_ns"], ["list_index", "11.5"],
-                                          ["tensor_index_int", "1403"]]
+    # the one table format: the time column in the unit its median reads best in, three significant figures
+    assert _lines("\n".join(cpu[1:])) == [["variant", "median", "(us)"], ["list_index", "0.0115"],
+                                          ["tensor_index_int", "1.4"]]
     assert "commit UNKNOWN" in gpu[0]
-    assert _lines("\n".join(gpu[1:])) == [["variant", "median_ns"], ["h2d_pinned", "4000"]]
+    assert _lines("\n".join(gpu[1:])) == [["variant", "median", "(us)"], ["h2d_pinned", "4"]]
 
 
 def test_a_name_on_one_machine_with_its_command(results_store, monkeypatch, capsys):
@@ -67,7 +68,7 @@ def test_a_name_on_one_machine_with_its_command(results_store, monkeypatch, caps
     assert cli_main(["results", "--machine", "cpu-a-2c", "mm_decode_step"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1] == "command: labkit bench mm --size full"
-    assert _lines("\n".join(lines[2:])) == [["combo", "median_ns"], ["list+loop", "123456"]]
+    assert _lines("\n".join(lines[2:])) == [["combo", "median", "(us)"], ["list+loop", "123"]]
 
 
 def test_an_empty_store_says_so(results_store, capsys):

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from labkit.errors import UsageError
-from labkit.serve.bench import gain_rows, host_at_peak, non_overlap_ns
+from labkit.serve.bench_serve_sim import gain_rows, host_at_peak, non_overlap_ns
 from labkit.serve.check import first_request_margin, measured_metrics, peak_range, run_costs
 from labkit.facts import PR40143
-from labkit.vllm.census.overlap import reading
+from labkit.vllm.census.bench_vllm_overlap import reading
 from labkit.vllm.server.timeline import intake_rows, step_clock
 
 

@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 
 from labkit.cli import main
-from labkit.serve.bench import add_cli_args
+from labkit.serve.bench_serve_sim import add_cli_args
 
 
 def test_few_options():
@@ -33,7 +33,7 @@ def test_workload_defaults_are_the_published_run():
     w = WORKLOADS["full"]
     assert (a.num_prompts, a.random_mm_base_items_per_request, a.random_output_len) == (
         PR40143.requests, PR40143.images, PR40143.output_tokens) == (w.requests, w.images, w.output_tokens)
-    from labkit.serve.bench import _bucket
+    from labkit.serve.bench_serve_sim import _bucket
 
     assert "x".join(map(str, _bucket(a.random_mm_bucket_config))) == PR40143.image_size
 
@@ -69,7 +69,7 @@ def test_device_adapter_counts_the_new_token():
 
 def test_peaks_by_regime_from_the_device_and_the_chain():
     from labkit.gpu.device_model import full_batch_device_ns
-    from labkit.serve.bench import peak_rows
+    from labkit.serve.bench_serve_sim import peak_rows
     from labkit.serve.host import Chains, Counts, UnitCosts
     from labkit.step_model import peak_tokens_per_s
 

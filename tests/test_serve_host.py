@@ -112,7 +112,7 @@ def test_every_unit_cost_measurement_in_the_store(tmp_path):
 
 
 def test_the_intake_inference_is_a_secant_that_stops_or_says_so():
-    from labkit.serve.bench import infer_intake
+    from labkit.serve.bench_serve_sim import infer_intake
 
     seen = []
 

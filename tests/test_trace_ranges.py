@@ -14,7 +14,7 @@ import pytest
 import labkit.trace.read.document as document
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
-from labkit.trace.analysis.bench import decompressed_bytes
+from labkit.trace.analysis.bench_trace import decompressed_bytes
 from labkit.trace.read.load import load_trace
 from real_traces import fixtures, shared
 

@@ -85,7 +85,7 @@ def test_diff_of_identical_and_different():
 
 
 def test_build_big_trace_repeats_steps(tmp_path):
-    from labkit.trace.analysis.bench import build_big_trace
+    from labkit.trace.analysis.bench_trace import build_big_trace
     from labkit.trace.analysis.device.bubbles import hta_idle_breakdown, hta_idle_totals
 
     info = build_big_trace(BERT, tmp_path / "big.json", size_mb=2.0)

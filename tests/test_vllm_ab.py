@@ -31,7 +31,7 @@ SCRIPT = REPO / "scripts" / "vllm_ab.sh"
 
 
 def test_importing_does_not_import_vllm():
-    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.prefix_ranges_bench, "
+    code = ("import sys, labkit.vllm.ab, labkit.vllm.server.ab_results, labkit.vllm.census.bench_vllm_prefix_ranges, "
             "labkit.vllm.conformance.cli, labkit.vllm.conformance.models, labkit.vllm.conformance.engine, "
             "labkit.vllm.conformance.check, labkit.vllm.torchvision_compat, "
             "labkit.vllm.sched020; print('vllm' in sys.modules)")

@@ -1,4 +1,4 @@
-"""labkit.vllm.census.prefix_ranges_bench without vLLM: workload, the caching patch on the lab's placeholder, results.
+"""labkit.vllm.census.bench_vllm_prefix_ranges without vLLM: workload, the caching patch on the lab's placeholder, results.
 
 The measurement against the installed vLLM (and the patch file applied to vLLM's source)
 is checked in tests/vllm_conformance/.
@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from labkit.vllm.census import prefix_ranges_bench as nb
+from labkit.vllm.census import bench_vllm_prefix_ranges as nb
 from labkit.mm.placeholder import ListPlaceholderRange, TensorPlaceholderRange
 from labkit.results import VLLM_PREFIX_RANGES, find_all, make_result, results_rows, save_result
 

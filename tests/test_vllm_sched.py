@@ -10,7 +10,7 @@ import pytest
 
 from labkit.cli import main as cli_main
 from labkit.results import VLLM_SCHED, find_all, make_result, results_rows, save_result
-from labkit.vllm.census import sched_bench
+from labkit.vllm.census import bench_vllm_sched
 
 
 def _rows(n, m, text, installed, early):
@@ -27,7 +27,7 @@ def test_summary_hand_worked(tmp_path):
     rows = _rows(128, 32, 1.0, 2.0, 1.25) + _rows(8, 1, 0.1, 0.1, 0.1)
     save_result(make_result("vllm_sched", rows, params={"vllm_version": "0.33.0"}, source="measured-cpu",
                             machine={"slug": "cpu-test-2c", "cpu_model": "test"}), root=tmp_path)
-    got = sched_bench.summary(results_rows(find_all(VLLM_SCHED, root=tmp_path)), device_step_ms=10.0)
+    got = bench_vllm_sched.summary(results_rows(find_all(VLLM_SCHED, root=tmp_path)), device_step_ms=10.0)
     small, big = got
     assert (big["num_requests"], big["images"], big["machine"]) == (128, 32, "cpu-test-2c")
     assert big["mm_overhead_ms"] == pytest.approx(1.0) and big["mm_overhead_patched_ms"] == pytest.approx(0.25)
@@ -37,7 +37,7 @@ def test_summary_hand_worked(tmp_path):
     assert big["step_ms_installed_serial"] == pytest.approx(12.0)
     assert big["step_ms_patched_serial"] == pytest.approx(11.25)
     assert small["overhead_cut"] is None  # no multimodal overhead to cut
-    assert sched_bench.summary([]) == []
+    assert bench_vllm_sched.summary([]) == []
 
 
 def test_cli_without_vllm_or_with_bad_arguments(capsys):

@@ -294,12 +294,12 @@ def test_census_plan_sizes_the_engine_for_every_point():
 def test_plan_for_takes_the_sizes_and_the_command_lines_choices():
     import argparse
 
-    from labkit.vllm.census.step_bench import SIZES, add_cli_args, plan_for
+    from labkit.vllm.census.bench_vllm_step import add_cli_args, plan_for
 
     parser = argparse.ArgumentParser()
     add_cli_args(parser)
     full = plan_for(parser.parse_args(["--size", "full"]), "full")
-    assert full.points == SIZES["full"]["points"] and full.off_host and full.alone_rounds == 6
+    assert full.points == ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32)) and full.off_host and full.alone_rounds == 6
     bare = plan_for(parser.parse_args(["--no-off-host", "--alone-rounds", "0", "--rounds", "3"]), "quick")
     assert not bare.off_host and bare.alone_rounds == 0 and bare.rounds == 3
     assert bare.decode_steps < plan_for(parser.parse_args(["--rounds", "3"]), "quick").decode_steps

@@ -14,7 +14,7 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.vllm.server import ab_results
-from labkit.cli import add_grid_options, grid_from_args
+from labkit.bench import add_grid_options, grid_from_args
 from scripts.vllm_own.wheel_diff import LAB_SOURCES, compare_trees, installed_sources, wheel_sources
 
 DATA = Path(__file__).resolve().parent / "data"

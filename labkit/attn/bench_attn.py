@@ -17,8 +17,9 @@ from typing import Callable
 import torch
 
 from labkit.attn.prefix_mask import count_allowed_pairs, make_prefix_lm_mask_mod, padded_prefix_lm_mask
-from labkit.cli import add_run_options, emit_result, resolve_run_options
+from labkit.bench import Bench, add_run_options, report, resolve_run_options
 from labkit.errors import UsageError
+from labkit.results import ATTN_BENCH
 from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
@@ -83,8 +84,12 @@ def _cases() -> dict[str, AttnCase]:
 
 
 CASES = _cases()
-QUICK_CASES = ("prefill_local", "prefill_global", "decode")
-FULL_CASES = ("prefill_local", "prefill_global", "decode", "mixed")
+#: the result: its cases on a GPU at each size (a CPU runs ``tiny`` under the interpreter) and its table
+ATTN = Bench(ATTN_BENCH, axes={"case": (("prefill_local", "prefill_global", "decode"),
+                                        ("prefill_local", "prefill_global", "decode", "mixed"))},
+             columns=("case", "variant", "median_ms", "tflops", "max_abs_err", "rel_err", "error"),
+             params={"flops_rule": "4 * head_dim * num_heads * allowed_pairs",
+                     "model": "Gemma-3-4B attention: 8 q heads, 4 kv heads, head_dim 256, window 1024 on local layers"})
 
 
 def make_inputs(case: AttnCase, device="cpu", dtype=torch.bfloat16, seed: int = 0) -> dict:
@@ -298,21 +303,6 @@ def tile_sweep(rows: list[dict]) -> list[dict]:
     return out
 
 
-def format_table(rows: list[dict]) -> str:
-    """A short fixed-width table of the rows."""
-    lines = [f"{'case':<15} {'variant':<30} {'ms':>9} {'TFLOP/s':>8} {'max_abs_err':>11} {'rel_err':>9}"]
-    for r in rows:
-        ms = f"{r['median_ms']:.3f}" if "median_ms" in r else "-"
-        tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
-        err = f"{r['max_abs_err']:.2e}" if "max_abs_err" in r else "-"
-        rel = f"{r['rel_err']:.2e}" if "rel_err" in r else "-"
-        line = f"{r['case']:<15} {r['variant']:<30} {ms:>9} {tf:>8} {err:>11} {rel:>9}"
-        if "error" in r:
-            line += f"  ERROR {r['error'][:80]}"
-        lines.append(line)
-    return "\n".join(lines)
-
-
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=None, help=f"comma-separated cases from {', '.join(CASES)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated from {', '.join(VARIANTS)}")
@@ -321,9 +311,8 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
                    "every case run)")
     p.add_argument("--repeats", type=int, default=30, help="timed repeats per variant (default 30)")
     p.add_argument("--device", default="auto", help="auto, cuda or cpu (cpu: interpreter check on the tiny case)")
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default): prefill_local, prefill_global, decode; full: also the mixed "
-                              "prefill+decode case (quick results are saved as attn_bench_quick)")
+    add_run_options(p, size_help="quick (default): prefill_local, prefill_global, decode; full: also the mixed "
+                                 "prefill+decode case (quick results are saved as attn_bench_quick)")
 
 
 def _names(text: str | None, known, what: str) -> list[str]:
@@ -336,7 +325,6 @@ def _names(text: str | None, known, what: str) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from labkit.device import configure_triton, resolve_device
-    from labkit.results import ATTN_BENCH, make_result, sized_name
 
     size = resolve_run_options(args)
     if args.repeats < 1:
@@ -347,7 +335,7 @@ def main(args: argparse.Namespace) -> int:
     if args.cases:
         cases = _names(args.cases, CASES, "case")
     elif device == "cuda":
-        cases = list(FULL_CASES if size == "full" else QUICK_CASES)
+        cases = list(ATTN.at(size)["case"])
     else:
         cases = ["tiny"]
     sweep_cases = _names(args.sweep_cases, CASES, "case") if args.sweep_cases else list(cases)
@@ -360,19 +348,14 @@ def main(args: argparse.Namespace) -> int:
               "(speed needs a GPU)")
     from labkit.results import PartialResult
 
-    params = {"size": size, "cases": cases, "variants": variants, "sweep": args.sweep,
+    params = {"cases": cases, "variants": variants, "sweep": args.sweep,
               "sweep_cases": sweep_cases if args.sweep else [], "repeats": args.repeats,
-              "flops_rule": "4 * head_dim * num_heads * allowed_pairs",
-              "model": "Gemma-3-4B attention: 8 q heads, 4 kv heads, head_dim 256, window 1024 on local layers",
               "case_notes": {n: CASES[n].note for n in cases}}
-    name = sized_name(ATTN_BENCH, size)
-    partial = PartialResult(name, params=params, source="measured-gpu" if device == "cuda" else "interpreted",
-                            size=size, save=not args.no_save)
+    draft = ATTN.result([], size, params=params, source="measured-gpu" if device == "cuda" else "interpreted")
+    partial = PartialResult(draft.name, params=draft.params, source=draft.source, size=size, save=not args.no_save)
     rows, source = run_bench(cases, variants, device=device, sweep=sweep_cases if args.sweep else False,
                              repeats=args.repeats, on_rows=partial.update)
-    result = make_result(name, rows, params=params, source=source, size=size)
-    print(format_table(rows))
-    emit_result(result, args)
+    report(args, ATTN.result(rows, size, params=params, source=source), ATTN.columns)
     failed = [line for line in kernel_checks(rows) if line.startswith("FAILED")]
     for line in failed:
         print(line)

@@ -16,18 +16,18 @@ import logging
 import math
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from labkit.attn.ledger import count_h2d_in_profile, gpu_stream_busy_idle
 from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES, make_strategy, ranges_for_batch
-from labkit.cli import add_run_options, resolve_run_options
+from labkit.bench import Bench, add_run_options, positive_ints, report, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
-from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP, partial_sized, record_sized, report_saved
 from labkit.fileio import atomic_target
-from labkit.timing import progress
+from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP
 from labkit.timing import time_cuda, time_host
 
 logger = logging.getLogger(__name__)
@@ -36,12 +36,16 @@ logger = logging.getLogger(__name__)
 LAYER_PRESETS = {"gemma-3-4b": 34, "gemma-3-12b": 48, "gemma-3-27b": 62}
 MODEL_FOR_LAYERS = {v: k for k, v in LAYER_PRESETS.items()}
 
-#: sizes: (step layers, sweep sequences, sweep layers, repeats)
-SIZES = {
-    "quick": {"step_layers": (34, 62), "sweep_seqs": (1, 8, 32, 128), "sweep_layers": (34,), "repeats": 5},
-    "full": {"step_layers": (34, 48, 62), "sweep_seqs": (1, 4, 16, 64, 128, 256), "sweep_layers": (34, 62),
-             "repeats": 15},
-}
+_COLUMNS = ("variant", "num_seqs", "layers", "model", "median_ns", "h2d_per_step", "speedup_vs_per_layer")
+#: the three results: their axes (layer counts, sweep sequences) and repeats at each size; every
+#: strategy at each point, the ratios over ``per_layer``
+STEP = Bench(H2D_STEP, axes={"layers": ((34, 62), (34, 48, 62))}, knobs={"repeats": (5, 15)},
+             ratios={"speedup_vs_per_layer": "per_layer"}, ratio_over=("num_seqs", "layers"), columns=_COLUMNS)
+SWEEP = Bench(H2D_SWEEP, axes={"seqs": ((1, 8, 32, 128), (1, 4, 16, 64, 128, 256)), "layers": ((34,), (34, 62))},
+              ratios={"speedup_vs_per_layer": "per_layer"}, ratio_over=("num_seqs", "layers"), columns=_COLUMNS)
+IDLE = Bench(H2D_GPU_IDLE, axes=STEP.axes, ratios={"step_speedup_vs_per_layer": "per_layer"}, ratio_over=("layers",),
+             value="step_median_ns", columns=("variant", "layers", "step_median_ns", "idle_us_per_step",
+                                              "idle_fraction", "profile_pageable", "ledger_pageable", "counts_match"))
 
 
 def _point(name: str, num_seqs: int, ranges, layers: int) -> dict:
@@ -115,45 +119,6 @@ def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 
         "sync_per_step": last["sync_count"],
         "copy_target": last["target"],
     }
-
-
-def _add_ratios(rows: list[dict]) -> list[dict]:
-    base = {(r["num_seqs"], r["layers"]): r["median_ns"] for r in rows if r["variant"] == "per_layer"}
-    for r in rows:
-        b = base.get((r["num_seqs"], r["layers"]))
-        r["speedup_vs_per_layer"] = (b / r["median_ns"]) if b and r["median_ns"] else None
-    return rows
-
-
-def _no_rows(rows) -> None:
-    pass
-
-
-def bench_step(device: str, strategies, *, num_seqs=128, images=32, layer_counts=(34, 48, 62), repeats=10,
-               on_rows=_no_rows):
-    """``h2d_step`` rows: every strategy at ``num_seqs`` x ``images`` for each layer count.
-
-    ``on_rows(rows)`` gets every row so far after each point (``labkit.results.PartialResult.update``)."""
-    ranges = make_batch_ranges(num_seqs, images)
-    work = [(L, s) for L in layer_counts for s in strategies]
-    rows: list[dict] = []
-    for L, s in progress(work, desc="h2d step"):
-        rows.append(measure_host(s, ranges, L, device, repeats=repeats))
-        on_rows(rows)
-    return _add_ratios(rows)
-
-
-def bench_sweep(device: str, strategies, *, seqs=(1, 8, 32, 128), layer_counts=(34,), images=32, repeats=5,
-                on_rows=_no_rows):
-    """``h2d_sweep`` rows: every strategy over sequence and layer counts (``on_rows`` as for ``bench_step``)."""
-    work = [(S, L, s) for S in seqs for L in layer_counts for s in strategies]
-    cache: dict[int, list] = {}
-    rows: list[dict] = []
-    for S, L, s in progress(work, desc="h2d sweep"):
-        ranges = cache.setdefault(S, make_batch_ranges(S, images))
-        rows.append(measure_host(s, ranges, L, device, repeats=repeats))
-        on_rows(rows)
-    return _add_ratios(rows)
 
 
 # -- GPU idle ------------------------------------------------------------------------------
@@ -237,27 +202,6 @@ def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0,
     }
 
 
-def bench_gpu_idle(strategies, *, num_seqs=128, images=32, layer_counts=(34, 62), steps=5, layer_mb=256.0,
-                   trace_dir: str | None = None, on_rows=_no_rows) -> list[dict]:
-    """``h2d_gpu_idle`` rows (CUDA only); traces kept under ``trace_dir`` when given (``on_rows`` as for
-    ``bench_step``)."""
-    ranges = make_batch_ranges(num_seqs, images)
-    rows = []
-    for L in layer_counts:
-        for s in strategies:
-            path = None
-            if trace_dir:
-                Path(trace_dir).mkdir(parents=True, exist_ok=True)
-                path = Path(trace_dir) / f"h2d-{s}-S{num_seqs}-L{L}.pt.trace.json.gz"
-            rows.append(measure_gpu_idle(s, ranges, L, steps=steps, layer_mb=layer_mb, trace_path=path))
-            on_rows(rows)
-    base = {r["layers"]: r["step_median_ns"] for r in rows if r["variant"] == "per_layer"}
-    for r in rows:
-        b = base.get(r["layers"])
-        r["step_speedup_vs_per_layer"] = b / r["step_median_ns"] if b else None
-    return rows
-
-
 def ledger_demo(device: str = "cpu", *, num_seqs: int = 4, images: int = 2, layers: int = 3,
                 steps: int = 3) -> list[dict]:
     """Ledger rows (one per step) of every strategy over a few steady decode steps of a small batch."""
@@ -281,8 +225,6 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
     Results are saved to the results store unless ``save`` is False, each rewritten after every point
     while it runs (``complete: false`` until it is whole).
     """
-    if size not in SIZES:
-        raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
     strategies = list(strategies or PREFIX_RANGE_STRATEGIES)
     unknown = [s for s in strategies if s not in PREFIX_RANGE_STRATEGIES]
     if unknown or not strategies:
@@ -291,47 +233,33 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
         raise UsageError("sequences and repeats must be >= 1, images >= 0, layer MiB > 0")
     if gpu_idle and device != "cuda":
         raise UsageError("the GPU idle profile needs a CUDA device")
-    cfg = SIZES[size]
-    repeats = repeats or cfg["repeats"]
-    layers = tuple(layers or cfg["step_layers"])
-    source = measured_source(device)
-    params = {"device": device, "size": size, "strategies": strategies, "num_seqs": num_seqs,
-              "images_per_seq": images, "layer_presets": LAYER_PRESETS,
-              "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
-    results = {}
+    repeats = repeats or STEP.at(size)["repeats"]
+    layers = STEP.at(size, layers=layers)["layers"]
+    params = {"device": device, "strategies": strategies, "num_seqs": num_seqs, "images_per_seq": images,
+              "layer_presets": LAYER_PRESETS, "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
+    spec = functools.partial(replace, line_vals=strategies, source=measured_source(device))
+    ranges = functools.lru_cache(maxsize=None)(lambda n: make_batch_ranges(n, images))
 
-    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
-    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
+    def host(variant, layers, seqs=num_seqs, reps=repeats, **_):
+        return measure_host(variant, ranges(seqs), layers, device, repeats=reps)
 
-    step_params = {**params, "layers": list(layers)}
-    rows = bench_step(device, strategies, num_seqs=num_seqs, images=images, layer_counts=layers, repeats=repeats,
-                      on_rows=partial(H2D_STEP, step_params))
-    results[H2D_STEP] = result(H2D_STEP, rows, step_params)
+    results = {H2D_STEP: spec(STEP, measure=host, params={**params, "layers": list(layers)}).run(
+        size, save=save, layers=layers)}
     if sweep:
-        seqs = tuple(sweep_seqs or cfg["sweep_seqs"])
-        sl = tuple(sweep_layers or cfg["sweep_layers"])
-        sweep_params = {**params, "sweep_seqs": list(seqs), "sweep_layers": list(sl)}
-        rows = bench_sweep(device, strategies, seqs=seqs, layer_counts=sl, images=images,
-                           repeats=max(3, repeats // 2), on_rows=partial(H2D_SWEEP, sweep_params))
-        results[H2D_SWEEP] = result(H2D_SWEEP, rows, sweep_params)
+        at = SWEEP.at(size, seqs=sweep_seqs, layers=sweep_layers)
+        results[H2D_SWEEP] = spec(SWEEP, measure=functools.partial(host, reps=max(3, repeats // 2)), params={
+            **params, "sweep_seqs": list(at["seqs"]), "sweep_layers": list(at["layers"])}).run(size, save=save, **at)
     if device == "cuda" and gpu_idle is not False:
-        idle_params = {**params, "layers": list(layers), "layer_mb": layer_mb}
-        rows = bench_gpu_idle(strategies, num_seqs=num_seqs, images=images, layer_counts=layers,
-                              layer_mb=layer_mb, trace_dir=trace_dir, on_rows=partial(H2D_GPU_IDLE, idle_params))
-        results[H2D_GPU_IDLE] = result(H2D_GPU_IDLE, rows, idle_params)
+        def idle(variant, layers, **_):
+            path = None
+            if trace_dir:
+                Path(trace_dir).mkdir(parents=True, exist_ok=True)
+                path = Path(trace_dir) / f"h2d-{variant}-S{num_seqs}-L{layers}.pt.trace.json.gz"
+            return measure_gpu_idle(variant, ranges(num_seqs), layers, layer_mb=layer_mb, trace_path=path)
+
+        results[H2D_GPU_IDLE] = spec(IDLE, measure=idle, params={**params, "layers": list(layers), "layer_mb": layer_mb}
+                                     ).run(size, save=save, layers=layers)
     return results
-
-
-# -- command line --------------------------------------------------------------------------
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -340,28 +268,16 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated strategies (default: all)")
     p.add_argument("--seqs", type=int, default=128, help="sequences in the step benchmark (default 128)")
     p.add_argument("--images", type=int, default=32, help="images per sequence (default 32)")
-    p.add_argument("--layers", type=_ints, default=None, help="layer counts for the step benchmark")
-    p.add_argument("--sweep-seqs", type=_ints, default=None, help="sequence counts for the sweep")
-    p.add_argument("--sweep-layers", type=_ints, default=None, help="layer counts for the sweep")
+    p.add_argument("--layers", type=positive_ints, default=None, help="layer counts for the step benchmark")
+    p.add_argument("--sweep-seqs", type=positive_ints, default=None, help="sequence counts for the sweep")
+    p.add_argument("--sweep-layers", type=positive_ints, default=None, help="layer counts for the sweep")
     p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
     p.add_argument("--gpu-idle", choices=("auto", "on", "off"), default="auto",
                    help="profile device idle time (auto: when on CUDA)")
     p.add_argument("--layer-mb", type=float, default=256.0, help="weights per layer in the GPU loop, MiB")
     p.add_argument("--trace-dir", default=None, help="keep the GPU profiler traces here")
-    add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
-
-
-def _table(rows: list[dict], cols: list[str]) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return "-" if v is None else str(v)
-    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
+    add_run_options(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -376,15 +292,5 @@ def main(args: argparse.Namespace) -> int:
         sweep=not args.no_sweep, gpu_idle={"auto": None, "on": True, "off": False}[args.gpu_idle],
         layer_mb=args.layer_mb, trace_dir=args.trace_dir, save=not args.no_save,
     )
-    step = results[H2D_STEP]
-    print(f"h2d_step ({step.source}; copies are {step.params['copy_target']}):")
-    shown = [{**r, "median_us": r["median_ns"] / 1e3} for r in step.rows]
-    print(_table(shown, ["variant", "num_seqs", "layers", "model", "median_us", "h2d_per_step",
-                         "speedup_vs_per_layer"]))
-    if H2D_GPU_IDLE in results:
-        print("\nh2d_gpu_idle:")
-        shown = [{**r, "step_us": r["step_median_ns"] / 1e3} for r in results[H2D_GPU_IDLE].rows]
-        print(_table(shown, ["variant", "layers", "step_us", "idle_us_per_step", "idle_fraction",
-                             "profile_pageable", "ledger_pageable", "counts_match"]))
-    report_saved(results, args.json)
+    report(args, results, {b.name: b.columns for b in (STEP, SWEEP, IDLE)})
     return 0

@@ -13,15 +13,15 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+from dataclasses import replace
 
-from labkit.attn.bench_h2d import _ints, _no_rows, _table, run_step
+from labkit.attn.bench_h2d import run_step
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
-from labkit.cli import add_run_options, resolve_run_options
+from labkit.bench import Bench, add_run_options, positive_ints, report, resolve_run_options
 from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
-from labkit.results import RANGES_STEP, RANGES_SWEEP, partial_sized, record_sized, report_saved
-from labkit.timing import progress
+from labkit.results import RANGES_STEP, RANGES_SWEEP
 from labkit.timing import time_host
 
 logger = logging.getLogger(__name__)
@@ -30,10 +30,16 @@ logger = logging.getLogger(__name__)
 PIPELINES = {"pr38794+per_step": ("pr38794", "per_step"), "v033+pinned": ("v033", "pinned"),
              "incremental+cached": ("incremental", "cached")}
 
-SIZES = {
-    "quick": {"sweep_requests": (1, 16, 128), "sweep_images": (1, 8, 32), "repeats": 3},
-    "full": {"sweep_requests": (1, 4, 16, 64, 128, 256), "sweep_images": (1, 4, 16, 32, 64), "repeats": 7},
-}
+_RATIOS = {"speedup_vs_v033": "v033", "speedup_vs_v033_pinned": "v033+pinned"}
+_OVER = ("num_requests", "images_per_request", "layers")
+#: the two results: each builder (then each pipeline) at one batch shape, and the builders over requests x
+#: images per request; the ratios over vLLM 0.33's builder (builders) and its whole path (pipelines)
+STEP = Bench(RANGES_STEP, knobs={"repeats": (3, 7)}, ratios=_RATIOS, ratio_over=_OVER,
+             ratio_where={"speedup_vs_v033": {"kind": "builder"}, "speedup_vs_v033_pinned": {"kind": "pipeline"}},
+             columns=("kind", "variant", "median_ns", "ns_per_image", "h2d_per_step", *_RATIOS))
+SWEEP = Bench(RANGES_SWEEP, axes={"requests": ((1, 16, 128), (1, 4, 16, 64, 128, 256)),
+                                  "images": ((1, 8, 32), (1, 4, 16, 32, 64))},
+              knobs=STEP.knobs, ratios={"speedup_vs_v033": "v033"}, ratio_over=_OVER, columns=STEP.columns)
 
 
 def make_batch(num_requests: int, images: int, variant: str = "list") -> list:
@@ -98,43 +104,24 @@ def measure_pipeline(name: str, requests: list, layers: int, device: str, *, rep
     }
 
 
-def _add_ratios(rows: list[dict], kind: str, base_variant: str) -> None:
-    key = lambda r: (r["num_requests"], r["images_per_request"], r.get("layers"))  # noqa: E731
-    base = {key(r): r["median_ns"] for r in rows if r["kind"] == kind and r["variant"] == base_variant}
-    for r in rows:
-        if r["kind"] == kind:
-            b = base.get(key(r))
-            r[f"speedup_vs_{base_variant.replace('+', '_')}"] = b / r["median_ns"] if b and r["median_ns"] else None
-
-
-def bench_step(device: str, builders, *, num_requests=128, images=32, layers=34, repeats=5, variant="list",
-               pipelines=tuple(PIPELINES), on_rows=_no_rows) -> list[dict]:
-    """``ranges_step`` rows: each builder, then each pipeline, at one batch shape.
-
-    ``on_rows(rows)`` gets every row so far after each one (``labkit.results.PartialResult.update``)."""
+def step_bench(device: str, builders, *, num_requests=128, images=32, layers=34, variant="list",
+               pipelines=tuple(PIPELINES)) -> Bench:
+    """``ranges_step`` at one batch shape: each builder, then each pipeline (``.sweep(size)``: the rows)."""
     requests = make_batch(num_requests, images, variant)
-    rows: list[dict] = []
-    for b in progress(builders, desc="builders"):
-        rows.append(measure_builder(b, requests, repeats=repeats))
-        on_rows(rows)
-    for p in progress(pipelines, desc="pipelines"):
-        rows.append(measure_pipeline(p, requests, layers, device, repeats=repeats))
-        on_rows(rows)
-    _add_ratios(rows, "builder", "v033")
-    _add_ratios(rows, "pipeline", "v033+pinned")
-    return rows
+
+    def measure(variant, repeats, **_):
+        if variant in PIPELINES:
+            return measure_pipeline(variant, requests, layers, device, repeats=repeats)
+        return measure_builder(variant, requests, repeats=repeats)
+
+    return replace(STEP, line_vals=[*builders, *pipelines], measure=measure)
 
 
-def bench_sweep(builders, *, requests=(1, 16, 128), images=(1, 8, 32), repeats=3, variant="list",
-                on_rows=_no_rows) -> list[dict]:
-    """``ranges_sweep`` rows: each builder over requests x images per request (``on_rows`` as for ``bench_step``)."""
-    rows: list[dict] = []
-    for R, I in progress([(R, I) for R in requests for I in images], desc="ranges sweep"):
-        batch = make_batch(R, I, variant)
-        rows += [measure_builder(b, batch, repeats=repeats) for b in builders]
-        on_rows(rows)
-    _add_ratios(rows, "builder", "v033")
-    return rows
+def sweep_bench(builders, variant: str = "list") -> Bench:
+    """``ranges_sweep``: each builder over requests x images per request (``.sweep(size)``: the rows)."""
+    batch = functools.lru_cache(maxsize=None)(lambda n, m: make_batch(n, m, variant))
+    return replace(SWEEP, line_vals=list(builders), measure=lambda variant, requests, images, repeats:
+                   measure_builder(variant, batch(requests, images), repeats=repeats))
 
 
 def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, num_requests=128, images=32,
@@ -143,8 +130,6 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
     (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
-    if size not in SIZES:
-        raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
     builders = list(builders or RANGE_BUILDERS)
     unknown = [b for b in builders if b not in RANGE_BUILDERS]
     if unknown or not builders:
@@ -153,27 +138,18 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
         raise UsageError(f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}")
     if num_requests < 1 or images < 0 or layers < 1 or (repeats is not None and repeats < 1):
         raise UsageError("requests, layers and repeats must be >= 1, images >= 0")
-    cfg = SIZES[size]
-    repeats = repeats or cfg["repeats"]
-    source = measured_source(device)
-    params = {"device": device, "size": size, "builders": builders, "placeholder_variant": variant,
+    params = {"device": device, "builders": builders, "placeholder_variant": variant,
               "num_requests": num_requests, "images_per_request": images, "layers": layers,
               "pipelines": {k: list(v) for k, v in PIPELINES.items()},
               "copy_target": "cuda-h2d" if device == "cuda" else "cpu-equivalent"}
-
-    result = functools.partial(record_sized, source=source, size=size, save=save)  # result(name, rows, params)
-    partial = functools.partial(partial_sized, source=source, size=size, save=save)  # partial(name, params)
-
-    results = {RANGES_STEP: result(
-        RANGES_STEP, bench_step(device, builders, num_requests=num_requests, images=images, layers=layers,
-                                  repeats=repeats, variant=variant, on_rows=partial(RANGES_STEP, params)), params)}
+    mine = {"params": params, "source": measured_source(device)}
+    step = step_bench(device, builders, num_requests=num_requests, images=images, layers=layers, variant=variant)
+    results = {RANGES_STEP: replace(step, **mine).run(size, save=save, repeats=repeats)}
     if sweep:
-        req = tuple(sweep_requests or cfg["sweep_requests"])
-        img = tuple(sweep_images or cfg["sweep_images"])
-        sweep_params = {**params, "sweep_requests": list(req), "sweep_images": list(img)}
-        results[RANGES_SWEEP] = result(
-            RANGES_SWEEP, bench_sweep(builders, requests=req, images=img, repeats=repeats, variant=variant,
-                                        on_rows=partial(RANGES_SWEEP, sweep_params)), sweep_params)
+        at = SWEEP.at(size, requests=sweep_requests, images=sweep_images, repeats=repeats)
+        results[RANGES_SWEEP] = replace(sweep_bench(builders, variant), source=mine["source"], params={
+            **params, "sweep_requests": list(at["requests"]), "sweep_images": list(at["images"])}).run(
+            size, save=save, **at)
     return results
 
 
@@ -184,11 +160,11 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", type=int, default=32, help="images per request (default 32)")
     p.add_argument("--layers", type=int, default=34, help="attention layers in the pipelines (default 34)")
     p.add_argument("--variant", default="list", help="placeholder variant: tensor, list (default) or fast")
-    p.add_argument("--sweep-requests", type=_ints, default=None, help="request counts for the sweep")
-    p.add_argument("--sweep-images", type=_ints, default=None, help="images per request for the sweep")
+    p.add_argument("--sweep-requests", type=positive_ints, default=None, help="request counts for the sweep")
+    p.add_argument("--sweep-images", type=positive_ints, default=None, help="images per request for the sweep")
     p.add_argument("--repeats", type=int, default=None, help="timed steps per point")
     p.add_argument("--no-sweep", action="store_true", help="skip the sweep")
-    add_run_options(p, json_help="also write all results as one JSON object (name -> result) to OUT")
+    add_run_options(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -199,10 +175,5 @@ def main(args: argparse.Namespace) -> int:
                              layers=args.layers, sweep_requests=args.sweep_requests, sweep_images=args.sweep_images,
                              repeats=args.repeats, variant=args.variant, sweep=not args.no_sweep,
                              save=not args.no_save)
-    step = results[RANGES_STEP]
-    print(f"ranges_step ({step.source}; {args.requests} requests x {args.images} images):")
-    shown = [{**r, "median_us": r["median_ns"] / 1e3,
-              "speedup": r.get("speedup_vs_v033") or r.get("speedup_vs_v033_pinned")} for r in step.rows]
-    print(_table(shown, ["kind", "variant", "median_us", "ns_per_image", "h2d_per_step", "speedup"]))
-    report_saved(results, args.json)
+    report(args, results, {RANGES_STEP: STEP.columns, RANGES_SWEEP: SWEEP.columns})
     return 0

@@ -1,9 +1,9 @@
-"""The mini engine run per variant: measured, then profiled; the notebook's set and the summary table.
+"""The mini engine run per variant: measured, then profiled; the notebook's set.
 
 :func:`run_variants` runs a list of variants (``labkit bench engine`` and the engine widget);
-:func:`run_notebook_set` the default set on the simulated device for notebook 02, and
-:func:`print_table` prints their rows. ``DEFAULT_VARIANTS`` and ``SIZES`` are the default set and
-the run sizes.
+:func:`run_notebook_set` the default set on the simulated device for notebook 02.
+``DEFAULT_VARIANTS`` is the default set, ``ENGINE_RUNS`` the result per device kind (its sizes and
+its table's columns).
 
 More: docs/reference.md, ``labkit.engine.runs``.
 """
@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
+from labkit.bench import Bench
 from labkit.errors import UsageError
+from labkit.results import ENGINE
 from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
@@ -30,14 +33,17 @@ DEFAULT_VARIANTS = (
     ("fast", "cursor", "cached"),
 )
 
-#: per device kind and size: (model, workload, num_requests, measured steps, warm-up steps)
-SIZES = {
-    ("sim", "quick"): ("gemma4-e4b-like", "pr40143", None, 4, 2),
-    ("sim", "full"): ("gemma4-e4b-like", "pr40143", None, 20, 3),
-    ("cuda", "quick"): ("gemma4-e4b-like", "pr40143", None, 8, 3),
-    ("cuda", "full"): ("gemma4-e4b-like", "pr40143", None, 30, 5),
-    ("cpu", "quick"): ("tiny", "small", None, 3, 1),
-    ("cpu", "full"): ("tiny", "small", None, 3, 1),
+_GEMMA = {"model": ("gemma4-e4b-like",) * 2, "workload": ("pr40143",) * 2}
+#: the result per device kind: model, workload, measured and warm-up steps at each size, and its table
+ENGINE_COLUMNS = ("variant", "cudagraph_run", "tokens_per_s_median", "tokens_per_s_window", "median_ns",
+                  "tpot_mean_ms", "device_idle_frac", "idle_status", "host_schedule_ns", "h2d_per_step")
+ENGINE_RUNS = {
+    "sim": Bench(ENGINE, knobs={**_GEMMA, "steps": (4, 20), "warmup": (2, 3)}, source="simulated",
+                 columns=ENGINE_COLUMNS),
+    "cuda": Bench(ENGINE, knobs={**_GEMMA, "steps": (8, 30), "warmup": (3, 5)}, source="measured-gpu",
+                  columns=ENGINE_COLUMNS),
+    "cpu": Bench(ENGINE, knobs={"model": ("tiny",) * 2, "workload": ("small",) * 2, "steps": (3, 3), "warmup": (1, 1)},
+                 source="measured-cpu", columns=ENGINE_COLUMNS),
 }
 
 
@@ -197,19 +203,17 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
     """
     from labkit.device import describe_machine
     from labkit.engine.device.profiles import load_profile
-    from labkit.results import ENGINE_SIM, make_result, save_result, sized_name
+    from labkit.results import ENGINE_SIM, save_result
 
-    if size not in ("quick", "full"):
-        raise UsageError(f"size must be quick or full, got {size!r}")
-    model, workload, nreq, steps, warmup = SIZES[("sim", size)]
+    at = ENGINE_RUNS["sim"].at(size)
     prof = profile if profile is not None else load_profile(default_profile_name())
     variants = [(a, b, c, True, g) for g in cudagraph_modes(",".join(cudagraph)) for a, b, c in DEFAULT_VARIANTS]
-    rows, paths = run_variants("sim", variants, model=model, workload=workload, num_requests=nreq, steps=steps,
-                               warmup=warmup, profile=prof, trace_dir=trace_dir)
+    rows, paths = run_variants("sim", variants, model=at["model"], workload=at["workload"], num_requests=None,
+                               steps=at["steps"], warmup=at["warmup"], profile=prof, trace_dir=trace_dir)
     if save:
-        save_result(make_result(sized_name(ENGINE_SIM, size), rows, source="simulated", machine=describe_machine("cpu"),
-                                params={"size": size, "model": model, "workload": workload,
-                                        "cudagraph": list(cudagraph), **prof.describe()}))
+        save_result(replace(ENGINE_RUNS["sim"], name=ENGINE_SIM).result(
+            rows, size, machine=describe_machine("cpu"), params={"model": at["model"], "workload": at["workload"],
+                                                                  "cudagraph": list(cudagraph), **prof.describe()}))
     traces = {r["variant"]: r["trace"] for r in rows if r.get("trace")}
     return rows, traces
 
@@ -238,34 +242,3 @@ def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
             "idle_check": f"kernel busy per profiled step {busy / TRACE_STEPS:.0f} us under graphs vs "
                           f"{ref / TRACE_STEPS:.0f} us eager ({100 * diff:+.1f}%, tolerance "
                           f"{100 * GRAPH_BUSY_TOLERANCE:.0f}%)"}
-
-
-def format_rows(rows: list[dict]) -> str:
-    """The summary table as text: tok/s from the median step and from the whole window, step time, TPOT, idle."""
-    from labkit.engine.recorded import with_robust_metrics
-
-    lines = [f"{'variant':40s} {'graphs':>9s} {'tok/s med':>9s} {'tok/s win':>9s} {'step ms':>8s} {'TPOT ms':>8s} "
-             f"{'idle':>6s} {'sched ms':>9s} {'h2d/step':>8s}"]
-    notes = []
-    for r in with_robust_metrics(rows):
-        idle = r.get("device_idle_frac")
-        idle_s = f"{idle:6.2f}" if isinstance(idle, float) else f"{'n/a':>6s}"
-        if r.get("idle_status") == "tentative":
-            idle_s = f"{idle_s.strip()}?".rjust(6)
-            notes.append(f"{r['variant']}: idle tentative: {r['idle_check']}")
-        graphs = r.get("cudagraph_run") or r.get("cudagraph") or "none"
-        if r.get("cudagraph_note"):
-            same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
-            notes.append(f"{r['variant']}: {r['cudagraph_note']}{same}")
-            graphs += "*"
-        lines.append(f"{r['variant']:40s} {graphs:>9s} {r['tokens_per_s_median']:9.0f} {r['tokens_per_s_window']:9.0f} "
-                     f"{r['median_ns'] / 1e6:8.2f} {r['tpot_mean_ms']:8.2f} {idle_s} {r['host_schedule_ns'] / 1e6:9.2f} "
-                     f"{r['h2d_per_step']:8.0f}")
-    lines.append("tok/s med: tokens per step / median step time; tok/s win: tokens / measured window "
-                 "(includes one-off stalls); TPOT: mean time between outputs; graphs: CUDA-graph mode run; "
-                 "idle ?: tentative")
-    return "\n".join(lines + [f"* {n}" for n in notes])
-
-
-def print_table(rows: list[dict]) -> None:
-    print(format_rows(rows))

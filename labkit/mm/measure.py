@@ -11,14 +11,13 @@ from __future__ import annotations
 import gc
 import logging
 
+from labkit.bench import add_ratios
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS, get_placeholder_class
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
 from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
 from labkit.mm.workload import WorkloadSpec, make_requests, placeholder_layout
-from labkit.timing import progress
-from labkit.timing import Timing, auto_number, frozen_gc_heap, summarize, time_host
-from labkit.timing import clock_ns
+from labkit.timing import Timing, auto_number, clock_ns, frozen_gc_heap, progress, summarize, time_host
 
 __all__ = [
     "BEFORE", "AFTER", "DEFAULT_COMBOS",
@@ -81,24 +80,9 @@ def measure_placeholder_calls(variants=None, *, model: str = "gemma", tokens_per
             t = time_host(fn, warmup=2, repeats=repeats, number=auto_number(fn))
             rows.append({"variant": variant, "method": method, "model": model,
                          "tokens_per_image": tokens_per_image, **_timing_row(t)})
-    _add_ratios(rows, key=("method",), ref_field="variant", refs={"tensor": "speedup_vs_tensor",
-                                                                  "list": "speedup_vs_list"})
+    for base in ("tensor", "list"):
+        add_ratios(rows, base, f"speedup_vs_{base}", over=("method",))
     return rows
-
-
-def _add_ratios(rows: list[dict], *, key: tuple[str, ...], ref_field, refs: dict) -> None:
-    """Add ``name = ref_median / row_median`` for each reference (matched on ``key`` fields)."""
-    for ref_value, name in refs.items():
-        base = {tuple(r[k] for k in key): r["median_ns"] for r in rows if _ref_match(r, ref_field, ref_value)}
-        for r in rows:
-            b = base.get(tuple(r[k] for k in key))
-            r[name] = (b / r["median_ns"]) if b and r["median_ns"] > 0 else None
-
-
-def _ref_match(row: dict, ref_field, ref_value) -> bool:
-    if isinstance(ref_field, tuple):
-        return tuple(row[f] for f in ref_field) == ref_value
-    return row[ref_field] == ref_value
 
 
 def make_decode_requests(num_requests: int, images_per_request: int, *, tokens_per_image: int = 256,
@@ -184,8 +168,7 @@ def measure_decode_grid(num_requests: int = 128, images_per_request: int = 32, *
                      "tokens_per_image": tokens_per_image, "model": model, **_timing_row(t),
                      "per_request_ns": t.median_ns / num_requests,
                      "per_image_ns": t.median_ns / max(1, num_requests * images_per_request)})
-    _add_ratios(rows, key=("num_requests", "images_per_request"), ref_field=("variant", "strategy"),
-                refs={BEFORE: "speedup_vs_before", AFTER: "speedup_vs_pr"})
+    _combo_ratios(rows, over=("num_requests", "images_per_request"))
     return rows
 
 
@@ -254,9 +237,14 @@ def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: Sched
                      "decode_step_median_ns": _median(decode_ns), "prefill_step_median_ns": _median(prefill_ns),
                      "decode_steps": len(decode_ns), "prefill_steps": len(prefill_ns),
                      "identical_decisions": log == reference})
-    _add_ratios(rows, key=("workload",), ref_field=("variant", "strategy"),
-                refs={BEFORE: "speedup_vs_before", AFTER: "speedup_vs_pr"})
+    _combo_ratios(rows, over=("workload",))
     return rows
+
+
+def _combo_ratios(rows: list[dict], *, over: tuple[str, ...]) -> None:
+    """``speedup_vs_before`` (over tensor+loop) and ``speedup_vs_pr`` (over list+loop) of each row."""
+    for base, name in ((BEFORE, "speedup_vs_before"), (AFTER, "speedup_vs_pr")):
+        add_ratios(rows, base, name, over=over, line_arg=("variant", "strategy"))
 
 
 def _run_without_gc(sched: StepScheduler) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.results import CALIBRATION, PR_TABLE, SERVE_SIM_CHECK, VLLM_AB, VLLM_STEP, find_all
+from labkit.bench import sig3
 from labkit.facts import PR40143, two_phases
-from labkit.viz.tables import sig3
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import math
 
 import plotly.graph_objects as go
 
-from labkit.viz.tables import sig3
+from labkit.bench import sig3
 
 
 def _ordered(values) -> list:

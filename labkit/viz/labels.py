@@ -1,4 +1,5 @@
-"""Bounded labels: long names (trace files, paths) shortened for titles, the full name kept on hover.
+"""Bounded labels: long names (trace files, paths) shortened for titles, the full name kept on hover; and
+``bars_html``, the small plain-HTML bar chart of the answer boxes.
 
 Plotly never wraps a title, so a 60-character trace file name in a title runs off a narrow
 figure. ``short_name`` keeps a name's start and end around an ellipsis (the end of a file
@@ -8,10 +9,14 @@ shortened back on the figure as a small caption whose hover text lists them in f
 
 from __future__ import annotations
 
+import html
+import math
 from pathlib import PurePath
 from typing import Iterable
 
 import plotly.graph_objects as go
+
+from labkit.bench import sig3
 
 #: longest name (characters) left whole in a title
 NAME_CHARS = 36
@@ -82,3 +87,38 @@ def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go
     fig.update_layout(height=height, margin=dict(b=bottom),
                       legend=dict(orientation="h", x=0, xanchor="left", yanchor="top", y=-gap_px / plot_px))
     return fig
+
+
+def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = None, colour: str = "#1f5f99",
+              highlight: tuple[str, ...] = (), caption: str = "") -> str:
+    """A small horizontal bar chart: one bar per ``(label, value)``, the value printed at its end in
+    ``unit``. ``log`` (default: when the values span more than 30x) scales the bars by log10; the
+    caption then says so. Bars whose label is in ``highlight`` are drawn in orange. Plain HTML, no
+    plotly: an answer box comes before its page sets plotly up, and needs no script."""
+    items = [(lab, v if isinstance(v, int) else float(v)) for lab, v in items
+             if v is not None and not (isinstance(v, float) and math.isnan(v))]  # an int is printed whole
+    if not items:
+        return ""
+    positive = [v for _, v in items if v > 0]
+    top = max((v for _, v in items), default=0.0)
+    if log is None:
+        log = bool(positive) and top / min(positive) > 30
+    lo = math.log10(min(positive)) - 0.3 if log and positive else 0.0
+
+    def width(v: float) -> float:
+        if top <= 0 or v <= 0:
+            return 0.0
+        if log:
+            return 80 * (math.log10(v) - lo) / (math.log10(top) - lo)  # room left for the value
+        return 80 * v / top
+
+    rows = "".join(
+        f'<div style="display:flex;align-items:center;gap:6px;margin:1px 0">'
+        f'<div style="flex:0 0 34%;text-align:right;font-size:12px;overflow-wrap:anywhere">{html.escape(str(lab))}</div>'
+        f'<div style="flex:1 1 auto"><div style="width:{width(v):.1f}%;min-width:2px;height:12px;display:inline-block;'
+        f'vertical-align:middle;background:{"#e67e22" if lab in highlight else colour}"></div>'
+        f'<span style="font-size:12px;margin-left:4px">{html.escape(str(sig3(v)))} {html.escape(str(unit))}</span></div></div>'
+        for lab, v in items)
+    note = caption + (" (log scale)" if log else "")
+    note_html = f'<div style="font-size:12px;color:#555">{html.escape(str(note))}</div>' if note else ""
+    return f'<div class="labkit-answer-bars" style="max-width:640px;margin:6px 0">{note_html}{rows}</div>'

@@ -73,6 +73,6 @@ class Folded:
 
 
 def fold(summary: str, *items) -> Folded:
-    """``items`` (objects with an HTML view, e.g. :func:`labkit.viz.tables.format_table`'s tables,
+    """``items`` (objects with an HTML view, e.g. :func:`labkit.bench.format_table`'s tables,
     or text shown as it is) folded behind one line, ``summary``."""
     return Folded(summary, items)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.bench import format_table
 from labkit.engine.recorded import analyze_recorded
 from labkit.results import REPO_ROOT, TRACE_BENCH, find_all, results_table
-from labkit.viz.tables import format_table
 
 FIXTURES = REPO_ROOT / "tests" / "data"
 #: real non-lab GPU traces of the fixtures (provenance in tests/data/README.md): quick, full

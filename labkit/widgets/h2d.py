@@ -8,6 +8,7 @@ kernel runs on (on a CPU the copies are the ones a GPU would make).
 from __future__ import annotations
 
 from labkit.attn.bench_h2d import make_batch_ranges, measure_host
+from labkit.bench import format_table
 from labkit.attn.prefix_ranges import PREFIX_RANGE_STRATEGIES
 from labkit.device import measured_source, resolve_device
 
@@ -23,13 +24,10 @@ def measure_point(num_seqs: int, layers: int, images: int, strategy: str = ALL, 
 
 
 def format_rows(rows: list[dict], source: str) -> str:
-    """An HTML table of ``measure_point`` rows (host time in ms)."""
-    head = "<tr><th>strategy</th><th>host ms/step</th><th>H2D copies/step</th><th>sync copies</th></tr>"
-    body = "".join(
-        f"<tr><td>{r['variant']}</td><td>{r['median_ns'] / 1e6:.3f}</td><td>{r['h2d_per_step']}</td>"
-        f"<td>{r['sync_per_step']}</td></tr>" for r in rows)
+    """The bench's table of ``measure_point`` rows, as HTML (host time per step, copies per step)."""
     note = "copies counted as a GPU would make them" if source == "measured-cpu" else "real H2D copies"
-    return f"<p>{source} ({note})</p><table>{head}{body}</table>"
+    return format_table(rows, columns=("variant", "median_ns", "h2d_per_step", "sync_per_step"),
+                        caption=f"{source} ({note})")._repr_html_()
 
 
 def make_h2d_widget(device: str | None = None, repeats: int = 3):

@@ -20,7 +20,7 @@ import vllm.utils.torch_utils as vtu  # noqa: E402
 from vllm.multimodal.inputs import PlaceholderRange  # noqa: E402
 from vllm.v1.attention.backends.utils import compute_mm_prefix_range_tensor, compute_mm_prefix_ranges  # noqa: E402
 
-from labkit.vllm.census import prefix_ranges_bench  # noqa: E402
+from labkit.vllm.census import bench_vllm_prefix_ranges  # noqa: E402
 from labkit.attn.prefix_ranges import build_prefix_range_tensor  # noqa: E402
 
 
@@ -133,7 +133,7 @@ def test_ranges_for_batch_sliding_window_drop_matches_vllm():
                 length = rng.randint(1, 40)
                 mask = None if rng.random() < 0.3 else torch.tensor([rng.random() < 0.8 for _ in range(length)])
                 lab_row.append(MMFeature(f"i{r}-{k}", ListPlaceholderRange(pos, length, mask)))
-                vl_row.append(prefix_ranges_bench._vllm_feature(modality="image", identifier=f"i{r}-{k}",
+                vl_row.append(bench_vllm_prefix_ranges._vllm_feature(modality="image", identifier=f"i{r}-{k}",
                                                        mm_position=PlaceholderRange(pos, length, mask)))
                 pos += length + rng.randint(0, 6)
             lab_reqs.append(Request(f"r{r}", pos + 2, 1, lab_row))
@@ -158,24 +158,24 @@ def test_padding_rows_hand_worked():
 
 
 def test_next_bubble_patch_keeps_compute_mm_prefix_ranges_results():
-    assert prefix_ranges_bench.check_patch(cases=300, seed=1) == 300
+    assert bench_vllm_prefix_ranges.check_patch(cases=300, seed=1) == 300
 
 
 def test_next_bubble_patch_is_undone():
     before = PlaceholderRange.__dict__["extract_embeds_range"]
-    with prefix_ranges_bench.patched_placeholder(PlaceholderRange):
+    with bench_vllm_prefix_ranges.patched_placeholder(PlaceholderRange):
         p = PlaceholderRange(2, 5, torch.tensor([False, True, False, True, True]))
         first = p.extract_embeds_range()
         first.append((99, 99))  # callers may mutate what they get
         assert p.extract_embeds_range() == [(3, 3), (5, 6)]
-        assert prefix_ranges_bench.CACHE_ATTR in vars(p)
+        assert bench_vllm_prefix_ranges.CACHE_ATTR in vars(p)
     assert PlaceholderRange.__dict__["extract_embeds_range"] is before
-    assert not hasattr(PlaceholderRange, prefix_ranges_bench.CACHE_ATTR)
+    assert not hasattr(PlaceholderRange, bench_vllm_prefix_ranges.CACHE_ATTR)
 
 
 def test_gemma_workload_ranges_hand_worked():
-    feats = prefix_ranges_bench.make_features(2, 2, placeholder_cls=PlaceholderRange,
-                                     feature_factory=prefix_ranges_bench._vllm_feature, placeholder_len=10, text_between=4)
+    feats = bench_vllm_prefix_ranges.make_features(2, 2, placeholder_cls=PlaceholderRange,
+                                     feature_factory=bench_vllm_prefix_ranges._vllm_feature, placeholder_len=10, text_between=4)
     # placeholders at 4..13 and 18..27, embeds at offset+1 .. offset+8
     assert compute_mm_prefix_ranges(feats) == {0: [(5, 12), (19, 26)], 1: [(5, 12), (19, 26)]}
 
@@ -206,11 +206,11 @@ def test_patch_file_applies_to_the_installed_vllm_and_keeps_results(tmp_path, mo
     rng = random.Random(4)
     for case in range(200):
         state = rng.getstate()
-        before = compute_mm_prefix_ranges(prefix_ranges_bench.make_random_features(
-            rng, placeholder_cls=PlaceholderRange, feature_factory=prefix_ranges_bench._vllm_feature))
+        before = compute_mm_prefix_ranges(bench_vllm_prefix_ranges.make_random_features(
+            rng, placeholder_cls=PlaceholderRange, feature_factory=bench_vllm_prefix_ranges._vllm_feature))
         rng.setstate(state)
-        feats = prefix_ranges_bench.make_random_features(rng, placeholder_cls=patched.PlaceholderRange,
-                                                feature_factory=prefix_ranges_bench._vllm_feature)
+        feats = bench_vllm_prefix_ranges.make_random_features(rng, placeholder_cls=patched.PlaceholderRange,
+                                                feature_factory=bench_vllm_prefix_ranges._vllm_feature)
         assert compute_mm_prefix_ranges(feats) == before
         assert compute_mm_prefix_ranges(feats) == before  # second step: from the cache
         for f in (f for row in feats for f in row if f.modality in ("image", "video")):

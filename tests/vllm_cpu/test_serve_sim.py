@@ -115,7 +115,7 @@ def test_cli_with_bad_arms_exits_2(capsys):
 def test_quick_serve_sim_end_to_end():
     """A workload other than #40143's end to end: the census machine's census, its server's intake and
     overlap, the GPU node's unit costs, the roofline, vLLM's scheduler; nothing compared, nothing inferred."""
-    from labkit.serve.bench import predict
+    from labkit.serve.bench_serve_sim import predict
     from labkit.vllm.serving import WORKLOADS
 
     res, check = predict(WORKLOADS["quick"], ("h200",), ("baseline", "pr40143"))

@@ -1,6 +1,6 @@
 """The step census on vLLM's real engine (a small point), the input-processing stages, and the whatif check.
 
-One census at 2 requests x 2 images (``labkit.vllm.census.step_bench.run_census``: a made Gemma 4 model
+One census at 2 requests x 2 images (``labkit.vllm.census.bench_vllm_step.run_census``: a made Gemma 4 model
 as Gemma-4-E4B, every variant alternated on the live engine, each phase timed and read from
 vLLM's own profiler trace), then the checks that do not depend on the machine's speed: the
 phases explain the step (wrapper and trace), the trace agrees with the timers of the same
@@ -17,7 +17,7 @@ from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
 
 @pytest.fixture(scope="module")
 def census(run_root):
-    from labkit.vllm.census.step_bench import run_census
+    from labkit.vllm.census.bench_vllm_step import run_census
 
     # six profiled steps: the trace is checked against the timers over their total, so one stall of the
     # process between a wrapper and the frame it times (a busy machine) cannot swing a small phase by 10%
@@ -147,7 +147,7 @@ def test_whatif_check_runs_on_the_census_traces(census, run_root):
 
 
 def test_input_processing_stages(run_root):
-    from labkit.vllm.processor.input_processing import run_input
+    from labkit.vllm.processor.bench_vllm_input import run_input
 
     res = run_input({"images": 2, "requests": 1, "repeats": 1}, "quick", run_root / "input", width=192, height=128)
     stages = {r["stage"]: r for r in res.rows}

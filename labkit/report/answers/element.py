@@ -4,7 +4,7 @@ from, and a small table or bar chart.
 :class:`Answer` renders as an HTML element of class ``labkit-answer`` (``_repr_html_``, so a
 notebook cell that returns one shows it, and the exported page keeps it). The page functions
 (:mod:`labkit.report.answers.host`, ``gpu``, ``vllm``) build their numbers from recorded results;
-nothing in the box is typed by hand; its bar charts are :func:`labkit.viz.tables.bars_html`.
+nothing in the box is typed by hand; its bar charts are :func:`labkit.viz.labels.bars_html`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from labkit.bench import sig3
 from labkit.results import base_name
-from labkit.viz.tables import sig3
 
 _BOX_STYLE = ("border-left:5px solid #1f5f99;background:#f3f6fa;padding:8px 14px;margin:8px 0;"
               "font-family:sans-serif;font-size:14px;line-height:1.45;max-width:100%;box-sizing:border-box")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, cite, esc, num, pct, row
 from labkit.results import ATTN_BENCH, ENGINE, H2D_GPU_IDLE, H2D_STEP, find
-from labkit.viz.tables import bars_html
+from labkit.viz.labels import bars_html
 
 TENSOR, LIST = "tensor/loop/none/async", "list/loop/none/async"
 PER_LAYER, PER_STEP = "fast/cursor/per_layer/async", "fast/cursor/per_step/async"

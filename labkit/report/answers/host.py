@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, cite, esc, num, row
 from labkit.results import CALIBRATION, MM_DECODE_STEP, find, find_all
-from labkit.viz.tables import bars_html, format_table
+from labkit.bench import format_table
+from labkit.viz.labels import bars_html
 
 NO_RESULT = "No {what} recorded yet: {how}."
 

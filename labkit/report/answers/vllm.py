@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from labkit.report.answers.element import Answer, cite, esc, num, pct
 from labkit.results import PR_TABLE, VLLM_PREFIX_RANGES, VLLM_STEP, find, find_all, results_rows
-from labkit.viz.tables import bars_html
+from labkit.viz.labels import bars_html
 
 
 def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = None, step_from: str = "",
@@ -13,18 +13,18 @@ def next_bubble(rows: list[dict] | None = None, device_step_ms: float | None = N
     """07: installed vLLM's ``compute_mm_prefix_ranges`` against the patched one per step at ``point``
     (``vllm_prefix_ranges`` rows), and the GPU idle share each would leave with a ``device_step_ms``
     device step (perfect overlap bound)."""
-    from labkit.vllm.census import prefix_ranges_bench
+    from labkit.vllm.census import bench_vllm_prefix_ranges
 
     if rows is None:
         rows = results_rows(find_all(VLLM_PREFIX_RANGES), params=("vllm_version",))
-    rec = prefix_ranges_bench.lookup(rows, *point)
+    rec = bench_vllm_prefix_ranges.lookup(rows, *point)
     if rec is None or "speedup" not in rec:
         return Answer(f"No vllm_prefix_ranges result at {point[0]} x {point[1]} recorded yet: run "
                       "`.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`.")
     if device_step_ms is None:
-        device_step_ms, step_from = prefix_ranges_bench.device_step_ms()
+        device_step_ms, step_from = bench_vllm_prefix_ranges.device_step_ms()
     first = next(r for r in rows if r.get("machine") == rec["machine"])
-    eff = prefix_ranges_bench.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
+    eff = bench_vllm_prefix_ranges.expected_effect(rec["installed_us"] / 1e3, rec["patched_us"] / 1e3, device_step_ms)
     text = (f"Recorded on {esc(rec['machine'])} (vLLM {esc(first.get('vllm_version'))}) at {point[0]} requests x "
             f"{point[1]} images: installed <code>compute_mm_prefix_ranges</code> takes "
             f"{num(rec['installed_us'] / 1e3, ' ms')} of host time per step, patched "

@@ -15,7 +15,7 @@ import html
 
 from labkit.results import base_name, find_all
 from labkit.viz.sources import source_rank
-from labkit.viz.tables import format_table, sig3
+from labkit.bench import format_table, sig3
 
 
 def _machines(results) -> list[str]:
@@ -33,7 +33,7 @@ def one_per_machine(results) -> list:
 
 
 def results_matrix(results):
-    """A :class:`labkit.viz.tables.Table`: per result name (quick runs under their full name), per
+    """A :class:`labkit.bench.Table`: per result name (quick runs under their full name), per
     machine ``N rows`` (``, quick`` where only a quick run is recorded; ``, simulated`` or
     ``, interpreted`` where the numbers are not that machine's measurement) where that machine
     recorded it, empty where it did not."""

@@ -14,7 +14,8 @@ import html
 import statistics
 from dataclasses import dataclass
 
-from labkit.viz.tables import bars_html, sig3
+from labkit.bench import sig3
+from labkit.viz.labels import bars_html
 
 INVARIANT, OBSERVATION = "invariant", "observation"
 

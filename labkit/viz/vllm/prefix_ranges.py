@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from labkit.vllm.census.prefix_ranges_bench import side_by_side
+from labkit.vllm.census.bench_vllm_prefix_ranges import side_by_side
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
 

@@ -5,7 +5,7 @@
 :func:`cached_embeds_ranges` applies, in-process, the change in
 ``patches/vllm-0.33.0-cache-embeds-ranges.diff``: a placeholder computes its embedding
 runs once (a ``cached_property`` holding a tuple) and ``extract_embeds_range()`` returns
-a fresh list built from it. Needs only torch; :mod:`labkit.vllm.census.prefix_ranges_bench` measures it
+a fresh list built from it. Needs only torch; :mod:`labkit.vllm.census.bench_vllm_prefix_ranges` measures it
 against the installed vLLM.
 """
 

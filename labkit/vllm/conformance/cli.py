@@ -1,4 +1,4 @@
-"""``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.cli`).
+"""``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.bench`).
 
 ``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``).
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from labkit.errors import UsageError
-from labkit.cli import parse_image_size
+from labkit.bench import parse_image_size
 
 __all__ = ["main"]
 

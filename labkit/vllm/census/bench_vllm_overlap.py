@@ -11,7 +11,7 @@ wall time and the engine thread's own parts (schedule, update_from_output, the w
 device). ``non_overlap`` = step - max(forward, the host chain measured with no forward): what
 neither side hides.
 
-More: docs/reference.md, ``labkit.vllm.census.overlap``.
+More: docs/reference.md, ``labkit.vllm.census.bench_vllm_overlap``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ import threading
 import time
 from concurrent.futures import Future
 
+from labkit.bench import Bench, add_run_options, report, resolve_run_options
 from labkit.errors import UsageError
-from labkit.results import VLLM_OVERLAP, make_result, sized_name
+from labkit.results import VLLM_OVERLAP
 
-__all__ = ["SIZES", "reading", "measure", "add_cli_args", "main"]
+__all__ = ["OVERLAP", "reading", "measure", "add_cli_args", "main"]
 
-#: per size: requests x images, the forward times (ms) and timed steps per point
-SIZES = {"quick": {"requests": 8, "images": 4, "forward_ms": (0.0, 2.0, 8.0, 30.0), "steps": 8},
-         "full": {"requests": 128, "images": 32, "forward_ms": (0.0, 5.0, 10.0, 20.0, 40.0, 80.0), "steps": 24}}
+#: the result: requests x images, the forward times (ms) and timed steps per point at each size; its table.
+#: Not a plain sweep: the arms alternate within each round (:func:`measure`), the rows go through the runner
+OVERLAP = Bench(VLLM_OVERLAP, knobs={"requests": (8, 128), "images": (4, 32), "steps": (8, 24),
+                                     "forward_ms": ((0.0, 2.0, 8.0, 30.0), (0.0, 5.0, 10.0, 20.0, 40.0, 80.0))},
+                columns=("regime", "arm", "forward_ms", "step_ms", "schedule_ms", "update_ms", "non_overlap_ms", "bound"))
 ARMS = ("baseline", "pr40143")
 
 
@@ -161,7 +164,7 @@ def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.census.sched_census import write_model_config
 
-    plan = SIZES[size]
+    plan = OVERLAP.at(size)
     total = rounds * len(arms) * len(plan["forward_ms"]) * (plan["steps"] + 4) + 64
     workload = ServeWorkload("overlap", plan["requests"], plan["images"], 1024, 1536, 16, total, plan["requests"])
     got: dict = {}
@@ -189,17 +192,14 @@ def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-
     add_run_options(p, size_help="quick (default: 8 requests x 4 images) or full (128 x 32, #40143's)")
     p.add_argument("--rounds", type=int, default=2, help="rounds of the arms, alternating (default 2)")
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.cli import emit_result, resolve_run_options
     from labkit.device import describe_machine
     from labkit.machine_load import describe_load, machine_load
-    from labkit.vllm.census.step_bench import require_vllm
+    from labkit.vllm.census.bench_vllm_step import require_vllm
 
     size = resolve_run_options(args)
     if args.rounds < 1:
@@ -208,17 +208,12 @@ def main(args: argparse.Namespace) -> int:
     with machine_load() as load:
         rows = measure(size, rounds=args.rounds)
     asy = [r["non_overlap_ms"] for r in rows if r["regime"] == "async" and r["forward_ms"] > 0]
-    params = {"size": size, "vllm_version": version, "rounds": args.rounds, **SIZES[size], "machine_load": load,
+    params = {"vllm_version": version, "rounds": args.rounds, **OVERLAP.at(size), "machine_load": load,
               "non_overlap_ms": statistics.median(asy),
               "engine": "vLLM's EngineCore.step_with_batch_queue (async, batch queue 2) and EngineCore.step (sync) "
                         "over its AsyncScheduler / Scheduler; a stand-in device sleeps the forward time on its own "
                         "thread; outputs msgpack-encoded on another", "cpu": describe_machine().get("cpu_model")}
-    result = make_result(sized_name(VLLM_OVERLAP, size), rows, params=params, source="measured-cpu", size=size)
-    print(f"{'regime':<6} {'arm':<9} {'forward':>8} {'step':>8} {'schedule':>9} {'update':>8} {'beyond':>8}  bound")
-    for r in rows:
-        print(f"{r['regime']:<6} {r['arm']:<9} {r['forward_ms']:>8.1f} {r['step_ms']:>8.2f} {r['schedule_ms']:>9.2f} "
-              f"{r['update_ms']:>8.2f} {r['non_overlap_ms']:>8.2f}  {r['bound']}")
+    report(args, OVERLAP.result(rows, size, params=params), OVERLAP.columns)
     print(f"async, forward > 0: median step - max(forward, host alone) = {params['non_overlap_ms']:.2f} ms")
     print(describe_load(load))
-    emit_result(result, args)
     return 0

@@ -4,7 +4,7 @@ Variants combine a placeholder variant (#40143), a scheduling strategy and a pre
 strategy (#38794), each with async (default) or sync scheduling. The default set tells both
 stories (before, after, beyond) with the fewest runs.
 
-More: docs/reference.md, ``labkit.engine.bench``.
+More: docs/reference.md, ``labkit.engine.bench_engine``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from labkit.engine.runs import (DEFAULT_VARIANTS, SIZES, _csv, cudagraph_modes, default_profile_name, print_table,
-                               run_variants)
+from labkit.bench import add_run_options, report, resolve_run_options
+from labkit.engine.runs import DEFAULT_VARIANTS, ENGINE_RUNS, _csv, cudagraph_modes, default_profile_name, run_variants
 from labkit.errors import UsageError
 
 
@@ -37,10 +37,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-dir", help="write one profiler trace folder per variant under this directory")
     p.add_argument("--write-profile", metavar="PATH", help="GPU only: record per-op durations as a profile JSON")
     p.add_argument("--name", default="engine", help="result name (default: engine)")
-    from labkit.cli import add_run_options
-
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default: few measured steps; saved as <name>_quick) or full (more steps)")
+    add_run_options(p, size_help="quick (default: few measured steps; saved as <name>_quick) or full (more steps)")
 
 
 def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
@@ -81,16 +78,12 @@ def resolve_kind(choice: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.cli import emit_result, resolve_run_options
+    from dataclasses import replace
 
     size = resolve_run_options(args)
     kind = resolve_kind(args.device)
-    model, workload, nreq, steps, warmup = SIZES[(kind, size)]
-    model = args.model or model
-    workload = args.workload or workload
-    nreq = args.num_requests if args.num_requests is not None else nreq
-    steps = args.steps if args.steps is not None else steps
-    warmup = args.warmup if args.warmup is not None else warmup
+    at = ENGINE_RUNS[kind].at(size, model=args.model, workload=args.workload, steps=args.steps, warmup=args.warmup)
+    model, workload, nreq, steps, warmup = at["model"], at["workload"], args.num_requests, at["steps"], at["warmup"]
     if steps < 2 or warmup < 1:
         raise UsageError("need --steps >= 2 and --warmup >= 1")
     if nreq is not None and nreq < 1:
@@ -108,23 +101,27 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--cudagraph piecewise/full needs a CUDA GPU (--device cuda) or the simulated device")
     profile = load_profile(args.profile or default_profile_name()) if kind == "sim" else None
     from labkit.device import describe_machine
-    from labkit.results import PartialResult, make_result, sized_name
+    from labkit.results import PartialResult
 
-    source = "simulated" if kind == "sim" else ("measured-gpu" if kind == "cuda" else "measured-cpu")
-    params = {"device": kind, "size": size, "model": model, "workload": workload, "num_requests": nreq,
-              "steps": steps, "warmup": warmup, "start_in_decode": True,
-              "cudagraph": cudagraph_modes(args.cudagraph)}
-    if profile is not None:
-        params.update(profile.describe())
+    params = {"device": kind, "model": model, "workload": workload, "num_requests": nreq, "steps": steps,
+              "warmup": warmup, "start_in_decode": True, "cudagraph": cudagraph_modes(args.cudagraph),
+              **(profile.describe() if profile is not None else {})}
+    spec = replace(ENGINE_RUNS[kind], name=args.name, params=params)
     machine = describe_machine("cuda" if kind == "cuda" else "cpu")
-    partial = PartialResult(sized_name(args.name, size), params=params, source=source, size=size, machine=machine,
+    draft = spec.result([], size, machine=machine)
+    partial = PartialResult(draft.name, params=draft.params, source=draft.source, size=size, machine=machine,
                             save=not args.no_save)
     rows, traces = run_variants(kind, variants, model=model, workload=workload, num_requests=nreq, steps=steps,
                                 warmup=warmup, profile=profile, trace_dir=args.trace_dir, on_rows=partial.update)
-    result = make_result(sized_name(args.name, size), rows, params=params, source=source, size=size, machine=machine)
-    print_table(rows)
-    print(f"source: {source}" + (f" ({profile.label()})" if profile is not None else ""))
-    emit_result(result, args)
+    report(args, spec.result(rows, size, machine=machine), spec.columns)
+    for r in rows:
+        if r.get("idle_status") == "tentative":
+            print(f"* {r['variant']}: idle tentative: {r['idle_check']}")
+        if r.get("cudagraph_note"):
+            same = f" (the figures of {r['same_run_as']}: one run)" if r.get("same_run_as") else ""
+            print(f"* {r['variant']}: {r['cudagraph_note']}{same}")
+    if profile is not None:
+        print(f"profile: {profile.label()}")
     for t in traces:
         print(f"trace {t}")
     if args.write_profile:

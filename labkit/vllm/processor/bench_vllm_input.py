@@ -4,7 +4,7 @@ Before a request reaches the scheduler, vLLM's frontend turns each image into mo
 #40143's benchmark shape (128 requests x 32 images of 1024 x 1536, sent by ``vllm bench serve``'s
 random-mm dataset as base64 JPEG), on this CPU, per image.
 
-More: docs/reference.md, ``labkit.vllm.processor.input_processing``.
+More: docs/reference.md, ``labkit.vllm.processor.bench_vllm_input``.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from labkit.results import IN_RUN_KEY, VLLM_INPUT, make_result, sized_name
+from labkit.bench import Bench, add_run_options, parse_image_size, report, resolve_run_options
 from labkit.errors import UsageError
+from labkit.results import IN_RUN_KEY, VLLM_INPUT
 from labkit.timing import stopwatch
 
-__all__ = ["SIZES", "jpeg_images", "measure_media_decode", "measure_hf_processor",
+__all__ = ["INPUT", "jpeg_images", "measure_media_decode", "measure_hf_processor",
            "measure_vllm_stages", "input_rows", "main"]
 
 logger = logging.getLogger(__name__)
 
-#: per size: images per request, requests through vLLM's stages, repeats of the processor alone
-SIZES = {"quick": {"images": 4, "requests": 2, "repeats": 2}, "full": {"images": 32, "requests": 6, "repeats": 5}}
+#: the result: images per request, requests through vLLM's stages, repeats of the processor alone at each
+#: size; its table (not a sweep: the stages of one engine, measured in :func:`input_rows`)
+INPUT = Bench(VLLM_INPUT, knobs={"images": (4, 32), "requests": (2, 6), "repeats": (2, 5)},
+              columns=("stage", "per_image_median_us", "per_image_min_us", "per_image_max_us", "samples"))
 #: vLLM's stage timers (``TimingContext``), in pipeline order
 VLLM_STAGES = ("get_mm_hashes", "get_cache_missing_items", "apply_hf_processor", "merge_mm_kwargs",
                "apply_prompt_updates", "preprocessor_total")
@@ -123,42 +126,31 @@ def _row(stage: str, values: list[float], **extra) -> dict:
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-
     p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
                    "(default: one made in the run folder)")
     p.add_argument("--image-size", default="1024x1536", help="image HxW in pixels (default 1024x1536, #40143's)")
     p.add_argument("--images", type=int, default=None, help="images per request (quick 4, full 32)")
     p.add_argument("--requests", type=int, default=None, help="requests through vLLM's stages (quick 2, full 6)")
     p.add_argument("--run-dir", default=None, help="vLLM's caches and the model (default: a temporary folder)")
-    add_run_options(p, json_help="also write the result JSON to OUT",
-                    size_help="quick (default: 2 requests x 4 images; saved as vllm_input_quick) or full (6 x 32)")
+    add_run_options(p, size_help="quick (default: 2 requests x 4 images; saved as vllm_input_quick) or full (6 x 32)")
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
-    from labkit.cli import parse_image_size
+    from labkit.vllm.census.bench_vllm_step import require_vllm
 
     size = resolve_run_options(args)
-    spec = dict(SIZES[size])
     for key in ("images", "requests"):
-        if getattr(args, key) is not None:
-            if not 1 <= getattr(args, key) <= 64:
-                raise UsageError(f"--{key} must be in 1..64")
-            spec[key] = getattr(args, key)
+        if getattr(args, key) is not None and not 1 <= getattr(args, key) <= 64:
+            raise UsageError(f"--{key} must be in 1..64")
+    spec = INPUT.at(size, images=args.images, requests=args.requests)
     width, height = parse_image_size(args.image_size)
-    from labkit.vllm.census.step_bench import require_vllm
-
     require_vllm()
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-input-") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
         result = run_input(spec, size, run_dir, width=width, height=height, model=args.model)
-    width = max(len(r["stage"]) for r in result.rows)
-    for r in result.rows:
-        print(f"{r['stage']:<{width}} {r['per_image_median_us'] / 1e3:9.2f} ms per image (median of {r['samples']})")
+    report(args, result, INPUT.columns)
     print(describe_load(result.params.get("machine_load")))
-    emit_result(result, args)
     return 0
 
 
@@ -222,7 +214,7 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     with machine_load() as load:
         rows, info = input_rows(spec, model, run_dir, width=width, height=height)
     hf_class, build = info["hf_image_processor"], info["build"]
-    params = {"size": size, "image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
+    params = {"image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
               **{f"vllm_{k}": v for k, v in build.items()}}
@@ -230,6 +222,5 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     from labkit.timing import in_run_calibration
 
     params[IN_RUN_KEY] = in_run_calibration()  # the unit costs of the same hour
-    return make_result(sized_name(VLLM_INPUT, size), rows, params=params, source="measured-cpu", size=size,
-                       machine=describe_machine("cpu"))
+    return INPUT.result(rows, size, params=params, machine=describe_machine("cpu"))
 

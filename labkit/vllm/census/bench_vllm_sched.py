@@ -12,15 +12,18 @@ from __future__ import annotations
 import argparse
 import logging
 
-from labkit.results import VLLM_SCHED, make_result, sized_name
+from labkit.bench import Bench, add_grid_options, add_run_options, format_table, grid_from_args, report, resolve_run_options
 from labkit.errors import UsageError
+from labkit.results import VLLM_SCHED
 
-__all__ = ["QUICK_GRID", "FULL_GRID", "sweep", "summary", "main"]
+__all__ = ["SCHED", "sweep", "summary", "main"]
 
 logger = logging.getLogger(__name__)
 
-QUICK_GRID = {"requests": (32, 128), "images": (8, 32), "steps": 10}
-FULL_GRID = {"requests": (32, 128, 256), "images": (8, 32, 64), "steps": 30}
+#: the result: requests x images per request and the timed decode steps at each size, and its table
+SCHED = Bench(VLLM_SCHED, axes={"requests": ((32, 128), (32, 128, 256)), "images": ((8, 32), (8, 32, 64))},
+              knobs={"steps": (10, 30)}, columns=("phase", "variant", "num_requests", "images", "median_ns",
+                                                   "overhead_cut"))
 
 
 def sweep(grid: dict, model_dir) -> list[dict]:
@@ -47,10 +50,10 @@ def summary(rows, device_step_ms: float | None = None) -> list[dict]:
     Columns: ``text_ms``, ``installed_ms``, ``early_return_ms`` (median ``schedule()`` per decode
     step), ``mm_overhead_ms`` / ``mm_overhead_patched_ms`` (over the text-only batch) and
     ``overhead_cut``. With ``device_step_ms``, also the step under the two bubble bounds of
-    :func:`labkit.vllm.census.prefix_ranges_bench.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
+    :func:`labkit.vllm.census.bench_vllm_prefix_ranges.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
     a device-bound step hides the saving when scheduling overlaps the GPU, a serial one keeps it.
     """
-    from labkit.vllm.census.prefix_ranges_bench import expected_effect
+    from labkit.vllm.census.bench_vllm_prefix_ranges import expected_effect
 
     table: dict[tuple, dict] = {}
     for r in rows:
@@ -75,26 +78,18 @@ def summary(rows, device_step_ms: float | None = None) -> list[dict]:
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-    from labkit.cli import add_grid_options
-
     add_grid_options(p)
-    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
+    add_run_options(p, size_help="quick (default: 2 x 2 grid; saved as vllm_sched_quick) or full (3 x 3)")
     p.add_argument("--steps", type=int, default=None, help="timed decode steps per variant (quick 10, full 30)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of one installed 128 x 32 schedule()")
 
 
 def main(args: argparse.Namespace) -> int:
     """Measure, print a table, save; returns the exit code."""
-    from labkit.cli import emit_result, resolve_run_options
+    from labkit.vllm.census.bench_vllm_prefix_ranges import vllm_version
 
     size = resolve_run_options(args)
-    from labkit.cli import grid_from_args
-    from labkit.vllm.census.prefix_ranges_bench import vllm_version
-
-    grid = grid_from_args(args, QUICK_GRID if size == "quick" else FULL_GRID)
-    if args.steps is not None:
-        grid["steps"] = args.steps
+    grid = grid_from_args(args, SCHED.at(size, steps=args.steps))
     if grid["steps"] < 1:
         raise UsageError("--steps must be >= 1")
     version = vllm_version()  # UsageError without vLLM
@@ -105,25 +100,13 @@ def main(args: argparse.Namespace) -> int:
         if args.profile:
             profile = profile_step(model_dir)
             print("cProfile, one installed schedule() at 128 requests x 32 images (decode):")
-            for r in profile:
-                print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:8.3f} ms own  {r['function']}")
+            print(format_table(profile))
         rows = sweep(grid, model_dir)
-    print(f"{'requests':>8} {'images':>6} {'text_ms':>8} {'installed_ms':>12} {'early_ret_ms':>12} {'cut':>5}")
-    sched = {(r["num_requests"], r["images"], r["variant"]): r for r in rows if r["phase"] == "schedule"}
-    for n in grid["requests"]:
-        for m in grid["images"]:
-            t, i, e = (sched[(n, m, v)] for v in ("text", "installed", "early_return"))
-            cut = e.get("overhead_cut")
-            print(f"{n:>8} {m:>6} {t['median_ns'] / 1e6:8.3f} {i['median_ns'] / 1e6:12.3f} "
-                  f"{e['median_ns'] / 1e6:12.3f} {'' if cut is None else f'{cut:.0%}':>5}")
-    params = {"size": size, "vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v)
-                                                               for k, v in grid.items()},
+    params = {"vllm_version": version, "grid": {k: (list(v) if isinstance(v, tuple) else v) for k, v in grid.items()},
               "placeholder_len": 258, "model": "generated tiny Gemma-3 config, no weights",
               "patch": "patches/vllm-0.33.0-encoder-early-return.diff",
               "stubbed": "MultiModalBudget (encoder budget = cache = max(max_num_batched_tokens, 258))"}
     if profile is not None:
         params["profile_128x32"] = profile
-    result = make_result(sized_name(VLLM_SCHED, size), rows, params=params, source="measured-cpu", size=size)
-    emit_result(result, args)
+    report(args, SCHED.result(rows, size, params=params), SCHED.columns)
     return 0
-

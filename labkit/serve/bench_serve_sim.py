@@ -1,20 +1,21 @@
 """``labkit bench serve-sim``: #40143's published table predicted by the one step model (result ``pr_table``).
 
-More: docs/reference.md, ``labkit.serve.bench``.
+More: docs/reference.md, ``labkit.serve.bench_serve_sim``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from labkit.bench import add_run_options, report, resolve_run_options
 from labkit.errors import UsageError
-from labkit.results import PR_TABLE, SERVE_SIM_CHECK, make_result, results_root, sized_name
+from labkit.results import (CALIBRATION, PR_TABLE, SERVE_SIM_CHECK, VLLM_INPUT, VLLM_OVERLAP, VLLM_SERVE_TIMELINE,
+                            VLLM_STEP, find, make_result, results_root, sized_name)
 from labkit.serve.api_server import Intake
 from labkit.serve.clock import simulate
 from labkit.gpu.device_model import GPUS, describe_device, full_batch_device_ns, step_device_fn
@@ -53,25 +54,25 @@ class ServeHost:
         return self.chains.api_ns(self.arm, max(1, outputs), self.units)
 
 
-def _read(path: Path, role: str) -> dict:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"serve-sim needs {path} ({role}): {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise UsageError(f"{path} ({role}) is not a labkit result")
-    return doc
+#: what serve-sim reads, each through the results store: key -> (result name, role)
+INPUTS = {"census": (VLLM_STEP, "the census of vLLM's step (labkit bench vllm-step)"),
+          "input": (VLLM_INPUT, "vLLM's input processing (labkit bench vllm-input)"),
+          "timeline": (VLLM_SERVE_TIMELINE, "vLLM's own server, timed (scripts/vllm_ab.sh --timeline)"),
+          "overlap": (VLLM_OVERLAP, "vLLM's engine core against a set forward (labkit bench vllm-overlap)")}
 
 
 def _inputs(root: Path, census_machine: str) -> dict:
-    node = root / GPU_NODE / "calibration.json"
-    node = node if node.exists() else root / GPU_NODE / "calibration_quick.json"
-    here = root / census_machine
-    return {"census": _read(here / "vllm_step.json", "the census of vLLM's step"),
-            "input": _read(here / "vllm_input.json", "vLLM's input processing"),
-            "timeline": _read(here / "vllm_serve_timeline.json", "vLLM's own server, timed (scripts/vllm_ab.sh --timeline)"),
-            "overlap": _read(here / "vllm_overlap.json", "vLLM's engine core against a set forward (labkit bench vllm-overlap)"),
-            "node": _read(node, "the GPU node's calibration")}
+    """The recorded results serve-sim reads (each machine's full run over its quick one), as JSON objects:
+    ``census_machine``'s and the GPU node's calibration; ``UsageError`` naming the one missing."""
+    wanted = {k: (name, census_machine, role) for k, (name, role) in INPUTS.items()}
+    wanted["node"] = (CALIBRATION, GPU_NODE, "the GPU node's calibration")
+    docs = {}
+    for key, (name, machine, role) in wanted.items():
+        res = find(name, machine=machine, root=root)
+        if res is None:
+            raise UsageError(f"serve-sim needs {name} of {machine} under {root} ({role})")
+        docs[key] = res.to_json()
+    return docs
 
 
 #: the intake stages vllm_input times alone, per image: (Intake field, stages summed into it)
@@ -246,7 +247,7 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
     from labkit.vllm.census.sched_census import write_model_config
-    from labkit.vllm.census.step_bench import require_vllm
+    from labkit.vllm.census.bench_vllm_step import require_vllm
 
     workload = (workload or WORKLOADS["full"]).check()
     if regime not in REGIMES:
@@ -377,27 +378,6 @@ def _prov(doc: dict) -> dict:
         "machine": (doc.get("machine") or {}).get("slug")}
 
 
-def print_check(check) -> None:
-    print(f"checked against this machine's own server runs (within {check.params['tolerance']:.0%}: "
-          f"{check.params['within_tolerance']} of {check.params['rows']}):")
-    print(f"  {'shape':<26} {'arm':<9} {'metric':<18} {'measured':>10} {'predicted':>10} {'error':>8}")
-    for r in check.rows:
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
-        print(f"  {r['shape']:<26} {r['arm']:<9} {r['metric']:<18} {r['measured']:>10.4g} {r['predicted']:>10.4g} {err:>8}")
-
-
-def print_table(result) -> None:
-    print(f"{'gpu':<5} {'arm':<10} {'metric':<20} {'predicted':>11} {'published':>11} {'error':>8}")
-    for r in result.rows:
-        pub = "-" if r["published"] is None else f"{r['published']:.4g}"
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
-        note = f"  (inferred: {r['inferred']})" if r.get("inferred") else ""
-        print(f"{r['gpu']:<5} {r['arm']:<10} {r['metric']:<20} {r['predicted']:>11.4g} {pub:>11} {err:>8}{note}")
-    for name, q in result.params["inferred"].items():
-        print(f"inferred {name}: {q['value']:.4g} from {q['from']}")
-    print("source: simulated (vLLM's real scheduler on this CPU; simulated clock and device)")
-
-
 def _bucket(text: str) -> tuple[int, int]:
     import ast
 
@@ -412,10 +392,8 @@ def _bucket(text: str) -> tuple[int, int]:
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-
     w = WORKLOADS["full"]
-    add_run_options(p, json_help="also write the result JSON to OUT", sized=False)
+    add_run_options(p, sized=False)
     p.add_argument("--num-prompts", type=int, default=w.requests, help=f"requests, all sent at once (default {w.requests})")
     p.add_argument("--random-mm-base-items-per-request", type=int, default=w.images,
                    help=f"images per request (default {w.images})")
@@ -434,7 +412,6 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
     resolve_run_options(args)
@@ -446,12 +423,13 @@ def main(args: argparse.Namespace) -> int:
         workload = replace(workload, name="own")
     result, check = predict(workload, tuple(split(args.gpu)), tuple(split(args.arms)), regime=args.regime,
                             census_machine=args.census_machine)
-    print_check(check)
-    print_table(result)
+    print(f"checked against this machine's own server runs (within {check.params['tolerance']:.0%}: "
+          f"{check.params['within_tolerance']} of {check.params['rows']}):")
+    report(args, {SERVE_SIM_CHECK: check, PR_TABLE: result},
+           {SERVE_SIM_CHECK: ("shape", "arm", "metric", "measured", "predicted", "error"),
+            PR_TABLE: ("gpu", "arm", "metric", "predicted", "published", "error", "inferred")})
+    for name, q in result.params["inferred"].items():
+        print(f"inferred {name}: {q['value']:.4g} from {q['from']}")
+    print("source: simulated (vLLM's real scheduler on this CPU; simulated clock and device)")
     print(describe_load(result.params.get("machine_load")))
-    if not args.no_save:
-        from labkit.results import save_result
-
-        print(f"saved {save_result(check)}")
-    emit_result(result, args)
     return 0

@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from labkit.cli import add_run_options, emit_result, resolve_run_options
+from labkit.bench import Bench, add_run_options, report, resolve_run_options
 from labkit.device import measured_source
 from labkit.errors import UsageError
 from labkit.machine_load import describe_load, machine_load
-from labkit.results import TRACE_BENCH, make_result, sized_name
+from labkit.results import TRACE_BENCH
 from labkit.timing import summarize
 from labkit.trace.analysis.host.steps import STEP_NUMBER
 from labkit.trace.analysis.many import expand_paths
@@ -36,8 +36,10 @@ DEFAULT_BASES = [
     REPO_ROOT / "tests" / "data" / "nvllm-gb10-one-step.trimmed.pt.trace.json.gz",
     REPO_ROOT / "tests" / "data" / "tracelens-h100-bert-small-inference.pt.trace.json.gz",
 ]
-#: sizes (MB) of the built traces per run size
-TRACE_MB = {"quick": (20.0,), "full": (100.0, 1000.0)}
+#: the result: the sizes (MB) of the built traces at each size, and its table
+TRACE = Bench(TRACE_BENCH, axes={"size_mb": ((20.0,), (100.0, 1000.0))},
+              columns=("variant", "trace", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb", "rss_over_json",
+                       "speedup_vs_jobs1", "cpu_vs_jobs1", "speedup_vs_hta", "others_frac"))
 #: peak memory per byte of JSON, to tell where a tool does not fit: HTA's (4.4 recorded) and the bare decode's
 #: (the text and every event as Python objects)
 RSS_OVER_JSON = {"hta": 5.0, "bare-decode": 5.0}
@@ -256,24 +258,6 @@ def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, de
     return rows
 
 
-def table_lines(rows: list[dict]) -> list[str]:
-    """The printed table: per row wall time, MB/s and its ratio to the bare decode's, CPU seconds per MB, peak
-    memory over the JSON, the ratios to ``--jobs 1`` (wall, CPU per MB) and HTA, and the other processes' share
-    of the machine while that file was measured."""
-    def ratio(v, digits=2):
-        return "" if v is None else f"{v:.{digits}f}x"
-
-    out = [f"{'tool':<13} {'wall_s':>7} {'MB/s':>7} {'vs bare':>7} {'cpu_s/MB':>8} {'x json':>6} {'vs jobs1':>8} "
-           f"{'cpu/jobs1':>9} {'vs HTA':>7} {'others':>6}  trace"]
-    for r in rows:
-        load = r.get("others_frac")
-        out.append(f"{r['variant']:<13} {r['median_ns'] / 1e9:>7.2f} {r['mb_per_s']:>7.1f} "
-                   f"{ratio(r['vs_bare_decode']):>7} {r['cpu_s_per_mb']:>8.4f} {r['rss_over_json']:>6.2f} "
-                   f"{ratio(r.get('speedup_vs_jobs1')):>8} {ratio(r.get('cpu_vs_jobs1')):>9} "
-                   f"{ratio(r.get('speedup_vs_hta'), 1):>7} {'' if load is None else f'{100 * load:.0f}%':>6}  {r['trace']}")
-    return out
-
-
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = ("MB/s of trace JSON and peak memory of the trace analyzer at --jobs 1 and 2 on built "
                           "(full: 100 MB and 1 GB) and real traces, beside HTA.")
@@ -289,14 +273,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="also each real trace file (or every trace below a folder), on its own")
     parser.add_argument("--decoder", choices=["auto", "json"], default="auto",
                         help="batch decoder of the lab's loader: auto (msgspec when installed) or json (stdlib only)")
-    add_run_options(parser, json_help="also write the result JSON to OUT",
-                    size_help="quick (default; saved as trace_bench_quick) or full (the recorded run)")
+    add_run_options(parser, size_help="quick (default; saved as trace_bench_quick) or full (the recorded run)")
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
     size = resolve_run_options(args)
-    sizes = args.size_mb or TRACE_MB[size]
+    sizes = TRACE.at(size, size_mb=args.size_mb)["size_mb"]
     if min(sizes) <= 0 or args.repeats < 1:
         raise UsageError("--size-mb must be > 0 and --repeats >= 1")
     base = args.base or next((p for p in DEFAULT_BASES if p.is_file()), None)
@@ -330,15 +313,12 @@ def main(args: argparse.Namespace) -> int:
         for f in real:
             measure(f, f.name, source_trace="real")
     print(describe_load(load))
-    for line in table_lines(rows):
-        print(line)
     for line in not_run:
         print(f"not run: {line}")
     lab = next((r for r in rows if r["variant"] == "labkit"), {})
-    params = {"size": size, "size_mb": list(sizes), "base": base.name, "repeats": args.repeats,
+    params = {"size_mb": list(sizes), "base": base.name, "repeats": args.repeats,
               "tools": ([] if args.no_bare else [BARE]) + ["labkit", "labkit-jobs2"] + (["hta"] if hta else []),
               "traces": [str(p) for p in args.traces] if args.traces else None, "decoder": lab.get("decoder"),
               "inflate": lab.get("inflate"), "not_run": not_run, "machine_load": load}
-    result = make_result(sized_name(TRACE_BENCH, size), rows, source=measured_source("cpu"), params=params, size=size)
-    emit_result(result, args)
+    report(args, TRACE.result(rows, size, params=params, source=measured_source("cpu")), TRACE.columns)
     return 0

@@ -1,6 +1,6 @@
 """The next host bubble: vLLM's per-step ``compute_mm_prefix_ranges``, as installed vs patched.
 
-More: docs/reference.md, ``labkit.vllm.census.prefix_ranges_bench``.
+More: docs/reference.md, ``labkit.vllm.census.bench_vllm_prefix_ranges``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Sequence
 
 import torch
 
-from labkit.results import RANGES_STEP, VLLM_PREFIX_RANGES, find_all, make_result, results_rows, sized_name
+from labkit.bench import (Bench, add_grid_options, add_run_options, format_table, grid_from_args, report,
+                          resolve_run_options)
 from labkit.errors import UsageError
+from labkit.results import RANGES_STEP, VLLM_PREFIX_RANGES, find_all, results_rows
 from labkit.vllm.census.prefix_ranges_patch import (  # noqa: F401  (re-exported: the notebook and tests use them from here)
     CACHE_ATTR,
     GEMMA_PLACEHOLDER_LEN,
@@ -34,8 +36,16 @@ from labkit.vllm.census.prefix_ranges_patch import (  # noqa: F401  (re-exported
 
 logger = logging.getLogger(__name__)
 
-QUICK_GRID = {"requests": (1, 32, 128), "images": (1, 8, 32)}
-FULL_GRID = {"requests": (1, 8, 32, 128, 256), "images": (1, 8, 32, 64)}
+#: the result: installed and patched over requests x images at each size, the patched one's ``speedup``;
+#: host (CPU) time, also on a GPU machine (the function never touches the device)
+PREFIX = Bench(VLLM_PREFIX_RANGES, axes={"requests": ((1, 32, 128), (1, 8, 32, 128, 256)),
+                                         "images": ((1, 8, 32), (1, 8, 32, 64))},
+               line_vals=("installed", "patched"), knobs={"repeats": (7, 7), "checks": (60, 300)},
+               measure=lambda variant, requests, images, repeats, **_: time_step(requests, images, repeats=repeats,
+                                                                                 patched=variant == "patched"),
+               ratios={"speedup": "installed"}, ratio_over=("num_requests", "images"),
+               ratio_where={"speedup": {"variant": "patched"}},
+               columns=("variant", "num_requests", "images", "median_ns", "speedup"))
 
 
 # --------------------------------------------------------------------------------------
@@ -136,20 +146,6 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
     if cold is not None:
         row["cold_ns"] = cold.median_ns
     return row
-
-
-def sweep(grid: dict, *, repeats: int = 7) -> list[dict]:
-    """Rows for every (requests, images) in ``grid``, installed and patched side by side."""
-    from labkit.timing import progress
-
-    points = [(r, i) for r in grid["requests"] for i in grid["images"]]
-    rows = []
-    for r, i in progress(points, total=len(points), desc="prefix ranges"):
-        a = time_step(r, i, patched=False, repeats=repeats)
-        b = time_step(r, i, patched=True, repeats=repeats)
-        b["speedup"] = a["median_ns"] / b["median_ns"]
-        rows += [a, b]
-    return rows
 
 
 def profile_step(num_requests: int = 128, images: int = 32, *, top: int = 12, patched: bool = False) -> list[dict]:
@@ -298,11 +294,8 @@ def saved_profile(results) -> tuple[list[dict], dict[str, int]]:
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-    from labkit.cli import add_grid_options
-
     add_grid_options(p)
-    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
+    add_run_options(p, size_help="quick (default: 3 x 3 grid, fewer checks; saved as vllm_prefix_ranges_quick) or full")
     p.add_argument("--checks", type=int, default=None, help="randomized equivalence cases (default 300, quick 60)")
     p.add_argument("--repeats", type=int, default=7, help="timing samples per point")
     p.add_argument("--profile", action="store_true", help="print a cProfile and aten-op count of one 128 x 32 call")
@@ -310,48 +303,27 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Verify the patch, sweep, save; returns the exit code."""
-    from labkit.cli import emit_result, resolve_run_options
-    from labkit.cli import grid_from_args
-
     size = resolve_run_options(args)
-    quick = size == "quick"
-    grid = grid_from_args(args, QUICK_GRID if quick else FULL_GRID)
+    grid = grid_from_args(args, PREFIX.at(size))
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
-    checks = args.checks if args.checks is not None else (60 if quick else 300)
+    checks = PREFIX.at(size, checks=args.checks)["checks"]
     if checks < 1:
         raise UsageError("--checks must be >= 1")
     version = vllm_version()
     logging.basicConfig(level=logging.WARNING)
     n = check_patch(checks)
     print(f"vLLM {version}: patched compute_mm_prefix_ranges == installed on {n} randomized cases")
-    profile = ops = None
+    params = {"vllm_version": version, "placeholder_len": GEMMA_PLACEHOLDER_LEN,
+              "mask": "gemma (first and last token not embedded)",
+              "grid": {k: list(grid[k]) for k in PREFIX.axes}, "equivalence_cases": n,
+              "patch": "patches/vllm-0.33.0-cache-embeds-ranges.diff", "torch": torch.__version__}
     if args.profile:
         profile, ops = profile_step(), torch_op_counts()
         print("cProfile, one call at 128 requests x 32 images (installed):")
-        for r in profile:
-            print(f"  {r['ncalls']:>7} calls {r['tottime_us'] / 1e3:9.2f} ms own  {r['function']}")
+        print(format_table(profile))
         print("aten ops per call:", ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:8]))
-    rows = sweep(grid, repeats=args.repeats)
-    print(f"{'requests':>8} {'images':>6} {'installed_ms':>12} {'patched_ms':>10} {'speedup':>8}")
-    for a, b in zip(rows[::2], rows[1::2]):
-        print(f"{a['num_requests']:>8} {a['images']:>6} {a['median_ns'] / 1e6:12.3f} {b['median_ns'] / 1e6:10.3f} {b['speedup']:8.1f}")
-    params = {
-        "vllm_version": version,
-        "placeholder_len": GEMMA_PLACEHOLDER_LEN,
-        "mask": "gemma (first and last token not embedded)",
-        "grid": {k: list(v) for k, v in grid.items()},
-        "equivalence_cases": n,
-        "patch": "patches/vllm-0.33.0-cache-embeds-ranges.diff",
-        "torch": torch.__version__,
-    }
-    if profile is not None:
-        params["profile_128x32"] = profile
-        params["aten_ops_128x32"] = ops
-        params["aten_ops_128x32_total"] = sum(ops.values())
-    # host (CPU) time, also on a GPU machine: the function never touches the device
-    result = make_result(sized_name(VLLM_PREFIX_RANGES, size), rows, params={"size": size, **params},
-                         source="measured-cpu", size=size)
-    emit_result(result, args)
+        params.update(profile_128x32=profile, aten_ops_128x32=ops, aten_ops_128x32_total=sum(ops.values()))
+    rows = PREFIX.sweep(size, requests=grid["requests"], images=grid["images"], repeats=args.repeats)
+    report(args, PREFIX.result(rows, size, params=params), PREFIX.columns)
     return 0
-

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from labkit.viz.tables import format_table, sig3, time_unit
+from labkit.bench import format_table, sig3, time_unit
 
 
 def test_sig3_rounds_to_three_significant_figures_without_exponents():

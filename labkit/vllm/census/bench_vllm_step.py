@@ -1,6 +1,6 @@
 """``labkit bench vllm-step``: the census of vLLM's whole engine step, phase by phase (result ``vllm_step``).
 
-More: docs/reference.md, ``labkit.vllm.census.step_bench``.
+More: docs/reference.md, ``labkit.vllm.census.bench_vllm_step``.
 """
 
 from __future__ import annotations
@@ -10,29 +10,26 @@ import logging
 import tempfile
 from pathlib import Path
 
-from labkit.results import IN_RUN_KEY, VLLM_STEP, PartialResult, make_result, parse_result, sized_name
+from labkit.bench import Bench, add_grid_options, add_run_options, grid_from_args, report, resolve_run_options
 from labkit.errors import UsageError
+from labkit.results import IN_RUN_KEY, VLLM_STEP, PartialResult, make_result, parse_result, sized_name
 
-__all__ = ["SIZES", "plan_for", "require_vllm", "run_census", "live_census", "main", "print_table"]
+__all__ = ["STEP", "plan_for", "require_vllm", "run_census", "live_census", "main", "phase_table"]
 
 logger = logging.getLogger(__name__)
 
-#: per size: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan`
-SIZES = {
-    "quick": {"points": ((4, 4), (16, 8)), "rounds": 2, "block": 4, "profiled": 2, "alone_rounds": 2, "alone_block": 3},
-    "full": {"points": ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32)), "rounds": 5, "block": 8,
-             "profiled": 3, "alone_rounds": 6, "alone_block": 4},
-}
+#: the result: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan` at
+#: each size
+STEP = Bench(VLLM_STEP, knobs={"points": (((4, 4), (16, 8)), ((1, 32), (8, 32), (32, 32), (128, 1), (128, 8), (128, 32))),
+                               "rounds": (2, 5), "block": (4, 8), "profiled": (2, 3), "alone_rounds": (2, 6),
+                               "alone_block": (3, 4)})
 #: steps of vllm-sched's stand-in per variant at each point (blocks of 5, one left out after each switch)
 STAND_IN_STEPS = 40
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
-    from labkit.cli import add_run_options
-    from labkit.cli import add_grid_options
-
     add_grid_options(p)
-    add_run_options(p, json_help="also write the result JSON to OUT", size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
+    add_run_options(p, size_help="quick (default: 4 x 4 and 16 x 8; saved as vllm_step_quick) or full "
                                "(requests 1-128 x images 1-32 through 128 x 32)")
     p.add_argument("--model", default=None, help="a gemma4 folder made by `labkit vllm make-model` "
                    "(default: one made in the run folder with --causal-text)")
@@ -61,11 +58,10 @@ def require_vllm() -> str:
 
 def plan_for(args, size: str):
     """The :class:`~labkit.vllm.census.step_census.CensusPlan` of ``size`` with the command line's choices, checked."""
-    from labkit.cli import grid_from_args
     from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
     from labkit.vllm.variants import get_variant
 
-    spec = dict(SIZES[size])
+    spec = STEP.at(size)
     if args.requests or args.images:
         grid = grid_from_args(args, {"requests": (4,), "images": (4,)})
         if any(m > 32 for m in grid["images"]) or any(n > 128 for n in grid["requests"]):
@@ -95,30 +91,27 @@ def plan_for(args, size: str):
                       off_host=not args.no_off_host)
 
 
-def print_table(rows: list[dict]) -> None:
-    """Median ms per step of each top-level phase, per point and variant (wrapper timers, unprofiled)."""
+def phase_table(rows: list[dict]) -> list[dict]:
+    """Median ms per step of each top-level phase, one record per point and variant (wrapper timers,
+    unprofiled; ``off host:`` the same steps with the forward, logits and sampler off the host)."""
     from labkit.vllm.census.step_checks import OFF_HOST, TOP
 
     cols = ("step",) + TOP + ("other",)
-    print(f"{'point':>9} {'variant':<13} " + " ".join(f"{c[:10]:>10}" for c in cols))
     by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
     points = sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"})
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
+    out = []
     for n, m in points:
         for v in variants:
-            for label, prefix in ((v, ""), ("  off host", OFF_HOST)):
-                vals = [by.get((n, m, v, prefix + c), {}).get("median_us") for c in cols]
-                if prefix and all(x is None for x in vals):
-                    continue
-                print(f"{f'{n}x{m}':>9} {label:<13} "
-                      + " ".join("       -  " if x is None else f"{x / 1e3:10.3f}" for x in vals))
-    print("ms per decode step, median of the unprofiled steps (wrapper timers); forward: the CPU's own model, "
-          "never a GPU figure; off host: the same steps with the forward, logits and sampler off the host")
+            for label, prefix in ((v, ""), (f"off host: {v}", OFF_HOST)):
+                vals = {f"{c}_ms": (by.get((n, m, v, prefix + c), {}).get("median_us") or 0) / 1e3 or None for c in cols}
+                if not prefix or any(x is not None for x in vals.values()):
+                    out.append({"point": f"{n}x{m}", "variant": label, **vals})
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
     """Measure, print, save; returns the exit code."""
-    from labkit.cli import emit_result, resolve_run_options
     from labkit.machine_load import describe_load
 
     size = resolve_run_options(args)
@@ -136,12 +129,13 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="labkit-vllm-step-") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp)
         result = run_census(plan, size, run_dir, model=args.model, traces=args.traces, save=not args.no_save)
-    print_table(result.rows)
+    report(args, result, shown=phase_table(result.rows))
+    print("ms per decode step, median of the unprofiled steps (wrapper timers); forward: the CPU's own model, "
+          "never a GPU figure")
     print(describe_load(result.params.get("machine_load")))
     for c in result.params["checks"]:
         print(f"{'ok  ' if c['passed'] else 'FAIL'} {c['check']} ({c['num_requests']}x{c['images']} {c['variant']}): "
               f"{c['detail']}")
-    emit_result(result, args)
     return 0
 
 
