@@ -16,7 +16,8 @@ from whatif_traces import K, X, write_trace
 
 from labkit.cli import main
 from labkit.errors import UsageError
-from labkit.trace.read.load import load_trace
+from labkit.trace import Trace
+from labkit.trace.read.load import as_trace, load_trace
 from labkit.trace.whatif.predict import Change, parse_changes, predict
 from labkit.trace.analysis.host.steps import find_step_spans
 from whatif_pairs import SIM_CASES, derive_changes, make_sim_pairs, predict_pair, sim_case_name
@@ -56,6 +57,16 @@ def test_cheaper_schedule_makes_an_async_run_device_bound(tmp_path):
     assert w.measured["window_ms"] == pytest.approx(1.5) and w.predicted["window_ms"] == pytest.approx(0.75)
     assert w.assumptions["event_sync_lag"] == 2
     assert w.gaps["closed_count"] == 5 and w.gaps["remaining_count"] == 0
+
+
+def test_a_trace_read_once_serves_the_analysis_and_the_replay(tmp_path):
+    """``predict`` takes a ``Trace``: the replay uses the tables it already read, with the hand-worked
+    answer of the test above."""
+    t = Trace(async_trace(tmp_path))
+    assert as_trace(t) is t.tables
+    w = predict(t, [Change("scale", "^schedule$", 0.25)])
+    assert w.predicted["step_ms"] == pytest.approx([0.2325] + [0.150] * 5)
+    assert len(t.steps()) == 6  # the same object still answers the analysis
 
 
 def test_which_event_a_sync_waits_for_decides_the_overlap(tmp_path):

@@ -139,12 +139,14 @@ def trace_from_document(doc, *, name: str = "<document>", skip_malformed: bool =
 
 
 def as_trace(obj, *, skip_malformed: bool = False, jobs: int = 1) -> EventTables:
-    """``EventTables`` from a path (read with ``load_trace``), a decoded document (dict or event list) or
-    ``EventTables`` (returned as is)."""
+    """``EventTables`` from a path (read with ``load_trace``), a decoded document (dict or event list),
+    ``EventTables`` (returned as is) or a ``labkit.trace.Trace`` (its tables, read once)."""
     if isinstance(obj, EventTables):
         return obj
+    if isinstance(getattr(obj, "tables", None), EventTables):
+        return obj.tables
     if isinstance(obj, (str, os.PathLike)):
         return load_trace(obj, skip_malformed=skip_malformed, jobs=jobs)
     if isinstance(obj, (dict, list)):
         return trace_from_document(obj, skip_malformed=skip_malformed)
-    raise UsageError(f"expected a trace path or EventTables, got {type(obj).__name__}")
+    raise UsageError(f"expected a trace path, Trace or EventTables, got {type(obj).__name__}")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.trace.analysis.trace import Trace
 from labkit.trace.outputs import check_outputs, json_text, render_whatif, write_all
 from labkit.trace.whatif.changes import parse_changes
 from labkit.trace.whatif.predict import predict
@@ -47,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     if not Path(args.trace).is_file():
         raise UsageError(f"no such trace file: {args.trace}")
     outs = check_outputs({"--json": args.json, "--html": args.html}, [Path(args.trace)])
-    w = predict(args.trace, changes, steps=args.steps, suggest=args.suggest)
+    w = predict(Trace(args.trace), changes, steps=args.steps, suggest=args.suggest)
     texts = {}
     if "--json" in outs:
         texts[outs["--json"]] = json_text(w.to_json())

@@ -325,7 +325,7 @@ def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spa
 
 
 def predict(path_or_trace, changes: list[Change] = (), *, steps: str | None = None, suggest: bool = False) -> WhatIf:
-    """Replay a trace (path or loaded ``Trace``) unchanged and with ``changes``; see docs/reference.md.
+    """Replay a trace (a path, a ``labkit.trace.Trace`` or its ``EventTables``) unchanged and with ``changes``; see docs/reference.md.
     ``suggest``: also list what to change (``labkit.trace.whatif.suggest``)."""
     trace = as_trace(path_or_trace)
     rec = trace_records(trace)
