@@ -84,10 +84,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_trace_bubbles.py",),
     ),
     Mutation(
-        "idle-h2d-kind",
+        "copy-pinned-kind",
         "the trace's pinned host-to-device copies counted as pageable",
-        '"Memcpy HtoD (Pinned -> Device)": "pinned",',
-        '"Memcpy HtoD (Pinned -> Device)": "pageable",',
+        'kind = "pinned"',
+        'kind = "pageable"',
         ("tests/test_ledger.py",),
     ),
     Mutation(

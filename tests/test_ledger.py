@@ -123,14 +123,16 @@ def test_count_in_real_vllm_trace(path):
 
 
 def test_count_hand_made_trace(tmp_path):
+    # device copies as Kineto writes them: on a device stream
     trace = {"traceEvents": [
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 0, "dur": 1,
-         "args": {"bytes": 8}},
+         "args": {"device": 0, "stream": 7, "bytes": 8}},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 2, "dur": 1,
-         "args": {"bytes": 24}},
+         "args": {"device": 0, "stream": 7, "bytes": 24}},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 3, "dur": 1,
-         "args": {"bytes": 4096}},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "ts": 5, "dur": 1},
+         "args": {"device": 0, "stream": 7, "bytes": 4096}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "ts": 5, "dur": 1,
+         "args": {"device": 0, "stream": 7}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 0, "dur": 3},
     ]}
     expected = {"pageable_count": 2, "pinned_count": 1, "h2d_count": 3,

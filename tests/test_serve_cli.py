@@ -55,18 +55,6 @@ def test_bad_input_exit_2(capsys, argv, says):
     assert says in capsys.readouterr().err
 
 
-def test_device_adapter_counts_the_new_token():
-    from labkit.step_model import StepShape
-    from labkit.gpu import device_model as dm
-    from labkit.facts import GEMMA4_E4B
-
-    expected = dm.step_device_time(GEMMA4_E4B, "h200", dm.StepBatch(decode_contexts=(101, 201),
-                                                                   prefill_chunks=(dm.PrefillChunk(50, 0, True),),
-                                                                   images_encoded=1)).total_ns
-    got = dm.step_device_fn("h200")(StepShape((100, 200), ((50, 0, True),), 1))
-    assert got == pytest.approx(expected)
-
-
 def test_peaks_by_regime_from_the_device_and_the_chain():
     from labkit.gpu.device_model import full_batch_device_ns
     from labkit.serve.bench_serve_sim import peak_rows

@@ -30,7 +30,6 @@ from labkit.gpu.device_model import (
     PR40143_REAL_PATCHES,
     PR40143_SOFT_TOKENS,
     PrefillChunk,
-    StepBatch,
     decode_step_ms,
     describe,
     get_gpu,
@@ -38,6 +37,7 @@ from labkit.gpu.device_model import (
 )
 from labkit.facts import GEMMA4_E4B as E4B
 from labkit.facts import GLOBAL, SLIDING, Gemma4Arch, VisionTower
+from labkit.step_model import StepShape
 
 ONE = uniform_efficiencies(1.0, 1.0)
 
@@ -70,7 +70,8 @@ def test_layer_pattern_kv_owners_and_params_by_hand():
 
 
 def test_one_decode_request_at_context_1000():
-    t = step_device_time(E4B, "h200", StepBatch(decode_contexts=[1000]), efficiencies=ONE)
+    # 999 cached tokens and the new one: 1000 keys
+    t = step_device_time(E4B, "h200", StepShape((999,)), efficiencies=ONE)
     assert t.weight_bytes == 2 * (DECODER + LM_HEAD)
     assert t.kv_read_bytes == 35 * 512 * KV_SLIDING + 7 * 1000 * KV_GLOBAL  # sliding layers read the window
     assert t.part("decode_attn_sliding").bytes == 35 * 512 * KV_SLIDING + 35 * QO_SLIDING
@@ -89,7 +90,7 @@ def test_one_decode_request_at_context_1000():
 
 
 def test_two_token_prefill_from_nothing():
-    t = step_device_time(E4B, "h200", StepBatch(prefill_chunks=[PrefillChunk(2, 0, samples=True)]), efficiencies=ONE)
+    t = step_device_time(E4B, "h200", StepShape(prefill_chunks=(PrefillChunk(2, 0, samples=True),)), efficiencies=ONE)
     assert t.gemm_flops == 2 * DECODER * 2 and t.lm_head_flops == 2 * LM_HEAD * 1
     # queries at positions 1 and 2 see 1 and 2 keys (causal): 3 pairs, 2 keys, on every layer
     assert t.part("prefill_attn_sliding").flops == 35 * 3 * PAIR_SLIDING
@@ -100,13 +101,13 @@ def test_two_token_prefill_from_nothing():
 
 
 def test_prefill_chunks_against_the_window():
-    far = step_device_time(E4B, "h200", StepBatch(prefill_chunks=[(4, 1000)]), efficiencies=ONE)
+    far = step_device_time(E4B, "h200", StepShape(prefill_chunks=((4, 1000),)), efficiencies=ONE)
     # 4 queries after 1000 cached tokens: 512 keys each on sliding layers, 1001..1004 on global ones
     assert far.part("prefill_attn_sliding").flops == 35 * 4 * 512 * PAIR_SLIDING
     assert far.part("prefill_attn_global").flops == 7 * (1001 + 1002 + 1003 + 1004) * PAIR_GLOBAL
     assert far.kv_read_bytes == 35 * (4 + 512 - 1) * KV_SLIDING + 7 * 1004 * KV_GLOBAL
     assert far.lm_head_flops == 0 and far.part("lm_head").bytes == 0  # a chunk mid-prompt samples nothing
-    edge = step_device_time(E4B, "h200", StepBatch(prefill_chunks=[(4, 510)]), efficiencies=ONE)
+    edge = step_device_time(E4B, "h200", StepShape(prefill_chunks=((4, 510),)), efficiencies=ONE)
     # positions 511..514: 511 keys, then the window of 512 three times; keys 0..513 all needed
     assert edge.part("prefill_attn_sliding").flops == 35 * (511 + 512 * 3) * PAIR_SLIDING
     assert edge.kv_read_bytes == 35 * 514 * KV_SLIDING + 7 * 514 * KV_GLOBAL
@@ -120,7 +121,7 @@ def test_prefill_window_pairs_match_the_mask_rule():
     rng = random.Random(3)
     for _ in range(40):
         before, tokens = rng.randint(0, 30), rng.randint(1, 20)
-        t = step_device_time(arch, "h200", StepBatch(prefill_chunks=[(tokens, before)]), efficiencies=ONE)
+        t = step_device_time(arch, "h200", StepShape(prefill_chunks=((tokens, before),)), efficiencies=ONE)
         kv = before + tokens
         assert t.part("prefill_attn_sliding").flops == 35 * count_allowed_pairs(tokens, kv, [], 7) * PAIR_SLIDING
         assert t.part("prefill_attn_global").flops == 7 * count_allowed_pairs(tokens, kv, [], 0) * PAIR_GLOBAL
@@ -131,15 +132,15 @@ def test_prefill_window_pairs_match_the_mask_rule():
 def test_one_image_through_the_vision_tower():
     layer = 4 * 768 * 768 + 3 * 768 * 3072  # q, k, v, o (12 x 64 = 768 wide) and the gated MLP
     patches, soft = 2520, 260
-    t = step_device_time(E4B, "h200", StepBatch(images_encoded=1, patches_per_image=patches,
-                                                 soft_tokens_per_image=soft), efficiencies=ONE)
+    t = step_device_time(E4B, "h200", StepShape(images_encoded=1), patches_per_image=patches,
+                         soft_tokens_per_image=soft, efficiencies=ONE)
     assert t.part("vision_gemm").flops == (2 * (16 * layer + 3 * 16 * 16 * 768) * patches
                                            + 2 * 768 * 2560 * soft + patches * 768)  # + one add per pooled value
     assert t.part("vision_attn").flops == 16 * 4 * 64 * 12 * patches ** 2  # bidirectional over the image
     assert t.part("vision_gemm").bytes == 2 * (16 * layer + 3 * 16 * 16 * 768 + 768 * 2560)
     assert t.vision_flops == t.part("vision_gemm").flops + t.part("vision_attn").flops
     assert t.gemm_flops == 0 and t.weight_bytes == 0  # no text token this step
-    two = step_device_time(E4B, "h200", StepBatch(images_encoded=2), efficiencies=ONE)
+    two = step_device_time(E4B, "h200", StepShape(images_encoded=2), efficiencies=ONE)
     assert two.part("vision_attn").flops == 2 * 16 * 4 * 64 * 12 * ENCODER_PATCHES ** 2
 
 
@@ -150,15 +151,15 @@ def test_pr40143_image_sizes():
 
 
 def test_roofline_switches_between_decode_and_a_long_prefill_chunk():
-    decode = step_device_time(E4B, "h200", StepBatch(decode_contexts=[1]), efficiencies=ONE)
-    prefill = step_device_time(E4B, "h200", StepBatch(prefill_chunks=[(8192, 0)]), efficiencies=ONE)
+    decode = step_device_time(E4B, "h200", StepShape((0,)), efficiencies=ONE)
+    prefill = step_device_time(E4B, "h200", StepShape(prefill_chunks=((8192, 0),)), efficiencies=ONE)
     # GEMM intensity is T FLOP/byte; the H200's ridge is 989.4 / 4.8 = 206 FLOP/byte
     assert decode.part("decoder_gemm").bound == "memory"
     assert prefill.part("decoder_gemm").bound == "compute"
     flop_per_ns = GPUS["h200"].bf16_dense_tflops * 1e3
     assert prefill.part("decoder_gemm").time_ns == pytest.approx(2 * DECODER * 8192 / flop_per_ns)
     assert prefill.part("prefill_attn_global").bound == "compute"
-    batch = step_device_time(E4B, "h200", StepBatch(decode_contexts=[9000] * 64), efficiencies=ONE)
+    batch = step_device_time(E4B, "h200", StepShape((8999,) * 64), efficiencies=ONE)
     assert batch.part("decode_attn_global").bound == "memory"
 
 
@@ -168,30 +169,30 @@ def test_more_context_more_time_and_the_h200_is_faster_at_decode():
     for c in (1000, 9400, 17400):
         assert decode_step_ms(E4B, "h200", 128, c) < decode_step_ms(E4B, "h100", 128, c)
     # the sliding layers stop growing past the window; the global ones do not
-    a = step_device_time(E4B, "h200", StepBatch(decode_contexts=[600]))
-    b = step_device_time(E4B, "h200", StepBatch(decode_contexts=[5000]))
+    a = step_device_time(E4B, "h200", StepShape((599,)))
+    b = step_device_time(E4B, "h200", StepShape((4999,)))
     assert a.part("decode_attn_sliding").bytes == b.part("decode_attn_sliding").bytes
     assert a.part("decode_attn_global").bytes < b.part("decode_attn_global").bytes
     # a compute-bound GEMM runs at the same peak on both (same bf16 figure in the table)
-    big = StepBatch(prefill_chunks=[(8192, 0)])
+    big = StepShape(prefill_chunks=((8192, 0),))
     assert (step_device_time(E4B, "h100", big).part("decoder_gemm").time_ns
             == pytest.approx(step_device_time(E4B, "h200", big).part("decoder_gemm").time_ns))
 
 
 def test_decode_step_ms_is_the_step_of_a_uniform_batch():
-    direct = step_device_time(E4B, "h100", StepBatch(decode_contexts=[3000] * 5), efficiencies=ONE)
+    direct = step_device_time(E4B, "h100", StepShape((2999,) * 5), efficiencies=ONE)
     assert decode_step_ms(E4B, "h100", 5, 3000, efficiencies=ONE) == pytest.approx(direct.total_ns / 1e6)
 
 
 def test_describe_rows_and_floor():
-    t = step_device_time(E4B, "h200", StepBatch(decode_contexts=[100, 200]), efficiencies=ONE, step_floor_ns=5000)
+    t = step_device_time(E4B, "h200", StepShape((99, 199)), efficiencies=ONE, step_floor_ns=5000)
     rows = describe(t)
     assert [r["part"] for r in rows[:-1]] == [p.name for p in t.parts] and rows[-1]["part"] == "step_floor"
     assert sum(r["time_ns"] for r in rows) == pytest.approx(t.total_ns)
     assert t.total_ns == pytest.approx(sum(p.time_ns for p in t.parts) + 5000)
     assert {r["source"] for r in rows} == {"simulated"}
     assert all(r["assumed"] == (r["time_ns"] > 0) for r in rows)  # hand-set efficiencies, on the parts that work
-    plain = step_device_time(E4B, "h200", StepBatch(decode_contexts=[100]), efficiencies=ONE)
+    plain = step_device_time(E4B, "h200", StepShape((99,)), efficiencies=ONE)
     assert plain.floor_ns == 0 and "none measured" in plain.floor_origin
 
 
@@ -259,21 +260,23 @@ def test_gpus_come_from_the_peak_table():
 
 def test_bad_input():
     with pytest.raises(UsageError):
-        StepBatch(decode_contexts=[100, 0])
+        step_device_time(E4B, "h200", StepShape((99, -1)))
     with pytest.raises(UsageError):
-        StepBatch(decode_contexts=[-5])
+        step_device_time(E4B, "h200", StepShape((-6,)))
     with pytest.raises(UsageError):
-        StepBatch(prefill_chunks=[(-1, 0)])
+        step_device_time(E4B, "h200", StepShape(prefill_chunks=((-1, 0),)))
     with pytest.raises(UsageError):
-        StepBatch(prefill_chunks=[PrefillChunk(8, -3)])
+        PrefillChunk(8, -3)
     with pytest.raises(UsageError):
-        StepBatch(images_encoded=-1)
+        step_device_time(E4B, "h200", StepShape(images_encoded=-1))
+    with pytest.raises(UsageError):
+        step_device_time(E4B, "h200", StepShape(images_encoded=1), patches_per_image=0)
     with pytest.raises(UsageError, match="unknown GPU"):
-        step_device_time(E4B, "a100", StepBatch(decode_contexts=[10]))
+        step_device_time(E4B, "a100", StepShape((9,)))
     with pytest.raises(UsageError):
         decode_step_ms(E4B, "h200", 0, 100)
     with pytest.raises(UsageError):
-        step_device_time(E4B, "h200", StepBatch(), step_floor_ns=-1)
+        step_device_time(E4B, "h200", StepShape(), step_floor_ns=-1)
     with pytest.raises(UsageError):
         Efficiency(1.5, "too good", True)
     with pytest.raises(UsageError):
@@ -288,6 +291,6 @@ def test_no_recordings_is_a_usage_error(tmp_path):
 
 
 def test_an_empty_step_costs_nothing():
-    t = step_device_time(E4B, "h200", StepBatch(), efficiencies=ONE)
+    t = step_device_time(E4B, "h200", StepShape(), efficiencies=ONE)
     assert t.total_ns == 0 and all(p.bound == "none" for p in t.parts)
     assert isinstance(E4B.vision, VisionTower)

@@ -187,19 +187,29 @@ def count_h2d_in_profile(trace) -> dict:
 
     ``trace``: a ``torch.profiler.profile`` (after it stopped), a path to an exported Chrome
     trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
-    ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``).
+    ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``;
+    absent counts as 0): the pageable and pinned rows of ``Trace.h2d()``.
     """
-    from labkit.trace.analysis.device.idle import count_h2d
+    from labkit.trace import Trace
 
-    return count_h2d(_as_trace(trace))
+    h2d = Trace(_as_trace(trace)).h2d()
+    out = {}
+    for kind in ("pageable", "pinned"):
+        rows = h2d[h2d["kind"] == kind]
+        out[f"{kind}_count"], out[f"{kind}_bytes"] = len(rows), int(rows["bytes"].clip(lower=0).sum())
+    out["h2d_count"] = out["pageable_count"] + out["pinned_count"]
+    out["h2d_bytes"] = out["pageable_bytes"] + out["pinned_bytes"]
+    return out
 
 
 def gpu_stream_busy_idle(trace) -> list[dict]:
     """Busy and idle time per GPU stream between its first and last event, in microseconds.
 
     ``device``, ``stream``, ``events``, ``busy_us``, ``idle_us``, ``span_us``: the per-stream
-    figures of ``labkit analyze`` (``labkit.trace.analysis.device.idle.stream_busy_idle``).
+    figures of ``labkit analyze`` (``Trace.idle()``).
     """
-    from labkit.trace.analysis.device.idle import stream_busy_idle
+    from labkit.trace import Trace
 
-    return stream_busy_idle(_as_trace(trace))
+    return [{"device": int(r.device), "stream": int(r.stream), "events": int(r.ops_count), "busy_us": float(r.busy_us),
+             "idle_us": float(r.idle_us), "span_us": float(r.span_us)}
+            for r in Trace(_as_trace(trace)).idle().itertuples()]

@@ -219,11 +219,18 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
 
 
 def _trace_idle(path: str) -> dict:
-    """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints)."""
-    from labkit.trace.analysis.device.idle import busiest_stream_idle
+    """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints):
+    ``device_idle_frac`` (idle / span), ``trace_idle_us``, ``trace_busy_us`` and ``idle_from``
+    ({} when the trace has no device work)."""
+    from labkit.trace import Trace
 
-    idle = busiest_stream_idle(path)
-    return {**idle, "idle_from": "trace of the profiled steps (profiler overhead included)"} if idle else {}
+    t = Trace(path).idle()
+    if len(t) == 0:
+        return {}
+    r = t.sort_values("busy_us", ascending=False, kind="stable").iloc[0]
+    return {"device_idle_frac": float(r["idle_fraction"]) if r["span_us"] > 0 else None,
+            "trace_idle_us": float(r["idle_us"]), "trace_busy_us": float(r["busy_us"]),
+            "idle_from": "trace of the profiled steps (profiler overhead included)"}
 
 
 def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:

@@ -20,7 +20,7 @@ from labkit.engine.config import get_model_config
 from labkit.engine.device.profiles import load_profile
 from labkit.errors import UsageError
 from labkit.facts import GpuPeak, peak_for
-from labkit.results import ATTN_BENCH, REPO_ROOT, find_all
+from labkit.results import ATTN_BENCH, find_all
 
 __all__ = ["Efficiency", "Efficiencies", "load_efficiencies", "uniform_efficiencies", "EFFICIENCY_NAMES",
            "MEASURED_ON", "ATTN_VARIANT", "PROFILE_DECODE_ROWS", "PROFILE_PREFILL_TOKENS"]
@@ -98,7 +98,7 @@ def _profile_efficiencies(peak: GpuPeak, profile) -> dict[str, Efficiency]:
     missing = [op for op in (*_GEMM_OPS, "lm_head") if op not in profile.ops]
     if missing:
         raise UsageError(f"device profile {profile.name} has no {', '.join(missing)}")
-    where = f"{_repo_relative(profile.path) or profile.name} ({profile.origin})"
+    where = f"{profile.describe()['profile_file'] or profile.name} ({profile.origin})"
     dec_ns = sum(profile.duration_ns(op, tokens=PROFILE_DECODE_ROWS) for op in _GEMM_OPS)
     pre_ns = sum(profile.duration_ns(op, tokens=PROFILE_PREFILL_TOKENS) for op in _GEMM_OPS)
     weight_bytes = sum(shapes.values()) * b
@@ -114,15 +114,6 @@ def _profile_efficiencies(peak: GpuPeak, profile) -> dict[str, Efficiency]:
         "lm_head_stream": Efficiency(lm_bytes / lm_ns / bw, f"LM head weight bytes / its device time at "
                                      f"{PROFILE_DECODE_ROWS} rows, {where}", False),
     }
-
-
-def _repo_relative(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return str(Path(path).resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return path
 
 
 def _attn_row(rows: list[dict], case: str, path: str) -> dict:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
 
 from labkit.errors import UsageError
 from labkit.gpu.device_efficiency import Efficiencies, load_efficiencies
 from labkit.facts import GEMMA4_E4B, SLIDING, Gemma4Arch, GpuPeak, load_peaks
+from labkit.step_model import StepShape
 
-__all__ = ["GPUS", "get_gpu", "step_device_fn", "full_batch_device_ns", "describe_device", "PrefillChunk", "StepBatch", "PartTime", "DeviceTime", "step_device_time",
+__all__ = ["GPUS", "get_gpu", "step_device_fn", "full_batch_device_ns", "describe_device", "PrefillChunk", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
            "STEP_FLOOR_ORIGIN", "SOURCE"]
 
@@ -66,44 +66,6 @@ class PrefillChunk:
         if self.tokens < 1 or self.context_before < 0:
             raise UsageError(f"a prefill chunk needs tokens >= 1 and context_before >= 0, "
                              f"got {self.tokens} after {self.context_before}")
-
-
-@dataclass(frozen=True)
-class StepBatch:
-    """One engine step's work.
-
-    ``decode_contexts``: one entry per decode request, the keys its new token attends to (its
-    sequence length, the new token included). ``prefill_chunks``: :class:`PrefillChunk` (or
-    ``(tokens, context_before[, samples])`` tuples). ``images_encoded``: images the vision tower
-    encodes this step, ``patches_per_image`` patches each (default :data:`ENCODER_PATCHES`)
-    giving ``soft_tokens_per_image`` embeddings each.
-    """
-
-    decode_contexts: Sequence[int] = ()
-    prefill_chunks: Sequence[PrefillChunk] = ()
-    images_encoded: int = 0
-    patches_per_image: int = ENCODER_PATCHES
-    soft_tokens_per_image: int = PR40143_SOFT_TOKENS
-
-    def __post_init__(self) -> None:
-        ctx = tuple(self.decode_contexts)
-        if ctx and min(ctx) < 1:
-            raise UsageError(f"decode contexts must be >= 1 token, got {min(ctx)}")
-        chunks = tuple(c if isinstance(c, PrefillChunk) else PrefillChunk(*c) for c in self.prefill_chunks)
-        if self.images_encoded < 0:
-            raise UsageError(f"images_encoded must be >= 0, got {self.images_encoded}")
-        if self.patches_per_image < 1 or self.soft_tokens_per_image < 1:
-            raise UsageError("patches_per_image and soft_tokens_per_image must be >= 1")
-        object.__setattr__(self, "decode_contexts", ctx)
-        object.__setattr__(self, "prefill_chunks", chunks)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.decode_contexts) + sum(c.tokens for c in self.prefill_chunks)
-
-    @property
-    def sampled_rows(self) -> int:
-        return len(self.decode_contexts) + sum(1 for c in self.prefill_chunks if c.samples)
 
 
 @dataclass(frozen=True)
@@ -199,10 +161,10 @@ def _default_efficiencies(gpu: str) -> Efficiencies:
     return load_efficiencies(gpu)
 
 
-def _attention_parts(arch: Gemma4Arch, batch: StepBatch) -> tuple[list, int]:
-    """``(name, bytes, flops, stream, compute)`` of each attention part, and the K/V bytes read."""
+def _attention_parts(arch: Gemma4Arch, ctx: tuple, chunks: tuple) -> tuple[list, int]:
+    """``(name, bytes, flops, stream, compute)`` of each attention part, and the K/V bytes read
+    (``ctx``: the keys each decoding request attends to)."""
     eb = arch.element_bytes
-    ctx = batch.decode_contexts
     full_keys = sum(ctx)
     parts, kv_read = [], 0
     for g in arch.attention_groups:
@@ -216,7 +178,7 @@ def _attention_parts(arch: Gemma4Arch, batch: StepBatch) -> tuple[list, int]:
         parts.append((f"decode_attn_{kind}", dec_kv + g.reading_layers * len(ctx) * qo_tok,
                       g.reading_layers * dec_keys * pair_flops, "attn_decode_stream", "attn_decode_compute"))
         pre_keys = pre_pairs = pre_q = 0
-        for ch in batch.prefill_chunks:
+        for ch in chunks:
             seen = ch.context_before + ch.tokens
             pre_keys += seen if w == 0 else seen - max(0, ch.context_before - w + 1)
             pre_pairs += _window_pairs(ch.context_before, ch.tokens, w)
@@ -229,10 +191,8 @@ def _attention_parts(arch: Gemma4Arch, batch: StepBatch) -> tuple[list, int]:
     return parts, kv_read
 
 
-def _vision_parts(arch: Gemma4Arch, batch: StepBatch) -> list:
-    v, n = arch.vision, batch.images_encoded
-    p, s = batch.patches_per_image, batch.soft_tokens_per_image
-    eb = arch.element_bytes
+def _vision_parts(arch: Gemma4Arch, n: int, p: int, s: int) -> list:
+    v, eb = arch.vision, arch.element_bytes
     weights = v.streamed_params(arch.hidden_size) * eb if n else 0
     gemm = n * (2 * (v.num_layers * v.layer_params + v.patch_embed_params) * p
                 + 2 * v.projection_params(arch.hidden_size) * s + p * v.hidden_size)
@@ -242,22 +202,37 @@ def _vision_parts(arch: Gemma4Arch, batch: StepBatch) -> list:
             ("vision_attn", attn_bytes, attn_flops, "attn_prefill_stream", "vision_attn_compute")]
 
 
-def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, batch: StepBatch, *,
+def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, shape: StepShape, *,
+                     patches_per_image: int = ENCODER_PATCHES, soft_tokens_per_image: int = PR40143_SOFT_TOKENS,
                      efficiencies: Efficiencies | None = None, step_floor_ns: float = 0.0,
                      floor_origin: str | None = None) -> DeviceTime:
     """The device time of one engine step (ns, simulated): a roofline per part, summed (module text).
 
-    ``gpu``: ``"h100"``/``"h200"`` (:data:`GPUS`). ``efficiencies``: default the recorded ones
-    for ``gpu`` (:func:`labkit.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a
-    fixed per-step cost added on top (none is measured, :data:`STEP_FLOOR_ORIGIN`).
+    ``shape``: the step's work (:class:`labkit.step_model.StepShape`); a decoding request attends to
+    its context and its new token, a prefill chunk is ``(tokens, context_before[, samples])`` or a
+    :class:`PrefillChunk`; each image encoded runs ``patches_per_image`` patches (default
+    :data:`ENCODER_PATCHES`) into ``soft_tokens_per_image`` embeddings. ``gpu``: ``"h100"``/``"h200"``
+    (:data:`GPUS`). ``efficiencies``: default the recorded ones for ``gpu``
+    (:func:`labkit.gpu.device_efficiency.load_efficiencies`). ``step_floor_ns``: a fixed per-step
+    cost added on top (none is measured, :data:`STEP_FLOOR_ORIGIN`).
     """
     key, peak = get_gpu(gpu)
-    if not isinstance(batch, StepBatch):
-        raise UsageError(f"batch must be a StepBatch, got {type(batch).__name__}")
+    if not isinstance(shape, StepShape):
+        raise UsageError(f"shape must be a StepShape, got {type(shape).__name__}")
+    ctx = tuple(n + 1 for n in shape.decode_context_lens)
+    if ctx and min(ctx) < 1:
+        raise UsageError(f"decode context lengths must be >= 0, got {min(ctx) - 1}")
+    chunks = tuple(c if isinstance(c, PrefillChunk) else PrefillChunk(*c) for c in shape.prefill_chunks)
+    if shape.images_encoded < 0:
+        raise UsageError(f"images_encoded must be >= 0, got {shape.images_encoded}")
+    if patches_per_image < 1 or soft_tokens_per_image < 1:
+        raise UsageError("patches_per_image and soft_tokens_per_image must be >= 1")
     if step_floor_ns < 0:
         raise UsageError(f"step_floor_ns must be >= 0, got {step_floor_ns}")
     eff = efficiencies if efficiencies is not None else _default_efficiencies(key)
-    eb, tokens, rows = arch.element_bytes, batch.num_tokens, batch.sampled_rows
+    tokens = len(ctx) + sum(c.tokens for c in chunks)
+    rows = len(ctx) + sum(1 for c in chunks if c.samples)
+    eb = arch.element_bytes
     raw = [
         ("decoder_gemm", (arch.decoder_params * eb) if tokens else 0, 2 * arch.decoder_params * tokens,
          "gemm_stream", "gemm_compute"),
@@ -266,8 +241,8 @@ def step_device_time(arch: Gemma4Arch, gpu: str | GpuPeak, batch: StepBatch, *,
         ("embedding", tokens * arch.embedding_row_elements * eb, 0, "gather_stream", "gemm_compute"),
         ("kv_write", tokens * arch.kv_write_bytes_per_token, 0, "gather_stream", "gemm_compute"),
     ]
-    attn, kv_read = _attention_parts(arch, batch)
-    raw += attn + _vision_parts(arch, batch)
+    attn, kv_read = _attention_parts(arch, ctx, chunks)
+    raw += attn + _vision_parts(arch, shape.images_encoded, patches_per_image, soft_tokens_per_image)
     bw, fl = peak.mem_tb_s * 1e3, peak.bf16_dense_tflops * 1e3  # bytes/ns, FLOP/ns
     parts = tuple(
         PartTime(name, nbytes, flops, nbytes / (bw * eff[s].value), flops / (fl * eff[c].value), s, c,
@@ -281,7 +256,7 @@ def decode_step_ms(arch: Gemma4Arch, gpu: str | GpuPeak, batch_size: int, contex
     """Device time (ms, simulated) of a pure decode step: ``batch_size`` requests at ``context`` tokens each."""
     if batch_size < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
-    return step_device_time(arch, gpu, StepBatch(decode_contexts=(context,) * batch_size), **kwargs).total_ms
+    return step_device_time(arch, gpu, StepShape((context - 1,) * batch_size), **kwargs).total_ms
 
 
 def describe(result: DeviceTime) -> list[dict]:
@@ -301,22 +276,13 @@ def describe(result: DeviceTime) -> list[dict]:
 def full_batch_device_ns(gpu: str, requests: int, prompt_len: int) -> float:
     """The device step (ns, simulated) of ``requests`` decoding their first token after a ``prompt_len``
     prompt: the earliest full-batch step, the shortest context, the fastest step."""
-    return step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt_len + 1,) * requests)).total_ns
+    return step_device_time(GEMMA4_E4B, gpu, StepShape((prompt_len,) * requests)).total_ns
 
 
 def step_device_fn(gpu: str, arch: Gemma4Arch = GEMMA4_E4B):
-    """The serving clock's device: a step's shape (:class:`labkit.step_model.StepShape`: each
-    decoding request's context before the step, the prefill chunks, the images encoded) -> ns on
-    ``gpu`` (a decoding request attends to its context and its new token)."""
+    """The serving clock's device: a step's shape (:class:`labkit.step_model.StepShape`) -> ns on ``gpu``."""
     key, _ = get_gpu(gpu)
-
-    def device_ns(shape) -> float:
-        chunks = tuple(PrefillChunk(c[0], c[1], bool(c[2]) if len(c) > 2 else False) for c in shape.prefill_chunks)
-        batch = StepBatch(decode_contexts=tuple(n + 1 for n in shape.decode_context_lens), prefill_chunks=chunks,
-                          images_encoded=shape.images_encoded)
-        return step_device_time(arch, key, batch).total_ns
-
-    return device_ns
+    return lambda shape: step_device_time(arch, key, shape).total_ns
 
 
 def describe_device(gpu: str) -> str:

@@ -16,6 +16,7 @@ import re
 
 from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, findings_table, start_here
 from labkit.report.provenance import by_commit
+from labkit.results import commit_status
 
 _COLOURS = {
     "measured-gpu": "#1b7f3a",
@@ -105,7 +106,7 @@ def commit_label(commit: str | None, *, short: bool = False, quiet: bool = False
     ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags;
     ``quiet``: the flag words in grey (a listing whose flags the note above the table explains).
     """
-    status = _status(commit)
+    status = commit_status(commit)
     flag = "muted" if quiet else ("chip" if short else "flag")
     if status == "unknown":
         return f'<span class="{flag}" data-commit="unknown">commit unknown</span>'
@@ -162,17 +163,11 @@ def notebook_summary(nb) -> str:
 
 # -- flags ---------------------------------------------------------------------------------------
 
-def _status(commit: str | None) -> str:
-    from labkit.results import commit_status
-
-    return commit_status(commit)
-
-
 def _result_statuses(nb: dict) -> dict[str, list[str]]:
     """Flagged commit status -> ``machine/name`` of the results ``nb`` read with it."""
     out: dict[str, list[str]] = {}
     for r in nb.get("results") or []:
-        status = r.get("commit_status") or _status(r.get("labkit_commit"))
+        status = r.get("commit_status") or commit_status(r.get("labkit_commit"))
         if status in RESULT_FLAGS:
             out.setdefault(status, []).append(f"{r.get('machine')}/{r.get('name')}")
     return out
@@ -182,7 +177,7 @@ def _flags_of(nb: dict) -> set[tuple[str, str]]:
     """``("result", status)`` / ``("run", status)`` flags of one notebook's row."""
     flags = {("result", s) for s in _result_statuses(nb)}
     if nb.get("machine") or nb.get("device"):
-        status = _status(nb.get("labkit_commit"))
+        status = commit_status(nb.get("labkit_commit"))
         if status in RUN_FLAGS:
             flags.add(("run", status))
     return flags

@@ -13,9 +13,9 @@ from plotly.subplots import make_subplots
 
 from labkit.facts import GEMMA4_E4B, PR40143, two_phases
 from labkit.gpu.device_efficiency import load_efficiencies
-from labkit.gpu.device_model import StepBatch, step_device_time
+from labkit.gpu.device_model import step_device_time
 from labkit.serve.host import Chains, Counts
-from labkit.step_model import peak_tokens_per_s, step_time
+from labkit.step_model import StepShape, peak_tokens_per_s, step_time
 from labkit.viz.sources import source_style
 from labkit.vllm.serving import get_workload, prompt_layout
 
@@ -97,7 +97,7 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
     which bound sets it, and the efficiency it ran at with where that comes from (measured on
     the lab's H200, or carried over from a measured one)."""
     prompt, _ = prompt_layout(get_workload("full"))
-    step = step_device_time(GEMMA4_E4B, gpu, StepBatch(decode_contexts=(prompt + 1,) * requests))
+    step = step_device_time(GEMMA4_E4B, gpu, StepShape((prompt,) * requests))
     def where(r) -> str:  # measured: on which recording; assumed: the measured one it carries over
         if r["assumed"]:
             return "carried over: " + r["origin"].split("'s value")[0].removeprefix("assumed: ").replace("_", " ")
