@@ -159,6 +159,19 @@ def make_serving_scheduler(model_dir, config: ServeConfig):
         vsched.MultiModalBudget = real_budget
 
 
+def runner_output(scheduler, out):
+    """The ``ModelRunnerOutput`` a forward of ``out`` (a scheduler output) returns: one token for each
+    request whose prompt is in by the step's end (``num_computed_tokens`` already counts the step), none
+    for the others."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(out.num_scheduled_tokens)
+    reqs = [scheduler.requests[rid] for rid in ids]
+    sampled = [[0] if r.num_computed_tokens >= r.num_prompt_tokens else [] for r in reqs]
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                             sampled_token_ids=sampled)
+
+
 class VllmDriver:
     """The clock's engine: ``requests`` (vLLM ``Request`` objects, index = position) join on
     :meth:`add_request`; each :meth:`step` is one real ``schedule()`` (and, async, the previous
@@ -177,16 +190,6 @@ class VllmDriver:
 
     def has_work(self) -> bool:
         return self.s.has_requests() or self._in_flight is not None
-
-    def _runner_output(self, out):
-        from vllm.v1.outputs import ModelRunnerOutput
-
-        ids = list(out.num_scheduled_tokens)
-        reqs = [self.s.requests[rid] for rid in ids]
-        # num_computed_tokens already counts this step: a request whose prompt is in by its end samples
-        sampled = [[0] if r.num_computed_tokens >= r.num_prompt_tokens else [] for r in reqs]
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                                 sampled_token_ids=sampled)
 
     def _shape(self, out) -> StepShape:
         decode, prefill = [], []
@@ -216,7 +219,7 @@ class VllmDriver:
 
             self.s.update_from_output(out, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[]))
             return None
-        shape, mro, index = self._shape(out), self._runner_output(out), self.steps
+        shape, mro, index = self._shape(out), runner_output(self.s, out), self.steps
         self.steps += 1
         if self.async_scheduling:
             got = () if self._in_flight is None else self._update(*self._in_flight)

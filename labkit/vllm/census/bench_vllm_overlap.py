@@ -27,6 +27,8 @@ from concurrent.futures import Future
 from labkit.bench import Bench, add_run_options, report, resolve_run_options
 from labkit.errors import UsageError
 from labkit.results import VLLM_OVERLAP
+from labkit.vllm.serving import (ServeConfig, ServeWorkload, kv_blocks_for, make_serving_scheduler, make_vllm_requests,
+                                 prompt_layout, runner_output)
 
 __all__ = ["OVERLAP", "reading", "measure", "add_cli_args", "main"]
 
@@ -61,18 +63,9 @@ class _Device:
             time.sleep(forward_s)
             fut.set_result(out)
 
-    def _output(self, so):
-        from vllm.v1.outputs import ModelRunnerOutput
-
-        ids = list(so.num_scheduled_tokens)
-        reqs = [self.s.requests[rid] for rid in ids]
-        sampled = [[0] if r.num_computed_tokens >= r.num_prompt_tokens else [] for r in reqs]
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                                 sampled_token_ids=sampled)
-
     def execute_model(self, scheduler_output, non_block: bool = False):
         self._pending: Future = Future()
-        self.launched.put((self._pending, self._output(scheduler_output), self.forward_s))
+        self.launched.put((self._pending, runner_output(self.s, scheduler_output), self.forward_s))
         done: Future = Future()
         done.set_result(None)
         return done if non_block else None
@@ -88,7 +81,6 @@ def _engine(model_dir, workload, async_scheduling: bool):
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.serial_utils import MsgpackEncoder
 
-    from labkit.vllm.serving import ServeConfig, kv_blocks_for, make_serving_scheduler, prompt_layout
 
     prompt_len, spans = prompt_layout(workload)
     config = ServeConfig(max_num_seqs=workload.requests, async_scheduling=async_scheduling,
@@ -160,7 +152,6 @@ def _admit(core, outputs, requests) -> None:
 def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
     """One row per regime x arm x forward time: the medians over ``rounds`` rounds (arms
     alternating in each) and each point read against that regime and arm's step with no forward."""
-    from labkit.vllm.serving import ServeWorkload, make_vllm_requests
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.census.sched_census import write_model_config
 
