@@ -29,7 +29,7 @@ VERBS = {
     "vllm": ("labkit.vllm.conformance.cli", "vLLM's real engine here: models, the check, the A/B switch"),
 }
 
-#: ``labkit bench TARGET`` -> (module, one line of help); ``vllm-*`` and ``serve-sim`` need vLLM
+#: ``labkit bench TARGET`` -> (module, one line of help); ``vllm-*`` need vLLM
 BENCH_TARGETS = {
     "mm": ("labkit.mm.bench_mm", "#40143's scheduler: placeholder calls, the decode step, sweeps, whole workloads"),
     "h2d": ("labkit.attn.bench_h2d", "#38794's prefix-range copies per decode step, per strategy"),
@@ -45,7 +45,7 @@ BENCH_TARGETS = {
                                                    "(needs vLLM)"),
     "vllm-input": ("labkit.vllm.processor.bench_vllm_input",
                    "vLLM's input processing of #40143's images (needs vLLM's CPU build)"),
-    "serve-sim": ("labkit.serve.bench_serve_sim", "#40143's published table predicted by the one step model (needs vLLM)"),
+    "serve-sim": ("labkit.serve.bench_serve_sim", "#40143's published table beside the one step model's full-batch peaks"),
 }
 
 _VERBOSE = ("-v", "--verbose")

@@ -44,7 +44,7 @@ MM_GET_NUM_EMBEDS, MM_DECODE_STEP, MM_SWEEP, MM_WORKLOAD = (
 TRACE_BENCH, PR_TABLE, REPORT = "trace_bench", "pr_table", "report"
 VLLM_AB, VLLM_INPUT, VLLM_STEP, VLLM_SCHED, VLLM_PREFIX_RANGES, VLLM_OWN_TESTS, VLLM_SERVE_TIMELINE = (
     "vllm_ab", "vllm_input", "vllm_step", "vllm_sched", "vllm_prefix_ranges", "vllm_own_tests", "vllm_serve_timeline")
-VLLM_OVERLAP, SERVE_SIM_CHECK = "vllm_overlap", "serve_sim_check"
+VLLM_OVERLAP = "vllm_overlap"
 #: every result name -> the command that writes it
 NAMES = {
     CALIBRATION: "labkit calibrate", ENGINE: "labkit bench engine", ENGINE_SIM: "notebook 02 (its simulated runs)",
@@ -56,7 +56,6 @@ NAMES = {
     VLLM_STEP: "labkit bench vllm-step", VLLM_SCHED: "labkit bench vllm-sched",
     VLLM_PREFIX_RANGES: "labkit bench vllm-prefix-ranges", VLLM_OWN_TESTS: "python -m scripts.vllm_own.run",
     VLLM_SERVE_TIMELINE: "scripts/vllm_ab.sh --timeline", VLLM_OVERLAP: "labkit bench vllm-overlap",
-    SERVE_SIM_CHECK: "labkit bench serve-sim",
 }
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,13 +3,11 @@
 Async scheduling (vLLM's default since 0.14): the engine core plans and prepares step n+1 while
 the device runs step n, so a step takes ``max(device, host) + non_overlap``. Sync scheduling: they
 add, ``device + host + non_overlap``. ``non_overlap`` is whatever cannot hide behind the other
-side (`labkit bench vllm-overlap` measures it in vLLM's engine core; serve-sim takes that, the others pass 0). Every part of labkit that turns
+side (`labkit bench vllm-overlap` measures it in vLLM's engine core; serve-sim's peaks take that, the others pass 0). Every part of labkit that turns
 host and device time into step time calls :func:`step_time`; the mini engine, which simulates its
 own device, plans :func:`planned_ahead` steps ahead. Reasoning: docs/serve-sim.md.
 
-What a scheduled step is, for whatever steps an engine (vLLM's real scheduler, a simulated clock):
-:class:`StepShape` (what it computes), :class:`Delivery` (new tokens for a request) and
-:class:`ScheduledStep` (the two together).
+What a step computes, for the device model: :class:`StepShape`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from labkit.errors import UsageError
 
-__all__ = ["REGIMES", "StepShape", "Delivery", "ScheduledStep", "Step", "step_time", "both_regimes", "planned_ahead", "peak_tokens_per_s"]
+__all__ = ["REGIMES", "StepShape", "Step", "step_time", "both_regimes", "planned_ahead", "peak_tokens_per_s"]
 
 REGIMES = ("async", "sync")
 
@@ -33,34 +31,6 @@ class StepShape:
     decode_context_lens: tuple = ()
     prefill_chunks: tuple = ()
     images_encoded: int = 0
-
-    @property
-    def num_requests(self) -> int:
-        return len(self.decode_context_lens) + len(self.prefill_chunks)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(c[0] for c in self.prefill_chunks)
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """New tokens for one request in the outputs of step ``step``; ``finished`` when it is its last."""
-
-    step: int
-    request: int
-    tokens: int
-    finished: bool = False
-
-
-@dataclass(frozen=True)
-class ScheduledStep:
-    """One scheduled step: its shape and the deliveries that became known with it (of this step
-    with synchronous scheduling, of the previous one with async)."""
-
-    index: int
-    shape: StepShape
-    deliveries: tuple = ()
 
 
 @dataclass(frozen=True)

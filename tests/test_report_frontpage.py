@@ -43,7 +43,7 @@ def test_the_answer_and_its_evidence_above_the_notebooks(tmp_path):
     page = render_index(_meta(findings=found))
     table = _table(page, "findings")
     rows = re.findall(r'<tr data-finding="([^"]+)">(.*?)</tr>', table)
-    assert [k for k, _ in rows] == ["unit_cost", "engine_saving", "server_ab", "peaks", "whole_table"]
+    assert [k for k, _ in rows] == ["unit_cost", "engine_saving", "server_ab", "peaks", "whole_run"]
     assert page.index('id="answer"') < page.index('id="findings"') < page.index('id="start"') < page.index('id="notebooks"')
     assert html.escape(found["answer"]) in page
     cells = dict(rows)

