@@ -63,8 +63,8 @@ def inside_vllm_answer(results=None) -> Answer:
     g = next((r for r in pr.rows if (r["gpu"], r["metric"]) == (gpu, "gain_peak_output_tok_s")), None)
     opening = (f"On an {esc(gpu.upper())}, peak ratio {num(g['predicted'], 'x')} predicted, "
                f"{num(g['published'], 'x')} published; the whole-run gain "
-               f"({num(PR40143.throughput_gain, 'x')} published) is not predicted (the lab cannot time the PR "
-               "machine's intake, below). " if g and g["predicted"] else "This pr_table predates its gain rows. ")
+               f"({num(PR40143.throughput_gain, 'x')} published) is not predicted. " if g and g["predicted"]
+               else "This pr_table predates its gain rows. ")
     text = (f"{opening}#40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32. "
             f"After it the full-batch step is device-bound: peak {tok(peak[gpu]['predicted'])} predicted, "
             f"{tok(peak[gpu]['published'])} published, nothing fitted. Before it the step was host-bound: the PR "
