@@ -67,6 +67,6 @@ def inside_vllm_answer(results=None) -> Answer:
                else "This pr_table predates its gain rows. ")
     text = (f"{opening}#40143 cut {num(saving['saving_ms'], ' ms')} from vLLM's engine-core host step at 128 x 32. "
             f"After it the full-batch step is device-bound: peak {tok(peak[gpu]['predicted'])} predicted, "
-            f"{tok(peak[gpu]['published'])} published, nothing fitted. Before it the step was host-bound: the PR "
-            f"host's tensor read comes out at {num(read, ' us')}.")
+            f"{tok(peak[gpu]['published'])} published, nothing fitted. Before it, host-bound: the PR host's "
+            f"tensor read comes out at {num(read, ' us')}.")
     return Answer(text, (cite(census), cite(pr)))
