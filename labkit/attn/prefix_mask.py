@@ -11,20 +11,9 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = [
-    "prefix_lm_mask",
-    "as_range_list",
-    "query_range_bounds",
-    "count_allowed_pairs",
-    "row_ranges",
-    "VarlenInfo",
-    "check_varlen_args",
-    "prefix_attention_ref",
-    "padded_prefix_lm_mask",
-    "make_prefix_lm_mask_mod",
-    "SUPPORTED_DTYPES",
-    "SUPPORTED_HEAD_DIMS",
-]
+__all__ = ["prefix_lm_mask", "as_range_list", "query_range_bounds", "count_allowed_pairs", "row_ranges", "VarlenInfo",
+           "check_varlen_args", "prefix_attention_ref", "padded_prefix_lm_mask", "make_prefix_lm_mask_mod",
+           "SUPPORTED_DTYPES", "SUPPORTED_HEAD_DIMS"]
 
 Range = tuple[int, int]
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
