@@ -1,4 +1,4 @@
-"""Trim a Kineto trace to its first profiled steps (``trim_trace``), so that recorded traces stay small."""
+"""Trim a Kineto trace to its first profiled steps, so that recorded traces stay small."""
 
 from __future__ import annotations
 
