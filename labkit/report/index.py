@@ -5,10 +5,9 @@ More: docs/reference.md, ``labkit.report.index``.
 
 from __future__ import annotations
 
-import html
 import re
 
-from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, findings_table, start_here
+from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, _e, findings_table, start_here
 from labkit.report.provenance import by_commit
 from labkit.results import commit_status
 
@@ -82,10 +81,6 @@ details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
 #findings .page { width: 4em; }
 #start ol { margin-top: 0; }
 """
-
-
-def _e(value) -> str:
-    return html.escape("" if value is None else str(value))
 
 
 def source_badge(source: str) -> str:
