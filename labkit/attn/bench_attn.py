@@ -1,8 +1,5 @@
 """``labkit bench attn``: the prefix-LM Triton kernel against FlexAttention and masked SDPA.
 
-Cases (:data:`CASES`) model Gemma-3-4B attention over a prompt of 32 images x 256 soft tokens
-plus text; every variant (:data:`VARIANTS`) runs them behind one ``prepare(case, inputs) -> fn``.
-
 More: docs/reference.md, ``labkit.attn.bench_attn``.
 """
 
@@ -52,10 +49,7 @@ class AttnCase:
 
 
 def image_prompt(num_images: int = 32, image_tokens: int = 256, *, lead: int = 64, gap: int = 8, tail: int = 40):
-    """A Gemma-3-like prompt: text, then per image ``<start>`` + soft tokens + ``<end>`` + text.
-
-    Returns ``(length, ranges)`` with one inclusive range per image's soft tokens.
-    """
+    """A Gemma-3-like prompt: ``(length, ranges)``, one inclusive range per image's soft tokens."""
     pos, ranges = lead, []
     for _ in range(num_images):
         start = pos + 1
@@ -254,11 +248,7 @@ def run_variant(run: CaseRun, variant: str, *, device: str, timed: bool, repeats
 
 def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, repeats: int = 30,
               on_rows=None) -> tuple[list[dict], str]:
-    """Rows for every case x variant and the result source (``measured-gpu`` or ``interpreted``).
-
-    ``sweep``: True (every case) or the names of the cases to also time with every kernel config
-    that fits them. ``on_rows(rows)`` gets every row so far after each one (``PartialResult.update``).
-    """
+    """Rows for every case x variant and the result source (``measured-gpu`` or ``interpreted``)."""
     from labkit.attn.prefix_attention import CUDA_CONFIGS
     from labkit.device import kernel_mode
     from labkit.timing import progress
@@ -291,8 +281,7 @@ def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, 
 
 
 def tile_sweep(rows: list[dict]) -> list[dict]:
-    """The tile-shape sweep's rows (variant ``triton_prefix[<config label>]``), each with its ``tile`` in
-    words (:meth:`labkit.attn.prefix_attention.KernelConfig.describe`)."""
+    """The tile-shape sweep's rows, each with its ``tile`` in words."""
     from labkit.attn.prefix_attention import CUDA_CONFIGS
 
     out = []

@@ -1,10 +1,5 @@
 """``labkit bench h2d``: host time and H2D copies per step of each prefix-range strategy.
 
-A decode step of a prefix-LM model on vLLM's Triton backend hands the prefix-range tensor
-to every attention layer. This benchmark replays that for ``S`` sequences with ``I`` images
-each (Gemma layout: 256 soft tokens per image) and ``L`` layers, for every strategy in
-:data:`~labkit.attn.prefix_ranges.PREFIX_RANGE_STRATEGIES`.
-
 More: docs/reference.md, ``labkit.attn.bench_h2d``.
 """
 
@@ -59,17 +54,19 @@ def _point(name: str, num_seqs: int, ranges, layers: int) -> dict:
     }
 
 
-def make_batch_ranges(num_seqs: int, images_per_seq: int) -> list[list[tuple[int, int]]]:
-    """Image ranges per batch row for ``num_seqs`` Gemma-layout requests with ``images_per_seq`` images.
-
-    Built from the ``pr40143`` workload (258-token placeholders, 256 embeddings each).
-    """
+def make_batch(num_requests: int, images: int, variant: str = "list") -> list:
+    """``num_requests`` Gemma-layout requests with ``images`` images each (``pr40143`` workload)."""
     from labkit.mm.workload import get_workload_spec, make_requests
 
-    if num_seqs < 1 or images_per_seq < 0:
-        raise UsageError(f"need num_seqs >= 1 and images_per_seq >= 0 (got {num_seqs}, {images_per_seq})")
-    spec = get_workload_spec("pr40143").with_(num_requests=num_seqs, images_per_request=images_per_seq)
-    return ranges_for_batch(make_requests(spec, variant="fast"))
+    if num_requests < 1 or images < 0:
+        raise UsageError(f"need requests >= 1 and images >= 0 (got {num_requests}, {images})")
+    spec = get_workload_spec("pr40143").with_(num_requests=num_requests, images_per_request=images)
+    return make_requests(spec, variant=variant)
+
+
+def make_batch_ranges(num_seqs: int, images_per_seq: int) -> list[list[tuple[int, int]]]:
+    """Image ranges per batch row for ``num_seqs`` Gemma-layout requests with ``images_per_seq`` images."""
+    return ranges_for_batch(make_batch(num_seqs, images_per_seq, "fast"))
 
 
 def _fresh(ranges):
@@ -89,11 +86,7 @@ def run_step(strategy, ranges, num_seqs: int, layers: int, read=None) -> None:
 
 def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 10, warmup: int = 2,
                  fresh_ranges: bool = True) -> dict:
-    """Host time per step (ns quantiles) and per-step ledger counts of strategy ``name`` in steady decode.
-
-    ``fresh_ranges`` rebuilds the range lists (untimed) before each step, as vLLM does, so
-    the ``cached`` strategy pays for comparing new objects.
-    """
+    """Host time per step (ns quantiles) and per-step ledger counts of strategy ``name`` in steady decode."""
     num_seqs = len(ranges)
     strategy = make_strategy(name, device, validate=False)
     is_cuda = str(device).startswith("cuda")
@@ -125,14 +118,9 @@ def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 
 
 def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0, hidden: int = 4096,
                      steps: int = 5, warmup: int = 2, trace_path: str | os.PathLike | None = None) -> dict:
-    """Device idle time per step of strategy ``name`` on CUDA, from a torch.profiler trace.
+    """Device idle time per step (us) of strategy ``name`` on CUDA, from a torch.profiler trace.
 
-    Each layer runs ``x @ w`` with ``layer_mb`` MiB of bf16 weights (memory-bound, like a
-    decode layer) and one small kernel reading the prefix-range tensor; each step ends with
-    a device synchronize (vLLM copies the sampled tokens to the host at the end of a step).
-    Idle is the sum of gaps between GPU events on the busiest stream, divided by ``steps``,
-    under the profiler (which adds some host overhead per copy); ``step_median_ns`` is the
-    step time without the profiler, from CUDA events.
+    ``step_median_ns`` is the step time without the profiler (CUDA events).
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -220,11 +208,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
                    images: int = 32, layers=None, sweep_seqs=None, sweep_layers=None, repeats=None,
                    sweep: bool = True, gpu_idle: bool | None = None, layer_mb: float = 256.0,
                    trace_dir: str | None = None, save: bool = True) -> dict:
-    """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult.
-
-    Results are saved to the results store unless ``save`` is False, each rewritten after every point
-    while it runs (``complete: false`` until it is whole).
-    """
+    """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult."""
     strategies = list(strategies or PREFIX_RANGE_STRATEGIES)
     unknown = [s for s in strategies if s not in PREFIX_RANGE_STRATEGIES]
     if unknown or not strategies:

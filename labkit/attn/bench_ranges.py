@@ -1,10 +1,5 @@
 """``labkit bench ranges``: host time per step to build the batch's image ranges, per builder.
 
-For prefix-LM models vLLM rebuilds every request's image ranges on every step. This
-benchmark times each builder in :data:`~labkit.attn.range_builders.RANGE_BUILDERS` on
-steady decode steps of Gemma-layout requests (``pr40143`` workload: 258-token placeholders,
-256 embeddings each, ``list`` placeholders as in vLLM after #40143).
-
 More: docs/reference.md, ``labkit.attn.bench_ranges``.
 """
 
@@ -15,7 +10,7 @@ import functools
 import logging
 from dataclasses import replace
 
-from labkit.attn.bench_h2d import run_step
+from labkit.attn.bench_h2d import make_batch, run_step
 from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.bench import Bench, add_run_options, positive_ints, report, resolve_run_options
@@ -40,16 +35,6 @@ STEP = Bench(RANGES_STEP, knobs={"repeats": (3, 7)}, ratios=_RATIOS, ratio_over=
 SWEEP = Bench(RANGES_SWEEP, axes={"requests": ((1, 16, 128), (1, 4, 16, 64, 128, 256)),
                                   "images": ((1, 8, 32), (1, 4, 16, 32, 64))},
               knobs=STEP.knobs, ratios={"speedup_vs_v033": "v033"}, ratio_over=_OVER, columns=STEP.columns)
-
-
-def make_batch(num_requests: int, images: int, variant: str = "list") -> list:
-    """``num_requests`` Gemma-layout requests with ``images`` images each (``pr40143`` workload)."""
-    from labkit.mm.workload import get_workload_spec, make_requests
-
-    if num_requests < 1 or images < 0:
-        raise UsageError(f"need requests >= 1 and images >= 0 (got {num_requests}, {images})")
-    spec = get_workload_spec("pr40143").with_(num_requests=num_requests, images_per_request=images)
-    return make_requests(spec, variant=variant)
 
 
 def measure_builder(name: str, requests: list, *, repeats: int = 5, warmup: int = 1) -> dict:
@@ -127,8 +112,7 @@ def sweep_bench(builders, variant: str = "list") -> Bench:
 def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, num_requests=128, images=32,
                    layers=34, sweep_requests=None, sweep_images=None, repeats=None, variant="list",
                    sweep=True, save=True) -> dict:
-    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
-    (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
+    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
     builders = list(builders or RANGE_BUILDERS)
     unknown = [b for b in builders if b not in RANGE_BUILDERS]

@@ -1,8 +1,4 @@
-"""Transfer ledger: the host-to-device copies a prefix-range strategy makes, step by step.
-
-Every strategy in :mod:`labkit.attn.prefix_ranges` reports each copy it makes (bytes,
-pageable or pinned staging, whether the host waits for it) and the host time it spends,
-per engine step; each record says whether its copy is a real one (``target``).
+"""Transfer ledger: the host-to-device copies and host time of a prefix-range strategy, step by step.
 
 More: docs/reference.md, ``labkit.attn.ledger``.
 """
@@ -19,13 +15,7 @@ from labkit.timing import clock_ns
 
 @dataclass(frozen=True)
 class CopyRecord:
-    """One host-to-device copy.
-
-    ``nbytes`` is the payload in bytes; ``pinned`` says whether the host buffer was pinned;
-    ``synchronizing`` whether the host waits for the copy (pageable, no ``non_blocking``);
-    ``what`` names the copy (``"row"``, ``"nested_offsets"``, ``"padded"``); ``layer`` is the
-    attention layer that triggered it (None for once-per-step copies).
-    """
+    """One host-to-device copy of ``nbytes`` bytes (``layer`` None for once-per-step copies)."""
 
     step: int
     nbytes: int
@@ -47,12 +37,7 @@ class StepCopies:
 
 
 class TransferLedger:
-    """Per-step record of the H2D copies and host time of one strategy.
-
-    Use ``begin_step()`` / ``end_step()`` around a step, ``record_copy(...)`` for each copy
-    and ``timed()`` (a context manager) or ``add_host_ns`` for host time. ``rows()`` gives
-    one tidy row per step.
-    """
+    """Per-step record of the H2D copies and host time of one strategy; ``rows()``: one row per step."""
 
     def __init__(self, strategy: str = "", device: str = "cpu") -> None:
         self.strategy = strategy
@@ -183,13 +168,7 @@ def _as_trace(trace):
 
 
 def count_h2d_in_profile(trace) -> dict:
-    """Count host-to-device memcpy events in a profiler trace.
-
-    ``trace``: a ``torch.profiler.profile`` (after it stopped), a path to an exported Chrome
-    trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
-    ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``;
-    absent counts as 0): the pageable and pinned rows of ``Trace.h2d()``.
-    """
+    """Counts and bytes of pageable and pinned H2D copies in a trace (a stopped profiler, a path or a dict)."""
     from labkit.trace import Trace
 
     h2d = Trace(_as_trace(trace)).h2d()
@@ -203,11 +182,7 @@ def count_h2d_in_profile(trace) -> dict:
 
 
 def gpu_stream_busy_idle(trace) -> list[dict]:
-    """Busy and idle time per GPU stream between its first and last event, in microseconds.
-
-    ``device``, ``stream``, ``events``, ``busy_us``, ``idle_us``, ``span_us``: the per-stream
-    figures of ``labkit analyze`` (``Trace.idle()``).
-    """
+    """Busy and idle time per GPU stream between its first and last event, in microseconds (``Trace.idle()``)."""
     from labkit.trace import Trace
 
     return [{"device": int(r.device), "stream": int(r.stream), "events": int(r.ops_count), "busy_us": float(r.busy_us),

@@ -1,9 +1,4 @@
-"""The prefix-LM attention mask (image tokens attend bidirectionally within their range).
-
-The rule (vLLM's Triton and FlexAttention backends, facts D.5): for one sequence of
-``kv_len`` keys at positions ``0..kv_len-1`` whose ``q_len`` queries sit at the last
-positions ``q = kv_len - q_len + j``, with inclusive image ranges ``(s_i, e_i)`` and an
-optional sliding window ``W`` (0 = none):.
+"""The prefix-LM attention mask: causal (optional sliding window) OR image tokens attending within their range.
 
 More: docs/reference.md, ``labkit.attn.prefix_mask``.
 """
@@ -16,20 +11,9 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = [
-    "prefix_lm_mask",
-    "as_range_list",
-    "query_range_bounds",
-    "count_allowed_pairs",
-    "row_ranges",
-    "VarlenInfo",
-    "check_varlen_args",
-    "prefix_attention_ref",
-    "padded_prefix_lm_mask",
-    "make_prefix_lm_mask_mod",
-    "SUPPORTED_DTYPES",
-    "SUPPORTED_HEAD_DIMS",
-]
+__all__ = ["prefix_lm_mask", "as_range_list", "query_range_bounds", "count_allowed_pairs", "row_ranges", "VarlenInfo",
+           "check_varlen_args", "prefix_attention_ref", "padded_prefix_lm_mask", "make_prefix_lm_mask_mod",
+           "SUPPORTED_DTYPES", "SUPPORTED_HEAD_DIMS"]
 
 Range = tuple[int, int]
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -64,11 +48,7 @@ def _check_lengths(q_len: int, kv_len: int, sliding_window: int) -> None:
 
 
 def prefix_lm_mask(q_len: int, kv_len: int, ranges=None, sliding_window: int = 0, *, device=None) -> torch.Tensor:
-    """The boolean mask ``(q_len, kv_len)`` (True = may attend) of one sequence, straight from the rule.
-
-    ``ranges``: ``None``, ``(start, end)`` pairs or an int tensor ``(R, 2)``; inclusive,
-    absolute token positions. ``sliding_window`` in tokens (0 = none).
-    """
+    """The boolean mask ``(q_len, kv_len)`` (True = may attend) of one sequence; window in tokens (0 = none)."""
     _check_lengths(q_len, kv_len, sliding_window)
     q = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]  # (q_len, 1) absolute positions
     k = torch.arange(kv_len, device=device)[None, :]  # (1, kv_len)
@@ -82,11 +62,7 @@ def prefix_lm_mask(q_len: int, kv_len: int, ranges=None, sliding_window: int = 0
 
 
 def query_range_bounds(q_len: int, kv_len: int, ranges=None, *, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per query, the key interval ``[lo, hi]`` its image ranges open (int64 ``(q_len,)`` each).
-
-    ``lo`` is the smallest start and ``hi`` the largest end over the valid ranges that hold
-    the query (clipped to ``kv_len - 1``); a query in no range gets the empty ``[0, -1]``.
-    """
+    """Per query, the key interval ``[lo, hi]`` its image ranges open (int64 ``(q_len,)`` each; none: ``[0, -1]``)."""
     _check_lengths(q_len, kv_len, 0)
     q = torch.arange(kv_len - q_len, kv_len, device=device)  # (q_len,)
     big = torch.iinfo(torch.int64).max
@@ -105,11 +81,7 @@ def query_range_bounds(q_len: int, kv_len: int, ranges=None, *, device=None) -> 
 
 
 def count_allowed_pairs(q_len: int, kv_len: int, ranges=None, sliding_window: int = 0) -> int:
-    """Number of allowed (query, key) pairs of one sequence, without building the mask.
-
-    Per query: the causal keys ``[max(0, q - W + 1), q]`` plus the range keys ``[lo, hi]``,
-    minus their overlap. Attention FLOPs are ``4 * head_dim * num_heads * pairs``.
-    """
+    """Number of allowed (query, key) pairs of one sequence, without building the mask."""
     _check_lengths(q_len, kv_len, sliding_window)
     q = torch.arange(kv_len - q_len, kv_len, dtype=torch.int64)
     c_lo = torch.clamp(q - sliding_window + 1, min=0) if sliding_window > 0 else torch.zeros_like(q)
@@ -167,10 +139,8 @@ def check_varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges=None, *
                       for_kernel: bool = True) -> VarlenInfo:
     """Validate a packed prefix-LM attention call; ``ValueError`` with a one-line reason.
 
-    ``for_kernel=False`` (the reference) also accepts float64 and any head size.
-
-    ``seq_lens`` (optional host list of ``(q_len, kv_len)`` per row) avoids reading the
-    ``cu_seqlens`` tensors back from the device; it is trusted to match them.
+    ``for_kernel=False`` (the reference) also accepts float64 and any head size; ``seq_lens``
+    (host ``(q_len, kv_len)`` per row) is trusted and saves reading ``cu_seqlens`` back.
     """
     for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, torch.Tensor):
@@ -243,12 +213,7 @@ def check_varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges=None, *
 
 def prefix_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges=None, *, sliding_window=0,
                          scale=None, max_seqlen_q=None, seq_lens=None, compute_dtype=torch.float64):
-    """Plain-torch prefix-LM attention over a packed batch, with an explicit mask per row.
-
-    Same arguments as ``prefix_attention``; q ``(total_q, H, D)``, k/v ``(total_k, H_kv, D)``.
-    Computes in ``compute_dtype`` (float64 by default) and returns ``(total_q, H, D)`` in that
-    dtype, so errors of the kernel can be measured against it.
-    """
+    """Plain-torch prefix-LM attention over a packed batch, in ``compute_dtype``; arguments as ``prefix_attention``."""
     info = check_varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges, sliding_window=sliding_window,
                              scale=scale, max_seqlen_q=max_seqlen_q, seq_lens=seq_lens, for_kernel=False)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(info.head_dim)
@@ -273,11 +238,7 @@ def prefix_attention_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges=None
 # -- padded-batch forms for SDPA and FlexAttention peers ------------------------------------
 
 def padded_prefix_lm_mask(seq_lens, ranges_per_row, sliding_window=0, *, q_pad=None, kv_pad=None, device=None):
-    """Boolean mask ``(B, 1, q_pad, kv_pad)`` of a left-aligned padded batch (SDPA's ``attn_mask``).
-
-    Row ``b``'s queries fill ``[0, q_len)`` and its keys ``[0, kv_len)``; padded query rows
-    see key 0 only (so no row is empty), padded keys are never seen.
-    """
+    """Boolean mask ``(B, 1, q_pad, kv_pad)`` of a left-aligned padded batch (padded queries see key 0)."""
     q_pad = q_pad or max(a for a, _ in seq_lens)
     kv_pad = kv_pad or max(b for _, b in seq_lens)
     mask = torch.zeros((len(seq_lens), 1, q_pad, kv_pad), dtype=torch.bool, device=device)
@@ -289,13 +250,7 @@ def padded_prefix_lm_mask(seq_lens, ranges_per_row, sliding_window=0, *, q_pad=N
 
 def make_prefix_lm_mask_mod(seq_lens, ranges_per_row, sliding_window: int = 0, *, device=None
                             ) -> Callable:
-    """A FlexAttention ``mask_mod(b, h, q_idx, kv_idx)`` for the rule over a left-aligned padded batch.
-
-    Batch row ``b`` holds queries ``[0, q_len)`` (absolute position ``kv_len - q_len + q_idx``)
-    and keys ``[0, kv_len)``. The ranges enter as per-query key intervals (tensors
-    ``(B, q_pad)``) so the mask is pure indexing and compiles into FlexAttention's kernel.
-    Padded query rows behave like the row's last query; padded keys are never seen.
-    """
+    """A FlexAttention ``mask_mod(b, h, q_idx, kv_idx)`` for the rule over a left-aligned padded batch."""
     if sliding_window < 0:
         raise ValueError(f"sliding_window must be >= 0, got {sliding_window}")
     q_pad = max(max(a for a, _ in seq_lens), 1)

@@ -1,9 +1,4 @@
-"""Multimodal prefix ranges: the per-step tensor the Triton attention kernel reads (vLLM #38794).
-
-For prefix-LM multimodal models (Gemma 3 and friends) the attention kernel lets the tokens
-of one image attend to each other bidirectionally. It reads, for every batch row, the
-image ranges as an int32 tensor ``(num_seqs, max_ranges, 2)`` of inclusive absolute
-``(start, end)`` pairs padded with ``(0, 0)``.
+"""Multimodal prefix ranges: the per-step tensor of image ranges the Triton attention kernel reads (vLLM #38794).
 
 More: docs/reference.md, ``labkit.attn.prefix_ranges``.
 """
@@ -32,16 +27,10 @@ _BYTES_PER_RANGE = 8  # two int32
 # -- ranges from requests --------------------------------------------------------------
 
 def ranges_for_batch(requests: Iterable, sliding_window: int | None = None) -> list[list[Range]]:
-    """Per batch row, the image ranges of that row's request (inclusive, absolute positions).
+    """Per batch row, its request's inclusive image ranges, as vLLM's runner builds them every step.
 
-    Concatenates ``feature.mm_position.extract_embeds_range()`` over all of the request's
-    ``mm_features`` (past, current and future images alike), as vLLM's runner does every
-    step. ``None`` entries (padding rows) and requests without images give ``[]``.
-
-    ``sliding_window``: the text config's ``sliding_window`` (None: the model has none). As
-    in vLLM 0.20.0's runner (#40534, written for Gemma 4 but not model-specific), a range
-    longer than the window (``end - start + 1 > sliding_window``) is dropped: its tokens
-    stay causal.
+    ``None`` rows and requests without images give ``[]``; with ``sliding_window`` a range longer
+    than the window is dropped (vLLM 0.20.0, #40534).
     """
     out: list[list[Range]] = []
     for req in requests:
@@ -75,11 +64,7 @@ def _as_mapping(ranges: RangesInput) -> Mapping:
 
 
 def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
-    """Per-row range lists for rows ``0 .. num_seqs - 1`` (``[]`` for missing rows).
-
-    As in vLLM, only rows ``0 .. num_seqs - 1`` are read: other keys (rows beyond the
-    batch) are ignored, never an error.
-    """
+    """Per-row range lists for rows ``0 .. num_seqs - 1`` (``[]`` for missing rows; others ignored, as in vLLM)."""
     if ranges is None:
         return [[] for _ in range(num_seqs)]
     get = _as_mapping(ranges).get
@@ -87,13 +72,9 @@ def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
 
 
 def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Range]]:
-    """Validated per-row lists of ``(start, end)`` int tuples; ``[]`` for missing rows.
+    """Validated per-row lists of ``(start, end)`` int tuples (``UsageError`` otherwise); ``[]`` for missing rows.
 
-    Raises ``ValueError`` (``UsageError``) for a negative ``num_seqs`` or a range that is not
-    a pair of ints. Accepts what vLLM accepts from its runner: rows beyond ``num_seqs`` are
-    ignored, and ``end < start`` (``extract_embeds_range`` of an empty placeholder gives
-    ``(offset, offset - 1)``) and negative positions are kept (the kernel's ``start < end``
-    test makes such ranges inert).
+    As vLLM, keeps ``end < start`` and negative positions (the kernel ignores them).
     """
     _check_num_seqs(num_seqs)
     out = []
@@ -112,10 +93,7 @@ def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Ran
 
 
 def pad_ranges(rows: Sequence[Sequence[Range]]) -> tuple[list[list[Range]] | None, int]:
-    """vLLM's host-side padding: ``(padded, max_ranges)``, or ``(None, 0)`` if all rows are trivial.
-
-    Empty rows become ``[(0, 0)]``; every row is padded with ``(0, 0)`` to ``max_ranges``.
-    """
+    """vLLM's host-side padding with ``(0, 0)``: ``(padded, max_ranges)``, or ``(None, 0)`` if all rows are trivial."""
     range_lists = [r if r else _TRIVIAL for r in rows]
     if all(r == _TRIVIAL for r in range_lists):
         return None, 0
@@ -127,38 +105,23 @@ def pad_ranges(rows: Sequence[Sequence[Range]]) -> tuple[list[list[Range]] | Non
 def build_prefix_range_tensor(
     ranges: RangesInput | None, num_seqs: int, device: str | torch.device = "cpu"
 ) -> torch.Tensor | None:
-    """The exact output of vLLM's ``compute_mm_prefix_range_tensor``, on vLLM's input domain.
+    """The exact output of vLLM's ``compute_mm_prefix_range_tensor`` (None when every row is trivial).
 
-    int32 ``(num_seqs, max_ranges, 2)`` of inclusive ``(start, end)`` absolute positions;
-    rows padded with ``(0, 0)``; missing or empty rows are ``[(0, 0)]`` + padding; ``None``
-    when every row is trivial (including ``num_seqs <= 0``). One copy to ``device``.
-
-    Same algorithm as vLLM's, with no checks of its own, so every input vLLM takes gives the
-    same tensor or the same exception (from ``torch.tensor``/``view``): keys outside
-    ``[0, num_seqs)`` are ignored, ``end < start`` and negative values pass through, a row
-    counts as trivial only when it equals ``[(0, 0)]``. Beyond vLLM's domain the lab also
-    takes a list per row (``None`` rows missing); anything else is a ``UsageError``.
+    No checks of its own, so vLLM's inputs give vLLM's tensor or exception; the lab also takes a
+    list per row.
     """
-    if ranges is None:
+    padded, max_ranges = pad_ranges(_rows(ranges, num_seqs))
+    if padded is None:
         return None
-    get = _as_mapping(ranges).get
-    range_lists = [get(i, _TRIVIAL) or _TRIVIAL for i in range(num_seqs)]
-    if all(r == _TRIVIAL for r in range_lists):
-        return None
-    max_ranges = max(len(r) for r in range_lists)
-    padded = [list(r) + [(0, 0)] * (max_ranges - len(r)) for r in range_lists]
     return torch.tensor(padded, dtype=torch.int32, device=device).view(num_seqs, max_ranges, 2)
 
 
 # -- strategies ------------------------------------------------------------------------
 
 class PrefixRangeStrategy:
-    """Gives every attention layer of a step the prefix-range tensor it needs.
+    """Gives every attention layer of a step its prefix-range tensor; copies and host time go to ``self.ledger``.
 
-    ``begin_step(ranges, num_seqs)`` once per step, ``tensor_for_layer(i)`` exactly where each
-    attention layer's forward reads it, ``end_step()``. Copies and host time go to
-    ``self.ledger``. ``validate=False`` skips the per-range checks (vLLM does none) so the
-    hot path matches the real code; rows beyond ``num_seqs`` are ignored, as vLLM does.
+    ``validate=False`` skips the per-range checks, as vLLM does.
     """
 
     name = "base"
@@ -171,6 +134,7 @@ class PrefixRangeStrategy:
         self.ledger = TransferLedger(self.name, str(self.device))
         self._rows: list[Sequence[Range]] = []
         self._num_seqs = 0
+        self._t: torch.Tensor | None = None
 
     def begin_step(self, ranges: RangesInput | None, num_seqs: int) -> None:
         """Start a step whose batch rows have ``ranges`` (dict row -> list, or list per row)."""
@@ -197,13 +161,13 @@ class PrefixRangeStrategy:
         raise NotImplementedError
 
     def _tensor(self, layer_idx: int) -> torch.Tensor | None:
-        raise NotImplementedError
+        return self._t
 
     # shared helpers
-    def _upload_pageable(self, padded: list, num_seqs: int, max_ranges: int, layer=None) -> torch.Tensor:
+    def _upload_pageable(self, padded: list, num_seqs: int, max_ranges: int) -> torch.Tensor:
         t = torch.tensor(padded, dtype=torch.int32, device=self.device).view(num_seqs, max_ranges, 2)
         self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=False, synchronizing=True,
-                                what="padded", layer=layer)
+                                what="padded")
         self.ledger.record_upload()
         return t
 
@@ -219,14 +183,7 @@ class PrefixRangeStrategy:
 
 
 class PerLayerStrategy(PrefixRangeStrategy):
-    """Before #38794: the metadata property rebuilt the tensor on every layer's access.
-
-    Per access: one ``torch.tensor(r, dtype=int32, device=device).view(-1, 2)`` per batch row
-    (trivial rows included, as ``[(0, 0)]``), i.e. ``num_seqs`` synchronizing pageable copies,
-    then ``torch.nested.nested_tensor(..., layout=torch.jagged).to_padded_tensor(0)``, whose
-    construction copies the row lengths to the device once more (``nested_offsets``).
-    If the jagged path fails on this torch build it falls back to an equivalent pad.
-    """
+    """Before #38794: ``num_seqs`` pageable copies and a jagged nested pad on every layer's access."""
 
     name = "per_layer"
     summary = "pre-#38794: num_seqs pageable copies + nested pad on every layer"
@@ -275,9 +232,6 @@ class PerStepStrategy(PrefixRangeStrategy):
         padded, max_ranges = pad_ranges(rows)
         self._t = None if padded is None else self._upload_pageable(padded, num_seqs, max_ranges)
 
-    def _tensor(self, layer_idx):
-        return self._t
-
 
 class PinnedStrategy(PrefixRangeStrategy):
     """#41434: as ``per_step`` but staged in pinned memory and copied with ``non_blocking=True``."""
@@ -289,24 +243,11 @@ class PinnedStrategy(PrefixRangeStrategy):
         padded, max_ranges = pad_ranges(rows)
         self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
 
-    def _tensor(self, layer_idx):
-        return self._t
-
 
 class CachedStrategy(PrefixRangeStrategy):
-    """Upload only when the batch's ranges change; steady decode makes no copy at all.
+    """Upload only when the batch's ranges change (exact compare against a snapshot of the rows).
 
-    Change detection is exact: the rows are compared with a snapshot of the last uploaded
-    rows (``num_seqs`` and every ``(start, end)`` pair). The snapshot holds copies of the row
-    lists, so a caller mutating a list in place is still seen; when the caller reuses the
-    same range tuples, list equality short-cuts on identity and costs a pointer compare per
-    range (a few microseconds for 4096 ranges).
-
-    Why a layer never reads a tensor that a later upload overwrites: every change allocates a
-    *fresh* device tensor (pinned staging, ``non_blocking`` copy on the current stream) and
-    never writes into the old one. The old tensor lives while any layer still holds it; when
-    it is freed, PyTorch's caching allocator hands its block out again only to work ordered
-    after it on the same stream, so kernels already queued against it finish first.
+    Each change builds a fresh device tensor, so a layer never reads one a later upload overwrites.
     """
 
     name = "cached"
@@ -314,7 +255,6 @@ class CachedStrategy(PrefixRangeStrategy):
 
     def __init__(self, device="cpu", *, validate=True) -> None:
         super().__init__(device, validate=validate)
-        self._t: torch.Tensor | None = None
         self._snapshot: list[list[Range]] | None = None
         self._snap_n = -1
         self.hits = 0
@@ -329,9 +269,6 @@ class CachedStrategy(PrefixRangeStrategy):
         self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
         self._snapshot = [list(r) for r in rows]
         self._snap_n = num_seqs
-
-    def _tensor(self, layer_idx):
-        return self._t
 
     def invalidate(self) -> None:
         """Forget the cached tensor: the next step uploads."""
@@ -354,11 +291,7 @@ def make_strategy(name: str, device: str | torch.device = "cpu", **kwargs) -> Pr
 
 
 def warm_up(device: str | torch.device = "cpu") -> None:
-    """Run every strategy once on a two-row batch.
-
-    torch imports parts of itself on first use (the jagged nested tensor that ``per_layer``
-    pads with takes about a second here): done once up front, that one-off cost lands in no
-    measured step and in no host time a fixed-cost model charges (``HostCostClock``, tests/whatif_pairs.py)."""
+    """Run every strategy once on a two-row batch, so torch's first-use imports land in no measured step."""
     for cls in PREFIX_RANGE_STRATEGIES.values():
         s = cls(device, validate=False)
         s.begin_step({0: [(0, 1)], 1: [(2, 4), (6, 7)]}, 2)

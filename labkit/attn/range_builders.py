@@ -1,10 +1,5 @@
 """Range builders: the per-step image ranges of a batch, built four ways (the next bubble after #38794).
 
-vLLM rebuilds every request's image ranges on every step for prefix-LM models, calling the
-uncached ``PlaceholderRange.extract_embeds_range()`` (torch ``diff``/``nonzero``/``stack``/
-``tolist``) for every image of every request in the batch. The builders in
-:data:`RANGE_BUILDERS` produce identical ranges.
-
 More: docs/reference.md, ``labkit.attn.range_builders``.
 """
 
@@ -59,7 +54,18 @@ class RangeBuilder:
 
     def build(self, requests: Sequence) -> list[list[Range]]:
         """Per batch row, the ranges of that row's request (``[]`` for ``None`` rows)."""
-        raise NotImplementedError
+        out = []
+        ranges_of = self._ranges_of
+        for req in requests:
+            row: list[Range] = []
+            if req is not None:
+                for feature in req.mm_features:
+                    row.extend(ranges_of(feature))
+            out.append(row)
+        return out
+
+    def _ranges_of(self, feature) -> list[Range]:
+        return self.feature_ranges(feature)
 
 
 class PR38794Builder(RangeBuilder):
@@ -83,24 +89,9 @@ class V033Builder(RangeBuilder):
     name = "v033"
     summary = "every step, every image feature (vLLM 0.33)"
 
-    def build(self, requests):
-        out = []
-        feature_ranges = self.feature_ranges
-        for req in requests:
-            row: list[Range] = []
-            if req is not None:
-                for feature in req.mm_features:
-                    row.extend(feature_ranges(feature))
-            out.append(row)
-        return out
-
 
 class CachedBuilder(RangeBuilder):
-    """Each placeholder's ranges computed once (on first use) and reused every step.
-
-    Keyed by the identity of the ``mm_position`` object, which the cache keeps alive so the
-    key cannot be reused; ``update(removed=...)`` drops the entries of requests that left.
-    """
+    """Each placeholder's ranges computed once, keyed by the ``mm_position`` object (kept alive)."""
 
     name = "cached"
     summary = "per-placeholder ranges computed once"
@@ -122,30 +113,15 @@ class CachedBuilder(RangeBuilder):
             for feature in getattr(req, "mm_features", ()):
                 self._memo.pop(id(feature.mm_position), None)
 
-    def build(self, requests):
-        out = []
-        ranges_of = self._ranges_of
-        for req in requests:
-            row: list[Range] = []
-            if req is not None:
-                for feature in req.mm_features:
-                    row.extend(ranges_of(feature))
-            out.append(row)
-        return out
-
     def __len__(self) -> int:
         return len(self._memo)
 
 
 class IncrementalBuilder(RangeBuilder):
-    """A per-batch map ``request_id -> ranges`` kept up to date as requests join and leave.
+    """A map ``request_id -> ranges`` kept up to date as requests join and leave (``update``).
 
-    ``update(added, removed)`` computes the ranges of joining requests and forgets leaving
-    ones; ``build`` is one lookup per row and returns the same list objects while nothing
-    changes (so an exact change check downstream short-cuts on identity). A request seen in
-    ``build`` without ``update`` is added on the spot; a different ``Request`` object under a
-    known id, or a request whose number of features changed, is recomputed, so the map is
-    never stale. Requests that leave must be passed in ``removed`` to free their entries.
+    ``build`` returns the same list objects while nothing changes; an unseen or changed request
+    is recomputed on the spot, so the map is never stale.
     """
 
     name = "incremental"

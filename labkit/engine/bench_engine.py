@@ -1,9 +1,5 @@
 """``labkit bench engine``: the mini engine per variant: tokens/s, step time, TPOT, device idle.
 
-Variants combine a placeholder variant (#40143), a scheduling strategy and a prefix-range
-strategy (#38794), each with async (default) or sync scheduling. The default set tells both
-stories (before, after, beyond) with the fewest runs.
-
 More: docs/reference.md, ``labkit.engine.bench_engine``.
 """
 

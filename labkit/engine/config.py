@@ -1,9 +1,5 @@
 """Engine and model configurations: frozen dataclasses with named presets.
 
-``ModelConfig`` describes the transformer stack the mini engine runs (random weights). Presets:
-``tiny`` and ``small`` for tests and quick runs, ``gemma4-e4b-like`` the stack of Gemma-4-E4B
-(:data:`labkit.facts.GEMMA4_E4B`) with one head size for every layer and no KV sharing.
-
 More: docs/reference.md, ``labkit.engine.config``.
 """
 
@@ -20,8 +16,7 @@ from labkit.facts import GLOBAL
 class ModelConfig:
     """Shape of the transformer stack (sizes in elements; ``sliding_window`` in tokens, 0 = none).
 
-    Layer ``i`` is a global (full-attention) layer when ``global_every`` > 0 and
-    ``(i + 1) % global_every == 0``; the others use ``sliding_window``.
+    Layer ``i`` is global when ``global_every`` > 0 and ``(i + 1) % global_every == 0``.
     """
 
     name: str
@@ -87,16 +82,7 @@ CUDAGRAPH_MODES = ("none", "piecewise", "full")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """One engine run.
-
-    ``workload``: a ``labkit.mm.workload`` preset; ``num_requests`` overrides its request count.
-    ``placeholder``: ``tensor``/``list``/``fast``; ``scheduling``: a scheduler strategy;
-    ``prefix_ranges``: a prefix-range strategy or ``"none"``. ``async_scheduling``: the host
-    schedules step n+1 while the device runs step n. ``start_in_decode``: requests begin with
-    their prompt already computed (steady decode, as in the long tail of #40143's benchmark).
-    ``max_num_batched_tokens``/``max_num_seqs``: scheduler budgets. ``cudagraph``: one of
-    ``CUDAGRAPH_MODES``.
-    """
+    """One engine run: workload, placeholder variant, scheduling and prefix-range strategies, budgets, graphs."""
 
     model: str = "tiny"
     workload: str = "tiny"

@@ -1,8 +1,5 @@
 """CUDA-graph capture and replay of the mini engine's model on a real GPU (``torch.cuda.CUDAGraph``).
 
-The layout is ``labkit.engine.graphs``' (pieces split at attention, a head graph, one full graph
-per uniform decode step); this module makes it real.
-
 More: docs/reference.md, ``labkit.engine.cudagraph_torch``.
 """
 
@@ -49,13 +46,9 @@ class TorchGraphs:
 
 
 class CudaGraphRunner:
-    """Piecewise or full CUDA graphs for a real ``TransformerStack`` on a CUDA device.
+    """Piecewise or full CUDA graphs for a real ``TransformerStack`` (``SimGraphRunner``'s interface).
 
-    Same interface as ``labkit.engine.graphs.SimGraphRunner``: ``capture(dev, max_tokens,
-    max_seqs)``, ``forward(dev, batch, ranges_for_layer)``, ``sample(dev, batch, h)``; counts
-    ``captured`` graphs and ``replays``. ``max_ranges``: widest prefix-range row of the workload.
-    ``graphs``: the capture primitives (``TorchGraphs``; tests on a CPU pass a stand-in that
-    re-runs the captured function on replay, to check the buffers and padding without a GPU).
+    ``graphs``: the capture primitives (tests on a CPU pass a stand-in that re-runs on replay).
     """
 
     def __init__(self, model, mode: str, *, with_ranges: bool = False, max_ranges: int = 0,
@@ -159,11 +152,7 @@ class CudaGraphRunner:
 
     # -- capture ------------------------------------------------------------------------------------
     def capture(self, dev, max_tokens: int, max_seqs: int, *, decode_only: bool = False) -> int:
-        """Capture every graph up to the padded maxima (once, before measuring); returns how many.
-
-        ``decode_only``: every step will be a uniform decode step, so ``full`` mode captures no
-        pieces (a step the full graphs cannot take then runs eagerly).
-        """
+        """Capture every graph up to the padded maxima (once, before measuring); returns how many."""
         m = self.model
         pieces_too = not (decode_only and self.mode == "full")
         self.token_sizes = sizes_up_to(self.sizes, max_tokens) if pieces_too else []
@@ -213,11 +202,7 @@ class CudaGraphRunner:
                 ("cu_seqlens_q", self.cu_q), ("cu_seqlens_k", self.cu_k), ("last_idx", self.last_idx))
 
     def prepare(self, dev, q_lens, kv_lens):
-        """A full-graph step's inputs built once, straight into the graph's buffers; None for other steps.
-
-        ``q_lens``/``kv_lens``: int64 ``(num_seqs,)``. The returned batch's tensors are views of the
-        buffers' real rows (what ``make_batch`` would have copied), so ``forward`` copies nothing more.
-        """
+        """A full-graph step's inputs built straight into the graph's buffers; None for other steps."""
         if not self.captured:
             return None
         q_lens, kv_lens = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)

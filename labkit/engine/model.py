@@ -27,14 +27,7 @@ TAIL_OPS = ("final_norm", "lm_head", "sample")
 
 @dataclass
 class ForwardBatch:
-    """What one forward needs: sizes (host ints) and, on a real device, the input tensors.
-
-    ``num_tokens``: query tokens in the step; ``kv_tokens``: keys summed over rows;
-    ``kv_tokens_window``: keys a sliding-window layer reads (``sum(min(kv_len, window))``).
-    ``tensors`` (real devices only): ``input_ids`` (T,), ``positions`` (T,), ``cu_seqlens_q`` and
-    ``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` int64 (T,) (where new keys go),
-    ``last_idx`` int64 (num_seqs,) (each row's last query token).
-    """
+    """What one forward needs: sizes (host ints) and, on a real device, the input tensors."""
 
     num_seqs: int
     num_tokens: int
@@ -139,11 +132,9 @@ class TransformerStack:
 
     # -- the forward --------------------------------------------------------------------------
     def forward(self, dev, batch: ForwardBatch, ranges_for_layer: Callable[[int], object]):
-        """Launch one step's decoder layers on ``dev``; returns the hidden states ``(T, hidden)``.
+        """Launch one step's decoder layers on ``dev``; ``ranges_for_layer(i)`` where layer ``i`` reads its ranges.
 
-        ``ranges_for_layer(i)`` is called where layer ``i``'s attention reads its prefix-range
-        tensor (so a per-layer strategy pays its copies between layers, as in vLLM before
-        #38794). Returns None on the simulated device.
+        Returns the hidden states ``(T, hidden)``, None on the simulated device.
         """
         cfg = self.cfg
         tok, kv = batch.num_tokens, batch.kv_tokens
@@ -177,10 +168,7 @@ class TransformerStack:
         return h
 
     def sample(self, dev, batch: ForwardBatch, h):
-        """Launch the final norm, LM head and greedy sampling over each row's last token.
-
-        Returns an int64 ``(num_seqs,)`` device tensor on real devices, None simulated.
-        """
+        """Launch the final norm, LM head and greedy sampling; int64 ``(num_seqs,)`` ids, None simulated."""
         n = batch.num_seqs
         last = (batch.tensors or {}).get("last_idx")
         y = dev.launch("final_norm", tokens=n, fn=lambda: self._rms_norm(h[last], self.final_norm))
@@ -193,12 +181,7 @@ class TransformerStack:
 
 
 def host_inputs(q_lens, kv_lens) -> dict:
-    """A step's input tensors on the host from per-row query and KV lengths.
-
-    ``q_lens``/``kv_lens``: int arrays ``(num_seqs,)``. Returns CPU tensors ``input_ids`` (T,),
-    ``positions`` (T,), ``cu_seqlens_q``/``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` (T,)
-    (packed KV index of each new key) and ``last_idx`` (num_seqs,) (each row's last token).
-    """
+    """A step's input tensors on the host from per-row query and KV lengths (int arrays ``(num_seqs,)``)."""
     import torch
 
     q_lens = np.asarray(q_lens, dtype=np.int64)
@@ -225,11 +208,7 @@ def host_inputs(q_lens, kv_lens) -> dict:
 
 
 def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> ForwardBatch:
-    """Build a step's inputs from per-row query and KV lengths and copy them to ``dev``.
-
-    ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds the ``host_inputs`` and copies
-    each with a pinned non-blocking H2D copy (vLLM's persistent pinned input buffers).
-    """
+    """Build a step's inputs from per-row lengths and copy each to ``dev`` pinned and non-blocking."""
     host = host_inputs(q_lens, kv_lens)
     tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
     return batch_of(model, q_lens, kv_lens, tensors)
@@ -249,12 +228,7 @@ def batch_of(model: TransformerStack, q_lens, kv_lens, tensors: dict | None) -> 
 
 
 def default_attention(device) -> Callable:
-    """The lab's prefix attention: the Triton kernel on CUDA, the torch reference elsewhere.
-
-    Returns ``fn(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges, sliding_window, seq_lens)``;
-    ``seq_lens`` (host ``(q_len, kv_len)`` pairs) spares the kernel a device read-back, which would
-    synchronise every layer.
-    """
+    """The lab's prefix attention: the Triton kernel on CUDA, the torch reference elsewhere."""
     import torch
 
     from labkit.attn import prefix_attention as pa

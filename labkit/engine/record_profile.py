@@ -51,11 +51,7 @@ def _ranges_tensor(n: int, kv_lens, device):
 
 
 def replay_host_ns(model: TransformerStack, num_seqs: int = 128) -> float:
-    """Host time (ns) of one ``CUDAGraph.replay()``: a captured decode-size layer piece, replayed.
-
-    The replays are only queued while timing (the GPU runs them behind), so this is the host's
-    ``cudaGraphLaunch`` plus the Python around it, what the simulated device charges per replay.
-    """
+    """Host time (ns) of one ``CUDAGraph.replay()`` of a captured decode-size layer piece."""
     import torch
 
     w = model.weights[0]
@@ -147,13 +143,7 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
 
 
 def refit_copy_costs(profile: DeviceProfile, calibration) -> DeviceProfile:
-    """``profile`` with its copy costs re-derived from ``calibration`` (a ``BenchResult`` of the same machine).
-
-    Calibration times each copy as host time of the copy plus a ``torch.cuda.synchronize()``; the
-    profile's own ``sync_overhead_ns`` is taken off, and each H2D kind is fitted through its smallest
-    and largest timed size (``copy_cost_from_two_sizes``). D2H is not timed by calibration: its cost
-    is left as it was and marked as not re-derived. ``UsageError`` when a kind has fewer than two sizes.
-    """
+    """``profile`` with its H2D copy costs re-derived from ``calibration`` (a ``BenchResult`` of the same machine)."""
     from dataclasses import replace
 
     from labkit.errors import UsageError

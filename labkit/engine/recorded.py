@@ -1,9 +1,5 @@
 """Recorded engine runs: robust throughput for any result row, recorded traces, simulator vs GPU.
 
-``labkit bench engine`` rows recorded before the two throughput metrics existed carry a single
-``tokens_per_s`` (sampled tokens over the measured window). ``with_robust_metrics(rows)`` adds,
-from fields every row has, the metrics current rows carry.
-
 More: docs/reference.md, ``labkit.engine.recorded``.
 """
 
@@ -25,12 +21,7 @@ def traces_root() -> Path:
 
 
 def with_robust_metrics(rows: list[dict]) -> list[dict]:
-    """Copies of engine ``rows`` that all carry ``tokens_per_s_median``/``_window``, ``stall_ns``.
-
-    Rows that already have them are copied unchanged; older rows get them derived from
-    ``batch_seqs``, ``median_ns``, ``steps``, ``window_ns`` and ``tokens_per_s`` (tokens/s, ns),
-    with ``metrics_derived: True``.
-    """
+    """Copies of engine ``rows`` that all carry ``tokens_per_s_median``/``_window`` and ``stall_ns``."""
     out = []
     for r in rows:
         r = dict(r)
@@ -77,16 +68,7 @@ def _idle_frac(trace) -> float | None:
 
 
 def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: dict | None = None):
-    """A DataFrame comparing simulated and measured runs of the same variants.
-
-    Columns: ``variant``; ``measured_step_ms`` / ``simulated_step_ms`` (median time between
-    outputs) and ``step_ratio`` (simulated / measured); ``measured_busy_ms`` (median device busy
-    time per profiled step, from ``analyses[variant]``, a ``labkit.trace.Trace`` of
-    the measured trace) / ``simulated_busy_ms`` (device busy per measured step) and
-    ``busy_ratio``; ``measured_idle_frac`` (profiled steps' trace) / ``simulated_idle_frac``;
-    ``measured_tok_s`` / ``simulated_tok_s`` (tokens per step over the median step). Only
-    variants present on both sides appear.
-    """
+    """A DataFrame of simulated against measured runs of the same variants (step, busy, idle, tok/s)."""
     import pandas as pd
 
     analyses = analyses or {}
@@ -127,9 +109,7 @@ def analyze_recorded(machine: str = "h200", variants=None, root: str | Path | No
 
 
 def step_model_rows(rows: list[dict]) -> list[dict]:
-    """Each run with a device busy time per step (the simulated device) against the one step model
-    (:mod:`labkit.step_model`): its host per step (schedule, prepare, launches, sampling), its device
-    busy per step, the step it measured, the model's step under both regimes, and which side sets it."""
+    """Each simulated run beside the one step model (:mod:`labkit.step_model`): host, device and step per step."""
     from labkit.step_model import both_regimes
 
     out = []
@@ -157,16 +137,7 @@ def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float
 
 
 def host_cost_figures(profile, gpu_rows: list[dict], analyses: dict | None = None, machine: str = "h200") -> dict:
-    """The figures behind "what the profile's host cost per op is", read from the recorded files.
-
-    ``profile``: the ``DeviceProfile`` the simulator uses; ``gpu_rows``: the measured engine rows;
-    ``analyses``: variant -> analysis of the measured traces (``analyze_recorded``). Returns
-    ``host_per_op_us`` (the profile's charge per engine op), ``ops_per_forward`` (engine ops of one
-    forward of the profile's model), ``launch_add_us`` (a bare ``torch.add`` launch on that
-    machine, from its ``calibration`` result), ``host_forward_ms`` (min, max of the measured
-    eager rows' host forward per step, ``per_layer`` left out: its forward holds the copies) and
-    ``busy_per_step_ms`` (median over the measured traces of the device busy time per step); a
-    figure that is not recorded is None."""
+    """The figures behind the profile's host cost per op, read from the recorded files (None: not recorded)."""
     from labkit.engine.config import get_model_config
     from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
     from labkit.errors import UsageError

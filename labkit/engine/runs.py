@@ -1,10 +1,5 @@
 """The mini engine run per variant: measured, then profiled; the notebook's set.
 
-:func:`run_variants` runs a list of variants (``labkit bench engine`` and the engine widget);
-:func:`run_notebook_set` the default set on the simulated device for notebook 02.
-``DEFAULT_VARIANTS`` is the default set, ``ENGINE_RUNS`` the result per device kind (its sizes and
-its table's columns).
-
 More: docs/reference.md, ``labkit.engine.runs``.
 """
 
@@ -82,10 +77,7 @@ def default_profile_name() -> str:
 def run_variants(kind: str, variants, *, model: str, workload: str, num_requests, steps: int, warmup: int,
                  profile=None, trace_dir=None, progress_desc: str = "engine",
                  on_rows=None) -> tuple[list[dict], list[str]]:
-    """Run each variant; returns (summary rows, trace paths). Real models are built once and shared;
-    the variants run with the heap alive before them frozen out of the collector, as in vLLM
-    (``labkit.engine.loop.frozen_gc_heap``). ``on_rows(rows)`` is called with every row so far after
-    each variant (e.g. ``PartialResult.update``)."""
+    """Run each variant; returns (summary rows, trace paths); ``on_rows(rows)`` after each variant."""
     from labkit.attn.prefix_ranges import warm_up
     from labkit.engine.config import EngineConfig, get_model_config
     from labkit.engine.device.devices import make_device
@@ -194,13 +186,7 @@ def _runner_key(cfg) -> tuple:
 
 def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True,
                      cudagraph=("none",)):
-    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
-
-    ``cudagraph``: the CUDA-graph modes to run every variant in (``none``, ``piecewise``, ``full``).
-
-    ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
-    result ``engine_sim`` (``engine_sim_quick`` in quick size) (source simulated) when ``save``; traces map variant -> file.
-    """
+    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``."""
     from labkit.device import describe_machine
     from labkit.engine.device.profiles import load_profile
     from labkit.results import ENGINE_SIM, save_result
@@ -219,9 +205,7 @@ def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save:
 
 
 def _trace_idle(path: str) -> dict:
-    """Device idle share of the busiest stream in a real trace (the figure `labkit analyze` prints):
-    ``device_idle_frac`` (idle / span), ``trace_idle_us``, ``trace_busy_us`` and ``idle_from``
-    ({} when the trace has no device work)."""
+    """Device idle share of the busiest stream in a real trace (``{}`` when it has no device work)."""
     from labkit.trace import Trace
 
     t = Trace(path).idle()
@@ -234,9 +218,7 @@ def _trace_idle(path: str) -> dict:
 
 
 def graph_idle_check(graph_row: dict, eager_row: dict | None) -> dict:
-    """``idle_status`` of a graph-mode row's trace idle figure: ``checked`` when its kernel busy time
-    per profiled step is within ``GRAPH_BUSY_TOLERANCE`` of the eager run's (same variant, same
-    run), else ``tentative``; ``idle_check`` says what was compared (docs/reference.md)."""
+    """``idle_status`` of a graph-mode row: ``checked`` when its busy time matches the eager run's."""
     busy = graph_row.get("trace_busy_us")
     ref = (eager_row or {}).get("trace_busy_us")
     if not busy or not ref:

@@ -1,10 +1,5 @@
 """``labkit bench mm``: the scheduler half of the lab (#40143 and beyond), measured and saved.
 
-Four results through the one bench runner (:mod:`labkit.bench`): the placeholder calls
-(``mm_get_num_embeds``), one decode step's encoder scheduling per combo (``mm_decode_step``), with
-``--sweep`` that step over requests and images per request (``mm_sweep``), and the whole step
-scheduler over a workload (``mm_workload``). Host timings: CPU measurements wherever they run.
-
 More: docs/reference.md, ``labkit.mm.bench_mm``.
 """
 

@@ -50,12 +50,7 @@ class EncoderCacheManager:
         return True
 
     def can_allocate(self, request, input_id: int, encoder_compute_budget: int, num_embeds_to_schedule: int) -> bool:
-        """Whether item ``input_id`` fits the compute budget and (after evictions) the cache.
-
-        ``num_embeds_to_schedule`` are embeddings already chosen this step but not yet
-        allocated. May evict freeable entries, oldest first (they are then reported by
-        ``get_freed_mm_hashes``).
-        """
+        """Whether item ``input_id`` fits the compute budget and (after evicting freeable entries) the cache."""
         num_embeds = request.get_num_encoder_embeds(input_id)
         if num_embeds > encoder_compute_budget:
             return False
@@ -84,11 +79,7 @@ class EncoderCacheManager:
         self.num_freeable_slots -= num_embeds
 
     def get_cached_input_ids(self, request) -> set[int]:
-        """Indices of ``request``'s items whose outputs are cached.
-
-        Built by inserting indices in ascending order into a set, exactly as vLLM builds it,
-        so that iterating it yields vLLM's order (callers rely on that order).
-        """
+        """Indices of ``request``'s cached items, a set built in vLLM's order (callers rely on it)."""
         cached = self.cached
         return {i for i, f in enumerate(request.mm_features) if f.identifier in cached}
 
@@ -105,10 +96,7 @@ class EncoderCacheManager:
             self.num_freeable_slots += num_embeds
 
     def free(self, request) -> None:
-        """Drop every reference ``request`` holds (finished, preempted or not admitted).
-
-        Items are released in the set's iteration order (not sorted), as in vLLM.
-        """
+        """Drop every reference ``request`` holds, in the set's iteration order (as vLLM)."""
         for input_id in self.get_cached_input_ids(request):
             self.free_encoder_input(request, input_id)
 

@@ -1,15 +1,13 @@
 """Host-time measurements of the scheduler half: placeholder calls, decode steps, whole workloads.
 
-Everything here is CPU work timed with :mod:`labkit.timing` (``perf_counter_ns``); rows are
-flat dicts (``variant``, ``strategy``, swept parameters, ``median_ns``/``p20_ns``/``p80_ns``,
-derived ratios) ready for :func:`labkit.results.make_result`. The #40143 code path is
-``variant="list", strategy="loop"``; the code before it is ``"tensor"`` + ``"loop"``.
+The #40143 code path is ``variant="list", strategy="loop"``; before it, ``"tensor"`` + ``"loop"``.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import statistics
 
 from labkit.bench import add_ratios
 from labkit.mm.encoder_cache import EncoderCacheManager
@@ -19,16 +17,8 @@ from labkit.mm.step_scheduler import SchedulerConfig, StepScheduler
 from labkit.mm.workload import WorkloadSpec, make_requests, placeholder_layout
 from labkit.timing import Timing, auto_number, clock_ns, frozen_gc_heap, progress, summarize, time_host
 
-__all__ = [
-    "BEFORE", "AFTER", "DEFAULT_COMBOS",
-    "measure_placeholder_calls",
-    "make_decode_requests",
-    "make_decode_step",
-    "measure_decode_step_host_time",
-    "measure_decode_grid",
-    "sweep_decode_steps",
-    "measure_workload",
-]
+__all__ = ["BEFORE", "AFTER", "DEFAULT_COMBOS", "measure_placeholder_calls", "make_decode_requests", "make_decode_step",
+           "measure_decode_step_host_time", "measure_decode_grid", "sweep_decode_steps", "measure_workload"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +49,7 @@ def _check_combos(combos) -> list[tuple[str, str]]:
 
 def measure_placeholder_calls(variants=None, *, model: str = "gemma", tokens_per_image: int = 256,
                               repeats: int = 20) -> list[dict]:
-    """Per-call host cost (ns) of each placeholder method, one row per variant x method.
-
-    The range is one image placeholder of ``model`` with ``tokens_per_image`` soft tokens;
-    ``get_embeds_indices_in_range`` asks for its first half. Rows carry
-    ``speedup_vs_tensor`` and ``speedup_vs_list`` (ratios of medians within this run).
-    """
+    """Per-call host cost (ns) of each placeholder method, one row per variant x method."""
     variants = list(variants or PLACEHOLDER_VARIANTS)
     length, mask = placeholder_layout(model, tokens_per_image)
     rows = []
@@ -98,11 +83,7 @@ def make_decode_requests(num_requests: int, images_per_request: int, *, tokens_p
 
 
 def make_decode_step(requests, strategy: str = "loop", *, encoder_budget: int = 8192):
-    """A callable doing one decode step's encoder scheduling for ``requests`` (1 new token each).
-
-    Calls the strategy for every request, as ``Scheduler.schedule()`` does for running
-    requests with images; nothing is scheduled, so it can be called repeatedly.
-    """
+    """A callable doing one decode step's encoder scheduling for ``requests`` (1 new token each, repeatable)."""
     strat = make_strategy(strategy)
     cache = EncoderCacheManager(encoder_budget)
 
@@ -124,11 +105,7 @@ def measure_decode_step_host_time(num_requests: int = 128, images_per_request: i
 
 
 def _interleaved(fns: list, *, rounds: int, per_round: int, warmup: int, setups=None, desc: str = "") -> list[Timing]:
-    """Time several callables round-robin (so load on a shared machine hits all alike).
-
-    Each round takes ``per_round`` samples of each callable; the result per callable
-    summarizes the per-round medians (``repeats`` = rounds).
-    """
+    """Time several callables round-robin; per callable, a summary of the per-round medians."""
     setups = setups or [None] * len(fns)
     medians: list[list[float]] = [[] for _ in fns]
     for fn, setup in zip(fns, setups):
@@ -145,12 +122,7 @@ def _interleaved(fns: list, *, rounds: int, per_round: int, warmup: int, setups=
 def measure_decode_grid(num_requests: int = 128, images_per_request: int = 32, *, combos=DEFAULT_COMBOS,
                         tokens_per_image: int = 256, model: str = "gemma", repeats: int = 15,
                         warmup: int = 2) -> list[dict]:
-    """One row per (variant, strategy): decode-step host time of one shape.
-
-    Combos are timed round-robin (``repeats`` rounds of 3 samples; quantiles over the
-    round medians). Ratios: ``speedup_vs_before`` (vs tensor+loop) and ``speedup_vs_pr``
-    (vs list+loop, the #40143 code path); ``per_request_ns`` and ``per_image_ns``.
-    """
+    """One row per (variant, strategy): decode-step host time of one shape, timed round-robin."""
     combos = _check_combos(combos)
     by_variant = {}
     fns = []
@@ -190,14 +162,7 @@ def sweep_decode_steps(requests_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 
 def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: SchedulerConfig | None = None,
                      repeats: int = 3) -> list[dict]:
-    """Host time of the whole step scheduler over ``spec`` run to completion, per (variant, strategy).
-
-    Combos run round-robin, garbage collection paused while timed (the objects that exist before
-    the rounds frozen out of the collector meanwhile, ``labkit.timing.frozen_gc_heap``). Each row: ``steps``,
-    ``total_ns`` quantiles (``median_ns`` ...), ``per_step_ns``,
-    ``decode_step_median_ns`` / ``prefill_step_median_ns`` (from one extra instrumented
-    run), and ``identical_decisions``: whether its plans equal those of the first combo.
-    """
+    """Host time of the whole step scheduler over ``spec``, per (variant, strategy), round-robin with GC paused."""
     combos = _check_combos(combos)
     config = config or SchedulerConfig()
     states = [{} for _ in combos]
@@ -260,8 +225,4 @@ def _run_without_gc(sched: StepScheduler) -> None:
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return float(s[mid]) if len(s) % 2 else (s[mid - 1] + s[mid]) / 2.0
+    return float(statistics.median(values)) if values else None

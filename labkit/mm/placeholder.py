@@ -1,7 +1,4 @@
-"""Placeholder ranges: where one multimodal item's embeddings sit in a prompt.
-
-Three variants of vLLM's ``PlaceholderRange`` share one interface and are picked by name
-from :data:`PLACEHOLDER_VARIANTS`.
+"""Placeholder ranges: where one multimodal item's embeddings sit in a prompt (three variants by name).
 
 More: docs/reference.md, ``labkit.mm.placeholder``.
 """
@@ -14,14 +11,8 @@ from itertools import accumulate
 
 import torch
 
-__all__ = [
-    "TensorPlaceholderRange",
-    "ListPlaceholderRange",
-    "FastPlaceholderRange",
-    "PLACEHOLDER_VARIANTS",
-    "get_placeholder_class",
-    "masks_equal",
-]
+__all__ = ["TensorPlaceholderRange", "ListPlaceholderRange", "FastPlaceholderRange", "PLACEHOLDER_VARIANTS",
+           "get_placeholder_class", "masks_equal"]
 
 
 def masks_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -43,6 +34,11 @@ def _torch_embed_runs(offset: int, is_embed: torch.Tensor | None, length: int) -
     return [(s, e) for s, e in pairs.tolist()]
 
 
+def _extract_embeds_range(self) -> list[tuple[int, int]]:
+    """Inclusive absolute ``(start, end)`` per run of embed positions (torch ops on each call)."""
+    return _torch_embed_runs(self.offset, self.is_embed, self.length)
+
+
 def _eq(self, other: object) -> bool:
     # vLLM's rule: same class, same (offset, length), masks both None or equal.
     if self.__class__ is not other.__class__:
@@ -54,11 +50,7 @@ def _eq(self, other: object) -> bool:
 
 @dataclass(frozen=True)
 class TensorPlaceholderRange:
-    """vLLM's ``PlaceholderRange`` before #40143: cumsum cached as a CPU tensor.
-
-    Faithful including its costs: each ``get_num_embeds()`` indexes the tensor and
-    converts the 0-d result with ``int()``.
-    """
+    """vLLM's ``PlaceholderRange`` before #40143: cumsum cached as a CPU tensor, read with ``int()``."""
 
     offset: int
     length: int
@@ -76,19 +68,14 @@ class TensorPlaceholderRange:
         return int(self.embeds_cumsum[-1])
 
     def get_embeds_indices_in_range(self, start_idx: int, end_idx: int) -> tuple[int, int]:
-        """Half-open slice of this item's encoder output covering placeholder-relative ``[start_idx, end_idx)``.
-
-        ``end_idx == 0`` wraps to the last cumsum element (pre-#40143 behaviour).
-        """
+        """Half-open slice of the encoder output for placeholder-relative ``[start_idx, end_idx)`` (0 wraps)."""
         if self.embeds_cumsum is None:
             return start_idx, end_idx
         embeds_start = int(self.embeds_cumsum[start_idx - 1]) if start_idx > 0 else 0
         embeds_end = int(self.embeds_cumsum[end_idx - 1])
         return embeds_start, embeds_end
 
-    def extract_embeds_range(self) -> list[tuple[int, int]]:
-        """Inclusive absolute ``(start, end)`` per run of embed positions (torch ops on each call)."""
-        return _torch_embed_runs(self.offset, self.is_embed, self.length)
+    extract_embeds_range = _extract_embeds_range
 
     __eq__ = _eq
 
@@ -120,20 +107,13 @@ class ListPlaceholderRange:
         embeds_end = self.embeds_cumsum[end_idx - 1] if end_idx > 0 else 0
         return embeds_start, embeds_end
 
-    def extract_embeds_range(self) -> list[tuple[int, int]]:
-        """Inclusive absolute ``(start, end)`` per run of embed positions (torch ops on each call)."""
-        return _torch_embed_runs(self.offset, self.is_embed, self.length)
+    extract_embeds_range = _extract_embeds_range
 
     __eq__ = _eq
 
 
 class FastPlaceholderRange:
-    """``"list"`` semantics with everything precomputed at construction.
-
-    Attributes are plain slots; treat instances as immutable (as vLLM treats its frozen
-    dataclass). ``embeds_cumsum`` is the same list ``"list"`` exposes; the hot path reads
-    ``_num_embeds`` and a zero-prefixed cumsum instead.
-    """
+    """The ``list`` variant with everything precomputed at construction (treat as immutable)."""
 
     __slots__ = ("offset", "length", "is_embed", "embeds_cumsum", "_num_embeds", "_cum0", "_runs")
 

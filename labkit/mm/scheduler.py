@@ -7,15 +7,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-__all__ = [
-    "schedule_encoder_inputs",
-    "SchedulingStrategy",
-    "LoopStrategy",
-    "CursorStrategy",
-    "WindowStrategy",
-    "SCHEDULING_STRATEGIES",
-    "make_strategy",
-]
+__all__ = ["schedule_encoder_inputs", "SchedulingStrategy", "LoopStrategy", "CursorStrategy", "WindowStrategy",
+           "SCHEDULING_STRATEGIES", "make_strategy"]
 
 
 def schedule_encoder_inputs(
@@ -31,23 +24,8 @@ def schedule_encoder_inputs(
 ) -> tuple[list[int], int, int]:
     """Choose the encoder inputs for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``.
 
-    Args:
-        request: has ``mm_features`` (sorted by offset; ``identifier``, ``mm_position``),
-            ``has_encoder_inputs``, ``request_id`` and ``get_num_encoder_embeds(i)``.
-        num_computed_tokens: tokens of the request already in the KV cache.
-        num_new_tokens: tokens the caller wants to schedule this step (already clamped to
-            the token budget).
-        encoder_compute_budget: embeddings the encoder may still compute this step.
-        cache: an ``EncoderCacheManager`` (checked, and may evict; not allocated here).
-        shift_computed_tokens: EAGLE look-ahead (1 with EAGLE, else 0).
-        disable_chunked_mm_input: never schedule part of an item's placeholder.
-        start_index: first item to visit; items before it must all end at or before
-            ``num_computed_tokens`` (a strategy's skip; 0 visits all, as vLLM does).
-
-    Returns:
-        ``(encoder_inputs_to_schedule, num_new_tokens, encoder_compute_budget)``: item
-        indices to encode (the caller allocates them in the cache once the step is
-        committed), the possibly reduced token count, and the remaining budget.
+    vLLM 0.20.0's ``_try_schedule_encoder_inputs`` (arguments in docs/reference.md), from item
+    ``start_index``. Returns ``(item indices to encode, num_new_tokens, remaining encoder budget)``.
     """
     if num_new_tokens == 0 or not request.has_encoder_inputs:
         return [], num_new_tokens, encoder_compute_budget
@@ -104,12 +82,7 @@ def schedule_encoder_inputs(
 
 
 class SchedulingStrategy:
-    """Base strategy (= ``"loop"``): where the item walk starts, plus hooks for per-request state.
-
-    ``schedule(...)`` has the arguments of :func:`schedule_encoder_inputs` (minus
-    ``start_index``) and returns its result. ``forget(request_id)`` drops any state kept for
-    a request that left the scheduler.
-    """
+    """Base strategy (= ``loop``): where the item walk starts; ``forget`` drops a request's state."""
 
     name = "loop"
 
@@ -131,13 +104,7 @@ class LoopStrategy(SchedulingStrategy):
 
 
 class CursorStrategy(SchedulingStrategy):
-    """Per-request cursor past the leading items that end at or before ``num_computed_tokens``.
-
-    State per request id: ``[cursor, tokens_at_cursor, ends]`` with ``ends[i]`` the end
-    (exclusive) of item ``i``'s placeholder. The cursor only moves forward while
-    ``num_computed_tokens`` grows; a smaller value (preemption reset, or any caller passing
-    fewer computed tokens) rewinds it to 0 first, so it is correct for any call sequence.
-    """
+    """Per-request cursor past the leading items already in the KV cache (rewinds when tokens go back)."""
 
     name = "cursor"
 

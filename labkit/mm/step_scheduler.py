@@ -1,7 +1,4 @@
-"""The step scheduler: one call to ``schedule()`` plans one engine step of a multimodal workload.
-
-A compact model of vLLM v1's ``Scheduler.schedule()`` (FCFS, chunked prefill, no prefix
-caching, no speculative decoding beyond the EAGLE shift).
+"""The step scheduler: one call to ``schedule()`` plans one engine step (a compact vLLM v1 ``Scheduler``).
 
 More: docs/reference.md, ``labkit.mm.step_scheduler``.
 """
@@ -24,16 +21,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Scheduler limits.
-
-    ``max_num_batched_tokens``: token budget per step. ``max_num_seqs``: most running
-    requests. ``encoder_cache_size``: cache size in embeddings (None: the token budget, as
-    vLLM sets it). ``max_tokens_per_mm_item``: the model's largest item in embeddings; the
-    encoder budget and cache are at least this. ``kv_capacity_tokens``: KV-cache size in
-    tokens (None: unlimited), allocated in blocks of ``block_size`` tokens.
-    ``shift_computed_tokens``: EAGLE look-ahead (0 or 1), passed for running and waiting
-    requests alike.
-    """
+    """Scheduler limits, in tokens or embeddings (``encoder_cache_size`` None: the token budget, as vLLM)."""
 
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -69,12 +57,7 @@ class SchedulerConfig:
 
 
 class ScheduledRequest(NamedTuple):
-    """One row of a step's batch.
-
-    ``num_computed_tokens`` is the value *before* this step; the row computes tokens
-    ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``. ``encoder_inputs`` are
-    indices into the request's ``mm_features`` encoded this step.
-    """
+    """One row of a step's batch (``num_computed_tokens``: the value before this step)."""
 
     request_id: str
     row: int
@@ -86,14 +69,7 @@ class ScheduledRequest(NamedTuple):
 
 @dataclass(frozen=True)
 class StepPlan:
-    """What one engine step does (immutable; equal plans mean identical decisions).
-
-    ``scheduled``: rows in batch order (running requests first, then newly admitted ones).
-    ``finished_request_ids``: requests that produced their last token in the previous step
-    and were removed before this one (vLLM's meaning: the worker frees their state).
-    ``freed_mm_hashes``: encoder outputs evicted while planning this step.
-    ``preempted_request_ids``: running requests sent back to waiting this step.
-    """
+    """What one engine step does (immutable; equal plans mean identical decisions)."""
 
     step: int
     scheduled: tuple[ScheduledRequest, ...]
@@ -120,16 +96,7 @@ class StepPlan:
 
 
 def free_encoder_inputs(cache: EncoderCacheManager, request) -> None:
-    """Release ``request``'s cached items whose placeholder is wholly in the KV cache.
-
-    vLLM 0.20.0's ``Scheduler._free_encoder_inputs`` (decoder-only models), called after each
-    step for every request the step scheduled: it walks *all* of the request's cached items
-    (``get_cached_input_ids``, in the set's iteration order) and frees each one with
-    ``offset + length <= num_computed_tokens``. An identifier that occurs twice in the request
-    is therefore released as soon as its first copy is passed, even while a later copy is
-    still to be read (a later step's cache hit rescues it from the freeable queue, or, once
-    evicted, it is encoded again).
-    """
+    """Release ``request``'s cached items whose placeholder is wholly in the KV cache (vLLM 0.20.0's rule)."""
     cached_ids = cache.get_cached_input_ids(request)
     if not cached_ids:
         return
@@ -142,13 +109,7 @@ def free_encoder_inputs(cache: EncoderCacheManager, request) -> None:
 
 
 class StepScheduler:
-    """Plans engine steps for a set of requests (any placeholder variant, any strategy).
-
-    Use: ``s = StepScheduler(SchedulerConfig(...), strategy="cursor"); s.add_requests(reqs);
-    while s.has_unfinished(): plan = s.schedule()``. ``s.running`` is the running queue in
-    admission order (the batch's rows whenever every running request is scheduled, as in a
-    steady decode step); ``s.batch_requests(plan)`` gives exactly a plan's rows.
-    """
+    """Plans engine steps for a set of requests (any placeholder variant, any strategy)."""
 
     def __init__(self, config: SchedulerConfig | None = None, strategy: str | SchedulingStrategy = "loop") -> None:
         self.config = config or SchedulerConfig()
@@ -226,15 +187,7 @@ class StepScheduler:
         self.waiting.appendleft(request)
 
     def collect_finished(self) -> tuple[str, ...]:
-        """Bookkeeping for the latest step (vLLM's ``update_from_output``); returns the ids of
-        the requests that produced their last token in it.
-
-        For each row of the latest plan, in row order: release the request's consumed encoder
-        inputs (:func:`free_encoder_inputs`), then, if it finished, remove it from the batch
-        and free its KV blocks and encoder-cache references. ``schedule()`` does this first
-        (and reports the ids in its plan); call it after the last step to release what the
-        finished requests hold. Runs once per plan.
-        """
+        """Bookkeeping for the latest step (vLLM's ``update_from_output``), once per plan; returns the finished ids."""
         if self._outputs_processed >= len(self.log):
             return ()
         plan = self.log[-1]
@@ -349,11 +302,8 @@ class StepScheduler:
     def run(self, max_steps: int | None = None) -> list[StepPlan]:
         """Schedule until every request finished (or ``max_steps``); returns this run's plans.
 
-        Raises RuntimeError when two steps in a row schedule nothing while work remains (a
-        stall: e.g. vLLM 0.20's EAGLE-shift rule can trim a request to 0 tokens forever), or
-        when no request samples a token for longer than recomputing every token of every
-        request several times over would take (a livelock: the same rule, with preemption,
-        can schedule, preempt and reschedule the same prefix forever).
+        Raises RuntimeError on a stall (two empty steps while work remains) or a livelock (no token
+        sampled for far longer than recomputing everything would take).
         """
         plans = []
         idle = 0

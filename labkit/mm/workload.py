@@ -1,10 +1,4 @@
-"""Synthetic multimodal workloads: requests with images laid out like a real model's prompt.
-
-A :class:`WorkloadSpec` (frozen, seeded) says how many requests, how many images each, how
-large, how much text between them, how many output tokens, which image layout
-(:data:`IMAGE_LAYOUTS`) and how often an image repeats. :func:`make_requests` turns it into
-:class:`Request` objects whose ``mm_features`` hold placeholder ranges of any variant in
-``PLACEHOLDER_VARIANTS``.
+"""Synthetic multimodal workloads: seeded requests with images laid out like a real model's prompt.
 
 More: docs/reference.md, ``labkit.mm.workload``.
 """
@@ -20,29 +14,15 @@ import torch
 from labkit.errors import UsageError
 from labkit.mm.placeholder import get_placeholder_class
 
-__all__ = [
-    "MMFeature",
-    "Request",
-    "ImageLayout",
-    "IMAGE_LAYOUTS",
-    "WorkloadSpec",
-    "WORKLOAD_PRESETS",
-    "get_workload_spec",
-    "make_requests",
-    "make_request",
-    "placeholder_layout",
-]
+__all__ = ["MMFeature", "Request", "ImageLayout", "IMAGE_LAYOUTS", "WorkloadSpec", "WORKLOAD_PRESETS",
+           "get_workload_spec", "make_requests", "make_request", "placeholder_layout"]
 
 IntOrRange = int | tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class MMFeature:
-    """One multimodal item of a request (vLLM's ``MultiModalFeatureSpec`` minus the data).
-
-    ``identifier`` is the encoder-cache key (equal for identical images); ``mm_position``
-    a placeholder range of any variant.
-    """
+    """One multimodal item of a request; ``identifier`` is the encoder-cache key."""
 
     identifier: str
     mm_position: object
@@ -50,13 +30,7 @@ class MMFeature:
 
 
 class Request:
-    """A request as the scheduler sees it.
-
-    ``prompt_len`` and ``output_len`` in tokens; ``mm_features`` sorted by placeholder
-    offset. ``num_computed_tokens`` counts tokens whose KV is (scheduled to be) computed;
-    ``num_output_tokens`` counts sampled tokens. ``num_tokens = prompt_len +
-    num_output_tokens`` is the number of known tokens.
-    """
+    """A request as the scheduler sees it; lengths in tokens, ``mm_features`` sorted by offset."""
 
     __slots__ = (
         "request_id", "prompt_len", "output_len", "mm_features",
@@ -113,13 +87,7 @@ class Request:
 
 @dataclass(frozen=True)
 class ImageLayout:
-    """How a model lays out one image in the prompt.
-
-    ``begin_tokens``/``end_tokens`` are non-embedding marker tokens around the soft tokens;
-    ``masked`` says whether placeholders carry an ``is_embed`` mask (else None);
-    ``fixed_tokens`` soft tokens per image whatever its size, else one per ``patch_px``
-    square patch.
-    """
+    """How a model lays out one image in the prompt (marker tokens, mask, soft tokens per image)."""
 
     name: str
     begin_tokens: int
@@ -156,12 +124,7 @@ def placeholder_layout(model: str, soft_tokens: int) -> tuple[int, torch.Tensor 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """A seeded synthetic workload. Counts may be ``int`` or an inclusive ``(lo, hi)`` range drawn per item.
-
-    ``image_size`` is ``(height, width)`` in pixels; ``tokens_per_image`` (soft tokens)
-    overrides the model's size rule. ``duplicate_image_prob`` is the chance an image
-    repeats an earlier one (half the time from the same request when it has one).
-    """
+    """A seeded synthetic workload; counts are an ``int`` or an inclusive ``(lo, hi)`` range drawn per item."""
 
     num_requests: int
     images_per_request: IntOrRange
@@ -242,11 +205,7 @@ _TEMPLATES_MAX = 8
 
 
 def make_requests(spec: WorkloadSpec, variant: str = "list") -> list[Request]:
-    """Build the workload's requests (ids ``req-0``, ``req-1``, ...) with ``variant`` placeholders.
-
-    The same spec gives the same layout and identifiers for every variant. Every call returns
-    fresh requests; the placeholders are built once per spec and variant (see ``_fresh``).
-    """
+    """Fresh requests (ids ``req-0``, ...) of ``spec`` with ``variant`` placeholders; same layout for every variant."""
     cls = get_placeholder_class(variant)
     try:
         tpl = _TEMPLATES.get((spec, cls))
@@ -263,10 +222,7 @@ def make_requests(spec: WorkloadSpec, variant: str = "list") -> list[Request]:
 
 
 def _fresh(p):
-    """A placeholder for a new set of requests. Classes with an instance ``__dict__`` (the
-    dataclasses modelled on vLLM's, whose ``cached_property`` fills it on first use) get a shallow copy of the
-    template, which was never read, so their caches start empty; ``__slots__`` classes compute
-    everything in ``__init__`` and keep no lazy state, so the template itself is shared."""
+    """A new placeholder from a never-read template: a shallow copy (empty lazy caches); ``__slots__`` ones shared."""
     d = getattr(p, "__dict__", None)
     if d is None:
         return p
@@ -316,10 +272,7 @@ def make_request(
     output_len: int = 1,
     variant: str = "list",
 ) -> Request:
-    """One request with placeholders at ``(offset, length)`` positions (for hand-built cases).
-
-    Identifiers default to ``"<request_id>-<i>"`` (distinct images).
-    """
+    """One hand-built request with placeholders at ``(offset, length)`` positions."""
     cls = get_placeholder_class(variant)
     positions = list(positions)
     idents = identifiers or [f"{request_id}-{i}" for i in range(len(positions))]

@@ -1,12 +1,7 @@
-"""labkit.report: run the notebooks headless (``execute``, ``client``) and export the offline report
-(``build``, ``exporter``, ``index``, ``frontpage``); each page's answer box (``answers``).
+"""labkit.report: run the notebooks headless and export the offline report; each page's answer box.
 
-The report's processes block one optional import that only costs time (:func:`skip_unused_imports`):
-``nbformat`` imports ``jsonschema``, which imports ``rfc3987_syntax`` for two format checks nothing
-here runs, and that package builds an Earley parser at import, about a second of CPU per process.
-``jsonschema`` imports it inside ``suppress(ImportError)``, so marking it absent only skips those
-checks. ``labkit report`` does it in its own process and, through ``KERNEL_EXEC_LINES``, in each
-kernel it starts; notebooks opened in JupyterLab are left as they are.
+:func:`skip_unused_imports` marks ``rfc3987_syntax`` absent (``jsonschema`` imports it optionally, for
+checks nothing here runs, and it costs about a second per process); notebooks in JupyterLab are untouched.
 """
 
 from __future__ import annotations

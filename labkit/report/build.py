@@ -1,10 +1,5 @@
 """The report builder: run every lab notebook headless and export offline HTML.
 
-``labkit report`` executes each ``notebooks/NN_*.py`` in order, with the ``device`` and ``size``
-parameters injected, under :class:`labkit.report.client.ReportClient`, and exports one page per
-notebook (:mod:`labkit.report.exporter`) plus ``index.html``; a failing notebook does not stop
-the others. The run is saved in the results store (:mod:`labkit.report.runs`).
-
 More: docs/reference.md, ``labkit.report.build``.
 """
 
@@ -68,11 +63,7 @@ def notebook_title(nb, default: str) -> str:
 
 
 def inject_parameters(nb, params: dict) -> int:
-    """Insert a cell assigning ``params`` right after the ``parameters`` cell; return its index.
-
-    Without a tagged cell the new cell goes first. The inserted cell is tagged
-    ``injected-parameters`` (papermill's convention).
-    """
+    """Insert a cell (tagged ``injected-parameters``) assigning ``params`` after the ``parameters`` cell; its index."""
     import nbformat
 
     source = "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
@@ -113,14 +104,8 @@ def build_report(
 ) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
-    ``log`` (default: print to stderr) gets one progress line per notebook, and a line for
-    any reply the client had to be woken for. ``--only`` runs keep the other notebooks'
-    earlier entries in the index. ``save`` records the run in the results store
-    (:func:`save_report_result`), after each notebook with ``"complete": false`` until the last
-    one is done, so a run stopped part-way keeps the rows of the notebooks it finished. ``single``:
-    every page carries plotly.js and its style (else the pages share one copy in ``_static``,
-    :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the index
-    is written for the notebooks done.
+    With ``save`` the run is recorded after each notebook (``complete: false`` until the last); a
+    stop signal raises :class:`ReportStopped` after the index is written for the notebooks done.
     """
     from labkit.device import resolve_device
 

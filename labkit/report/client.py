@@ -1,10 +1,5 @@
 """The notebook client the report runs: nbclient's, unable to sit on a reply the kernel already sent.
 
-:class:`SyncedOutputWidget` sends an Output widget's state through the asyncio socket itself;
-:class:`WatchfulShellChannel` reads at once a reply whose wakeup was lost (after ``grace_s``)
-and reports the stall. :class:`ReportClient` runs them, and on SIGINT or SIGTERM shuts the
-kernel down and raises :class:`ReportStopped`.
-
 More: docs/reference.md, ``labkit.report.client``.
 """
 
@@ -35,12 +30,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class WatchfulShellChannel(AsyncZMQSocketChannel):
-    """A shell channel whose ``get_msg`` also returns when a ready message's wakeup was lost.
-
-    ``idle_since()`` gives the monotonic time at which the kernel reported idle for the
-    request being awaited (None while it is busy); ``on_stall(waited_s)`` hears of each
-    message that had to be read this way. Both are set by :class:`ReportClient`.
-    """
+    """A shell channel whose ``get_msg`` also returns when a ready message's wakeup was lost."""
 
     check_interval_s: float = 0.25
     grace_s: float = 1.0
@@ -90,11 +80,7 @@ class WatchfulKernelManager(AsyncKernelManager):
 
 
 class SyncedOutputWidget(OutputWidget):
-    """nbclient's Output-widget mimic, sending its state back through the asyncio socket.
-
-    pyzmq's asyncio send re-checks the socket afterwards and wakes a pending reply poll,
-    which jupyter_client's blocking ``Session.send`` does not (docs/reference.md, ``labkit.report.client``).
-    """
+    """nbclient's Output-widget mimic, sending its state back through the asyncio socket (which wakes a reply poll)."""
 
     def _publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys) -> None:
         content = json_clean(dict(data=data or {}, comm_id=self.comm_id, **keys))
@@ -108,11 +94,7 @@ class SyncedOutputWidget(OutputWidget):
 
 
 class ReportClient(NotebookClient):
-    """nbclient's ``NotebookClient`` for the report: watchful reply waits, synced Output
-    widgets, and SIGINT / SIGTERM stop the run (:class:`ReportStopped`).
-
-    ``on_stall(cell_index, waited_s)`` hears of every reply read by the watch.
-    """
+    """nbclient's ``NotebookClient`` for the report: watchful reply waits, synced Output widgets, stop on signals."""
 
     def __init__(self, nb, km=None, *, on_stall: Callable[[int, float], None] | None = None, **kw):
         kw.setdefault("kernel_manager_class", WatchfulKernelManager)

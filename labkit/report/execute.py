@@ -1,11 +1,4 @@
-"""Executing one notebook for the report, and saying where it stopped if it did.
-
-:func:`execute_notebook` runs a notebook in place with :class:`labkit.report.client.ReportClient`
-(kernel working directory as given, per-cell timing recorded) and
-returns a :class:`CellError` naming the cell that failed, or None: a cell fails when it raises or
-when it prints a line that says a check failed (:data:`FAILURE_LINE`). A stop signal (SIGINT,
-SIGTERM) is not a failure: :class:`ReportStopped` propagates.
-"""
+"""Executing one notebook for the report, and saying where it stopped if it did."""
 
 from __future__ import annotations
 
@@ -105,12 +98,9 @@ def execute_notebook(
     on_stall: Callable[[int, float], None] | None = None,
     extra_arguments: list[str] | None = None,
 ) -> Execution:
-    """Run ``nb`` in place with a fresh python3 kernel.
+    """Run ``nb`` in place with a fresh python3 kernel; a :class:`CellError` naming the failed cell, or None.
 
-    ``injected_at``: index of an injected parameters cell, so that cell positions are
-    given in the source notebook's own numbering. ``on_stall(cell, waited_s)`` hears of
-    each reply that was ready but not delivered (see :mod:`labkit.report.client`).
-    ``extra_arguments`` go to the kernel's command line.
+    A cell fails when it raises or prints a :data:`FAILURE_LINE`; a stop signal propagates.
     """
     from labkit.report.client import ReportClient
 

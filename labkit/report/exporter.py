@@ -1,10 +1,5 @@
 """The lab's page format as an nbconvert exporter: ``labkit_html``.
 
-:class:`LabkitHTMLExporter` is registered under the ``nbconvert.exporters`` entry point, so
-JupyterLab's export menu and ``jupyter nbconvert --to labkit_html`` produce the page ``labkit
-report`` writes: nothing loaded from the network, input cells folded, a provenance header, and
-the cell tags ``remove-input`` / ``hide-input`` / ``remove-cell`` honoured.
-
 More: docs/reference.md, ``labkit.report.exporter``.
 """
 
@@ -58,11 +53,7 @@ def notebook_sources(nb) -> list[str]:
 
 
 def strip_remote_scripts(nb) -> int:
-    """Remove ``<script src="http...">`` tags from HTML outputs; return how many.
-
-    plotly's notebook renderer adds a MathJax script from a CDN to every figure
-    (hard-coded); offline it only fails to load, so the exported page drops it.
-    """
+    """Remove ``<script src="http...">`` tags (plotly's CDN MathJax) from HTML outputs; return how many."""
     removed = 0
     for c in nb.cells:
         for o in c.get("outputs", []):
@@ -91,12 +82,7 @@ def _execution_dates(nb) -> tuple[str | None, str | None]:
 
 
 def provenance_html(nb, run: dict | None = None) -> str:
-    """The page header: the sources of its numbers with their meaning, and where it ran.
-
-    ``run`` (from ``labkit report``): ``machine``, ``device``, ``size``, ``labkit_commit`` and
-    ``results`` (see :func:`labkit.report.provenance.results_read`). Without it (an export
-    from JupyterLab), the machine and labkit commit are the exporting checkout's.
-    """
+    """The page header: the sources of its numbers with their meaning, and where it ran (``run``: the report's)."""
     sources = notebook_sources(nb)
     if sources:
         items = "".join(f"<li>{source_badge(s)} {html.escape(SOURCE_MEANINGS.get(s, ''))}</li>" for s in sources)
@@ -143,10 +129,7 @@ REMOVE_CELL_TAGS = frozenset({"remove-cell", "remove_cell"})
 
 
 def apply_cell_tags(nb) -> None:
-    """Leave out what the page does not show, in place: the cells tagged :data:`REMOVE_CELL_TAGS`,
-    the ``parameters`` and ``injected-parameters`` cells; the input of cells tagged
-    :data:`HIDE_INPUT_TAGS` (a cell left with nothing to show goes altogether); and each live
-    control (an ipywidget's view, with the notebook's saved widget state) for :data:`LIVE_NOTE`."""
+    """Leave out, in place, the cells and inputs the page does not show, and each live control (:data:`LIVE_NOTE`)."""
     kept = []
     for cell in nb.cells:
         tags = set(cell.get("metadata", {}).get("tags", []))

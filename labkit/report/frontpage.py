@@ -1,12 +1,4 @@
-"""The index's front matter: the lab's answer and its evidence, where to start, and one sentence
-per notebook.
-
-:data:`NOTEBOOK_SUMMARIES` says in one sentence what each notebook shows, written for the index
-(a notebook's own opening paragraph is context, not a summary). :data:`ONE_MINUTE` is the short
-path from an install to a first result: each command runs on a CPU in seconds (timed on a 2-core
-cloud CPU, December 2026) and its trace ships with the lab. :func:`findings_table` renders
-:func:`labkit.report.findings.lab_findings`. Plain HTML, no links out.
-"""
+"""The index's front matter: the lab's answer and its evidence, where to start, one sentence per notebook."""
 
 from __future__ import annotations
 

@@ -1,20 +1,13 @@
 """The report index page, a front page: the lab's answers, where to start, then one row per notebook.
 
-:func:`render_index` writes the findings table (:func:`labkit.report.findings.lab_findings`),
-"Start here" (:mod:`labkit.report.frontpage`), the run and one compact row per notebook; the
-recorded results each page read, by commit, folded in one provenance line above the table
-(results whose labkit commit is unknown or dirty said there once, :data:`RESULT_FLAGS`).
-Plain HTML with inline CSS: it loads nothing.
-
 More: docs/reference.md, ``labkit.report.index``.
 """
 
 from __future__ import annotations
 
-import html
 import re
 
-from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, findings_table, start_here
+from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, _e, findings_table, start_here
 from labkit.report.provenance import by_commit
 from labkit.results import commit_status
 
@@ -90,10 +83,6 @@ details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
 """
 
 
-def _e(value) -> str:
-    return html.escape("" if value is None else str(value))
-
-
 def source_badge(source: str) -> str:
     """An inline badge for one source name."""
     colour = _COLOURS.get(source, "#555")
@@ -101,11 +90,7 @@ def source_badge(source: str) -> str:
 
 
 def commit_label(commit: str | None, *, short: bool = False, quiet: bool = False) -> str:
-    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words.
-
-    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags;
-    ``quiet``: the flag words in grey (a listing whose flags the note above the table explains).
-    """
+    """A commit as shown on the index, unknown and ``+dirty`` ones flagged in words (``short``: a row's cell)."""
     status = commit_status(commit)
     flag = "muted" if quiet else ("chip" if short else "flag")
     if status == "unknown":
@@ -143,12 +128,7 @@ def shorten_words(text: str, max_chars: int = SUMMARY_CHARS) -> str:
 
 
 def notebook_summary(nb) -> str:
-    """One sentence on what a notebook shows, from its first markdown cell (plain text).
-
-    The first sentence that starts with "This page" or "This notebook" (how the lab's notebooks
-    say what they do; "This page measures ..." reads "Measures ..."), else the first sentence
-    after the heading; "" when there is none.
-    """
+    """One sentence on what a notebook shows, from its first markdown cell ("This page ..." first); "" if none."""
     cell = next((c for c in nb.cells if c.cell_type == "markdown"), None)
     if cell is None:
         return ""

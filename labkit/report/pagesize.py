@@ -1,10 +1,5 @@
 """What a page carries itself and what a report shares: plotly.js and the page style once per report.
 
-:func:`shrink_page` post-processes a finished page: with a ``static_dir`` (``labkit report``)
-plotly.js and large inline styles are written once into that folder and linked; without one
-(``--single``, JupyterLab's export menu) the page keeps one copy inline and works alone. Either
-way figure scripts over ``compress_over`` bytes are stored gzip-compressed.
-
 More: docs/reference.md, ``labkit.report.pagesize``.
 """
 

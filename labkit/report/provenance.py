@@ -1,12 +1,4 @@
-"""Which recorded results a notebook read, and which labkit commits they come from.
-
-The report starts each kernel with :func:`track_result_reads`: a Python audit hook that
-appends the path of every ``.json`` file opened under the results store to a file named
-by ``LABKIT_REPORT_READS``. It sees every read, however a notebook loads its results.
-After the run, :func:`results_read` turns that list into one record per result
-(machine, name, ``labkit_commit`` and its status, size) for the index, which flags
-``unknown`` and ``+dirty`` commits.
-"""
+"""Which recorded results a notebook read (an audit hook in each kernel), and which labkit commits they come from."""
 
 from __future__ import annotations
 
@@ -66,12 +58,9 @@ def track_result_reads(log_path: str | None = None, root: Path | str | None = No
 
 
 def results_read(log_path: Path | str) -> tuple[list[dict], list[str]]:
-    """The results listed in ``log_path``, each once, in reading order: ``machine`` (folder),
-    ``name``, ``labkit_commit``, ``commit_status`` (``clean``, ``dirty`` or ``unknown``, see
-    :func:`labkit.results.commit_status`), ``size``, and ``unit_costs: False`` on a CPU timing whose run
-    kept no unit costs (:func:`labkit.timing.unit_costs`); and, as ``machine/file``, those that did not load
-    (not JSON: a result cut short or corrupt). Files that are gone, or JSON but not results, are
-    skipped."""
+    """The results listed in ``log_path``, each once, in reading order, with their commit and status; and those
+    that did not load (``machine/file``).
+    """
     try:
         lines = Path(log_path).read_text(encoding="utf-8").splitlines()
     except OSError:

@@ -1,7 +1,4 @@
-"""The record of a report run: one ``NotebookRun`` per notebook, the manifest and index
-written beside the pages, and the run saved in the results store as ``report`` /
-``report_quick`` (one row per notebook: where it ran, how long, how it ended).
-"""
+"""The record of a report run: one ``NotebookRun`` per notebook, the manifest, and the ``report`` result."""
 
 from __future__ import annotations
 
@@ -21,11 +18,7 @@ MANIFEST = "report.json"
 
 @dataclass
 class NotebookRun:
-    """The outcome of one notebook: page written, seconds taken, sources it declared, one line
-    on what it shows (``summary``, :func:`labkit.report.index.notebook_summary`), where
-    it ran (``machine`` slug, ``device``, ``labkit_commit``, ``created``), the recorded
-    results it read (see :func:`labkit.report.provenance.results_read`) and how many
-    replies the client's watch had to read (``stalled_replies``)."""
+    """The outcome of one notebook: page, seconds, sources, summary, where it ran and the results it read."""
 
     name: str
     title: str
@@ -107,12 +100,9 @@ def report_rows(runs: list[NotebookRun]) -> list[dict]:
 
 def save_report_result(runs: list[NotebookRun], *, size: str, device: str, only: list[str] | None = None,
                        complete: bool = True):
-    """Record the run as the result ``report`` (``report_quick`` in quick size) in the results store;
-    an ``--only`` run keeps the other notebooks' rows of the stored result. ``complete=False``: a
-    run still going (or stopped part-way), its notebooks so far, saved with ``"complete": false``.
+    """Record the run as the result ``report`` (``report_quick`` in quick size); returns the saved ``BenchResult``.
 
-    ``source`` is how the times were taken: ``measured-gpu`` when the notebooks ran on CUDA,
-    else ``measured-cpu``. Returns the saved ``BenchResult``.
+    An ``--only`` run keeps the other notebooks' rows; ``complete=False`` saves a run still going.
     """
     name = sized_name(REPORT, size)
     rows = report_rows(runs)

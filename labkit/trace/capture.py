@@ -1,10 +1,4 @@
-"""Recording traces of the lab's engine on a real device, as gpt-fast profiles: ``torch_capture``.
-
-Files are ``<root>/<run>/<worker>.<time_ns>.pt.trace.json.gz`` (``trace_path``; the names TensorBoard's
-profiler plugin lists) with the run's metadata stamped under ``labkit``; ``write_trace`` writes a Kineto
-object under the same name (the simulated device's, ``labkit.engine.device.sim_trace``). Engine phases:
-``PHASES``, ``layer_phase``.
-"""
+"""Recording traces of the lab's engine on a real device, as gpt-fast profiles: ``torch_capture``."""
 
 from __future__ import annotations
 
@@ -73,11 +67,9 @@ def trace_path(root: str | Path, run: str, worker: str = "labkit") -> Path:
 
 @contextmanager
 def torch_capture(path: str | Path, *, cuda: bool, metadata: dict | None = None, warmup: int = 1, active: int = 3):
-    """gpt-fast's recipe: ``torch.profiler.profile`` around the run, ``export_chrome_trace(path)`` at its end.
+    """``torch.profiler.profile`` around the run, yielded: call its ``step()`` after each engine step.
 
-    Yields the profiler: call its ``step()`` after each engine step. The first ``warmup`` steps warm
-    Kineto up, the next ``active`` are recorded, each in a ``ProfilerStep#N`` span; the file (gzip'ed,
-    ``trace_path``'s name) is written when they end and carries ``metadata`` under ``labkit``.
+    ``warmup`` steps, then ``active`` recorded ones; the gzip'ed file carries ``metadata`` under ``labkit``.
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -91,12 +83,7 @@ def torch_capture(path: str | Path, *, cuda: bool, metadata: dict | None = None,
 
 
 def warm_up_profiler(cuda: bool) -> None:
-    """Start and stop ``torch.profiler`` once on a trivial op.
-
-    The first profiler start in a process initialises Kineto (and CUPTI on a GPU), which can hold
-    the host for seconds; doing it here keeps that one-off cost out of every measured or traced
-    engine run that follows.
-    """
+    """Start and stop ``torch.profiler`` once on a trivial op, so Kineto's one-off start lands in no run."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 

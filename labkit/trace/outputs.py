@@ -1,11 +1,4 @@
-"""The output files of the trace commands (``labkit analyze``, ``labkit whatif``) and ``labkit whatif``'s page.
-
-Every path is checked before any work (not a folder, in an existing folder, two outputs not on one
-file, no output on an input) and the outputs are written all or none, so bad input leaves nothing
-behind. ``render_whatif`` (a what-if answer, no scripts) and ``labkit analyze``'s page
-(``labkit.viz.trace_cli``) share one stylesheet (``CSS``) and table writer (``html_table``); neither page
-loads anything from the network.
-"""
+"""The trace commands' output files (checked before any work, written all or none) and ``labkit whatif``'s page."""
 
 from __future__ import annotations
 
@@ -38,9 +31,7 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[str, Path]:
-    """Check every named output before any work: writable, pairwise distinct, not an input.
-
-    ``outputs``: option name -> path (None when not given). Returns the given ones as Paths."""
+    """Check every named output (option -> path or None) before any work: writable, distinct, not an input."""
     given = {k: check_output(v) for k, v in outputs.items() if v}
     seen: dict = {}
     for opt, p in given.items():

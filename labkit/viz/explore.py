@@ -1,12 +1,5 @@
-"""Figures a reader explores without a kernel: bars over a tidy table of recorded results, the
-slice shown picked by a slider and a menu inside the figure.
-
-:func:`plot_explorer` takes rows (dicts) with a label column ``x``, a value column ``y`` and up to
-two columns that pick the slice: ``slider`` (an ordered value: images per request, sequences)
-and ``menu`` (a category: layers, case, CUDA-graph mode). Every (menu, slider) pair that the rows
-hold is one bar trace, shown alone; a menu button swaps in the slider of its own values, so the
-two controls combine in the browser with no kernel and no callback. The notebooks' "Try it live"
-sections draw it over the recorded sweeps; the widgets that measure live stay in JupyterLab.
+"""Figures a reader explores without a kernel: bars over recorded results, the slice picked by a slider
+and a menu inside the figure (the notebooks' "Try it live" sections).
 """
 
 from __future__ import annotations
@@ -47,12 +40,7 @@ def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str,
                   menu: str | None = None, names: dict[str, str] | None = None, start: dict | None = None,
                   unit: str = "", log_y: bool = False, highlight: tuple = (), reference: tuple | None = None,
                   height: int = 500) -> go.Figure:
-    """Bars of ``y`` per ``x`` for one ``(menu, slider)`` slice of ``rows`` at a time.
-
-    ``names``: how the controls call a column (``{"num_seqs": "sequences"}``); ``start``: the slice
-    shown first (``{"num_seqs": 128}``; default: the first menu value, the last slider value);
-    ``unit``: printed after each bar's value; ``highlight``: ``x`` labels drawn in orange;
-    ``reference``: ``(value, label)`` of a dashed horizontal line (e.g. the device step)."""
+    """Bars of ``y`` per ``x`` for one ``(menu, slider)`` slice of ``rows`` at a time, picked in the browser."""
     rows = [r for r in rows if r.get(y) is not None]
     if not rows:
         return _empty(title, "no recorded result to explore")

@@ -1,11 +1,4 @@
-"""Bounded labels: long names (trace files, paths) shortened for titles, the full name kept on hover; and
-``bars_html``, the small plain-HTML bar chart of the answer boxes.
-
-Plotly never wraps a title, so a 60-character trace file name in a title runs off a narrow
-figure. ``short_name`` keeps a name's start and end around an ellipsis (the end of a file
-name, its suffix, is as telling as the start); ``add_full_names`` puts the names that were
-shortened back on the figure as a small caption whose hover text lists them in full.
-"""
+"""Bounded labels: long names shortened for titles, the full name kept on hover; and ``bars_html``."""
 
 from __future__ import annotations
 
@@ -52,12 +45,7 @@ def _right_menu(fig: go.Figure) -> bool:
 
 def add_full_names(fig: go.Figure, names: Iterable[str | None], max_chars: int = NAME_CHARS, *,
                    label: str = "full name") -> go.Figure:
-    """Caption the figure with the names ``short_name`` shortens (hover shows them in full).
-
-    Names that fit are left alone (nothing is added when none was shortened). The caption,
-    ``(hover: full name)``, sits at the top right just above the plot area (left of a
-    dropdown placed there; call this after adding menus) and replaces an earlier one.
-    """
+    """Caption the figure with the names ``short_name`` shortens (hover shows them in full); call after menus."""
     full = [str(n) for n in dict.fromkeys(n for n in names if n)
             if short_name(n, max_chars) != str(n)]
     kept = [a for a in (fig.layout.annotations or ()) if a.name != CAPTION_NAME]
@@ -73,12 +61,7 @@ def add_full_names(fig: go.Figure, names: Iterable[str | None], max_chars: int =
 
 
 def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go.Figure:
-    """Put the legend in a row of its own below the plot, clear of the x axis's ticks and title.
-
-    The legend's top sits ``gap_px`` below the plot area (room for tick labels and the axis
-    title); the figure grows by ``legend_px`` and its bottom margin holds both, so the plot keeps
-    its height. Call after the figure's height and top margin are set.
-    """
+    """Put the legend in a row of its own below the plot (call after the height and top margin are set)."""
     height = fig.layout.height or 450
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
     bottom = gap_px + legend_px
@@ -91,10 +74,7 @@ def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go
 
 def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = None, colour: str = "#1f5f99",
               highlight: tuple[str, ...] = (), caption: str = "") -> str:
-    """A small horizontal bar chart: one bar per ``(label, value)``, the value printed at its end in
-    ``unit``. ``log`` (default: when the values span more than 30x) scales the bars by log10; the
-    caption then says so. Bars whose label is in ``highlight`` are drawn in orange. Plain HTML, no
-    plotly: an answer box comes before its page sets plotly up, and needs no script."""
+    """A small plain-HTML horizontal bar chart, one bar per ``(label, value)`` in ``unit`` (``log``: over 30x)."""
     items = [(lab, v if isinstance(v, int) else float(v)) for lab, v in items
              if v is not None and not (isinstance(v, float) and math.isnan(v))]  # an int is printed whole
     if not items:

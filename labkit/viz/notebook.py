@@ -1,12 +1,4 @@
-"""Notebook set-up shared by every lab notebook: offline plotly, source badges, folded detail.
-
-``setup_notebook()`` makes plotly figures survive HTML export with no network (plotly.js
-embedded once, not loaded from a CDN) while still rendering live in JupyterLab.
-``declare_sources(...)`` shows a badge saying whether the numbers below are measured on
-a GPU, measured on a CPU, simulated or interpreted, and tags the output so the report
-index can list it. ``fold(summary, ...)`` puts appendix material (long tables, a tool's text
-output) behind one click, in JupyterLab and in the exported page alike.
-"""
+"""Notebook set-up shared by every lab notebook: offline plotly, source badges, folded detail."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""How a number's source looks on a figure: measured on a GPU, measured on a CPU, simulated, interpreted.
-
-Each source has a title (legend group titles), a colour family (one shade per machine) and a
-bar fill: measured numbers are solid, simulated ones hatched, interpreted ones dotted, so a
-simulated bar never passes for a measured one even in greyscale.
+"""How a number's source looks on a figure: title, colour family and fill (measured solid, simulated
+hatched, interpreted dotted).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Timeline figures: host threads and device streams as lanes, idle gaps highlighted, steps to zoom to.
 
-:func:`plot_timeline` draws a ``labkit.trace.Trace`` (or a trace path) as bars per lane, the device idle gaps on
-each stream and a dropdown to zoom to each ``ProfilerStep``; :func:`plot_timeline_pair` stacks
-two runs for a before/after view. Over ``max_events`` bars, :func:`decimate` merges close bars.
-
 More: docs/reference.md, ``labkit.viz.timeline``.
 """
 
@@ -103,13 +99,9 @@ def _chain_ids(start: np.ndarray, end: np.ndarray, key: np.ndarray, min_gap_ms: 
 
 
 def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
-    """Bars of one lane and kind that lie less than ``min_gap_ms`` apart merged into one bar.
+    """Bars of one lane and kind less than ``min_gap_ms`` apart merged into one (``n``, ``busy_frac``).
 
-    Bars (``lane``, ``kind``, ``start_ms``, ``dur_ms``, ``label``, ``prio``) chain while the next
-    one starts less than ``min_gap_ms`` after the furthest end so far (overlaps always chain).
-    A merged bar spans its chain; ``n`` counts its bars, ``busy_frac`` is their summed duration
-    over its span (at most 1), ``label`` names the count and the longest bar. Every gap of at
-    least ``min_gap_ms`` between the union of a lane's bars is left exactly as it was.
+    Every gap of at least ``min_gap_ms`` between a lane's bars is left exactly as it was.
     """
     if not len(rows):
         return rows.assign(n=pd.Series(dtype=int), busy_frac=pd.Series(dtype=float))
@@ -142,14 +134,7 @@ def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
 
 
 def decimate(rows: pd.DataFrame, max_bars: int, max_gap_ms: float) -> tuple[pd.DataFrame, float]:
-    """At most about ``max_bars`` bars, merged at the finest resolution that fits; returns ``(rows, ms)``.
-
-    Resolutions from ``FINEST_GAP_US`` doubling up to ``max_gap_ms`` are tried. Idle-gap bars
-    (``prio`` 0) at least as long as the resolution are kept as they are; shorter ones merge
-    among themselves, as busy bars do (``merge_close``). The resolution is 0.0 when nothing had
-    to merge. Where even ``max_gap_ms`` leaves too many bars, all of them are returned (the
-    caller's cap drops the shortest).
-    """
+    """At most about ``max_bars`` bars, merged at the finest resolution that fits; returns ``(rows, ms)``."""
     if len(rows) <= max_bars or max_gap_ms <= 0:
         return rows, 0.0
     # the bar count at each resolution from the sorted columns; the bars are built once, at the end
@@ -304,10 +289,7 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
 
 
 def plot_idle_breakdown(trace) -> go.Figure:
-    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms.
-
-    ``trace``: one ``Trace`` (or path), or ``{label: trace}`` to set runs side by side (one bar per
-    run and stream, the label first)."""
+    """Stacked bars of idle time (ms) per stream split by cause; ``{label: trace}`` sets runs side by side."""
     runs = trace if isinstance(trace, dict) else {"": trace}
     runs = {label: _as_trace(a) for label, a in runs.items()}
     lanes, parts = [], []

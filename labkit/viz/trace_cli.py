@@ -1,11 +1,4 @@
-"""``labkit analyze PATH... [--vs OTHER] [--json OUT] [--html OUT]``: the trace analyzer's command line and page.
-
-``add_cli_args(parser)`` declares the options and ``main(args)`` runs them: one trace (a summary, the
-JSON, an offline page with the timeline figures), or several traces / a profile folder (one
-``labkit.trace.Trace`` per trace on ``--jobs`` processes or ``--dask``, then the combined view). Outputs
-are checked before any work and written all or none; bad input is one line on stderr and exit 2.
-``render_report`` is the page (plotly.js inline, nothing loaded from the network).
-"""
+"""``labkit analyze PATH... [--vs OTHER] [--json OUT] [--html OUT]``: the trace analyzer's command line and page."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Notebook helpers for the trace-analysis lesson (notebook 05): which traces to show, the recorded benchmark.
-
-The lab's own engine traces recorded on an H200 (``data/traces/h200/<variant>/``) and real non-lab
-fixtures; kept here so the notebook's cells stay one or two lines and the choices are testable.
-"""
+"""Notebook helpers for the trace-analysis lesson (notebook 05): which traces to show, the recorded benchmark."""
 
 from __future__ import annotations
 

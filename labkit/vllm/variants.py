@@ -1,8 +1,4 @@
-"""The vLLM A/B variants: which side of #40143 and #38794 an installed vLLM runs.
-
-Shared by the switch (:mod:`labkit.vllm.ab`) and the results filing
-(:mod:`labkit.vllm.server.ab_results`); imports neither.
-"""
+"""The vLLM A/B variants: which side of #40143 and #38794 an installed vLLM runs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Live engine widget: choose variants and workload size, rerun the simulated engine, redraw.
-
-``make_engine_widget()`` returns an ipywidgets ``VBox``; its callback is ``run_selection``, a
-plain function (testable without a kernel) that runs the chosen variants on the simulated device
-and returns the summary rows and the figure.
-"""
+"""Live engine widget: choose variants and workload size, rerun the simulated engine, redraw."""
 
 from __future__ import annotations
 

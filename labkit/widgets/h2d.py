@@ -1,9 +1,4 @@
-"""Live prefix-range H2D explorer: pick sequences, layers, images and strategy, measure here.
-
-``make_h2d_widget()`` returns an ipywidgets box; its callback is the plain function
-:func:`measure_point`, testable without a kernel. Numbers are measured on the machine the
-kernel runs on (on a CPU the copies are the ones a GPU would make).
-"""
+"""Live prefix-range H2D explorer: pick sequences, layers, images and strategy, measure here."""
 
 from __future__ import annotations
 

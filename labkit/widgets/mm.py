@@ -1,9 +1,4 @@
-"""Live before/after explorer for #40143: pick a decode-step shape and variants, measure here, redraw.
-
-``make_mm_widget()`` returns an ipywidgets box; its callback runs the plain functions
-:func:`measure_shape` and :func:`shape_figure`, testable without a kernel. Numbers are host
-time measured on the machine the kernel runs on.
-"""
+"""Live before/after explorer for #40143: pick a decode-step shape and variants, measure here, redraw."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Live roofline for the prefix-LM kernel: pick a case and a shape, re-measure on the GPU, see where it lands.
 
-``make_roofline_widget(device)`` returns an ipywidgets box: a case (prefill on a global or a
-local layer, decode), the number of images in the prompt and of decode rows, and a button
-that times the lab's kernel and FlexAttention on that shape (as ``labkit bench attn`` does:
-bf16, CUDA events) and redraws the roofline with the recorded runs and the new ones. The
-callback is the plain function :func:`measured_roofline`, testable without a kernel or a
-GPU (the measuring function is a parameter). Without a GPU the button is disabled and says
-why; an exported page shows one line in its place (:mod:`labkit.report.exporter`).
+Without a GPU the button is disabled and says why; an exported page shows one line in its place.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Two devices behind one interface: real torch (CUDA streams, or CPU) and a simulated GPU stream.
 
-The engine talks to a device only through ``launch``, ``copy_h2d``, ``copy_d2h``,
-``record_event``/``wait_event``, ``synchronize`` and ``annotate``.
-
 More: docs/reference.md, ``labkit.engine.device.devices``.
 """
 
@@ -71,11 +68,7 @@ class HostSpan:
 
 
 class SimDevice:
-    """Deterministic simulated GPU stream driven by real (or injected) host time.
-
-    ``record=True`` keeps every host span and device op for trace export; timing is the same
-    either way. ``stream`` and ``device_index`` only label the exported trace.
-    """
+    """Deterministic simulated GPU stream driven by real (or injected) host time (``record=True`` keeps spans)."""
 
     kind = "sim"
     source = "simulated"
@@ -146,10 +139,7 @@ class SimDevice:
     # -- device API ---------------------------------------------------------------------------
     def launch(self, op: str, duration_ns: int | None = None, *, tokens: int = 0, kv_tokens: int = 0,
                fn: Callable[[], object] | None = None) -> None:
-        """Queue kernel ``op``; its duration is ``duration_ns`` or the profile's for the shape.
-
-        ``fn`` (the real computation) is ignored: the simulated device does no math.
-        """
+        """Queue kernel ``op`` for ``duration_ns`` or the profile's for the shape (``fn`` is ignored)."""
         h = self._enter()
         dur = duration_ns if duration_ns is not None else self.profile.duration_ns(op, tokens, kv_tokens)
         ret = h + int(self.profile.launch_overhead_ns)
@@ -203,13 +193,7 @@ class SimDevice:
         return None
 
     def replay(self, graph: str, ops) -> int:
-        """Replay captured graph ``graph``: one host call, its ``ops`` queued back to back.
-
-        ``ops``: ``(op, tokens, kv_tokens)`` per captured kernel, at this replay's (padded)
-        shapes. The host pays ``profile.replay_overhead_ns`` once; the device runs the ops
-        without gaps, so the replay's device time is the sum of their durations. Returns that
-        sum (ns).
-        """
+        """Replay ``graph``: one host call, its ``(op, tokens, kv_tokens)`` queued back to back; returns their ns."""
         if graph not in self.captured:
             raise RuntimeError(f"graph {graph!r} replayed before it was captured")
         h = self._enter()
@@ -265,13 +249,10 @@ class SimDevice:
         self._leave(ret)
 
     def produce(self, fn: Callable, arg, ledger):
-        """Run host code ``fn(arg)`` that makes H2D copies and reports them to ``ledger``.
+        """Run host code ``fn(arg)`` for real, then replay the copies it reported to ``ledger`` on the stream.
 
-        The code runs for real on the CPU (its Python time is measured) and its copies are then
-        replayed on the simulated stream, interleaved as they happened: the measured host time is
-        split evenly before each copy (plus ``copy_prep_ns`` each, a fixed cost model's host work
-        per copy), so a synchronising copy sees the queue as it would have.
-        ``ledger`` is a ``labkit.attn.ledger.TransferLedger`` (its open step's ``copies``).
+        The measured host time is split evenly before each copy, so a synchronising copy sees the queue
+        as it would have.
         """
         steps = ledger.all_steps()
         before = len(steps[-1].copies) if steps else 0

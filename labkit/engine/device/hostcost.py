@@ -1,12 +1,4 @@
-"""A fixed host cost model for the simulated device: deterministic runs, no wall clock.
-
-By default the simulated device's host time is the real Python time of the scheduler and the
-metadata code on this machine (``labkit.engine.device.devices``). For checks that must not depend on how
-fast or how loaded the machine is, ``FixedHostCosts`` states the host time of each engine phase
-instead, and ``make_fixed_cost_device`` builds a ``SimDevice`` on a clock that never moves: every
-host nanosecond then comes from this model or from the profile's runtime costs (launch, replay,
-copy, sync), so the same run always gives the same timeline.
-"""
+"""A fixed host cost model for the simulated device: deterministic runs, no wall clock."""
 
 from __future__ import annotations
 
@@ -19,14 +11,7 @@ from labkit.engine.device.profiles import DeviceProfile
 
 @dataclass(frozen=True)
 class FixedHostCosts:
-    """Host time per engine step phase, in ns.
-
-    ``schedule_ns``: keyed ``"placeholder/scheduling"`` (e.g. ``"tensor/loop"``), or by
-    placeholder alone, or ``"*"`` (looked up in that order); ``prepare_ns``: input metadata and
-    prefix-range bookkeeping per step (the copies themselves cost what the profile says);
-    ``range_copy_ns``: host work before each prefix-range copy (a small host tensor built per
-    sequence, before the runtime call), paid wherever the strategy copies.
-    """
+    """Host time per engine step phase, in ns (keys and lookup order: docs/reference.md)."""
 
     schedule_ns: Mapping[str, float] = field(default_factory=lambda: {"*": 0.0})
     prepare_ns: float = 0.0

@@ -1,10 +1,4 @@
-"""Device-duration profiles: how long each engine op takes on a device, for the simulated device.
-
-A profile maps an op name (``qkv_proj``, ``attention``, ...) to a linear cost model
-``duration_ns = base_ns + per_token_ns * tokens + per_kv_token_ns * kv_tokens`` (tokens: query
-tokens in the step; kv_tokens: keys read by attention summed over the batch), plus host-side
-costs of the CUDA runtime (launch overhead per op, synchronisation overhead) and an H2D/D2H copy
-model (``latency_ns + nbytes / bytes_per_ns``).
+"""Device-duration profiles: per-op linear costs, runtime host costs and a copy model for the simulated device.
 
 More: docs/reference.md, ``labkit.engine.device.profiles``.
 """
@@ -50,11 +44,7 @@ class OpCost:
 
 @dataclass(frozen=True)
 class CopyCost:
-    """Copy engine model: ``latency_ns + nbytes / bytes_per_ns`` (bytes_per_ns == GB/s).
-
-    ``origin`` says where the figures come from (e.g. the two copy sizes they were fitted from);
-    None in profiles recorded before it was kept.
-    """
+    """Copy engine model: ``latency_ns + nbytes / bytes_per_ns`` (bytes_per_ns == GB/s); ``origin``: its source."""
 
     latency_ns: float
     bytes_per_ns: float
@@ -66,12 +56,7 @@ class CopyCost:
 
 def copy_cost_from_two_sizes(small_bytes: int, small_ns: float, big_bytes: int, big_ns: float, *,
                              origin: str | None = None) -> CopyCost:
-    """The copy model through two timed copies: bandwidth from their difference, latency the intercept.
-
-    ``small_ns``/``big_ns``: time of one copy of ``small_bytes``/``big_bytes`` (host ns, with anything
-    that is not the copy itself already taken off). Only the copies enter: the latency is what a copy
-    of no bytes would cost, never less than zero.
-    """
+    """The copy model through two timed copies (host ns): bandwidth from their difference, latency >= 0."""
     if big_bytes <= small_bytes:
         raise ValueError(f"need two copy sizes, the second larger ({small_bytes} B, {big_bytes} B)")
     bw = (big_bytes - small_bytes) / max(float(big_ns) - float(small_ns), 1.0)  # bytes per ns
@@ -80,17 +65,7 @@ def copy_cost_from_two_sizes(small_bytes: int, small_ns: float, big_bytes: int, 
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """Device durations and runtime host costs used by the simulated device.
-
-    ``origin`` says where the numbers come from (``"parametric, not measured"`` or the GPU,
-    model and date of the recording); ``path`` is the file it was read from, if any.
-    ``launch_overhead_ns`` is HOST time charged per launched op (and per copy call): in a recorded
-    profile it is the mini engine's whole eager host cost per op (Python, torch dispatch of the
-    op's 1-4 kernels, the launches; host time of one forward / its op count), not device time and
-    not a bare ``cudaLaunchKernel``; the simulator replaces the real forward's host work with it.
-    ``graph_replay_ns`` is the HOST time of one CUDA-graph replay (recorded with
-    ``--write-profile``); None means not recorded, and ``PARAMETRIC_REPLAY_NS`` stands in.
-    """
+    """Device durations and runtime host costs used by the simulated device (ns; see docs/reference.md)."""
 
     name: str
     origin: str
@@ -154,12 +129,7 @@ def _repo_relative(path: str | None) -> str | None:
 
 
 def parametric_profile() -> DeviceProfile:
-    """A hand-set profile sized like a Gemma-4-E4B-like decode step on a Hopper GPU.
-
-    Numbers are round guesses (about 150 us of device time per layer at a 128-sequence decode
-    batch, ~5 us per kernel launch, a few us per runtime call) and are labelled
-    *parametric, not measured* wherever they are used.
-    """
+    """A hand-set profile sized like a Gemma-4-E4B-like decode step on a Hopper GPU (labelled parametric)."""
     ops = {
         "embed": OpCost(4_000, 2.0),
         "input_norm": OpCost(3_000, 1.0),
@@ -221,10 +191,7 @@ def profile_from_json(data: Mapping, path: str | None = None) -> DeviceProfile:
 
 
 def load_profile(name_or_path: str | Path | None = None) -> DeviceProfile:
-    """A profile by name (``data/profiles/<name>.json``), by file path, or the parametric default.
-
-    ``None`` or ``"parametric"`` gives ``parametric_profile()``.
-    """
+    """A profile by name (``data/profiles/<name>.json``), by file path, or (None, ``parametric``) the default."""
     if name_or_path is None or str(name_or_path) == PARAMETRIC_NAME:
         return parametric_profile()
     path = Path(name_or_path)
@@ -254,11 +221,7 @@ def save_profile(profile: DeviceProfile, path: str | Path) -> Path:
 
 
 def fit_op_costs(samples: Iterable[tuple[str, int, int, float]]) -> dict[str, OpCost]:
-    """Least-squares ``OpCost`` per op from ``(op, tokens, kv_tokens, duration_ns)`` samples.
-
-    Ops whose samples do not vary in kv_tokens (or tokens) get no slope for it; negative
-    slopes are clipped to zero and the base refitted, so costs never shrink with size.
-    """
+    """Least-squares ``OpCost`` per op from ``(op, tokens, kv_tokens, duration_ns)`` samples (slopes >= 0)."""
     import numpy as np
 
     by_op: dict[str, list[tuple[int, int, float]]] = {}

@@ -1,8 +1,6 @@
 """Kineto (Chrome-trace JSON) export of a simulated device's timeline, and the capture of a run's steps.
 
-``device_capture(device, path, ...)`` traces an engine run on either device: ``SimCapture`` (the
-simulated timeline of the active steps, in ``ProfilerStep#N`` spans, written by ``build_sim_trace``)
-or ``labkit.trace.capture.torch_capture`` on a real one. More: docs/reference.md.
+More: docs/reference.md, ``labkit.engine.device.sim_trace``.
 """
 
 from __future__ import annotations
@@ -33,12 +31,7 @@ def _dur_us(start_ns: int, end_ns: int) -> float:
 
 def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
                     metadata: dict | None = None) -> dict:
-    """The Kineto JSON object for ``device``'s recorded spans and ops.
-
-    ``window=(start_ns, end_ns)`` keeps host spans that start inside it and the device ops
-    launched by kept runtime calls (so a kernel launched in the last step is kept even when it
-    runs past the window). ``metadata`` lands in the top-level ``labkit`` dict.
-    """
+    """The Kineto JSON object for ``device``'s recorded spans and ops (``window``: ns, host spans starting in it)."""
     if not device.record:
         raise ValueError("the simulated device was not recording (SimDevice(record=True))")
     lo, hi = window if window is not None else (-(2**62), 2**62)
@@ -153,9 +146,7 @@ class SimCapture:
 
 
 def device_capture(device, path: str | Path, *, metadata: dict | None = None, warmup: int = 1, active: int = 3):
-    """The capture of an engine run on ``device`` into ``path`` (``labkit.trace.capture.trace_path``): a
-    ``SimCapture`` on the simulated device, ``torch_capture`` on a real one. A context manager whose value
-    has ``step()``; ``path`` exists afterwards when the active steps were recorded."""
+    """A context manager capturing an engine run on ``device`` into ``path``: ``SimCapture`` or ``torch_capture``."""
     if getattr(device, "kind", None) == "sim":
         return SimCapture(device, path, metadata=metadata, warmup=warmup, active=active)
     return torch_capture(path, cuda=bool(getattr(device, "is_cuda", False)), metadata=metadata,

@@ -1,9 +1,4 @@
-"""The real device for the mini engine: torch ops on CUDA (asynchronously) or on the CPU.
-
-Same interface as ``labkit.engine.device.devices.SimDevice`` (``launch``, ``copy_h2d``, ``copy_d2h``,
-``record_event``/``wait_event``, ``synchronize``, ``produce``, ``annotate``); CUDA-graph
-replays are made by ``labkit.engine.cudagraph_torch`` on this device's tensors.
-"""
+"""The real device for the mini engine: torch ops on CUDA (asynchronously) or on the CPU (``SimDevice``'s interface)."""
 
 from __future__ import annotations
 
@@ -12,11 +7,7 @@ from labkit.timing import clock_ns
 
 
 class TorchDevice:
-    """The real device: ops run as torch calls on ``cuda`` (asynchronously) or ``cpu``.
-
-    With ``time_ops=True`` each new op shape is also timed in isolation with CUDA events (see
-    ``_time_op``) and read back with ``op_times_ns()`` (for recording a simulated-device profile).
-    """
+    """The real device: torch calls on ``cuda`` or ``cpu``; ``time_ops=True`` times each new op shape alone."""
 
     kind = "torch"
 

@@ -1,10 +1,4 @@
-"""What each lab page finds, as the answer box it opens with (one function per page).
-
-``environment`` (00), ``placeholder_scheduler`` (01), ``idle_bubbles`` (02), ``h2d_prefix_ranges``
-(03), ``prefix_attention`` (04), ``trace_analysis`` (05), ``compare_gpus`` (06), ``next_bubble``
-(07), ``inside_vllm_answer`` (08): each returns an :class:`~labkit.report.answers.element.Answer`
-built from recorded results.
-"""
+"""What each lab page finds, as the answer box it opens with (one function per page, from recorded results)."""
 
 from labkit.report.answers.element import Answer
 from labkit.report.answers.gpu import h2d_prefix_ranges, idle_bubbles, prefix_attention, trace_analysis

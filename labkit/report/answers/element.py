@@ -1,11 +1,4 @@
-"""The answer box a lab page opens with: its finding in a sentence or two, where each number comes
-from, and a small table or bar chart.
-
-:class:`Answer` renders as an HTML element of class ``labkit-answer`` (``_repr_html_``, so a
-notebook cell that returns one shows it, and the exported page keeps it). The page functions
-(:mod:`labkit.report.answers.host`, ``gpu``, ``vllm``) build their numbers from recorded results;
-nothing in the box is typed by hand; its bar charts are :func:`labkit.viz.labels.bars_html`.
-"""
+"""The answer box a lab page opens with: its finding, where each number comes from, a small table or chart."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """``labkit bench trace``: MB/s of trace JSON and peak memory of ``labkit analyze`` at ``--jobs 1`` and 2, and HTA's.
 
-In one run, on the same files: traces built by repeating a real trace's steps (time-shifted, ids and
-``ProfilerStep`` numbers offset; ``--size full``: 100 MB and 1 GB, quick: 20 MB) and the real traces
-of ``--traces``. Each tool runs in a fresh subprocess: a bare decode of the whole JSON text with the
-analyzer's decoder (the floor every row is a ratio of), the lab's ``Trace`` (every table) and HTA's
-``get_idle_time_breakdown`` (each where its memory fits); both tools' idle totals are checked against
-each other. The machine's load is recorded with the figures. Result ``trace_bench`` (source ``measured-cpu``).
+Result ``trace_bench`` (source ``measured-cpu``); more: docs/analyzer-profile.md.
 """
 
 from __future__ import annotations
@@ -208,10 +203,7 @@ def _fits(tool: str, label: str, json_bytes: int, not_run: list) -> bool:
 
 def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, decoder: str = "auto",
                  jobs: tuple = (1, 2), hta: bool = True, bare: bool = True, not_run: list | None = None) -> list[dict]:
-    """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta``, the bare decode and
-    HTA where their memory fits (else a line in ``not_run``). Every row has its MB/s over the bare decode's
-    (``vs_bare_decode``); each labkit row its speed-up over HTA and its wall time and CPU seconds per MB
-    over ``--jobs 1``'s (``speedup_vs_jobs1``, ``cpu_vs_jobs1``)."""
+    """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta`` where their memory fits."""
     not_run = not_run if not_run is not None else []
     json_bytes = decompressed_bytes(path)
     extra = {"trace": label, "file_bytes": path.stat().st_size}

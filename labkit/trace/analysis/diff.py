@@ -1,10 +1,4 @@
-"""Two traces compared: idle time and its causes, host call sites, copies, per-kernel counts and durations.
-
-``diff_analyses(before, after)`` takes two ``labkit.trace.Trace`` objects (or trace paths) and returns a
-``TraceDiff`` of tidy tables with ``*_before``, ``*_after`` and ``*_delta`` columns (after minus
-before; us, bytes, counts). Streams are matched by ``(device, stream)``, call sites and kernels
-by name.
-"""
+"""Two traces compared: ``diff_analyses(before, after)`` gives tables with ``*_before``, ``*_after``, ``*_delta``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Many traces at once (a vLLM profile folder: one trace per engine-core process and rank), then a combined view.
 
-``TraceSet(folder)`` analyses each trace (a ``labkit.trace.Trace``) on ``jobs`` local processes (or a
-Dask cluster); a worker hands back only the trace's JSON record, its summary lines, its per-step
-host-wait call sites and its peak memory. ``combine`` aligns the ranks by their step markers (the n-th
-of each trace) and reports per rank busy and idle, per step the slowest rank with its idle and call
-sites, and the stragglers: ``TraceSet.per_rank()``, ``per_step()``, ``stragglers()``. Keys:
-docs/analyze-json.md ("Several traces").
+Keys: docs/analyze-json.md ("Several traces").
 """
 
 from __future__ import annotations
@@ -35,10 +30,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 def expand_paths(paths: list[str]) -> list[Path]:
-    """Trace files named by ``paths``; a folder stands for every ``*.json`` / ``*.json.gz`` below it.
-
-    Raises ``UsageError`` for a path that does not exist or a folder with no trace in it.
-    Order: as given, each folder's files sorted; duplicates are kept once."""
+    """Trace files named by ``paths`` (a folder: its ``*.json``/``*.json.gz``), once each; ``UsageError`` if none."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -77,9 +69,7 @@ def _peak_rss_bytes(reset_ok: bool) -> int:
 
 
 def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
-    """Analyse one trace file in this process: ``{"trace", "json", "lines", "step_sites", "peak_rss_bytes",
-    "wall_s"}``. ``options``: keyword arguments of ``Trace``. ``peak_rss_bytes`` is this process's
-    peak resident memory while it analysed the trace (reset before it where Linux allows)."""
+    """Analyse one trace file in this process: its JSON record, summary lines, step sites, peak memory and time."""
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()
     try:
@@ -142,12 +132,7 @@ def _run_dask(paths: list[str], options: dict, top: int, address: str) -> list[d
 
 
 class TraceSet:
-    """Several traces or a profile folder (``expand_paths``), one ``Trace`` each on ``jobs`` local
-    processes (default: the core count) or on the Dask cluster at ``dask_address``, then lined up.
-
-    ``records`` (``analyze_one``'s, in the order given; a bad trace raises its ``UsageError``) and
-    ``combined`` (``combine``'s view) are computed on first use; ``per_rank()``, ``per_step()`` and
-    ``stragglers()`` are its tables. ``options``: keyword arguments of ``Trace``."""
+    """Several traces or a profile folder, one ``Trace`` each on ``jobs`` processes (or Dask), then lined up."""
 
     def __init__(self, paths, *, jobs: int | None = None, dask_address: str | None = None, top: int = 10,
                  **options) -> None:

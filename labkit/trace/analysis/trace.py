@@ -1,9 +1,6 @@
-"""The trace analyzer's one entry point: ``Trace(path)``, in the manner of Holistic Trace Analysis's
-``TraceAnalysis``: the file is read once and each table is computed on first use and kept on the instance.
+"""The trace analyzer's one entry point: ``Trace(path)``, each table computed on first use and kept.
 
-Streams, bubbles, host call sites, copies, steps, CUDA-graph replays, device idle, the HTA-compatible
-breakdown and a ``source`` section (real or simulated); ``Trace.to_json()`` is the document of
-``labkit analyze --json`` (docs/analyze-json.md).
+The JSON document: docs/analyze-json.md.
 """
 
 from __future__ import annotations
@@ -47,21 +44,10 @@ def _kept(method):
 
 
 class Trace:
-    """One profiler trace, read once; each table is computed on first use and kept on the instance.
+    """One profiler trace, read once; each table is computed on first use (treat them as read-only).
 
-    ``Trace(path)`` (a Kineto ``.json`` / ``.json.gz``; or a decoded document, or ``EventTables``) reads
-    the file; ``idle()`` (busy and idle per stream, by cause), ``bubbles()``, ``call_sites()`` (host
-    call sites during host-wait idle), ``copies()`` / ``h2d()``, ``steps()``, ``step_phases()``,
-    ``engine_phases()``, ``replays()`` (CUDA graphs), ``devices()``, ``hta_compatible()``,
-    ``host_threads()``, ``host_call_sites()``, ``kernels()``, ``source()`` and ``summary()`` are the
-    tables (DataFrames with ``_us``/``_bytes`` columns) and small reports; ``to_json()`` is the
-    document of ``labkit analyze --json`` (docs/analyze-json.md). Treat what they return as read-only.
-
-    ``kernel_wait_us``: gaps shorter than this with the next op already queued are kernel wait (us).
-    ``step_pattern``: regex for step spans (None: ``ProfilerStep#N``, else vLLM's ``execute_context_*`` /
-    ``execute_model`` markers, see ``labkit.trace.analysis.host.steps``). ``small_bytes``/``min_count``:
-    the small pageable copy rule. ``skip_malformed``: read a trace even when more than 0.1% of its
-    events are malformed (``labkit.trace.read.load``). ``jobs``: processes reading a large file.
+    ``kernel_wait_us``: gaps shorter than this (us) with the next op queued are kernel wait;
+    ``step_pattern``: regex for step spans (None: the step finder's markers).
     """
 
     def __init__(self, source, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_pattern: str | None = None,
@@ -215,9 +201,7 @@ class Trace:
         }
 
     def to_json(self, top: int = 20) -> dict:
-        """A JSON-ready dict: ``source``, ``summary``, ``streams``, ``bubbles`` (largest ``top``),
-        ``host_starvation`` (top ``top``), ``h2d``, ``steps``, ``hta_compatible``, ``host_threads``,
-        ``kernels`` (top ``top`` by total time)."""
+        """The document of ``labkit analyze --json`` (docs/analyze-json.md), lists cut to ``top``."""
         big = self.bubbles().sort_values("dur_us", ascending=False, kind="stable").head(top)
         h2d, copies = self.h2d(), self.copies()
         return _clean({

@@ -1,8 +1,6 @@
 """Column store of loaded trace events (typed arrays, interned strings), load statistics, table helpers.
 
-The event row layout, one row per kept complete ``X`` event in file order, is ``EVENT_COLUMNS``;
-``cat``/``name`` are codes of their interners and integers absent from the trace are -1. Only the
-fields the analyses read are kept. See docs/trace-analyzer.md ("Reading a trace").
+See docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
@@ -135,10 +133,7 @@ def column_strings(col) -> np.ndarray:
 
 
 def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
-    """Group rows by equal values of ``columns`` (lists or arrays): ``(code of each row, key of each group)``,
-    groups numbered in order of first appearance (``sort``: in key order), as pandas' ``groupby``
-    numbers them, far faster on long strings (one hashing pass per column, no per-row tuples);
-    aggregate with ``pd.Series(v).groupby(codes, sort=False)``."""
+    """Group rows by equal values of ``columns``: ``(code of each row, key of each group)``, as pandas numbers them."""
     cols = [c if isinstance(c, np.ndarray) else np.asarray(c, dtype=object) for c in columns]
     code = np.zeros(len(cols[0]), np.int64)
     for c in cols:  # the groups so far split by this column, still numbered by first appearance

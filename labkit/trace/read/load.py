@@ -1,10 +1,6 @@
 """Loading a trace: ``load_trace`` / ``as_trace`` into ``EventTables`` (column tables), and the bad-input policy.
 
-A file that is not (gzip'ed) UTF-8 JSON with a ``traceEvents`` array of objects is a ``UsageError``
-with a one-line reason; malformed single events are counted and skipped, and more than
-``MALFORMED_LIMIT`` of them is an error unless ``skip_malformed``. ``EventTables.events`` has one row per
-complete ``X`` event in file order (``EVENT_COLUMNS`` of ``labkit.trace.read.columns``);
-``EventTables.threads`` the process/thread names. Details: docs/trace-analyzer.md ("Reading a trace").
+Details: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
@@ -77,10 +73,7 @@ class EventTables:
 
 
 def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:
-    """Apply the malformed-event policy (docs/reference.md) to what the loader counted.
-
-    Raises ``UsageError`` when no event is a JSON object (not a trace), or when more than
-    ``MALFORMED_LIMIT`` of the events are malformed and ``skip_malformed`` is False."""
+    """Apply the malformed-event policy (docs/reference.md): ``UsageError`` for no events or too many malformed."""
     if stats.n_events and stats.non_objects == stats.n_events:
         raise UsageError(f"not a trace: {name} has no event objects in traceEvents (first entry is not an object)")
     if not stats.skipped:
@@ -96,15 +89,7 @@ def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False
 
 def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None,
                jobs: int = 1) -> EventTables:
-    """Load a Kineto trace file (``.json`` or gzip'ed) into ``EventTables``.
-
-    Raises ``UsageError`` with a one-line reason when the file is unreadable, truncated,
-    not JSON, has no ``traceEvents`` array or no event objects, or has more than
-    ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
-    below the limit are skipped and counted (``EventTables.stats``). ``progress``: show a bar on
-    stderr (None: for files over 50 MB when stderr is a terminal). ``jobs``: processes reading a large
-    file as byte ranges of its event array (``labkit.trace.read.document``).
-    """
+    """Load a Kineto trace file (``.json`` or gzip'ed) into ``EventTables``; bad input is a one-line ``UsageError``."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{str(path)!r} is a folder, not a trace file")

@@ -1,9 +1,6 @@
-"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer, batch decoding, byte ranges on workers.
+"""Streaming reader of Kineto Chrome-trace JSON: a chunked byte buffer, batch decoding, byte ranges.
 
-The ``traceEvents`` array is never decoded whole: about ``CHUNK_BYTES`` of JSON are cut at the last
-event boundary and decoded as one array (msgspec structs where installed, else orjson or json; a
-batch they decline is decoded again with json), one event at a time where no clean cut exists.
-``labkit.trace.read.document`` reads whole files with it. How and why: docs/trace-analyzer.md ("Reading a trace").
+How and why: docs/trace-analyzer.md ("Reading a trace").
 """
 
 from __future__ import annotations
@@ -48,10 +45,9 @@ def _not_utf8(exc: UnicodeDecodeError, offset: int) -> UsageError:
 class ByteReader:
     """A byte buffer over a (possibly gunzipped) stream, refilled in chunks.
 
-    ``buf[pos:]`` is unread; ``base`` counts the bytes dropped from the front. A refill keeps the
-    byte just before ``pos`` (the batch decoder borrows it for the opening ``[``).
-    ``dirty_end``: the end (absolute offset) of the last chunk that held non-ASCII bytes; the
-    bytes from there on are ASCII and need no UTF-8 check."""
+    ``buf[pos:]`` is unread; ``base`` counts bytes dropped from the front; a refill keeps the byte
+    before ``pos``; bytes from ``dirty_end`` on are ASCII.
+    """
 
     def __init__(self, fh, progress=None) -> None:
         self.fh = fh
@@ -124,11 +120,7 @@ class ByteReader:
         return c
 
     def value(self, decoder: json.JSONDecoder, what: str):
-        """Decode one JSON value at the cursor, reading more input as needed.
-
-        The value is decoded from a window of ``VALUE_WINDOW`` bytes first; on any error the
-        window grows to the whole buffer, and near its end (a value cut by the buffer) more is
-        read, so truncation and malformed JSON are told apart as on the whole input."""
+        """Decode one JSON value at the cursor, reading more input as needed (truncation told from bad JSON)."""
         self.peek()
         window = VALUE_WINDOW
         while True:
@@ -190,9 +182,7 @@ def _batch_text(rd: ByteReader, start: int, j: int) -> str:
 
 
 def _decode_in_place(rd: ByteReader, start: int, j: int):
-    """msgspec structs of the events in ``buf[start:j + 1]``, read in place: the byte before
-    ``start`` and the one after ``j`` (a separator and a byte of the boundary) are set to ``[``
-    and ``]`` for the call and put back after it. None when msgspec declines the batch."""
+    """msgspec structs of the events in ``buf[start:j + 1]``, read in place; None when msgspec declines the batch."""
     buf = rd.buf
     left, right = buf[start - 1], buf[j + 1]
     buf[start - 1], buf[j + 1] = _OPEN, _CLOSE

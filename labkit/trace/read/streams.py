@@ -1,9 +1,4 @@
-"""Byte streams under the trace reader: a file or its gunzipped bytes (inflated ahead on a thread), a progress bar.
-
-``Gunzip`` inflates with ISA-L (``isal``) or zlib-ng where installed (``labkit[report]``), else the
-standard library's ``zlib``; errors are those of ``gzip`` whichever inflates. ``Prefetch`` runs it
-a few chunks ahead on a background thread, so inflating overlaps parsing where a core is free.
-"""
+"""Byte streams under the trace reader: a file or its gunzipped bytes (inflated ahead on a thread), a progress bar."""
 
 from __future__ import annotations
 
@@ -59,11 +54,7 @@ class Progress:
 
 
 class Prefetch(io.RawIOBase):
-    """A binary stream read a few chunks ahead on a background thread.
-
-    Over a ``Gunzip`` this moves decompression off the parsing thread (zlib releases the
-    GIL), so on a machine with a free core the two overlap. Errors of the source (corrupt or
-    truncated gzip data) are raised by ``read`` in the reading thread."""
+    """A binary stream read a few chunks ahead on a background thread (source errors raised by ``read``)."""
 
     def __init__(self, src, chunk: int = 1 << 20, depth: int = 4) -> None:
         super().__init__()
@@ -130,14 +121,7 @@ class Prefetch(io.RawIOBase):
 
 
 class Gunzip:
-    """The decompressed bytes of a (multi-member) gzip stream, inflated by ``zlib`` in large steps.
-
-    ``gzip.GzipFile`` inflates 8 KiB of input per call, and each call gives the GIL back and
-    takes it again; on a background thread that competes with a busy parsing thread, those
-    hand-overs, not the inflating, set the pace. Here one call inflates up to ``in_chunk`` bytes of
-    input (at most ``out_max`` bytes of output). Errors are those of ``gzip``: ``zlib.error`` for
-    corrupt data, ``EOFError`` for a stream cut short, ``gzip.BadGzipFile`` for trailing bytes that
-    do not start another member."""
+    """The decompressed bytes of a (multi-member) gzip stream, inflated in large steps; ``gzip``'s errors."""
 
     _MAGIC = b"\x1f\x8b"
 
@@ -230,12 +214,7 @@ _switch_saved = 0.005
 
 @contextlib.contextmanager
 def prompt_handover():
-    """Hand the GIL over every ``PREFETCH_SWITCH_S`` instead of the default 5 ms while a gzip'ed trace is read.
-
-    The prefetch thread needs the GIL briefly around each inflate call; with the default interval
-    it waits up to 5 ms each time while the parser holds it, falls behind, and the parser then
-    waits for data (about a tenth of the load time on a 61 MB trace). Nested and concurrent
-    loads share one saved value: the first one in lowers the interval, the last one out restores it."""
+    """Hand the GIL over every ``PREFETCH_SWITCH_S`` instead of 5 ms while a gzip'ed trace is read (nestable)."""
     global _switch_users, _switch_saved
     with _switch_lock:
         if _switch_users == 0:

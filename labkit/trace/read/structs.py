@@ -1,9 +1,6 @@
 """Typed batch decoding of Kineto events with ``msgspec`` (optional), straight into the column store.
 
-The structs declare only the fields the column store keeps, so msgspec skips every other key in
-C. A batch is taken only when it is clean (every value typed as the stdlib rules expect, finite
-times, ``dur >= 0``, int64 integers); otherwise ``add_struct_batch`` declines it untouched and the
-reader decodes it with ``json`` and ``ColumnStore.add_event``, whose rules define the tables.
+Only a clean batch is taken; otherwise the reader decodes it with ``json``, whose rules define the tables.
 """
 
 from __future__ import annotations
@@ -79,10 +76,7 @@ def _int_col(values) -> np.ndarray:
 
 
 def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) -> bool:
-    """Add decoded ``Event`` structs (traceEvents entries ``i0 ...``) to ``cols`` column by column.
-
-    Returns False, leaving ``cols`` and ``stats`` untouched, when the batch is not clean (module
-    docstring). Strings are interned in the order of the per-event path, so the tables are identical."""
+    """Add decoded ``Event`` structs to ``cols`` column by column; False, untouched, when the batch is not clean."""
     n = len(batch)
     if not n:
         return True

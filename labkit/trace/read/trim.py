@@ -1,11 +1,4 @@
-"""Trim a Kineto trace to its first profiled steps, so that recorded traces stay small.
-
-``trim_trace(src, dst, steps=1)`` keeps the top-level fields, every metadata event and every event
-starting in the window of the first ``steps`` ``ProfilerStep`` annotations (to the next step's
-start, or the end); flow events only when both ends are kept. Event contents are never changed; a
-trace without those annotations is not trimmed (None). ``main(argv)`` is its command line
-(scripts/pack_gpu_check.py calls ``trim_trace``).
-"""
+"""Trim a Kineto trace to its first profiled steps, so that recorded traces stay small."""
 
 from __future__ import annotations
 

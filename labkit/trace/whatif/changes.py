@@ -1,9 +1,6 @@
 """The changes a what-if replays (``scale``, ``unsync``, ``drop_copies``) and the work each one touches.
 
-``parse_changes`` reads them from the command line; ``plan_copy_drops`` works out, for a graph and
-its steps, which device ops a ``--drop-copies`` removes, which waits stop and which spans shrink by
-how much (with the nested pad of a per-layer build whose copies all go). The rules:
-docs/trace-analyzer.md ("labkit whatif").
+The rules: docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations
@@ -158,9 +155,7 @@ def _children(spans: list, starts: list, span) -> list:
 
 
 def _pad_after(spans: list, starts: list, span, last_copy: float):
-    """``(start, end)`` of the nested pad that follows the span's last copy: from the end of the
-    call holding that copy to the start of the span's next call after the pad (its end when none);
-    None when no pad follows."""
+    """``(start, end)`` of the nested pad that follows the span's last copy; None when no pad follows."""
     kids = _children(spans, starts, span)
     holder = next((c for c in kids if c.start <= last_copy <= c.end), None)
     a = holder.end if holder is not None else last_copy

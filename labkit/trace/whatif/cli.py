@@ -1,10 +1,4 @@
-"""``labkit whatif TRACE [--scale NAME=FACTOR]... [--unsync NAME]... [--drop-copies NAME[=KEEP]]... [--suggest]``.
-
-``add_cli_args(parser)`` declares the options and ``main(args)`` prints measured vs predicted
-(``labkit.trace.whatif.predict``), with ``--suggest`` what to change, and writes the answer as JSON
-and an offline page, all or none. A change that matches nothing is bad input (exit 2); one that
-matches only work that does not matter is carried out and says so on stderr and in the JSON.
-"""
+"""``labkit whatif TRACE [--scale NAME=FACTOR]... [--unsync NAME]... [--drop-copies NAME[=KEEP]]... [--suggest]``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """The dependency graph of a profiled run, for what-if replay (``labkit whatif``).
 
-``records_from_trace`` turns ``EventTables`` into plain records (host spans per thread, device ops per
-stream joined to their launch call); ``build_graph`` derives what the replay honours: each thread in
-order, each op after its launch and its stream predecessor (CUDA-graph replays as one unit), each
-synchronizing call holding its thread until the device reaches the point it waited for. The rules,
-the event-sync lag and what is not modelled: docs/trace-analyzer.md ("labkit whatif").
+The rules: docs/trace-analyzer.md ("labkit whatif").
 """
 
 from __future__ import annotations
@@ -77,11 +73,7 @@ class Records:
 
 
 def records_from_trace(trace) -> Records:
-    """The adapter: a loaded trace (``labkit.trace.read.load.EventTables``) -> ``Records``.
-
-    It is the only place that knows the loader's representation; everything else in whatif
-    works on ``Span``/``Op`` records.
-    """
+    """The adapter: a loaded trace (``EventTables``) -> ``Records``, the only place that knows the loader."""
     ev = trace.events
     cat, name = column_strings(ev["cat"]), column_strings(ev["name"])
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()

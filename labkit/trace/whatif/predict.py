@@ -1,9 +1,6 @@
 """What would a cheaper host call, a copy that does not synchronize or one not made buy? (``labkit whatif``)
 
-``predict(trace, changes)`` replays the run's dependency graph unchanged (the self-check: it must
-reproduce the measured steps) and with the changes, and returns a ``WhatIf``: measured and predicted
-median step, tokens/s, device busy and idle per stream, the gaps that close. How steps are timed
-and where idle is measured: docs/trace-analyzer.md ("labkit whatif"); the JSON: docs/analyze-json.md.
+How: docs/trace-analyzer.md ("labkit whatif"); the JSON: docs/analyze-json.md.
 """
 
 from __future__ import annotations
@@ -165,9 +162,7 @@ def _union(iv: list) -> float:
 
 
 def _steady(times: list, win: tuple) -> tuple:
-    """The window device idle is measured over: from the first step's completion on, where there are
-    three steps or more (the first step's time also holds what the device still had from before
-    the trace, which the trace does not show), else the whole window."""
+    """The window device idle is measured over: from the first step's completion on (three steps or more)."""
     return (win[0] + times[0], win[1]) if len(times) >= 3 else win
 
 
@@ -298,10 +293,7 @@ def _waiting_syncs(g: Graph, exclude) -> str:
 
 def _warn_changes(g: Graph, changes: list[Change], entries: list[dict], step_spans: list, step_of: dict,
                   base_us: float, pred: Replay, win_m) -> None:
-    """Fill ``idle_overlap_us``, ``step_effect_frac`` and ``warning`` of each entry: a scale whose spans
-    overlap no device idle; an unsync or drop, or a scale on a host-only trace (no device idle to
-    overlap: the step thread's own time is the step), that alone moves the predicted step by less
-    than ``NO_EFFECT_FRAC``."""
+    """Fill ``idle_overlap_us``, ``step_effect_frac`` and ``warning`` of each change that does not matter."""
     idle = device_idle_intervals(g.rec, win_m)
     for ch, e in zip(changes, entries):
         if ch.kind == "scale" and g.rec.ops:

@@ -1,8 +1,4 @@
-"""Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs, fewer copies.
-
-``replay(graph, changes)`` visits host boundaries and device ops in dependency order (Kahn) and
-returns every replayed time (``Replay``); with no change it reproduces the trace.
-"""
+"""Replay of a run's dependency graph with changes: scaled host work, non-blocking syncs, fewer copies."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Step times for the what-if: measured or replayed, and the idle a change can close.
-
-The steps themselves come from the one step finder (``labkit.trace.analysis.host.steps.find_step_spans``).
-A step completes when its span has ended and the device has finished the work launched in it
-(``_windows``); the idle a change can close is the measured device idle, or in a host-only trace the
-host time between steps (``between_steps``).
-"""
+"""Step times for the what-if: measured or replayed, and the idle a change can close."""
 
 from __future__ import annotations
 
@@ -31,11 +25,7 @@ def _step_of_ops(g: Graph, steps: list) -> dict:
 
 
 def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict, gone=frozenset()):
-    """Per step (measured, or replayed with ``rep``) durations and the whole window (us).
-
-    A step completes when its host span has ended and the device has finished the work launched
-    in it; a step's time runs from the previous step's completion (the first: from its start), so
-    a host that runs ahead of the device cannot hide the device's pace."""
+    """Per step durations and the whole window (us); a step runs from the previous step's completion."""
     rec = g.rec
     ends = np.array([o.end for o in rec.ops]) if rep is None else rep.end
     if steps:

@@ -1,9 +1,5 @@
 """``labkit whatif TRACE --suggest``: what to change, each entry with the argument that targets it.
 
-Four lists, each entry with the exact ``labkit whatif`` argument and the step the replay predicts
-with it: the scheduler's placeholder reads (``reads``), host spans by the device idle they overlap
-(on a host-only trace: by the time between steps they take; ``spans``), synchronizing call sites by
-the time they waited (``syncs``), spans making repeated small pageable copies (``copies``).
 Details: docs/trace-analyzer.md ("labkit whatif").
 """
 

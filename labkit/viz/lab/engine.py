@@ -1,9 +1,4 @@
-"""Engine figures: throughput / idle / step time per variant, and timelines per CUDA-graph mode.
-
-``plot_engine_bars(rows)`` draws one bar per variant with buttons (plotly ``updatemenus``, so the
-toggles survive HTML export) switching the metric between tokens/s, device idle fraction, median
-step time and host schedule time. Titles say when numbers are simulated and which profile was used.
-"""
+"""Engine figures: throughput / idle / step time per variant, and timelines per CUDA-graph mode."""
 
 from __future__ import annotations
 
@@ -36,11 +31,7 @@ def _source_note(rows) -> str:
 
 def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", metric: str = "tokens_per_s_median"
                      ) -> go.Figure:
-    """Bars per variant; buttons switch between ``METRICS``. ``rows`` are ``labkit bench engine`` rows.
-
-    Rows recorded before the median-based throughput existed get it derived from their own fields
-    (``labkit.engine.recorded.with_robust_metrics``); the default metric is robust to one-off stalls.
-    """
+    """Bars per variant of ``labkit bench engine`` rows; buttons switch between ``METRICS``."""
     from labkit.engine.recorded import with_robust_metrics
 
     if metric not in METRICS:
@@ -70,11 +61,7 @@ def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", met
 
 
 def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time") -> go.Figure:
-    """Grouped bars of measured and simulated median step time (ms) per variant.
-
-    ``table`` is ``labkit.engine.recorded.sim_vs_measured``'s DataFrame; the ratio is printed on
-    the simulated bars. The simulated bars are labelled as such.
-    """
+    """Grouped bars of measured and simulated median step time (ms) per variant (``sim_vs_measured``'s table)."""
     if table is None or not len(table):
         raise ValueError("no variants to compare")
     x = list(table["variant"])
@@ -91,13 +78,7 @@ def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time
 
 def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("eager", "CUDA graphs"),
                         max_events: int = 4_000, title: str = "Eager vs CUDA graphs") -> go.Figure:
-    """Two timelines stacked (eager above, graphs below) per run; a dropdown picks the run.
-
-    ``runs``: label -> ``(eager trace, graph trace)`` (paths or analyses). Every run's bars are
-    precomputed into the figure and the dropdown (plotly ``updatemenus``) only switches their
-    visibility, so it works in an exported page. Each panel draws at most ``max_events`` bars
-    (merged at a resolution, ``labkit.viz.timeline.decimate``). Simulated traces say so in the title.
-    """
+    """Two timelines stacked (eager above, graphs below) per run; a dropdown picks the run."""
     from plotly.subplots import make_subplots
 
     from labkit.viz.timeline import _as_trace, _bars, _cap, _lanes, max_resolution_ms

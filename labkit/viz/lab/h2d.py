@@ -1,10 +1,4 @@
-"""Prefix-range H2D figures: before/after #38794, the sweep, and GPU idle time.
-
-Each function takes results from the store (``h2d_step``, ``h2d_sweep``, ``h2d_gpu_idle``)
-for any number of machines and returns a ``go.Figure`` whose toggles (buttons and
-dropdowns inside plotly) survive HTML export. CPU results say in the title that their
-copies are the ones a GPU run would make.
-"""
+"""Prefix-range H2D figures: before/after #38794, the sweep, and GPU idle time (any number of machines)."""
 
 from __future__ import annotations
 
@@ -53,11 +47,7 @@ def _menu(buttons: list[dict], x: float) -> dict:
 
 
 def plot_before_after(results: list[BenchResult]) -> go.Figure:
-    """Host time (ms) or H2D copies per decode step for each strategy (``h2d_step`` results).
-
-    One bar group per machine; a dropdown picks the layer count (model), buttons switch
-    between host time, copies and synchronizing copies per step.
-    """
+    """Host time (ms) or H2D copies per decode step for each strategy, per machine (``h2d_step`` results)."""
     title = "Prefix-range tensor per decode step: before vs after #38794"
     results = [r for r in results if r.rows]
     if not results:
@@ -105,10 +95,7 @@ def plot_before_after(results: list[BenchResult]) -> go.Figure:
 
 
 def plot_sweep(results: list[BenchResult]) -> go.Figure:
-    """Host time per step (ms, log-log) against batch size for each strategy (``h2d_sweep`` results).
-
-    A dropdown picks the layer count.
-    """
+    """Host time per step (ms, log-log) against batch size for each strategy (``h2d_sweep`` results)."""
     title = "Host time per decode step vs sequences in the batch"
     results = [r for r in results if r.rows]
     if not results:
@@ -183,11 +170,7 @@ BUILDER_COLOURS = {"pr38794": "#c0392b", "v033": "#e67e22", "cached": "#2471a3",
 
 
 def plot_ranges_sweep(results: list[BenchResult]) -> go.Figure:
-    """Host time per step (ms, log-log) to build the batch's image ranges against images in the batch.
-
-    One line per range builder and machine (``ranges_sweep`` results); a dropdown picks the
-    images per request.
-    """
+    """Host time per step (ms, log-log) to build the image ranges against images in the batch (``ranges_sweep``)."""
     title = "Building the batch's image ranges every step"
     results = [r for r in results if r.rows]
     if not results:

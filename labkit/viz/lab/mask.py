@@ -1,10 +1,4 @@
-"""Figures of the prefix-LM attention mask and of the attention benchmark (plotly, never shown here).
-
-The mask heatmap colours each (query, key) pair by why it is allowed: by the causal
-(sliding-window) rule, only by an image range (the bidirectional part), or not at all.
-Interactive versions keep their controls inside plotly (a slider over window sizes, a
-dropdown over example range sets) so they survive HTML export.
-"""
+"""Figures of the prefix-LM attention mask and of the attention benchmark (plotly, never shown here)."""
 
 from __future__ import annotations
 
@@ -100,11 +94,7 @@ def plot_mask_examples(examples: dict | None = None, sliding_window: int = 0) ->
 
 def plot_attn_bench(rows: list[dict], *, title: str = "prefix-LM attention", include_sweep: bool = False
                     ) -> go.Figure:
-    """Grouped bars of TFLOP/s per case and variant, with buttons to show milliseconds instead.
-
-    ``rows``: ``attn_bench`` rows (``results_rows`` adds ``machine``/``gpu_name``/``source``);
-    rows without timings (errors, interpreter checks) are left out.
-    """
+    """Grouped bars of TFLOP/s per case and variant (buttons: milliseconds) from timed ``attn_bench`` rows."""
     timed = [r for r in rows if "median_ns" in r and (include_sweep or "[" not in r["variant"])]
     fig = go.Figure()
     variants = list(dict.fromkeys(r["variant"] for r in timed))

@@ -1,10 +1,4 @@
-"""Figures for the scheduler half (#40143): placeholder calls, decode steps, sweeps, the whole scheduler.
-
-Every function takes result rows (as stored by ``labkit bench mm``) and returns a
-``plotly.graph_objects.Figure``; none shows it. Rows may come from several machines (a
-``machine`` column from ``labkit.results.results_rows``); the source of every number is
-named in the title or legend.
-"""
+"""Figures for the scheduler half (#40143): placeholder calls, decode steps, sweeps, the whole scheduler."""
 
 from __future__ import annotations
 

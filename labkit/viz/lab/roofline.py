@@ -1,10 +1,5 @@
 """The attention kernel's runs on a roofline of their GPU.
 
-:func:`roofline_points` turns recorded ``attn_bench`` rows into points (achieved TFLOP/s and
-TB/s, intensity, bound, shares of the peaks and of the roof); :func:`plot_roofline` draws them,
-one roof per GPU. Peaks come from :mod:`labkit.facts`; FLOPs and bytes follow one counting
-rule per case (:class:`labkit.attn.bench_attn.AttnCase`).
-
 More: docs/reference.md, ``labkit.viz.lab.roofline``.
 """
 
@@ -43,12 +38,7 @@ class AttnTraffic:
 
 
 def needed_keys(q_len: int, kv_len: int, ranges=(), sliding_window: int = 0) -> int:
-    """How many of a row's ``kv_len`` keys some of its ``q_len`` queries (the last positions) may attend to.
-
-    The causal keys of consecutive queries join into one interval, ``[q0 - W + 1, kv_len)``
-    (``[0, kv_len)`` without a window), and every image range ``(s, e)`` (inclusive, ``s < e``)
-    holding a query adds its keys.
-    """
+    """How many of a row's ``kv_len`` keys some of its ``q_len`` queries (the last positions) may attend to."""
     if not 0 < q_len <= kv_len:
         raise ValueError(f"need 0 < q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
     q0, last = kv_len - q_len, kv_len - 1
@@ -95,13 +85,7 @@ class Roofline:
 
 
 def point(row: dict, traffic: AttnTraffic, peak: GpuPeak) -> dict:
-    """One run on the roof: ``row`` (an ``attn_bench`` row with ``median_ns``) with its traffic and GPU peak.
-
-    Columns: ``case``, ``variant``, ``flops``, ``bytes``, ``flop_per_byte``, ``median_ms``,
-    ``tflops`` and ``tb_s`` (achieved), ``bound`` (``memory`` left of the ridge, else
-    ``compute``), ``roof_tflops`` (attainable here), ``pct_of_roof``, ``pct_of_peak_tflops``,
-    ``pct_of_peak_tb_s``, and the GPU's ``peak_tflops``, ``peak_tb_s``, ``ridge_flop_per_byte``.
-    """
+    """One ``attn_bench`` row on the roof: its traffic, achieved and attainable rates, and shares of the peaks."""
     seconds = float(row["median_ns"]) * 1e-9
     tflops = traffic.flops / seconds / 1e12
     tb_s = traffic.bytes / seconds / 1e12
@@ -119,13 +103,7 @@ def point(row: dict, traffic: AttnTraffic, peak: GpuPeak) -> dict:
 
 
 def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) -> Roofline:
-    """Place timed ``attn_bench`` rows (``results_rows`` adds ``machine`` and ``gpu_name``) on their GPU's roof.
-
-    Each row's shapes are taken from its case definition (``cases``, default the benchmark's
-    :data:`labkit.attn.bench_attn.CASES`) and must match what the row recorded, FLOPs
-    included; rows of other variants, untimed rows and rows that do not match are left out
-    (the last with a line in ``skipped``), as are GPUs missing from the peak table.
-    """
+    """Place timed ``attn_bench`` rows on their GPU's roof; rows that do not match their case are ``skipped``."""
     if cases is None:
         from labkit.attn.bench_attn import CASES as cases
     out = Roofline()

@@ -1,12 +1,4 @@
-"""The recorded results as an appendix: a machines x results matrix, and each result's numbers
-side by side behind its own click.
-
-:func:`results_matrix` has one row per result name and one column per machine; a cell exists
-only where the machine recorded that result (its row count, its size where only a quick run is
-recorded, its source where it is not that machine's own measurement), so nothing is a "no result"
-line. :func:`side_by_side_html` folds each result's comparison (``comparison_table``
-of :mod:`labkit.viz.machines.compare`) into a ``<details>`` of its own, with only the machines that have it.
-"""
+"""The recorded results as an appendix: a machines x results matrix, and each result's numbers behind a click."""
 
 from __future__ import annotations
 
@@ -33,10 +25,7 @@ def one_per_machine(results) -> list:
 
 
 def results_matrix(results):
-    """A :class:`labkit.bench.Table`: per result name (quick runs under their full name), per
-    machine ``N rows`` (``, quick`` where only a quick run is recorded; ``, simulated`` or
-    ``, interpreted`` where the numbers are not that machine's measurement) where that machine
-    recorded it, empty where it did not."""
+    """A :class:`labkit.bench.Table`: per result name, per machine ``N rows`` where it recorded it, else empty."""
     machines = _machines(results)
     by: dict[str, dict[str, str]] = {}
     for r in one_per_machine(results):

@@ -1,10 +1,4 @@
-"""Calibration figures: the per-machine unit costs from result ``calibration``.
-
-``plot_cpu_calibration`` draws the #40143 unit cost (list index vs tensor index +
-``int()``) for every machine; ``plot_gpu_calibration`` the #38794 unit costs (pageable
-vs pinned H2D copies, kernel launches) for machines with a GPU. A dropdown inside each
-figure picks the machine, so the choice survives HTML export.
-"""
+"""Calibration figures: the per-machine unit costs from result ``calibration`` (a dropdown picks the machine)."""
 
 from __future__ import annotations
 

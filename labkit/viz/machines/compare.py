@@ -1,9 +1,4 @@
-"""Machines side by side: every recorded result under ``data/results/<machine>/``.
-
-Results are grouped by result name, a row label and machine; each result name gets one main
-metric (``MAIN_METRICS``, else ``FALLBACK_METRICS``). Nothing is dropped silently: a row without
-a value stays with a ``missing`` reason, :func:`missing_table` lists per machine what it lacks,
-and every table keeps the ``source``.
+"""Machines side by side: every recorded result under ``data/results/<machine>/``, nothing dropped silently.
 
 More: docs/reference.md, ``labkit.viz.machines.compare``.
 """
@@ -76,10 +71,7 @@ def _is_label_value(v) -> bool:
 
 
 def _label_columns(df: pd.DataFrame, metric: str) -> list[str]:
-    """The swept parameters: label-like columns added, fewest distinct values first, only
-    while they still split rows that share a label on one machine (derived counts, which
-    follow from the parameters, are then never needed). A parameter some rows lack (a copy
-    size that only the copy rows have) counts too; those rows' labels leave it out."""
+    """The swept parameters: label-like columns, fewest values first, while they still split a machine's rows."""
     cands = []
     for c in df.columns:
         if c in BOOKKEEPING or c == metric:
@@ -137,14 +129,7 @@ def _result_frame(results: list[BenchResult], name: str) -> pd.DataFrame:
 
 
 def comparison_table(results: list[BenchResult]) -> pd.DataFrame:
-    """Tidy rows: ``section, result, metric, label, machine, source, value, missing`` (one per result row).
-
-    ``value`` is the row's main metric; a row without it keeps ``value`` NaN and says why in
-    ``missing`` (empty when the value is there). Results where no machine has a usable
-    metric are left out here and listed by ``missing_table``. When a result has more than
-    ``MAX_LABELS`` labels, each variant's value is the median over its rows that have one
-    (label ``"<variant> (median over sweep)"``).
-    """
+    """Tidy rows: ``section, result, metric, label, machine, source, value, missing`` (one per result row)."""
     if not results:
         return pd.DataFrame(columns=COLUMNS)
     out = []
@@ -178,13 +163,7 @@ def comparison_table(results: list[BenchResult]) -> pd.DataFrame:
 
 
 def missing_table(results: list[BenchResult], machines: list[str] | None = None) -> pd.DataFrame:
-    """What each machine lacks: ``machine, source, section, result, rows, missing_rows, reason``.
-
-    One row per (machine, result) it has no file for (``no <name> result``), per machine of a
-    result where no machine recorded a usable metric, and per (machine, source, reason) for
-    rows without the main metric. ``rows``: the rows recorded; ``missing_rows``: those
-    without a value. Empty when nothing is missing.
-    """
+    """What each machine lacks: ``machine, source, section, result, rows, missing_rows, reason``."""
     machines = machines if machines is not None else sorted({r.slug for r in results})
     out = []
     for name in sorted({r.name for r in results}):
@@ -213,12 +192,7 @@ def missing_table(results: list[BenchResult], machines: list[str] | None = None)
 
 
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
-    """``comparison_table`` as one row per (result, metric, label) and, per machine, a source and a value column.
-
-    A value is the number, ``MISSING`` (the row is recorded without the metric) or
-    ``NO_RESULT`` (the machine has no such row); a source is empty for ``NO_RESULT``.
-    Machines are ordered measured on a GPU, on a CPU, simulated, interpreted.
-    """
+    """``comparison_table`` as one row per (result, metric, label) with a source and a value column per machine."""
     if table.empty:
         return pd.DataFrame()
     machines = sorted(set(table["machine"]), key=lambda m: (
@@ -287,14 +261,7 @@ def _missing_note(df: pd.DataFrame, machines: list[str]) -> tuple[str, str]:
 
 
 def plot_comparison(table: pd.DataFrame) -> go.Figure:
-    """Grouped bars per machine for one result at a time; a dropdown picks the result.
-
-    Bars are named ``machine (source)`` and grouped in the legend by source (measured on a
-    GPU, on a CPU, simulated, interpreted); measured bars are solid, simulated ones hatched,
-    interpreted ones dotted. A row a machine recorded without the main metric gets a red
-    ``missing`` marker at its label (hover: why); a note above the plot names what the
-    result lacks, including machines with no such result.
-    """
+    """Grouped bars per machine for one result at a time (a dropdown picks it); missing rows marked in red."""
     if table.empty:
         fig = go.Figure()
         fig.add_annotation(text="no recorded results yet: run `make report` on a machine", showarrow=False,

@@ -1,16 +1,5 @@
 """``labkit bench vllm-overlap``: what vLLM's engine core hides behind the forward (result ``vllm_overlap``).
 
-vLLM's own ``EngineCore.step_with_batch_queue`` (async scheduling, forced on: the CPU build turns it
-off) and ``EngineCore.step`` (sync) drive vLLM's real scheduler (``AsyncScheduler`` / ``Scheduler``)
-with #40143's requests decoding, each arm's code patched in. The executor is a stand-in device: a
-thread that runs the launched steps one after another, each taking the set forward time asleep
-(the GIL free, as the host is while a GPU runs), and hands the sampled tokens back when it ends.
-The engine core's outputs are serialized on a thread of their own with vLLM's msgpack encoder, as
-its output thread does. At each forward time, from none to well over the host chain: the step's
-wall time and the engine thread's own parts (schedule, update_from_output, the wait for the
-device). ``non_overlap`` = step - max(forward, the host chain measured with no forward): what
-neither side hides.
-
 More: docs/reference.md, ``labkit.vllm.census.bench_vllm_overlap``.
 """
 
@@ -41,9 +30,7 @@ ARMS = ("baseline", "pr40143")
 
 
 def reading(step_ms: float, forward_ms: float, host_ms: float) -> dict:
-    """One point read against the chain alone (``host_ms``: the step with no forward): which side
-    sets the step and what is left over beyond ``max(forward, host)`` (the async regime) or
-    ``forward + host`` (sync)."""
+    """One point read against the chain alone (``host_ms``): which side sets the step and what is left over."""
     bound = "device" if forward_ms >= host_ms else "host"
     return {"bound": bound, "non_overlap_ms": step_ms - max(forward_ms, host_ms),
             "serial_excess_ms": step_ms - (forward_ms + host_ms)}

@@ -87,11 +87,8 @@ _RANGE_KWARGS = (
 
 
 def check_patch(cases: int = 300, seed: int = 0) -> int:
-    """Compare installed and patched ``compute_mm_prefix_ranges`` on random inputs.
+    """Compare installed and patched ``compute_mm_prefix_ranges`` on random inputs (value and type); returns the cases.
 
-    Each case builds features twice (fresh objects per side), calls the function twice
-    on the patched side (cold, then cached) and requires results equal in value and
-    type (dict of lists of ``(int, int)`` tuples). Returns the number of cases;
     ``AssertionError`` names the first mismatch.
     """
     placeholder, _, compute = vllm_objects()
@@ -116,11 +113,7 @@ def _typed(ranges: dict) -> list:
 
 
 def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7) -> dict:
-    """Host time of one ``compute_mm_prefix_ranges`` call over ``num_requests`` x ``images``.
-
-    ``patched=True`` times the steady state (runs cached by a first call, as from the
-    second step of a request on); the cold first call is reported as ``cold_ns``.
-    """
+    """Host time of one ``compute_mm_prefix_ranges`` call over ``num_requests`` x ``images`` (patched: steady state)."""
     from labkit.timing import auto_number, time_host
 
     placeholder, _, compute = vllm_objects()
@@ -149,10 +142,7 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
 
 
 def profile_step(num_requests: int = 128, images: int = 32, *, top: int = 12, patched: bool = False) -> list[dict]:
-    """cProfile of one ``compute_mm_prefix_ranges`` call: the ``top`` functions by own time.
-
-    Rows: ``function``, ``ncalls``, ``tottime_us``, ``cumtime_us`` (profiler overhead included).
-    """
+    """cProfile of one ``compute_mm_prefix_ranges`` call: the ``top`` functions by own time (us)."""
     placeholder, _, compute = vllm_objects()
     ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
     with ctx:
@@ -207,9 +197,7 @@ def side_by_side(rows: Sequence[dict]) -> list[dict]:
 
 
 def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
-    """:func:`side_by_side`'s records with the share of a step the GPU would idle beside a
-    ``device_step_ms`` device step, installed and patched (perfect-overlap bound, :func:`expected_effect`):
-    ``installed_idle_frac``, ``patched_idle_frac``."""
+    """:func:`side_by_side`'s records with the share of a ``device_step_ms`` step the GPU would idle, both sides."""
     out = []
     for rec in side_by_side(rows):
         if "speedup" in rec:
@@ -228,10 +216,10 @@ def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
 
 
 def expected_effect(host_installed_ms: float, host_patched_ms: float, device_step_ms: float) -> dict:
-    """What the GPU would see per decode step when the range build sits on the step's host path,
-    under the one step model (:mod:`labkit.step_model`): ``overlapped`` (async scheduling) and
-    ``serial`` (sync). Returns ``step_ms_*`` for both variants and regimes, ``gpu_idle_fraction_*``
-    (share of the step the GPU waits) and ``speedup_*`` (installed step / patched step)."""
+    """Step time, GPU idle share and speedup per decode step with the range build on the host path (ms).
+
+    Under the one step model (:mod:`labkit.step_model`): ``overlapped`` (async) and ``serial`` (sync).
+    """
     from labkit.step_model import both_regimes
 
     if min(host_installed_ms, host_patched_ms) < 0 or device_step_ms <= 0:
@@ -248,9 +236,7 @@ def expected_effect(host_installed_ms: float, host_patched_ms: float, device_ste
 
 
 def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
-    """The device step the GPU bounds assume, and where it comes from: Gemma-4-E4B's full-batch decode
-    step at #40143's shape on ``gpu``, from the lab's roofline (the step whose peak the lab checks
-    against the published one, notebook 08)."""
+    """The device step (ms) the GPU bounds assume, and its source: the lab's roofline at #40143's shape on ``gpu``."""
     from labkit.gpu.device_model import full_batch_device_ns
     from labkit.vllm.serving import get_workload, prompt_layout
 
@@ -260,11 +246,7 @@ def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
 
 
 def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
-    """Per machine, the recorded host time of one range build at ``num_requests`` x ``images``.
-
-    Rows: ``machine``, ``what`` (``vllm installed`` from ``vllm_prefix_ranges``, or the lab's
-    ``v033`` builder from ``ranges_step``, the same algorithm), ``median_ms``, ``source``.
-    """
+    """Per machine, the recorded host time (ms) of one range build at ``num_requests`` x ``images``."""
     out = []
     for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root)):
         if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:

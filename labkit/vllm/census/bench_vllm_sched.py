@@ -1,10 +1,6 @@
 """``labkit bench vllm-sched``: the census of vLLM's real scheduler step (result ``vllm_sched``).
 
-Runs in the vLLM environment of ``make test-vllm`` on the CPU (no network, no weights): for
-each grid point (requests x images per request) it times ``schedule()`` and
-``update_from_output()`` per decode step for a text-only batch, the installed vLLM and the
-early-return patch (:mod:`labkit.vllm.census.sched_census`), interleaved, and saves the rows as
-``vllm_sched`` (``measured-cpu``, with the vLLM version and size).
+More: docs/reference.md, ``labkit.vllm.census.sched_census``.
 """
 
 from __future__ import annotations
@@ -45,13 +41,9 @@ def sweep(grid: dict, model_dir) -> list[dict]:
 
 
 def summary(rows, device_step_ms: float | None = None) -> list[dict]:
-    """One record per (machine, requests, images) from recorded ``vllm_sched`` rows (``schedule`` phase).
+    """One record per (machine, requests, images) from recorded ``vllm_sched`` rows (``schedule`` phase, ms).
 
-    Columns: ``text_ms``, ``installed_ms``, ``early_return_ms`` (median ``schedule()`` per decode
-    step), ``mm_overhead_ms`` / ``mm_overhead_patched_ms`` (over the text-only batch) and
-    ``overhead_cut``. With ``device_step_ms``, also the step under the two bubble bounds of
-    :func:`labkit.vllm.census.bench_vllm_prefix_ranges.expected_effect` (``step_ms_{installed,patched}_{overlapped,serial}``):
-    a device-bound step hides the saving when scheduling overlaps the GPU, a serial one keeps it.
+    With ``device_step_ms``, also the step under the two bounds of ``expected_effect``.
     """
     from labkit.vllm.census.bench_vllm_prefix_ranges import expected_effect
 

@@ -1,12 +1,5 @@
-"""Workload and patch for the next bubble: Gemma-style image features and cached embedding runs.
-
-:func:`make_features` builds per-request feature lists like the model runner holds them
-(any placeholder class: vLLM's ``PlaceholderRange`` or the lab's variants).
-:func:`cached_embeds_ranges` applies, in-process, the change in
-``patches/vllm-0.33.0-cache-embeds-ranges.diff``: a placeholder computes its embedding
-runs once (a ``cached_property`` holding a tuple) and ``extract_embeds_range()`` returns
-a fresh list built from it. Needs only torch; :mod:`labkit.vllm.census.bench_vllm_prefix_ranges` measures it
-against the installed vLLM.
+"""Workload and patch for the next bubble: Gemma-style image features and cached embedding runs
+(``patches/vllm-0.33.0-cache-embeds-ranges.diff``, applied in-process).
 """
 
 from __future__ import annotations
@@ -60,13 +53,7 @@ def make_features(
     placeholder_len: int = GEMMA_PLACEHOLDER_LEN,
     text_between: int = 16,
 ) -> list[list[object]]:
-    """``num_requests`` lists of ``images`` image features each (Gemma-style masks).
-
-    Placeholders sit ``text_between`` text tokens apart; every request has its own
-    placeholder objects (as in vLLM, where each request's features are deserialized
-    separately). ``feature_factory(modality=, identifier=, mm_position=)`` builds a
-    feature (default :class:`SimpleFeature`).
-    """
+    """``num_requests`` lists of ``images`` Gemma-style image features each, every request with its own objects."""
     if num_requests < 0 or images < 0:
         raise UsageError("requests and images must be >= 0")
     factory = feature_factory or SimpleFeature
@@ -132,13 +119,9 @@ def make_random_features(
 
 
 def cached_embeds_ranges(cls: type) -> Callable[[], None]:
-    """Make ``cls.extract_embeds_range()`` compute its runs once per instance.
+    """Make ``cls.extract_embeds_range()`` compute its runs once per instance; returns a function that restores it.
 
-    The original method's result is stored as a tuple in a ``cached_property``
-    (:data:`CACHE_ATTR`); each call returns a new list of the same tuples, so callers may
-    mutate what they get. Returns a function that restores the class. ``cls`` must allow
-    instance ``__dict__`` writes (vLLM's frozen dataclass does: ``cached_property``
-    writes ``__dict__`` directly).
+    Each call returns a new list of the cached tuples, so callers may mutate what they get.
     """
     original = cls.__dict__.get("extract_embeds_range")
     if original is None:

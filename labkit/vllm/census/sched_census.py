@@ -82,9 +82,7 @@ def early_return_patch() -> Iterator[None]:
 
 def _budget_class(max_item_tokens: int, budget: int = 0):
     class _Budget:
-        """Stand-in for vLLM's ``MultiModalBudget``: the numbers the scheduler reads (``budget``,
-        where given, is the encoder's: the largest item of any modality the model takes, when
-        above the batched tokens)."""
+        """Stand-in for vLLM's ``MultiModalBudget``: the numbers the scheduler reads."""
 
         def __init__(self, vllm_config, mm_registry, **_kw) -> None:
             n = max(vllm_config.scheduler_config.max_num_batched_tokens, max_item_tokens, budget)
@@ -106,10 +104,7 @@ def write_model_config(folder: str | os.PathLike) -> Path:
 def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                    max_model_len: int = 32768, num_blocks: int = 200_000, block_size: int = 16,
                    enable_prefix_caching: bool = False, max_item_tokens: int = PLACEHOLDER_LEN):
-    """vLLM's real ``Scheduler`` for the generated model config, on the CPU: async scheduling off
-    (each step is planned after the previous one's output is processed), prefix caching off
-    unless asked for. The encoder compute budget and cache hold
-    ``max(max_num_batched_tokens, max_item_tokens)`` embeddings, as vLLM sizes them."""
+    """vLLM's real ``Scheduler`` for the generated config, on the CPU (no async scheduling, no prefix caching)."""
     import torch
     import vllm.v1.core.sched.scheduler as vsched
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -137,9 +132,7 @@ def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int 
 
 
 def vllm_requests(count: int, prompt_len: int, spans=(), *, max_tokens: int, prefix: str = "r") -> list:
-    """Real vLLM ``Request`` objects, ids ``<prefix><index>``: ``prompt_len`` tokens, an image at each
-    ``(offset, length, is_embed)`` of ``spans`` (as a ``MultiModalFeatureSpec`` with its
-    ``PlaceholderRange``), ``max_tokens`` output tokens with ``ignore_eos``."""
+    """Real vLLM ``Request`` objects, ids ``<prefix><index>``, an image at each ``(offset, length, is_embed)``."""
     import torch
     from vllm import SamplingParams
     from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
@@ -204,9 +197,7 @@ class SchedulerRun:
 
 
 def _sizes(num_requests: int, images: int, decode_steps: int, budget: int = 8192) -> tuple[int, int, int]:
-    """(prompt tokens, KV blocks, max model length) so that no request is ever preempted or
-    stopped: early requests decode while later ones prefill (about one step per ``budget``
-    tokens of prompt, plus one per request), then ``decode_steps`` more."""
+    """(prompt tokens, KV blocks, max model length) so that no request is ever preempted or stopped."""
     prompt = TEXT_BETWEEN + images * (PLACEHOLDER_LEN + TEXT_BETWEEN)
     max_len = prompt + num_requests * prompt // budget + 2 * num_requests + decode_steps + 64
     return prompt, num_requests * -(-max_len // 16) + 64, max(max_len, 8192)
@@ -222,13 +213,7 @@ def _quantiles(values: list[int]) -> dict:
 
 
 def measure_point(model_dir, num_requests: int, images: int, *, steps: int = 30, warmup: int = 3) -> list[dict]:
-    """Per variant, ``schedule()`` and ``update_from_output()`` per decode step at one grid point.
-
-    The three schedulers are brought to steady decode first; timed steps then alternate
-    between the variants (the patch is applied around the ``early_return`` steps only).
-    Rows: ``variant``, ``num_requests``, ``images``, ``phase`` (``schedule`` or ``update``)
-    and quantiles in ns; ``schedule`` rows also carry ``overhead_vs_text_ns``.
-    """
+    """Per variant, ``schedule()`` and ``update_from_output()`` per decode step at one grid point (ns)."""
     import gc
 
     prompt, blocks, max_len = _sizes(num_requests, images, warmup + steps)

@@ -1,10 +1,5 @@
 """The census of vLLM's whole engine step: host time per phase, per variant, at #40143's steady state.
 
-One in-process engine (:mod:`labkit.vllm.conformance.engine`) serves a Gemma 4 model made by
-``labkit vllm make-model`` (Gemma 4's real placeholders: 262 tokens, 260 embeddings, for
-#40143's 1024 x 1536 images or 64 x 96 ones of the same aspect). For each grid point
-(requests x images per request), :func:`measure_point`.
-
 More: docs/reference.md, ``labkit.vllm.census.step_census``.
 """
 
@@ -91,11 +86,7 @@ def build_census_engine(model_dir, run_dir, plan: CensusPlan, *, profile_dir):
 
 
 def drop_encoded_inputs(scheduler) -> int:
-    """Drop the processed pixels of every running request whose prompt is computed; returns how many items.
-
-    In decode nothing reads them (the encoder ran, its output is in the KV cache); vLLM keeps
-    them for the request's life. A feature whose ``data`` is None is what vLLM itself sends
-    for a processor-cached item."""
+    """Drop the processed pixels of every running request whose prompt is computed; returns how many items."""
     n = 0
     for req in scheduler.running:
         if req.num_computed_tokens < req.num_prompt_tokens:
@@ -112,18 +103,11 @@ _UNSET = object()
 
 @contextlib.contextmanager
 def forward_off_host(runner, token: int):
-    """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
+    """Inside the block, the runner's forward, the logits and the sampler do no work (views of buffers made once).
 
-    ``runner`` is vLLM's model runner (``_model_forward``, ``model.compute_logits``, ``sampler``):
-    the forward returns rows of one zero buffer made here (``max_num_batched_tokens`` x the
-    hidden size), the logits a zero column per sampled row, the sampler ``token`` for every
-    request (a token the model sampled before; the census's requests ignore EOS), all views of
-    buffers made once, so nothing runs that touches the KV cache, the weights or a
-    vocabulary-sized array. Everything else of the step (scheduling, the runner's input
-    preparation and bookkeeping, ``update_from_output``, output processing and detokenization)
-    runs as vLLM runs it. The KV cache is not written in the block: the steps after it read
-    stale entries for those positions, which changes no host cost. Only greedy requests without
-    logprobs (``RuntimeError`` otherwise)."""
+    Everything else of the step runs as vLLM runs it. Greedy requests without logprobs only
+    (``RuntimeError`` otherwise).
+    """
     import torch
     from vllm.v1.outputs import SamplerOutput
 
@@ -223,18 +207,7 @@ def _block(run: _PointRun, variant: str, steps: int, *, profile: Callable | None
 
 
 def _derived(phases_ns: dict) -> dict:
-    """Wrapper ns per phase -> us per phase with the top-level ones (same rules as the trace table).
-
-    ``prepare_inputs`` is the runner's input-preparation span (``input_prep``,
-    :data:`labkit.vllm.census.step_timers.SPAN_PHASES`) less the encoder, which runs inside it (in
-    ``_preprocess``); ``forward`` is ``model_forward`` + ``logits``, both after the span. Every
-    top-level phase is thus a measured call (or a measured call less one measured inside it), the
-    calls disjoint and inside the step, so their sum is at most ``step``; ``other`` is what is
-    left: the engine core's, executor's and worker's glue and the runner's own code outside its
-    input preparation and forward (``set_forward_context``, the hidden states' indexing). Before
-    the span was timed, ``prepare_inputs`` was ``execute_model`` less the forward and the encoder,
-    clipped at 0: the same input preparation plus that runner and executor glue, a remainder in
-    which a phase counted twice would have vanished."""
+    """Wrapper ns per phase -> us per phase with the top-level ones (same rules as the trace table)."""
     us = {k: v / 1e3 for k, v in phases_ns.items()}
     g = us.get
     forward = g("model_forward", 0.0) + g("logits", 0.0)
@@ -316,9 +289,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
 
 
 def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
-    """The engine's scheduler driven alone at the point (:data:`ALONE_MODES`), with vllm-sched's stand-in
-    for the baseline, pr40143 and merged variants stepped in the same rounds as its back-to-back mode
-    (the serving simulator's scheduler is that stand-in's kind: the two compare within one run)."""
+    """The engine's scheduler driven alone at the point, vllm-sched's stand-in stepped in the same rounds."""
     from labkit.vllm.census.step_checks import engine_scheduler_alone, stand_in_scheduler, sweep_bytes
 
     pair = tuple(v for v in plan.variants if v in STAND_IN_VARIANTS)
@@ -338,12 +309,7 @@ def _runner(llm):
 
 
 def _named(wrapper) -> dict:
-    """``phase_sum_us`` (median over the steps of the top-level phases' sum), ``named_share`` (median of
-    that sum's share of each step) and ``named_share_max`` (its largest share of any one step), from the
-    wrapper timers' per-step phases (us), and ``named_phases``: the phases summed. The phases are
-    disjoint timed calls inside the step, so no step's share can exceed 1
-    (:func:`labkit.vllm.census.step_checks.census_checks` holds the largest to it, and the phases summed to
-    its own list of the step's top-level calls)."""
+    """``phase_sum_us``, ``named_share``, ``named_share_max`` and ``named_phases`` from the wrapper timers."""
     sums = [sum(w.get(p, 0.0) for p in TOP) for w in wrapper]
     shares = [s / w["step"] for s, w in zip(sums, wrapper) if w["step"]]
     return {"phase_sum_us": float(statistics.median(sums)), "named_share": float(statistics.median(shares)),

@@ -1,10 +1,5 @@
 """Wrapper timers on vLLM's engine step: host time of each phase, per step, without the profiler.
 
-:class:`PhaseTimers` wraps the methods that make the phases of
-:mod:`labkit.trace.analysis.host.engine_steps` on a live in-process engine (``vllm.LLM`` with
-``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with ``perf_counter_ns`` and keeps one record per
-``LLMEngine.step()`` call, under the trace table's phase names, so the two compare one for one.
-
 More: docs/reference.md, ``labkit.vllm.census.step_timers``.
 """
 
@@ -69,10 +64,7 @@ class StepRecord:
 
 
 class PhaseTimers:
-    """Context manager: while inside, every ``LLMEngine.step()`` of ``llm`` appends a :class:`StepRecord`.
-
-    ``parts``: the objects to wrap (default :func:`engine_parts` of ``llm``); ``phases`` /
-    ``spans``: what to wrap (:data:`TIMED_PHASES` / :data:`SPAN_PHASES`); ``clock``: ns."""
+    """Context manager: while inside, every ``LLMEngine.step()`` of ``llm`` appends a :class:`StepRecord`."""
 
     def __init__(self, llm=None, phases=TIMED_PHASES, clock=clock_ns, parts: dict | None = None,
                  spans=SPAN_PHASES) -> None:

@@ -24,9 +24,7 @@ def _engine_step_ms(path) -> float | None:
 
 
 def check_whatif(baseline, merged, *, change: str = DEFAULT_CHANGE, tolerance: float = TOLERANCE) -> dict:
-    """The check of the module text: ``passed``, ``predicted_step_ms``, ``merged_step_ms``, ``error``,
-    the replay's self-check, and each trace's whole engine step (LLMEngine.step frames) for reference;
-    ``whatif_error`` (and ``passed: False``) where ``labkit whatif`` could not answer."""
+    """Whether ``labkit whatif`` on the baseline's trace predicts the merged step within ``tolerance``."""
     from labkit.trace.whatif.predict import parse_changes, predict
 
     for p in (baseline, merged):

@@ -1,7 +1,5 @@
 """The in-process check on vLLM's real engine: ``labkit vllm check`` and ``make test-vllm-cpu``.
 
-On one engine built from a made model (:mod:`labkit.vllm.conformance.engine`), for each A/B variant.
-
 More: docs/reference.md, ``labkit.vllm.conformance.check``.
 """
 

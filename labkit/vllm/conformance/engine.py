@@ -1,8 +1,5 @@
 """vLLM's real V1 engine in this process, with the lab's A/B variants applied: build, drive, count, profile.
 
-The driver every in-process vLLM measurement of the lab goes through (the real-engine check of
-``make test-vllm-cpu``, ``labkit vllm check``, and the step census that builds on it).
-
 More: docs/reference.md, ``labkit.vllm.conformance.engine``.
 """
 
@@ -67,10 +64,7 @@ class Shape:
 
 
 def apply_engine_env(run_dir: str | Path) -> dict[str, str]:
-    """Set :data:`ENGINE_ENV` and ``VLLM_CACHE_ROOT=<run_dir>/vllm-cache`` in ``os.environ``; returns what was set.
-
-    Call it before vLLM is imported: several of these are read at import.
-    """
+    """Set :data:`ENGINE_ENV` and ``VLLM_CACHE_ROOT`` in ``os.environ`` (before vLLM is imported); returns them."""
     env = dict(ENGINE_ENV, VLLM_CACHE_ROOT=str(Path(run_dir).resolve() / "vllm-cache"))
     os.environ.update(env)
     return env
@@ -81,10 +75,6 @@ def build_engine(model_dir: str | Path, run_dir: str | Path, *, images_per_promp
                  kv_cache_gib: int | None = None, **overrides):
     """A ``vllm.LLM`` for the made model at ``model_dir``, its caches and traces under ``run_dir``.
 
-    ``images_per_prompt`` sets ``limit_mm_per_prompt``; ``profile_dir`` configures vLLM's torch
-    profiler (``profiler_config``; traces are written by :func:`profile_run`); ``weight_seed``
-    re-draws the dummy weights (:func:`randomize_weights`; None keeps vLLM's near-zero ones);
-    ``kv_cache_gib`` replaces :data:`ENGINE_ENV`'s KV-cache size.
     Other keyword arguments override :data:`ENGINE_DEFAULTS`.
     """
     from labkit.vllm.conformance.models import model_arch
@@ -119,23 +109,12 @@ def _redraw(model, seed: int, std: float) -> int:
 
 
 def randomize_weights(llm, seed: int = 1, std: float = 0.05) -> int:
-    """Re-draw every floating-point parameter from N(0, std) with a fixed seed; returns how many.
-
-    vLLM's dummy weights are uniform in +-1e-3, so every request decodes to the same tokens
-    whatever its images; with these the tokens depend on the inputs, and a variant that
-    changed what the model sees would change them. Deterministic for a given model and seed.
-    """
+    """Re-draw every floating-point parameter from N(0, std) with a fixed seed; returns how many."""
     return sum(llm.apply_model(lambda model: _redraw(model, seed, std)))
 
 
 def make_requests(model_dir: str | Path, shape: Shape, *, seed: int = 0, pixels: str = "solid") -> list[dict]:
-    """``shape.requests`` prompts for ``vllm.LLM.generate``, each with ``shape.images`` different images.
-
-    ``pixels="solid"``: each image one colour, drawn per image (distinct content hashes; the
-    tiny random-weight models' tokens depend on them, which uniform noise, averaged by the
-    vision tower, hardly does); ``"random"``: uniform random RGB, as ``vllm bench serve``'s
-    random-mm dataset draws them.
-    """
+    """``shape.requests`` prompts for ``vllm.LLM.generate``, each with ``shape.images`` different images."""
     import numpy as np
     from PIL import Image
 
@@ -194,11 +173,9 @@ class StepCount:
 
 @dataclass
 class ScheduleCounter:
-    """Counts ``get_num_embeds`` calls made inside each ``Scheduler.schedule()`` (a context manager).
+    """Counts ``get_num_embeds`` calls inside each ``Scheduler.schedule()``; enter after a variant is applied.
 
-    Wraps the *current* definitions (so enter it after a variant is applied and leave it
-    before the variant is undone); adds a Python call per wrapped call, so never time a run
-    inside it.
+    It adds a Python call per wrapped call, so never time a run inside it.
     """
 
     steps: list[StepCount] = field(default_factory=list)
@@ -260,11 +237,7 @@ class ScheduleCounter:
 
 def profile_run(llm, requests: Sequence[dict], output_len: int, profile_dir: str | Path, dest: str | Path,
                 *, prefix: str) -> list[Path]:
-    """Run ``requests`` under vLLM's torch profiler; move the traces it writes into ``dest``; returns them.
-
-    The engine must have been built with ``profile_dir`` (:func:`build_engine`). Traces are
-    named by vLLM (``<prefix>...pt.trace.json.gz``).
-    """
+    """Run ``requests`` under vLLM's torch profiler; move the traces it writes into ``dest``; returns them."""
     profile_dir, dest = Path(profile_dir), Path(dest)
     before = set(profile_dir.rglob("*")) if profile_dir.exists() else set()
     llm.start_profile(profile_prefix=prefix)
@@ -318,12 +291,7 @@ class VariantRun:
 def run_variants(llm, requests: Sequence[dict], shape: Shape, variants: Sequence[str], *,
                  profile: tuple[Path, Path] | None = None, profile_requests: Sequence[dict] | None = None,
                  ) -> Iterator[VariantRun]:
-    """For each variant, on the live engine: a timed run, a counted run and optionally a profiled run.
-
-    Yields :class:`VariantRun` (tokens of the timed run; steps of the counted run, whose tokens
-    must equal them, else ``RuntimeError``). ``profile=(profile_dir, dest)`` also writes one
-    trace per variant under ``dest/<variant>/`` from ``profile_requests`` (default: ``requests``).
-    """
+    """For each variant, on the live engine: a timed run, a counted run (same tokens) and optionally a profiled run."""
     from labkit.vllm.ab import patched_vllm
 
     for name in variants:

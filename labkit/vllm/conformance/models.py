@@ -1,10 +1,5 @@
 """Tiny multimodal model folders that vLLM loads with dummy weights: ``labkit vllm make-model``.
 
-vLLM's engine needs a model folder (a ``transformers`` config, a tokenizer, the processor's
-configuration); with ``load_format="dummy"`` nothing is downloaded. :func:`make_model` writes
-such a folder for an architecture of :data:`ARCHS`, with tiny layer sizes but the real model's
-**image placeholder rules** (the #40143 code path).
-
 More: docs/reference.md, ``labkit.vllm.conformance.models``.
 """
 
@@ -91,11 +86,7 @@ def _gemma4_layout(width: int, height: int) -> PlaceholderLayout:
 
 
 def placeholder_layout(arch: str, width: int, height: int) -> PlaceholderLayout:
-    """The placeholder an image of ``width x height`` pixels gets in a model made for ``arch``.
-
-    Computed from the architecture's rules (see the module text), without vLLM; the tests
-    compare it, and vLLM's own placeholders, with hand-worked counts.
-    """
+    """The placeholder an image of ``width x height`` pixels gets in a model made for ``arch`` (without vLLM)."""
     if arch not in ARCHS:
         raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
     if width < 1 or height < 1:
@@ -223,14 +214,10 @@ def _write_gemma4(out: Path, causal_text: bool = False, vocab_size: int | None =
 
 def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: bool = False,
                vocab_size: int | None = None) -> Path:
-    """Write a tiny model folder for ``arch`` at ``out``; returns the folder.
+    """Write a tiny model folder for ``arch`` at ``out`` (whole or not at all); returns the folder.
 
-    An existing non-empty folder is an error unless it is a folder this function made
-    (``force`` replaces it). The folder is written next to ``out`` and moved into place
-    once complete, so a failure leaves nothing half-written. ``causal_text`` (``gemma4``
-    only) leaves out the text config's ``use_bidirectional_attention="vision"``, as
-    Gemma-4-E4B's config does (#40143's benchmark model): vLLM then does not treat the model
-    as an mm-prefix one and builds no per-step image ranges.
+    ``causal_text`` (``gemma4`` only) leaves out ``use_bidirectional_attention="vision"``, as
+    Gemma-4-E4B's config does: vLLM then builds no per-step image ranges.
     """
     if arch not in ARCHS:
         raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")

@@ -1,9 +1,5 @@
 """Input processing of #40143's images, measured: ``labkit bench vllm-input`` (result ``vllm_input``).
 
-Before a request reaches the scheduler, vLLM's frontend turns each image into model inputs. For
-#40143's benchmark shape (128 requests x 32 images of 1024 x 1536, sent by ``vllm bench serve``'s
-random-mm dataset as base64 JPEG), on this CPU, per image.
-
 More: docs/reference.md, ``labkit.vllm.processor.bench_vllm_input``.
 """
 
@@ -183,9 +179,7 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
 
 
 def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
-    """Every row of the module text for a made model of either architecture (``spec``: images per
-    request, requests, repeats; images ``width x height`` px); and what the rows were measured with
-    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.conformance.engine.vllm_build`)."""
+    """Every row for a made model of either architecture, and what the rows were measured with."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
     stages, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64,

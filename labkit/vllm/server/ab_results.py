@@ -35,11 +35,7 @@ _LATENCIES = [f"{stat}_{metric}" for metric in ("ttft", "tpot", "itl", "e2el") f
 
 def bench_row(bench: dict, *, variant: str, images: int | None = None, model: str | None = None,
               repeat: int | None = None, order: int | None = None) -> dict:
-    """One flat results row from a ``vllm bench serve`` JSON object.
-
-    Latencies (``*_ms`` in the bench file) become ``*_us``; throughputs keep vLLM's units
-    (tokens or requests per second); list-valued per-request fields are dropped.
-    """
+    """One flat results row from a ``vllm bench serve`` JSON object (``*_ms`` become ``*_us``)."""
     if not isinstance(bench, dict):
         raise UsageError("the bench file does not hold a JSON object")
     missing = [k for k in REQUIRED_BENCH_KEYS if k not in bench]
@@ -134,18 +130,10 @@ def ingest(
     server_log: str | Path | None = None,
     timers: str | Path | None = None,
 ) -> Path:
-    """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
+    """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``; returns its path.
 
-    ``device="cpu"``: a run of vLLM's CPU build on this machine (source ``measured-cpu``; the
-    params say the CPU attention path has no prefix ranges). ``repeat`` / ``order``: which
-    repeat this was and its place in the alternating order. ``shape``: image size, input and
-    output lengths, filed in the params. Rows from earlier ingests on the same machine are
-    kept, except one with the same variant, model, prompts, images and repeat, which this one
-    replaces; rows of another shape or vLLM build are dropped (one result, one run). Traces
-    (``*.pt.trace.json.gz`` / ``*.pt.trace.json``) are copied to
-    ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. ``server_log``: the server's log of
-    a ``--timeline`` run: its requests and steps are filed under ``vllm_serve_timeline`` instead
-    (:mod:`labkit.vllm.server.timeline`), ``vllm_ab`` left as it is. Returns the result path.
+    A row with the same variant, model, prompts, images and repeat is replaced; rows of another
+    shape or vLLM build are dropped. With ``server_log`` the run goes to ``vllm_serve_timeline``.
     """
     path = Path(bench_json)
     try:
@@ -213,9 +201,7 @@ SUMMARY_METRICS = ("duration_s", "request_throughput_req_s", "output_throughput_
 
 
 def variant_summary(rows: list[dict]):
-    """One row per variant over its repeats: ``repeats``, and per metric the median, ``_min`` and
-    ``_max`` and ``_spread`` (max - min); plus ``tpot_above_merged_all`` where both have repeats
-    (True when every repeat's mean TPOT of the variant exceeds every one of ``merged``'s)."""
+    """One row per variant over its repeats: per metric the median, ``_min``, ``_max`` and ``_spread``."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
@@ -238,10 +224,7 @@ def variant_summary(rows: list[dict]):
 
 
 def ab_table(rows: list[dict], baseline: str = "baseline"):
-    """DataFrame of A/B rows with ratios to ``baseline`` (same model, prompts and images).
-
-    Adds ``output_throughput_ratio`` (variant / baseline) and ``mean_tpot_ratio``.
-    """
+    """DataFrame of A/B rows with ``output_throughput_ratio`` and ``mean_tpot_ratio`` to ``baseline``."""
     import pandas as pd
 
     df = pd.DataFrame(rows)

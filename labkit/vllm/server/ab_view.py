@@ -1,10 +1,5 @@
 """The serving A/B inside vLLM's own server, beside the lab's own numbers: tables and a figure.
 
-Reads recorded ``vllm_ab`` results (``scripts/vllm_ab.sh``: ``measured-gpu`` on a GPU machine,
-``measured-cpu`` for vLLM's CPU build) and the lab's own decode-step measurement of the same
-code path (``mm_decode_step``: the scheduler's placeholder loop at 128 requests x 32 images,
-tensor vs list cumsum, host time). Every row says where its number came from.
-
 More: docs/reference.md, ``labkit.vllm.server.ab_view``.
 """
 
@@ -57,11 +52,7 @@ def summary_table(results=None, root=None):
 
 
 def lab_prediction(requests: int, images: int, root=None) -> dict | None:
-    """The lab's own host time per decode step that the pre-#40143 scheduler adds at this shape.
-
-    From the recorded ``mm_decode_step`` result (tensor+loop minus list+loop, 128 x 32, host
-    time), per image, times ``requests x images``. None when that result is not recorded.
-    """
+    """The lab's host time per decode step (from ``mm_decode_step``) that pre-#40143 adds at this shape."""
     for res in find_all(MM_DECODE_STEP, root=root):
         by = {r.get("combo"): r for r in res.rows}
         if "tensor+loop" in by and "list+loop" in by:

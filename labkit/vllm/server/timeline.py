@@ -1,11 +1,6 @@
 """vLLM's own server timed per request and per step: result ``vllm_serve_timeline``.
 
-Per request, from ``vllm bench serve --save-detailed``: when it was sent, its first token, every
-token's arrival (the ITLs) and its finish, in seconds from the run's first request. Per engine step,
-from ``vllm serve --enable-logging-iteration-details``: its prefill and decode requests and tokens,
-encoder inputs and the engine core's own elapsed time. The engine settings the server ran with are
-read from its log (vLLM's "non-default args" line). One row per request and per step (``kind``);
-rows of other arms, shapes and repeats are kept.
+More: docs/reference.md, ``labkit.vllm.server.timeline``.
 """
 
 from __future__ import annotations
@@ -32,9 +27,7 @@ RUN_KEYS = ("variant", "num_prompts", "images", "image_size", "output_len", "rep
 
 
 def request_rows(bench: dict) -> list[dict]:
-    """One row per completed request of a ``--save-detailed`` bench result: ``sent_s``, ``first_token_s``,
-    ``finish_s`` (from the run's first send), ``output_tokens`` and ``itl_ms`` (the gap before each
-    later chunk the client received, in order; a chunk may hold several tokens)."""
+    """One row per completed request of a ``--save-detailed`` bench result (seconds from the first send)."""
     missing = [k for k in ("start_times", "ttfts", "itls", "latencies") if not isinstance(bench.get(k), list)]
     if missing:
         raise UsageError(f"the bench file has no per-request {', '.join(missing)}: run `vllm bench serve` "
@@ -54,9 +47,7 @@ def request_rows(bench: dict) -> list[dict]:
 
 
 def step_rows(log_text: str) -> list[dict]:
-    """One row per engine step the server logged (``--enable-logging-iteration-details``), dummy steps
-    left out: ``iteration``, ``log_time`` (the log's HH:MM:SS), requests and tokens in prefill
-    (``ctx_*``) and decode (``gen_*``), ``encoder_inputs``, ``encoder_tokens`` and ``elapsed_ms``."""
+    """One row per engine step the server logged (``--enable-logging-iteration-details``), dummy steps left out."""
     rows = []
     for m in _ITERATION.finditer(log_text):
         if m["dummy"]:
@@ -80,11 +71,7 @@ def _jsonl(folder: Path, side: str) -> list[dict]:
 
 
 def intake_rows(folder: str | Path, t0: float) -> list[dict]:
-    """One row per request the API server's timers recorded (:mod:`labkit.vllm.server.timers`), in
-    seconds from ``t0`` (the run's first send, same clock): ``handler_s``; ``media_*`` (first
-    queued, first start, last end; ``media_busy_ms``: the pool's time on its images, summed);
-    ``processor_*`` (queued, start, end on the single-worker executor); ``handover_s``,
-    ``first_output_s``, ``finish_s``."""
+    """One row per request the API server's timers recorded, in seconds from ``t0`` (same clock)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"no timers folder {folder}: run the server with $LABKIT_SERVE_TIMERS set")
@@ -106,9 +93,7 @@ def intake_rows(folder: str | Path, t0: float) -> list[dict]:
 
 
 def step_clock(steps: list[dict], folder: str | Path, t0: float) -> None:
-    """Set each logged step's ``start_s`` (its ``schedule`` began) and ``end_s`` (its
-    ``update_from_output`` ended), seconds from ``t0``, and ``host_ms`` (the two calls' own time),
-    from the engine core's timers, matched in order (both count the steps that scheduled tokens)."""
+    """Set each logged step's ``start_s``, ``end_s`` and ``host_ms`` from the engine core's timers."""
     core = _jsonl(Path(folder), "core")
     if len(core) != len(steps):
         raise UsageError(f"the engine core's timers hold {len(core)} steps, its log {len(steps)}: not one run")

@@ -1,13 +1,6 @@
 """Timers the lab's vLLM plugin sets in vLLM's own server when ``$LABKIT_SERVE_TIMERS`` names a folder.
 
-In the API server, per request (one JSON line each as it finishes): the chat handler's start (its
-body read and validated), each image's wait for and time on the media pool, the multimodal
-processor's wait for and time on its single-worker executor, the handover to the engine core (the
-end of ``AsyncLLM.add_request``), the first output and the last. In the engine core, per step: the
-scheduler's ``schedule`` and ``update_from_output``, start and end, and the tokens scheduled. Every
-time is ``time.perf_counter()`` (the monotonic clock ``vllm bench serve`` stamps its sends with), so
-both sides and the client share one clock. vLLM runs as it does otherwise: the same executors, in
-the same order; only the calls are timed.
+More: docs/reference.md, ``labkit.vllm.server.timers``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Idle gaps ("bubbles") on device streams, why they happened, and what the host was doing meanwhile.
 
-``find_bubbles``: the gaps between a stream's merged busy intervals, each *host wait* (the op after it
-was launched after the stream drained), *kernel wait* (shorter than ``kernel_wait_us`` with the next
-op queued) or *other*; ``host_starvation`` ranks the launching thread's call sites by the host-wait
-idle they overlap; ``hta_idle_breakdown`` reproduces HTA's own idle breakdown exactly. The rules,
-and HTA's conventions: docs/trace-analyzer.md ("How labkit analyze works").
+The rules, and HTA's conventions: docs/trace-analyzer.md ("How labkit analyze works").
 """
 
 from __future__ import annotations
@@ -54,13 +50,7 @@ def _runtime_calls(trace: EventTables) -> pd.DataFrame:
 
 
 def device_ops(trace: EventTables) -> pd.DataFrame:
-    """Kernels, memcpys and memsets on device streams, joined to the runtime call that launched them.
-
-    Columns: ``row`` (index into ``trace.events``), ``device``, ``stream``, ``cat``, ``name``,
-    ``ts_us``, ``end_us``, ``dur_us``, ``correlation``, ``bytes``, and from the launching call
-    ``launch_ts_us``, ``launch_end_us`` (NaN where none is in the trace), ``launch_pid``,
-    ``launch_tid`` (-1 where none), ``launch_name``.
-    """
+    """Kernels, memcpys and memsets on device streams, joined to the runtime call that launched them (us)."""
     ev = trace.events
     m = cat_mask(ev["cat"], BUSY_CATS) & (ev["stream"].to_numpy() >= 0)
     d = ev[m]
@@ -109,10 +99,11 @@ def _assign_step(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gaps between ops sorted by start within contiguous groups (``same[i]``: op ``i`` is in
-    ``i - 1``'s group). Returns the indices of the ops that end a gap, each op's previous end
-    in its group (the running max, so overlaps close no gap; NaN at a group's start) and
-    ``ts - prev_end``, all in microseconds."""
+    """Gaps (us) between ops sorted by start within contiguous groups (``same[i]``: op ``i`` is in ``i - 1``'s group).
+
+    Returns the indices of the ops that end a gap, each op's previous end in its group (the
+    running max, so overlaps close no gap; NaN at a group's start) and ``ts - prev_end``.
+    """
     grp = np.cumsum(~same) - 1
     run_end = pd.Series(end).groupby(grp).cummax().to_numpy()
     prev_end = np.full(len(ts), np.nan)
@@ -123,13 +114,7 @@ def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.
 
 def find_bubbles(trace: EventTables, steps: pd.DataFrame, *, ops: pd.DataFrame | None = None,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US) -> pd.DataFrame:
-    """Every positive idle gap on every device stream (lab convention: overlaps clipped).
-
-    Columns: ``device``, ``stream``, ``start_us``, ``end_us``, ``dur_us``, ``category``
-    (host_wait / kernel_wait / other), ``prev_op``, ``next_op``, ``next_launch_us`` (start of
-    the runtime call that launched the op ending the gap; NaN if unknown), ``launch_pid``,
-    ``launch_tid``, ``step`` (of ``steps``, a ``detect_steps`` table, by the launch time; -1 if none).
-    """
+    """Every positive idle gap on every device stream (us; overlaps clipped), by category and launching step."""
     if kernel_wait_us < 0 or not math.isfinite(kernel_wait_us):
         raise ValueError(f"kernel_wait_us must be a finite number >= 0, got {kernel_wait_us}")
     ops = device_ops(trace) if ops is None else ops
@@ -166,11 +151,7 @@ def find_bubbles(trace: EventTables, steps: pd.DataFrame, *, ops: pd.DataFrame |
 
 
 def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
-    """Per-stream busy/idle totals (us) from ``device_ops`` and ``find_bubbles`` tables.
-
-    ``span_us`` runs from the stream's first op start to its last op end; ``idle_us`` is the
-    sum of its bubbles and equals ``idle_host_wait_us + idle_kernel_wait_us + idle_other_us``.
-    """
+    """Per-stream busy/idle totals (us); ``idle_us`` is the sum of the three idle categories."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in STREAM_COLUMNS})
     g = ops.groupby(["device", "stream"], sort=True)
@@ -189,13 +170,7 @@ def stream_idle(ops: pd.DataFrame, bubbles: pd.DataFrame) -> pd.DataFrame:
 
 
 def host_starvation(trace: EventTables, bubbles: pd.DataFrame, *, top: int | None = None) -> tuple[pd.DataFrame, pd.Series]:
-    """Call sites ranked by the host-wait idle time they overlap, and each bubble's top call site.
-
-    Returns ``(ranking, top_site)``: ``ranking`` has ``call_site``, the layer columns,
-    ``idle_overlap_us`` (device idle us during which the launching thread was inside that call
-    site), ``bubble_count`` and ``share`` (of all host-wait idle); ``top_site`` maps the
-    bubble's row label to the call site with the largest overlap.
-    """
+    """``(ranking, top_site)``: call sites by the host-wait idle (us) they overlap, and each bubble's top site."""
     hw = bubbles[(bubbles["category"] == "host_wait") & (bubbles["launch_tid"] >= 0)]
     empty = pd.DataFrame({c: [] for c in STARVATION_COLUMNS})
     if len(hw) == 0:
@@ -252,12 +227,7 @@ _HTA_SYNC_NAMES = ("Event Sync", "Context Sync")
 
 def hta_idle_breakdown(trace: EventTables, *, consecutive_kernel_delay: float = 30,
                        include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """Idle time per stream and category exactly as HTA's ``get_idle_time_breakdown`` counts it.
-
-    Returns ``stream``, ``idle_category`` (host_wait / kernel_wait / other), ``idle_time``
-    (us, signed gaps summed, rounded to 0.01 like HTA) for every stream with device work.
-    ``consecutive_kernel_delay`` is compared with microsecond gaps (docs/reference.md).
-    """
+    """Idle time (us) per stream and category exactly as HTA's ``get_idle_time_breakdown`` counts it."""
     ev = trace.events
     n = len(ev)
     cols = {"stream", "idle_category", "idle_time"}

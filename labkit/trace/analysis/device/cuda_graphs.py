@@ -1,9 +1,6 @@
 """CUDA-graph replays as units, and device idle that counts only real gaps.
 
-Every op a ``cudaGraphLaunch`` starts carries the launch's correlation id: ``graph_replays`` has one
-row per launch with its recorded ops, ``replay_index`` ties each op to its launch, ``device_gaps``
-finds the times no stream of a device runs anything (a gap an unrecorded replay filled is
-``unrecorded``, not idle) and ``device_idle`` sums them per device. Why: docs/trace-analyzer.md ("CUDA graphs").
+Why: docs/trace-analyzer.md ("CUDA graphs").
 """
 
 from __future__ import annotations
@@ -58,11 +55,7 @@ def replay_index(ops: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
 
 
 def graph_replays(trace: EventTables, ops: pd.DataFrame) -> pd.DataFrame:
-    """One row per graph launch with its recorded device ops (``REPLAY_COLUMNS``; times in us).
-
-    ``ops_count`` 0 (``recorded`` False) marks a launch whose ops are not in the trace.
-    ``busy_us`` is the union of its ops, ``gaps_us = span_us - busy_us`` the idle inside the
-    replay, ``launch_to_start_us`` from the host call's start to its first op's start."""
+    """One row per graph launch with its recorded device ops (``REPLAY_COLUMNS``; times in us)."""
     launches = graph_launches(trace)
     if len(launches) == 0:
         return pd.DataFrame({c: [] for c in REPLAY_COLUMNS})
@@ -113,13 +106,7 @@ def graph_replays(trace: EventTables, ops: pd.DataFrame) -> pd.DataFrame:
 
 def device_gaps(ops: pd.DataFrame, replays: pd.DataFrame | None = None, *,
                 kernel_wait_us: float = 30.0) -> pd.DataFrame:
-    """Idle gaps per device: times when no stream of the device runs an op (``GAP_COLUMNS``).
-
-    ``category``: ``host_wait`` (the op ending the gap was launched after the gap began: for
-    a graph op that is its replay's launch), ``kernel_wait`` (shorter than ``kernel_wait_us``
-    with the next op already queued), ``other``, or ``unrecorded`` (the first gap ending after
-    the launch of a replay with no recorded ops: its work ran there, unseen). ``replay``: the
-    replay of the op ending the gap (-1: not a graph op)."""
+    """Idle gaps per device: times when no stream of the device runs an op (``GAP_COLUMNS``, us)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in GAP_COLUMNS})
     o = ops.sort_values(["device", "ts_us"], kind="stable")
@@ -148,11 +135,7 @@ def device_gaps(ops: pd.DataFrame, replays: pd.DataFrame | None = None, *,
 
 
 def device_idle(ops: pd.DataFrame, gaps: pd.DataFrame, stream_idle_us: dict | None = None) -> pd.DataFrame:
-    """Per device: span, busy (union over streams), idle by category (``DEVICE_COLUMNS``, us).
-
-    ``idle_us`` counts only real gaps (every stream idle, and not the place of an unrecorded
-    replay: that time is ``unrecorded_us``). ``per_stream_idle_sum_us`` (from ``stream_idle_us``,
-    ``{device: sum of the per-stream idle}``) shows what summing stream idle would claim."""
+    """Per device: span, busy (union over streams), idle by category (``DEVICE_COLUMNS``, us)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in DEVICE_COLUMNS})
     g = ops.groupby("device", sort=True)

@@ -1,9 +1,6 @@
 """Host-to-device copies: pageable vs pinned, what they cost the host, and who issued them.
 
-Each ``gpu_memcpy`` is joined by correlation id to the runtime call that issued it; its host stall
-is that call plus a ``*Synchronize`` right after it, its call site the innermost layers around the
-call. A call site issuing at least ``min_count`` pageable copies of at most ``small_bytes`` in one
-step is flagged (the #38794 pattern). The rules: docs/trace-analyzer.md.
+The rules: docs/trace-analyzer.md.
 """
 
 from __future__ import annotations
@@ -31,11 +28,7 @@ COPY_COLUMNS = ["device", "stream", "direction", "kind", "bytes", "ts_us", "dur_
 
 
 def classify_copy(name: str) -> tuple[str, str]:
-    """``(direction, kind)`` from a Kineto memcpy name.
-
-    ``"Memcpy HtoD (Pageable -> Device)"`` -> ``("HtoD", "pageable")``; pinned sources give
-    ``"pinned"``, device-to-device ``"device"``; anything else ``"unknown"``.
-    """
+    """``(direction, kind)`` from a Kineto memcpy name, e.g. ``("HtoD", "pageable")``; else ``"unknown"``."""
     m = _MEMCPY.search(name)
     if not m:
         return "unknown", "unknown"

@@ -1,9 +1,6 @@
 """Call sites on a host thread: the innermost annotation, Python frame, CPU op and runtime call at each moment.
 
-A thread's events nest in time; ``sweep`` cuts the time of the events that touch some windows into
-segments labelled with the innermost event of each layer, so the cost follows the windows, not the
-trace. ``attribute_windows`` splits windows of time (host-wait bubbles, the time between steps of a
-host-only trace: ``between_step_call_sites``) by call site. See docs/trace-analyzer.md.
+See docs/trace-analyzer.md.
 """
 
 from __future__ import annotations
@@ -73,12 +70,7 @@ def overlaps_windows(starts, ends, win_s, win_e) -> np.ndarray:
 
 
 def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES)) -> Segments:
-    """Cut the time covered by nested events into segments labelled per layer.
-
-    ``starts``/``ends`` in us, ``layer_idx`` (int per event, index into ``LAYER_NAMES``), ``codes``
-    (int per event: its name in ``names``, -1 for none). Where events of one layer overlap without nesting,
-    the one that started last is innermost until it ends: a layer's label is its open event that started last.
-    """
+    """Cut the time covered by nested events (us) into segments labelled per layer (the last-started open event)."""
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
@@ -107,12 +99,7 @@ def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES
 
 
 def _last_open(sp: np.ndarray, ep: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each sweep position in ``at``: which event (index into ``sp``/``ep``, -1: none) of those with
-    boundaries at positions ``sp`` (start) and ``ep`` (end) is open after it and started last.
-
-    The answer changes only at these events' own boundaries: at a start it is that event; at the end of the
-    event on top (no later-started one still open: the next event to end later started after it ended)
-    the event before it in start order that ends later still, the one under it."""
+    """For each sweep position in ``at``: the event open after it that started last (index, -1: none)."""
     if len(sp) == 0:
         return np.full(len(at), -1, np.int32)
     o = np.argsort(sp, kind="stable").astype(np.int32)
@@ -175,10 +162,7 @@ def call_site_label(annotation: str, python_frame: str, cpu_op: str, runtime: st
 
 
 def overlap_by_segment(seg: Segments, win_s, win_e, win_id):
-    """Pairs (window id, segment index, overlap us) for windows overlapping segments.
-
-    ``win_*`` need not be disjoint; segments are disjoint and sorted.
-    """
+    """Pairs (window id, segment index, overlap us) for windows overlapping the disjoint, sorted segments."""
     if len(seg.start_us) == 0 or len(win_s) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     i0 = np.searchsorted(seg.end_us, win_s, side="right")
@@ -210,8 +194,9 @@ HOST_SITE_COLUMNS = ["call_site", *LAYER_NAMES, "host_us", "window_count", "shar
 
 def thread_events(trace: EventTables, pid: int, tid: int) -> pd.DataFrame:
     """The call-site layers' events of thread ``(pid, tid)``, computed once per loaded trace and thread.
-    Python frames recorded under another thread id (some exporters write them on pid/tid 0) are
-    borrowed when the thread has none of its own: those of its tid, else the only thread that has any."""
+
+    A thread without Python frames borrows those recorded under its tid, else the only thread with any.
+    """
     cache = trace.once("thread_events", dict)
     key = (int(pid), int(tid))
     if key not in cache:
@@ -231,9 +216,7 @@ def thread_events(trace: EventTables, pid: int, tid: int) -> pd.DataFrame:
 
 
 def attribute_windows(trace: EventTables, windows: pd.DataFrame) -> pd.DataFrame:
-    """Split host time inside windows (``id``, ``pid``, ``tid``, ``start_us``, ``end_us``) by innermost call
-    site on the window's thread: one row per (window, call site) with ``id``, ``LAYER_NAMES`` and
-    ``overlap_us``; time with no recorded host event is a row with every layer empty."""
+    """Split host time inside windows by innermost call site: one row per (window, call site), ``overlap_us``."""
     parts = []
     names = None  # every thread's segments name events by the codes of one events table
     for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
@@ -275,9 +258,7 @@ def label_call_sites(df: pd.DataFrame) -> np.ndarray:
 
 
 def between_step_call_sites(trace: EventTables, steps: pd.DataFrame, *, top: int | None = None) -> pd.DataFrame:
-    """A host-only trace's call sites ranked by the host time they took between steps (``HOST_SITE_COLUMNS``):
-    ``host_us`` inside the windows, ``window_count`` windows it appeared in, ``share`` of all between-step time.
-    ``steps``: a ``detect_steps`` table."""
+    """A host-only trace's call sites ranked by the host time (us) they took between steps."""
     windows = between_step_windows(steps)
     pairs = attribute_windows(trace, windows) if len(windows) else []
     if len(pairs) == 0:

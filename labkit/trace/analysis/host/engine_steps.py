@@ -1,9 +1,6 @@
 """vLLM's whole engine step, phase by phase, from the Python frames of its own profiler trace.
 
-``engine_steps`` finds the whole-step frames (``LLMEngine.step`` in-process, else ``EngineCore.step``);
-``engine_phase_table`` cuts each into the phases of ``ENGINE_PHASES``: the top-level ones
-(``TOP_PHASES``) with ``other`` add up to the step exactly. What each phase holds and how it is
-measured: docs/trace-analyzer.md ("vLLM's engine steps").
+The phases: docs/trace-analyzer.md ("vLLM's engine steps").
 """
 
 from __future__ import annotations
@@ -83,10 +80,7 @@ def _outermost(frames: pd.DataFrame) -> pd.DataFrame:
 
 
 def engine_steps(trace: EventTables) -> tuple[pd.DataFrame, str | None]:
-    """The engine's whole steps (``STEP_COLUMNS``, us) and which frame made them (None: no such frame).
-
-    Only steps wholly inside the trace count: a step frame cut by the profiler's start or stop
-    (a frame the profiler saw open or close only) would miss phases."""
+    """The engine's whole steps (``STEP_COLUMNS``, us; only those wholly inside the trace) and their frame."""
     for label, pattern in STEP_FRAMES:
         f = _frames(trace, pattern)
         if len(f):
@@ -121,10 +115,7 @@ def _union_inside(ts: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tupl
 
 
 def _input_prep_span(frames: dict, st) -> float:
-    """us of the runner's input preparation in step ``st`` (its process), clipped to the step: from the
-    start of the first ``input_prep`` frame (``synchronize_input_prep`` entered) to the end of the last
-    (the generator resumed as the block exits); where the trace has none, from the first
-    ``update_states`` frame's start to the last ``preprocess`` frame's end; 0 where those are missing."""
+    """us of the runner's input preparation in step ``st``, clipped to the step (0 where its frames are missing)."""
     def inside(name):
         pid, ts, end = frames[name]
         keep = (pid == st.pid) & (ts < st.end_us) & (end > st.start_us)
@@ -139,10 +130,7 @@ def _input_prep_span(frames: dict, st) -> float:
 
 
 def engine_phase_table(trace: EventTables, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per engine step: ``step``, ``start_us``, ``dur_us``, ``<phase>_us`` for every top-level
-    phase (:data:`TOP_PHASES`) and sub-phase (:data:`SUB_PHASES`), ``<phase>_count`` for the
-    measured phases (outermost frames), ``other_us`` (the step less its top-level phases) and
-    ``named_share`` (the top-level phases' share of the step). Empty without engine step frames."""
+    """One row per engine step: its phases (us), counts, ``other_us`` and ``named_share``."""
     if steps is None:
         steps, _ = engine_steps(trace)
     if len(steps) == 0:

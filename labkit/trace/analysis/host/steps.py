@@ -1,9 +1,6 @@
 """The one step finder: ``ProfilerStep#N``, else vLLM's own step markers, for analyze, whatif and the bubbles.
 
-``detect_steps`` (``EventTables``; ``labkit analyze``) and ``find_step_spans`` (the what-if's records)
-keep the outermost spans matching the first of their patterns that matches; ``step_phases``
-splits each step's host time by annotated phase; ``between_steps`` gives the host time from one
-step's end to the next one's start. The rules and their differences: docs/trace-analyzer.md ("Steps").
+The rules: docs/trace-analyzer.md ("Steps").
 """
 
 from __future__ import annotations
@@ -63,9 +60,7 @@ def top_level_spans(spans: pd.DataFrame) -> pd.DataFrame:
 
 
 def detect_steps(trace: EventTables, pattern: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """Steps of ``trace`` (``STEP_COLUMNS``, us) and how they were found: ``source`` (which marker, or
-    ``"pattern"``/None), ``pattern``, ``model_runner`` (``"v1"``/``"v2"`` where vLLM frames say so), ``note``.
-    ``pattern``: a regex over user annotations and CPU ops (None: ``AUTO_PATTERNS``)."""
+    """Steps of ``trace`` (``STEP_COLUMNS``, us) and how they were found (``pattern`` None: ``AUTO_PATTERNS``)."""
     ev = trace.events
     tries = (("pattern", pattern, ("user_annotation", "cpu_op")),) if pattern is not None else AUTO_PATTERNS
     found, source, used = None, None, pattern
@@ -133,10 +128,7 @@ def between_step_windows(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_phases(trace: EventTables, steps: pd.DataFrame) -> pd.DataFrame:
-    """Host time per annotated phase per step: ``step``, ``phase``, ``count``, ``host_us`` (clipped to the step).
-
-    Phases: the other annotations inside the step and the model runner's phase frames (``PHASE_FUNCTIONS``,
-    by function name), in the step's process (frames are often recorded under another thread id)."""
+    """Host time (us) per annotated phase per step, clipped to the step."""
     cols = ["step", "phase", "count", "host_us"]
     if len(steps) == 0:
         return pd.DataFrame({c: [] for c in cols})
