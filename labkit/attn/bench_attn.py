@@ -248,7 +248,11 @@ def run_variant(run: CaseRun, variant: str, *, device: str, timed: bool, repeats
 
 def run_bench(case_names, variants, *, device: str, sweep: bool | list = False, repeats: int = 30,
               on_rows=None) -> tuple[list[dict], str]:
-    """Rows for every case x variant and the result source (``measured-gpu`` or ``interpreted``)."""
+    """Rows for every case x variant and the result source (``measured-gpu`` or ``interpreted``).
+
+    ``sweep``: True (every case) or the names of the cases to also time with every kernel config
+    that fits them. ``on_rows(rows)`` gets every row so far after each one (``PartialResult.update``).
+    """
     from labkit.attn.prefix_attention import CUDA_CONFIGS
     from labkit.device import kernel_mode
     from labkit.timing import progress

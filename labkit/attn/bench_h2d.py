@@ -86,7 +86,11 @@ def run_step(strategy, ranges, num_seqs: int, layers: int, read=None) -> None:
 
 def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 10, warmup: int = 2,
                  fresh_ranges: bool = True) -> dict:
-    """Host time per step (ns quantiles) and per-step ledger counts of strategy ``name`` in steady decode."""
+    """Host time per step (ns quantiles) and per-step ledger counts of strategy ``name`` in steady decode.
+
+    ``fresh_ranges`` rebuilds the range lists (untimed) before each step, as vLLM does, so
+    the ``cached`` strategy pays for comparing new objects.
+    """
     num_seqs = len(ranges)
     strategy = make_strategy(name, device, validate=False)
     is_cuda = str(device).startswith("cuda")
@@ -118,9 +122,14 @@ def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 
 
 def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0, hidden: int = 4096,
                      steps: int = 5, warmup: int = 2, trace_path: str | os.PathLike | None = None) -> dict:
-    """Device idle time per step (us) of strategy ``name`` on CUDA, from a torch.profiler trace.
+    """Device idle time per step of strategy ``name`` on CUDA, from a torch.profiler trace.
 
-    ``step_median_ns`` is the step time without the profiler (CUDA events).
+    Each layer runs ``x @ w`` with ``layer_mb`` MiB of bf16 weights (memory-bound, like a
+    decode layer) and one small kernel reading the prefix-range tensor; each step ends with
+    a device synchronize (vLLM copies the sampled tokens to the host at the end of a step).
+    Idle is the sum of gaps between GPU events on the busiest stream, divided by ``steps``,
+    under the profiler (which adds some host overhead per copy); ``step_median_ns`` is the
+    step time without the profiler, from CUDA events.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -208,7 +217,11 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, strategies=None,
                    images: int = 32, layers=None, sweep_seqs=None, sweep_layers=None, repeats=None,
                    sweep: bool = True, gpu_idle: bool | None = None, layer_mb: float = 256.0,
                    trace_dir: str | None = None, save: bool = True) -> dict:
-    """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult."""
+    """Run the step benchmark, the sweep and (on CUDA) the idle profile; returns name -> BenchResult.
+
+    Results are saved to the results store unless ``save`` is False, each rewritten after every point
+    while it runs (``complete: false`` until it is whole).
+    """
     strategies = list(strategies or PREFIX_RANGE_STRATEGIES)
     unknown = [s for s in strategies if s not in PREFIX_RANGE_STRATEGIES]
     if unknown or not strategies:

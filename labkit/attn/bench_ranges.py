@@ -112,7 +112,8 @@ def sweep_bench(builders, variant: str = "list") -> Bench:
 def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, num_requests=128, images=32,
                    layers=34, sweep_requests=None, sweep_images=None, repeats=None, variant="list",
                    sweep=True, save=True) -> dict:
-    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult."""
+    """Run ``ranges_step`` (and ``ranges_sweep``); returns name -> BenchResult, saved unless ``save`` is False
+    (each rewritten after every point while it runs, ``complete: false`` until it is whole)."""
     from labkit.mm.placeholder import PLACEHOLDER_VARIANTS
     builders = list(builders or RANGE_BUILDERS)
     unknown = [b for b in builders if b not in RANGE_BUILDERS]

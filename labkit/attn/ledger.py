@@ -15,7 +15,13 @@ from labkit.timing import clock_ns
 
 @dataclass(frozen=True)
 class CopyRecord:
-    """One host-to-device copy of ``nbytes`` bytes (``layer`` None for once-per-step copies)."""
+    """One host-to-device copy.
+
+    ``nbytes`` is the payload in bytes; ``pinned`` says whether the host buffer was pinned;
+    ``synchronizing`` whether the host waits for the copy (pageable, no ``non_blocking``);
+    ``what`` names the copy (``"row"``, ``"nested_offsets"``, ``"padded"``); ``layer`` is the
+    attention layer that triggered it (None for once-per-step copies).
+    """
 
     step: int
     nbytes: int
@@ -168,7 +174,13 @@ def _as_trace(trace):
 
 
 def count_h2d_in_profile(trace) -> dict:
-    """Counts and bytes of pageable and pinned H2D copies in a trace (a stopped profiler, a path or a dict)."""
+    """Count host-to-device memcpy events in a profiler trace.
+
+    ``trace``: a ``torch.profiler.profile`` (after it stopped), a path to an exported Chrome
+    trace (``.json`` or ``.json.gz``), or the decoded dict. Returns ``pageable_count``,
+    ``pinned_count``, ``h2d_count`` and the bytes of each (``*_bytes``, from ``args.bytes``;
+    absent counts as 0): the pageable and pinned rows of ``Trace.h2d()``.
+    """
     from labkit.trace import Trace
 
     h2d = Trace(_as_trace(trace)).h2d()

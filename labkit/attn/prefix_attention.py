@@ -255,7 +255,14 @@ def prefix_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges=None, *,
                      max_seqlen_q=None, seq_lens=None, config: KernelConfig | None = None, out=None):
     """Prefix-LM attention over a packed batch with the Triton kernel; returns ``(total_q, H, D)`` in q's dtype.
 
-    Arguments as in docs/reference.md; checked before launch (``ValueError``).
+    q ``(total_q, H, D)``, k/v ``(total_k, H_kv, D)`` (fp16, bf16 or fp32; D a power of two
+    16..256); ``cu_seqlens_q``/``cu_seqlens_k`` int32 ``(num_seqs + 1,)``; a row's queries are
+    the last ``q_len`` of its ``kv_len`` keys. ``prefix_ranges``: int32 ``(num_seqs, R, 2)``
+    inclusive image ranges, ``(0, 0)`` padding, or ``None`` for plain causal attention.
+    ``sliding_window`` in tokens (0 = none); ``scale`` defaults to ``1/sqrt(D)``.
+    ``seq_lens`` (host ``(q_len, kv_len)`` per row) saves reading ``cu_seqlens`` back from
+    the device. ``config`` overrides the tile (:data:`CUDA_CONFIGS`). Arguments are checked
+    before launch (``ValueError``).
     """
     info = check_varlen_args(q, k, v, cu_seqlens_q, cu_seqlens_k, prefix_ranges, sliding_window=sliding_window,
                              scale=scale, max_seqlen_q=max_seqlen_q, seq_lens=seq_lens)

@@ -48,7 +48,11 @@ def _check_lengths(q_len: int, kv_len: int, sliding_window: int) -> None:
 
 
 def prefix_lm_mask(q_len: int, kv_len: int, ranges=None, sliding_window: int = 0, *, device=None) -> torch.Tensor:
-    """The boolean mask ``(q_len, kv_len)`` (True = may attend) of one sequence; window in tokens (0 = none)."""
+    """The boolean mask ``(q_len, kv_len)`` (True = may attend) of one sequence, straight from the rule.
+
+    ``ranges``: ``None``, ``(start, end)`` pairs or an int tensor ``(R, 2)``; inclusive,
+    absolute token positions. ``sliding_window`` in tokens (0 = none).
+    """
     _check_lengths(q_len, kv_len, sliding_window)
     q = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]  # (q_len, 1) absolute positions
     k = torch.arange(kv_len, device=device)[None, :]  # (1, kv_len)

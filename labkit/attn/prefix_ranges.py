@@ -72,9 +72,13 @@ def _rows(ranges: RangesInput | None, num_seqs: int) -> list[Sequence[Range]]:
 
 
 def normalize_ranges(ranges: RangesInput | None, num_seqs: int) -> list[list[Range]]:
-    """Validated per-row lists of ``(start, end)`` int tuples (``UsageError`` otherwise); ``[]`` for missing rows.
+    """Validated per-row lists of ``(start, end)`` int tuples; ``[]`` for missing rows.
 
-    As vLLM, keeps ``end < start`` and negative positions (the kernel ignores them).
+    Raises ``ValueError`` (``UsageError``) for a negative ``num_seqs`` or a range that is not
+    a pair of ints. Accepts what vLLM accepts from its runner: rows beyond ``num_seqs`` are
+    ignored, and ``end < start`` (``extract_embeds_range`` of an empty placeholder gives
+    ``(offset, offset - 1)``) and negative positions are kept (the kernel's ``start < end``
+    test makes such ranges inert).
     """
     _check_num_seqs(num_seqs)
     out = []
@@ -105,14 +109,26 @@ def pad_ranges(rows: Sequence[Sequence[Range]]) -> tuple[list[list[Range]] | Non
 def build_prefix_range_tensor(
     ranges: RangesInput | None, num_seqs: int, device: str | torch.device = "cpu"
 ) -> torch.Tensor | None:
-    """The exact output of vLLM's ``compute_mm_prefix_range_tensor`` (None when every row is trivial).
+    """The exact output of vLLM's ``compute_mm_prefix_range_tensor``, on vLLM's input domain.
 
-    No checks of its own, so vLLM's inputs give vLLM's tensor or exception; the lab also takes a
-    list per row.
+    int32 ``(num_seqs, max_ranges, 2)`` of inclusive ``(start, end)`` absolute positions;
+    rows padded with ``(0, 0)``; missing or empty rows are ``[(0, 0)]`` + padding; ``None``
+    when every row is trivial (including ``num_seqs <= 0``). One copy to ``device``.
+
+    Same algorithm as vLLM's, with no checks of its own, so every input vLLM takes gives the
+    same tensor or the same exception (from ``torch.tensor``/``view``): keys outside
+    ``[0, num_seqs)`` are ignored, ``end < start`` and negative values pass through, a row
+    counts as trivial only when it equals ``[(0, 0)]``. Beyond vLLM's domain the lab also
+    takes a list per row (``None`` rows missing); anything else is a ``UsageError``.
     """
-    padded, max_ranges = pad_ranges(_rows(ranges, num_seqs))
-    if padded is None:
+    if ranges is None:
         return None
+    get = _as_mapping(ranges).get
+    range_lists = [get(i, _TRIVIAL) or _TRIVIAL for i in range(num_seqs)]
+    if all(r == _TRIVIAL for r in range_lists):
+        return None
+    max_ranges = max(len(r) for r in range_lists)
+    padded = [list(r) + [(0, 0)] * (max_ranges - len(r)) for r in range_lists]
     return torch.tensor(padded, dtype=torch.int32, device=device).view(num_seqs, max_ranges, 2)
 
 

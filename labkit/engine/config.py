@@ -82,7 +82,16 @@ CUDAGRAPH_MODES = ("none", "piecewise", "full")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """One engine run: workload, placeholder variant, scheduling and prefix-range strategies, budgets, graphs."""
+    """One engine run.
+
+    ``workload``: a ``labkit.mm.workload`` preset; ``num_requests`` overrides its request count.
+    ``placeholder``: ``tensor``/``list``/``fast``; ``scheduling``: a scheduler strategy;
+    ``prefix_ranges``: a prefix-range strategy or ``"none"``. ``async_scheduling``: the host
+    schedules step n+1 while the device runs step n. ``start_in_decode``: requests begin with
+    their prompt already computed (steady decode, as in the long tail of #40143's benchmark).
+    ``max_num_batched_tokens``/``max_num_seqs``: scheduler budgets. ``cudagraph``: one of
+    ``CUDAGRAPH_MODES``.
+    """
 
     model: str = "tiny"
     workload: str = "tiny"

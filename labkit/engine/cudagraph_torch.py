@@ -46,9 +46,13 @@ class TorchGraphs:
 
 
 class CudaGraphRunner:
-    """Piecewise or full CUDA graphs for a real ``TransformerStack`` (``SimGraphRunner``'s interface).
+    """Piecewise or full CUDA graphs for a real ``TransformerStack`` on a CUDA device.
 
-    ``graphs``: the capture primitives (tests on a CPU pass a stand-in that re-runs on replay).
+    Same interface as ``labkit.engine.graphs.SimGraphRunner``: ``capture(dev, max_tokens,
+    max_seqs)``, ``forward(dev, batch, ranges_for_layer)``, ``sample(dev, batch, h)``; counts
+    ``captured`` graphs and ``replays``. ``max_ranges``: widest prefix-range row of the workload.
+    ``graphs``: the capture primitives (``TorchGraphs``; tests on a CPU pass a stand-in that
+    re-runs the captured function on replay, to check the buffers and padding without a GPU).
     """
 
     def __init__(self, model, mode: str, *, with_ranges: bool = False, max_ranges: int = 0,
@@ -202,7 +206,11 @@ class CudaGraphRunner:
                 ("cu_seqlens_q", self.cu_q), ("cu_seqlens_k", self.cu_k), ("last_idx", self.last_idx))
 
     def prepare(self, dev, q_lens, kv_lens):
-        """A full-graph step's inputs built straight into the graph's buffers; None for other steps."""
+        """A full-graph step's inputs built once, straight into the graph's buffers; None for other steps.
+
+        ``q_lens``/``kv_lens``: int64 ``(num_seqs,)``. The returned batch's tensors are views of the
+        buffers' real rows (what ``make_batch`` would have copied), so ``forward`` copies nothing more.
+        """
         if not self.captured:
             return None
         q_lens, kv_lens = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)

@@ -68,7 +68,11 @@ class StepGraphs:
 
 def plan_step(mode: str, num_tokens: int, num_seqs: int, token_sizes: list[int],
               seq_sizes: list[int] | None = None) -> StepGraphs:
-    """How one step runs under effective ``mode`` at the captured sizes (a step too large for them runs eagerly)."""
+    """How one step runs under effective ``mode`` (``none``/``piecewise``/``full``).
+
+    ``token_sizes``: the captured piece sizes (tokens); ``seq_sizes``: the captured head and
+    full-graph sizes (sequences; default ``token_sizes``). A step too large for them runs eagerly.
+    """
     seq_sizes = token_sizes if seq_sizes is None else seq_sizes
     if mode == "none":
         return StepGraphs("eager", num_tokens, num_seqs)
@@ -96,7 +100,14 @@ def layer_kv(model_cfg, layer: int, batch) -> int:
 
 
 class SimGraphRunner:
-    """CUDA-graph capture and replay on the simulated device for a model config and mode."""
+    """CUDA-graph capture and replay on the simulated device for a model config and mode.
+
+    ``with_ranges``: the engine has a prefix-range strategy (full graphs copy its tensor into a
+    persistent buffer before each replay). ``capture(dev, max_tokens, max_seqs)`` captures every
+    graph for every capture size up to the padded maxima (once, before measuring);
+    ``forward``/``sample`` replay them for one step (falling back to the eager model for steps
+    larger than the largest capture size).
+    """
 
     def __init__(self, model, mode: str, *, with_ranges: bool = False, sizes: list[int] | None = None) -> None:
         if mode not in ("piecewise", "full"):
@@ -120,7 +131,11 @@ class SimGraphRunner:
         return piece_ops(n, k)
 
     def capture(self, dev, max_tokens: int, max_seqs: int, *, decode_only: bool = False) -> int:
-        """Capture all graphs up to the padded ``max_tokens``/``max_seqs``; returns how many."""
+        """Capture all graphs up to the padded ``max_tokens``/``max_seqs``; returns how many.
+
+        ``decode_only``: every step will be a uniform decode step, so ``full`` mode needs no
+        pieces (a step the full graphs cannot take then runs eagerly).
+        """
         pieces = not (decode_only and self.mode == "full")
         self.token_sizes = sizes_up_to(self.sizes, max_tokens) if pieces else []
         self.seq_sizes = sizes_up_to(self.sizes, max_seqs)

@@ -22,7 +22,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EngineStep:
-    """One engine step: host phase times and when its tokens reached the host (all ns)."""
+    """One engine step: host phase times and when its tokens reached the host (all ns).
+
+    ``start_ns``: host time the step's scheduling began; ``output_ns``: host time its sampled
+    tokens were available (after the event wait, the time TPOT is measured at); ``*_ns`` phases
+    are host durations.
+    """
 
     step: int
     num_seqs: int
@@ -41,7 +46,16 @@ class EngineStep:
 
 
 class Engine:
-    """A mini engine over ``device`` (``SimDevice`` or ``TorchDevice``) for ``config``."""
+    """A mini engine over ``device`` (``SimDevice`` or ``TorchDevice``) for ``config``.
+
+    ``model`` may be given (e.g. a prebuilt real stack reused across variants); otherwise a
+    weightless stack (simulated device) or a random-weight one (real device) is built.
+    ``host_costs`` (a ``labkit.engine.device.hostcost.FixedHostCosts``, simulated device only) charges
+    fixed host times per phase instead of measuring Python time: use it with a frozen clock.
+    ``graph_mode`` is the CUDA-graph mode actually run and ``graph_note`` says why it differs
+    from the configured one (None when it does not). ``graph_runner``: a runner with graphs
+    already captured for the same model, mode and workload (shared across variants on a GPU).
+    """
 
     def __init__(self, config: EngineConfig, device, *, model: TransformerStack | None = None,
                  host_costs=None, graph_runner=None) -> None:
@@ -239,7 +253,10 @@ class Engine:
         return done
 
     def run(self, num_steps: int, capture=None) -> list[EngineStep]:
-        """Run ``num_steps`` steps (fewer if the workload finishes), then drain; returns all records."""
+        """Run ``num_steps`` steps (fewer if the workload finishes), then drain; returns all records.
+
+        ``capture`` (``labkit.engine.device.sim_trace.device_capture``'s) gets ``step()`` after each step.
+        """
         for _ in range(num_steps):
             if not self.scheduler.has_unfinished():
                 break
@@ -256,7 +273,27 @@ def _no_ranges(layer: int):
 
 
 def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int | None = None) -> dict:
-    """One flat result row for a run: throughput, step-time quantiles, TPOT, idle fraction (docs/reference.md)."""
+    """One flat result row for a run: throughput, step-time quantiles, TPOT, idle fraction.
+
+    Measured steps are the ``measured_steps`` (default: all) after ``warmup_steps``; later steps
+    (e.g. profiled ones) are left out. Two throughputs, in output tokens per second:
+
+    - ``tokens_per_s_median``: median sampled tokens per step over the median time between
+      consecutive outputs (robust: one stalled step does not move it);
+    - ``tokens_per_s_window``: all sampled tokens of the measured steps over the host time from
+      the last warm-up output to the last output (includes any one-off stall in the window).
+
+    ``median_ns``/``p20_ns``/``p80_ns``/``max_ns``: quantiles of the time between consecutive
+    outputs (= TPOT in steady decode); ``tpot_mean_ms`` is their mean and ``tpot_median_ms`` their
+    median; ``stall_ns``: window time beyond ``steps x median`` (0 for steady steps, large when
+    one step stalled). ``device_idle_frac``: device idle share of the window (simulated device
+    only; None on a real device, where the trace analysis measures it);
+    ``device_busy_per_step_ns``: device busy time per measured step (simulated device only).
+    ``cudagraph``: the configured mode, ``cudagraph_run``: the mode run (``piecewise`` where
+    ``full`` cannot hold the variant), ``cudagraph_note``: why they differ (None when equal),
+    ``graph_steps``: ``mode:count`` of the measured steps (``full``/``piecewise``/``eager``),
+    ``replays_per_step``: median graph replays per step. Host phase times are medians in ns.
+    """
     steps = engine.steps
     if measured_steps is not None:
         steps = steps[:warmup_steps + measured_steps]

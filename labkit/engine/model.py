@@ -27,7 +27,14 @@ TAIL_OPS = ("final_norm", "lm_head", "sample")
 
 @dataclass
 class ForwardBatch:
-    """What one forward needs: sizes (host ints) and, on a real device, the input tensors."""
+    """What one forward needs: sizes (host ints) and, on a real device, the input tensors.
+
+    ``num_tokens``: query tokens in the step; ``kv_tokens``: keys summed over rows;
+    ``kv_tokens_window``: keys a sliding-window layer reads (``sum(min(kv_len, window))``).
+    ``tensors`` (real devices only): ``input_ids`` (T,), ``positions`` (T,), ``cu_seqlens_q`` and
+    ``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` int64 (T,) (where new keys go),
+    ``last_idx`` int64 (num_seqs,) (each row's last query token).
+    """
 
     num_seqs: int
     num_tokens: int
@@ -181,7 +188,12 @@ class TransformerStack:
 
 
 def host_inputs(q_lens, kv_lens) -> dict:
-    """A step's input tensors on the host from per-row query and KV lengths (int arrays ``(num_seqs,)``)."""
+    """A step's input tensors on the host from per-row query and KV lengths.
+
+    ``q_lens``/``kv_lens``: int arrays ``(num_seqs,)``. Returns CPU tensors ``input_ids`` (T,),
+    ``positions`` (T,), ``cu_seqlens_q``/``cu_seqlens_k`` int32 (num_seqs + 1,), ``slots`` (T,)
+    (packed KV index of each new key) and ``last_idx`` (num_seqs,) (each row's last token).
+    """
     import torch
 
     q_lens = np.asarray(q_lens, dtype=np.int64)
@@ -208,7 +220,11 @@ def host_inputs(q_lens, kv_lens) -> dict:
 
 
 def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> ForwardBatch:
-    """Build a step's inputs from per-row lengths and copy each to ``dev`` pinned and non-blocking."""
+    """Build a step's inputs from per-row query and KV lengths and copy them to ``dev``.
+
+    ``q_lens``/``kv_lens``: int64 arrays ``(num_seqs,)``. Builds the ``host_inputs`` and copies
+    each with a pinned non-blocking H2D copy (vLLM's persistent pinned input buffers).
+    """
     host = host_inputs(q_lens, kv_lens)
     tensors = {k: dev.copy_h2d(f"h2d:{k}", v, pinned=True, non_blocking=True) for k, v in host.items()}
     return batch_of(model, q_lens, kv_lens, tensors)

@@ -137,7 +137,16 @@ def _calibrated_ns(machine: str, variant: str, metric: str = "host_ns") -> float
 
 
 def host_cost_figures(profile, gpu_rows: list[dict], analyses: dict | None = None, machine: str = "h200") -> dict:
-    """The figures behind the profile's host cost per op, read from the recorded files (None: not recorded)."""
+    """The figures behind "what the profile's host cost per op is", read from the recorded files.
+
+    ``profile``: the ``DeviceProfile`` the simulator uses; ``gpu_rows``: the measured engine rows;
+    ``analyses``: variant -> analysis of the measured traces (``analyze_recorded``). Returns
+    ``host_per_op_us`` (the profile's charge per engine op), ``ops_per_forward`` (engine ops of one
+    forward of the profile's model), ``launch_add_us`` (a bare ``torch.add`` launch on that
+    machine, from its ``calibration`` result), ``host_forward_ms`` (min, max of the measured
+    eager rows' host forward per step, ``per_layer`` left out: its forward holds the copies) and
+    ``busy_per_step_ms`` (median over the measured traces of the device busy time per step); a
+    figure that is not recorded is None."""
     from labkit.engine.config import get_model_config
     from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
     from labkit.errors import UsageError

@@ -186,7 +186,13 @@ def _runner_key(cfg) -> tuple:
 
 def run_notebook_set(size: str = "quick", *, trace_dir=None, profile=None, save: bool = True,
                      cudagraph=("none",)):
-    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``."""
+    """The default variants on the simulated device for the notebook; returns ``(rows, traces)``.
+
+    ``cudagraph``: the CUDA-graph modes to run every variant in (``none``, ``piecewise``, ``full``).
+
+    ``size``: ``quick`` (128 requests, 4 measured steps) or ``full`` (20 steps). Rows are saved as
+    result ``engine_sim`` (``engine_sim_quick`` in quick size) (source simulated) when ``save``; traces map variant -> file.
+    """
     from labkit.device import describe_machine
     from labkit.engine.device.profiles import load_profile
     from labkit.results import ENGINE_SIM, save_result

@@ -50,7 +50,12 @@ class EncoderCacheManager:
         return True
 
     def can_allocate(self, request, input_id: int, encoder_compute_budget: int, num_embeds_to_schedule: int) -> bool:
-        """Whether item ``input_id`` fits the compute budget and (after evicting freeable entries) the cache."""
+        """Whether item ``input_id`` fits the compute budget and (after evictions) the cache.
+
+        ``num_embeds_to_schedule`` are embeddings already chosen this step but not yet
+        allocated. May evict freeable entries, oldest first (they are then reported by
+        ``get_freed_mm_hashes``).
+        """
         num_embeds = request.get_num_encoder_embeds(input_id)
         if num_embeds > encoder_compute_budget:
             return False

@@ -49,7 +49,12 @@ def _check_combos(combos) -> list[tuple[str, str]]:
 
 def measure_placeholder_calls(variants=None, *, model: str = "gemma", tokens_per_image: int = 256,
                               repeats: int = 20) -> list[dict]:
-    """Per-call host cost (ns) of each placeholder method, one row per variant x method."""
+    """Per-call host cost (ns) of each placeholder method, one row per variant x method.
+
+    The range is one image placeholder of ``model`` with ``tokens_per_image`` soft tokens;
+    ``get_embeds_indices_in_range`` asks for its first half. Rows carry
+    ``speedup_vs_tensor`` and ``speedup_vs_list`` (ratios of medians within this run).
+    """
     variants = list(variants or PLACEHOLDER_VARIANTS)
     length, mask = placeholder_layout(model, tokens_per_image)
     rows = []
@@ -105,7 +110,11 @@ def measure_decode_step_host_time(num_requests: int = 128, images_per_request: i
 
 
 def _interleaved(fns: list, *, rounds: int, per_round: int, warmup: int, setups=None, desc: str = "") -> list[Timing]:
-    """Time several callables round-robin; per callable, a summary of the per-round medians."""
+    """Time several callables round-robin (so load on a shared machine hits all alike).
+
+    Each round takes ``per_round`` samples of each callable; the result per callable
+    summarizes the per-round medians (``repeats`` = rounds).
+    """
     setups = setups or [None] * len(fns)
     medians: list[list[float]] = [[] for _ in fns]
     for fn, setup in zip(fns, setups):
@@ -122,7 +131,12 @@ def _interleaved(fns: list, *, rounds: int, per_round: int, warmup: int, setups=
 def measure_decode_grid(num_requests: int = 128, images_per_request: int = 32, *, combos=DEFAULT_COMBOS,
                         tokens_per_image: int = 256, model: str = "gemma", repeats: int = 15,
                         warmup: int = 2) -> list[dict]:
-    """One row per (variant, strategy): decode-step host time of one shape, timed round-robin."""
+    """One row per (variant, strategy): decode-step host time of one shape.
+
+    Combos are timed round-robin (``repeats`` rounds of 3 samples; quantiles over the
+    round medians). Ratios: ``speedup_vs_before`` (vs tensor+loop) and ``speedup_vs_pr``
+    (vs list+loop, the #40143 code path); ``per_request_ns`` and ``per_image_ns``.
+    """
     combos = _check_combos(combos)
     by_variant = {}
     fns = []

@@ -24,8 +24,23 @@ def schedule_encoder_inputs(
 ) -> tuple[list[int], int, int]:
     """Choose the encoder inputs for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``.
 
-    vLLM 0.20.0's ``_try_schedule_encoder_inputs`` (arguments in docs/reference.md), from item
-    ``start_index``. Returns ``(item indices to encode, num_new_tokens, remaining encoder budget)``.
+    Args:
+        request: has ``mm_features`` (sorted by offset; ``identifier``, ``mm_position``),
+            ``has_encoder_inputs``, ``request_id`` and ``get_num_encoder_embeds(i)``.
+        num_computed_tokens: tokens of the request already in the KV cache.
+        num_new_tokens: tokens the caller wants to schedule this step (already clamped to
+            the token budget).
+        encoder_compute_budget: embeddings the encoder may still compute this step.
+        cache: an ``EncoderCacheManager`` (checked, and may evict; not allocated here).
+        shift_computed_tokens: EAGLE look-ahead (1 with EAGLE, else 0).
+        disable_chunked_mm_input: never schedule part of an item's placeholder.
+        start_index: first item to visit; items before it must all end at or before
+            ``num_computed_tokens`` (a strategy's skip; 0 visits all, as vLLM does).
+
+    Returns:
+        ``(encoder_inputs_to_schedule, num_new_tokens, encoder_compute_budget)``: item
+        indices to encode (the caller allocates them in the cache once the step is
+        committed), the possibly reduced token count, and the remaining budget.
     """
     if num_new_tokens == 0 or not request.has_encoder_inputs:
         return [], num_new_tokens, encoder_compute_budget

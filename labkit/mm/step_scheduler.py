@@ -21,7 +21,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Scheduler limits, in tokens or embeddings (``encoder_cache_size`` None: the token budget, as vLLM)."""
+    """Scheduler limits.
+
+    ``max_num_batched_tokens``: token budget per step. ``max_num_seqs``: most running
+    requests. ``encoder_cache_size``: cache size in embeddings (None: the token budget, as
+    vLLM sets it). ``max_tokens_per_mm_item``: the model's largest item in embeddings; the
+    encoder budget and cache are at least this. ``kv_capacity_tokens``: KV-cache size in
+    tokens (None: unlimited), allocated in blocks of ``block_size`` tokens.
+    ``shift_computed_tokens``: EAGLE look-ahead (0 or 1), passed for running and waiting
+    requests alike.
+    """
 
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -57,7 +66,12 @@ class SchedulerConfig:
 
 
 class ScheduledRequest(NamedTuple):
-    """One row of a step's batch (``num_computed_tokens``: the value before this step)."""
+    """One row of a step's batch.
+
+    ``num_computed_tokens`` is the value *before* this step; the row computes tokens
+    ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``. ``encoder_inputs`` are
+    indices into the request's ``mm_features`` encoded this step.
+    """
 
     request_id: str
     row: int
@@ -69,7 +83,14 @@ class ScheduledRequest(NamedTuple):
 
 @dataclass(frozen=True)
 class StepPlan:
-    """What one engine step does (immutable; equal plans mean identical decisions)."""
+    """What one engine step does (immutable; equal plans mean identical decisions).
+
+    ``scheduled``: rows in batch order (running requests first, then newly admitted ones).
+    ``finished_request_ids``: requests that produced their last token in the previous step
+    and were removed before this one (vLLM's meaning: the worker frees their state).
+    ``freed_mm_hashes``: encoder outputs evicted while planning this step.
+    ``preempted_request_ids``: running requests sent back to waiting this step.
+    """
 
     step: int
     scheduled: tuple[ScheduledRequest, ...]

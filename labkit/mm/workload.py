@@ -22,7 +22,11 @@ IntOrRange = int | tuple[int, int]
 
 @dataclass(frozen=True, slots=True)
 class MMFeature:
-    """One multimodal item of a request; ``identifier`` is the encoder-cache key."""
+    """One multimodal item of a request (vLLM's ``MultiModalFeatureSpec`` minus the data).
+
+    ``identifier`` is the encoder-cache key (equal for identical images); ``mm_position``
+    a placeholder range of any variant.
+    """
 
     identifier: str
     mm_position: object
@@ -30,7 +34,13 @@ class MMFeature:
 
 
 class Request:
-    """A request as the scheduler sees it; lengths in tokens, ``mm_features`` sorted by offset."""
+    """A request as the scheduler sees it.
+
+    ``prompt_len`` and ``output_len`` in tokens; ``mm_features`` sorted by placeholder
+    offset. ``num_computed_tokens`` counts tokens whose KV is (scheduled to be) computed;
+    ``num_output_tokens`` counts sampled tokens. ``num_tokens = prompt_len +
+    num_output_tokens`` is the number of known tokens.
+    """
 
     __slots__ = (
         "request_id", "prompt_len", "output_len", "mm_features",
@@ -87,7 +97,13 @@ class Request:
 
 @dataclass(frozen=True)
 class ImageLayout:
-    """How a model lays out one image in the prompt (marker tokens, mask, soft tokens per image)."""
+    """How a model lays out one image in the prompt.
+
+    ``begin_tokens``/``end_tokens`` are non-embedding marker tokens around the soft tokens;
+    ``masked`` says whether placeholders carry an ``is_embed`` mask (else None);
+    ``fixed_tokens`` soft tokens per image whatever its size, else one per ``patch_px``
+    square patch.
+    """
 
     name: str
     begin_tokens: int
@@ -124,7 +140,12 @@ def placeholder_layout(model: str, soft_tokens: int) -> tuple[int, torch.Tensor 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """A seeded synthetic workload; counts are an ``int`` or an inclusive ``(lo, hi)`` range drawn per item."""
+    """A seeded synthetic workload. Counts may be ``int`` or an inclusive ``(lo, hi)`` range drawn per item.
+
+    ``image_size`` is ``(height, width)`` in pixels; ``tokens_per_image`` (soft tokens)
+    overrides the model's size rule. ``duplicate_image_prob`` is the chance an image
+    repeats an earlier one (half the time from the same request when it has one).
+    """
 
     num_requests: int
     images_per_request: IntOrRange

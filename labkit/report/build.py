@@ -104,8 +104,14 @@ def build_report(
 ) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
-    With ``save`` the run is recorded after each notebook (``complete: false`` until the last); a
-    stop signal raises :class:`ReportStopped` after the index is written for the notebooks done.
+    ``log`` (default: print to stderr) gets one progress line per notebook, and a line for
+    any reply the client had to be woken for. ``--only`` runs keep the other notebooks'
+    earlier entries in the index. ``save`` records the run in the results store
+    (:func:`save_report_result`), after each notebook with ``"complete": false`` until the last
+    one is done, so a run stopped part-way keeps the rows of the notebooks it finished. ``single``:
+    every page carries plotly.js and its style (else the pages share one copy in ``_static``,
+    :mod:`labkit.report.pagesize`). A stop signal raises :class:`ReportStopped` after the index
+    is written for the notebooks done.
     """
     from labkit.device import resolve_device
 

@@ -98,9 +98,12 @@ def execute_notebook(
     on_stall: Callable[[int, float], None] | None = None,
     extra_arguments: list[str] | None = None,
 ) -> Execution:
-    """Run ``nb`` in place with a fresh python3 kernel; a :class:`CellError` naming the failed cell, or None.
+    """Run ``nb`` in place with a fresh python3 kernel.
 
-    A cell fails when it raises or prints a :data:`FAILURE_LINE`; a stop signal propagates.
+    ``injected_at``: index of an injected parameters cell, so that cell positions are
+    given in the source notebook's own numbering. ``on_stall(cell, waited_s)`` hears of
+    each reply that was ready but not delivered (see :mod:`labkit.report.client`).
+    ``extra_arguments`` go to the kernel's command line.
     """
     from labkit.report.client import ReportClient
 

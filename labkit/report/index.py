@@ -90,7 +90,11 @@ def source_badge(source: str) -> str:
 
 
 def commit_label(commit: str | None, *, short: bool = False, quiet: bool = False) -> str:
-    """A commit as shown on the index, unknown and ``+dirty`` ones flagged in words (``short``: a row's cell)."""
+    """A commit as shown on the index: unknown and ``+dirty`` commits are flagged in words.
+
+    ``short`` (a row's cell): the first 7 characters (the whole commit on hover) and smaller flags;
+    ``quiet``: the flag words in grey (a listing whose flags the note above the table explains).
+    """
     status = commit_status(commit)
     flag = "muted" if quiet else ("chip" if short else "flag")
     if status == "unknown":

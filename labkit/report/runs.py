@@ -18,7 +18,11 @@ MANIFEST = "report.json"
 
 @dataclass
 class NotebookRun:
-    """The outcome of one notebook: page, seconds, sources, summary, where it ran and the results it read."""
+    """The outcome of one notebook: page written, seconds taken, sources it declared, one line
+    on what it shows (``summary``, :func:`labkit.report.index.notebook_summary`), where
+    it ran (``machine`` slug, ``device``, ``labkit_commit``, ``created``), the recorded
+    results it read (see :func:`labkit.report.provenance.results_read`) and how many
+    replies the client's watch had to read (``stalled_replies``)."""
 
     name: str
     title: str

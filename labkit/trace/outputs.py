@@ -31,7 +31,9 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[str, Path]:
-    """Check every named output (option -> path or None) before any work: writable, distinct, not an input."""
+    """Check every named output before any work: writable, pairwise distinct, not an input.
+
+    ``outputs``: option name -> path (None when not given). Returns the given ones as Paths."""
     given = {k: check_output(v) for k, v in outputs.items() if v}
     seen: dict = {}
     for opt, p in given.items():

@@ -40,7 +40,12 @@ def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str,
                   menu: str | None = None, names: dict[str, str] | None = None, start: dict | None = None,
                   unit: str = "", log_y: bool = False, highlight: tuple = (), reference: tuple | None = None,
                   height: int = 500) -> go.Figure:
-    """Bars of ``y`` per ``x`` for one ``(menu, slider)`` slice of ``rows`` at a time, picked in the browser."""
+    """Bars of ``y`` per ``x`` for one ``(menu, slider)`` slice of ``rows`` at a time.
+
+    ``names``: how the controls call a column (``{"num_seqs": "sequences"}``); ``start``: the slice
+    shown first (``{"num_seqs": 128}``; default: the first menu value, the last slider value);
+    ``unit``: printed after each bar's value; ``highlight``: ``x`` labels drawn in orange;
+    ``reference``: ``(value, label)`` of a dashed horizontal line (e.g. the device step)."""
     rows = [r for r in rows if r.get(y) is not None]
     if not rows:
         return _empty(title, "no recorded result to explore")

@@ -61,7 +61,12 @@ def add_full_names(fig: go.Figure, names: Iterable[str | None], max_chars: int =
 
 
 def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go.Figure:
-    """Put the legend in a row of its own below the plot (call after the height and top margin are set)."""
+    """Put the legend in a row of its own below the plot, clear of the x axis's ticks and title.
+
+    The legend's top sits ``gap_px`` below the plot area (room for tick labels and the axis
+    title); the figure grows by ``legend_px`` and its bottom margin holds both, so the plot keeps
+    its height. Call after the figure's height and top margin are set.
+    """
     height = fig.layout.height or 450
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 100
     bottom = gap_px + legend_px
@@ -74,7 +79,10 @@ def legend_below(fig: go.Figure, *, gap_px: int = 56, legend_px: int = 48) -> go
 
 def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = None, colour: str = "#1f5f99",
               highlight: tuple[str, ...] = (), caption: str = "") -> str:
-    """A small plain-HTML horizontal bar chart, one bar per ``(label, value)`` in ``unit`` (``log``: over 30x)."""
+    """A small horizontal bar chart: one bar per ``(label, value)``, the value printed at its end in
+    ``unit``. ``log`` (default: when the values span more than 30x) scales the bars by log10; the
+    caption then says so. Bars whose label is in ``highlight`` are drawn in orange. Plain HTML, no
+    plotly: an answer box comes before its page sets plotly up, and needs no script."""
     items = [(lab, v if isinstance(v, int) else float(v)) for lab, v in items
              if v is not None and not (isinstance(v, float) and math.isnan(v))]  # an int is printed whole
     if not items:

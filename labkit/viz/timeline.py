@@ -134,7 +134,14 @@ def merge_close(rows: pd.DataFrame, min_gap_ms: float) -> pd.DataFrame:
 
 
 def decimate(rows: pd.DataFrame, max_bars: int, max_gap_ms: float) -> tuple[pd.DataFrame, float]:
-    """At most about ``max_bars`` bars, merged at the finest resolution that fits; returns ``(rows, ms)``."""
+    """At most about ``max_bars`` bars, merged at the finest resolution that fits; returns ``(rows, ms)``.
+
+    Resolutions from ``FINEST_GAP_US`` doubling up to ``max_gap_ms`` are tried. Idle-gap bars
+    (``prio`` 0) at least as long as the resolution are kept as they are; shorter ones merge
+    among themselves, as busy bars do (``merge_close``). The resolution is 0.0 when nothing had
+    to merge. Where even ``max_gap_ms`` leaves too many bars, all of them are returned (the
+    caller's cap drops the shortest).
+    """
     if len(rows) <= max_bars or max_gap_ms <= 0:
         return rows, 0.0
     # the bar count at each resolution from the sorted columns; the bars are built once, at the end
@@ -289,7 +296,10 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
 
 
 def plot_idle_breakdown(trace) -> go.Figure:
-    """Stacked bars of idle time (ms) per stream split by cause; ``{label: trace}`` sets runs side by side."""
+    """Stacked bars of idle time per stream split by cause (host wait, kernel wait, other), in ms.
+
+    ``trace``: one ``Trace`` (or path), or ``{label: trace}`` to set runs side by side (one bar per
+    run and stream, the label first)."""
     runs = trace if isinstance(trace, dict) else {"": trace}
     runs = {label: _as_trace(a) for label, a in runs.items()}
     lanes, parts = [], []

@@ -36,9 +36,12 @@ _tensor_get_embeds_indices_in_range = _Pre40143.get_embeds_indices_in_range
 
 
 def per_layer_prefix_range_tensor(mm_prefix_range, num_seqs: int, device):
-    """Pre-#38794 build of the prefix-range tensor, as one attention layer did it (None when no row has a range).
+    """Pre-#38794 build of the prefix-range tensor, as one attention layer did it.
 
-    One synchronizing ``torch.tensor(..., device=device)`` per sequence, then a nested-tensor pad.
+    ``mm_prefix_range``: ``{batch_row: [(start, end), ...]}`` (inclusive, absolute) or None.
+    Returns int32 ``(num_seqs, max_ranges, 2)`` padded with ``(0, 0)``, or None when no
+    row has a range. Costs one ``torch.tensor(..., device=device)`` per sequence (a
+    synchronizing pageable H2D copy on a GPU) and a nested-tensor pad.
     """
     import torch
 

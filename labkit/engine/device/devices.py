@@ -68,7 +68,11 @@ class HostSpan:
 
 
 class SimDevice:
-    """Deterministic simulated GPU stream driven by real (or injected) host time (``record=True`` keeps spans)."""
+    """Deterministic simulated GPU stream driven by real (or injected) host time.
+
+    ``record=True`` keeps every host span and device op for trace export; timing is the same
+    either way. ``stream`` and ``device_index`` only label the exported trace.
+    """
 
     kind = "sim"
     source = "simulated"
@@ -193,7 +197,13 @@ class SimDevice:
         return None
 
     def replay(self, graph: str, ops) -> int:
-        """Replay ``graph``: one host call, its ``(op, tokens, kv_tokens)`` queued back to back; returns their ns."""
+        """Replay captured graph ``graph``: one host call, its ``ops`` queued back to back.
+
+        ``ops``: ``(op, tokens, kv_tokens)`` per captured kernel, at this replay's (padded)
+        shapes. The host pays ``profile.replay_overhead_ns`` once; the device runs the ops
+        without gaps, so the replay's device time is the sum of their durations. Returns that
+        sum (ns).
+        """
         if graph not in self.captured:
             raise RuntimeError(f"graph {graph!r} replayed before it was captured")
         h = self._enter()

@@ -11,7 +11,14 @@ from labkit.engine.device.profiles import DeviceProfile
 
 @dataclass(frozen=True)
 class FixedHostCosts:
-    """Host time per engine step phase, in ns (keys and lookup order: docs/reference.md)."""
+    """Host time per engine step phase, in ns.
+
+    ``schedule_ns``: keyed ``"placeholder/scheduling"`` (e.g. ``"tensor/loop"``), or by
+    placeholder alone, or ``"*"`` (looked up in that order); ``prepare_ns``: input metadata and
+    prefix-range bookkeeping per step (the copies themselves cost what the profile says);
+    ``range_copy_ns``: host work before each prefix-range copy (a small host tensor built per
+    sequence, before the runtime call), paid wherever the strategy copies.
+    """
 
     schedule_ns: Mapping[str, float] = field(default_factory=lambda: {"*": 0.0})
     prepare_ns: float = 0.0

@@ -56,7 +56,12 @@ class CopyCost:
 
 def copy_cost_from_two_sizes(small_bytes: int, small_ns: float, big_bytes: int, big_ns: float, *,
                              origin: str | None = None) -> CopyCost:
-    """The copy model through two timed copies (host ns): bandwidth from their difference, latency >= 0."""
+    """The copy model through two timed copies: bandwidth from their difference, latency the intercept.
+
+    ``small_ns``/``big_ns``: time of one copy of ``small_bytes``/``big_bytes`` (host ns, with anything
+    that is not the copy itself already taken off). Only the copies enter: the latency is what a copy
+    of no bytes would cost, never less than zero.
+    """
     if big_bytes <= small_bytes:
         raise ValueError(f"need two copy sizes, the second larger ({small_bytes} B, {big_bytes} B)")
     bw = (big_bytes - small_bytes) / max(float(big_ns) - float(small_ns), 1.0)  # bytes per ns
@@ -65,7 +70,17 @@ def copy_cost_from_two_sizes(small_bytes: int, small_ns: float, big_bytes: int, 
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """Device durations and runtime host costs used by the simulated device (ns; see docs/reference.md)."""
+    """Device durations and runtime host costs used by the simulated device.
+
+    ``origin`` says where the numbers come from (``"parametric, not measured"`` or the GPU,
+    model and date of the recording); ``path`` is the file it was read from, if any.
+    ``launch_overhead_ns`` is HOST time charged per launched op (and per copy call): in a recorded
+    profile it is the mini engine's whole eager host cost per op (Python, torch dispatch of the
+    op's 1-4 kernels, the launches; host time of one forward / its op count), not device time and
+    not a bare ``cudaLaunchKernel``; the simulator replaces the real forward's host work with it.
+    ``graph_replay_ns`` is the HOST time of one CUDA-graph replay (recorded with
+    ``--write-profile``); None means not recorded, and ``PARAMETRIC_REPLAY_NS`` stands in.
+    """
 
     name: str
     origin: str

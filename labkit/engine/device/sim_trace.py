@@ -31,7 +31,12 @@ def _dur_us(start_ns: int, end_ns: int) -> float:
 
 def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
                     metadata: dict | None = None) -> dict:
-    """The Kineto JSON object for ``device``'s recorded spans and ops (``window``: ns, host spans starting in it)."""
+    """The Kineto JSON object for ``device``'s recorded spans and ops.
+
+    ``window=(start_ns, end_ns)`` keeps host spans that start inside it and the device ops
+    launched by kept runtime calls (so a kernel launched in the last step is kept even when it
+    runs past the window). ``metadata`` lands in the top-level ``labkit`` dict.
+    """
     if not device.record:
         raise ValueError("the simulated device was not recording (SimDevice(record=True))")
     lo, hi = window if window is not None else (-(2**62), 2**62)

@@ -203,7 +203,10 @@ def _fits(tool: str, label: str, json_bytes: int, not_run: list) -> bool:
 
 def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, decoder: str = "auto",
                  jobs: tuple = (1, 2), hta: bool = True, bare: bool = True, not_run: list | None = None) -> list[dict]:
-    """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta`` where their memory fits."""
+    """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta``, the bare decode and
+    HTA where their memory fits (else a line in ``not_run``). Every row has its MB/s over the bare decode's
+    (``vs_bare_decode``); each labkit row its speed-up over HTA and its wall time and CPU seconds per MB
+    over ``--jobs 1``'s (``speedup_vs_jobs1``, ``cpu_vs_jobs1``)."""
     not_run = not_run if not_run is not None else []
     json_bytes = decompressed_bytes(path)
     extra = {"trace": label, "file_bytes": path.stat().st_size}

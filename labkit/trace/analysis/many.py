@@ -69,7 +69,9 @@ def _peak_rss_bytes(reset_ok: bool) -> int:
 
 
 def analyze_one(path: str, options: dict | None = None, top: int = 10) -> dict:
-    """Analyse one trace file in this process: its JSON record, summary lines, step sites, peak memory and time."""
+    """Analyse one trace file in this process: ``{"trace", "json", "lines", "step_sites", "peak_rss_bytes",
+    "wall_s"}``. ``options``: keyword arguments of ``Trace``. ``peak_rss_bytes`` is this process's
+    peak resident memory while it analysed the trace (reset before it where Linux allows)."""
     reset_ok = _reset_peak_rss()
     t0 = time.perf_counter()
     try:
@@ -132,7 +134,12 @@ def _run_dask(paths: list[str], options: dict, top: int, address: str) -> list[d
 
 
 class TraceSet:
-    """Several traces or a profile folder, one ``Trace`` each on ``jobs`` processes (or Dask), then lined up."""
+    """Several traces or a profile folder (``expand_paths``), one ``Trace`` each on ``jobs`` local
+    processes (default: the core count) or on the Dask cluster at ``dask_address``, then lined up.
+
+    ``records`` (``analyze_one``'s, in the order given; a bad trace raises its ``UsageError``) and
+    ``combined`` (``combine``'s view) are computed on first use; ``per_rank()``, ``per_step()`` and
+    ``stragglers()`` are its tables. ``options``: keyword arguments of ``Trace``."""
 
     def __init__(self, paths, *, jobs: int | None = None, dask_address: str | None = None, top: int = 10,
                  **options) -> None:

@@ -47,7 +47,10 @@ class Trace:
     """One profiler trace, read once; each table is computed on first use (treat them as read-only).
 
     ``kernel_wait_us``: gaps shorter than this (us) with the next op queued are kernel wait;
-    ``step_pattern``: regex for step spans (None: the step finder's markers).
+    ``step_pattern``: regex for step spans (None: the step finder's markers); ``small_bytes`` /
+    ``min_count``: the small pageable copy rule; ``skip_malformed``: read a trace even when more than
+    0.1% of its events are malformed; ``jobs``: processes reading a large file. The tables:
+    docs/trace-analyzer.md ("In Python").
     """
 
     def __init__(self, source, *, kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_pattern: str | None = None,

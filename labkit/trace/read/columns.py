@@ -133,7 +133,10 @@ def column_strings(col) -> np.ndarray:
 
 
 def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
-    """Group rows by equal values of ``columns``: ``(code of each row, key of each group)``, as pandas numbers them."""
+    """Group rows by equal values of ``columns`` (lists or arrays): ``(code of each row, key of each group)``,
+    groups numbered in order of first appearance (``sort``: in key order), as pandas' ``groupby``
+    numbers them, far faster on long strings (one hashing pass per column, no per-row tuples);
+    aggregate with ``pd.Series(v).groupby(codes, sort=False)``."""
     cols = [c if isinstance(c, np.ndarray) else np.asarray(c, dtype=object) for c in columns]
     code = np.zeros(len(cols[0]), np.int64)
     for c in cols:  # the groups so far split by this column, still numbered by first appearance

@@ -27,9 +27,11 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: 
                   jobs: int = 1) -> tuple[dict, bool]:
     """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
 
-    With ``jobs`` > 1, byte ranges on workers; any range that does not read cleanly makes the
-    whole file be read again in order, so results and errors are those of one read.
-    """
+    ``jobs`` > 1: a large file is read as that many byte ranges of its event array, all but the last
+    on worker processes (a gzip'ed one is inflated once to a temporary file first); any range that
+    does not read cleanly (a cut inside a string, bad input) makes the whole file be read again in
+    order, so the result and any error are those of the one-process read. ``progress``: a bar on
+    stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
     if jobs > 1:
         with contextlib.ExitStack() as stack:
             plain = plain_copy(path, stack, min_bytes=2 * PART_MIN_BYTES)

@@ -73,7 +73,10 @@ class EventTables:
 
 
 def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False) -> None:
-    """Apply the malformed-event policy (docs/reference.md): ``UsageError`` for no events or too many malformed."""
+    """Apply the malformed-event policy (docs/reference.md) to what the loader counted.
+
+    Raises ``UsageError`` when no event is a JSON object (not a trace), or when more than
+    ``MALFORMED_LIMIT`` of the events are malformed and ``skip_malformed`` is False."""
     if stats.n_events and stats.non_objects == stats.n_events:
         raise UsageError(f"not a trace: {name} has no event objects in traceEvents (first entry is not an object)")
     if not stats.skipped:
@@ -89,7 +92,15 @@ def check_malformed(stats: LoadStats, name: str, *, skip_malformed: bool = False
 
 def load_trace(path: str | os.PathLike, *, skip_malformed: bool = False, progress: bool | None = None,
                jobs: int = 1) -> EventTables:
-    """Load a Kineto trace file (``.json`` or gzip'ed) into ``EventTables``; bad input is a one-line ``UsageError``."""
+    """Load a Kineto trace file (``.json`` or gzip'ed) into ``EventTables``.
+
+    Raises ``UsageError`` with a one-line reason when the file is unreadable, truncated,
+    not JSON, has no ``traceEvents`` array or no event objects, or has more than
+    ``MALFORMED_LIMIT`` malformed events (unless ``skip_malformed``); malformed events at or
+    below the limit are skipped and counted (``EventTables.stats``). ``progress``: show a bar on
+    stderr (None: for files over 50 MB when stderr is a terminal). ``jobs``: processes reading a large
+    file as byte ranges of its event array (``labkit.trace.read.document``).
+    """
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{str(path)!r} is a folder, not a trace file")

@@ -182,7 +182,9 @@ def _batch_text(rd: ByteReader, start: int, j: int) -> str:
 
 
 def _decode_in_place(rd: ByteReader, start: int, j: int):
-    """msgspec structs of the events in ``buf[start:j + 1]``, read in place; None when msgspec declines the batch."""
+    """msgspec structs of the events in ``buf[start:j + 1]``, read in place: the byte before
+    ``start`` and the one after ``j`` (a separator and a byte of the boundary) are set to ``[``
+    and ``]`` for the call and put back after it. None when msgspec declines the batch."""
     buf = rd.buf
     left, right = buf[start - 1], buf[j + 1]
     buf[start - 1], buf[j + 1] = _OPEN, _CLOSE

@@ -121,7 +121,14 @@ class Prefetch(io.RawIOBase):
 
 
 class Gunzip:
-    """The decompressed bytes of a (multi-member) gzip stream, inflated in large steps; ``gzip``'s errors."""
+    """The decompressed bytes of a (multi-member) gzip stream, inflated by ``zlib`` in large steps.
+
+    ``gzip.GzipFile`` inflates 8 KiB of input per call, and each call gives the GIL back and
+    takes it again; on a background thread that competes with a busy parsing thread, those
+    hand-overs, not the inflating, set the pace. Here one call inflates up to ``in_chunk`` bytes of
+    input (at most ``out_max`` bytes of output). Errors are those of ``gzip``: ``zlib.error`` for
+    corrupt data, ``EOFError`` for a stream cut short, ``gzip.BadGzipFile`` for trailing bytes that
+    do not start another member."""
 
     _MAGIC = b"\x1f\x8b"
 

@@ -76,7 +76,10 @@ def _int_col(values) -> np.ndarray:
 
 
 def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) -> bool:
-    """Add decoded ``Event`` structs to ``cols`` column by column; False, untouched, when the batch is not clean."""
+    """Add decoded ``Event`` structs (traceEvents entries ``i0 ...``) to ``cols`` column by column.
+
+    Returns False, leaving ``cols`` and ``stats`` untouched, when the batch is not clean (module
+    docstring). Strings are interned in the order of the per-event path, so the tables are identical."""
     n = len(batch)
     if not n:
         return True

@@ -34,10 +34,11 @@ class HostOnlyPrediction:
 
 def predict_host_only(trace, scale: Mapping[str, float] | None = None, *,
                       steps: str | None = None) -> HostOnlyPrediction:
-    """Replay a host-only trace with ``scale`` (``{regex: factor}``; default: no placeholder reads).
-
-    ``UsageError`` for a trace with device events or without steps, or a pattern matching nothing.
-    """
+    """Replay a host-only trace (path or ``Trace``) with ``scale`` (``{regex: factor}``, each as
+    ``labkit whatif --scale REGEX=FACTOR``; default: the placeholder reads removed) and return the
+    measured and predicted median step time. ``steps``: the step-span regex (default: vLLM's
+    ``execute_*`` spans, else ``ProfilerStep#N``). ``UsageError`` for a trace with device events,
+    without steps, without placeholder reads (default ``scale``), or a pattern that matches nothing."""
     tr = as_trace(trace)
     rec, g = trace_graph(tr)
     if rec.ops:

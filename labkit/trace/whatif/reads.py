@@ -55,7 +55,9 @@ def _step_of(ends: list, t: float) -> int | None:
 
 
 def read_cost_ns(rec, within: str = SCHEDULE) -> dict:
-    """The ``ops`` shape's cost per read (ns): median start-to-start of ``aten::item`` inside one ``within`` span."""
+    """The ``ops`` shape's cost per read in ``rec`` (``Records``): the median time from the start of one
+    ``aten::item`` to the next inside the same ``within`` span (ns). Returns ``{"read_ns", "mean_ns",
+    "gaps"}``; ``UsageError`` when no such span holds two reads."""
     rx = re.compile(within)
     per_read: list = []
     for spans in rec.threads.values():
@@ -119,7 +121,11 @@ def _op_reads(rec, ends: list, syncs: dict, within: str = SCHEDULE):
 
 
 def find_placeholder_reads(trace, steps: list | None = None) -> PlaceholderReads | None:
-    """The placeholder reads of ``trace`` (path, ``Trace`` or ``Graph``), frames preferred; None when it shows none."""
+    """The placeholder reads of ``trace`` (path, ``Trace`` or the replay's ``Graph``), or None when it
+    shows none.
+
+    ``steps``: ``(thread key, Span)`` step spans (default: those ``labkit whatif`` finds). Frames are
+    preferred where a trace has both shapes: they cover each read whole."""
     if isinstance(trace, Graph):
         g = trace
     else:

@@ -25,7 +25,11 @@ def _step_of_ops(g: Graph, steps: list) -> dict:
 
 
 def _windows(g: Graph, steps: list, rep: Replay | None, step_of: dict, gone=frozenset()):
-    """Per step durations and the whole window (us); a step runs from the previous step's completion."""
+    """Per step (measured, or replayed with ``rep``) durations and the whole window (us).
+
+    A step completes when its host span has ended and the device has finished the work launched
+    in it; a step's time runs from the previous step's completion (the first: from its start), so
+    a host that runs ahead of the device cannot hide the device's pace."""
     rec = g.rec
     ends = np.array([o.end for o in rec.ops]) if rep is None else rep.end
     if steps:

@@ -31,7 +31,11 @@ def _source_note(rows) -> str:
 
 def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", metric: str = "tokens_per_s_median"
                      ) -> go.Figure:
-    """Bars per variant of ``labkit bench engine`` rows; buttons switch between ``METRICS``."""
+    """Bars per variant; buttons switch between ``METRICS``. ``rows`` are ``labkit bench engine`` rows.
+
+    Rows recorded before the median-based throughput existed get it derived from their own fields
+    (``labkit.engine.recorded.with_robust_metrics``); the default metric is robust to one-off stalls.
+    """
     from labkit.engine.recorded import with_robust_metrics
 
     if metric not in METRICS:
@@ -61,7 +65,11 @@ def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", met
 
 
 def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time") -> go.Figure:
-    """Grouped bars of measured and simulated median step time (ms) per variant (``sim_vs_measured``'s table)."""
+    """Grouped bars of measured and simulated median step time (ms) per variant.
+
+    ``table`` is ``labkit.engine.recorded.sim_vs_measured``'s DataFrame; the ratio is printed on
+    the simulated bars. The simulated bars are labelled as such.
+    """
     if table is None or not len(table):
         raise ValueError("no variants to compare")
     x = list(table["variant"])
@@ -78,7 +86,13 @@ def plot_sim_vs_measured(table, *, title: str = "Simulated vs measured step time
 
 def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("eager", "CUDA graphs"),
                         max_events: int = 4_000, title: str = "Eager vs CUDA graphs") -> go.Figure:
-    """Two timelines stacked (eager above, graphs below) per run; a dropdown picks the run."""
+    """Two timelines stacked (eager above, graphs below) per run; a dropdown picks the run.
+
+    ``runs``: label -> ``(eager trace, graph trace)`` (paths or analyses). Every run's bars are
+    precomputed into the figure and the dropdown (plotly ``updatemenus``) only switches their
+    visibility, so it works in an exported page. Each panel draws at most ``max_events`` bars
+    (merged at a resolution, ``labkit.viz.timeline.decimate``). Simulated traces say so in the title.
+    """
     from plotly.subplots import make_subplots
 
     from labkit.viz.timeline import _as_trace, _bars, _cap, _lanes, max_resolution_ms

@@ -94,7 +94,11 @@ def plot_mask_examples(examples: dict | None = None, sliding_window: int = 0) ->
 
 def plot_attn_bench(rows: list[dict], *, title: str = "prefix-LM attention", include_sweep: bool = False
                     ) -> go.Figure:
-    """Grouped bars of TFLOP/s per case and variant (buttons: milliseconds) from timed ``attn_bench`` rows."""
+    """Grouped bars of TFLOP/s per case and variant, with buttons to show milliseconds instead.
+
+    ``rows``: ``attn_bench`` rows (``results_rows`` adds ``machine``/``gpu_name``/``source``);
+    rows without timings (errors, interpreter checks) are left out.
+    """
     timed = [r for r in rows if "median_ns" in r and (include_sweep or "[" not in r["variant"])]
     fig = go.Figure()
     variants = list(dict.fromkeys(r["variant"] for r in timed))

@@ -85,7 +85,13 @@ class Roofline:
 
 
 def point(row: dict, traffic: AttnTraffic, peak: GpuPeak) -> dict:
-    """One ``attn_bench`` row on the roof: its traffic, achieved and attainable rates, and shares of the peaks."""
+    """One run on the roof: ``row`` (an ``attn_bench`` row with ``median_ns``) with its traffic and GPU peak.
+
+    Columns: ``case``, ``variant``, ``flops``, ``bytes``, ``flop_per_byte``, ``median_ms``,
+    ``tflops`` and ``tb_s`` (achieved), ``bound`` (``memory`` left of the ridge, else
+    ``compute``), ``roof_tflops`` (attainable here), ``pct_of_roof``, ``pct_of_peak_tflops``,
+    ``pct_of_peak_tb_s``, and the GPU's ``peak_tflops``, ``peak_tb_s``, ``ridge_flop_per_byte``.
+    """
     seconds = float(row["median_ns"]) * 1e-9
     tflops = traffic.flops / seconds / 1e12
     tb_s = traffic.bytes / seconds / 1e12
@@ -103,7 +109,13 @@ def point(row: dict, traffic: AttnTraffic, peak: GpuPeak) -> dict:
 
 
 def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) -> Roofline:
-    """Place timed ``attn_bench`` rows on their GPU's roof; rows that do not match their case are ``skipped``."""
+    """Place timed ``attn_bench`` rows (``results_rows`` adds ``machine`` and ``gpu_name``) on their GPU's roof.
+
+    Each row's shapes are taken from its case definition (``cases``, default the benchmark's
+    :data:`labkit.attn.bench_attn.CASES`) and must match what the row recorded, FLOPs
+    included; rows of other variants, untimed rows and rows that do not match are left out
+    (the last with a line in ``skipped``), as are GPUs missing from the peak table.
+    """
     if cases is None:
         from labkit.attn.bench_attn import CASES as cases
     out = Roofline()

@@ -53,7 +53,13 @@ def make_features(
     placeholder_len: int = GEMMA_PLACEHOLDER_LEN,
     text_between: int = 16,
 ) -> list[list[object]]:
-    """``num_requests`` lists of ``images`` Gemma-style image features each, every request with its own objects."""
+    """``num_requests`` lists of ``images`` image features each (Gemma-style masks).
+
+    Placeholders sit ``text_between`` text tokens apart; every request has its own
+    placeholder objects (as in vLLM, where each request's features are deserialized
+    separately). ``feature_factory(modality=, identifier=, mm_position=)`` builds a
+    feature (default :class:`SimpleFeature`).
+    """
     if num_requests < 0 or images < 0:
         raise UsageError("requests and images must be >= 0")
     factory = feature_factory or SimpleFeature

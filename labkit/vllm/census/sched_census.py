@@ -132,7 +132,9 @@ def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int 
 
 
 def vllm_requests(count: int, prompt_len: int, spans=(), *, max_tokens: int, prefix: str = "r") -> list:
-    """Real vLLM ``Request`` objects, ids ``<prefix><index>``, an image at each ``(offset, length, is_embed)``."""
+    """Real vLLM ``Request`` objects, ids ``<prefix><index>``: ``prompt_len`` tokens, an image at each
+    ``(offset, length, is_embed)`` of ``spans`` (as a ``MultiModalFeatureSpec`` with its
+    ``PlaceholderRange``), ``max_tokens`` output tokens with ``ignore_eos``."""
     import torch
     from vllm import SamplingParams
     from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
@@ -197,7 +199,9 @@ class SchedulerRun:
 
 
 def _sizes(num_requests: int, images: int, decode_steps: int, budget: int = 8192) -> tuple[int, int, int]:
-    """(prompt tokens, KV blocks, max model length) so that no request is ever preempted or stopped."""
+    """(prompt tokens, KV blocks, max model length) so that no request is ever preempted or
+    stopped: early requests decode while later ones prefill (about one step per ``budget``
+    tokens of prompt, plus one per request), then ``decode_steps`` more."""
     prompt = TEXT_BETWEEN + images * (PLACEHOLDER_LEN + TEXT_BETWEEN)
     max_len = prompt + num_requests * prompt // budget + 2 * num_requests + decode_steps + 64
     return prompt, num_requests * -(-max_len // 16) + 64, max(max_len, 8192)
@@ -213,7 +217,13 @@ def _quantiles(values: list[int]) -> dict:
 
 
 def measure_point(model_dir, num_requests: int, images: int, *, steps: int = 30, warmup: int = 3) -> list[dict]:
-    """Per variant, ``schedule()`` and ``update_from_output()`` per decode step at one grid point (ns)."""
+    """Per variant, ``schedule()`` and ``update_from_output()`` per decode step at one grid point.
+
+    The three schedulers are brought to steady decode first; timed steps then alternate
+    between the variants (the patch is applied around the ``early_return`` steps only).
+    Rows: ``variant``, ``num_requests``, ``images``, ``phase`` (``schedule`` or ``update``)
+    and quantiles in ns; ``schedule`` rows also carry ``overhead_vs_text_ns``.
+    """
     import gc
 
     prompt, blocks, max_len = _sizes(num_requests, images, warmup + steps)

@@ -103,11 +103,18 @@ _UNSET = object()
 
 @contextlib.contextmanager
 def forward_off_host(runner, token: int):
-    """Inside the block, the runner's forward, the logits and the sampler do no work (views of buffers made once).
+    """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
 
-    Everything else of the step runs as vLLM runs it. Greedy requests without logprobs only
-    (``RuntimeError`` otherwise).
-    """
+    ``runner`` is vLLM's model runner (``_model_forward``, ``model.compute_logits``, ``sampler``):
+    the forward returns rows of one zero buffer made here (``max_num_batched_tokens`` x the
+    hidden size), the logits a zero column per sampled row, the sampler ``token`` for every
+    request (a token the model sampled before; the census's requests ignore EOS), all views of
+    buffers made once, so nothing runs that touches the KV cache, the weights or a
+    vocabulary-sized array. Everything else of the step (scheduling, the runner's input
+    preparation and bookkeeping, ``update_from_output``, output processing and detokenization)
+    runs as vLLM runs it. The KV cache is not written in the block: the steps after it read
+    stale entries for those positions, which changes no host cost. Only greedy requests without
+    logprobs (``RuntimeError`` otherwise)."""
     import torch
     from vllm.v1.outputs import SamplerOutput
 

@@ -51,9 +51,12 @@ TOP_PHASES = ("schedule", "prepare_inputs", "encoder", "forward", "sample", "upd
 def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> dict:
     """Time A/B variants in alternating blocks: ``{(stepper name, variant): [ns per step]}``.
 
-    Each round rotates the variants; after each switch every stepper takes one untimed step (the
-    cumsums cleared by the switch are recomputed there), then ``block`` timed steps.
-    """
+    ``steppers`` maps a name to ``step(variant) -> ns`` (None: it does not run that variant). Each
+    round (the variants' order rotated each round), each variant is applied
+    (:func:`labkit.vllm.ab.patched_vllm`) and every stepper in turn takes one step left out, then
+    ``block`` timed steps: switching a variant clears the cumsums cached under the other definition
+    on every live placeholder, so the first step after a switch recomputes them, a cost neither arm
+    pays in steady decode. Steppers of one round run back to back, so they see the same machine."""
     from labkit.vllm.ab import patched_vllm
 
     variants = tuple(variants)
@@ -77,7 +80,13 @@ def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[d
 
 @contextlib.contextmanager
 def stand_in_scheduler(requests: int, images: int, variants, decode_steps: int):
-    """``labkit bench vllm-sched``'s stand-in at one shape: ``step(variant) -> ns`` of ``schedule()``."""
+    """``labkit bench vllm-sched``'s stand-in at one shape: ``step(variant) -> ns`` of ``schedule()``.
+
+    One real ``Scheduler`` per variant (:mod:`labkit.vllm.census.sched_census`: a generated tiny Gemma-3
+    config, Gemma-style 258-token placeholders, a stand-in model runner), its requests brought to
+    steady decode under that variant; each has room for ``decode_steps`` more steps. A step that
+    is not a decode step of all ``requests`` raises ``RuntimeError``; a variant it was not made for
+    gives None."""
     from labkit.vllm.ab import patched_vllm
     from labkit.vllm.census.sched_census import SchedulerRun, _sizes, make_requests, make_scheduler, temporary_model_dir
 
@@ -105,7 +114,12 @@ STAND_IN_TIMER = "scheduler driven alone (labkit bench vllm-sched's mechanism)"
 
 def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: int = 5, warmup: int = 3,
                          variants=("baseline", "merged")) -> list[dict]:
-    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks (us)."""
+    """``schedule()`` per decode step of vLLM's real scheduler alone, per A/B variant, in blocks.
+
+    The mechanism of ``labkit bench vllm-sched`` (:func:`stand_in_scheduler`) with the lab's A/B
+    variants applied around each variant's steps, the collector on (as in the step census),
+    timed by :func:`alternate_blocks`. ``warmup`` steps per variant first, left out. Rows:
+    ``variant``, ``num_requests``, ``images``, ``phase="scheduler_only"``, ``median_us``, ``steps``."""
     import gc
 
     from labkit.vllm.ab import patched_vllm
@@ -122,7 +136,9 @@ def scheduler_only_point(requests: int, images: int, *, steps: int = 20, block: 
 
 
 def sweep_bytes(llc: int | None = None) -> int:
-    """Bytes read between swept steps: twice the last-level cache, within 64 MiB..2 GiB (256 MiB if unknown)."""
+    """Bytes read between the swept steps of :func:`engine_scheduler_alone`: twice the last-level
+    cache (``llc``, default :func:`labkit.device.last_level_cache_bytes`), within 64 MiB..2 GiB;
+    256 MiB where the size is unknown."""
     from labkit.device import last_level_cache_bytes
 
     llc = last_level_cache_bytes() if llc is None else llc
@@ -140,11 +156,21 @@ def _stand_in_output(req_ids: list, tokens: list):
 
 def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, rounds: int, block: int,
                            sweep: int, stand_in=None, make_output=_stand_in_output) -> list[dict]:
-    """``schedule()`` of the engine's own scheduler driven alone on its live decoding requests (us).
+    """``schedule()`` of the engine's own scheduler driven alone on its live decoding requests.
 
-    The requests advance without the model runner, so the engine must not step again before they
-    finish; a step that is not one token for each of ``requests`` raises ``RuntimeError``.
-    """
+    Each step is ``schedule()`` (timed), then ``update_from_output`` with a stand-in for the
+    model's output: every request samples its own last token again (a token that did not stop
+    it before). Nothing else runs between steps, so the scheduler's data stays in the caches
+    (``schedule_alone``); in the second mode ``sweep`` bytes are read between steps
+    (``schedule_alone_swept``: the last-level cache swept, what the scheduler reads evicted).
+    Each mode is timed by :func:`alternate_blocks` (``rounds`` rounds of ``block`` timed steps).
+    ``stand_in`` (``step(variant) -> ns``, :func:`stand_in_scheduler`) is stepped in the same
+    rounds as the back-to-back mode, block after block (rows ``scheduler_only``): the two
+    schedulers alone compare on the same machine at the same time. The requests advance a token
+    a step without the model runner, so the engine must not step again before they finish (the
+    census aborts them). Every step must schedule one token for each of the ``requests`` and no
+    encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
+    ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
 
     import numpy as np
 

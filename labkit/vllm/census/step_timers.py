@@ -64,7 +64,10 @@ class StepRecord:
 
 
 class PhaseTimers:
-    """Context manager: while inside, every ``LLMEngine.step()`` of ``llm`` appends a :class:`StepRecord`."""
+    """Context manager: while inside, every ``LLMEngine.step()`` of ``llm`` appends a :class:`StepRecord`.
+
+    ``parts``: the objects to wrap (default :func:`engine_parts` of ``llm``); ``phases`` /
+    ``spans``: what to wrap (:data:`TIMED_PHASES` / :data:`SPAN_PHASES`); ``clock``: ns."""
 
     def __init__(self, llm=None, phases=TIMED_PHASES, clock=clock_ns, parts: dict | None = None,
                  spans=SPAN_PHASES) -> None:

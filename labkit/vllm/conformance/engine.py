@@ -75,6 +75,10 @@ def build_engine(model_dir: str | Path, run_dir: str | Path, *, images_per_promp
                  kv_cache_gib: int | None = None, **overrides):
     """A ``vllm.LLM`` for the made model at ``model_dir``, its caches and traces under ``run_dir``.
 
+    ``images_per_prompt`` sets ``limit_mm_per_prompt``; ``profile_dir`` configures vLLM's torch
+    profiler (``profiler_config``; traces are written by :func:`profile_run`); ``weight_seed``
+    re-draws the dummy weights (:func:`randomize_weights`; None keeps vLLM's near-zero ones);
+    ``kv_cache_gib`` replaces :data:`ENGINE_ENV`'s KV-cache size.
     Other keyword arguments override :data:`ENGINE_DEFAULTS`.
     """
     from labkit.vllm.conformance.models import model_arch
@@ -237,7 +241,11 @@ class ScheduleCounter:
 
 def profile_run(llm, requests: Sequence[dict], output_len: int, profile_dir: str | Path, dest: str | Path,
                 *, prefix: str) -> list[Path]:
-    """Run ``requests`` under vLLM's torch profiler; move the traces it writes into ``dest``; returns them."""
+    """Run ``requests`` under vLLM's torch profiler; move the traces it writes into ``dest``; returns them.
+
+    The engine must have been built with ``profile_dir`` (:func:`build_engine`). Traces are
+    named by vLLM (``<prefix>...pt.trace.json.gz``).
+    """
     profile_dir, dest = Path(profile_dir), Path(dest)
     before = set(profile_dir.rglob("*")) if profile_dir.exists() else set()
     llm.start_profile(profile_prefix=prefix)
@@ -291,7 +299,12 @@ class VariantRun:
 def run_variants(llm, requests: Sequence[dict], shape: Shape, variants: Sequence[str], *,
                  profile: tuple[Path, Path] | None = None, profile_requests: Sequence[dict] | None = None,
                  ) -> Iterator[VariantRun]:
-    """For each variant, on the live engine: a timed run, a counted run (same tokens) and optionally a profiled run."""
+    """For each variant, on the live engine: a timed run, a counted run and optionally a profiled run.
+
+    Yields :class:`VariantRun` (tokens of the timed run; steps of the counted run, whose tokens
+    must equal them, else ``RuntimeError``). ``profile=(profile_dir, dest)`` also writes one
+    trace per variant under ``dest/<variant>/`` from ``profile_requests`` (default: ``requests``).
+    """
     from labkit.vllm.ab import patched_vllm
 
     for name in variants:

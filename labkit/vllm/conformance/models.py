@@ -214,10 +214,14 @@ def _write_gemma4(out: Path, causal_text: bool = False, vocab_size: int | None =
 
 def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: bool = False,
                vocab_size: int | None = None) -> Path:
-    """Write a tiny model folder for ``arch`` at ``out`` (whole or not at all); returns the folder.
+    """Write a tiny model folder for ``arch`` at ``out``; returns the folder.
 
-    ``causal_text`` (``gemma4`` only) leaves out ``use_bidirectional_attention="vision"``, as
-    Gemma-4-E4B's config does: vLLM then builds no per-step image ranges.
+    An existing non-empty folder is an error unless it is a folder this function made
+    (``force`` replaces it). The folder is written next to ``out`` and moved into place
+    once complete, so a failure leaves nothing half-written. ``causal_text`` (``gemma4``
+    only) leaves out the text config's ``use_bidirectional_attention="vision"``, as
+    Gemma-4-E4B's config does (#40143's benchmark model): vLLM then does not treat the model
+    as an mm-prefix one and builds no per-step image ranges.
     """
     if arch not in ARCHS:
         raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")

@@ -179,7 +179,9 @@ def _measure_all(spec: dict, model, run_dir: Path, b64: list[list[str]], max_mod
 
 
 def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> tuple[list[dict], dict]:
-    """Every row for a made model of either architecture, and what the rows were measured with."""
+    """Every row of the module text for a made model of either architecture (``spec``: images per
+    request, requests, repeats; images ``width x height`` px); and what the rows were measured with
+    (``hf_image_processor``: the processor's class; ``build``: :func:`labkit.vllm.conformance.engine.vllm_build`)."""
     m = spec["images"]
     b64 = [jpeg_images(m, height, width, seed=r) for r in range(spec["requests"] + 1)]
     stages, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64,

@@ -130,10 +130,18 @@ def ingest(
     server_log: str | Path | None = None,
     timers: str | Path | None = None,
 ) -> Path:
-    """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``; returns its path.
+    """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
-    A row with the same variant, model, prompts, images and repeat is replaced; rows of another
-    shape or vLLM build are dropped. With ``server_log`` the run goes to ``vllm_serve_timeline``.
+    ``device="cpu"``: a run of vLLM's CPU build on this machine (source ``measured-cpu``; the
+    params say the CPU attention path has no prefix ranges). ``repeat`` / ``order``: which
+    repeat this was and its place in the alternating order. ``shape``: image size, input and
+    output lengths, filed in the params. Rows from earlier ingests on the same machine are
+    kept, except one with the same variant, model, prompts, images and repeat, which this one
+    replaces; rows of another shape or vLLM build are dropped (one result, one run). Traces
+    (``*.pt.trace.json.gz`` / ``*.pt.trace.json``) are copied to
+    ``<traces_root>/<slug>/vllm_ab/<variant>/`` and named in the row. ``server_log``: the server's log of
+    a ``--timeline`` run: its requests and steps are filed under ``vllm_serve_timeline`` instead
+    (:mod:`labkit.vllm.server.timeline`), ``vllm_ab`` left as it is. Returns the result path.
     """
     path = Path(bench_json)
     try:

@@ -93,7 +93,9 @@ def intake_rows(folder: str | Path, t0: float) -> list[dict]:
 
 
 def step_clock(steps: list[dict], folder: str | Path, t0: float) -> None:
-    """Set each logged step's ``start_s``, ``end_s`` and ``host_ms`` from the engine core's timers."""
+    """Set each logged step's ``start_s`` (its ``schedule`` began) and ``end_s`` (its
+    ``update_from_output`` ended), seconds from ``t0``, and ``host_ms`` (the two calls' own time),
+    from the engine core's timers, matched in order (both count the steps that scheduled tokens)."""
     core = _jsonl(Path(folder), "core")
     if len(core) != len(steps):
         raise UsageError(f"the engine core's timers hold {len(core)} steps, its log {len(steps)}: not one run")

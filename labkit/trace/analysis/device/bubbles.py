@@ -114,7 +114,13 @@ def gaps_in_runs(ts: np.ndarray, end: np.ndarray, same: np.ndarray) -> tuple[np.
 
 def find_bubbles(trace: EventTables, steps: pd.DataFrame, *, ops: pd.DataFrame | None = None,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US) -> pd.DataFrame:
-    """Every positive idle gap on every device stream (us; overlaps clipped), by category and launching step."""
+    """Every positive idle gap on every device stream (lab convention: overlaps clipped).
+
+    Columns: ``device``, ``stream``, ``start_us``, ``end_us``, ``dur_us``, ``category``
+    (host_wait / kernel_wait / other), ``prev_op``, ``next_op``, ``next_launch_us`` (start of
+    the runtime call that launched the op ending the gap; NaN if unknown), ``launch_pid``,
+    ``launch_tid``, ``step`` (of ``steps``, a ``detect_steps`` table, by the launch time; -1 if none).
+    """
     if kernel_wait_us < 0 or not math.isfinite(kernel_wait_us):
         raise ValueError(f"kernel_wait_us must be a finite number >= 0, got {kernel_wait_us}")
     ops = device_ops(trace) if ops is None else ops
@@ -227,7 +233,12 @@ _HTA_SYNC_NAMES = ("Event Sync", "Context Sync")
 
 def hta_idle_breakdown(trace: EventTables, *, consecutive_kernel_delay: float = 30,
                        include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """Idle time (us) per stream and category exactly as HTA's ``get_idle_time_breakdown`` counts it."""
+    """Idle time per stream and category exactly as HTA's ``get_idle_time_breakdown`` counts it.
+
+    Returns ``stream``, ``idle_category`` (host_wait / kernel_wait / other), ``idle_time``
+    (us, signed gaps summed, rounded to 0.01 like HTA) for every stream with device work.
+    ``consecutive_kernel_delay`` is compared with microsecond gaps (docs/reference.md).
+    """
     ev = trace.events
     n = len(ev)
     cols = {"stream", "idle_category", "idle_time"}

@@ -106,7 +106,13 @@ def graph_replays(trace: EventTables, ops: pd.DataFrame) -> pd.DataFrame:
 
 def device_gaps(ops: pd.DataFrame, replays: pd.DataFrame | None = None, *,
                 kernel_wait_us: float = 30.0) -> pd.DataFrame:
-    """Idle gaps per device: times when no stream of the device runs an op (``GAP_COLUMNS``, us)."""
+    """Idle gaps per device: times when no stream of the device runs an op (``GAP_COLUMNS``).
+
+    ``category``: ``host_wait`` (the op ending the gap was launched after the gap began: for
+    a graph op that is its replay's launch), ``kernel_wait`` (shorter than ``kernel_wait_us``
+    with the next op already queued), ``other``, or ``unrecorded`` (the first gap ending after
+    the launch of a replay with no recorded ops: its work ran there, unseen). ``replay``: the
+    replay of the op ending the gap (-1: not a graph op)."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in GAP_COLUMNS})
     o = ops.sort_values(["device", "ts_us"], kind="stable")
@@ -135,7 +141,11 @@ def device_gaps(ops: pd.DataFrame, replays: pd.DataFrame | None = None, *,
 
 
 def device_idle(ops: pd.DataFrame, gaps: pd.DataFrame, stream_idle_us: dict | None = None) -> pd.DataFrame:
-    """Per device: span, busy (union over streams), idle by category (``DEVICE_COLUMNS``, us)."""
+    """Per device: span, busy (union over streams), idle by category (``DEVICE_COLUMNS``, us).
+
+    ``idle_us`` counts only real gaps (every stream idle, and not the place of an unrecorded
+    replay: that time is ``unrecorded_us``). ``per_stream_idle_sum_us`` (from ``stream_idle_us``,
+    ``{device: sum of the per-stream idle}``) shows what summing stream idle would claim."""
     if len(ops) == 0:
         return pd.DataFrame({c: [] for c in DEVICE_COLUMNS})
     g = ops.groupby("device", sort=True)

@@ -70,7 +70,12 @@ def overlaps_windows(starts, ends, win_s, win_e) -> np.ndarray:
 
 
 def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES)) -> Segments:
-    """Cut the time covered by nested events (us) into segments labelled per layer (the last-started open event)."""
+    """Cut the time covered by nested events into segments labelled per layer.
+
+    ``starts``/``ends`` in us, ``layer_idx`` (int per event, index into ``LAYER_NAMES``), ``codes``
+    (int per event: its name in ``names``, -1 for none). Where events of one layer overlap without nesting,
+    the one that started last is innermost until it ends: a layer's label is its open event that started last.
+    """
     keep = ends > starts
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
@@ -99,7 +104,12 @@ def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES
 
 
 def _last_open(sp: np.ndarray, ep: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each sweep position in ``at``: the event open after it that started last (index, -1: none)."""
+    """For each sweep position in ``at``: which event (index into ``sp``/``ep``, -1: none) of those with
+    boundaries at positions ``sp`` (start) and ``ep`` (end) is open after it and started last.
+
+    The answer changes only at these events' own boundaries: at a start it is that event; at the end of the
+    event on top (no later-started one still open: the next event to end later started after it ended)
+    the event before it in start order that ends later still, the one under it."""
     if len(sp) == 0:
         return np.full(len(at), -1, np.int32)
     o = np.argsort(sp, kind="stable").astype(np.int32)
@@ -258,7 +268,9 @@ def label_call_sites(df: pd.DataFrame) -> np.ndarray:
 
 
 def between_step_call_sites(trace: EventTables, steps: pd.DataFrame, *, top: int | None = None) -> pd.DataFrame:
-    """A host-only trace's call sites ranked by the host time (us) they took between steps."""
+    """A host-only trace's call sites ranked by the host time they took between steps (``HOST_SITE_COLUMNS``):
+    ``host_us`` inside the windows, ``window_count`` windows it appeared in, ``share`` of all between-step time.
+    ``steps``: a ``detect_steps`` table."""
     windows = between_step_windows(steps)
     pairs = attribute_windows(trace, windows) if len(windows) else []
     if len(pairs) == 0:
