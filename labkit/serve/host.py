@@ -54,9 +54,6 @@ class Counts:
     def core_ns(self, units: UnitCosts) -> float:
         return self.reads * units.read_ns + self.loops * units.loop_ns
 
-    def api_ns(self, units: UnitCosts) -> float:
-        return self.api_loops * units.loop_ns
-
 
 def _lerp(points: list, x: float) -> Counts:
     xs = [p[0] for p in points]
@@ -87,9 +84,6 @@ class Chains:
 
     def core_ns(self, arm: str, requests: float, units: UnitCosts) -> float:
         return self.counts(arm, requests).core_ns(units)
-
-    def api_ns(self, arm: str, requests: float, units: UnitCosts) -> float:
-        return self.counts(arm, requests).api_ns(units)
 
 
 def chains_from_census(doc: dict, arms, images: int = 32) -> Chains:

@@ -43,11 +43,8 @@ class ServeWorkload:
                 "request_rate": "inf (all sent at t = 0)", "ignore_eos": True}
 
 
-#: ``full``: #40143's published run; ``quick``: the same shape, small enough for tests
-WORKLOADS = {
-    "full": ServeWorkload("pr40143", 128, 32, 1024, 1536, 1024, 8000, 128),
-    "quick": ServeWorkload("pr40143-quick", 4, 2, 1024, 1536, 64, 16, 4),
-}
+#: ``full``: #40143's published run
+WORKLOADS = {"full": ServeWorkload("pr40143", 128, 32, 1024, 1536, 1024, 8000, 128)}
 
 
 def get_workload(size: str) -> ServeWorkload:
@@ -111,14 +108,6 @@ class ServeConfig:
     num_blocks: int = 0
     max_item_tokens: int = 262
     encoder_budget: int = 0  #: the encoder's budget where above the batched tokens (a run's own)
-
-    def describe(self) -> dict:
-        return {"max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
-                "async_scheduling": self.async_scheduling, "enable_chunked_prefill": True,
-                "enable_prefix_caching": False, "max_model_len": self.max_model_len, "block_size": self.block_size,
-                "kv_blocks": self.num_blocks,
-                "encoder_budget_embeddings": max(self.max_num_batched_tokens, self.max_item_tokens, self.encoder_budget),
-                "kv_cache": "every request's prompt and output fit at once: no preemption"}
 
 
 def kv_blocks_for(requests: int, prompt_tokens: int, output_tokens: int, block_size: int = 16) -> int:
