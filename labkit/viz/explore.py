@@ -9,6 +9,7 @@ import math
 import plotly.graph_objects as go
 
 from labkit.bench import sig3
+from labkit.viz.labels import no_result
 
 
 def _ordered(values) -> list:
@@ -29,13 +30,6 @@ def _wrap(label, width: int = 16) -> str:
     return "<br>".join(lines)
 
 
-def _empty(title: str, message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=300)
-    return fig
-
-
 def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str, slider: str | None = None,
                   menu: str | None = None, names: dict[str, str] | None = None, start: dict | None = None,
                   unit: str = "", log_y: bool = False, highlight: tuple = (), reference: tuple | None = None,
@@ -48,7 +42,7 @@ def plot_explorer(rows: list[dict], *, x: str, y: str, title: str, y_title: str,
     ``reference``: ``(value, label)`` of a dashed horizontal line (e.g. the device step)."""
     rows = [r for r in rows if r.get(y) is not None]
     if not rows:
-        return _empty(title, "no recorded result to explore")
+        return no_result("no recorded result to explore", title, height=300)
     names, start = names or {}, start or {}
     menus = _ordered(r[menu] for r in rows) if menu else [None]
     slides = {m: _ordered(r[slider] for r in rows if menu is None or r[menu] == m) if slider else [None]

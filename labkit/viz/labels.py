@@ -110,3 +110,10 @@ def bars_html(items: list[tuple[str, float]], unit: str, *, log: bool | None = N
     note = caption + (" (log scale)" if log else "")
     note_html = f'<div style="font-size:12px;color:#555">{html.escape(str(note))}</div>' if note else ""
     return f'<div class="labkit-answer-bars" style="max-width:640px;margin:6px 0">{note_html}{rows}</div>'
+
+
+def no_result(text: str, title: str, height: int = 260) -> go.Figure:
+    """The figure a plot returns when its result is not recorded: the title and how to record it."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=height)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from labkit.results import BenchResult
-from labkit.viz.labels import legend_below
+from labkit.viz.labels import legend_below, no_result
 
 STRATEGY_LABELS = {
     "per_layer": "per layer (before #38794)",
@@ -30,13 +30,6 @@ def _source_note(results: list[BenchResult]) -> str:
     return "; ".join(notes)
 
 
-def _empty(title: str, message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, height=260)
-    return fig
-
-
 def _sorted(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: STRATEGY_ORDER.index(r["variant"]) if r["variant"] in STRATEGY_ORDER else 99)
 
@@ -51,7 +44,7 @@ def plot_before_after(results: list[BenchResult]) -> go.Figure:
     title = "Prefix-range tensor per decode step: before vs after #38794"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no h2d_step result recorded yet: run `labkit bench h2d --size full`")
+        return no_result("no h2d_step result recorded yet: run `labkit bench h2d --size full`", title)
     metrics = [("host time per step (ms)", lambda r: r["median_ns"] / 1e6, "log"),
                ("H2D copies per step", lambda r: r["h2d_per_step"], "log"),
                ("synchronizing copies per step", lambda r: r["sync_per_step"], "log")]
@@ -99,7 +92,7 @@ def plot_sweep(results: list[BenchResult]) -> go.Figure:
     title = "Host time per decode step vs sequences in the batch"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no h2d_sweep result recorded yet: run `labkit bench h2d --size full`")
+        return no_result("no h2d_sweep result recorded yet: run `labkit bench h2d --size full`", title)
     layer_values = sorted({row["layers"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_layers = []
@@ -136,7 +129,7 @@ def plot_gpu_idle(results: list[BenchResult]) -> go.Figure:
     title = "GPU idle time per decode step (profiler trace)"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no GPU result recorded yet (h2d_gpu_idle): run `labkit bench h2d --size full` on a CUDA GPU")
+        return no_result("no GPU result recorded yet (h2d_gpu_idle): run `labkit bench h2d --size full` on a CUDA GPU", title)
     layer_values = sorted({row["layers"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_layers = []
@@ -174,7 +167,7 @@ def plot_ranges_sweep(results: list[BenchResult]) -> go.Figure:
     title = "Building the batch's image ranges every step"
     results = [r for r in results if r.rows]
     if not results:
-        return _empty(title, "no ranges_sweep result recorded yet: run `labkit bench ranges --size full`")
+        return no_result("no ranges_sweep result recorded yet: run `labkit bench ranges --size full`", title)
     per_req = sorted({row["images_per_request"] for r in results for row in r.rows})
     fig = go.Figure()
     trace_imgs = []

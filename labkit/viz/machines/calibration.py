@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from labkit.results import BenchResult
+from labkit.viz.labels import no_result
 
 #: what each CPU calibration row reads, as a reader writes it
 CPU_LABELS = {
@@ -26,13 +27,6 @@ def _visibility_menu(labels: list[str], groups: list[list[int]], n_traces: int) 
         vis = [i in idx for i in range(n_traces)]
         buttons.append(dict(label=label, method="update", args=[{"visible": vis}]))
     return [dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.15, yanchor="top")]
-
-
-def _empty(title: str, message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis_visible=False, yaxis_visible=False, height=260)
-    return fig
 
 
 def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
@@ -58,7 +52,7 @@ def plot_cpu_calibration(results: list[BenchResult]) -> go.Figure:
         labels.append(_machine_label(r))
         groups.append([len(fig.data) - 1])
     if not fig.data:
-        return _empty(title, "no calibration recorded yet: run `labkit calibrate --size full`")
+        return no_result("no calibration recorded yet: run `labkit calibrate --size full`", title)
     fig.update_layout(
         title=title, barmode="group", yaxis_type="log", yaxis_title="ns per element (median, p20-p80)",
         updatemenus=_visibility_menu(labels, groups, len(fig.data)), legend_title="machine",
@@ -95,7 +89,7 @@ def plot_gpu_calibration(results: list[BenchResult]) -> go.Figure:
         labels.append(_machine_label(r))
         groups.append(idx)
     if not fig.data:
-        return _empty(title, "no GPU calibration recorded yet: run `labkit calibrate --size full` on a GPU machine")
+        return no_result("no GPU calibration recorded yet: run `labkit calibrate --size full` on a GPU machine", title)
     fig.update_layout(
         title=title, barmode="group", yaxis_type="log", yaxis_title="us per copy / launch",
         updatemenus=_visibility_menu(labels, groups, len(fig.data)),

@@ -12,8 +12,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from labkit.viz.sources import source_title
+from labkit.viz.labels import no_result
 
-__all__ = ["NO_STEP", "NO_INPUT", "NO_TIMELINE", "no_result", "saving_by_phase", "plot_serve_timeline", "timeline_summary",
+__all__ = ["NO_STEP", "NO_INPUT", "NO_TIMELINE", "saving_by_phase", "plot_serve_timeline", "timeline_summary",
            "census_table", "plot_phase_census", "next_costs", "plot_next_costs", "plot_input_stages", "PHASE_COLOURS"]
 
 NO_STEP = ("no vllm_step result recorded yet: run `make vllm-cpu`, then "
@@ -27,14 +28,6 @@ PHASE_COLOURS = {"schedule": "#d62728", "prepare_inputs": "#ff7f0e", "encoder": 
 #: the phases reported inside a top-level one (names as in labkit.trace.analysis.host.engine_steps)
 SUB_PHASES = ("encoder_inputs", "update_states", "prepare_inputs_fn", "attention_metadata", "preprocess",
               "sampler", "bookkeeping", "detokenize")
-
-
-def no_result(text: str, title: str) -> go.Figure:
-    """The figure a plot returns when its result is not recorded: the title and how to record it."""
-    fig = go.Figure()
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=260)
-    return fig
 
 
 def _points(rows) -> list[tuple[int, int]]:

@@ -9,15 +9,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from labkit.vllm.census.bench_vllm_prefix_ranges import side_by_side
+from labkit.viz.labels import no_result
 
 COLOURS = {"installed": "#c0392b", "patched": "#2471a3"}
-
-
-def _empty(title: str, message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False), height=300)
-    return fig
 
 
 def _sources(rows) -> str:
@@ -29,7 +23,7 @@ def plot_profile(profile_rows: list[dict], aten_ops: dict[str, int] | None = Non
     """Horizontal bars: own time (ms) of the top functions in one 128 x 32 call (cProfile)."""
     title = "Where one compute_mm_prefix_ranges call spends its time (128 requests x 32 images)"
     if not profile_rows:
-        return _empty(title, "no profile recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --profile`")
+        return no_result("no profile recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --profile`", title, height=300)
     rows = [r for r in profile_rows if r["tottime_us"] > 0][:8][::-1]
     fig = go.Figure(go.Bar(
         x=[r["tottime_us"] / 1e3 for r in rows], y=[r["function"] for r in rows], orientation="h",
@@ -48,7 +42,7 @@ def plot_installed_vs_patched(rows: list[dict]) -> go.Figure:
     title = "compute_mm_prefix_ranges per step: installed vLLM vs cached embedding runs"
     table = [r for r in side_by_side(rows) if "speedup" in r]
     if not table:
-        return _empty(title, "no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`")
+        return no_result("no vllm_prefix_ranges result recorded yet: run `.venv-vllm/bin/labkit bench vllm-prefix-ranges --size full`", title, height=300)
     machines = sorted({r["machine"] for r in table})
     images = sorted({r["images"] for r in table})
     fig, tags = go.Figure(), []
