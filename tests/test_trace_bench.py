@@ -87,3 +87,16 @@ def test_bare_decode_and_hta_left_out_where_their_memory_does_not_fit(monkeypatc
     rows = measure_file(FILES[0], "t", timeout=1, jobs=(1,), not_run=not_run)
     assert [r["variant"] for r in rows] == ["labkit"] and rows[0]["vs_bare_decode"] is None
     assert [line.split(" on ")[0] for line in not_run] == ["bare-decode", "hta"]
+
+
+def test_jobs_settings_alternate_run_by_run(monkeypatch):
+    """Three repeats at --jobs 1 and 2 run 1, 2, 1, 2, 1, 2, so a machine that slows down mid-run slows both."""
+    order = []
+
+    def worker(kind, path, timeout, decoder="auto", jobs=1):
+        order.append(jobs)
+        return {"wall_ns": 1e9, "cpu_ns": 1e9, "peak_rss": 90e6, "base_rss": 40e6, "totals": {"7": 5.0}}
+
+    monkeypatch.setattr(bench, "_run_worker", worker)
+    measure_file(FILES[1], "t", timeout=1, repeats=3, jobs=(1, 2), hta=False, bare=False)
+    assert order == [1, 2, 1, 2, 1, 2]

@@ -218,8 +218,12 @@ def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, de
             not_run.append(f"{BARE} on {label}: {bad[0]}")
         else:
             base_row = _tool_row(BARE, runs, json_bytes, extra)
+    by_jobs: dict = {j: [] for j in jobs}
+    for _ in range(repeats):  # the jobs settings alternate, so a drift of the machine's speed hits each alike
+        for j in jobs:
+            by_jobs[j].append(_run_worker("labkit", path, timeout, decoder, j))
     for j in jobs:
-        runs = [_run_worker("labkit", path, timeout, decoder, j) for _ in range(repeats)]
+        runs = by_jobs[j]
         bad = [r["error"] for r in runs if "error" in r]
         if bad:
             raise UsageError(f"labkit analyze failed on {label}: {bad[0]}")
