@@ -100,9 +100,11 @@ def write_results(store, *, without: tuple = ()) -> None:
         record(store, "pr_table", pr_table_rows(), machine=CPU_A, source="simulated", params=pr_table_params())
     if "vllm_serve_timeline" not in without:
         shape = {"images": 32, "image_size": "1024x1536", "output_len": 64, "num_prompts": 16}
-        rows = [{"kind": "request", "request": i, "variant": v, "finish_s": f, **shape}
+        tokens = {"first_token_s": 0.5, "itl_ms": [10.0]}
+        rows = [{"kind": "request", "request": i, "variant": v, "finish_s": f, **tokens, **shape}
                 for v, ends in (("baseline", (10.0, 10.5)), ("pr40143", (4.0, 10.0))) for i, f in enumerate(ends)]
-        rows += [{"kind": "request", "request": i, "variant": "baseline", "finish_s": f, "images": 4,
+        rows += [{"kind": "request", "request": i, "variant": "baseline", "finish_s": f, **tokens, "images": 4,
                   "image_size": "1024x1536", "output_len": 16, "num_prompts": 8} for i, f in enumerate((1.0, 30.0))]
-        rows.append({"kind": "step", "variant": "baseline", "iteration": 0, **shape})
+        rows.append({"kind": "step", "variant": "baseline", "iteration": 0, "gen_requests": 0, "ctx_requests": 0,
+                     **shape})
         record(store, "vllm_serve_timeline", rows, machine=CPU_A, source="measured-cpu")

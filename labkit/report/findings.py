@@ -19,10 +19,11 @@ from labkit.errors import UsageError
 from labkit.results import CALIBRATION, PR_TABLE, VLLM_AB, VLLM_SERVE_TIMELINE, VLLM_STEP, find_all
 from labkit.bench import sig3
 from labkit.facts import PR40143, two_phases
+from labkit.viz.vllm.inside_vllm import timeline_summary
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Evidence", "gains", "finish_spreads", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
+__all__ = ["Evidence", "gains", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 
 BEGIN = "<!-- findings:begin -->"
 END = "<!-- findings:end -->"
@@ -146,22 +147,12 @@ def _peaks(res) -> Evidence:
                     f"{PR40143.after.peak_output_tok_s:,.0f} tok/s", res.source, res.slug, _file(res), "08_inside_vllm")
 
 
-def finish_spreads(timeline) -> dict:
-    """Per run of a ``vllm_serve_timeline`` result, ``(shape, arm) -> s`` between its first and its
-    last request's finish."""
-    ends: dict = {}
-    for r in timeline.rows:
-        if r.get("kind") == "request":
-            shape = f"{r['num_prompts']} x {r['images']} x {r['image_size']}, {r['output_len']} out"
-            ends.setdefault((shape, r["variant"]), []).append(r["finish_s"])
-    return {k: max(v) - min(v) for k, v in ends.items()}
-
-
 def _moved(timeline) -> tuple | None:
-    """The workload whose finish spread moved most between arms on the server: (shape, least, most)."""
+    """The workload whose finish spread moved most between arms on the server (the spreads of
+    :func:`labkit.viz.vllm.inside_vllm.timeline_summary`): ``(shape, least s, most s)``."""
     by: dict = {}
-    for (shape, _), s in finish_spreads(timeline).items():
-        by.setdefault(shape, []).append(s)
+    for r in timeline_summary(timeline).to_dict("records"):
+        by.setdefault(f"{r['shape']}, {r['output_tokens']} out", []).append(r["finish_spread_s"])
     runs = [(shape, min(v), max(v)) for shape, v in by.items() if len(v) > 1 and min(v) > 0]
     return max(runs, key=lambda t: t[2] / t[1], default=None)
 

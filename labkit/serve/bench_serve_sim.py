@@ -140,9 +140,9 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
         if "baseline" not in arms:
             raise UsageError("a full run infers the PR host from the baseline arm: include it in --arms")
         step = workload.requests / PR40143.before.peak_output_tok_s * 1e9
-        for g in gpus:  # UsageError where the peak says nothing of the host
-            host_at_peak(step, full_batch_device_ns(g, workload.requests, prompt_len), regime, overlap)
-        host = host_at_peak(step, full_batch_device_ns(named, workload.requests, prompt_len), regime, overlap)
+        # every GPU's (UsageError where the peak says nothing of the host); the named one's is used
+        host = {g: host_at_peak(step, full_batch_device_ns(g, workload.requests, prompt_len), regime, overlap)
+                for g in gpus}[named]
         got = infer_read_ns(chains, host_ns=host, requests=workload.requests, loop_ns=node.loop_ns)
         units = UnitCosts(got["read_ns"], node.loop_ns, "read: inferred from the baseline's published peak; "
                                                         f"loop: {node.where} (measured there)")
