@@ -177,6 +177,20 @@ def _rows(base_sched, merged_sched, *, trace_ratio=1.0, share=0.99, share_max=0.
     return rows
 
 
+def test_trace_vs_wrapper_pairs_the_steps_and_one_stalled_step_does_not_move_it():
+    # six profiled steps: the wrapper costs 1.5 us outside each frame the trace records; in one step the
+    # process stalls 70 us between the wrapper and the frame (a busy machine), which a ratio of totals
+    # would carry ((6 * 98.5) / (6 * 100 + 70) = 0.882, outside 10%) and the median of the steps does not
+    trace = [98.5] * 6
+    wrapper = [100.0] * 6
+    wrapper[2] += 70.0
+    assert step_census.trace_vs_wrapper(trace, wrapper) == pytest.approx(0.985)
+    # paired in order, not sorted: a phase twice as long in the trace in one of two steps
+    assert step_census.trace_vs_wrapper([10.0, 40.0], [10.0, 20.0]) == pytest.approx(1.5)
+    assert step_census.trace_vs_wrapper([1.0] * 5, [1.0] * 6) is None  # counts differ: no pairing
+    assert step_census.trace_vs_wrapper([0.0, 0.0], [0.0, 0.0]) is None  # never timed
+
+
 def test_census_checks_pass_on_a_consistent_census():
     checks = census_checks(_rows(6000.0, 200.0, alone={"baseline": 5600.0, "merged": 150.0}))
     assert {c["check"] for c in checks} == {"phases add up", "trace agrees with the timers",

@@ -19,8 +19,9 @@ from labkit.vllm.census.step_census import CENSUS_VARIANTS, CensusPlan
 def census(run_root):
     from labkit.vllm.census.bench_vllm_step import run_census
 
-    # six profiled steps: the trace is checked against the timers over their total, so one stall of the
-    # process between a wrapper and the frame it times (a busy machine) cannot swing a small phase by 10%
+    # six profiled steps: the trace is checked against the timers step for step (the median of six), so
+    # a stall of the process between a wrapper and the frame it times in one or two steps (a busy
+    # machine) cannot swing a small phase by 10%
     plan = CensusPlan(points=((2, 2),), rounds=1, block=2, profiled=6, wave=2, alone_rounds=1, alone_block=2)
     return run_census(plan, "quick", run_root / "census", traces=run_root / "census-traces", save=False)
 

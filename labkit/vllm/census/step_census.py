@@ -20,7 +20,7 @@ from labkit.timing import clock_ns, stopwatch
 logger = logging.getLogger(__name__)
 
 __all__ = ["CENSUS_VARIANTS", "CensusPlan", "forward_off_host", "build_census_engine", "measure_point",
-           "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib"]
+           "drop_encoded_inputs", "prompt_tokens", "kv_cache_gib", "trace_vs_wrapper"]
 
 #: the variants of the census, in the order of the first round
 CENSUS_VARIANTS = ("baseline", "pr40143", "merged", "early-return")
@@ -336,6 +336,17 @@ def _off_host_rows(variant, requests, images, wrapper) -> list[dict]:
     return rows
 
 
+def trace_vs_wrapper(trace_us, wrapper_us) -> float | None:
+    """The trace's time of a phase over the wrapper timers' time of the same profiled steps: the median
+    of the ratios step for step (one trace step per timed step, in order), so that a stall of the
+    process between a wrapper and the frame it times, in one or two steps of a busy machine, moves
+    no more than those steps; ``None`` where the step counts differ or no step timed the phase."""
+    if len(trace_us) != len(wrapper_us):
+        return None
+    ratios = [t / w for t, w in zip(trace_us, wrapper_us) if w > 0]
+    return float(statistics.median(ratios)) if ratios else None
+
+
 def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace) -> list[dict]:
     rows = []
     for phase, parent in PHASES:
@@ -353,11 +364,7 @@ def _variant_rows(variant, requests, images, wrapper, wrapper_prof, table, trace
             prof = [w.get(phase, 0.0) for w in wrapper_prof]
             row["wrapper_profiled_median_us"] = statistics.median(prof)
             row["wrapper_profiled_mean_us"] = statistics.fmean(prof)
-            # the same profiled steps on both sides (one trace step per timed step): their totals
-            # compare step for step, where two medians of a few steps may come from different steps
-            same = len(table) == len(prof)
-            row["trace_vs_wrapper"] = (row["trace_mean_us"] / row["wrapper_profiled_mean_us"]
-                                       if same and row["wrapper_profiled_mean_us"] > 0 else None)
+            row["trace_vs_wrapper"] = trace_vs_wrapper(table[col].tolist(), prof)
             row["profiler_inflation"] = (row["wrapper_profiled_median_us"] / row["median_us"]
                                          if row["median_us"] else None)
         if phase == "step":
