@@ -17,9 +17,10 @@ def test_trace_bench_quick_is_filed_as_quick_with_its_command(results_store, rep
     assert (res.name, res.size, res.params["size"]) == ("trace_bench_quick", "quick", "quick")
     assert res.params["size_mb"] == [0.2]
     assert res.command == "labkit " + " ".join(argv)
-    # the same file decoded bare, and analyzed at --jobs 1 and 2, each with its ratio to the bare decode
-    assert [r["variant"] for r in res.rows] == ["bare-decode", "labkit", "labkit-jobs2"]
-    assert res.params["tools"] == ["bare-decode", "labkit", "labkit-jobs2"] and res.params["machine_load"]["cpus"]
+    # the same file decoded bare, and analyzed at --jobs 1 and 2 and twice at once, each with its ratio to the bare decode
+    tools = ["bare-decode", "labkit", "labkit-jobs2", "labkit-two-at-once"]
+    assert [r["variant"] for r in res.rows] == tools
+    assert res.params["tools"] == tools and res.params["machine_load"]["cpus"]
     assert all(r["vs_bare_decode"] > 0 and r["cpu_s_per_mb"] > 0 and "others_frac" in r for r in res.rows)
     assert all(r["file_bytes"] >= 0.2e6 and r["source_trace"] == "built" for r in res.rows)
     assert json.loads(out.read_text())["name"] == "trace_bench_quick"

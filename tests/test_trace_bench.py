@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import threading
 import time
 from pathlib import Path
 
@@ -56,21 +57,27 @@ def test_rows_from_planted_worker_runs(monkeypatch):
 
 
 def test_ratios_to_the_bare_decode_and_to_jobs_1(monkeypatch):
-    """Planted runs: the bare decode at 1 s, labkit at --jobs 1 in 4 s (3 s of CPU) and at --jobs 2 in 2.5 s
-    (3.3 s of CPU, its worker's included): each row's MB/s over the bare decode's, CPU per MB over --jobs 1's."""
-    planted = {"bare-decode": (1e9, 1e9), 1: (4e9, 3e9), 2: (2.5e9, 3.3e9)}
+    """Planted runs: the bare decode at 1 s, labkit at --jobs 1 in 4 s (3 s of CPU), at --jobs 2 in 2.5 s
+    (3.3 s of CPU, its worker's included) and two --jobs 1 runs at once in 5 s each (3.15 s of CPU each, on
+    threads beside the main one): each row's MB/s over the bare decode's, CPU per MB over --jobs 1's and,
+    for --jobs 2, over the two at once'."""
+    planted = {"bare-decode": (1e9, 1e9), 1: (4e9, 3e9), 2: (2.5e9, 3.3e9), "twice": (5e9, 3.15e9)}
 
     def worker(kind, path, timeout, decoder="auto", jobs=1):
-        wall, cpu = planted[kind if kind == "bare-decode" else jobs]
+        at_once = threading.current_thread() is not threading.main_thread()
+        wall, cpu = planted[kind if kind == "bare-decode" else "twice" if at_once else jobs]
         return {"wall_ns": wall, "cpu_ns": cpu, "peak_rss": 90e6, "base_rss": 40e6,
                 "totals": None if kind == "bare-decode" else {"7": 5.0}}
 
     monkeypatch.setattr(bench, "_run_worker", worker)
-    bare, one, two = measure_file(FILES[1], "t", timeout=1, jobs=(1, 2), hta=False)
-    assert [r["variant"] for r in (bare, one, two)] == ["bare-decode", "labkit", "labkit-jobs2"]
+    bare, one, two, twice = measure_file(FILES[1], "t", timeout=1, jobs=(1, 2), hta=False)
+    assert [r["variant"] for r in (bare, one, two, twice)] == ["bare-decode", "labkit", "labkit-jobs2",
+                                                                "labkit-two-at-once"]
     assert bare["vs_bare_decode"] == 1.0 and one["vs_bare_decode"] == 0.25 and two["vs_bare_decode"] == 0.4
     assert two["speedup_vs_jobs1"] == 1.6 and two["cpu_vs_jobs1"] == pytest.approx(1.1)
     assert two["cpu_s_per_mb"] == pytest.approx(1.1 * one["cpu_s_per_mb"])
+    assert twice["cpu_vs_jobs1"] == pytest.approx(1.05) and twice["jobs"] == 1
+    assert two["cpu_vs_two_at_once"] == pytest.approx(3.3 / 3.15) and "cpu_vs_two_at_once" not in twice
     from labkit.bench import format_table
 
     lines = str(format_table([{**r, "others_frac": 0.25} for r in (bare, one, two)], columns=bench.TRACE.columns))
@@ -90,7 +97,8 @@ def test_bare_decode_and_hta_left_out_where_their_memory_does_not_fit(monkeypatc
 
 
 def test_jobs_settings_alternate_run_by_run(monkeypatch):
-    """Three repeats at --jobs 1 and 2 run 1, 2, 1, 2, 1, 2, so a machine that slows down mid-run slows both."""
+    """Three repeats at --jobs 1 and 2 run 1, 2, (1 and 1 at once), 1, 2, ..., so a machine that slows down
+    mid-run slows each alike."""
     order = []
 
     def worker(kind, path, timeout, decoder="auto", jobs=1):
@@ -99,4 +107,4 @@ def test_jobs_settings_alternate_run_by_run(monkeypatch):
 
     monkeypatch.setattr(bench, "_run_worker", worker)
     measure_file(FILES[1], "t", timeout=1, repeats=3, jobs=(1, 2), hta=False, bare=False)
-    assert order == [1, 2, 1, 2, 1, 2]
+    assert order == [1, 2, 1, 1] * 3

@@ -64,15 +64,17 @@ def flags_table(trace):
 def bench_table():
     """The recorded ``trace_bench`` results (one per machine) as a table: per trace file and tool, MB/s of
     JSON and its ratio to a bare decode of the same JSON, CPU seconds per MB, peak memory over the JSON's size
-    and the speed-ups over ``--jobs 1`` and HTA; or a sentence saying there are none."""
+    and the speed-ups over ``--jobs 1`` and HTA, CPU per MB over ``--jobs 1``'s and over two ``--jobs 1`` runs
+    at once; or a sentence saying there are none."""
     results = find_all(TRACE_BENCH)
     if not results:
         return "No recorded trace_bench result yet: run `labkit bench trace`."
     cols = ["machine", "trace", "variant", "json_bytes", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb",
-            "rss_over_json", "speedup_vs_jobs1", "speedup_vs_hta"]
+            "rss_over_json", "speedup_vs_jobs1", "cpu_vs_jobs1", "cpu_vs_two_at_once", "speedup_vs_hta"]
     t = results_table(results)
     t["trace"] = t["trace"].astype(str).str.replace(r"\.pt\.trace\.json(\.gz)?$", "", regex=True)  # a label, not a file
     return format_table(t[[c for c in cols if c in t.columns]],
                         rename={"variant": "tool", "rss_over_json": "peak RSS / JSON", "mb_per_s": "MB/s of JSON",
                                 "vs_bare_decode": "vs bare decode", "cpu_s_per_mb": "CPU s / MB",
-                                "speedup_vs_jobs1": "vs --jobs 1", "speedup_vs_hta": "vs HTA"})
+                                "speedup_vs_jobs1": "vs --jobs 1", "cpu_vs_jobs1": "CPU vs --jobs 1",
+                                "cpu_vs_two_at_once": "CPU vs two at once", "speedup_vs_hta": "vs HTA"})

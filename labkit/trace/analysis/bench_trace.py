@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from labkit.bench import Bench, add_run_options, report, resolve_run_options
@@ -34,11 +35,12 @@ DEFAULT_BASES = [
 #: the result: the sizes (MB) of the built traces at each size, and its table
 TRACE = Bench(TRACE_BENCH, axes={"size_mb": ((20.0,), (100.0, 1000.0))},
               columns=("variant", "trace", "median_ns", "mb_per_s", "vs_bare_decode", "cpu_s_per_mb", "rss_over_json",
-                       "speedup_vs_jobs1", "cpu_vs_jobs1", "speedup_vs_hta", "others_frac"))
+                       "speedup_vs_jobs1", "cpu_vs_jobs1", "cpu_vs_two_at_once", "speedup_vs_hta", "others_frac"))
 #: peak memory per byte of JSON, to tell where a tool does not fit: HTA's (4.4 recorded) and the bare decode's
 #: (the text and every event as Python objects)
 RSS_OVER_JSON = {"hta": 5.0, "bare-decode": 5.0}
 BARE = "bare-decode"  #: the variant of the bare decode's rows
+TWICE = "labkit-two-at-once"  #: the variant of two ``--jobs 1`` runs at once (both cores busy, no work shared)
 
 
 def build_big_trace(base: Path, out: Path, size_mb: float) -> dict:
@@ -204,9 +206,11 @@ def _fits(tool: str, label: str, json_bytes: int, not_run: list) -> bool:
 def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, decoder: str = "auto",
                  jobs: tuple = (1, 2), hta: bool = True, bare: bool = True, not_run: list | None = None) -> list[dict]:
     """Rows for one trace file: the bare decode, ``labkit`` at each of ``jobs`` and ``hta``, the bare decode and
-    HTA where their memory fits (else a line in ``not_run``). Every row has its MB/s over the bare decode's
-    (``vs_bare_decode``); each labkit row its speed-up over HTA and its wall time and CPU seconds per MB
-    over ``--jobs 1``'s (``speedup_vs_jobs1``, ``cpu_vs_jobs1``)."""
+    HTA where their memory fits (else a line in ``not_run``); with a ``jobs`` above 1, also ``TWICE``, two
+    ``--jobs 1`` runs at once (what two busy cores cost the same work on this machine). Every row has its
+    MB/s over the bare decode's (``vs_bare_decode``); each labkit row its speed-up over HTA and its wall
+    time and CPU seconds per MB over ``--jobs 1``'s (``speedup_vs_jobs1``, ``cpu_vs_jobs1``), and each
+    ``--jobs`` above 1 its CPU seconds per MB over ``TWICE``'s (``cpu_vs_two_at_once``)."""
     not_run = not_run if not_run is not None else []
     json_bytes = decompressed_bytes(path)
     extra = {"trace": label, "file_bytes": path.stat().st_size}
@@ -218,16 +222,21 @@ def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, de
             not_run.append(f"{BARE} on {label}: {bad[0]}")
         else:
             base_row = _tool_row(BARE, runs, json_bytes, extra)
-    by_jobs: dict = {j: [] for j in jobs}
-    for _ in range(repeats):  # the jobs settings alternate, so a drift of the machine's speed hits each alike
+    settings = (*jobs, TWICE) if max(jobs) > 1 else jobs  # two --jobs 1 runs at once: both cores busy, no work shared
+    by_jobs: dict = {j: [] for j in settings}
+    for _ in range(repeats):  # the settings alternate, so a drift of the machine's speed hits each alike
         for j in jobs:
             by_jobs[j].append(_run_worker("labkit", path, timeout, decoder, j))
-    for j in jobs:
+        if TWICE in settings:
+            with ThreadPoolExecutor(2) as pool:
+                by_jobs[TWICE] += pool.map(lambda _: _run_worker("labkit", path, timeout, decoder, 1), range(2))
+    for j in settings:
         runs = by_jobs[j]
         bad = [r["error"] for r in runs if "error" in r]
         if bad:
             raise UsageError(f"labkit analyze failed on {label}: {bad[0]}")
-        lab.append(_tool_row("labkit" if j == 1 else f"labkit-jobs{j}", runs, json_bytes, {**extra, "jobs": j}))
+        lab.append(_tool_row("labkit" if j == 1 else TWICE if j == TWICE else f"labkit-jobs{j}", runs, json_bytes,
+                             {**extra, "jobs": 1 if j == TWICE else j}))
         totals[j] = runs[0]["totals"]
     hta_row = None
     if hta and _fits("hta", label, json_bytes, not_run):
@@ -244,13 +253,15 @@ def measure_file(path: Path, label: str, *, timeout: float, repeats: int = 1, de
         else:
             hta_row = _tool_row("hta", runs, json_bytes, extra)
             ref = runs[0]["totals"]
-            for r, j in zip(lab, jobs):
+            for r, j in zip(lab, jobs):  # not the two at once: each of them shares the machine
                 r["speedup_vs_hta"] = hta_row["median_ns"] / r["median_ns"]
                 r["idle_max_rel_diff_vs_hta"] = max([abs(totals[j].get(s, 0.0) - v) / max(abs(v), 1.0)
                                                      for s, v in ref.items()] or [0.0])
     for r in lab[1:]:
         r["speedup_vs_jobs1"] = lab[0]["median_ns"] / r["median_ns"]
         r["cpu_vs_jobs1"] = r["cpu_s_per_mb"] / lab[0]["cpu_s_per_mb"] if lab[0]["cpu_s_per_mb"] else None
+        if r["variant"] != TWICE:  # the CPU the parts cost beyond what two busy cores cost the same work
+            r["cpu_vs_two_at_once"] = r["cpu_s_per_mb"] / lab[-1]["cpu_s_per_mb"] if lab[-1]["cpu_s_per_mb"] else None
     rows = [r for r in [base_row, *lab, hta_row] if r is not None]
     for r in rows:
         r["vs_bare_decode"] = r["mb_per_s"] / base_row["mb_per_s"] if base_row is not None else None
@@ -316,7 +327,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"not run: {line}")
     lab = next((r for r in rows if r["variant"] == "labkit"), {})
     params = {"size_mb": list(sizes), "base": base.name, "repeats": args.repeats,
-              "tools": ([] if args.no_bare else [BARE]) + ["labkit", "labkit-jobs2"] + (["hta"] if hta else []),
+              "tools": ([] if args.no_bare else [BARE]) + ["labkit", "labkit-jobs2", TWICE] + (["hta"] if hta else []),
               "traces": [str(p) for p in args.traces] if args.traces else None, "decoder": lab.get("decoder"),
               "inflate": lab.get("inflate"), "not_run": not_run, "machine_load": load}
     report(args, TRACE.result(rows, size, params=params, source=measured_source("cpu")), TRACE.columns)

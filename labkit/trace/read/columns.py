@@ -152,12 +152,21 @@ def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     return code, keys
 
 
+def _grown(a: np.ndarray, n: int, size: int) -> np.ndarray:
+    """A new array of ``size`` elements holding ``a[:n]`` first (the rest unwritten)."""
+    out = np.empty(size, a.dtype)
+    out[:n] = a[:n]
+    return out
+
+
 class ColumnStore:
-    """Append-only column store: rows gather in ``rows``, ``flush()`` moves them into typed chunks, one list
-    of numpy chunks per column joined once by ``frames()``; ``append`` adds a batch of whole columns."""
+    """Append-only column store: rows gather in ``rows``, ``flush()`` moves them into the typed columns;
+    ``append`` adds a batch of whole columns. Each column is one array with room to spare (``reserve``:
+    pages never written cost no memory), filled in place, so no step joins chunks into a second copy."""
 
     def __init__(self) -> None:
-        self.chunks: list[list[np.ndarray]] = [[] for _ in EVENT_DTYPES]
+        self.arrays: list[np.ndarray] = [np.empty(0, dt) for dt in EVENT_DTYPES]
+        self.n = 0  #: events held (the first ``n`` of each array)
         self.cats = Interner()
         self.names = Interner()
         self.kind: dict[int, int] = {}  # cat code -> KIND_*
@@ -222,46 +231,51 @@ class ColumnStore:
         else:
             stats.n_other += 1
 
+    def reserve(self, events: int) -> None:
+        """Room for ``events`` events in all (a hint: the store grows past it when needed)."""
+        if events > len(self.arrays[0]):
+            self.arrays = [_grown(a, self.n, events) for a in self.arrays]
+
     def append(self, arrays) -> None:
         """Append one array per column (equal lengths), each converted to its column's dtype."""
-        for col, a, dt in zip(self.chunks, arrays, EVENT_DTYPES):
-            col.append(np.asarray(a, dtype=dt))
+        arrays = [np.asarray(a, dtype=dt) for a, dt in zip(arrays, EVENT_DTYPES)]
+        n, m = self.n, len(arrays[0])
+        if n + m > len(self.arrays[0]):
+            self.reserve(max(2 * len(self.arrays[0]), n + m, 1 << 12))
+        for col, a in zip(self.arrays, arrays):
+            col[n:n + m] = a
+        self.n = n + m
 
     def flush(self, stats: LoadStats) -> None:
-        """Move pending rows into the typed column chunks."""
+        """Move pending rows into the typed columns."""
         if self.rows:
             stats.n_complete += len(self.rows)
             self.append(zip(*self.rows))
             self.rows = []
 
     def columns(self) -> list[np.ndarray]:
-        """Each column as one array; a column's chunks are replaced by it as it is joined (one held twice at a time)."""
-        out = []
-        for c, dt in zip(self.chunks, EVENT_DTYPES):
-            if len(c) > 1:
-                c[:] = [np.concatenate(c)]
-            out.append(c[0] if c else np.zeros(0, dt))
-        return out
+        """Each column as one array (views of the held ones)."""
+        return [a[:self.n] for a in self.arrays]
 
     def extend(self, part: tuple, index_offset: int) -> None:
         """Append a later part of the same array read by another store (``part()`` of it): its strings are
         interned here in their order of first appearance, so codes and categories are those of one read."""
-        chunks, cats, names, threads = part
+        (cat, name, *rest, index), cats, names, threads = part
         cat_map, name_map = self.cats.lookup(cats), self.names.lookup(names)
         for code, value in zip(cat_map.tolist(), cats):
             self.kind.setdefault(code, category_kind(value))
-        for cat, name, *rest, index in zip(*chunks):
+        if len(cat):
             self.append((cat_map[cat], name_map[name], *rest, index + index_offset))
         self.threads.extend(threads)
 
     def part(self) -> tuple:
-        """What ``extend`` takes: the column chunks, the interned strings and the thread names."""
-        return self.chunks, self.cats.values, self.names.values, self.threads
+        """What ``extend`` takes: the columns, the interned strings and the thread names."""
+        return self.columns(), self.cats.values, self.names.values, self.threads
 
     def frames(self):
         """``(events, threads)`` DataFrames (see ``labkit.trace.read.load`` for the columns)."""
         cat, name, *rest = self.columns()
         events = pd.DataFrame({"cat": pd.Categorical.from_codes(cat, categories=self.cats.values),
                                "name": pd.Categorical.from_codes(name, categories=self.names.values),
-                               **dict(zip(EVENT_COLUMNS[2:], rest))})
+                               **dict(zip(EVENT_COLUMNS[2:], rest))}, copy=False)  # one block per column: no copy
         return events, pd.DataFrame(self.threads, columns=["pid", "tid", "kind", "label"])

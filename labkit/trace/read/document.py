@@ -21,6 +21,8 @@ from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, p
 
 PART_MIN_BYTES = 8 << 20  #: a byte range read on a worker holds at least this much of the event array
 _SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
+#: fewer bytes than any kept event takes in the JSON: room reserved per byte of it (never-written room costs no memory)
+MIN_EVENT_BYTES = 64
 
 
 def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: bool | None = None,
@@ -40,6 +42,8 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: 
                 return metadata, stats.found
     metadata = {}
     bar = None
+    with contextlib.suppress(OSError):  # the read below says what is wrong with the file
+        cols.reserve(json_size(path)[1] // MIN_EVENT_BYTES)
     with open_binary(path) as fh:
         if want_progress(path, progress):
             raw = fh
@@ -80,6 +84,7 @@ def read_range(path: str, start: int, end: int) -> tuple[tuple, LoadStats]:
     """Read bytes ``start .. end`` of a file (whole events of its array, separated by commas) on a worker:
     ``(ColumnStore.part(), LoadStats)``, event indices counted from the range's first event."""
     cols, stats = ColumnStore(), LoadStats()
+    cols.reserve((end - start) // MIN_EVENT_BYTES)
     rs = RangeStream(path, start, end)
     try:
         reader._read_body(ByteReader(rs), cols, stats, {})
@@ -153,6 +158,7 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
     if not futures:
         return False
     offset = 0
+    cols.reserve(sum(len(part[0][0]) for part, _ in results) + tail.n)
     for part, st in results + [(tail.part(), own)]:
         cols.extend(part, offset)
         stats.add(st, offset)
@@ -161,16 +167,23 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
     return True
 
 
+def json_size(path: Path) -> tuple[bool, int]:
+    """``(gzip'ed, bytes of JSON)`` of a trace file: its size, or for a gzip'ed one its trailer's (ISIZE, the
+    inflated size mod 2**32) when larger. Raises OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+        size = os.fstat(f.fileno()).st_size
+        if gz and size >= 4:
+            f.seek(-4, os.SEEK_END)
+            size = max(int.from_bytes(f.read(4), "little"), size)
+    return gz, size
+
+
 def plain_copy(path: Path, stack: contextlib.ExitStack, *, min_bytes: int) -> Path | None:
     """``path`` itself when it is plain JSON of at least ``min_bytes``; a gzip'ed one of at least that
     (by its trailer) inflated once into a temporary file removed with ``stack``; else None."""
     try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-            size = os.fstat(f.fileno()).st_size
-            if gz and size >= 4:
-                f.seek(-4, os.SEEK_END)
-                size = max(int.from_bytes(f.read(4), "little"), size)  # ISIZE: the inflated size mod 2**32
+        gz, size = json_size(path)
     except OSError:
         return None
     if size < min_bytes:

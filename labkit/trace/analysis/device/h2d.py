@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.trace.analysis.device.bubbles import _assign_step, runtime_calls
-from labkit.trace.analysis.host.callsite import (LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_events,
+from labkit.trace.analysis.host.callsite import (LAYER_NAMES, call_site_label, innermost_at, merge_windows, thread_rows,
                                                  thread_segments)
 from labkit.trace.read.columns import group_codes
 from labkit.trace.read.load import EventTables
@@ -102,7 +102,7 @@ def find_copies(trace: EventTables, ops: pd.DataFrame, steps: pd.DataFrame, *, s
             sync_us[idx[is_sync]] = (r["end_us"].to_numpy() - starts)[nxt][is_sync]
         t = grp["launch_ts_us"].to_numpy()
         ws, we = merge_windows(t, t)
-        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
+        seg = thread_segments(trace, thread_rows(trace, pid, tid), ws, we)
         lab = innermost_at(seg, t)
         for k in LAYER_NAMES:
             layers[k][grp.index.to_numpy()] = lab[k]

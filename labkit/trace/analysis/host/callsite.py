@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.trace.analysis.host.steps import between_step_windows
-from labkit.trace.read.columns import cat_mask, column_strings, group_codes
+from labkit.trace.read.columns import cat_mask, group_codes
 from labkit.trace.read.load import EventTables
 
 #: event category -> layer (column in the call-site tables)
@@ -137,17 +137,21 @@ def _nearest_later_end(ep: np.ndarray, step: int) -> np.ndarray:
     return cand
 
 
-def thread_segments(host, win_s, win_e) -> Segments:
-    """Segments of one thread's host events (DataFrame with ``ts_us``, ``dur_us``, ``cat``, ``name``)
+def thread_segments(trace: EventTables, rows: np.ndarray, win_s, win_e) -> Segments:
+    """Segments of one thread's host events (``rows`` of the events table, as ``thread_rows`` gives them)
     restricted to the events that touch the disjoint sorted windows ``win_s``/``win_e``."""
-    s = host["ts_us"].to_numpy()
-    e = s + host["dur_us"].to_numpy()
+    ev = trace.events
+    s = ev["ts_us"].to_numpy()[rows]
+    e = s + ev["dur_us"].to_numpy()[rows]
     m = overlaps_windows(s, e, win_s, win_e)
-    sub = host[m]
-    layer_of = {name: LAYER_NAMES.index(layer) for name, layer in LAYERS.items()}
-    layer_idx = np.array([layer_of[c] for c in column_strings(sub["cat"]).tolist()], dtype=np.int64)
-    codes, names = name_codes(sub["name"])
-    return sweep(s[m], e[m], layer_idx, codes, names)
+    sub = rows[m]
+    cat = ev["cat"]
+    # the loader's categorical: one lookup per category, not per event (the rows are the layers' events only,
+    # so a category of no layer, or none, marks no row: 0 for them)
+    of_code = np.array([LAYER_NAMES.index(LAYERS[c]) if c in LAYERS else 0 for c in cat.cat.categories] + [0])
+    layer_idx = of_code[cat.cat.codes.to_numpy()[sub]]
+    codes, names = trace.once("name_codes", lambda: name_codes(ev["name"]))
+    return sweep(s[m], e[m], layer_idx, codes[sub], names)
 
 
 def name_codes(col) -> tuple[np.ndarray, np.ndarray]:
@@ -198,29 +202,30 @@ def innermost_at(seg: Segments, t_us: np.ndarray) -> dict:
     return {k: label_strings(seg.names, np.where(ok, c[np.maximum(j, 0)], -1)) for k, c in seg.codes.items()}
 
 
-_THREAD_COLUMNS = ["pid", "tid", "ts_us", "dur_us", "cat", "name"]
 HOST_SITE_COLUMNS = ["call_site", *LAYER_NAMES, "host_us", "window_count", "share"]
 
 
-def thread_events(trace: EventTables, pid: int, tid: int) -> pd.DataFrame:
-    """The call-site layers' events of thread ``(pid, tid)``, computed once per loaded trace and thread.
-
-    A thread without Python frames borrows those recorded under its tid, else the only thread with any.
-    """
-    cache = trace.once("thread_events", dict)
+def thread_rows(trace: EventTables, pid: int, tid: int) -> np.ndarray:
+    """Rows of the events table holding the call-site layers' events of thread ``(pid, tid)``, computed once per
+    loaded trace and thread. A thread without Python frames borrows those recorded under its tid, else the
+    only thread with any."""
+    cache = trace.once("thread_rows", dict)
     key = (int(pid), int(tid))
     if key not in cache:
+        ev = trace.events
         if None not in cache:
-            ev = trace.events
-            cache[None] = ev[_THREAD_COLUMNS][cat_mask(ev["cat"], LAYERS)]
+            cache[None] = np.flatnonzero(cat_mask(ev["cat"], LAYERS))
         host = cache[None]
-        mine = host[(host["pid"].to_numpy() == pid) & (host["tid"].to_numpy() == tid)]
-        py = host[host["cat"] == "python_function"] if not (mine["cat"] == "python_function").any() else host[:0]
-        same_tid = py[py["tid"].to_numpy() == tid]
-        if len(same_tid):
-            mine = pd.concat([mine, same_tid])
-        elif len(py) and len(py[["pid", "tid"]].drop_duplicates()) == 1:
-            mine = pd.concat([mine, py])
+        hp, ht = ev["pid"].to_numpy()[host], ev["tid"].to_numpy()[host]
+        mine = host[(hp == pid) & (ht == tid)]
+        is_py = cat_mask(ev["cat"], ("python_function",))
+        if not is_py[mine].any():
+            py = is_py[host]
+            same_tid = host[py & (ht == tid)]
+            if len(same_tid):
+                mine = np.concatenate([mine, same_tid])
+            elif py.any() and len(np.unique(hp[py] * (1 << 32) + ht[py])) == 1:
+                mine = np.concatenate([mine, host[py]])
         cache[key] = mine
     return cache[key]
 
@@ -231,7 +236,7 @@ def attribute_windows(trace: EventTables, windows: pd.DataFrame) -> pd.DataFrame
     names = None  # every thread's segments name events by the codes of one events table
     for (pid, tid), w in windows.groupby(["pid", "tid"], sort=False):
         ws, we = merge_windows(w["start_us"].to_numpy(), w["end_us"].to_numpy())
-        seg = thread_segments(thread_events(trace, pid, tid), ws, we)
+        seg = thread_segments(trace, thread_rows(trace, pid, tid), ws, we)
         names = seg.names
         wid, sidx, ov = overlap_by_segment(seg, w["start_us"].to_numpy(), w["end_us"].to_numpy(), w["id"].to_numpy())
         part = pd.DataFrame({"id": wid, "overlap_us": ov, **{k: seg.codes[k][sidx] for k in LAYER_NAMES}})
