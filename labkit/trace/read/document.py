@@ -134,6 +134,7 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
         futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
         fh = open(path, "rb")
         files.append(fh)
+        tail.reserve((size - starts[-1]) // MIN_EVENT_BYTES)
         fh.seek(starts[-1] - 1)  # the byte before the last range: the batch decoder borrows it
         nxt = ByteReader(fh)
         nxt.base = starts[-1] - 1
