@@ -6,6 +6,7 @@ More: docs/reference.md, ``labkit.engine.loop``.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,7 +112,6 @@ class Engine:
         self.steps: list[EngineStep] = []
         self._pending = None  # (event, step record fields, host ids) of the step whose tokens are not yet read
         self.sampled: list = []  # real devices: each finished step's sampled ids, int64 (num_seqs,) on the host
-        self._output_tokens = 0
 
     def _make_runner(self, real: bool):
         if self.graph_mode == "none":
@@ -244,7 +244,6 @@ class Engine:
         self.steps.append(rec)
         if host_ids is not None:  # its copy is done once the event is: the step's sampled tokens
             self.sampled.append(host_ids)
-        self._output_tokens += rec.num_seqs
         return rec
 
     def _drain(self) -> EngineStep | None:
@@ -300,13 +299,10 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     if len(steps) < warmup_steps + 2:
         raise UsageError(f"need at least {warmup_steps + 2} steps to summarise, got {len(steps)}")
     measured = steps[warmup_steps:]
-
-    def done(s: EngineStep) -> int:  # when the step's tokens reached the host
-        return s.output_ns
-
-    t_start = done(steps[warmup_steps - 1]) if warmup_steps > 0 else steps[0].start_ns
-    t_end = done(measured[-1])
-    intervals = [done(b) - done(a) for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
+    # output_ns: when a step's tokens reached the host
+    t_start = steps[warmup_steps - 1].output_ns if warmup_steps > 0 else steps[0].start_ns
+    t_end = measured[-1].output_ns
+    intervals = [b.output_ns - a.output_ns for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
     intervals = [x for x in intervals if x > 0] or [t_end - t_start]
     timing = summarize(intervals, method="engine_step")
     tokens = sum(s.num_seqs for s in measured)
@@ -314,19 +310,13 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     window = max(t_end - t_start, 1)
     cfg = engine.config
     dev = engine.dev
-    idle = None
-    busy = None
-    if getattr(dev, "kind", "") == "sim":
-        busy = dev.busy_between(t_start, t_end)
-        idle = 1.0 - busy / window
+    busy = dev.busy_between(t_start, t_end) if getattr(dev, "kind", "") == "sim" else None
+    idle = None if busy is None else 1.0 - busy / window
 
     def med(key):
         return float(np.median([getattr(s, key) for s in measured]))
 
-    modes: dict[str, int] = {}
-    for s in measured:
-        modes[s.graph_mode] = modes.get(s.graph_mode, 0) + 1
-
+    modes = Counter(s.graph_mode for s in measured)
     return {
         "variant": cfg.variant_name(),
         "placeholder": cfg.placeholder,

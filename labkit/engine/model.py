@@ -112,11 +112,7 @@ class TransformerStack:
         # qkv: (T, (H + 2 KV) * D) -> q (T, H, D), k (T, KV, D), v (T, KV, D) as views.
         # Rotary embedding stand-in: one elementwise kernel over the q and k columns, as vLLM's
         # fused rotary kernel is one launch (positions only shape its cost, not the values here).
-        cfg = self.cfg
-        nq, nk = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        if self.rope_scale is None:
-            self.rope_scale = self.torch.ones(nq + nk, device=qkv.device, dtype=qkv.dtype)
-        qkv[:, :nq + nk].mul_(self.rope_scale)
+        qkv[:, :len(self.rope_scale)].mul_(self.rope_scale)  # the q and k columns
         return self._split_qkv(qkv)
 
     def _split_qkv(self, qkv):
