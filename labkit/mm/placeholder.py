@@ -41,11 +41,8 @@ def _extract_embeds_range(self) -> list[tuple[int, int]]:
 
 def _eq(self, other: object) -> bool:
     # vLLM's rule: same class, same (offset, length), masks both None or equal.
-    if self.__class__ is not other.__class__:
-        return False
-    if (self.offset, self.length) != (other.offset, other.length):
-        return False
-    return masks_equal(self.is_embed, other.is_embed)
+    return (self.__class__ is other.__class__ and (self.offset, self.length) == (other.offset, other.length)
+            and masks_equal(self.is_embed, other.is_embed))
 
 
 @dataclass(frozen=True)

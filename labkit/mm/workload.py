@@ -268,10 +268,8 @@ def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
                 pool = own if own and rng.random() < 0.5 else seen
                 ident, soft = pool[rng.randrange(len(pool))]
             else:
-                if spec.tokens_per_image is not None:
-                    soft = _draw(rng, spec.tokens_per_image)
-                else:
-                    soft = preset.tokens_for_size(*spec.image_size)
+                soft = (_draw(rng, spec.tokens_per_image) if spec.tokens_per_image is not None
+                        else preset.tokens_for_size(*spec.image_size))
                 ident = f"img-{spec.seed}-{len(seen)}"
             seen.append((ident, soft))
             own.append((ident, soft))
