@@ -83,7 +83,6 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
 
     from labkit.device import resolve_device
     from labkit.results import ATTN_BENCH, find_all, results_rows
-    from labkit.viz.lab.roofline import roofline_points
 
     gpu = resolve_device(device) == "cuda"
     if recorded is None:
