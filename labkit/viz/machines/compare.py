@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.results import BenchResult, results_rows
-from labkit.viz.labels import shorten
+from labkit.viz.labels import no_result, shorten
 from labkit.viz.sources import source_rank, source_style, source_title
 
 logger = logging.getLogger(__name__)
@@ -58,12 +58,15 @@ def section_of(name: str) -> str | None:
     return entry[0] if entry else None
 
 
+def _candidates(name: str) -> tuple[str, ...]:
+    entry = _entry(name)
+    return entry[1] if entry else FALLBACK_METRICS
+
+
 def main_metric(name: str, columns) -> str | None:
     """The column compared for result ``name``: first candidate present in ``columns``."""
     cols = set(columns)
-    entry = _entry(name)
-    candidates = entry[1] if entry else FALLBACK_METRICS
-    return next((c for c in candidates if c in cols), None)
+    return next((c for c in _candidates(name) if c in cols), None)
 
 
 def _is_label_value(v) -> bool:
@@ -101,11 +104,6 @@ MISSING_COLOUR = "#c0392b"
 _FILL_WORDS = {"/": "hatched", ".": "dotted", "x": "crossed"}
 #: longest line (characters) naming the sources under a figure's title
 SOURCES_LINE_CHARS = 110
-
-
-def _candidates(name: str) -> tuple[str, ...]:
-    entry = _entry(name)
-    return entry[1] if entry else FALLBACK_METRICS
 
 
 def _is_number(v) -> bool:
@@ -263,11 +261,7 @@ def _missing_note(df: pd.DataFrame, machines: list[str]) -> tuple[str, str]:
 def plot_comparison(table: pd.DataFrame) -> go.Figure:
     """Grouped bars per machine for one result at a time (a dropdown picks it); missing rows marked in red."""
     if table.empty:
-        fig = go.Figure()
-        fig.add_annotation(text="no recorded results yet: run `make report` on a machine", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(title="Machines side by side", xaxis_visible=False, yaxis_visible=False, height=260)
-        return fig
+        return no_result("no recorded results yet: run `make report` on a machine", "Machines side by side")
     styles = _styles(table)
     machines = sorted(set(table["machine"]))
     fig = go.Figure()
