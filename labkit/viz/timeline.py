@@ -278,10 +278,8 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     subtitles = [_subplot_title(label, an) for label, an in zip(labels, (a, b))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
-    for tr in _bars(_cap(ra, max_events // 2, max_resolution_ms(a))):
-        fig.add_trace(tr, row=1, col=1)
-    for tr in _bars(_cap(rb, max_events // 2, max_resolution_ms(b)), showlegend=False):
-        fig.add_trace(tr, row=2, col=1)
+    fig.add_traces(_bars(_cap(ra, max_events // 2, max_resolution_ms(a))), rows=1, cols=1)
+    fig.add_traces(_bars(_cap(rb, max_events // 2, max_resolution_ms(b)), showlegend=False), rows=2, cols=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(la)), automargin=True, row=1, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lb)), automargin=True, row=2, col=1)
     full = title or "before / after"

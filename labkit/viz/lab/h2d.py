@@ -185,12 +185,10 @@ def plot_ranges_sweep(results: list[BenchResult]) -> go.Figure:
                 trace_imgs.append(ipr)
     buttons = [dict(label=f"{i} images/request", method="restyle",
                     args=[{"visible": [t == i for t in trace_imgs]}]) for i in per_req]
-    menu = _menu(buttons, 0.0)
-    menu["active"] = len(per_req) - 1
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>host time only; {', '.join(sorted({r.source for r in results}))}</sup>"),
         xaxis=dict(title="requests in the batch", type="log"),
         yaxis=dict(title="host time per step (ms)", type="log"),
-        height=460, margin=dict(t=150), updatemenus=[menu],
+        height=460, margin=dict(t=150), updatemenus=[{**_menu(buttons, 0.0), "active": len(per_req) - 1}],
     )
     return fig

@@ -147,8 +147,7 @@ def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) ->
 def describe(roof: Roofline) -> str:
     """The peaks (with their source) and, per run, its intensity, bound and shares, one line each."""
     if not roof.points:
-        lines = ["No GPU run to place on a roofline: run `labkit bench attn` on a GPU."]
-        return "\n".join(lines + roof.skipped)
+        return "\n".join(["No GPU run to place on a roofline: run `labkit bench attn` on a GPU.", *roof.skipped])
     lines = []
     for gpu_name, peak in roof.peaks.items():
         lines.append(f"{gpu_name} ({peak.name}): {peak.bf16_dense_tflops:g} TFLOP/s dense bf16, "

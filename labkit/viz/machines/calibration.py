@@ -23,9 +23,8 @@ def _machine_label(r: BenchResult) -> str:
 def _visibility_menu(labels: list[str], groups: list[list[int]], n_traces: int) -> list[dict]:
     """A dropdown: "all" plus one entry per group of trace indices."""
     buttons = [dict(label="all machines", method="update", args=[{"visible": [True] * n_traces}])]
-    for label, idx in zip(labels, groups):
-        vis = [i in idx for i in range(n_traces)]
-        buttons.append(dict(label=label, method="update", args=[{"visible": vis}]))
+    buttons += [dict(label=label, method="update", args=[{"visible": [i in idx for i in range(n_traces)]}])
+                for label, idx in zip(labels, groups)]
     return [dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.15, yanchor="top")]
 
 
