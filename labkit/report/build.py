@@ -54,12 +54,8 @@ def read_notebook(path: Path):
 
 def notebook_title(nb, default: str) -> str:
     """The first markdown heading of ``nb`` (without ``#``), else ``default``."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return default
+    return next((line.lstrip("#").strip() for cell in nb.cells if cell.cell_type == "markdown"
+                 for line in cell.source.splitlines() if line.startswith("#")), default)
 
 
 def inject_parameters(nb, params: dict) -> int:
@@ -68,11 +64,7 @@ def inject_parameters(nb, params: dict) -> int:
 
     source = "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
     cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
-    at = 0
-    for i, c in enumerate(nb.cells):
-        if "parameters" in c.get("metadata", {}).get("tags", []):
-            at = i + 1
-            break
+    at = next((i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), 0)
     nb.cells.insert(at, cell)
     return at
 

@@ -45,10 +45,7 @@ class Execution:
 
 
 def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            return line.strip()[:120]
-    return ""
+    return next((line.strip()[:120] for line in source.splitlines() if line.strip()), "")
 
 
 def _failed_cell(nb) -> tuple[int | None, str]:
