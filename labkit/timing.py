@@ -78,6 +78,11 @@ def quantile(sorted_samples: Sequence[float], q: float) -> float:
     return sorted_samples[lo] * (1.0 - frac) + sorted_samples[hi] * frac
 
 
+def nearest_rank(sorted_samples: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile ``q`` in [0, 1] of already sorted samples (one of the samples, as a float)."""
+    return float(sorted_samples[min(len(sorted_samples) - 1, int(round(q * (len(sorted_samples) - 1))))])
+
+
 def summarize(samples_ns: Sequence[float], *, number: int = 1, method: str = "perf_counter_ns") -> Timing:
     """Quantiles of per-sample times (each already divided by ``number``)."""
     s = sorted(float(x) for x in samples_ns)
@@ -250,12 +255,7 @@ def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
         for i in idx:
             tensor[i].item()
 
-    return {
-        "loop_only": loop_only,
-        "list_index": list_index,
-        "tensor_index_int": tensor_index_int,
-        "tensor_index_item": tensor_index_item,
-    }
+    return {f.__name__: f for f in (loop_only, list_index, tensor_index_int, tensor_index_item)}
 
 
 def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:
