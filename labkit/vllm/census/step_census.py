@@ -98,9 +98,6 @@ def drop_encoded_inputs(scheduler) -> int:
     return n
 
 
-_UNSET = object()
-
-
 @contextlib.contextmanager
 def forward_off_host(runner, token: int):
     """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
@@ -117,6 +114,8 @@ def forward_off_host(runner, token: int):
     logprobs (``RuntimeError`` otherwise)."""
     import torch
     from vllm.v1.outputs import SamplerOutput
+
+    from labkit.vllm.ab import restore_attrs
 
     model = runner.model
     hidden = torch.zeros(runner.scheduler_config.max_num_batched_tokens, runner.model_config.get_hidden_size(),
@@ -137,17 +136,13 @@ def forward_off_host(runner, token: int):
             raise RuntimeError("forward_off_host: only greedy requests without logprobs")
         return SamplerOutput(sampled_token_ids=tokens[:logits.shape[0]], logprobs_tensors=None)
 
-    saved = [(obj, name, vars(obj).get(name, _UNSET)) for obj, name in
+    saved = [(obj, name, name in vars(obj), vars(obj).get(name)) for obj, name in
              ((runner, "_model_forward"), (model, "compute_logits"), (runner, "sampler"))]
     runner._model_forward, model.compute_logits, runner.sampler = model_forward, compute_logits, sampler
     try:
         yield
     finally:
-        for obj, name, old in saved:
-            if old is _UNSET:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, old)
+        restore_attrs(saved)
 
 
 @dataclass
@@ -227,6 +222,8 @@ def _derived(phases_ns: dict) -> dict:
 @contextlib.contextmanager
 def _profiled(llm, profile_dir: Path, dest: Path, prefix: str, found: list):
     """vLLM's torch profiler around the block; the trace it writes is moved to ``dest`` (appended to ``found``)."""
+    from labkit.vllm.conformance.engine import move_new_traces
+
     before = set(profile_dir.rglob("*")) if profile_dir.exists() else set()
     llm.start_profile(profile_prefix=prefix)
     try:
@@ -234,12 +231,7 @@ def _profiled(llm, profile_dir: Path, dest: Path, prefix: str, found: list):
     finally:
         with contextlib.redirect_stdout(io.StringIO()):  # vLLM prints the profiler's op table on stop
             llm.stop_profile()
-    dest.mkdir(parents=True, exist_ok=True)
-    for path in sorted(set(profile_dir.rglob("*")) - before):
-        if path.is_file() and path.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
-            target = dest / path.name
-            path.replace(target)
-            found.append(target)
+    found += move_new_traces(profile_dir, before, dest)
 
 
 def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, *, profile_dir, trace_dir,

@@ -228,11 +228,9 @@ class ScheduleCounter:
         return self
 
     def __exit__(self, *exc) -> None:
-        for owner, attr, had, old in self._saved:
-            if had:
-                setattr(owner, attr, old)
-            else:
-                delattr(owner, attr)
+        from labkit.vllm.ab import restore_attrs
+
+        restore_attrs(self._saved)
 
     def decode_steps(self, requests: int | None = None) -> list[StepCount]:
         """The pure decode steps (every scheduled request one token), with ``requests`` running if given."""
@@ -253,15 +251,20 @@ def profile_run(llm, requests: Sequence[dict], output_len: int, profile_dir: str
         generate_tokens(llm, requests, output_len)
     finally:
         llm.stop_profile()
+    moved = move_new_traces(profile_dir, before, dest)
+    if not moved:
+        raise RuntimeError(f"vLLM's profiler wrote no trace under {profile_dir}")
+    return moved
+
+
+def move_new_traces(profile_dir: Path, before: set, dest: Path) -> list[Path]:
+    """Move the traces vLLM's profiler wrote under ``profile_dir`` (every file not in ``before``, what was
+    there when it started) into ``dest``; returns their new paths."""
     dest.mkdir(parents=True, exist_ok=True)
     moved = []
     for path in sorted(set(profile_dir.rglob("*")) - before):
         if path.is_file() and path.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
-            target = dest / path.name
-            shutil.move(str(path), target)
-            moved.append(target)
-    if not moved:
-        raise RuntimeError(f"vLLM's profiler wrote no trace under {profile_dir}")
+            moved.append(Path(shutil.move(str(path), dest / path.name)))
     return moved
 
 
