@@ -22,7 +22,6 @@ from labkit.timing import stopwatch
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class AttnCase:
     """One benchmark shape: per-row ``(q_len, kv_len)`` and image ranges, and the head config."""

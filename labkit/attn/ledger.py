@@ -12,7 +12,6 @@ from pathlib import Path
 from labkit.timing import clock_ns
 
 
-
 @dataclass(frozen=True)
 class CopyRecord:
     """One host-to-device copy.

@@ -10,7 +10,6 @@ __all__ = ["ENV_VAR", "Variant", "VARIANTS", "get_variant"]
 
 #: environment variable read by :func:`load_plugin` in every vLLM process
 ENV_VAR = "LABKIT_VLLM_AB"
-#: results-store name of the serving A/B
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import gc
 import logging
 import pstats
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -117,8 +118,7 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
     from labkit.timing import auto_number, time_host
 
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         cold = None
         if patched:
@@ -144,35 +144,25 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
 def profile_step(num_requests: int = 128, images: int = 32, *, top: int = 12, patched: bool = False) -> list[dict]:
     """cProfile of one ``compute_mm_prefix_ranges`` call: the ``top`` functions by own time (us)."""
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         compute(feats)  # warm (and fill the cache when patched)
         prof = cProfile.Profile()
         prof.runcall(compute, feats)
-    stats = pstats.Stats(prof)
-    rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
-        where = f"{Path(file).name}:{line}({func})" if line else func
-        rows.append({"function": where, "ncalls": nc, "tottime_us": tt * 1e6, "cumtime_us": ct * 1e6})
-    rows.sort(key=lambda r: r["tottime_us"], reverse=True)
-    return rows[:top]
+    rows = [{"function": f"{Path(file).name}:{line}({func})" if line else func, "ncalls": nc, "tottime_us": tt * 1e6,
+             "cumtime_us": ct * 1e6} for (file, line, func), (_, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
+    return sorted(rows, key=lambda r: r["tottime_us"], reverse=True)[:top]
 
 
 def torch_op_counts(num_requests: int = 128, images: int = 32, *, patched: bool = False) -> dict[str, int]:
     """Number of each aten op one ``compute_mm_prefix_ranges`` call runs (torch.profiler)."""
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         compute(feats)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             compute(feats)
-    counts: dict[str, int] = {}
-    for ev in prof.events():
-        if ev.name.startswith("aten::"):
-            counts[ev.name] = counts.get(ev.name, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return dict(Counter(ev.name for ev in prof.events() if ev.name.startswith("aten::")).most_common())
 
 
 # --------------------------------------------------------------------------------------
@@ -187,13 +177,11 @@ def side_by_side(rows: Sequence[dict]) -> list[dict]:
         key = (r.get("machine"), r["num_requests"], r["images"])
         rec = table.setdefault(key, {"machine": key[0], "num_requests": key[1], "images": key[2]})
         rec[f"{r['variant']}_us"] = r["median_ns"] / 1e3
-    out = []
     for rec in table.values():
         if "installed_us" in rec and "patched_us" in rec:
             rec["speedup"] = rec["installed_us"] / rec["patched_us"]
             rec["saved_us"] = rec["installed_us"] - rec["patched_us"]
-        out.append(rec)
-    return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
+    return sorted(table.values(), key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
 
 
 def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
@@ -209,10 +197,8 @@ def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
 
 def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
     """The side-by-side record for a grid point, or None if it was not measured."""
-    for rec in side_by_side(rows):
-        if rec["num_requests"] == num_requests and rec["images"] == images:
-            return rec
-    return None
+    return next((rec for rec in side_by_side(rows) if (rec["num_requests"], rec["images"]) == (num_requests, images)),
+                None)
 
 
 def expected_effect(host_installed_ms: float, host_patched_ms: float, device_step_ms: float) -> dict:

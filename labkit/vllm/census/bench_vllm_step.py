@@ -141,15 +141,13 @@ def main(args: argparse.Namespace) -> int:
 
 def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save: bool = True):
     """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
-    from labkit.device import describe_machine
-    from labkit.timing import progress
+    from labkit.device import describe_machine, last_level_cache_bytes
+    from labkit.machine_load import machine_load
+    from labkit.timing import in_run_calibration, progress
+    from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
+    from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
     from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.conformance.models import config_hash, make_model
-    from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
-    from labkit.device import last_level_cache_bytes
-    from labkit.machine_load import machine_load
-    from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
-    from labkit.timing import in_run_calibration
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)

@@ -39,8 +39,7 @@ def gemma_mask(length: int = GEMMA_PLACEHOLDER_LEN) -> torch.Tensor:
     if length < 3:
         raise ValueError(f"a Gemma placeholder has at least 3 tokens, got {length}")
     mask = torch.ones(length, dtype=torch.bool)
-    mask[0] = False
-    mask[-1] = False
+    mask[[0, -1]] = False
     return mask
 
 

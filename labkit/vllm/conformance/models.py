@@ -74,9 +74,7 @@ def _pixtral_layout(width: int, height: int) -> PlaceholderLayout:
     if ratio > 1:
         height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
     rows, cols = (height - 1) // patch + 1, (width - 1) // patch + 1
-    mask: list[bool] = []
-    for _ in range(rows):
-        mask += [True] * cols + [False]  # [IMG] x cols, then [IMG_BREAK] (the last one: [IMG_END])
+    mask = ([True] * cols + [False]) * rows  # [IMG] x cols, then [IMG_BREAK] (the last one: [IMG_END])
     return PlaceholderLayout(len(mask), tuple(mask))
 
 
