@@ -138,22 +138,16 @@ def measure_decode_grid(num_requests: int = 128, images_per_request: int = 32, *
     (vs list+loop, the #40143 code path); ``per_request_ns`` and ``per_image_ns``.
     """
     combos = _check_combos(combos)
-    by_variant = {}
-    fns = []
-    for variant, strategy in combos:
-        if variant not in by_variant:
-            by_variant[variant] = make_decode_requests(num_requests, images_per_request,
-                                                       tokens_per_image=tokens_per_image, model=model,
-                                                       variant=variant)
-        fns.append(make_decode_step(by_variant[variant], strategy))
+    by_variant = {v: make_decode_requests(num_requests, images_per_request, tokens_per_image=tokens_per_image,
+                                          model=model, variant=v) for v in dict.fromkeys(v for v, _ in combos)}
+    fns = [make_decode_step(by_variant[variant], strategy) for variant, strategy in combos]
     timings = _interleaved(fns, rounds=max(1, repeats), per_round=3, warmup=warmup)
-    rows = []
-    for (variant, strategy), t in zip(combos, timings):
-        rows.append({"variant": variant, "strategy": strategy, "combo": f"{variant}+{strategy}",
-                     "num_requests": num_requests, "images_per_request": images_per_request,
-                     "tokens_per_image": tokens_per_image, "model": model, **_timing_row(t),
-                     "per_request_ns": t.median_ns / num_requests,
-                     "per_image_ns": t.median_ns / max(1, num_requests * images_per_request)})
+    rows = [{"variant": variant, "strategy": strategy, "combo": f"{variant}+{strategy}",
+             "num_requests": num_requests, "images_per_request": images_per_request,
+             "tokens_per_image": tokens_per_image, "model": model, **_timing_row(t),
+             "per_request_ns": t.median_ns / num_requests,
+             "per_image_ns": t.median_ns / max(1, num_requests * images_per_request)}
+            for (variant, strategy), t in zip(combos, timings)]
     _combo_ratios(rows, over=("num_requests", "images_per_request"))
     return rows
 
@@ -166,12 +160,9 @@ def sweep_decode_steps(requests_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     (``sweep="requests"``), then images per request at ``fixed_requests`` requests (``sweep="images"``)."""
     points = [("requests", n, fixed_images) for n in requests_values]
     points += [("images", fixed_requests, m) for m in images_values]
-    rows = []
-    for sweep, n, m in progress(points, total=len(points), desc="mm sweep"):
-        for row in measure_decode_grid(n, m, combos=combos, tokens_per_image=tokens_per_image, model=model,
-                                       repeats=repeats, warmup=1):
-            rows.append({"sweep": sweep, **row})
-    return rows
+    return [{"sweep": sweep, **row} for sweep, n, m in progress(points, total=len(points), desc="mm sweep")
+            for row in measure_decode_grid(n, m, combos=combos, tokens_per_image=tokens_per_image, model=model,
+                                           repeats=repeats, warmup=1)]
 
 
 def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: SchedulerConfig | None = None,
