@@ -271,7 +271,7 @@ def _is_missing(v) -> bool:
 
 
 def _numbers(values) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and not _is_missing(v)]
+    return [float(v) for v in values if _is_number(v)]
 
 
 def _median(values: list[float]) -> float:
@@ -283,10 +283,7 @@ def time_unit(values_ns: list[float]) -> tuple[str, float]:
     """The unit (``s``, ``ms``, ``us`` or ``ns``) that the median of ``values_ns`` reads best in, and
     its size in ns: the largest unit in which the median is at least 1."""
     med = _median(values_ns)
-    for unit, scale in _TIME_UNITS:
-        if med >= scale:
-            return unit, scale
-    return "ns", 1.0
+    return next(((unit, scale) for unit, scale in _TIME_UNITS if med >= scale), ("ns", 1.0))
 
 
 def duration(ns: float) -> str:
@@ -395,9 +392,7 @@ def format_table(data, *, columns=None, rename: dict | None = None, caption: str
         names = list(data.columns)
     else:
         records = [dict(r) for r in (data or [])]
-        names = []
-        for r in records:
-            names += [k for k in r if k not in names]
+        names = list(dict.fromkeys(k for r in records for k in r))
     if columns is not None:
         names = [c for c in columns if c in names]
     names = [n for n in names if any(not _is_missing(r.get(n)) for r in records)]  # no empty column

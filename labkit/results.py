@@ -100,11 +100,7 @@ def git_commit() -> str | None:
 
 def labkit_commit() -> str:
     """The labkit commit to record: from git, else ``$LABKIT_COMMIT`` (a copy without ``.git``), else ``unknown``."""
-    from_git = git_commit()
-    if from_git:
-        return from_git
-    env = os.environ.get(COMMIT_ENV, "").strip()
-    return env if env else "unknown"
+    return git_commit() or os.environ.get(COMMIT_ENV, "").strip() or "unknown"
 
 
 def commit_status(commit: str | None) -> str:
@@ -331,13 +327,9 @@ def provenance(result: BenchResult) -> str:
     ``commit 3447216abcde+dirty (UNCOMMITTED CHANGES)``, a size not recorded ``size UNKNOWN``, and a
     run that did not finish ends with ``PARTIAL: N rows of a run that did not finish``.
     """
-    status = commit_status(result.labkit_commit)
-    if status == "unknown":
-        commit = "commit UNKNOWN (not traceable to a labkit version)"
-    elif status == "dirty":
-        commit = f"commit {result.labkit_commit} (UNCOMMITTED CHANGES)"
-    else:
-        commit = f"commit {result.labkit_commit}"
+    commit = {"unknown": "commit UNKNOWN (not traceable to a labkit version)",
+              "dirty": f"commit {result.labkit_commit} (UNCOMMITTED CHANGES)"}.get(
+        commit_status(result.labkit_commit), f"commit {result.labkit_commit}")
     size = result.size if result.size in SIZES else "UNKNOWN"
     date = result.created[:10] if result.created else "date unknown"
     partial = "" if result.complete else f", PARTIAL: {len(result.rows)} rows of a run that did not finish"
