@@ -76,10 +76,8 @@ def peak_for(gpu_name: str | None, peaks: tuple[GpuPeak, ...] | None = None) -> 
     """The table entry for a GPU as torch names it (``"NVIDIA H200"``), or None when none matches."""
     if not gpu_name:
         return None
-    for peak in peaks if peaks is not None else load_peaks():
-        if any(re.search(p, gpu_name, re.I) for p in peak.match):
-            return peak
-    return None
+    return next((peak for peak in (peaks if peaks is not None else load_peaks())
+                 if any(re.search(p, gpu_name, re.I) for p in peak.match)), None)
 
 
 # -- #40143's published table --------------------------------------------------------------------
