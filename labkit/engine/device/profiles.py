@@ -183,19 +183,12 @@ def profile_from_json(data: Mapping, path: str | None = None) -> DeviceProfile:
         base = parametric_profile()
         ops = {str(k): OpCost(**{kk: float(vv) for kk, vv in v.items()}) for k, v in dict(data["ops"]).items()}
         return DeviceProfile(
-            name=str(data["name"]),
-            origin=str(data["origin"]),
-            parametric=bool(data.get("parametric", False)),
-            ops=ops,
-            launch_overhead_ns=float(data.get("launch_overhead_ns", base.launch_overhead_ns)),
-            sync_overhead_ns=float(data.get("sync_overhead_ns", base.sync_overhead_ns)),
-            event_overhead_ns=float(data.get("event_overhead_ns", base.event_overhead_ns)),
-            h2d_pageable=_copy_cost(data.get("h2d_pageable"), base.h2d_pageable),
-            h2d_pinned=_copy_cost(data.get("h2d_pinned"), base.h2d_pinned),
-            d2h_pinned=_copy_cost(data.get("d2h_pinned"), base.d2h_pinned),
+            name=str(data["name"]), origin=str(data["origin"]), parametric=bool(data.get("parametric", False)), ops=ops,
+            **{k: float(data.get(k, getattr(base, k))) for k in ("launch_overhead_ns", "sync_overhead_ns",
+                                                                 "event_overhead_ns")},
+            **{k: _copy_cost(data.get(k), getattr(base, k)) for k in ("h2d_pageable", "h2d_pinned", "d2h_pinned")},
             default_op=OpCost(**data["default_op"]) if data.get("default_op") else base.default_op,
-            gpu_name=data.get("gpu_name"),
-            model=data.get("model"),
+            gpu_name=data.get("gpu_name"), model=data.get("model"),
             graph_replay_ns=None if data.get("graph_replay_ns") is None else float(data["graph_replay_ns"]),
             path=path,
         )
