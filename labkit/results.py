@@ -175,16 +175,8 @@ def _this_runs_unit_costs() -> list[dict]:
     return in_run_calibration()
 
 
-def make_result(
-    name: str,
-    rows: Iterable[dict],
-    *,
-    params: dict | None = None,
-    source: str,
-    machine: dict | None = None,
-    size: str | None = None,
-    command: str | None = None,
-) -> BenchResult:
+def make_result(name: str, rows: Iterable[dict], *, params: dict | None = None, source: str,
+                machine: dict | None = None, size: str | None = None, command: str | None = None) -> BenchResult:
     """Build a result stamped with this machine, commit, command line and time.
 
     ``size`` (``quick`` or ``full``) must agree with the name: quick results are named

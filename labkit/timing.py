@@ -103,14 +103,8 @@ def _check(warmup: int, repeats: int, number: int) -> None:
         raise ValueError(f"need warmup >= 0, repeats >= 1, number >= 1 (got {warmup}, {repeats}, {number})")
 
 
-def time_host(
-    fn: Callable[[], object],
-    *,
-    warmup: int = 3,
-    repeats: int = 20,
-    number: int = 1,
-    setup: Callable[[], object] | None = None,
-) -> Timing:
+def time_host(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, number: int = 1,
+              setup: Callable[[], object] | None = None) -> Timing:
     """Time host (CPU) code with ``perf_counter_ns``; ``setup`` runs untimed before each sample."""
     _check(warmup, repeats, number)
     for _ in range(warmup):
@@ -138,14 +132,8 @@ def auto_number(fn: Callable[[], object], *, target_ns: float = 2e5, cap: int = 
     return int(max(1, min(cap, target_ns // one)))
 
 
-def time_cuda(
-    fn: Callable[[], object],
-    *,
-    warmup: int = 5,
-    repeats: int = 50,
-    number: int = 1,
-    setup: Callable[[], object] | None = None,
-) -> Timing:
+def time_cuda(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 50, number: int = 1,
+              setup: Callable[[], object] | None = None) -> Timing:
     """Time GPU work with CUDA events on the current stream (device time, not host time)."""
     import torch
 

@@ -11,17 +11,9 @@ __all__ = ["schedule_encoder_inputs", "SchedulingStrategy", "LoopStrategy", "Cur
            "SCHEDULING_STRATEGIES", "make_strategy"]
 
 
-def schedule_encoder_inputs(
-    request,
-    num_computed_tokens: int,
-    num_new_tokens: int,
-    encoder_compute_budget: int,
-    cache,
-    *,
-    shift_computed_tokens: int = 0,
-    disable_chunked_mm_input: bool = False,
-    start_index: int = 0,
-) -> tuple[list[int], int, int]:
+def schedule_encoder_inputs(request, num_computed_tokens: int, num_new_tokens: int, encoder_compute_budget: int, cache,
+                            *, shift_computed_tokens: int = 0, disable_chunked_mm_input: bool = False,
+                            start_index: int = 0) -> tuple[list[int], int, int]:
     """Choose the encoder inputs for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``.
 
     Args:

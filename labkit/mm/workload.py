@@ -281,16 +281,9 @@ def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
     return requests
 
 
-def make_request(
-    request_id: str,
-    prompt_len: int,
-    positions: list[tuple[int, int]] = (),
-    *,
-    identifiers: list[str] | None = None,
-    is_embed: list[torch.Tensor | None] | None = None,
-    output_len: int = 1,
-    variant: str = "list",
-) -> Request:
+def make_request(request_id: str, prompt_len: int, positions: list[tuple[int, int]] = (), *,
+                 identifiers: list[str] | None = None, is_embed: list[torch.Tensor | None] | None = None,
+                 output_len: int = 1, variant: str = "list") -> Request:
     """One hand-built request with placeholders at ``(offset, length)`` positions."""
     cls = get_placeholder_class(variant)
     positions = list(positions)

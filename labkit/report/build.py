@@ -82,18 +82,9 @@ def _error_banner(nb, name: str, err: CellError) -> None:
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
 
 
-def build_report(
-    out_dir: Path | str = "reports",
-    *,
-    size: str = "quick",
-    device: str = "auto",
-    only: list[str] | None = None,
-    notebooks_dir: Path | str = NOTEBOOKS_DIR,
-    timeout: int = 1800,
-    log=None,
-    save: bool = True,
-    single: bool = False,
-) -> list[NotebookRun]:
+def build_report(out_dir: Path | str = "reports", *, size: str = "quick", device: str = "auto",
+                 only: list[str] | None = None, notebooks_dir: Path | str = NOTEBOOKS_DIR, timeout: int = 1800,
+                 log=None, save: bool = True, single: bool = False) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
     ``log`` (default: print to stderr) gets one progress line per notebook, and a line for

@@ -85,16 +85,9 @@ def _error_text(nb, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
 
 
-def execute_notebook(
-    nb,
-    *,
-    cwd: Path,
-    timeout: int,
-    env: dict | None = None,
-    injected_at: int | None = None,
-    on_stall: Callable[[int, float], None] | None = None,
-    extra_arguments: list[str] | None = None,
-) -> Execution:
+def execute_notebook(nb, *, cwd: Path, timeout: int, env: dict | None = None, injected_at: int | None = None,
+                     on_stall: Callable[[int, float], None] | None = None,
+                     extra_arguments: list[str] | None = None) -> Execution:
     """Run ``nb`` in place with a fresh python3 kernel.
 
     ``injected_at``: index of an injected parameters cell, so that cell positions are

@@ -77,15 +77,8 @@ class SimDevice:
     kind = "sim"
     source = "simulated"
 
-    def __init__(
-        self,
-        profile: DeviceProfile | None = None,
-        *,
-        clock: Callable[[], int] = clock_ns,
-        record: bool = False,
-        stream: int = 7,
-        device_index: int = 0,
-    ) -> None:
+    def __init__(self, profile: DeviceProfile | None = None, *, clock: Callable[[], int] = clock_ns,
+                 record: bool = False, stream: int = 7, device_index: int = 0) -> None:
         self.profile = profile or parametric_profile()
         self.stream = stream
         self.device_index = device_index

@@ -113,23 +113,11 @@ def _vllm_build() -> dict:
         return {"vllm_distribution": None, "vllm_version": None}
 
 
-def ingest(
-    bench_json: str | Path,
-    *,
-    variant: str,
-    images: int | None = None,
-    model: str | None = None,
-    trace_dir: str | Path | None = None,
-    gpu_name: str | None = None,
-    results_root: str | Path | None = None,
-    traces_root: str | Path | None = None,
-    repeat: int | None = None,
-    order: int | None = None,
-    device: str = "cuda",
-    shape: dict | None = None,
-    server_log: str | Path | None = None,
-    timers: str | Path | None = None,
-) -> Path:
+def ingest(bench_json: str | Path, *, variant: str, images: int | None = None, model: str | None = None,
+           trace_dir: str | Path | None = None, gpu_name: str | None = None, results_root: str | Path | None = None,
+           traces_root: str | Path | None = None, repeat: int | None = None, order: int | None = None,
+           device: str = "cuda", shape: dict | None = None, server_log: str | Path | None = None,
+           timers: str | Path | None = None) -> Path:
     """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
     ``device="cpu"``: a run of vLLM's CPU build on this machine (source ``measured-cpu``; the
