@@ -184,13 +184,9 @@ def describe_machine(device: str | None = None) -> dict:
     }
     if kind == "cuda":
         props = torch.cuda.get_device_properties(0)
-        desc.update(
-            gpu_name=props.name,
-            gpu_memory_gib=round(props.total_memory / 2**30, 1),
-            gpu_sm_count=props.multi_processor_count,
-            gpu_capability=f"{props.major}.{props.minor}",
-            driver=_nvidia_driver(),
-        )
+        desc.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    gpu_sm_count=props.multi_processor_count, gpu_capability=f"{props.major}.{props.minor}",
+                    driver=_nvidia_driver())
     desc["slug"] = machine_slug(desc)
     return desc
 

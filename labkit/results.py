@@ -197,17 +197,11 @@ def make_result(name: str, rows: Iterable[dict], *, params: dict | None = None, 
     params = dict(params or {})
     if _KEEP_UNIT_COSTS and base_name(name) != CALIBRATION and IN_RUN_KEY not in params:
         params[IN_RUN_KEY] = _this_runs_unit_costs()
-    return BenchResult(
-        name=name,
-        source=source,
-        params=params,
-        rows=[dict(r) for r in rows],
-        machine=dict(machine if machine is not None else describe_machine()),
-        labkit_commit=labkit_commit(),
-        size=size,
-        command=command if command is not None else current_command(),
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    )
+    return BenchResult(name=name, source=source, params=params, rows=[dict(r) for r in rows],
+                       machine=dict(machine if machine is not None else describe_machine()),
+                       labkit_commit=labkit_commit(), size=size,
+                       command=command if command is not None else current_command(),
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def base_name(name: str) -> str:

@@ -86,16 +86,8 @@ def nearest_rank(sorted_samples: Sequence[float], q: float) -> float:
 def summarize(samples_ns: Sequence[float], *, number: int = 1, method: str = "perf_counter_ns") -> Timing:
     """Quantiles of per-sample times (each already divided by ``number``)."""
     s = sorted(float(x) for x in samples_ns)
-    return Timing(
-        median_ns=quantile(s, 0.5),
-        p20_ns=quantile(s, 0.2),
-        p80_ns=quantile(s, 0.8),
-        mean_ns=sum(s) / len(s),
-        min_ns=s[0],
-        repeats=len(s),
-        number=number,
-        method=method,
-    )
+    return Timing(median_ns=quantile(s, 0.5), p20_ns=quantile(s, 0.2), p80_ns=quantile(s, 0.8), mean_ns=sum(s) / len(s),
+                  min_ns=s[0], repeats=len(s), number=number, method=method)
 
 
 def _check(warmup: int, repeats: int, number: int) -> None:

@@ -100,15 +100,11 @@ def make_inputs(case: AttnCase, device="cpu", dtype=torch.bfloat16, seed: int = 
     max_r = max((len(r) for r in case.ranges), default=0)
     padded = [list(r) + [(0, 0)] * (max_r - len(r)) for r in case.ranges]
     ranges = torch.tensor(padded, dtype=torch.int32, device=device).view(len(case.seq_lens), max_r, 2) if max_r else None
-    return {
-        "q": rand(total_q, case.num_heads, case.head_dim),
-        "k": rand(total_k, case.num_kv_heads, case.head_dim),
-        "v": rand(total_k, case.num_kv_heads, case.head_dim),
-        "cu_seqlens_q": torch.tensor(cu_q, dtype=torch.int32, device=device),
-        "cu_seqlens_k": torch.tensor(cu_k, dtype=torch.int32, device=device),
-        "prefix_ranges": ranges,
-        "seq_lens": case.seq_lens,
-    }
+    return {"q": rand(total_q, case.num_heads, case.head_dim), "k": rand(total_k, case.num_kv_heads, case.head_dim),
+            "v": rand(total_k, case.num_kv_heads, case.head_dim),
+            "cu_seqlens_q": torch.tensor(cu_q, dtype=torch.int32, device=device),
+            "cu_seqlens_k": torch.tensor(cu_k, dtype=torch.int32, device=device), "prefix_ranges": ranges,
+            "seq_lens": case.seq_lens}
 
 
 # -- padded layout for the SDPA / FlexAttention peers ------------------------------------------

@@ -43,15 +43,10 @@ def measure_builder(name: str, requests: list, *, repeats: int = 5, warmup: int 
     builder.update(added=requests)  # requests joined before the measured steps
     timing = time_host(lambda: builder.build(requests), warmup=warmup, repeats=repeats)
     images = sum(len(r.mm_features) for r in requests)
-    return {
-        "kind": "builder",
-        "variant": name,
-        "num_requests": len(requests),
-        "images_per_request": images // max(1, len(requests)),
-        "images": images,
-        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
-        "ns_per_image": timing.median_ns / images if images else None,
-    }
+    return {"kind": "builder", "variant": name, "num_requests": len(requests),
+            "images_per_request": images // max(1, len(requests)), "images": images,
+            **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+            "ns_per_image": timing.median_ns / images if images else None}
 
 
 def measure_pipeline(name: str, requests: list, layers: int, device: str, *, repeats: int = 5,
@@ -74,19 +69,10 @@ def measure_pipeline(name: str, requests: list, layers: int, device: str, *, rep
     timing = time_host(step, warmup=max(1, warmup), repeats=repeats, setup=sync)
     last = strategy.ledger.rows()[-1]
     images = sum(len(r.mm_features) for r in requests)
-    return {
-        "kind": "pipeline",
-        "variant": name,
-        "builder": builder_name,
-        "strategy": strategy_name,
-        "layers": layers,
-        "num_requests": num_seqs,
-        "images_per_request": images // max(1, num_seqs),
-        "images": images,
-        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
-        "h2d_per_step": last["h2d_count"],
-        "copy_target": last["target"],
-    }
+    return {"kind": "pipeline", "variant": name, "builder": builder_name, "strategy": strategy_name, "layers": layers,
+            "num_requests": num_seqs, "images_per_request": images // max(1, num_seqs), "images": images,
+            **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+            "h2d_per_step": last["h2d_count"], "copy_target": last["target"]}
 
 
 def step_bench(device: str, builders, *, num_requests=128, images=32, layers=34, variant="list",

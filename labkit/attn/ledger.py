@@ -105,19 +105,11 @@ class TransferLedger:
         out = []
         for s in self.all_steps():
             pinned = sum(1 for c in s.copies if c.pinned)
-            out.append({
-                "strategy": self.strategy,
-                "device": self.device,
-                "target": self.target,
-                "step": s.step,
-                "h2d_count": len(s.copies),
-                "h2d_bytes": sum(c.nbytes for c in s.copies),
-                "pageable_count": len(s.copies) - pinned,
-                "pinned_count": pinned,
-                "sync_count": sum(1 for c in s.copies if c.synchronizing),
-                "uploads": s.uploads,
-                "host_ns": s.host_ns,
-            })
+            out.append({"strategy": self.strategy, "device": self.device, "target": self.target, "step": s.step,
+                        "h2d_count": len(s.copies), "h2d_bytes": sum(c.nbytes for c in s.copies),
+                        "pageable_count": len(s.copies) - pinned, "pinned_count": pinned,
+                        "sync_count": sum(1 for c in s.copies if c.synchronizing), "uploads": s.uploads,
+                        "host_ns": s.host_ns})
         return out
 
     def copy_rows(self) -> list[dict]:

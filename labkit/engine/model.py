@@ -205,14 +205,10 @@ def host_inputs(q_lens, kv_lens) -> dict:
     j = np.arange(total_q) - cu_q[row_of_tok]
     positions = (kv_lens - q_lens)[row_of_tok] + j  # (T,)
     slots = cu_k[row_of_tok] + positions  # (T,) packed KV index of each new key
-    return {
-        "input_ids": torch.zeros(total_q, dtype=torch.int64),
-        "positions": torch.from_numpy(positions),
-        "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
-        "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)),
-        "slots": torch.from_numpy(slots),
-        "last_idx": torch.from_numpy(cu_q[1:] - 1),
-    }
+    return {"input_ids": torch.zeros(total_q, dtype=torch.int64), "positions": torch.from_numpy(positions),
+            "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
+            "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)), "slots": torch.from_numpy(slots),
+            "last_idx": torch.from_numpy(cu_q[1:] - 1)}
 
 
 def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> ForwardBatch:

@@ -127,18 +127,13 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
     return DeviceProfile(
         name=name,
         origin=f"measured on {gpu_name} ({date}) with labkit bench engine --write-profile, model {model.cfg.name}",
-        parametric=False,
-        ops={k: v for k, v in ops.items()},
-        launch_overhead_ns=launch_ns,
-        sync_overhead_ns=sync_ns,
+        parametric=False, ops=dict(ops), launch_overhead_ns=launch_ns, sync_overhead_ns=sync_ns,
         event_overhead_ns=ev_ns,
         h2d_pageable=copy_cost("pageable H2D, host time of the blocking copy", pageable_small, pageable_big),
         h2d_pinned=copy_cost("pinned H2D, host time of copy + synchronize less a bare synchronize", h2d_small, h2d_big),
         d2h_pinned=copy_cost("pinned D2H, host time of copy + synchronize less a bare synchronize", d2h_small, d2h_big),
         default_op=OpCost(base_ns=float(np.median([c.base_ns for c in ops.values()])) if ops else 3000.0),
-        gpu_name=gpu_name,
-        model=model.cfg.name,
-        graph_replay_ns=replay_ns,
+        gpu_name=gpu_name, model=model.cfg.name, graph_replay_ns=replay_ns,
     )
 
 

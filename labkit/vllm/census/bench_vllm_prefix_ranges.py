@@ -128,14 +128,9 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
         # a full collection before each sample keeps garbage-collector pauses of earlier
         # work out of the samples (vLLM freezes its long-lived objects out of the GC too)
         t = time_host(fn, warmup=1, repeats=repeats, number=number, setup=gc.collect)
-    row = {
-        "variant": "patched" if patched else "installed",
-        "num_requests": num_requests,
-        "images": images,
-        "features": num_requests * images,
-        **t.as_row(),
-        "per_feature_ns": t.median_ns / max(1, num_requests * images),
-    }
+    row = {"variant": "patched" if patched else "installed", "num_requests": num_requests, "images": images,
+           "features": num_requests * images, **t.as_row(),
+           "per_feature_ns": t.median_ns / max(1, num_requests * images)}
     if cold is not None:
         row["cold_ns"] = cold.median_ns
     return row

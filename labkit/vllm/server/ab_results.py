@@ -42,16 +42,10 @@ def bench_row(bench: dict, *, variant: str, images: int | None = None, model: st
     if missing:
         raise UsageError(f"not a `vllm bench serve` result: missing key(s) {', '.join(missing)}")
     v = get_variant(variant)
-    row: dict = {
-        "variant": v.name,
-        "placeholder": v.placeholder,
-        "prefix_range": v.prefix_range,
-        "model": model or bench.get("model_id"),
-        "num_prompts": bench.get("num_prompts", bench.get("completed")),
-        "images_per_request": images,
-        "repeat": repeat,
-        "order": order,
-    }
+    row: dict = {"variant": v.name, "placeholder": v.placeholder, "prefix_range": v.prefix_range,
+                 "model": model or bench.get("model_id"),
+                 "num_prompts": bench.get("num_prompts", bench.get("completed")), "images_per_request": images,
+                 "repeat": repeat, "order": order}
     for key, out in _SCALARS.items():
         if key in bench:
             row[out] = _number(bench[key], key)
