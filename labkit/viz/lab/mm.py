@@ -5,14 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 
-__all__ = [
-    "COMBO_LABELS",
-    "plot_placeholder_calls",
-    "plot_decode_step",
-    "plot_sweep",
-    "plot_before_after",
-    "plot_workload",
-]
+__all__ = ["COMBO_LABELS", "plot_placeholder_calls", "plot_decode_step", "plot_sweep", "plot_before_after",
+           "plot_workload"]
 
 #: legend names for (variant+strategy) combos
 COMBO_LABELS = {
