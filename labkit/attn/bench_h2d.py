@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import math
 import os
 import tempfile
@@ -24,8 +23,6 @@ from labkit.errors import UsageError
 from labkit.fileio import atomic_target
 from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP
 from labkit.timing import time_cuda, time_host
-
-logger = logging.getLogger(__name__)
 
 #: Gemma 3 decoder layer counts (every layer is a Triton attention layer reading the tensor)
 LAYER_PRESETS = {"gemma-3-4b": 34, "gemma-3-12b": 48, "gemma-3-27b": 62}

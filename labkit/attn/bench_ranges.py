@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 from dataclasses import replace
 
 from labkit.attn.bench_h2d import make_batch, run_step
@@ -18,8 +17,6 @@ from labkit.device import measured_source, resolve_device
 from labkit.errors import UsageError
 from labkit.results import RANGES_STEP, RANGES_SWEEP
 from labkit.timing import time_host
-
-logger = logging.getLogger(__name__)
 
 #: (builder, prefix-range strategy) pairs timed as a whole metadata path
 PIPELINES = {"pr38794+per_step": ("pr38794", "per_step"), "v033+pinned": ("v033", "pinned"),

@@ -5,7 +5,6 @@ More: docs/reference.md, ``labkit.attn.prefix_attention``.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -19,8 +18,6 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from labkit.attn.prefix_mask import VarlenInfo, check_varlen_args, prefix_attention_ref  # noqa: E402
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["prefix_attention", "prefix_attention_ref", "KernelConfig", "pick_config", "CUDA_CONFIGS"]
 

@@ -5,7 +5,6 @@ More: docs/reference.md, ``labkit.engine.loop``.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass
 
@@ -17,8 +16,6 @@ from labkit.engine.model import ForwardBatch, TransformerStack, make_batch
 from labkit.errors import UsageError
 from labkit.step_model import planned_ahead
 from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.engine.record_profile``.
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 
 import numpy as np
 
@@ -15,8 +14,6 @@ from labkit.engine.model import make_batch
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
 from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
 from labkit.timing import time_host
-
-logger = logging.getLogger(__name__)
 
 
 def default_shapes(num_seqs: int, context: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -5,12 +5,9 @@ More: docs/reference.md, ``labkit.engine.recorded``.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from labkit.results import CALIBRATION, data_root, find_all
-
-logger = logging.getLogger(__name__)
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 

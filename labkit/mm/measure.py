@@ -6,7 +6,6 @@ The #40143 code path is ``variant="list", strategy="loop"``; before it, ``"tenso
 from __future__ import annotations
 
 import gc
-import logging
 import statistics
 
 from labkit.bench import add_ratios
@@ -19,8 +18,6 @@ from labkit.timing import Timing, auto_number, clock_ns, frozen_gc_heap, progres
 
 __all__ = ["BEFORE", "AFTER", "DEFAULT_COMBOS", "measure_placeholder_calls", "make_decode_requests", "make_decode_step",
            "measure_decode_step_host_time", "measure_decode_grid", "sweep_decode_steps", "measure_workload"]
-
-logger = logging.getLogger(__name__)
 
 #: (variant, strategy) before #40143 and with #40143
 BEFORE = ("tensor", "loop")

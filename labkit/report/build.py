@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import logging
 import os
 import signal
 import sys
@@ -20,8 +19,6 @@ from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
-
-logger = logging.getLogger(__name__)
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"

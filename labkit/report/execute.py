@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import signal
 from dataclasses import dataclass, field
@@ -11,8 +10,6 @@ from typing import Callable
 
 from labkit.errors import ReportStopped
 from labkit.report import KERNEL_EXEC_LINES
-
-logger = logging.getLogger(__name__)
 
 #: a line a cell prints (stdout, stderr, a log record) that says a check failed: "x failed: why",
 #: "FAILED: ...", or an exception's name ("InterpreterError: ...")

@@ -11,7 +11,6 @@ has the reasoning.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from labkit.results import CALIBRATION, PR_TABLE, VLLM_AB, VLLM_SERVE_TIMELINE, 
 from labkit.bench import sig3
 from labkit.facts import PR40143, two_phases
 from labkit.viz.vllm.inside_vllm import timeline_summary
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["Evidence", "gains", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 

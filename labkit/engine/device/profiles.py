@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.engine.device.profiles``.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -14,8 +13,6 @@ from typing import Iterable, Mapping
 from labkit.errors import UsageError
 from labkit.fileio import write_json
 from labkit.results import REPO_ROOT
-
-logger = logging.getLogger(__name__)
 
 PROFILE_SCHEMA = 1
 PARAMETRIC_NAME = "parametric"

@@ -35,8 +35,6 @@ from labkit.vllm.census.prefix_ranges_patch import (  # noqa: F401  (re-exported
     random_mask,
 )
 
-logger = logging.getLogger(__name__)
-
 #: the result: installed and patched over requests x images at each size, the patched one's ``speedup``;
 #: host (CPU) time, also on a GPU machine (the function never touches the device)
 PREFIX = Bench(VLLM_PREFIX_RANGES, axes={"requests": ((1, 32, 128), (1, 8, 32, 128, 256)),

@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.vllm.census.bench_vllm_step``.
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 from pathlib import Path
 
@@ -15,8 +14,6 @@ from labkit.errors import UsageError
 from labkit.results import IN_RUN_KEY, VLLM_STEP, PartialResult, make_result, parse_result, sized_name
 
 __all__ = ["STEP", "plan_for", "require_vllm", "run_census", "live_census", "main", "phase_table"]
-
-logger = logging.getLogger(__name__)
 
 #: the result: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan` at
 #: each size

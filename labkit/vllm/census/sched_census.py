@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
 from labkit.timing import clock_ns, nearest_rank
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["VARIANTS", "early_return_patch", "make_scheduler", "vllm_requests", "make_requests", "SchedulerRun", "measure_point",
            "profile_step", "temporary_model_dir", "write_model_config"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import logging
 import statistics
 import tempfile
 from pathlib import Path
@@ -20,8 +19,6 @@ from labkit.timing import stopwatch
 
 __all__ = ["INPUT", "jpeg_images", "measure_media_decode", "measure_hf_processor",
            "measure_vllm_stages", "input_rows", "main"]
-
-logger = logging.getLogger(__name__)
 
 #: the result: images per request, requests through vLLM's stages, repeats of the processor alone at each
 #: size; its table (not a sweep: the stages of one engine, measured in :func:`input_rows`)
