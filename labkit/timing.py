@@ -195,11 +195,8 @@ UNIT_COSTS, UNIT_COST_SPREAD = {"tensor_index_int": "one tensor read + int()", "
 
 
 def unit_row(kind: str, variant: str, metric: str, t: Timing, **extra) -> dict:
-    return {
-        "kind": kind, "variant": variant, "metric": metric, **extra,
-        "median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns,
-        "repeats": t.repeats, "number": t.number,
-    }
+    return {"kind": kind, "variant": variant, "metric": metric, **extra,
+            **{k: getattr(t, k) for k in ("median_ns", "p20_ns", "p80_ns", "repeats", "number")}}
 
 
 def per_element(t: Timing, divisor: int) -> Timing:

@@ -19,9 +19,8 @@ from labkit.timing import time_host
 def default_shapes(num_seqs: int, context: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(q_lens, kv_lens)`` arrays: decode at two batch sizes and two contexts, and one prefill chunk."""
     half = max(1, num_seqs // 2)
-    shapes = []
-    for b, ctx in ((num_seqs, context), (half, context), (num_seqs, max(64, context // 2))):
-        shapes.append((np.ones(b, dtype=np.int64), np.full(b, ctx, dtype=np.int64)))
+    shapes = [(np.ones(b, dtype=np.int64), np.full(b, ctx, dtype=np.int64))
+              for b, ctx in ((num_seqs, context), (half, context), (num_seqs, max(64, context // 2)))]
     chunk = 512
     b = max(1, min(8, num_seqs))
     shapes.append((np.full(b, chunk, dtype=np.int64), np.full(b, chunk + min(context, 2048), dtype=np.int64)))

@@ -143,8 +143,8 @@ def _attn_efficiencies(peak: GpuPeak, result) -> dict[str, Efficiency]:
 
 
 def _with_borrowed(measured: dict[str, Efficiency]) -> dict[str, Efficiency]:
-    return {**measured, **{name: Efficiency(measured[src].value, f"assumed: {src}'s value ({measured[src].origin})", True)
-                           for name, src in _BORROWED.items()}}
+    return {**measured, **{name: Efficiency(measured[src].value, f"assumed: {src}'s value ({measured[src].origin})",
+                                            True) for name, src in _BORROWED.items()}}
 
 
 @functools.lru_cache(maxsize=8)

@@ -30,8 +30,7 @@ DEFAULT_COMBOS: tuple[tuple[str, str], ...] = (
 
 
 def _timing_row(t: Timing) -> dict:
-    return {"median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns, "mean_ns": t.mean_ns,
-            "min_ns": t.min_ns, "repeats": t.repeats, "number": t.number}
+    return {k: v for k, v in t.as_row().items() if k != "method"}
 
 
 def _check_combos(combos) -> list[tuple[str, str]]:

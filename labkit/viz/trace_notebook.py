@@ -30,7 +30,8 @@ def missing_lab_traces(analyses: dict, variants=(PER_LAYER, PER_STEP, TENSOR_LOO
                        machine: str = LAB_MACHINE) -> str:
     """A sentence naming recorded lab traces that are missing ('' when all are there)."""
     gone = [v for v in variants if v not in analyses]
-    return f"No recorded {machine} trace for: {', '.join(gone)} (expected under data/traces/{machine}/)." if gone else ""
+    return (f"No recorded {machine} trace for: {', '.join(gone)} (expected under data/traces/{machine}/)."
+            if gone else "")
 
 
 def fixture_trace(size: str = "quick") -> Path:

@@ -46,10 +46,8 @@ MAX_LABELS = 24
 def _entry(name: str) -> tuple[str, tuple[str, ...]] | None:
     """The ``MAIN_METRICS`` entry for a result name (``-`` counts as ``_``)."""
     norm = name.replace("-", "_").removesuffix("_quick")
-    for prefix, entry in MAIN_METRICS.items():
-        if norm == prefix or (prefix.endswith("_") and norm.startswith(prefix)):
-            return entry
-    return None
+    return next((entry for prefix, entry in MAIN_METRICS.items()
+                 if norm == prefix or (prefix.endswith("_") and norm.startswith(prefix))), None)
 
 
 def section_of(name: str) -> str | None:
@@ -213,10 +211,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _unit(metric: str) -> str:
-    for suffix, unit in (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes")):
-        if metric.endswith(suffix):
-            return unit
-    return ""
+    units = (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"))
+    return next((unit for suffix, unit in units if metric.endswith(suffix)), "")
 
 
 def _styles(table: pd.DataFrame) -> dict[tuple[str, str], tuple[str, str]]:

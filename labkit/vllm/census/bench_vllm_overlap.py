@@ -158,7 +158,8 @@ def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
                             core.model_executor.forward_s = fwd / 1e3
                             got.setdefault((regime, arm, fwd), []).append(_timed_block(core, outputs, plan["steps"]))
     rows = [{"regime": regime, "arm": arm, "forward_ms": fwd, "requests": plan["requests"], "images": plan["images"],
-             **{k: statistics.median(b[k] for b in blocks) for k in blocks[0]}} for (regime, arm, fwd), blocks in got.items()]
+             **{k: statistics.median(b[k] for b in blocks) for k in blocks[0]}}
+            for (regime, arm, fwd), blocks in got.items()]
     for row in rows:
         alone = next(r["step_ms"] for r in rows if (r["regime"], r["arm"], r["forward_ms"]) == (row["regime"], row["arm"], 0.0))
         row.update(host_alone_ms=alone, **reading(row["step_ms"], row["forward_ms"], alone))

@@ -226,11 +226,9 @@ def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
 
 def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
     """Per machine, the recorded host time (ms) of one range build at ``num_requests`` x ``images``."""
-    out = []
-    for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root)):
-        if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:
-            out.append({"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6,
-                        "source": r["source"]})
+    out = [{"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6, "source": r["source"]}
+           for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root))
+           if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images]
     for res in find_all(RANGES_STEP, root=root):
         for r in res.rows:
             if (r.get("variant") == "v033" and r.get("num_requests") == num_requests
@@ -243,10 +241,9 @@ def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> lis
 def saved_profile(results) -> tuple[list[dict], dict[str, int]]:
     """The cProfile rows and aten-op counts saved with the newest ``--profile`` run of ``results``
     (``vllm_prefix_ranges`` results), or empty."""
-    for res in sorted(results, key=lambda r: r.created, reverse=True):
-        if "profile_128x32" in res.params:
-            return res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})
-    return [], {}
+    newest = sorted(results, key=lambda r: r.created, reverse=True)
+    res = next((r for r in newest if "profile_128x32" in r.params), None)
+    return (res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})) if res else ([], {})
 
 
 # --------------------------------------------------------------------------------------

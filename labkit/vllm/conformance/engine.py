@@ -132,10 +132,8 @@ def make_requests(model_dir: str | Path, shape: Shape, *, seed: int = 0, pixels:
     size = (shape.height, shape.width, 3)
     requests = []
     for _ in range(shape.requests):
-        if pixels == "solid":
-            arrays = [np.broadcast_to(rng.integers(0, 256, 3, dtype=np.uint8), size) for _ in range(shape.images)]
-        else:
-            arrays = [rng.integers(0, 256, size, dtype=np.uint8) for _ in range(shape.images)]
+        arrays = [np.broadcast_to(rng.integers(0, 256, 3, dtype=np.uint8), size) if pixels == "solid"
+                  else rng.integers(0, 256, size, dtype=np.uint8) for _ in range(shape.images)]
         requests.append({"prompt": image_prompt(arch, shape.images),
                          "multi_modal_data": {"image": [Image.fromarray(np.ascontiguousarray(a)) for a in arrays]}})
     return requests
