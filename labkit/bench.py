@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.fileio import write_json
 from labkit.results import (SIZES, BenchResult, PartialResult, base_name, keep_unit_costs, make_result, save_result,
                             sized_name)
@@ -163,8 +163,7 @@ class Bench:
 
     def at(self, size: str, **given) -> dict:
         """Every axis and knob at ``size``, a value ``given`` (not None) in place of the preset."""
-        if size not in SIZES:
-            raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
+        choice(SIZES, size, "size")
         out = {k: v[SIZES.index(size)] for k, v in {**self.axes, **self.knobs}.items()}
         out.update({k: v for k, v in given.items() if v is not None})
         return out

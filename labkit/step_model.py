@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 
 __all__ = ["REGIMES", "StepShape", "Step", "step_time", "both_regimes", "planned_ahead", "peak_tokens_per_s"]
 
@@ -57,8 +57,7 @@ class Step:
 
 
 def _check(regime: str, *times: float) -> None:
-    if regime not in REGIMES:
-        raise UsageError(f"unknown scheduling regime {regime!r}: choose from {', '.join(REGIMES)}")
+    choice(REGIMES, regime, "scheduling regime")
     if any(not (t >= 0) for t in times):  # also rejects NaN
         raise UsageError(f"host, device and non-overlapping times must be >= 0, got {times}")
 

@@ -14,7 +14,7 @@ from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.bench import Bench, add_run_options, positive_ints, report, resolve_run_options
 from labkit.device import measured_source, resolve_device
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.results import RANGES_STEP, RANGES_SWEEP
 from labkit.timing import time_host
 
@@ -102,8 +102,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     unknown = [b for b in builders if b not in RANGE_BUILDERS]
     if unknown or not builders:
         raise UsageError(f"unknown builders {unknown}: choose from {', '.join(RANGE_BUILDERS)}")
-    if variant not in PLACEHOLDER_VARIANTS:
-        raise UsageError(f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}")
+    choice(PLACEHOLDER_VARIANTS, variant, "placeholder variant")
     if num_requests < 1 or images < 0 or layers < 1 or (repeats is not None and repeats < 1):
         raise UsageError("requests, layers and repeats must be >= 1, images >= 0")
     params = {"device": device, "builders": builders, "placeholder_variant": variant,

@@ -13,7 +13,7 @@ import numpy as np
 from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
 from labkit.engine.graphs import effective_mode
 from labkit.engine.model import ForwardBatch, TransformerStack, make_batch
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.step_model import planned_ahead
 from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
 
@@ -65,12 +65,8 @@ class Engine:
         self.config = config
         self.dev = device
         self.model_cfg = get_model_config(config.model)
-        if config.scheduling not in SCHEDULING_STRATEGIES:
-            raise UsageError(f"unknown scheduling strategy {config.scheduling!r}: "
-                             f"choose from {', '.join(SCHEDULING_STRATEGIES)}")
-        if config.prefix_ranges != NO_PREFIX and config.prefix_ranges not in PREFIX_RANGE_STRATEGIES:
-            raise UsageError(f"unknown prefix-range strategy {config.prefix_ranges!r}: choose from "
-                             f"{', '.join([NO_PREFIX, *PREFIX_RANGE_STRATEGIES])}")
+        choice(SCHEDULING_STRATEGIES, config.scheduling, "scheduling strategy")
+        choice([NO_PREFIX, *PREFIX_RANGE_STRATEGIES], config.prefix_ranges, "prefix-range strategy")
         spec = get_workload_spec(config.workload)
         if config.num_requests is not None:
             spec = spec.with_(num_requests=config.num_requests)

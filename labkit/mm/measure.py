@@ -9,6 +9,7 @@ import gc
 import statistics
 
 from labkit.bench import add_ratios
+from labkit.errors import choice
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS, get_placeholder_class
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
@@ -37,8 +38,7 @@ def _check_combos(combos) -> list[tuple[str, str]]:
     out = []
     for v, s in combos:
         get_placeholder_class(v)
-        if s not in SCHEDULING_STRATEGIES:
-            raise ValueError(f"unknown scheduling strategy {s!r}: choose from {', '.join(SCHEDULING_STRATEGIES)}")
+        choice(SCHEDULING_STRATEGIES, s, "scheduling strategy", ValueError)
         out.append((v, s))
     return out
 

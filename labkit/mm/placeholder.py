@@ -11,6 +11,8 @@ from itertools import accumulate
 
 import torch
 
+from labkit.errors import choice
+
 __all__ = ["TensorPlaceholderRange", "ListPlaceholderRange", "FastPlaceholderRange", "PLACEHOLDER_VARIANTS",
            "get_placeholder_class", "masks_equal"]
 
@@ -177,9 +179,4 @@ PLACEHOLDER_VARIANTS: dict[str, type] = {
 
 def get_placeholder_class(variant: str) -> type:
     """The placeholder class registered as ``variant``; ValueError names the choices."""
-    try:
-        return PLACEHOLDER_VARIANTS[variant]
-    except KeyError:
-        raise ValueError(
-            f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}"
-        ) from None
+    return choice(PLACEHOLDER_VARIANTS, variant, "placeholder variant", ValueError)

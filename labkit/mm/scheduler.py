@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from labkit.errors import choice
+
 __all__ = ["schedule_encoder_inputs", "SchedulingStrategy", "LoopStrategy", "CursorStrategy", "WindowStrategy",
            "SCHEDULING_STRATEGIES", "make_strategy"]
 
@@ -182,9 +184,4 @@ SCHEDULING_STRATEGIES: dict[str, type[SchedulingStrategy]] = {
 
 def make_strategy(name: str) -> SchedulingStrategy:
     """A fresh strategy instance registered as ``name``; ValueError names the choices."""
-    try:
-        return SCHEDULING_STRATEGIES[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown scheduling strategy {name!r}: choose from {', '.join(SCHEDULING_STRATEGIES)}"
-        ) from None
+    return choice(SCHEDULING_STRATEGIES, name, "scheduling strategy", ValueError)()

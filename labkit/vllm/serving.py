@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.vllm.census.sched_census import make_scheduler, vllm_requests
 from labkit.vllm.conformance.models import placeholder_layout
 
@@ -48,10 +48,7 @@ WORKLOADS = {"full": ServeWorkload("pr40143", 128, 32, 1024, 1536, 1024, 8000, 1
 
 
 def get_workload(size: str) -> ServeWorkload:
-    try:
-        return WORKLOADS[size].check()
-    except KeyError:
-        raise UsageError(f"unknown size {size!r}: choose from {', '.join(WORKLOADS)}") from None
+    return choice(WORKLOADS, size, "size").check()
 
 
 @dataclass(frozen=True)
