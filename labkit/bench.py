@@ -269,10 +269,6 @@ def _is_missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def _numbers(values) -> list[float]:
-    return [float(v) for v in values if _is_number(v)]
-
-
 def _median(values: list[float]) -> float:
     s = sorted(abs(v) for v in values)
     return s[len(s) // 2] if s else 0.0
@@ -298,7 +294,7 @@ def _words(name: str) -> str:
 def column_format(name: str, values, unit: str | None = None) -> tuple[str, callable]:
     """The header and a cell formatter for column ``name`` holding ``values`` (see the module text);
     ``unit`` (``s``, ``ms``, ``us``, ``ns``) puts a time column in that unit whatever its values."""
-    nums = _numbers(values)
+    nums = [float(v) for v in values if _is_number(v)]
     for suffix, rate in (("_tok_s", " tok/s"), ("_req_s", " req/s"), ("_per_s", " per s")):  # rates, not times
         if name.endswith(suffix):
             return _words(name[: -len(suffix)]) + rate, _cell

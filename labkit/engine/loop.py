@@ -90,7 +90,7 @@ class Engine:
         self.torch_device = str(device.device) if real else "cpu"
         if config.prefix_ranges == NO_PREFIX:
             self.prefix = None
-            self._ranges_for_layer = _no_ranges
+            self._ranges_for_layer = lambda layer: None
         else:
             self.prefix = make_strategy(config.prefix_ranges, self.torch_device, validate=False)
             self._ranges_for_layer = self._layer_ranges
@@ -258,10 +258,6 @@ class Engine:
         self._drain()
         self.dev.synchronize()
         return self.steps
-
-
-def _no_ranges(layer: int):
-    return None
 
 
 def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int | None = None) -> dict:

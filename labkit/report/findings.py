@@ -76,10 +76,6 @@ def census_saving(res) -> dict | None:
     return {"before_ms": chain["baseline"], "after_ms": chain["pr40143"], "saving_ms": chain["baseline"] - chain["pr40143"]}
 
 
-def _pr_table(root):
-    return next(iter(_found(PR_TABLE, root, "full")), None)
-
-
 def _row(res, arm: str, gpu: str, metric: str) -> dict | None:
     return next((r for r in res.rows if (r["arm"], r["gpu"], r["metric"]) == (arm, gpu, metric)), None)
 
@@ -217,7 +213,7 @@ def answer_text(res, census, timeline=None) -> str:
 
 def lab_findings(root: Path | str | None = None) -> dict:
     """``{"answer": str | None, "why_no_answer": str | None, "evidence": [Evidence dicts]}``."""
-    pr = _pr_table(root)
+    pr = next(iter(_found(PR_TABLE, root, "full")), None)
     census = next((s for s in (census_saving(r) for r in _found(VLLM_STEP, root, "full")) if s), None)
     evidence = [_unit_cost(root, pr.params.get("census_machine") if pr is not None else None), _engine_saving(root),
                 _server_ab(root)]

@@ -67,10 +67,6 @@ def main_metric(name: str, columns) -> str | None:
     return next((c for c in _candidates(name) if c in cols), None)
 
 
-def _is_label_value(v) -> bool:
-    return isinstance(v, (str, bool, int)) and not isinstance(v, float)
-
-
 def _label_columns(df: pd.DataFrame, metric: str) -> list[str]:
     """The swept parameters: label-like columns, fewest values first, while they still split a machine's rows."""
     cands = []
@@ -78,7 +74,7 @@ def _label_columns(df: pd.DataFrame, metric: str) -> list[str]:
         if c in BOOKKEEPING or c == metric:
             continue
         vals = df[c].dropna()
-        if len(vals) and all(_is_label_value(v) for v in vals) and df[c].nunique(dropna=False) > 1:
+        if len(vals) and all(isinstance(v, (str, bool, int)) for v in vals) and df[c].nunique(dropna=False) > 1:
             cands.append(c)
     # counts derived from the parameters (``*_count``, ``*_per_step``) lose ties to parameters
     cands.sort(key=lambda c: (df[c].nunique(), c.endswith(DERIVED_SUFFIXES), c))

@@ -239,6 +239,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     """Rows of one grid point (see the module text) and the point's set-up facts (times, traces)."""
     from labkit.trace.analysis.host.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
+    from labkit.vllm.census.step_timers import engine_parts
     from labkit.vllm.conformance.engine import engine_scheduler
 
     run = _PointRun(llm, engine_scheduler(llm), requests, images)
@@ -250,7 +251,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     off_host: dict[str, list] = {v: [] for v in plan.variants}
     profiled: dict[str, list] = {}
     traces: dict[str, str] = {}
-    runner = _runner(llm) if plan.off_host else None
+    runner = engine_parts(llm)["runner"] if plan.off_host else None
     try:
         for r in range(plan.rounds):
             order = plan.variants[r % len(plan.variants):] + plan.variants[:r % len(plan.variants)]
@@ -299,12 +300,6 @@ def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
         return engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants,
                                       rounds=plan.alone_rounds, block=plan.alone_block, sweep=sweep_bytes(),
                                       stand_in=stand_in)
-
-
-def _runner(llm):
-    from labkit.vllm.census.step_timers import engine_parts
-
-    return engine_parts(llm)["runner"]
 
 
 def _named(wrapper) -> dict:

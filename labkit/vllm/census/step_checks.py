@@ -201,13 +201,9 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     return rows
 
 
-def _index(rows) -> dict:
-    return {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
-
-
 def census_checks(rows) -> list[dict]:
     """One record per check of the module text, for every point and variant the rows hold."""
-    by = _index(rows)
+    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
     points = sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"})
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
     out = []
