@@ -22,12 +22,9 @@ def _label(r: BenchResult) -> str:
 
 
 def _source_note(results: list[BenchResult]) -> str:
-    notes = []
-    if any(r.source == "measured-cpu" for r in results):
-        notes.append("CPU: copies counted as the H2D copies a GPU would make")
-    if any(r.source == "measured-gpu" for r in results):
-        notes.append("GPU: real H2D copies")
-    return "; ".join(notes)
+    notes = (("measured-cpu", "CPU: copies counted as the H2D copies a GPU would make"),
+             ("measured-gpu", "GPU: real H2D copies"))
+    return "; ".join(note for source, note in notes if any(r.source == source for r in results))
 
 
 def _sorted(rows: list[dict]) -> list[dict]:

