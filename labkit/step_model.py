@@ -13,7 +13,7 @@ What a step computes, for the device model: :class:`StepShape`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from labkit.errors import UsageError, choice
 
@@ -51,9 +51,6 @@ class Step:
     def bound(self) -> str:
         """``host`` where the host side is the longer one, else ``device``."""
         return "host" if self.host_ns > self.device_ns else "device"
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "device_idle_ns": self.device_idle_ns, "bound": self.bound}
 
 
 def _check(regime: str, *times: float) -> None:

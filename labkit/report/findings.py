@@ -43,9 +43,6 @@ class Evidence:
     notebook: str
     missing: bool = False
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def _found(name: str, root, size: str | None = None) -> list:
     """The store's ``name`` results, one per machine, by slug: what README says is the same on any machine."""
@@ -227,7 +224,7 @@ def lab_findings(root: Path | str | None = None) -> dict:
             why = "no full vllm_step census at 128 x 32"
         else:
             answer = answer_text(pr, census, next(iter(_found(VLLM_SERVE_TIMELINE, root)), None))
-    return {"answer": answer, "why_no_answer": why, "evidence": [e.as_dict() for e in evidence]}
+    return {"answer": answer, "why_no_answer": why, "evidence": [asdict(e) for e in evidence]}
 
 
 # -- the README block ----------------------------------------------------------------------------
