@@ -56,10 +56,6 @@ class Timing:
     def median_us(self) -> float:
         return self.median_ns / 1e3
 
-    @property
-    def median_ms(self) -> float:
-        return self.median_ns / 1e6
-
     def as_row(self) -> dict:
         """Flat fields for a results row (``median_ns``, ``p20_ns``, ``p80_ns``, ...)."""
         return asdict(self)
