@@ -149,7 +149,6 @@ class PrefixRangeStrategy:
         self.validate = validate
         self.ledger = TransferLedger(self.name, str(self.device))
         self._rows: list[Sequence[Range]] = []
-        self._num_seqs = 0
         self._t: torch.Tensor | None = None
 
     def begin_step(self, ranges: RangesInput | None, num_seqs: int) -> None:
@@ -160,7 +159,7 @@ class PrefixRangeStrategy:
                 rows: list[Sequence[Range]] = normalize_ranges(ranges, num_seqs)
             else:
                 rows = _rows(ranges, _check_num_seqs(num_seqs))
-            self._rows, self._num_seqs = rows, num_seqs
+            self._rows = rows
             self._begin(rows, num_seqs)
 
     def tensor_for_layer(self, layer_idx: int) -> torch.Tensor | None:

@@ -89,7 +89,6 @@ class SimDevice:
         self._enter_real = 0
         self.tail_ns = 0  # when the stream has finished everything queued so far
         self.busy_ns = 0
-        self.num_ops = 0
         self.host_wait_ns = 0  # host time spent blocked in synchronising calls
         self.num_replays = 0  # CUDA-graph replays queued
         self.num_launches = 0  # host calls that queued device work (kernels, copies, replays)
@@ -123,7 +122,6 @@ class SimDevice:
         end = start + int(dur_ns)
         self.tail_ns = end
         self.busy_ns += end - start
-        self.num_ops += 1
         self.intervals.append((start, end))
         if self.record:
             self.device_ops.append(DeviceOp(name, kind, start, end, corr, nbytes))
