@@ -86,21 +86,12 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
                        "ts": _us(o.start_ns), "cat": "ac2g", "name": "ac2g", "bp": "e"})
     meta = {"source": "simulated", **device.profile.describe(), **(metadata or {})}
     meta["source"] = "simulated"
-    return {
-        "schemaVersion": 1,
-        "deviceProperties": [{
-            "id": device.device_index, "name": f"simulated ({label})", "totalGlobalMem": 0,
-            "computeMajor": 0, "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-            "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32,
-            "sharedMemPerBlock": 49152, "sharedMemPerMultiprocessor": 233472, "numSms": 132,
-            "sharedMemPerBlockOptin": 232448,
-        }],
-        "labkit": meta,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": 0,
-        "traceEvents": events,
-        "traceName": "labkit simulated engine",
-    }
+    props = {"id": gpu, "name": f"simulated ({label})", "totalGlobalMem": 0, "computeMajor": 0, "computeMinor": 0,
+             "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
+             "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
+             "sharedMemPerMultiprocessor": 233472, "numSms": 132, "sharedMemPerBlockOptin": 232448}
+    return {"schemaVersion": 1, "deviceProperties": [props], "labkit": meta, "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 0, "traceEvents": events, "traceName": "labkit simulated engine"}
 
 
 class SimCapture:
