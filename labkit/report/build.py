@@ -71,11 +71,9 @@ def _error_banner(nb, name: str, err: CellError) -> None:
 
     import nbformat
 
-    text = (
-        f'<div class="labkit-error" style="border:2px solid #b00020;padding:8px;color:#b00020">'
-        f"<b>{html.escape(name)} did not finish</b>: {html.escape(err.describe())}. "
-        "The page shows the outputs up to that cell.</div>"
-    )
+    text = (f'<div class="labkit-error" style="border:2px solid #b00020;padding:8px;color:#b00020">'
+            f"<b>{html.escape(name)} did not finish</b>: {html.escape(err.describe())}. "
+            "The page shows the outputs up to that cell.</div>")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
 
 
