@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.fileio import write_json
 from labkit.results import (SIZES, BenchResult, PartialResult, base_name, keep_unit_costs, make_result, save_result,
                             sized_name)
@@ -163,8 +163,7 @@ class Bench:
 
     def at(self, size: str, **given) -> dict:
         """Every axis and knob at ``size``, a value ``given`` (not None) in place of the preset."""
-        if size not in SIZES:
-            raise UsageError(f"unknown size {size!r}: choose from {', '.join(SIZES)}")
+        choice(SIZES, size, "size")
         out = {k: v[SIZES.index(size)] for k, v in {**self.axes, **self.knobs}.items()}
         out.update({k: v for k, v in given.items() if v is not None})
         return out
@@ -270,10 +269,6 @@ def _is_missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def _numbers(values) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and not _is_missing(v)]
-
-
 def _median(values: list[float]) -> float:
     s = sorted(abs(v) for v in values)
     return s[len(s) // 2] if s else 0.0
@@ -283,10 +278,7 @@ def time_unit(values_ns: list[float]) -> tuple[str, float]:
     """The unit (``s``, ``ms``, ``us`` or ``ns``) that the median of ``values_ns`` reads best in, and
     its size in ns: the largest unit in which the median is at least 1."""
     med = _median(values_ns)
-    for unit, scale in _TIME_UNITS:
-        if med >= scale:
-            return unit, scale
-    return "ns", 1.0
+    return next(((unit, scale) for unit, scale in _TIME_UNITS if med >= scale), ("ns", 1.0))
 
 
 def duration(ns: float) -> str:
@@ -302,7 +294,7 @@ def _words(name: str) -> str:
 def column_format(name: str, values, unit: str | None = None) -> tuple[str, callable]:
     """The header and a cell formatter for column ``name`` holding ``values`` (see the module text);
     ``unit`` (``s``, ``ms``, ``us``, ``ns``) puts a time column in that unit whatever its values."""
-    nums = _numbers(values)
+    nums = [float(v) for v in values if _is_number(v)]
     for suffix, rate in (("_tok_s", " tok/s"), ("_req_s", " req/s"), ("_per_s", " per s")):  # rates, not times
         if name.endswith(suffix):
             return _words(name[: -len(suffix)]) + rate, _cell
@@ -395,9 +387,7 @@ def format_table(data, *, columns=None, rename: dict | None = None, caption: str
         names = list(data.columns)
     else:
         records = [dict(r) for r in (data or [])]
-        names = []
-        for r in records:
-            names += [k for k in r if k not in names]
+        names = list(dict.fromkeys(k for r in records for k in r))
     if columns is not None:
         names = [c for c in columns if c in names]
     names = [n for n in names if any(not _is_missing(r.get(n)) for r in records)]  # no empty column

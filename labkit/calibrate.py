@@ -15,7 +15,7 @@ import logging
 from labkit.errors import UsageError
 from labkit.bench import Bench, add_run_options, report, resolve_run_options
 from labkit.results import CALIBRATION, PartialResult, save_result
-from labkit.timing import CPU_ELEMENTS, Timing, calibrate_cpu, time_cuda, time_host, unit_row
+from labkit.timing import CPU_ELEMENTS, Timing, calibrate_cpu, nearest_rank, time_cuda, time_host, unit_row
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,8 @@ def calibrate_gpu(*, sizes_bytes=COPY_SIZES_BYTES, repeats: int = 50, launches: 
 
 def device_durations_ns(trace: dict, categories: tuple[str, ...]) -> list[float]:
     """Durations (ns) of a Chrome trace's device activities in ``categories`` (e.g. ``kernel``)."""
-    out = []
-    for ev in trace.get("traceEvents", []):
-        if ev.get("ph") == "X" and ev.get("cat") in categories and "dur" in ev:
-            out.append(float(ev["dur"]) * 1e3)  # Kineto writes microseconds
-    return out
+    return [float(ev["dur"]) * 1e3 for ev in trace.get("traceEvents", [])  # Kineto writes microseconds
+            if ev.get("ph") == "X" and ev.get("cat") in categories and "dur" in ev]
 
 
 def timing_of(values_ns: list[float]) -> Timing | None:
@@ -106,11 +103,8 @@ def timing_of(values_ns: list[float]) -> Timing | None:
     if not values_ns:
         return None
     v = sorted(values_ns)
-
-    def q(p: float) -> float:
-        return v[min(len(v) - 1, int(round(p * (len(v) - 1))))]
-
-    return Timing(median_ns=q(0.5), p20_ns=q(0.2), p80_ns=q(0.8), mean_ns=sum(v) / len(v), min_ns=v[0],
+    return Timing(median_ns=nearest_rank(v, 0.5), p20_ns=nearest_rank(v, 0.2), p80_ns=nearest_rank(v, 0.8),
+                  mean_ns=sum(v) / len(v), min_ns=v[0],
                   repeats=len(v), number=1, method="profiler")
 
 

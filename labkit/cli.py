@@ -94,11 +94,8 @@ def build_parser(argv: list[str] = ()) -> argparse.ArgumentParser:
 
 def split_verbose(argv: list[str]) -> tuple[list[str], bool]:
     """``argv`` without ``-v``/``--verbose`` (anywhere before a ``--``), and whether one was there."""
-    if "--" in argv:
-        cut = argv.index("--")
-        head, tail = argv[:cut], argv[cut:]
-    else:
-        head, tail = argv, []
+    cut = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:cut], argv[cut:]
     kept = [a for a in head if a not in _VERBOSE]
     return kept + tail, len(kept) != len(head)
 

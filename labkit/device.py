@@ -166,31 +166,16 @@ def describe_machine(device: str | None = None) -> dict:
     import torch
 
     kind = resolve_device(device)
-    desc: dict = {
-        "device": kind,
-        "gpu_name": None,
-        "gpu_memory_gib": None,
-        "gpu_sm_count": None,
-        "gpu_capability": None,
-        "driver": None,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": _version("triton", "pytorch-triton", "pytorch-triton-rocm"),
-        "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "os": f"{platform.system()} {platform.machine()}",
-        "kernel_mode": kernel_mode(),
-    }
+    desc: dict = {"device": kind, "gpu_name": None, "gpu_memory_gib": None, "gpu_sm_count": None,
+                  "gpu_capability": None, "driver": None, "cuda": torch.version.cuda, "torch": torch.__version__,
+                  "triton": _version("triton", "pytorch-triton", "pytorch-triton-rocm"),
+                  "python": platform.python_version(), "cpu_model": _cpu_model(), "cpu_cores": os.cpu_count(),
+                  "os": f"{platform.system()} {platform.machine()}", "kernel_mode": kernel_mode()}
     if kind == "cuda":
         props = torch.cuda.get_device_properties(0)
-        desc.update(
-            gpu_name=props.name,
-            gpu_memory_gib=round(props.total_memory / 2**30, 1),
-            gpu_sm_count=props.multi_processor_count,
-            gpu_capability=f"{props.major}.{props.minor}",
-            driver=_nvidia_driver(),
-        )
+        desc.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    gpu_sm_count=props.multi_processor_count, gpu_capability=f"{props.major}.{props.minor}",
+                    driver=_nvidia_driver())
     desc["slug"] = machine_slug(desc)
     return desc
 

@@ -76,10 +76,8 @@ def peak_for(gpu_name: str | None, peaks: tuple[GpuPeak, ...] | None = None) -> 
     """The table entry for a GPU as torch names it (``"NVIDIA H200"``), or None when none matches."""
     if not gpu_name:
         return None
-    for peak in peaks if peaks is not None else load_peaks():
-        if any(re.search(p, gpu_name, re.I) for p in peak.match):
-            return peak
-    return None
+    return next((peak for peak in (peaks if peaks is not None else load_peaks())
+                 if any(re.search(p, gpu_name, re.I) for p in peak.match)), None)
 
 
 # -- #40143's published table --------------------------------------------------------------------
@@ -355,15 +353,12 @@ class Gemma4Arch:
         return sum(g.owning_layers * g.kv_bytes_per_token(self.element_bytes) for g in self.attention_groups)
 
 
-def _e4b_layer_types() -> tuple[str, ...]:
-    return tuple(GLOBAL if i % 6 == 5 else SLIDING for i in range(42))
-
-
 #: Gemma-4-E4B (``google/gemma-4-E4B-it``); sources in docs/reference.md, ``labkit.facts``
 GEMMA4_E4B = Gemma4Arch(
     name="gemma-4-E4B",
     num_layers=42, hidden_size=2560, num_heads=8, num_kv_heads=2, head_dim=256, global_head_dim=512,
-    num_global_kv_heads=2, sliding_window=512, layer_types=_e4b_layer_types(), num_kv_shared_layers=18,
+    num_global_kv_heads=2, sliding_window=512, num_kv_shared_layers=18,
+    layer_types=tuple(GLOBAL if i % 6 == 5 else SLIDING for i in range(42)),
     intermediate_size=10240, use_double_wide_mlp=False, vocab_size=262144, vocab_size_per_layer_input=262144,
     hidden_size_per_layer_input=256, tie_word_embeddings=True, vision=VisionTower(),
 )

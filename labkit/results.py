@@ -100,11 +100,7 @@ def git_commit() -> str | None:
 
 def labkit_commit() -> str:
     """The labkit commit to record: from git, else ``$LABKIT_COMMIT`` (a copy without ``.git``), else ``unknown``."""
-    from_git = git_commit()
-    if from_git:
-        return from_git
-    env = os.environ.get(COMMIT_ENV, "").strip()
-    return env if env else "unknown"
+    return git_commit() or os.environ.get(COMMIT_ENV, "").strip() or "unknown"
 
 
 def commit_status(commit: str | None) -> str:
@@ -179,16 +175,8 @@ def _this_runs_unit_costs() -> list[dict]:
     return in_run_calibration()
 
 
-def make_result(
-    name: str,
-    rows: Iterable[dict],
-    *,
-    params: dict | None = None,
-    source: str,
-    machine: dict | None = None,
-    size: str | None = None,
-    command: str | None = None,
-) -> BenchResult:
+def make_result(name: str, rows: Iterable[dict], *, params: dict | None = None, source: str,
+                machine: dict | None = None, size: str | None = None, command: str | None = None) -> BenchResult:
     """Build a result stamped with this machine, commit, command line and time.
 
     ``size`` (``quick`` or ``full``) must agree with the name: quick results are named
@@ -209,17 +197,11 @@ def make_result(
     params = dict(params or {})
     if _KEEP_UNIT_COSTS and base_name(name) != CALIBRATION and IN_RUN_KEY not in params:
         params[IN_RUN_KEY] = _this_runs_unit_costs()
-    return BenchResult(
-        name=name,
-        source=source,
-        params=params,
-        rows=[dict(r) for r in rows],
-        machine=dict(machine if machine is not None else describe_machine()),
-        labkit_commit=labkit_commit(),
-        size=size,
-        command=command if command is not None else current_command(),
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    )
+    return BenchResult(name=name, source=source, params=params, rows=[dict(r) for r in rows],
+                       machine=dict(machine if machine is not None else describe_machine()),
+                       labkit_commit=labkit_commit(), size=size,
+                       command=command if command is not None else current_command(),
+                       created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def base_name(name: str) -> str:
@@ -331,13 +313,9 @@ def provenance(result: BenchResult) -> str:
     ``commit 3447216abcde+dirty (UNCOMMITTED CHANGES)``, a size not recorded ``size UNKNOWN``, and a
     run that did not finish ends with ``PARTIAL: N rows of a run that did not finish``.
     """
-    status = commit_status(result.labkit_commit)
-    if status == "unknown":
-        commit = "commit UNKNOWN (not traceable to a labkit version)"
-    elif status == "dirty":
-        commit = f"commit {result.labkit_commit} (UNCOMMITTED CHANGES)"
-    else:
-        commit = f"commit {result.labkit_commit}"
+    commit = {"unknown": "commit UNKNOWN (not traceable to a labkit version)",
+              "dirty": f"commit {result.labkit_commit} (UNCOMMITTED CHANGES)"}.get(
+        commit_status(result.labkit_commit), f"commit {result.labkit_commit}")
     size = result.size if result.size in SIZES else "UNKNOWN"
     date = result.created[:10] if result.created else "date unknown"
     partial = "" if result.complete else f", PARTIAL: {len(result.rows)} rows of a run that did not finish"

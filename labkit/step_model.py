@@ -13,9 +13,9 @@ What a step computes, for the device model: :class:`StepShape`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 
 __all__ = ["REGIMES", "StepShape", "Step", "step_time", "both_regimes", "planned_ahead", "peak_tokens_per_s"]
 
@@ -52,13 +52,9 @@ class Step:
         """``host`` where the host side is the longer one, else ``device``."""
         return "host" if self.host_ns > self.device_ns else "device"
 
-    def as_dict(self) -> dict:
-        return {**asdict(self), "device_idle_ns": self.device_idle_ns, "bound": self.bound}
-
 
 def _check(regime: str, *times: float) -> None:
-    if regime not in REGIMES:
-        raise UsageError(f"unknown scheduling regime {regime!r}: choose from {', '.join(REGIMES)}")
+    choice(REGIMES, regime, "scheduling regime")
     if any(not (t >= 0) for t in times):  # also rejects NaN
         raise UsageError(f"host, device and non-overlapping times must be >= 0, got {times}")
 

@@ -56,10 +56,6 @@ class Timing:
     def median_us(self) -> float:
         return self.median_ns / 1e3
 
-    @property
-    def median_ms(self) -> float:
-        return self.median_ns / 1e6
-
     def as_row(self) -> dict:
         """Flat fields for a results row (``median_ns``, ``p20_ns``, ``p80_ns``, ...)."""
         return asdict(self)
@@ -78,19 +74,16 @@ def quantile(sorted_samples: Sequence[float], q: float) -> float:
     return sorted_samples[lo] * (1.0 - frac) + sorted_samples[hi] * frac
 
 
+def nearest_rank(sorted_samples: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile ``q`` in [0, 1] of already sorted samples (one of the samples, as a float)."""
+    return float(sorted_samples[min(len(sorted_samples) - 1, int(round(q * (len(sorted_samples) - 1))))])
+
+
 def summarize(samples_ns: Sequence[float], *, number: int = 1, method: str = "perf_counter_ns") -> Timing:
     """Quantiles of per-sample times (each already divided by ``number``)."""
     s = sorted(float(x) for x in samples_ns)
-    return Timing(
-        median_ns=quantile(s, 0.5),
-        p20_ns=quantile(s, 0.2),
-        p80_ns=quantile(s, 0.8),
-        mean_ns=sum(s) / len(s),
-        min_ns=s[0],
-        repeats=len(s),
-        number=number,
-        method=method,
-    )
+    return Timing(median_ns=quantile(s, 0.5), p20_ns=quantile(s, 0.2), p80_ns=quantile(s, 0.8), mean_ns=sum(s) / len(s),
+                  min_ns=s[0], repeats=len(s), number=number, method=method)
 
 
 def _check(warmup: int, repeats: int, number: int) -> None:
@@ -98,14 +91,8 @@ def _check(warmup: int, repeats: int, number: int) -> None:
         raise ValueError(f"need warmup >= 0, repeats >= 1, number >= 1 (got {warmup}, {repeats}, {number})")
 
 
-def time_host(
-    fn: Callable[[], object],
-    *,
-    warmup: int = 3,
-    repeats: int = 20,
-    number: int = 1,
-    setup: Callable[[], object] | None = None,
-) -> Timing:
+def time_host(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, number: int = 1,
+              setup: Callable[[], object] | None = None) -> Timing:
     """Time host (CPU) code with ``perf_counter_ns``; ``setup`` runs untimed before each sample."""
     _check(warmup, repeats, number)
     for _ in range(warmup):
@@ -133,14 +120,8 @@ def auto_number(fn: Callable[[], object], *, target_ns: float = 2e5, cap: int = 
     return int(max(1, min(cap, target_ns // one)))
 
 
-def time_cuda(
-    fn: Callable[[], object],
-    *,
-    warmup: int = 5,
-    repeats: int = 50,
-    number: int = 1,
-    setup: Callable[[], object] | None = None,
-) -> Timing:
+def time_cuda(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 50, number: int = 1,
+              setup: Callable[[], object] | None = None) -> Timing:
     """Time GPU work with CUDA events on the current stream (device time, not host time)."""
     import torch
 
@@ -210,11 +191,8 @@ UNIT_COSTS, UNIT_COST_SPREAD = {"tensor_index_int": "one tensor read + int()", "
 
 
 def unit_row(kind: str, variant: str, metric: str, t: Timing, **extra) -> dict:
-    return {
-        "kind": kind, "variant": variant, "metric": metric, **extra,
-        "median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns,
-        "repeats": t.repeats, "number": t.number,
-    }
+    return {"kind": kind, "variant": variant, "metric": metric, **extra,
+            **{k: getattr(t, k) for k in ("median_ns", "p20_ns", "p80_ns", "repeats", "number")}}
 
 
 def per_element(t: Timing, divisor: int) -> Timing:
@@ -250,12 +228,7 @@ def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
         for i in idx:
             tensor[i].item()
 
-    return {
-        "loop_only": loop_only,
-        "list_index": list_index,
-        "tensor_index_int": tensor_index_int,
-        "tensor_index_item": tensor_index_item,
-    }
+    return {f.__name__: f for f in (loop_only, list_index, tensor_index_int, tensor_index_item)}
 
 
 def calibrate_cpu(*, n: int = CPU_ELEMENTS, repeats: int = 30, warmup: int = 3, variants=None) -> list[dict]:

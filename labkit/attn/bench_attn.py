@@ -9,6 +9,7 @@ import argparse
 import logging
 import math
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Callable
 
 import torch
@@ -20,7 +21,6 @@ from labkit.results import ATTN_BENCH
 from labkit.timing import stopwatch
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -95,23 +95,16 @@ def make_inputs(case: AttnCase, device="cpu", dtype=torch.bfloat16, seed: int = 
     def rand(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
 
-    cu_q = [0]
-    cu_k = [0]
-    for a, b in case.seq_lens:
-        cu_q.append(cu_q[-1] + a)
-        cu_k.append(cu_k[-1] + b)
+    cu_q = list(accumulate((a for a, _ in case.seq_lens), initial=0))
+    cu_k = list(accumulate((b for _, b in case.seq_lens), initial=0))
     max_r = max((len(r) for r in case.ranges), default=0)
     padded = [list(r) + [(0, 0)] * (max_r - len(r)) for r in case.ranges]
     ranges = torch.tensor(padded, dtype=torch.int32, device=device).view(len(case.seq_lens), max_r, 2) if max_r else None
-    return {
-        "q": rand(total_q, case.num_heads, case.head_dim),
-        "k": rand(total_k, case.num_kv_heads, case.head_dim),
-        "v": rand(total_k, case.num_kv_heads, case.head_dim),
-        "cu_seqlens_q": torch.tensor(cu_q, dtype=torch.int32, device=device),
-        "cu_seqlens_k": torch.tensor(cu_k, dtype=torch.int32, device=device),
-        "prefix_ranges": ranges,
-        "seq_lens": case.seq_lens,
-    }
+    return {"q": rand(total_q, case.num_heads, case.head_dim), "k": rand(total_k, case.num_kv_heads, case.head_dim),
+            "v": rand(total_k, case.num_kv_heads, case.head_dim),
+            "cu_seqlens_q": torch.tensor(cu_q, dtype=torch.int32, device=device),
+            "cu_seqlens_k": torch.tensor(cu_k, dtype=torch.int32, device=device), "prefix_ranges": ranges,
+            "seq_lens": case.seq_lens}
 
 
 # -- padded layout for the SDPA / FlexAttention peers ------------------------------------------
@@ -132,8 +125,7 @@ def unpad(y: torch.Tensor, lens: list[int]) -> torch.Tensor:
 def _padded(case: AttnCase, inputs: dict):
     q_lens = [a for a, _ in case.seq_lens]
     kv_lens = [b for _, b in case.seq_lens]
-    cu_q = [0] + [sum(q_lens[:i + 1]) for i in range(len(q_lens))]
-    cu_k = [0] + [sum(kv_lens[:i + 1]) for i in range(len(kv_lens))]
+    cu_q, cu_k = list(accumulate(q_lens, initial=0)), list(accumulate(kv_lens, initial=0))
     qp = pad_packed(inputs["q"], cu_q, q_lens, max(q_lens))
     kp = pad_packed(inputs["k"], cu_k, kv_lens, max(kv_lens))
     vp = pad_packed(inputs["v"], cu_k, kv_lens, max(kv_lens))

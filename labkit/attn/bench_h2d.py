@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 import math
 import os
 import tempfile
@@ -24,8 +23,6 @@ from labkit.errors import UsageError
 from labkit.fileio import atomic_target
 from labkit.results import H2D_GPU_IDLE, H2D_STEP, H2D_SWEEP
 from labkit.timing import time_cuda, time_host
-
-logger = logging.getLogger(__name__)
 
 #: Gemma 3 decoder layer counts (every layer is a Triton attention layer reading the tensor)
 LAYER_PRESETS = {"gemma-3-4b": 34, "gemma-3-12b": 48, "gemma-3-27b": 62}
@@ -45,13 +42,8 @@ IDLE = Bench(H2D_GPU_IDLE, axes=STEP.axes, ratios={"step_speedup_vs_per_layer": 
 
 def _point(name: str, num_seqs: int, ranges, layers: int) -> dict:
     """The columns that name one benchmark point (strategy, batch shape, layer count, model)."""
-    return {
-        "variant": name,
-        "num_seqs": num_seqs,
-        "images_per_seq": max((len(r) for r in ranges), default=0),
-        "layers": layers,
-        "model": MODEL_FOR_LAYERS.get(layers),
-    }
+    return {"variant": name, "num_seqs": num_seqs, "images_per_seq": max((len(r) for r in ranges), default=0),
+            "layers": layers, "model": MODEL_FOR_LAYERS.get(layers)}
 
 
 def make_batch(num_requests: int, images: int, variant: str = "list") -> list:
@@ -106,16 +98,11 @@ def measure_host(name: str, ranges, layers: int, device: str, *, repeats: int = 
     timing = time_host(lambda: run_step(strategy, state["r"], num_seqs, layers), warmup=max(1, warmup),
                        repeats=repeats, setup=setup)
     last = strategy.ledger.rows()[-1]  # a steady-state step
-    return {
-        **_point(name, num_seqs, ranges, layers),
-        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
-        "h2d_per_step": last["h2d_count"],
-        "h2d_bytes_per_step": last["h2d_bytes"],
-        "pageable_per_step": last["pageable_count"],
-        "pinned_per_step": last["pinned_count"],
-        "sync_per_step": last["sync_count"],
-        "copy_target": last["target"],
-    }
+    return {**_point(name, num_seqs, ranges, layers),
+            **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+            "h2d_per_step": last["h2d_count"], "h2d_bytes_per_step": last["h2d_bytes"],
+            "pageable_per_step": last["pageable_count"], "pinned_per_step": last["pinned_count"],
+            "sync_per_step": last["sync_count"], "copy_target": last["target"]}
 
 
 # -- GPU idle ------------------------------------------------------------------------------
@@ -190,10 +177,8 @@ def measure_gpu_idle(name: str, ranges, layers: int, *, layer_mb: float = 256.0,
         "idle_us_per_step": main["idle_us"] / steps,
         "busy_us_per_step": main["busy_us"] / steps,
         "idle_fraction": main["idle_us"] / main["span_us"] if main["span_us"] else None,
-        "profile_pageable": counts["pageable_count"],
-        "profile_pinned": counts["pinned_count"],
-        "ledger_pageable": totals["pageable_count"],
-        "ledger_pinned": totals["pinned_count"],
+        **{f"{src}_{kind}": got[f"{kind}_count"] for src, got in (("profile", counts), ("ledger", totals))
+           for kind in ("pageable", "pinned")},
         "counts_match": (counts["pageable_count"], counts["pinned_count"])
         == (totals["pageable_count"], totals["pinned_count"]),
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import logging
 from dataclasses import replace
 
 from labkit.attn.bench_h2d import make_batch, run_step
@@ -15,11 +14,9 @@ from labkit.attn.prefix_ranges import make_strategy
 from labkit.attn.range_builders import RANGE_BUILDERS, make_builder
 from labkit.bench import Bench, add_run_options, positive_ints, report, resolve_run_options
 from labkit.device import measured_source, resolve_device
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.results import RANGES_STEP, RANGES_SWEEP
 from labkit.timing import time_host
-
-logger = logging.getLogger(__name__)
 
 #: (builder, prefix-range strategy) pairs timed as a whole metadata path
 PIPELINES = {"pr38794+per_step": ("pr38794", "per_step"), "v033+pinned": ("v033", "pinned"),
@@ -43,15 +40,10 @@ def measure_builder(name: str, requests: list, *, repeats: int = 5, warmup: int 
     builder.update(added=requests)  # requests joined before the measured steps
     timing = time_host(lambda: builder.build(requests), warmup=warmup, repeats=repeats)
     images = sum(len(r.mm_features) for r in requests)
-    return {
-        "kind": "builder",
-        "variant": name,
-        "num_requests": len(requests),
-        "images_per_request": images // max(1, len(requests)),
-        "images": images,
-        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
-        "ns_per_image": timing.median_ns / images if images else None,
-    }
+    return {"kind": "builder", "variant": name, "num_requests": len(requests),
+            "images_per_request": images // max(1, len(requests)), "images": images,
+            **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+            "ns_per_image": timing.median_ns / images if images else None}
 
 
 def measure_pipeline(name: str, requests: list, layers: int, device: str, *, repeats: int = 5,
@@ -74,19 +66,10 @@ def measure_pipeline(name: str, requests: list, layers: int, device: str, *, rep
     timing = time_host(step, warmup=max(1, warmup), repeats=repeats, setup=sync)
     last = strategy.ledger.rows()[-1]
     images = sum(len(r.mm_features) for r in requests)
-    return {
-        "kind": "pipeline",
-        "variant": name,
-        "builder": builder_name,
-        "strategy": strategy_name,
-        "layers": layers,
-        "num_requests": num_seqs,
-        "images_per_request": images // max(1, num_seqs),
-        "images": images,
-        **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
-        "h2d_per_step": last["h2d_count"],
-        "copy_target": last["target"],
-    }
+    return {"kind": "pipeline", "variant": name, "builder": builder_name, "strategy": strategy_name, "layers": layers,
+            "num_requests": num_seqs, "images_per_request": images // max(1, num_seqs), "images": images,
+            **{k: timing.as_row()[k] for k in ("median_ns", "p20_ns", "p80_ns", "repeats")},
+            "h2d_per_step": last["h2d_count"], "copy_target": last["target"]}
 
 
 def step_bench(device: str, builders, *, num_requests=128, images=32, layers=34, variant="list",
@@ -119,8 +102,7 @@ def run_benchmarks(device: str = "cpu", size: str = "quick", *, builders=None, n
     unknown = [b for b in builders if b not in RANGE_BUILDERS]
     if unknown or not builders:
         raise UsageError(f"unknown builders {unknown}: choose from {', '.join(RANGE_BUILDERS)}")
-    if variant not in PLACEHOLDER_VARIANTS:
-        raise UsageError(f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}")
+    choice(PLACEHOLDER_VARIANTS, variant, "placeholder variant")
     if num_requests < 1 or images < 0 or layers < 1 or (repeats is not None and repeats < 1):
         raise UsageError("requests, layers and repeats must be >= 1, images >= 0")
     params = {"device": device, "builders": builders, "placeholder_variant": variant,

@@ -12,7 +12,6 @@ from pathlib import Path
 from labkit.timing import clock_ns
 
 
-
 @dataclass(frozen=True)
 class CopyRecord:
     """One host-to-device copy.
@@ -105,21 +104,12 @@ class TransferLedger:
         """One tidy row per step: counts, bytes, host time (``_ns``), and what the copies are."""
         out = []
         for s in self.all_steps():
-            pageable = [c for c in s.copies if not c.pinned]
-            pinned = [c for c in s.copies if c.pinned]
-            out.append({
-                "strategy": self.strategy,
-                "device": self.device,
-                "target": self.target,
-                "step": s.step,
-                "h2d_count": len(s.copies),
-                "h2d_bytes": sum(c.nbytes for c in s.copies),
-                "pageable_count": len(pageable),
-                "pinned_count": len(pinned),
-                "sync_count": sum(1 for c in s.copies if c.synchronizing),
-                "uploads": s.uploads,
-                "host_ns": s.host_ns,
-            })
+            pinned = sum(1 for c in s.copies if c.pinned)
+            out.append({"strategy": self.strategy, "device": self.device, "target": self.target, "step": s.step,
+                        "h2d_count": len(s.copies), "h2d_bytes": sum(c.nbytes for c in s.copies),
+                        "pageable_count": len(s.copies) - pinned, "pinned_count": pinned,
+                        "sync_count": sum(1 for c in s.copies if c.synchronizing), "uploads": s.uploads,
+                        "host_ns": s.host_ns})
         return out
 
     def copy_rows(self) -> list[dict]:
@@ -156,11 +146,9 @@ def _as_trace(trace):
     """A ``labkit.trace`` Trace from a dict, a path (.json / .json.gz) or a stopped profiler."""
     from labkit.trace.read.load import as_trace
 
-    if isinstance(trace, (str, os.PathLike)):
-        if not Path(trace).is_file():
-            raise ValueError(f"no trace file at {trace}")
-        return as_trace(trace)
-    if isinstance(trace, dict):
+    if isinstance(trace, (str, os.PathLike)) and not Path(trace).is_file():
+        raise ValueError(f"no trace file at {trace}")
+    if isinstance(trace, (str, os.PathLike, dict)):
         return as_trace(trace)
     if hasattr(trace, "export_chrome_trace"):
         fd, tmp = tempfile.mkstemp(suffix=".json")

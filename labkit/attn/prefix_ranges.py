@@ -149,7 +149,6 @@ class PrefixRangeStrategy:
         self.validate = validate
         self.ledger = TransferLedger(self.name, str(self.device))
         self._rows: list[Sequence[Range]] = []
-        self._num_seqs = 0
         self._t: torch.Tensor | None = None
 
     def begin_step(self, ranges: RangesInput | None, num_seqs: int) -> None:
@@ -160,7 +159,7 @@ class PrefixRangeStrategy:
                 rows: list[Sequence[Range]] = normalize_ranges(ranges, num_seqs)
             else:
                 rows = _rows(ranges, _check_num_seqs(num_seqs))
-            self._rows, self._num_seqs = rows, num_seqs
+            self._rows = rows
             self._begin(rows, num_seqs)
 
     def tensor_for_layer(self, layer_idx: int) -> torch.Tensor | None:
@@ -180,19 +179,15 @@ class PrefixRangeStrategy:
         return self._t
 
     # shared helpers
-    def _upload_pageable(self, padded: list, num_seqs: int, max_ranges: int) -> torch.Tensor:
-        t = torch.tensor(padded, dtype=torch.int32, device=self.device).view(num_seqs, max_ranges, 2)
-        self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=False, synchronizing=True,
-                                what="padded")
-        self.ledger.record_upload()
-        return t
-
-    def _upload_pinned(self, padded: list, num_seqs: int, max_ranges: int) -> torch.Tensor:
-        # Pinned staging only where CUDA exists; the caching host allocator keeps the staging
-        # buffer alive until the asynchronous copy has finished.
-        host = torch.tensor(padded, dtype=torch.int32, pin_memory=self.is_cuda)
-        t = host.to(self.device, non_blocking=True).view(num_seqs, max_ranges, 2)
-        self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=True, synchronizing=False,
+    def _upload(self, padded: list, num_seqs: int, max_ranges: int, *, pinned: bool) -> torch.Tensor:
+        if pinned:
+            # Pinned staging only where CUDA exists; the caching host allocator keeps the staging
+            # buffer alive until the asynchronous copy has finished.
+            host = torch.tensor(padded, dtype=torch.int32, pin_memory=self.is_cuda)
+            t = host.to(self.device, non_blocking=True).view(num_seqs, max_ranges, 2)
+        else:
+            t = torch.tensor(padded, dtype=torch.int32, device=self.device).view(num_seqs, max_ranges, 2)
+        self.ledger.record_copy(num_seqs * max_ranges * _BYTES_PER_RANGE, pinned=pinned, synchronizing=not pinned,
                                 what="padded")
         self.ledger.record_upload()
         return t
@@ -246,7 +241,7 @@ class PerStepStrategy(PrefixRangeStrategy):
 
     def _begin(self, rows, num_seqs) -> None:
         padded, max_ranges = pad_ranges(rows)
-        self._t = None if padded is None else self._upload_pageable(padded, num_seqs, max_ranges)
+        self._t = None if padded is None else self._upload(padded, num_seqs, max_ranges, pinned=False)
 
 
 class PinnedStrategy(PrefixRangeStrategy):
@@ -257,7 +252,7 @@ class PinnedStrategy(PrefixRangeStrategy):
 
     def _begin(self, rows, num_seqs) -> None:
         padded, max_ranges = pad_ranges(rows)
-        self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
+        self._t = None if padded is None else self._upload(padded, num_seqs, max_ranges, pinned=True)
 
 
 class CachedStrategy(PrefixRangeStrategy):
@@ -282,7 +277,7 @@ class CachedStrategy(PrefixRangeStrategy):
             return
         self.misses += 1
         padded, max_ranges = pad_ranges(rows)
-        self._t = None if padded is None else self._upload_pinned(padded, num_seqs, max_ranges)
+        self._t = None if padded is None else self._upload(padded, num_seqs, max_ranges, pinned=True)
         self._snapshot = [list(r) for r in rows]
         self._snap_n = num_seqs
 

@@ -5,13 +5,10 @@ More: docs/reference.md, ``labkit.attn.range_builders``.
 
 from __future__ import annotations
 
-import logging
 from typing import Iterable, Sequence
 
 from labkit.attn.prefix_ranges import ranges_for_batch
 from labkit.errors import UsageError
-
-logger = logging.getLogger(__name__)
 
 Range = tuple[int, int]
 PREFIX_MODALITIES = ("image", "video")

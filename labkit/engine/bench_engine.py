@@ -61,16 +61,14 @@ def variant_list(args) -> list[tuple[str, str, str, bool, str]]:
 
 
 def resolve_kind(choice: str) -> str:
-    from labkit.device import has_cuda
+    from labkit.device import has_cuda, resolve_device
 
     choice = (choice or "auto").lower()
-    if choice == "auto":
-        return "cuda" if has_cuda() else "sim"
-    if choice not in ("sim", "cuda", "cpu"):
+    if choice == "sim" or (choice == "auto" and not has_cuda()):
+        return "sim"
+    if choice not in ("auto", "cuda", "cpu"):
         raise UsageError(f"unknown device {choice!r}: use auto, sim, cuda or cpu")
-    if choice == "cuda" and not has_cuda():
-        raise UsageError("device 'cuda' was asked for but torch sees no CUDA GPU")
-    return choice
+    return resolve_device(choice)  # cuda where asked for and there is none: its UsageError
 
 
 def main(args: argparse.Namespace) -> int:

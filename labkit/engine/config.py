@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.facts import GEMMA4_E4B as A
 from labkit.facts import GLOBAL
 
@@ -65,10 +65,7 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 def get_model_config(name: str) -> ModelConfig:
     """The model preset ``name``; ``UsageError`` names the choices."""
-    try:
-        return MODEL_PRESETS[name]
-    except KeyError:
-        raise UsageError(f"unknown model preset {name!r}: choose from {', '.join(MODEL_PRESETS)}") from None
+    return choice(MODEL_PRESETS, name, "model preset")
 
 
 #: prefix-range choice meaning "not a prefix-LM model: no image ranges, no copies"
@@ -107,8 +104,7 @@ class EngineConfig:
     cudagraph: str = "none"
 
     def __post_init__(self) -> None:
-        if self.cudagraph not in CUDAGRAPH_MODES:
-            raise UsageError(f"unknown cudagraph mode {self.cudagraph!r}: choose from {', '.join(CUDAGRAPH_MODES)}")
+        choice(CUDAGRAPH_MODES, self.cudagraph, "cudagraph mode")
 
     def with_(self, **changes) -> "EngineConfig":
         return replace(self, **changes)

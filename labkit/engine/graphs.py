@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from labkit.engine.config import CUDAGRAPH_MODES
 from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS
-from labkit.errors import UsageError
+from labkit.errors import choice
 from labkit.trace.capture import layer_phase
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ def padded_size(n: int, sizes: list[int]) -> int | None:
 
 def effective_mode(cudagraph: str, prefix_ranges: str) -> tuple[str, str | None]:
     """``(mode the engine runs, reason for a fallback or None)`` for a configured mode."""
-    if cudagraph not in CUDAGRAPH_MODES:
-        raise UsageError(f"unknown cudagraph mode {cudagraph!r}: choose from {', '.join(CUDAGRAPH_MODES)}")
+    choice(CUDAGRAPH_MODES, cudagraph, "cudagraph mode")
     if cudagraph == "full" and prefix_ranges in NOT_CAPTURABLE:
         return "piecewise", f"full -> piecewise: {NOT_CAPTURABLE[prefix_ranges]}"
     return cudagraph, None

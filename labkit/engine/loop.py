@@ -5,7 +5,7 @@ More: docs/reference.md, ``labkit.engine.loop``.
 
 from __future__ import annotations
 
-import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,11 +13,9 @@ import numpy as np
 from labkit.engine.config import NO_PREFIX, EngineConfig, get_model_config
 from labkit.engine.graphs import effective_mode
 from labkit.engine.model import ForwardBatch, TransformerStack, make_batch
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.step_model import planned_ahead
 from labkit.timing import frozen_gc_heap, summarize  # noqa: F401  (frozen_gc_heap: public here too)
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,12 +65,8 @@ class Engine:
         self.config = config
         self.dev = device
         self.model_cfg = get_model_config(config.model)
-        if config.scheduling not in SCHEDULING_STRATEGIES:
-            raise UsageError(f"unknown scheduling strategy {config.scheduling!r}: "
-                             f"choose from {', '.join(SCHEDULING_STRATEGIES)}")
-        if config.prefix_ranges != NO_PREFIX and config.prefix_ranges not in PREFIX_RANGE_STRATEGIES:
-            raise UsageError(f"unknown prefix-range strategy {config.prefix_ranges!r}: choose from "
-                             f"{', '.join([NO_PREFIX, *PREFIX_RANGE_STRATEGIES])}")
+        choice(SCHEDULING_STRATEGIES, config.scheduling, "scheduling strategy")
+        choice([NO_PREFIX, *PREFIX_RANGE_STRATEGIES], config.prefix_ranges, "prefix-range strategy")
         spec = get_workload_spec(config.workload)
         if config.num_requests is not None:
             spec = spec.with_(num_requests=config.num_requests)
@@ -96,7 +90,7 @@ class Engine:
         self.torch_device = str(device.device) if real else "cpu"
         if config.prefix_ranges == NO_PREFIX:
             self.prefix = None
-            self._ranges_for_layer = _no_ranges
+            self._ranges_for_layer = lambda layer: None
         else:
             self.prefix = make_strategy(config.prefix_ranges, self.torch_device, validate=False)
             self._ranges_for_layer = self._layer_ranges
@@ -111,7 +105,6 @@ class Engine:
         self.steps: list[EngineStep] = []
         self._pending = None  # (event, step record fields, host ids) of the step whose tokens are not yet read
         self.sampled: list = []  # real devices: each finished step's sampled ids, int64 (num_seqs,) on the host
-        self._output_tokens = 0
 
     def _make_runner(self, real: bool):
         if self.graph_mode == "none":
@@ -244,7 +237,6 @@ class Engine:
         self.steps.append(rec)
         if host_ids is not None:  # its copy is done once the event is: the step's sampled tokens
             self.sampled.append(host_ids)
-        self._output_tokens += rec.num_seqs
         return rec
 
     def _drain(self) -> EngineStep | None:
@@ -266,10 +258,6 @@ class Engine:
         self._drain()
         self.dev.synchronize()
         return self.steps
-
-
-def _no_ranges(layer: int):
-    return None
 
 
 def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int | None = None) -> dict:
@@ -300,13 +288,10 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     if len(steps) < warmup_steps + 2:
         raise UsageError(f"need at least {warmup_steps + 2} steps to summarise, got {len(steps)}")
     measured = steps[warmup_steps:]
-
-    def done(s: EngineStep) -> int:  # when the step's tokens reached the host
-        return s.output_ns
-
-    t_start = done(steps[warmup_steps - 1]) if warmup_steps > 0 else steps[0].start_ns
-    t_end = done(measured[-1])
-    intervals = [done(b) - done(a) for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
+    # output_ns: when a step's tokens reached the host
+    t_start = steps[warmup_steps - 1].output_ns if warmup_steps > 0 else steps[0].start_ns
+    t_end = measured[-1].output_ns
+    intervals = [b.output_ns - a.output_ns for a, b in zip(steps[warmup_steps - 1 if warmup_steps else 0:], measured)]
     intervals = [x for x in intervals if x > 0] or [t_end - t_start]
     timing = summarize(intervals, method="engine_step")
     tokens = sum(s.num_seqs for s in measured)
@@ -314,54 +299,27 @@ def summarize_run(engine: Engine, *, warmup_steps: int = 2, measured_steps: int 
     window = max(t_end - t_start, 1)
     cfg = engine.config
     dev = engine.dev
-    idle = None
-    busy = None
-    if getattr(dev, "kind", "") == "sim":
-        busy = dev.busy_between(t_start, t_end)
-        idle = 1.0 - busy / window
+    busy = dev.busy_between(t_start, t_end) if getattr(dev, "kind", "") == "sim" else None
+    idle = None if busy is None else 1.0 - busy / window
 
     def med(key):
         return float(np.median([getattr(s, key) for s in measured]))
 
-    modes: dict[str, int] = {}
-    for s in measured:
-        modes[s.graph_mode] = modes.get(s.graph_mode, 0) + 1
-
+    modes = Counter(s.graph_mode for s in measured)
     return {
         "variant": cfg.variant_name(),
-        "placeholder": cfg.placeholder,
-        "scheduling": cfg.scheduling,
-        "prefix_ranges": cfg.prefix_ranges,
-        "async_scheduling": cfg.async_scheduling,
-        "model": cfg.model,
-        "workload": cfg.workload,
-        "num_requests": engine.spec.num_requests,
-        "images_per_request": engine.spec.images_per_request,
-        "steps": len(measured),
-        "batch_seqs": int(np.median([s.num_seqs for s in measured])),
-        "tokens_per_step": tokens_per_step,
-        "tokens_per_s_median": tokens_per_step / (timing.median_ns / 1e9),
+        **{k: getattr(cfg, k) for k in ("placeholder", "scheduling", "prefix_ranges", "async_scheduling", "model",
+                                        "workload")},
+        "num_requests": engine.spec.num_requests, "images_per_request": engine.spec.images_per_request,
+        "steps": len(measured), "batch_seqs": int(np.median([s.num_seqs for s in measured])),
+        "tokens_per_step": tokens_per_step, "tokens_per_s_median": tokens_per_step / (timing.median_ns / 1e9),
         "tokens_per_s_window": tokens / (window / 1e9),
-        "median_ns": timing.median_ns,
-        "p20_ns": timing.p20_ns,
-        "p80_ns": timing.p80_ns,
-        "max_ns": float(max(intervals)),
-        "tpot_median_ms": timing.median_ns / 1e6,
-        "tpot_mean_ms": timing.mean_ns / 1e6,
-        "window_ns": window,
-        "stall_ns": max(0.0, window - len(measured) * timing.median_ns),
-        "device_busy_ns": busy,
-        "device_busy_per_step_ns": None if busy is None else busy / len(measured),
-        "device_idle_frac": idle,
-        "cudagraph": cfg.cudagraph,
-        "cudagraph_run": engine.graph_mode,
-        "cudagraph_note": engine.graph_note,
-        "graph_steps": ",".join(f"{k}:{v}" for k, v in sorted(modes.items())),
-        "replays_per_step": med("replays"),
-        "host_schedule_ns": med("schedule_ns"),
-        "host_prepare_ns": med("prepare_ns"),
-        "host_forward_ns": med("forward_ns"),
-        "host_sample_ns": med("sample_ns"),
-        "host_wait_ns": med("wait_ns"),
+        **{k: getattr(timing, k) for k in ("median_ns", "p20_ns", "p80_ns")}, "max_ns": float(max(intervals)),
+        "tpot_median_ms": timing.median_ns / 1e6, "tpot_mean_ms": timing.mean_ns / 1e6, "window_ns": window,
+        "stall_ns": max(0.0, window - len(measured) * timing.median_ns), "device_busy_ns": busy,
+        "device_busy_per_step_ns": None if busy is None else busy / len(measured), "device_idle_frac": idle,
+        "cudagraph": cfg.cudagraph, "cudagraph_run": engine.graph_mode, "cudagraph_note": engine.graph_note,
+        "graph_steps": ",".join(f"{k}:{v}" for k, v in sorted(modes.items())), "replays_per_step": med("replays"),
+        **{f"host_{p}_ns": med(f"{p}_ns") for p in ("schedule", "prepare", "forward", "sample", "wait")},
         "h2d_per_step": med("h2d_count"),
     }

@@ -112,11 +112,7 @@ class TransformerStack:
         # qkv: (T, (H + 2 KV) * D) -> q (T, H, D), k (T, KV, D), v (T, KV, D) as views.
         # Rotary embedding stand-in: one elementwise kernel over the q and k columns, as vLLM's
         # fused rotary kernel is one launch (positions only shape its cost, not the values here).
-        cfg = self.cfg
-        nq, nk = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        if self.rope_scale is None:
-            self.rope_scale = self.torch.ones(nq + nk, device=qkv.device, dtype=qkv.dtype)
-        qkv[:, :nq + nk].mul_(self.rope_scale)
+        qkv[:, :len(self.rope_scale)].mul_(self.rope_scale)  # the q and k columns
         return self._split_qkv(qkv)
 
     def _split_qkv(self, qkv):
@@ -209,14 +205,10 @@ def host_inputs(q_lens, kv_lens) -> dict:
     j = np.arange(total_q) - cu_q[row_of_tok]
     positions = (kv_lens - q_lens)[row_of_tok] + j  # (T,)
     slots = cu_k[row_of_tok] + positions  # (T,) packed KV index of each new key
-    return {
-        "input_ids": torch.zeros(total_q, dtype=torch.int64),
-        "positions": torch.from_numpy(positions),
-        "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
-        "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)),
-        "slots": torch.from_numpy(slots),
-        "last_idx": torch.from_numpy(cu_q[1:] - 1),
-    }
+    return {"input_ids": torch.zeros(total_q, dtype=torch.int64), "positions": torch.from_numpy(positions),
+            "cu_seqlens_q": torch.from_numpy(cu_q.astype(np.int32)),
+            "cu_seqlens_k": torch.from_numpy(cu_k.astype(np.int32)), "slots": torch.from_numpy(slots),
+            "last_idx": torch.from_numpy(cu_q[1:] - 1)}
 
 
 def make_batch(dev, model: TransformerStack, q_lens, kv_lens) -> ForwardBatch:

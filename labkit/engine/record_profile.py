@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.engine.record_profile``.
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 
 import numpy as np
 
@@ -16,15 +15,12 @@ from labkit.engine.model import HEAD_OPS, LAYER_OPS, TAIL_OPS, TransformerStack
 from labkit.engine.device.profiles import CopyCost, DeviceProfile, OpCost, copy_cost_from_two_sizes, fit_op_costs
 from labkit.timing import time_host
 
-logger = logging.getLogger(__name__)
-
 
 def default_shapes(num_seqs: int, context: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(q_lens, kv_lens)`` arrays: decode at two batch sizes and two contexts, and one prefill chunk."""
     half = max(1, num_seqs // 2)
-    shapes = []
-    for b, ctx in ((num_seqs, context), (half, context), (num_seqs, max(64, context // 2))):
-        shapes.append((np.ones(b, dtype=np.int64), np.full(b, ctx, dtype=np.int64)))
+    shapes = [(np.ones(b, dtype=np.int64), np.full(b, ctx, dtype=np.int64))
+              for b, ctx in ((num_seqs, context), (half, context), (num_seqs, max(64, context // 2)))]
     chunk = 512
     b = max(1, min(8, num_seqs))
     shapes.append((np.full(b, chunk, dtype=np.int64), np.full(b, chunk + min(context, 2048), dtype=np.int64)))
@@ -127,18 +123,13 @@ def record_profile(model: TransformerStack, *, name: str, gpu_name: str, num_seq
     return DeviceProfile(
         name=name,
         origin=f"measured on {gpu_name} ({date}) with labkit bench engine --write-profile, model {model.cfg.name}",
-        parametric=False,
-        ops={k: v for k, v in ops.items()},
-        launch_overhead_ns=launch_ns,
-        sync_overhead_ns=sync_ns,
+        parametric=False, ops=dict(ops), launch_overhead_ns=launch_ns, sync_overhead_ns=sync_ns,
         event_overhead_ns=ev_ns,
         h2d_pageable=copy_cost("pageable H2D, host time of the blocking copy", pageable_small, pageable_big),
         h2d_pinned=copy_cost("pinned H2D, host time of copy + synchronize less a bare synchronize", h2d_small, h2d_big),
         d2h_pinned=copy_cost("pinned D2H, host time of copy + synchronize less a bare synchronize", d2h_small, d2h_big),
         default_op=OpCost(base_ns=float(np.median([c.base_ns for c in ops.values()])) if ops else 3000.0),
-        gpu_name=gpu_name,
-        model=model.cfg.name,
-        graph_replay_ns=replay_ns,
+        gpu_name=gpu_name, model=model.cfg.name, graph_replay_ns=replay_ns,
     )
 
 

@@ -5,12 +5,9 @@ More: docs/reference.md, ``labkit.engine.recorded``.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from labkit.results import CALIBRATION, data_root, find_all
-
-logger = logging.getLogger(__name__)
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 
@@ -83,19 +80,13 @@ def sim_vs_measured(sim_rows: list[dict], measured_rows: list[dict], analyses: d
         m_busy = _busy_per_step_us(an) if an is not None else None
         s_busy = (s["device_busy_ns"] / s["steps"] / 1e3) if s.get("device_busy_ns") is not None else None
         m_idle = _idle_frac(an) if an is not None else m.get("device_idle_frac")
-        out.append({
-            "variant": v,
-            "measured_step_ms": m["median_ns"] / 1e6,
-            "simulated_step_ms": s["median_ns"] / 1e6,
-            "step_ratio": s["median_ns"] / m["median_ns"],
-            "measured_busy_ms": None if m_busy is None else m_busy / 1e3,
-            "simulated_busy_ms": None if s_busy is None else s_busy / 1e3,
-            "busy_ratio": None if (m_busy is None or s_busy is None) else s_busy / m_busy,
-            "measured_idle_frac": m_idle,
-            "simulated_idle_frac": s.get("device_idle_frac"),
-            "measured_tok_s": m["tokens_per_s_median"],
-            "simulated_tok_s": s["tokens_per_s_median"],
-        })
+        out.append({"variant": v, "measured_step_ms": m["median_ns"] / 1e6, "simulated_step_ms": s["median_ns"] / 1e6,
+                    "step_ratio": s["median_ns"] / m["median_ns"],
+                    "measured_busy_ms": None if m_busy is None else m_busy / 1e3,
+                    "simulated_busy_ms": None if s_busy is None else s_busy / 1e3,
+                    "busy_ratio": None if (m_busy is None or s_busy is None) else s_busy / m_busy,
+                    "measured_idle_frac": m_idle, "simulated_idle_frac": s.get("device_idle_frac"),
+                    "measured_tok_s": m["tokens_per_s_median"], "simulated_tok_s": s["tokens_per_s_median"]})
     return pd.DataFrame(out)
 
 

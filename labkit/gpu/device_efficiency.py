@@ -142,13 +142,6 @@ def _attn_efficiencies(peak: GpuPeak, result) -> dict[str, Efficiency]:
     return out
 
 
-def _with_borrowed(measured: dict[str, Efficiency]) -> dict[str, Efficiency]:
-    out = dict(measured)
-    for name, src in _BORROWED.items():
-        out[name] = Efficiency(measured[src].value, f"assumed: {src}'s value ({measured[src].origin})", True)
-    return out
-
-
 @functools.lru_cache(maxsize=8)
 def _measured(results_root: str | None, profile_name: str) -> tuple[tuple[str, Efficiency], ...]:
     found = find_all(ATTN_BENCH, machine=MEASURED_ON, source="measured-gpu", root=results_root)
@@ -163,7 +156,9 @@ def _measured(results_root: str | None, profile_name: str) -> tuple[tuple[str, E
         raise UsageError(f"the attn_bench GPU ({result.machine.get('gpu_name')}) and the profile's GPU "
                          f"({profile.gpu_name}) must be one GPU of the peak table")
     measured = {**_profile_efficiencies(ppeak, profile), **_attn_efficiencies(peak, result)}
-    return tuple(_with_borrowed(measured).items())
+    borrowed = {name: Efficiency(measured[src].value, f"assumed: {src}'s value ({measured[src].origin})", True)
+                for name, src in _BORROWED.items()}
+    return tuple({**measured, **borrowed}.items())
 
 
 def load_efficiencies(gpu: str, *, results_root: str | Path | None = None,

@@ -29,13 +29,9 @@ STEP_FLOOR_ORIGIN = ("none measured: data/profiles/h200.json records host time p
                      "no graph replay time, no per-step device floor; 0 unless step_floor_ns is given")
 
 
-def _gpus() -> dict[str, GpuPeak]:
-    by_name = {p.name: p for p in load_peaks()}
-    return {key: by_name[name] for key, name in _GPU_TABLE_NAMES.items()}
-
-
 #: ``"h100"`` / ``"h200"`` -> their datasheet peaks (dense bf16 TFLOP/s, HBM TB/s, with the source)
-GPUS: dict[str, GpuPeak] = _gpus()
+GPUS: dict[str, GpuPeak] = {key: next(p for p in load_peaks() if p.name == name)
+                             for key, name in _GPU_TABLE_NAMES.items()}
 
 
 def get_gpu(gpu: str | GpuPeak) -> tuple[str, GpuPeak]:

@@ -7,12 +7,9 @@ More: docs/reference.md, ``labkit.mm.encoder_cache``.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 
 __all__ = ["EncoderCacheManager"]
-
-logger = logging.getLogger(__name__)
 
 
 class EncoderCacheManager:

@@ -6,10 +6,10 @@ The #40143 code path is ``variant="list", strategy="loop"``; before it, ``"tenso
 from __future__ import annotations
 
 import gc
-import logging
 import statistics
 
 from labkit.bench import add_ratios
+from labkit.errors import choice
 from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.placeholder import PLACEHOLDER_VARIANTS, get_placeholder_class
 from labkit.mm.scheduler import SCHEDULING_STRATEGIES, make_strategy
@@ -19,8 +19,6 @@ from labkit.timing import Timing, auto_number, clock_ns, frozen_gc_heap, progres
 
 __all__ = ["BEFORE", "AFTER", "DEFAULT_COMBOS", "measure_placeholder_calls", "make_decode_requests", "make_decode_step",
            "measure_decode_step_host_time", "measure_decode_grid", "sweep_decode_steps", "measure_workload"]
-
-logger = logging.getLogger(__name__)
 
 #: (variant, strategy) before #40143 and with #40143
 BEFORE = ("tensor", "loop")
@@ -33,16 +31,14 @@ DEFAULT_COMBOS: tuple[tuple[str, str], ...] = (
 
 
 def _timing_row(t: Timing) -> dict:
-    return {"median_ns": t.median_ns, "p20_ns": t.p20_ns, "p80_ns": t.p80_ns, "mean_ns": t.mean_ns,
-            "min_ns": t.min_ns, "repeats": t.repeats, "number": t.number}
+    return {k: v for k, v in t.as_row().items() if k != "method"}
 
 
 def _check_combos(combos) -> list[tuple[str, str]]:
     out = []
     for v, s in combos:
         get_placeholder_class(v)
-        if s not in SCHEDULING_STRATEGIES:
-            raise ValueError(f"unknown scheduling strategy {s!r}: choose from {', '.join(SCHEDULING_STRATEGIES)}")
+        choice(SCHEDULING_STRATEGIES, s, "scheduling strategy", ValueError)
         out.append((v, s))
     return out
 
@@ -138,22 +134,16 @@ def measure_decode_grid(num_requests: int = 128, images_per_request: int = 32, *
     (vs list+loop, the #40143 code path); ``per_request_ns`` and ``per_image_ns``.
     """
     combos = _check_combos(combos)
-    by_variant = {}
-    fns = []
-    for variant, strategy in combos:
-        if variant not in by_variant:
-            by_variant[variant] = make_decode_requests(num_requests, images_per_request,
-                                                       tokens_per_image=tokens_per_image, model=model,
-                                                       variant=variant)
-        fns.append(make_decode_step(by_variant[variant], strategy))
+    by_variant = {v: make_decode_requests(num_requests, images_per_request, tokens_per_image=tokens_per_image,
+                                          model=model, variant=v) for v in dict.fromkeys(v for v, _ in combos)}
+    fns = [make_decode_step(by_variant[variant], strategy) for variant, strategy in combos]
     timings = _interleaved(fns, rounds=max(1, repeats), per_round=3, warmup=warmup)
-    rows = []
-    for (variant, strategy), t in zip(combos, timings):
-        rows.append({"variant": variant, "strategy": strategy, "combo": f"{variant}+{strategy}",
-                     "num_requests": num_requests, "images_per_request": images_per_request,
-                     "tokens_per_image": tokens_per_image, "model": model, **_timing_row(t),
-                     "per_request_ns": t.median_ns / num_requests,
-                     "per_image_ns": t.median_ns / max(1, num_requests * images_per_request)})
+    rows = [{"variant": variant, "strategy": strategy, "combo": f"{variant}+{strategy}",
+             "num_requests": num_requests, "images_per_request": images_per_request,
+             "tokens_per_image": tokens_per_image, "model": model, **_timing_row(t),
+             "per_request_ns": t.median_ns / num_requests,
+             "per_image_ns": t.median_ns / max(1, num_requests * images_per_request)}
+            for (variant, strategy), t in zip(combos, timings)]
     _combo_ratios(rows, over=("num_requests", "images_per_request"))
     return rows
 
@@ -166,12 +156,9 @@ def sweep_decode_steps(requests_values=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     (``sweep="requests"``), then images per request at ``fixed_requests`` requests (``sweep="images"``)."""
     points = [("requests", n, fixed_images) for n in requests_values]
     points += [("images", fixed_requests, m) for m in images_values]
-    rows = []
-    for sweep, n, m in progress(points, total=len(points), desc="mm sweep"):
-        for row in measure_decode_grid(n, m, combos=combos, tokens_per_image=tokens_per_image, model=model,
-                                       repeats=repeats, warmup=1):
-            rows.append({"sweep": sweep, **row})
-    return rows
+    return [{"sweep": sweep, **row} for sweep, n, m in progress(points, total=len(points), desc="mm sweep")
+            for row in measure_decode_grid(n, m, combos=combos, tokens_per_image=tokens_per_image, model=model,
+                                           repeats=repeats, warmup=1)]
 
 
 def measure_workload(spec: WorkloadSpec, *, combos=DEFAULT_COMBOS, config: SchedulerConfig | None = None,

@@ -11,6 +11,8 @@ from itertools import accumulate
 
 import torch
 
+from labkit.errors import choice
+
 __all__ = ["TensorPlaceholderRange", "ListPlaceholderRange", "FastPlaceholderRange", "PLACEHOLDER_VARIANTS",
            "get_placeholder_class", "masks_equal"]
 
@@ -41,11 +43,8 @@ def _extract_embeds_range(self) -> list[tuple[int, int]]:
 
 def _eq(self, other: object) -> bool:
     # vLLM's rule: same class, same (offset, length), masks both None or equal.
-    if self.__class__ is not other.__class__:
-        return False
-    if (self.offset, self.length) != (other.offset, other.length):
-        return False
-    return masks_equal(self.is_embed, other.is_embed)
+    return (self.__class__ is other.__class__ and (self.offset, self.length) == (other.offset, other.length)
+            and masks_equal(self.is_embed, other.is_embed))
 
 
 @dataclass(frozen=True)
@@ -171,18 +170,10 @@ class FastPlaceholderRange:
 
 
 #: name -> placeholder-range class; all share the constructor ``cls(offset, length, is_embed=None)``
-PLACEHOLDER_VARIANTS: dict[str, type] = {
-    "tensor": TensorPlaceholderRange,
-    "list": ListPlaceholderRange,
-    "fast": FastPlaceholderRange,
-}
+PLACEHOLDER_VARIANTS: dict[str, type] = {"tensor": TensorPlaceholderRange, "list": ListPlaceholderRange,
+                                         "fast": FastPlaceholderRange}
 
 
 def get_placeholder_class(variant: str) -> type:
     """The placeholder class registered as ``variant``; ValueError names the choices."""
-    try:
-        return PLACEHOLDER_VARIANTS[variant]
-    except KeyError:
-        raise ValueError(
-            f"unknown placeholder variant {variant!r}: choose from {', '.join(PLACEHOLDER_VARIANTS)}"
-        ) from None
+    return choice(PLACEHOLDER_VARIANTS, variant, "placeholder variant", ValueError)

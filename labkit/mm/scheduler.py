@@ -7,21 +7,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from labkit.errors import choice
+
 __all__ = ["schedule_encoder_inputs", "SchedulingStrategy", "LoopStrategy", "CursorStrategy", "WindowStrategy",
            "SCHEDULING_STRATEGIES", "make_strategy"]
 
 
-def schedule_encoder_inputs(
-    request,
-    num_computed_tokens: int,
-    num_new_tokens: int,
-    encoder_compute_budget: int,
-    cache,
-    *,
-    shift_computed_tokens: int = 0,
-    disable_chunked_mm_input: bool = False,
-    start_index: int = 0,
-) -> tuple[list[int], int, int]:
+def schedule_encoder_inputs(request, num_computed_tokens: int, num_new_tokens: int, encoder_compute_budget: int, cache,
+                            *, shift_computed_tokens: int = 0, disable_chunked_mm_input: bool = False,
+                            start_index: int = 0) -> tuple[list[int], int, int]:
     """Choose the encoder inputs for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``.
 
     Args:
@@ -181,18 +175,10 @@ class WindowStrategy(SchedulingStrategy):
 
 
 #: name -> strategy class (instantiate one per scheduler: some keep per-request state)
-SCHEDULING_STRATEGIES: dict[str, type[SchedulingStrategy]] = {
-    "loop": LoopStrategy,
-    "cursor": CursorStrategy,
-    "window": WindowStrategy,
-}
+SCHEDULING_STRATEGIES: dict[str, type[SchedulingStrategy]] = {cls.name: cls for cls in (LoopStrategy, CursorStrategy,
+                                                                                        WindowStrategy)}
 
 
 def make_strategy(name: str) -> SchedulingStrategy:
     """A fresh strategy instance registered as ``name``; ValueError names the choices."""
-    try:
-        return SCHEDULING_STRATEGIES[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown scheduling strategy {name!r}: choose from {', '.join(SCHEDULING_STRATEGIES)}"
-        ) from None
+    return choice(SCHEDULING_STRATEGIES, name, "scheduling strategy", ValueError)()

@@ -5,7 +5,6 @@ More: docs/reference.md, ``labkit.mm.step_scheduler``.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -15,8 +14,6 @@ from labkit.mm.encoder_cache import EncoderCacheManager
 from labkit.mm.scheduler import SchedulingStrategy, make_strategy
 
 __all__ = ["SchedulerConfig", "ScheduledRequest", "StepPlan", "StepScheduler", "free_encoder_inputs", "run_workload"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.mm.placeholder import get_placeholder_class
 
 __all__ = ["MMFeature", "Request", "ImageLayout", "IMAGE_LAYOUTS", "WorkloadSpec", "WORKLOAD_PRESETS",
@@ -192,10 +192,7 @@ def _draw(rng: random.Random, value: IntOrRange) -> int:
 
 
 def _layout(name: str) -> ImageLayout:
-    try:
-        return IMAGE_LAYOUTS[name]
-    except KeyError:
-        raise UsageError(f"unknown image layout {name!r}: choose from {', '.join(IMAGE_LAYOUTS)}") from None
+    return choice(IMAGE_LAYOUTS, name, "image layout")
 
 
 #: named workloads; ``pr40143`` is the shape of the PR's benchmark (Gemma, 128 x 32 images of
@@ -215,10 +212,7 @@ WORKLOAD_PRESETS: dict[str, WorkloadSpec] = {
 
 def get_workload_spec(name: str) -> WorkloadSpec:
     """The preset ``name``; UsageError names the choices."""
-    try:
-        return WORKLOAD_PRESETS[name]
-    except KeyError:
-        raise UsageError(f"unknown workload {name!r}: choose from {', '.join(WORKLOAD_PRESETS)}") from None
+    return choice(WORKLOAD_PRESETS, name, "workload")
 
 
 _TEMPLATES: dict = {}  #: (spec, placeholder class) -> requests built once and never handed out
@@ -268,10 +262,8 @@ def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
                 pool = own if own and rng.random() < 0.5 else seen
                 ident, soft = pool[rng.randrange(len(pool))]
             else:
-                if spec.tokens_per_image is not None:
-                    soft = _draw(rng, spec.tokens_per_image)
-                else:
-                    soft = preset.tokens_for_size(*spec.image_size)
+                soft = (_draw(rng, spec.tokens_per_image) if spec.tokens_per_image is not None
+                        else preset.tokens_for_size(*spec.image_size))
                 ident = f"img-{spec.seed}-{len(seen)}"
             seen.append((ident, soft))
             own.append((ident, soft))
@@ -283,16 +275,9 @@ def _build_requests(spec: WorkloadSpec, cls) -> list[Request]:
     return requests
 
 
-def make_request(
-    request_id: str,
-    prompt_len: int,
-    positions: list[tuple[int, int]] = (),
-    *,
-    identifiers: list[str] | None = None,
-    is_embed: list[torch.Tensor | None] | None = None,
-    output_len: int = 1,
-    variant: str = "list",
-) -> Request:
+def make_request(request_id: str, prompt_len: int, positions: list[tuple[int, int]] = (), *,
+                 identifiers: list[str] | None = None, is_embed: list[torch.Tensor | None] | None = None,
+                 output_len: int = 1, variant: str = "list") -> Request:
     """One hand-built request with placeholders at ``(offset, length)`` positions."""
     cls = get_placeholder_class(variant)
     positions = list(positions)

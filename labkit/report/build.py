@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import logging
 import os
 import signal
 import sys
@@ -20,8 +19,6 @@ from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
 from labkit.results import REPO_ROOT, labkit_commit
-
-logger = logging.getLogger(__name__)
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
@@ -54,12 +51,8 @@ def read_notebook(path: Path):
 
 def notebook_title(nb, default: str) -> str:
     """The first markdown heading of ``nb`` (without ``#``), else ``default``."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return default
+    return next((line.lstrip("#").strip() for cell in nb.cells if cell.cell_type == "markdown"
+                 for line in cell.source.splitlines() if line.startswith("#")), default)
 
 
 def inject_parameters(nb, params: dict) -> int:
@@ -68,11 +61,7 @@ def inject_parameters(nb, params: dict) -> int:
 
     source = "# Parameters\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
     cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
-    at = 0
-    for i, c in enumerate(nb.cells):
-        if "parameters" in c.get("metadata", {}).get("tags", []):
-            at = i + 1
-            break
+    at = next((i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), 0)
     nb.cells.insert(at, cell)
     return at
 
@@ -82,26 +71,15 @@ def _error_banner(nb, name: str, err: CellError) -> None:
 
     import nbformat
 
-    text = (
-        f'<div class="labkit-error" style="border:2px solid #b00020;padding:8px;color:#b00020">'
-        f"<b>{html.escape(name)} did not finish</b>: {html.escape(err.describe())}. "
-        "The page shows the outputs up to that cell.</div>"
-    )
+    text = (f'<div class="labkit-error" style="border:2px solid #b00020;padding:8px;color:#b00020">'
+            f"<b>{html.escape(name)} did not finish</b>: {html.escape(err.describe())}. "
+            "The page shows the outputs up to that cell.</div>")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
 
 
-def build_report(
-    out_dir: Path | str = "reports",
-    *,
-    size: str = "quick",
-    device: str = "auto",
-    only: list[str] | None = None,
-    notebooks_dir: Path | str = NOTEBOOKS_DIR,
-    timeout: int = 1800,
-    log=None,
-    save: bool = True,
-    single: bool = False,
-) -> list[NotebookRun]:
+def build_report(out_dir: Path | str = "reports", *, size: str = "quick", device: str = "auto",
+                 only: list[str] | None = None, notebooks_dir: Path | str = NOTEBOOKS_DIR, timeout: int = 1800,
+                 log=None, save: bool = True, single: bool = False) -> list[NotebookRun]:
     """Execute and export the notebooks into ``out_dir``; return one ``NotebookRun`` each.
 
     ``log`` (default: print to stderr) gets one progress line per notebook, and a line for

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import signal
 from dataclasses import dataclass, field
@@ -11,8 +10,6 @@ from typing import Callable
 
 from labkit.errors import ReportStopped
 from labkit.report import KERNEL_EXEC_LINES
-
-logger = logging.getLogger(__name__)
 
 #: a line a cell prints (stdout, stderr, a log record) that says a check failed: "x failed: why",
 #: "FAILED: ...", or an exception's name ("InterpreterError: ...")
@@ -45,10 +42,7 @@ class Execution:
 
 
 def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            return line.strip()[:120]
-    return ""
+    return next((line.strip()[:120] for line in source.splitlines() if line.strip()), "")
 
 
 def _failed_cell(nb) -> tuple[int | None, str]:
@@ -88,16 +82,9 @@ def _error_text(nb, exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}"[:300]
 
 
-def execute_notebook(
-    nb,
-    *,
-    cwd: Path,
-    timeout: int,
-    env: dict | None = None,
-    injected_at: int | None = None,
-    on_stall: Callable[[int, float], None] | None = None,
-    extra_arguments: list[str] | None = None,
-) -> Execution:
+def execute_notebook(nb, *, cwd: Path, timeout: int, env: dict | None = None, injected_at: int | None = None,
+                     on_stall: Callable[[int, float], None] | None = None,
+                     extra_arguments: list[str] | None = None) -> Execution:
     """Run ``nb`` in place with a fresh python3 kernel.
 
     ``injected_at``: index of an injected parameters cell, so that cell positions are

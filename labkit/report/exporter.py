@@ -16,8 +16,8 @@ from traitlets import Unicode
 
 from labkit.report.index import SOURCE_MEANINGS, commit_label, source_badge
 from labkit.report.provenance import by_commit
+from labkit.viz.notebook import SOURCES_METADATA_KEY
 
-SOURCES_METADATA_KEY = "labkit_sources"  # same key as labkit.viz.notebook (not imported: no plotly here)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 #: what an exported page shows in place of a live control (an ipywidget needs a running kernel)
 LIVE_NOTE = ('<p class="labkit-live-note">The live controls of this section (they measure on your machine) '
@@ -43,13 +43,8 @@ _REMOTE_SCRIPT = re.compile(r"""<script[^>]*\ssrc=["']?(?:https?:)?//[^>]*>\s*</
 
 def notebook_sources(nb) -> list[str]:
     """Sources declared with ``declare_sources`` (output metadata), in order, unique."""
-    seen: list[str] = []
-    for c in nb.cells:
-        for o in c.get("outputs", []):
-            for s in o.get("metadata", {}).get(SOURCES_METADATA_KEY, []) or []:
-                if s not in seen:
-                    seen.append(s)
-    return seen
+    return list(dict.fromkeys(s for c in nb.cells for o in c.get("outputs", [])
+                              for s in o.get("metadata", {}).get(SOURCES_METADATA_KEY, []) or []))
 
 
 def strip_remote_scripts(nb) -> int:

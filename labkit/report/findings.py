@@ -11,7 +11,6 @@ has the reasoning.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from labkit.results import CALIBRATION, PR_TABLE, VLLM_AB, VLLM_SERVE_TIMELINE, 
 from labkit.bench import sig3
 from labkit.facts import PR40143, two_phases
 from labkit.viz.vllm.inside_vllm import timeline_summary
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["Evidence", "gains", "lab_findings", "findings_markdown", "rewrite_readme", "BEGIN", "END"]
 
@@ -45,9 +42,6 @@ class Evidence:
     result: str
     notebook: str
     missing: bool = False
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _found(name: str, root, size: str | None = None) -> list:
@@ -77,10 +71,6 @@ def census_saving(res) -> dict | None:
     if "baseline" not in chain or "pr40143" not in chain:
         return None
     return {"before_ms": chain["baseline"], "after_ms": chain["pr40143"], "saving_ms": chain["baseline"] - chain["pr40143"]}
-
-
-def _pr_table(root):
-    return next(iter(_found(PR_TABLE, root, "full")), None)
 
 
 def _row(res, arm: str, gpu: str, metric: str) -> dict | None:
@@ -220,7 +210,7 @@ def answer_text(res, census, timeline=None) -> str:
 
 def lab_findings(root: Path | str | None = None) -> dict:
     """``{"answer": str | None, "why_no_answer": str | None, "evidence": [Evidence dicts]}``."""
-    pr = _pr_table(root)
+    pr = next(iter(_found(PR_TABLE, root, "full")), None)
     census = next((s for s in (census_saving(r) for r in _found(VLLM_STEP, root, "full")) if s), None)
     evidence = [_unit_cost(root, pr.params.get("census_machine") if pr is not None else None), _engine_saving(root),
                 _server_ab(root)]
@@ -234,7 +224,7 @@ def lab_findings(root: Path | str | None = None) -> dict:
             why = "no full vllm_step census at 128 x 32"
         else:
             answer = answer_text(pr, census, next(iter(_found(VLLM_SERVE_TIMELINE, root)), None))
-    return {"answer": answer, "why_no_answer": why, "evidence": [e.as_dict() for e in evidence]}
+    return {"answer": answer, "why_no_answer": why, "evidence": [asdict(e) for e in evidence]}
 
 
 # -- the README block ----------------------------------------------------------------------------

@@ -10,13 +10,7 @@ import re
 from labkit.report.frontpage import APPENDICES, NOTEBOOK_SUMMARIES, _e, findings_table, start_here
 from labkit.report.provenance import by_commit
 from labkit.results import commit_status
-
-_COLOURS = {
-    "measured-gpu": "#1b7f3a",
-    "measured-cpu": "#1f5f99",
-    "simulated": "#b35900",
-    "interpreted": "#6b4c9a",
-}
+from labkit.viz.notebook import SOURCE_COLOURS
 
 #: what each source means (the legend of the index and of every page)
 SOURCE_MEANINGS = {
@@ -85,7 +79,7 @@ details ul { margin: 4px 0 2px 0; padding-left: 1.1em; font-size: 12.5px; }
 
 def source_badge(source: str) -> str:
     """An inline badge for one source name."""
-    colour = _COLOURS.get(source, "#555")
+    colour = SOURCE_COLOURS.get(source, "#555")
     return f'<span class="badge" data-source="{_e(source)}" style="background:{colour}">{_e(source)}</span>'
 
 

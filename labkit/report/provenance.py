@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 
 from labkit.results import commit_status, parse_result
 from labkit.timing import unit_costs
-
-logger = logging.getLogger(__name__)
 
 READS_ENV = "LABKIT_REPORT_READS"
 #: run in the kernel at start-up (IPython ``exec_lines``): no name is left in the user namespace

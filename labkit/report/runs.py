@@ -58,15 +58,12 @@ def _load_manifest(out_dir: Path) -> dict:
 
 def _run_from_json(d: dict) -> NotebookRun:
     err = d.get("error")
-    return NotebookRun(
-        name=d["name"], title=d.get("title", d["name"]), html=d.get("html"), ok=bool(d.get("ok")),
-        seconds=float(d.get("seconds", 0.0)), sources=list(d.get("sources", [])),
-        error=CellError(**err) if err else None,
-        machine=str(d.get("machine", "")), device=str(d.get("device", "")),
-        labkit_commit=str(d.get("labkit_commit", "")), created=str(d.get("created", "")),
-        results=list(d.get("results", [])), stalled_replies=int(d.get("stalled_replies", 0)),
-        summary=str(d.get("summary", "")),
-    )
+    return NotebookRun(name=d["name"], title=d.get("title", d["name"]), html=d.get("html"), ok=bool(d.get("ok")),
+                       seconds=float(d.get("seconds", 0.0)), sources=list(d.get("sources", [])),
+                       error=CellError(**err) if err else None, machine=str(d.get("machine", "")),
+                       device=str(d.get("device", "")), labkit_commit=str(d.get("labkit_commit", "")),
+                       created=str(d.get("created", "")), results=list(d.get("results", [])),
+                       stalled_replies=int(d.get("stalled_replies", 0)), summary=str(d.get("summary", "")))
 
 
 def write_index(out_dir: Path, runs: list[NotebookRun], *, size: str, device: str, keep_previous: bool) -> None:
@@ -77,15 +74,9 @@ def write_index(out_dir: Path, runs: list[NotebookRun], *, size: str, device: st
     kept = [_run_from_json(d) for d in previous
             if d.get("name") not in names and (out_dir / str(d.get("html"))).is_file()]
     all_runs = sorted(runs + kept, key=lambda r: r.name)
-    meta = {
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "labkit_commit": labkit_commit(),
-        "size": size,
-        "device": device,
-        "machine": public_machine(device),
-        "notebooks": [asdict(r) for r in all_runs],
-        "findings": lab_findings(),
-    }
+    meta = {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "labkit_commit": labkit_commit(), "size": size, "device": device, "machine": public_machine(device),
+            "notebooks": [asdict(r) for r in all_runs], "findings": lab_findings()}
     write_json(out_dir / MANIFEST, meta)
     write_atomic(out_dir / "index.html", render_index(meta))
 

@@ -170,8 +170,8 @@ def predict(workload: ServeWorkload | None = None, gpus=("h200", "h100"), arms=(
     params = {
         "size": size, "gpu": named, "gpus": list(gpus), "arms": list(arms), "regime": regime,
         "workload": workload.describe(), "prompt_tokens": prompt_len, "published": PR40143.name if compare else None,
-        "fitted": {}, "inferred": inferred, "whole_run": WHOLE_RUN, "units": units.as_dict(),
-        "gpu_node_units": node.as_dict(), "census": _prov(docs["census"]), "gpu_node": _prov(docs["node"]),
+        "fitted": {}, "inferred": inferred, "whole_run": WHOLE_RUN, "units": asdict(units),
+        "gpu_node_units": asdict(node), "census": _prov(docs["census"]), "gpu_node": _prov(docs["node"]),
         "overlap": _prov(docs["overlap"]), "census_machine": census_machine,
         "chains": {a: [(n, asdict(c)) for n, c in pts] for a, pts in chains.points.items()},
         "device": {g: describe_device(g) for g in gpus}, "peaks": peaks,

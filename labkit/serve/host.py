@@ -38,9 +38,6 @@ class UnitCosts:
             raise UsageError(f"{where} holds no {READ} and {LOOP} unit costs (record them with labkit calibrate)")
         return cls(float(by[READ]), float(by[LOOP]), where)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Counts:

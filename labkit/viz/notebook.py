@@ -9,12 +9,9 @@ from labkit.device import SOURCES
 #: output metadata key the report builder reads
 SOURCES_METADATA_KEY = "labkit_sources"
 
-_BADGE_COLOURS = {
-    "measured-gpu": "#1b7f3a",
-    "measured-cpu": "#1f5f99",
-    "simulated": "#b35900",
-    "interpreted": "#6b4c9a",
-}
+#: a source's badge colour (the report's index and pages use the same)
+SOURCE_COLOURS = {"measured-gpu": "#1b7f3a", "measured-cpu": "#1f5f99", "simulated": "#b35900",
+                  "interpreted": "#6b4c9a"}
 
 
 def setup_notebook() -> None:
@@ -29,13 +26,9 @@ def setup_notebook() -> None:
 
 
 def sources_badge_html(sources) -> str:
-    parts = []
-    for s in sources:
-        colour = _BADGE_COLOURS[s]
-        parts.append(
-            f'<span class="labkit-source" data-source="{s}" style="background:{colour};color:white;'
-            f'padding:2px 8px;border-radius:4px;margin-right:6px;font-family:sans-serif;font-size:12px">{s}</span>'
-        )
+    parts = [f'<span class="labkit-source" data-source="{s}" style="background:{SOURCE_COLOURS[s]};color:white;'
+             f'padding:2px 8px;border-radius:4px;margin-right:6px;font-family:sans-serif;font-size:12px">{s}</span>'
+             for s in sources]
     return '<div class="labkit-sources">numbers on this page: ' + "".join(parts) + "</div>"
 
 

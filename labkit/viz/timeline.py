@@ -17,16 +17,10 @@ MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see `
 STEP_FRACTION = 0.01  #: coarsest merge resolution, as a fraction of the median step (or of the trace)
 FINEST_GAP_US = 1.0  #: the first resolution tried when bars must be merged (doubled until they fit)
 
-_STYLE = {
-    "kernel": ("#1f77b4", "kernel"),
-    "gpu_memcpy": ("#ff7f0e", "memcpy"),
-    "gpu_memset": ("#8c564b", "memset"),
-    "user_annotation": ("#2ca02c", "annotation"),
-    "cpu_op": ("#9467bd", "CPU op"),
-    "runtime": ("#17becf", "runtime call"),
-    "host_wait": ("#d62728", "idle: host wait"),
-    "idle": ("#b0b0b0", "idle: other / kernel wait"),
-}
+_STYLE = {"kernel": ("#1f77b4", "kernel"), "gpu_memcpy": ("#ff7f0e", "memcpy"), "gpu_memset": ("#8c564b", "memset"),
+          "user_annotation": ("#2ca02c", "annotation"), "cpu_op": ("#9467bd", "CPU op"),
+          "runtime": ("#17becf", "runtime call"), "host_wait": ("#d62728", "idle: host wait"),
+          "idle": ("#b0b0b0", "idle: other / kernel wait")}
 
 
 def _as_trace(obj) -> Trace:
@@ -278,10 +272,8 @@ def plot_timeline_pair(before, after, *, labels: tuple[str, str] = ("before", "a
     subtitles = [_subplot_title(label, an) for label, an in zip(labels, (a, b))]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=subtitles,
                         row_heights=[max(len(la), 1), max(len(lb), 1)])
-    for tr in _bars(_cap(ra, max_events // 2, max_resolution_ms(a))):
-        fig.add_trace(tr, row=1, col=1)
-    for tr in _bars(_cap(rb, max_events // 2, max_resolution_ms(b)), showlegend=False):
-        fig.add_trace(tr, row=2, col=1)
+    fig.add_traces(_bars(_cap(ra, max_events // 2, max_resolution_ms(a))), rows=1, cols=1)
+    fig.add_traces(_bars(_cap(rb, max_events // 2, max_resolution_ms(b)), showlegend=False), rows=2, cols=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(la)), automargin=True, row=1, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(lb)), automargin=True, row=2, col=1)
     full = title or "before / after"

@@ -30,9 +30,8 @@ def missing_lab_traces(analyses: dict, variants=(PER_LAYER, PER_STEP, TENSOR_LOO
                        machine: str = LAB_MACHINE) -> str:
     """A sentence naming recorded lab traces that are missing ('' when all are there)."""
     gone = [v for v in variants if v not in analyses]
-    if not gone:
-        return ""
-    return f"No recorded {machine} trace for: {', '.join(gone)} (expected under data/traces/{machine}/)."
+    return (f"No recorded {machine} trace for: {', '.join(gone)} (expected under data/traces/{machine}/)."
+            if gone else "")
 
 
 def fixture_trace(size: str = "quick") -> Path:
@@ -48,12 +47,8 @@ def fixture_trace(size: str = "quick") -> Path:
 
 def analyses_sources(*traces) -> list[str]:
     """Source labels of ``Trace`` objects: ``measured-gpu`` for real traces, ``simulated`` for simulated ones."""
-    out = []
-    for an in traces:
-        s = "simulated" if an.source().get("simulated") else "measured-gpu"
-        if s not in out:
-            out.append(s)
-    return out or ["measured-gpu"]
+    sources = ["simulated" if an.source().get("simulated") else "measured-gpu" for an in traces]
+    return list(dict.fromkeys(sources)) or ["measured-gpu"]
 
 
 def flags_table(trace):

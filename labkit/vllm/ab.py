@@ -215,16 +215,22 @@ def apply_variant(name: str) -> Callable[[], None]:
     return restore
 
 
-def _undo(undo: list) -> None:
-    for entry in reversed(undo):
-        if isinstance(entry, _Call):
-            entry.fn()
-            continue
-        owner, attr, had, old = entry
+def restore_attrs(saved) -> None:
+    """Put back each ``(owner, attr, had, old)`` of ``saved``, last first: ``old`` where ``owner`` held ``attr``
+    itself (``had``), else the attribute deleted."""
+    for owner, attr, had, old in reversed(saved):
         if had:
             setattr(owner, attr, old)
         else:
             delattr(owner, attr)
+
+
+def _undo(undo: list) -> None:
+    for entry in reversed(undo):
+        if isinstance(entry, _Call):
+            entry.fn()
+        else:
+            restore_attrs([entry])
     undo.clear()
 
 
@@ -255,9 +261,7 @@ def load_plugin() -> None:
 
     timers.install()
     name = os.environ.get(ENV_VAR, "").strip()
-    if not name:
-        return
-    if _applied == name:
+    if not name or _applied == name:
         return
     apply_variant(name)
     import multiprocessing

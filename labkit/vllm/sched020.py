@@ -8,14 +8,8 @@ from __future__ import annotations
 __all__ = ["try_schedule_encoder_inputs_v020"]
 
 
-def _try_schedule_encoder_inputs(
-    self,
-    request,
-    num_computed_tokens: int,
-    num_new_tokens: int,
-    encoder_compute_budget: int,
-    shift_computed_tokens: int = 0,
-):
+def _try_schedule_encoder_inputs(self, request, num_computed_tokens: int, num_new_tokens: int,
+                                 encoder_compute_budget: int, shift_computed_tokens: int = 0):
     """vLLM 0.20's ``_try_schedule_encoder_inputs`` as a method of vLLM >= 0.21's ``Scheduler`` (same returns)."""
     if num_new_tokens == 0 or not request.has_encoder_inputs:
         return [], num_new_tokens, encoder_compute_budget, [], []

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import UsageError
-from labkit.vllm.census.sched_census import _budget_class, vllm_requests
+from labkit.errors import UsageError, choice
+from labkit.vllm.census.sched_census import make_scheduler, vllm_requests
 from labkit.vllm.conformance.models import placeholder_layout
 
 __all__ = ["ServeWorkload", "WORKLOADS", "get_workload", "PlaceholderSpan", "prompt_layout", "make_vllm_requests",
@@ -48,10 +48,7 @@ WORKLOADS = {"full": ServeWorkload("pr40143", 128, 32, 1024, 1536, 1024, 8000, 1
 
 
 def get_workload(size: str) -> ServeWorkload:
-    try:
-        return WORKLOADS[size].check()
-    except KeyError:
-        raise UsageError(f"unknown size {size!r}: choose from {', '.join(WORKLOADS)}") from None
+    return choice(WORKLOADS, size, "size").check()
 
 
 @dataclass(frozen=True)
@@ -119,32 +116,11 @@ def kv_blocks_for(requests: int, prompt_tokens: int, output_tokens: int, block_s
 def make_serving_scheduler(model_dir, config: ServeConfig):
     """vLLM's ``AsyncScheduler`` (or ``Scheduler`` when ``async_scheduling`` is off) for the
     generated model config in ``model_dir``, with ``config``'s settings."""
-    import torch
-    import vllm.v1.core.sched.scheduler as vsched
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                        max_model_len=config.max_model_len, enforce_eager=True)
-    sched = SchedulerConfig(max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
-                            max_model_len=config.max_model_len, is_encoder_decoder=False,
-                            enable_chunked_prefill=True, async_scheduling=config.async_scheduling)
-    cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=False)
-    cache.num_gpu_blocks = config.num_blocks
-    vconf = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
-                       device_config=DeviceConfig("cpu"))
-    spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=1, head_size=32, dtype=torch.float32)
-    kv = KVCacheConfig(num_blocks=config.num_blocks, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layers.0"], spec)])
-    cls = AsyncScheduler if config.async_scheduling else vsched.Scheduler
-    real_budget = vsched.MultiModalBudget
-    vsched.MultiModalBudget = _budget_class(config.max_item_tokens, config.encoder_budget)
-    try:
-        return cls(vconf, kv, StructuredOutputManager(vconf), block_size=config.block_size)
-    finally:
-        vsched.MultiModalBudget = real_budget
+    return make_scheduler(model_dir, max_num_batched_tokens=config.max_num_batched_tokens,
+                          max_num_seqs=config.max_num_seqs, max_model_len=config.max_model_len,
+                          num_blocks=config.num_blocks, block_size=config.block_size,
+                          max_item_tokens=config.max_item_tokens, async_scheduling=config.async_scheduling,
+                          encoder_budget=config.encoder_budget, enable_chunked_prefill=True)
 
 
 def runner_output(scheduler, out):

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import UsageError
+from labkit.errors import choice
 
 __all__ = ["ENV_VAR", "Variant", "VARIANTS", "get_variant"]
 
 #: environment variable read by :func:`load_plugin` in every vLLM process
 ENV_VAR = "LABKIT_VLLM_AB"
-#: results-store name of the serving A/B
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,4 @@ VARIANTS: dict[str, Variant] = {
 
 def get_variant(name: str) -> Variant:
     """The variant registered as ``name``; ``UsageError`` lists the choices."""
-    try:
-        return VARIANTS[name]
-    except KeyError:
-        raise UsageError(f"unknown vLLM A/B variant {name!r}: choose from {', '.join(VARIANTS)}") from None
+    return choice(VARIANTS, name, "vLLM A/B variant")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+from labkit.errors import choice
 from labkit.viz.lab.roofline import SHOWN_VARIANTS, Roofline, plot_roofline, roofline_points
 
 #: case kind -> (description, sliding window)
@@ -22,8 +23,7 @@ def make_case(kind: str, num_images: int = 32, decode_rows: int = 128):
     (and ``decode_rows`` rows for decode); 32 images and 128 rows give ``attn_bench``'s own cases."""
     from labkit.attn.bench_attn import AttnCase, image_prompt
 
-    if kind not in KINDS:
-        raise ValueError(f"unknown case {kind!r}: choose from {', '.join(KINDS)}")
+    choice(KINDS, kind, "case", ValueError)
     if num_images < 1 or decode_rows < 1:
         raise ValueError("need at least one image and one decode row")
     n, ranges = image_prompt(num_images)
@@ -83,7 +83,6 @@ def make_roofline_widget(device: str = "auto", *, recorded: Roofline | None = No
 
     from labkit.device import resolve_device
     from labkit.results import ATTN_BENCH, find_all, results_rows
-    from labkit.viz.lab.roofline import roofline_points
 
     gpu = resolve_device(device) == "cuda"
     if recorded is None:

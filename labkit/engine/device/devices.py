@@ -77,15 +77,8 @@ class SimDevice:
     kind = "sim"
     source = "simulated"
 
-    def __init__(
-        self,
-        profile: DeviceProfile | None = None,
-        *,
-        clock: Callable[[], int] = clock_ns,
-        record: bool = False,
-        stream: int = 7,
-        device_index: int = 0,
-    ) -> None:
+    def __init__(self, profile: DeviceProfile | None = None, *, clock: Callable[[], int] = clock_ns,
+                 record: bool = False, stream: int = 7, device_index: int = 0) -> None:
         self.profile = profile or parametric_profile()
         self.stream = stream
         self.device_index = device_index
@@ -96,7 +89,6 @@ class SimDevice:
         self._enter_real = 0
         self.tail_ns = 0  # when the stream has finished everything queued so far
         self.busy_ns = 0
-        self.num_ops = 0
         self.host_wait_ns = 0  # host time spent blocked in synchronising calls
         self.num_replays = 0  # CUDA-graph replays queued
         self.num_launches = 0  # host calls that queued device work (kernels, copies, replays)
@@ -130,7 +122,6 @@ class SimDevice:
         end = start + int(dur_ns)
         self.tail_ns = end
         self.busy_ns += end - start
-        self.num_ops += 1
         self.intervals.append((start, end))
         if self.record:
             self.device_ops.append(DeviceOp(name, kind, start, end, corr, nbytes))

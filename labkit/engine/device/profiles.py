@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.engine.device.profiles``.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -14,8 +13,6 @@ from typing import Iterable, Mapping
 from labkit.errors import UsageError
 from labkit.fileio import write_json
 from labkit.results import REPO_ROOT
-
-logger = logging.getLogger(__name__)
 
 PROFILE_SCHEMA = 1
 PARAMETRIC_NAME = "parametric"
@@ -145,25 +142,12 @@ def _repo_relative(path: str | None) -> str | None:
 
 def parametric_profile() -> DeviceProfile:
     """A hand-set profile sized like a Gemma-4-E4B-like decode step on a Hopper GPU (labelled parametric)."""
-    ops = {
-        "embed": OpCost(4_000, 2.0),
-        "input_norm": OpCost(3_000, 1.0),
-        "qkv_proj": OpCost(18_000, 40.0),
-        "rope": OpCost(3_000, 1.0),
-        "kv_write": OpCost(3_000, 1.0),
-        "attention": OpCost(10_000, 20.0, 0.02),
-        "o_proj": OpCost(12_000, 25.0),
-        "post_attn_norm": OpCost(3_000, 1.0),
-        "gate_up_proj": OpCost(45_000, 110.0),
-        "act_mul": OpCost(4_000, 2.0),
-        "down_proj": OpCost(28_000, 60.0),
-        "post_mlp_norm": OpCost(3_000, 1.0),
-        "final_norm": OpCost(3_000, 1.0),
-        "lm_head": OpCost(250_000, 300.0),
-        "sample": OpCost(20_000, 10.0),
-        "prepare_inputs": OpCost(3_000, 0.5),
-        "pad_ranges": OpCost(4_000),
-    }
+    ops = {"embed": OpCost(4_000, 2.0), "input_norm": OpCost(3_000, 1.0), "qkv_proj": OpCost(18_000, 40.0),
+           "rope": OpCost(3_000, 1.0), "kv_write": OpCost(3_000, 1.0), "attention": OpCost(10_000, 20.0, 0.02),
+           "o_proj": OpCost(12_000, 25.0), "post_attn_norm": OpCost(3_000, 1.0), "gate_up_proj": OpCost(45_000, 110.0),
+           "act_mul": OpCost(4_000, 2.0), "down_proj": OpCost(28_000, 60.0), "post_mlp_norm": OpCost(3_000, 1.0),
+           "final_norm": OpCost(3_000, 1.0), "lm_head": OpCost(250_000, 300.0), "sample": OpCost(20_000, 10.0),
+           "prepare_inputs": OpCost(3_000, 0.5), "pad_ranges": OpCost(4_000)}
     return DeviceProfile(name=PARAMETRIC_NAME, origin="parametric, not measured", parametric=True, ops=ops)
 
 
@@ -183,19 +167,12 @@ def profile_from_json(data: Mapping, path: str | None = None) -> DeviceProfile:
         base = parametric_profile()
         ops = {str(k): OpCost(**{kk: float(vv) for kk, vv in v.items()}) for k, v in dict(data["ops"]).items()}
         return DeviceProfile(
-            name=str(data["name"]),
-            origin=str(data["origin"]),
-            parametric=bool(data.get("parametric", False)),
-            ops=ops,
-            launch_overhead_ns=float(data.get("launch_overhead_ns", base.launch_overhead_ns)),
-            sync_overhead_ns=float(data.get("sync_overhead_ns", base.sync_overhead_ns)),
-            event_overhead_ns=float(data.get("event_overhead_ns", base.event_overhead_ns)),
-            h2d_pageable=_copy_cost(data.get("h2d_pageable"), base.h2d_pageable),
-            h2d_pinned=_copy_cost(data.get("h2d_pinned"), base.h2d_pinned),
-            d2h_pinned=_copy_cost(data.get("d2h_pinned"), base.d2h_pinned),
+            name=str(data["name"]), origin=str(data["origin"]), parametric=bool(data.get("parametric", False)), ops=ops,
+            **{k: float(data.get(k, getattr(base, k))) for k in ("launch_overhead_ns", "sync_overhead_ns",
+                                                                 "event_overhead_ns")},
+            **{k: _copy_cost(data.get(k), getattr(base, k)) for k in ("h2d_pageable", "h2d_pinned", "d2h_pinned")},
             default_op=OpCost(**data["default_op"]) if data.get("default_op") else base.default_op,
-            gpu_name=data.get("gpu_name"),
-            model=data.get("model"),
+            gpu_name=data.get("gpu_name"), model=data.get("model"),
             graph_replay_ns=None if data.get("graph_replay_ns") is None else float(data["graph_replay_ns"]),
             path=path,
         )

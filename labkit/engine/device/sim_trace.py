@@ -44,19 +44,14 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
     kept_corr = {s.correlation for s in host if s.cat == "cuda_runtime" and s.correlation}
     ops = [o for o in device.device_ops if o.correlation in kept_corr]
     label = device.profile.label()
-    events: list[dict] = [
-        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0,
-         "args": {"name": "labkit engine host (simulated)"}},
-        {"ph": "M", "name": "process_labels", "pid": HOST_PID, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": HOST_TID,
-         "args": {"name": "engine thread (simulated host time)"}},
-        {"ph": "M", "name": "process_name", "pid": device.device_index, "tid": 0,
-         "args": {"name": f"GPU {device.device_index} (simulated)"}},
-        {"ph": "M", "name": "process_labels", "pid": device.device_index, "tid": 0,
-         "args": {"labels": f"GPU {device.device_index} (simulated, {label})"}},
-        {"ph": "M", "name": "thread_name", "pid": device.device_index, "tid": device.stream,
-         "args": {"name": f"stream {device.stream} (simulated)"}},
-    ]
+    gpu, stream = device.device_index, device.stream
+    events: list[dict] = [{"ph": "M", "name": name, "pid": pid, "tid": tid, "args": args} for name, pid, tid, args in (
+        ("process_name", HOST_PID, 0, {"name": "labkit engine host (simulated)"}),
+        ("process_labels", HOST_PID, 0, {"labels": "CPU"}),
+        ("thread_name", HOST_PID, HOST_TID, {"name": "engine thread (simulated host time)"}),
+        ("process_name", gpu, 0, {"name": f"GPU {gpu} (simulated)"}),
+        ("process_labels", gpu, 0, {"labels": f"GPU {gpu} (simulated, {label})"}),
+        ("thread_name", gpu, stream, {"name": f"stream {stream} (simulated)"}))]
     ext = 0
     for s in host:
         ext += 1
@@ -91,21 +86,12 @@ def build_sim_trace(device: SimDevice, *, window: tuple[int, int] | None = None,
                        "ts": _us(o.start_ns), "cat": "ac2g", "name": "ac2g", "bp": "e"})
     meta = {"source": "simulated", **device.profile.describe(), **(metadata or {})}
     meta["source"] = "simulated"
-    return {
-        "schemaVersion": 1,
-        "deviceProperties": [{
-            "id": device.device_index, "name": f"simulated ({label})", "totalGlobalMem": 0,
-            "computeMajor": 0, "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-            "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32,
-            "sharedMemPerBlock": 49152, "sharedMemPerMultiprocessor": 233472, "numSms": 132,
-            "sharedMemPerBlockOptin": 232448,
-        }],
-        "labkit": meta,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": 0,
-        "traceEvents": events,
-        "traceName": "labkit simulated engine",
-    }
+    props = {"id": gpu, "name": f"simulated ({label})", "totalGlobalMem": 0, "computeMajor": 0, "computeMinor": 0,
+             "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
+             "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
+             "sharedMemPerMultiprocessor": 233472, "numSms": 132, "sharedMemPerBlockOptin": 232448}
+    return {"schemaVersion": 1, "deviceProperties": [props], "labkit": meta, "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 0, "traceEvents": events, "traceName": "labkit simulated engine"}
 
 
 class SimCapture:

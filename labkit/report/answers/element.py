@@ -48,10 +48,8 @@ class Answer:
     detail: str = ""
 
     def _repr_html_(self) -> str:
-        where = ""
-        if self.sources:
-            where = ('<div style="font-size:12px;color:#555;margin-top:4px">From: '
-                     + "; ".join(esc(s) for s in self.sources) + "</div>")
+        where = ('<div style="font-size:12px;color:#555;margin-top:4px">From: '
+                 + "; ".join(esc(s) for s in self.sources) + "</div>") if self.sources else ""
         detail = f'<div class="labkit-answer-detail">{self.detail}</div>' if self.detail else ""
         return (f'<div class="labkit-answer" style="{_BOX_STYLE}"><div><b>What this page finds.</b> {self.text}</div>'
                 f"{detail}{where}</div>")

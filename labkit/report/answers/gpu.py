@@ -75,10 +75,7 @@ def attention_table(rows: list[dict]) -> list[dict]:
     tile-shape sweep's rows left out)."""
     table = []
     for c in dict.fromkeys(r["case"] for r in rows):
-        rec = {"case": c}
-        for v in ATTN_VARIANTS:
-            r = row(rows, case=c, variant=v)
-            rec[f"{v}_ms"] = r.get("median_ms") if r else None
+        rec = {"case": c, **{f"{v}_ms": (row(rows, case=c, variant=v) or {}).get("median_ms") for v in ATTN_VARIANTS}}
         kernel = row(rows, case=c, variant="triton_prefix") or {}
         rec["triton_prefix_tflops"] = kernel.get("tflops")
         if rec.get("triton_prefix_ms") and rec.get("sdpa_mask_ms"):

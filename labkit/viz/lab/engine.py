@@ -49,11 +49,9 @@ def plot_engine_bars(rows: list[dict], *, title: str = "Engine per variant", met
         vals = [None if r.get(key) is None else r[key] * scale for r in rows]
         fig.add_trace(go.Bar(x=labels, y=vals, name=label, visible=(key == metric),
                              text=[None if v is None else f"{v:.3g}" for v in vals], textposition="outside"))
-    buttons = []
-    for i, key in enumerate(keys):
-        buttons.append(dict(label=METRICS[key][0], method="update",
-                            args=[{"visible": [j == i for j in range(len(keys))]},
-                                  {"yaxis": {"title": {"text": METRICS[key][0]}}}]))
+    buttons = [dict(label=METRICS[key][0], method="update", args=[{"visible": [j == i for j in range(len(keys))]},
+                                                                   {"yaxis": {"title": {"text": METRICS[key][0]}}}])
+               for i, key in enumerate(keys)]
     fig.update_layout(
         title=f"{title} - {_source_note(rows)}",
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, x=0, y=1.15, xanchor="left")],
@@ -109,8 +107,8 @@ def plot_mode_timelines(runs: dict[str, tuple], *, labels: tuple[str, str] = ("e
             simulated = simulated or bool(an.source().get("simulated"))
             lanes, rows = _lanes(an)
             lanes_all[row - 1].update(lanes)
-            for tr in _bars(_cap(rows, max_events, max_resolution_ms(an)), showlegend=(row == 1)):  # one run shows
-                fig.add_trace(tr, row=row, col=1)
+            fig.add_traces(_bars(_cap(rows, max_events, max_resolution_ms(an)), showlegend=(row == 1)),  # one run shows
+                           rows=row, cols=1)
         spans.append((name, start, len(fig.data)))
     n = len(fig.data)
     for i, tr in enumerate(fig.data):

@@ -7,12 +7,8 @@ import plotly.graph_objects as go
 from labkit.results import BenchResult
 from labkit.viz.labels import legend_below, no_result
 
-STRATEGY_LABELS = {
-    "per_layer": "per layer (before #38794)",
-    "per_step": "per step (#38794)",
-    "pinned": "pinned (#41434)",
-    "cached": "cached (lab)",
-}
+STRATEGY_LABELS = {"per_layer": "per layer (before #38794)", "per_step": "per step (#38794)",
+                   "pinned": "pinned (#41434)", "cached": "cached (lab)"}
 STRATEGY_ORDER = list(STRATEGY_LABELS)
 COLOURS = {"per_layer": "#c0392b", "per_step": "#2471a3", "pinned": "#17a589", "cached": "#8e44ad"}
 
@@ -22,12 +18,9 @@ def _label(r: BenchResult) -> str:
 
 
 def _source_note(results: list[BenchResult]) -> str:
-    notes = []
-    if any(r.source == "measured-cpu" for r in results):
-        notes.append("CPU: copies counted as the H2D copies a GPU would make")
-    if any(r.source == "measured-gpu" for r in results):
-        notes.append("GPU: real H2D copies")
-    return "; ".join(notes)
+    notes = (("measured-cpu", "CPU: copies counted as the H2D copies a GPU would make"),
+             ("measured-gpu", "GPU: real H2D copies"))
+    return "; ".join(note for source, note in notes if any(r.source == source for r in results))
 
 
 def _sorted(rows: list[dict]) -> list[dict]:
@@ -185,12 +178,10 @@ def plot_ranges_sweep(results: list[BenchResult]) -> go.Figure:
                 trace_imgs.append(ipr)
     buttons = [dict(label=f"{i} images/request", method="restyle",
                     args=[{"visible": [t == i for t in trace_imgs]}]) for i in per_req]
-    menu = _menu(buttons, 0.0)
-    menu["active"] = len(per_req) - 1
     fig.update_layout(
         title=dict(text=f"{title}<br><sup>host time only; {', '.join(sorted({r.source for r in results}))}</sup>"),
         xaxis=dict(title="requests in the batch", type="log"),
         yaxis=dict(title="host time per step (ms)", type="log"),
-        height=460, margin=dict(t=150), updatemenus=[menu],
+        height=460, margin=dict(t=150), updatemenus=[{**_menu(buttons, 0.0), "active": len(per_req) - 1}],
     )
     return fig

@@ -5,14 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 
-__all__ = [
-    "COMBO_LABELS",
-    "plot_placeholder_calls",
-    "plot_decode_step",
-    "plot_sweep",
-    "plot_before_after",
-    "plot_workload",
-]
+__all__ = ["COMBO_LABELS", "plot_placeholder_calls", "plot_decode_step", "plot_sweep", "plot_before_after",
+           "plot_workload"]
 
 #: legend names for (variant+strategy) combos
 COMBO_LABELS = {
@@ -110,10 +104,8 @@ def plot_before_after(rows: list[dict], sweep: str = "images") -> go.Figure:
     combos to compare: before vs #40143, #40143 vs this lab's strategies, or all."""
     fig = plot_sweep(rows, sweep)
     combos = [_combo_of(t.name) for t in fig.data]
-    buttons = []
-    for view, keep in _VIEWS.items():
-        visible = [keep is None or c in keep for c in combos]
-        buttons.append(dict(label=view, method="update", args=[{"visible": visible}]))
+    buttons = [dict(label=view, method="update", args=[{"visible": [keep is None or c in keep for c in combos]}])
+               for view, keep in _VIEWS.items()]
     first = [c in _VIEWS["before vs #40143"] for c in combos]
     for trace, vis in zip(fig.data, first):
         trace.visible = vis
@@ -125,10 +117,7 @@ def plot_before_after(rows: list[dict], sweep: str = "images") -> go.Figure:
 
 def _combo_of(trace_name: str) -> str:
     base = trace_name.split(" [")[0]
-    for combo, label in COMBO_LABELS.items():
-        if label == base:
-            return combo
-    return base
+    return next((combo for combo, label in COMBO_LABELS.items() if label == base), base)
 
 
 def plot_workload(rows: list[dict]) -> go.Figure:

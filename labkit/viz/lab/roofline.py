@@ -147,17 +147,14 @@ def roofline_points(rows: list[dict], *, variants=SHOWN_VARIANTS, cases=None) ->
 def describe(roof: Roofline) -> str:
     """The peaks (with their source) and, per run, its intensity, bound and shares, one line each."""
     if not roof.points:
-        lines = ["No GPU run to place on a roofline: run `labkit bench attn` on a GPU."]
-        return "\n".join(lines + roof.skipped)
+        return "\n".join(["No GPU run to place on a roofline: run `labkit bench attn` on a GPU.", *roof.skipped])
     lines = []
     for gpu_name, peak in roof.peaks.items():
         lines.append(f"{gpu_name} ({peak.name}): {peak.bf16_dense_tflops:g} TFLOP/s dense bf16, "
                      f"{peak.mem_tb_s:g} TB/s, ridge {peak.ridge_flop_per_byte:.0f} FLOP/byte. Source: {peak.source}")
         for p in (p for p in roof.points if p["gpu_name"] == gpu_name):
-            if p["bound"] == "memory":
-                share = f"{p['tb_s']:.2f} TB/s = {p['pct_of_peak_tb_s']:.0f}% of peak bandwidth"
-            else:
-                share = f"{p['tflops']:.0f} TFLOP/s = {p['pct_of_peak_tflops']:.0f}% of peak compute"
+            share = (f"{p['tb_s']:.2f} TB/s = {p['pct_of_peak_tb_s']:.0f}% of peak bandwidth" if p["bound"] == "memory"
+                     else f"{p['tflops']:.0f} TFLOP/s = {p['pct_of_peak_tflops']:.0f}% of peak compute")
             lines.append(f"  {p['case']}, {p['variant']}: {p['flop_per_byte']:.1f} FLOP/byte, {p['bound']}-bound; "
                          f"{share}; {p['pct_of_roof']:.0f}% of the roof")
     return "\n".join(lines + [f"left out: {s}" for s in roof.skipped])

@@ -54,7 +54,7 @@ def side_by_side_html(table) -> str:
         return "<p>no result recorded yet</p>"
     parts = []
     for result, g in table.groupby("result", sort=True):
-        machines = [m for m in dict.fromkeys(g["machine"])]
+        machines = list(dict.fromkeys(g["machine"]))
         rows = []
         for (label, metric), h in g.groupby(["label", "metric"], sort=False):
             rec = {"label": label, "metric": metric}

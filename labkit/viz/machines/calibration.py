@@ -8,12 +8,8 @@ from labkit.results import BenchResult
 from labkit.viz.labels import no_result
 
 #: what each CPU calibration row reads, as a reader writes it
-CPU_LABELS = {
-    "loop_only": "loop only",
-    "list_index": "list[i]",
-    "tensor_index_int": "int(tensor[i])",
-    "tensor_index_item": "tensor[i].item()",
-}
+CPU_LABELS = {"loop_only": "loop only", "list_index": "list[i]", "tensor_index_int": "int(tensor[i])",
+              "tensor_index_item": "tensor[i].item()"}
 
 
 def _machine_label(r: BenchResult) -> str:
@@ -23,9 +19,8 @@ def _machine_label(r: BenchResult) -> str:
 def _visibility_menu(labels: list[str], groups: list[list[int]], n_traces: int) -> list[dict]:
     """A dropdown: "all" plus one entry per group of trace indices."""
     buttons = [dict(label="all machines", method="update", args=[{"visible": [True] * n_traces}])]
-    for label, idx in zip(labels, groups):
-        vis = [i in idx for i in range(n_traces)]
-        buttons.append(dict(label=label, method="update", args=[{"visible": vis}]))
+    buttons += [dict(label=label, method="update", args=[{"visible": [i in idx for i in range(n_traces)]}])
+                for label, idx in zip(labels, groups)]
     return [dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.15, yanchor="top")]
 
 

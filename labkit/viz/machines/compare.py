@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from labkit.results import BenchResult, results_rows
-from labkit.viz.labels import shorten
+from labkit.viz.labels import no_result, shorten
 from labkit.viz.sources import source_rank, source_style, source_title
 
 logger = logging.getLogger(__name__)
@@ -46,10 +46,8 @@ MAX_LABELS = 24
 def _entry(name: str) -> tuple[str, tuple[str, ...]] | None:
     """The ``MAIN_METRICS`` entry for a result name (``-`` counts as ``_``)."""
     norm = name.replace("-", "_").removesuffix("_quick")
-    for prefix, entry in MAIN_METRICS.items():
-        if norm == prefix or (prefix.endswith("_") and norm.startswith(prefix)):
-            return entry
-    return None
+    return next((entry for prefix, entry in MAIN_METRICS.items()
+                 if norm == prefix or (prefix.endswith("_") and norm.startswith(prefix))), None)
 
 
 def section_of(name: str) -> str | None:
@@ -58,16 +56,15 @@ def section_of(name: str) -> str | None:
     return entry[0] if entry else None
 
 
+def _candidates(name: str) -> tuple[str, ...]:
+    entry = _entry(name)
+    return entry[1] if entry else FALLBACK_METRICS
+
+
 def main_metric(name: str, columns) -> str | None:
     """The column compared for result ``name``: first candidate present in ``columns``."""
     cols = set(columns)
-    entry = _entry(name)
-    candidates = entry[1] if entry else FALLBACK_METRICS
-    return next((c for c in candidates if c in cols), None)
-
-
-def _is_label_value(v) -> bool:
-    return isinstance(v, (str, bool, int)) and not isinstance(v, float)
+    return next((c for c in _candidates(name) if c in cols), None)
 
 
 def _label_columns(df: pd.DataFrame, metric: str) -> list[str]:
@@ -77,7 +74,7 @@ def _label_columns(df: pd.DataFrame, metric: str) -> list[str]:
         if c in BOOKKEEPING or c == metric:
             continue
         vals = df[c].dropna()
-        if len(vals) and all(_is_label_value(v) for v in vals) and df[c].nunique(dropna=False) > 1:
+        if len(vals) and all(isinstance(v, (str, bool, int)) for v in vals) and df[c].nunique(dropna=False) > 1:
             cands.append(c)
     # counts derived from the parameters (``*_count``, ``*_per_step``) lose ties to parameters
     cands.sort(key=lambda c: (df[c].nunique(), c.endswith(DERIVED_SUFFIXES), c))
@@ -101,11 +98,6 @@ MISSING_COLOUR = "#c0392b"
 _FILL_WORDS = {"/": "hatched", ".": "dotted", "x": "crossed"}
 #: longest line (characters) naming the sources under a figure's title
 SOURCES_LINE_CHARS = 110
-
-
-def _candidates(name: str) -> tuple[str, ...]:
-    entry = _entry(name)
-    return entry[1] if entry else FALLBACK_METRICS
 
 
 def _is_number(v) -> bool:
@@ -215,10 +207,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _unit(metric: str) -> str:
-    for suffix, unit in (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes")):
-        if metric.endswith(suffix):
-            return unit
-    return ""
+    units = (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"))
+    return next((unit for suffix, unit in units if metric.endswith(suffix)), "")
 
 
 def _styles(table: pd.DataFrame) -> dict[tuple[str, str], tuple[str, str]]:
@@ -263,11 +253,7 @@ def _missing_note(df: pd.DataFrame, machines: list[str]) -> tuple[str, str]:
 def plot_comparison(table: pd.DataFrame) -> go.Figure:
     """Grouped bars per machine for one result at a time (a dropdown picks it); missing rows marked in red."""
     if table.empty:
-        fig = go.Figure()
-        fig.add_annotation(text="no recorded results yet: run `make report` on a machine", showarrow=False,
-                           x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(title="Machines side by side", xaxis_visible=False, yaxis_visible=False, height=260)
-        return fig
+        return no_result("no recorded results yet: run `make report` on a machine", "Machines side by side")
     styles = _styles(table)
     machines = sorted(set(table["machine"]))
     fig = go.Figure()

@@ -51,10 +51,7 @@ def census_table(result):
             if step is None:
                 continue
             rec = {"requests": n, "images": m, "variant": v, "step_ms": step["median_us"] / 1e3}
-            for p in PHASE_COLOURS:
-                rec[f"{p}_ms"] = by[(n, m, v, p)]["median_us"] / 1e3
-            for p in ("encoder_inputs",):
-                rec[f"{p}_ms"] = by[(n, m, v, p)]["median_us"] / 1e3
+            rec.update({f"{p}_ms": by[(n, m, v, p)]["median_us"] / 1e3 for p in (*PHASE_COLOURS, "encoder_inputs")})
             rec["named_share"] = step.get("named_share")
             rec["trace_step_ms"] = step.get("trace_median_us", 0.0) / 1e3
             out.append(rec)
@@ -211,7 +208,6 @@ def saving_by_phase(result, point=(128, 32), *, before: str = "baseline", after:
             rec.update(off_host_saving_ms=saved / 1e3, off_host_share=saved / off_total if off_total else None)
         out.append(rec)
     return pd.DataFrame(out, columns=cols)
-
 
 
 NO_TIMELINE = ("no vllm_serve_timeline result recorded yet: run `bash scripts/vllm_ab.sh --timeline` with vLLM's "

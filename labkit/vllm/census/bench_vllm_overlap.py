@@ -68,7 +68,6 @@ def _engine(model_dir, workload, async_scheduling: bool):
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.serial_utils import MsgpackEncoder
 
-
     prompt_len, spans = prompt_layout(workload)
     config = ServeConfig(max_num_seqs=workload.requests, async_scheduling=async_scheduling,
                          num_blocks=kv_blocks_for(workload.requests, prompt_len, workload.output_tokens),
@@ -158,11 +157,9 @@ def measure(size: str = "quick", arms=ARMS, rounds: int = 2) -> list[dict]:
                         for fwd in plan["forward_ms"]:
                             core.model_executor.forward_s = fwd / 1e3
                             got.setdefault((regime, arm, fwd), []).append(_timed_block(core, outputs, plan["steps"]))
-    rows = []
-    for (regime, arm, fwd), blocks in got.items():
-        row = {"regime": regime, "arm": arm, "forward_ms": fwd, "requests": plan["requests"], "images": plan["images"],
-               **{k: statistics.median(b[k] for b in blocks) for k in blocks[0]}}
-        rows.append(row)
+    rows = [{"regime": regime, "arm": arm, "forward_ms": fwd, "requests": plan["requests"], "images": plan["images"],
+             **{k: statistics.median(b[k] for b in blocks) for k in blocks[0]}}
+            for (regime, arm, fwd), blocks in got.items()]
     for row in rows:
         alone = next(r["step_ms"] for r in rows if (r["regime"], r["arm"], r["forward_ms"]) == (row["regime"], row["arm"], 0.0))
         row.update(host_alone_ms=alone, **reading(row["step_ms"], row["forward_ms"], alone))

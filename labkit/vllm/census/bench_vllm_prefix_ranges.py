@@ -12,6 +12,7 @@ import gc
 import logging
 import pstats
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -34,8 +35,6 @@ from labkit.vllm.census.prefix_ranges_patch import (  # noqa: F401  (re-exported
     random_mask,
 )
 
-logger = logging.getLogger(__name__)
-
 #: the result: installed and patched over requests x images at each size, the patched one's ``speedup``;
 #: host (CPU) time, also on a GPU machine (the function never touches the device)
 PREFIX = Bench(VLLM_PREFIX_RANGES, axes={"requests": ((1, 32, 128), (1, 8, 32, 128, 256)),
@@ -53,12 +52,12 @@ PREFIX = Bench(VLLM_PREFIX_RANGES, axes={"requests": ((1, 32, 128), (1, 8, 32, 1
 # --------------------------------------------------------------------------------------
 
 
-def vllm_version() -> str:
-    """Installed vLLM version; ``UsageError`` when vLLM is not importable."""
+def vllm_version(venv: str = ".venv-vllm (bash scripts/test_vllm.sh sets it up)") -> str:
+    """Installed vLLM version; ``UsageError`` naming ``venv`` to run in when vLLM is not importable."""
     try:
         import vllm
     except ImportError:
-        raise UsageError("vLLM is not installed here: run this in .venv-vllm (bash scripts/test_vllm.sh sets it up)") from None
+        raise UsageError(f"vLLM is not installed here: run this in {venv}") from None
     return vllm.__version__
 
 
@@ -117,8 +116,7 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
     from labkit.timing import auto_number, time_host
 
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         cold = None
         if patched:
@@ -128,14 +126,9 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
         # a full collection before each sample keeps garbage-collector pauses of earlier
         # work out of the samples (vLLM freezes its long-lived objects out of the GC too)
         t = time_host(fn, warmup=1, repeats=repeats, number=number, setup=gc.collect)
-    row = {
-        "variant": "patched" if patched else "installed",
-        "num_requests": num_requests,
-        "images": images,
-        "features": num_requests * images,
-        **t.as_row(),
-        "per_feature_ns": t.median_ns / max(1, num_requests * images),
-    }
+    row = {"variant": "patched" if patched else "installed", "num_requests": num_requests, "images": images,
+           "features": num_requests * images, **t.as_row(),
+           "per_feature_ns": t.median_ns / max(1, num_requests * images)}
     if cold is not None:
         row["cold_ns"] = cold.median_ns
     return row
@@ -144,35 +137,25 @@ def time_step(num_requests: int, images: int, *, patched: bool, repeats: int = 7
 def profile_step(num_requests: int = 128, images: int = 32, *, top: int = 12, patched: bool = False) -> list[dict]:
     """cProfile of one ``compute_mm_prefix_ranges`` call: the ``top`` functions by own time (us)."""
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         compute(feats)  # warm (and fill the cache when patched)
         prof = cProfile.Profile()
         prof.runcall(compute, feats)
-    stats = pstats.Stats(prof)
-    rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
-        where = f"{Path(file).name}:{line}({func})" if line else func
-        rows.append({"function": where, "ncalls": nc, "tottime_us": tt * 1e6, "cumtime_us": ct * 1e6})
-    rows.sort(key=lambda r: r["tottime_us"], reverse=True)
-    return rows[:top]
+    rows = [{"function": f"{Path(file).name}:{line}({func})" if line else func, "ncalls": nc, "tottime_us": tt * 1e6,
+             "cumtime_us": ct * 1e6} for (file, line, func), (_, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
+    return sorted(rows, key=lambda r: r["tottime_us"], reverse=True)[:top]
 
 
 def torch_op_counts(num_requests: int = 128, images: int = 32, *, patched: bool = False) -> dict[str, int]:
     """Number of each aten op one ``compute_mm_prefix_ranges`` call runs (torch.profiler)."""
     placeholder, _, compute = vllm_objects()
-    ctx = patched_placeholder(placeholder) if patched else contextlib.nullcontext()
-    with ctx:
+    with patched_placeholder(placeholder) if patched else contextlib.nullcontext():
         feats = make_features(num_requests, images, placeholder_cls=placeholder, feature_factory=_vllm_feature)
         compute(feats)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             compute(feats)
-    counts: dict[str, int] = {}
-    for ev in prof.events():
-        if ev.name.startswith("aten::"):
-            counts[ev.name] = counts.get(ev.name, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return dict(Counter(ev.name for ev in prof.events() if ev.name.startswith("aten::")).most_common())
 
 
 # --------------------------------------------------------------------------------------
@@ -187,13 +170,11 @@ def side_by_side(rows: Sequence[dict]) -> list[dict]:
         key = (r.get("machine"), r["num_requests"], r["images"])
         rec = table.setdefault(key, {"machine": key[0], "num_requests": key[1], "images": key[2]})
         rec[f"{r['variant']}_us"] = r["median_ns"] / 1e3
-    out = []
     for rec in table.values():
         if "installed_us" in rec and "patched_us" in rec:
             rec["speedup"] = rec["installed_us"] / rec["patched_us"]
             rec["saved_us"] = rec["installed_us"] - rec["patched_us"]
-        out.append(rec)
-    return sorted(out, key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
+    return sorted(table.values(), key=lambda d: (str(d["machine"]), d["num_requests"], d["images"]))
 
 
 def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
@@ -209,10 +190,8 @@ def gpu_idle_table(rows: Sequence[dict], device_step_ms: float) -> list[dict]:
 
 def lookup(rows: Sequence[dict], num_requests: int, images: int) -> dict | None:
     """The side-by-side record for a grid point, or None if it was not measured."""
-    for rec in side_by_side(rows):
-        if rec["num_requests"] == num_requests and rec["images"] == images:
-            return rec
-    return None
+    return next((rec for rec in side_by_side(rows) if (rec["num_requests"], rec["images"]) == (num_requests, images)),
+                None)
 
 
 def expected_effect(host_installed_ms: float, host_patched_ms: float, device_step_ms: float) -> dict:
@@ -247,11 +226,9 @@ def device_step_ms(gpu: str = "h200") -> tuple[float, str]:
 
 def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> list[dict]:
     """Per machine, the recorded host time (ms) of one range build at ``num_requests`` x ``images``."""
-    out = []
-    for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root)):
-        if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images:
-            out.append({"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6,
-                        "source": r["source"]})
+    out = [{"machine": r["machine"], "what": "vllm installed", "median_ms": r["median_ns"] / 1e6, "source": r["source"]}
+           for r in results_rows(find_all(VLLM_PREFIX_RANGES, root=root))
+           if r["variant"] == "installed" and r["num_requests"] == num_requests and r["images"] == images]
     for res in find_all(RANGES_STEP, root=root):
         for r in res.rows:
             if (r.get("variant") == "v033" and r.get("num_requests") == num_requests
@@ -264,10 +241,9 @@ def host_comparison(num_requests: int = 128, images: int = 32, root=None) -> lis
 def saved_profile(results) -> tuple[list[dict], dict[str, int]]:
     """The cProfile rows and aten-op counts saved with the newest ``--profile`` run of ``results``
     (``vllm_prefix_ranges`` results), or empty."""
-    for res in sorted(results, key=lambda r: r.created, reverse=True):
-        if "profile_128x32" in res.params:
-            return res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})
-    return [], {}
+    newest = sorted(results, key=lambda r: r.created, reverse=True)
+    res = next((r for r in newest if "profile_128x32" in r.params), None)
+    return (res.params["profile_128x32"], res.params.get("aten_ops_128x32", {})) if res else ([], {})
 
 
 # --------------------------------------------------------------------------------------

@@ -6,15 +6,12 @@ More: docs/reference.md, ``labkit.vllm.census.sched_census``.
 from __future__ import annotations
 
 import argparse
-import logging
 
 from labkit.bench import Bench, add_grid_options, add_run_options, format_table, grid_from_args, report, resolve_run_options
 from labkit.errors import UsageError
 from labkit.results import VLLM_SCHED
 
 __all__ = ["SCHED", "sweep", "summary", "main"]
-
-logger = logging.getLogger(__name__)
 
 #: the result: requests x images per request and the timed decode steps at each size, and its table
 SCHED = Bench(VLLM_SCHED, axes={"requests": ((32, 128), (32, 128, 256)), "images": ((8, 32), (8, 32, 64))},

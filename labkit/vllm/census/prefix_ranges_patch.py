@@ -39,20 +39,13 @@ def gemma_mask(length: int = GEMMA_PLACEHOLDER_LEN) -> torch.Tensor:
     if length < 3:
         raise ValueError(f"a Gemma placeholder has at least 3 tokens, got {length}")
     mask = torch.ones(length, dtype=torch.bool)
-    mask[0] = False
-    mask[-1] = False
+    mask[[0, -1]] = False
     return mask
 
 
-def make_features(
-    num_requests: int,
-    images: int,
-    *,
-    placeholder_cls: type,
-    feature_factory: Callable[..., object] | None = None,
-    placeholder_len: int = GEMMA_PLACEHOLDER_LEN,
-    text_between: int = 16,
-) -> list[list[object]]:
+def make_features(num_requests: int, images: int, *, placeholder_cls: type,
+                  feature_factory: Callable[..., object] | None = None, placeholder_len: int = GEMMA_PLACEHOLDER_LEN,
+                  text_between: int = 16) -> list[list[object]]:
     """``num_requests`` lists of ``images`` image features each (Gemma-style masks).
 
     Placeholders sit ``text_between`` text tokens apart; every request has its own
@@ -95,14 +88,9 @@ def random_mask(rng: random.Random, length: int) -> torch.Tensor | None:
     return torch.tensor([rng.random() < 0.5 for _ in range(length)], dtype=torch.bool)
 
 
-def make_random_features(
-    rng: random.Random,
-    *,
-    placeholder_cls: type,
-    feature_factory: Callable[..., object] | None = None,
-    max_requests: int = 6,
-    max_images: int = 6,
-) -> list[list[object]]:
+def make_random_features(rng: random.Random, *, placeholder_cls: type,
+                         feature_factory: Callable[..., object] | None = None, max_requests: int = 6,
+                         max_images: int = 6) -> list[list[object]]:
     """Random per-request feature lists (mixed modalities, masks and lengths) for checks."""
     factory = feature_factory or SimpleFeature
     out = []

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
-from labkit.timing import clock_ns
-
-logger = logging.getLogger(__name__)
+from labkit.timing import clock_ns, nearest_rank
 
 __all__ = ["VARIANTS", "early_return_patch", "make_scheduler", "vllm_requests", "make_requests", "SchedulerRun", "measure_point",
            "profile_step", "temporary_model_dir", "write_model_config"]
@@ -103,8 +100,12 @@ def write_model_config(folder: str | os.PathLike) -> Path:
 
 def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                    max_model_len: int = 32768, num_blocks: int = 200_000, block_size: int = 16,
-                   enable_prefix_caching: bool = False, max_item_tokens: int = PLACEHOLDER_LEN):
-    """vLLM's real ``Scheduler`` for the generated config, on the CPU (no async scheduling, no prefix caching)."""
+                   enable_prefix_caching: bool = False, max_item_tokens: int = PLACEHOLDER_LEN,
+                   async_scheduling: bool = False, encoder_budget: int = 0, **scheduler_config):
+    """vLLM's real ``Scheduler`` for the generated config, on the CPU (no async scheduling, no prefix caching).
+
+    ``async_scheduling``: vLLM's ``AsyncScheduler`` instead; ``encoder_budget``: the encoder's budget where
+    above the batched tokens; ``scheduler_config``: more fields of vLLM's ``SchedulerConfig``."""
     import torch
     import vllm.v1.core.sched.scheduler as vsched
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -113,9 +114,10 @@ def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int 
 
     model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
                         max_model_len=max_model_len, enforce_eager=True)
-    # synchronous scheduling: each step's output is processed before the next step is planned
+    # synchronous scheduling (by default): each step's output is processed before the next step is planned
     sched = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                            max_model_len=max_model_len, is_encoder_decoder=False, async_scheduling=False)
+                            max_model_len=max_model_len, is_encoder_decoder=False, async_scheduling=async_scheduling,
+                            **scheduler_config)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
@@ -123,10 +125,13 @@ def make_scheduler(model_dir: str | os.PathLike, *, max_num_batched_tokens: int 
     spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=32, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec(["layers.0"], spec)])
+    cls = vsched.Scheduler
+    if async_scheduling:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler as cls
     real_budget = vsched.MultiModalBudget
-    vsched.MultiModalBudget = _budget_class(max_item_tokens)
+    vsched.MultiModalBudget = _budget_class(max_item_tokens, encoder_budget)
     try:
-        return vsched.Scheduler(config, kv, StructuredOutputManager(config), block_size=block_size)
+        return cls(config, kv, StructuredOutputManager(config), block_size=block_size)
     finally:
         vsched.MultiModalBudget = real_budget
 
@@ -209,11 +214,7 @@ def _sizes(num_requests: int, images: int, decode_steps: int, budget: int = 8192
 
 def _quantiles(values: list[int]) -> dict:
     v = sorted(values)
-
-    def q(p):
-        return float(v[min(len(v) - 1, int(round(p * (len(v) - 1))))])
-
-    return {"median_ns": q(0.5), "p20_ns": q(0.2), "p80_ns": q(0.8)}
+    return {"median_ns": nearest_rank(v, 0.5), "p20_ns": nearest_rank(v, 0.2), "p80_ns": nearest_rank(v, 0.8)}
 
 
 def measure_point(model_dir, num_requests: int, images: int, *, steps: int = 30, warmup: int = 3) -> list[dict]:
@@ -238,8 +239,7 @@ def measure_point(model_dir, num_requests: int, images: int, *, steps: int = 30,
     try:
         for i in range(warmup + steps):
             for v, run in runs.items():
-                ctx = early_return_patch() if v == "early_return" else contextlib.nullcontext()
-                with ctx:
+                with early_return_patch() if v == "early_return" else contextlib.nullcontext():
                     sched_ns, update_ns, out = run.step()
                 if len(out.num_scheduled_tokens) != num_requests or out.scheduled_encoder_inputs:
                     raise RuntimeError(f"{v}: step {i} is not a steady decode step of all {num_requests} requests")
@@ -274,11 +274,9 @@ def profile_step(model_dir, num_requests: int = 128, images: int = 32, top: int 
     prof.enable()
     run.s.schedule()
     prof.disable()
-    stats = pstats.Stats(prof)
-    rows = []
-    for (file, line, fn), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():
-        rows.append({"function": f"{os.path.basename(file)}:{line}({fn})", "ncalls": ncalls,
-                     "tottime_us": tottime * 1e6, "cumtime_us": cumtime * 1e6})
+    rows = [{"function": f"{os.path.basename(file)}:{line}({fn})", "ncalls": ncalls, "tottime_us": tottime * 1e6,
+             "cumtime_us": cumtime * 1e6}
+            for (file, line, fn), (_cc, ncalls, tottime, cumtime, _callers) in pstats.Stats(prof).stats.items()]
     return sorted(rows, key=lambda r: -r["tottime_us"])[:top]
 
 

@@ -98,9 +98,6 @@ def drop_encoded_inputs(scheduler) -> int:
     return n
 
 
-_UNSET = object()
-
-
 @contextlib.contextmanager
 def forward_off_host(runner, token: int):
     """Inside the block, the model runner's forward, the model's logits and the sampler do no work.
@@ -117,6 +114,8 @@ def forward_off_host(runner, token: int):
     logprobs (``RuntimeError`` otherwise)."""
     import torch
     from vllm.v1.outputs import SamplerOutput
+
+    from labkit.vllm.ab import restore_attrs
 
     model = runner.model
     hidden = torch.zeros(runner.scheduler_config.max_num_batched_tokens, runner.model_config.get_hidden_size(),
@@ -137,17 +136,13 @@ def forward_off_host(runner, token: int):
             raise RuntimeError("forward_off_host: only greedy requests without logprobs")
         return SamplerOutput(sampled_token_ids=tokens[:logits.shape[0]], logprobs_tensors=None)
 
-    saved = [(obj, name, vars(obj).get(name, _UNSET)) for obj, name in
+    saved = [(obj, name, name in vars(obj), vars(obj).get(name)) for obj, name in
              ((runner, "_model_forward"), (model, "compute_logits"), (runner, "sampler"))]
     runner._model_forward, model.compute_logits, runner.sampler = model_forward, compute_logits, sampler
     try:
         yield
     finally:
-        for obj, name, old in saved:
-            if old is _UNSET:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, old)
+        restore_attrs(saved)
 
 
 @dataclass
@@ -227,6 +222,8 @@ def _derived(phases_ns: dict) -> dict:
 @contextlib.contextmanager
 def _profiled(llm, profile_dir: Path, dest: Path, prefix: str, found: list):
     """vLLM's torch profiler around the block; the trace it writes is moved to ``dest`` (appended to ``found``)."""
+    from labkit.vllm.conformance.engine import move_new_traces
+
     before = set(profile_dir.rglob("*")) if profile_dir.exists() else set()
     llm.start_profile(profile_prefix=prefix)
     try:
@@ -234,12 +231,7 @@ def _profiled(llm, profile_dir: Path, dest: Path, prefix: str, found: list):
     finally:
         with contextlib.redirect_stdout(io.StringIO()):  # vLLM prints the profiler's op table on stop
             llm.stop_profile()
-    dest.mkdir(parents=True, exist_ok=True)
-    for path in sorted(set(profile_dir.rglob("*")) - before):
-        if path.is_file() and path.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
-            target = dest / path.name
-            path.replace(target)
-            found.append(target)
+    found += move_new_traces(profile_dir, before, dest)
 
 
 def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, *, profile_dir, trace_dir,
@@ -247,6 +239,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     """Rows of one grid point (see the module text) and the point's set-up facts (times, traces)."""
     from labkit.trace.analysis.host.engine_steps import engine_phase_table
     from labkit.trace.read.load import load_trace
+    from labkit.vllm.census.step_timers import engine_parts
     from labkit.vllm.conformance.engine import engine_scheduler
 
     run = _PointRun(llm, engine_scheduler(llm), requests, images)
@@ -258,7 +251,7 @@ def measure_point(llm, model_dir, requests: int, images: int, plan: CensusPlan, 
     off_host: dict[str, list] = {v: [] for v in plan.variants}
     profiled: dict[str, list] = {}
     traces: dict[str, str] = {}
-    runner = _runner(llm) if plan.off_host else None
+    runner = engine_parts(llm)["runner"] if plan.off_host else None
     try:
         for r in range(plan.rounds):
             order = plan.variants[r % len(plan.variants):] + plan.variants[:r % len(plan.variants)]
@@ -307,12 +300,6 @@ def _alone_rows(run: _PointRun, plan: CensusPlan) -> list[dict]:
         return engine_scheduler_alone(run.scheduler, run.requests, run.images, plan.variants,
                                       rounds=plan.alone_rounds, block=plan.alone_block, sweep=sweep_bytes(),
                                       stand_in=stand_in)
-
-
-def _runner(llm):
-    from labkit.vllm.census.step_timers import engine_parts
-
-    return engine_parts(llm)["runner"]
 
 
 def _named(wrapper) -> dict:

@@ -9,7 +9,7 @@ import contextlib
 import statistics
 from typing import Sequence
 
-from labkit.timing import stopwatch
+from labkit.timing import nearest_rank, stopwatch
 
 __all__ = ["PHASES", "TOP", "ALONE_MODES", "OFF_HOST", "step_quantiles", "SHARE_SLACK", "TRACE_TOLERANCE", "MIN_SHARE", "SCHED_TOLERANCE", "census_checks",
            "scheduler_only_point", "engine_scheduler_alone", "sweep_bytes", "TOP_PHASES", "alternate_blocks",
@@ -33,11 +33,7 @@ OFF_HOST = "off_host:"
 def step_quantiles(values: Sequence[float]) -> dict:
     """``median_us`` and the nearest-rank ``p20_us`` / ``p80_us`` of per-step values (us)."""
     v = sorted(values)
-
-    def q(p):
-        return float(v[min(len(v) - 1, int(round(p * (len(v) - 1))))])
-
-    return {"median_us": float(statistics.median(v)), "p20_us": q(0.2), "p80_us": q(0.8)}
+    return {"median_us": float(statistics.median(v)), "p20_us": nearest_rank(v, 0.2), "p80_us": nearest_rank(v, 0.8)}
 
 
 #: how far above 1 a step's named share may read: float rounding only (the timers nest exactly)
@@ -72,7 +68,6 @@ def alternate_blocks(steppers: dict, variants, *, rounds: int, block: int) -> di
 
 
 def _timed_rows(times: dict, requests: int, images: int, timers: dict) -> list[dict]:
-
     return [{"variant": v, "num_requests": requests, "images": images, "phase": name, "parent": None,
              **step_quantiles([ns / 1e3 for ns in t]), "steps": len(t), "timer": timers[name]}
             for (name, v), t in times.items()]
@@ -171,9 +166,7 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     census aborts them). Every step must schedule one token for each of the ``requests`` and no
     encoder input (else ``RuntimeError``). Rows: ``variant``, ``num_requests``, ``images``,
     ``phase``, ``median_us``, ``p20_us``, ``p80_us``, ``steps``, ``timer``."""
-
     import numpy as np
-
 
     buf = np.ones(max(1, sweep // 8))  # float64: ``sweep`` bytes
 
@@ -208,13 +201,9 @@ def engine_scheduler_alone(scheduler, requests: int, images: int, variants, *, r
     return rows
 
 
-def _index(rows) -> dict:
-    return {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
-
-
 def census_checks(rows) -> list[dict]:
     """One record per check of the module text, for every point and variant the rows hold."""
-    by = _index(rows)
+    by = {(r["num_requests"], r["images"], r["variant"], r["phase"]): r for r in rows}
     points = sorted({(r["num_requests"], r["images"]) for r in rows if r["phase"] == "step"})
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["phase"] == "step"))
     out = []

@@ -110,8 +110,7 @@ class PhaseTimers:
         timers, clock = self, self.clock
 
         def timed(*args, **kwargs):
-            depth = timers._depth.get(phase, 0)
-            if depth:  # nested in a call of the same phase: already timed
+            if timers._depth.get(phase, 0):  # nested in a call of the same phase: already timed
                 return inner(*args, **kwargs)
             if is_step:
                 timers._current = StepRecord()
@@ -143,16 +142,11 @@ class PhaseTimers:
     def __enter__(self) -> "PhaseTimers":
         for phase, part, attr in self.phases:
             owner = self.parts[part]
-            had = attr in vars(owner)
-            old = vars(owner).get(attr)
             inner = getattr(owner, attr)
             if isinstance(owner, type):  # a class: wrap the function, keep it a method
-                func = vars(owner).get(attr, inner)
-                wrapped = self._wrap(phase, func, phase == "step", phase == "schedule")
-            else:
-                wrapped = self._wrap(phase, inner, phase == "step", phase == "schedule")
-            setattr(owner, attr, wrapped)
-            self._saved.append((owner, attr, had, old))
+                inner = vars(owner).get(attr, inner)
+            self._saved.append((owner, attr, attr in vars(owner), vars(owner).get(attr)))
+            setattr(owner, attr, self._wrap(phase, inner, phase == "step", phase == "schedule"))
         for phase, part, attr in self.spans:
             owner = self.parts[part]
             self._saved.append((owner, attr, attr in vars(owner), vars(owner).get(attr)))
@@ -160,9 +154,7 @@ class PhaseTimers:
         return self
 
     def __exit__(self, *exc) -> None:
-        for owner, attr, had, old in reversed(self._saved):
-            if had:
-                setattr(owner, attr, old)
-            else:
-                delattr(owner, attr)
+        from labkit.vllm.ab import restore_attrs
+
+        restore_attrs(self._saved)
         self._saved.clear()

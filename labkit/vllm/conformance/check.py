@@ -69,10 +69,6 @@ def trace_findings(path: str | Path, *, top: int = SITE_RANK) -> dict:
             "phases": sorted(set(an.step_phases()["phase"]))}
 
 
-def _names_placeholder_site(sites: Sequence[str]) -> list[str]:
-    return [s for s in sites if any(f"): {name}" in s or s.endswith(name) for name in PLACEHOLDER_SITES)]
-
-
 def run_check(model_dir: str | Path, shape, variants: Sequence[str], *, run_dir: str | Path | None = None,
               traces: str | Path | None = None, json_out: str | Path | None = None) -> CheckReport:
     """Build one engine for ``model_dir``, run every variant, check the findings; see the module text."""
@@ -144,7 +140,8 @@ def _run(model_dir, arch, shape, variants, run: Path, dest: Path) -> tuple[Check
                    f"{found['steps']} steps from {found['steps_source']} markers, "
                    f"device events: {'yes' if found['has_device_events'] else 'none'}")
         if VARIANTS[v].placeholder == "tensor":
-            hits = _names_placeholder_site(found["top_host_call_sites"])
+            hits = [s for s in found["top_host_call_sites"]
+                    if any(f"): {name}" in s or s.endswith(name) for name in PLACEHOLDER_SITES)]
             report.add(f"{v}: placeholder calls among the top {SITE_RANK} host call sites", bool(hits),
                        "; ".join(hits) if hits else "none of " + ", ".join(PLACEHOLDER_SITES))
     return report, runs

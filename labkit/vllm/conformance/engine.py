@@ -33,17 +33,9 @@ ENGINE_ENV = {
 }
 
 #: ``vllm.LLM`` arguments of the lab's CPU runs (``build_engine`` overrides win)
-ENGINE_DEFAULTS = {
-    "load_format": "dummy",
-    "dtype": "bfloat16",
-    "max_model_len": 4096,
-    "max_num_seqs": 64,
-    "max_num_batched_tokens": 2048,
-    "enable_prefix_caching": False,
-    "mm_processor_cache_gb": 0,
-    "enforce_eager": True,
-    "seed": 0,
-}
+ENGINE_DEFAULTS = {"load_format": "dummy", "dtype": "bfloat16", "max_model_len": 4096, "max_num_seqs": 64,
+                   "max_num_batched_tokens": 2048, "enable_prefix_caching": False, "mm_processor_cache_gb": 0,
+                   "enforce_eager": True, "seed": 0}
 
 
 @dataclass(frozen=True)
@@ -132,10 +124,8 @@ def make_requests(model_dir: str | Path, shape: Shape, *, seed: int = 0, pixels:
     size = (shape.height, shape.width, 3)
     requests = []
     for _ in range(shape.requests):
-        if pixels == "solid":
-            arrays = [np.broadcast_to(rng.integers(0, 256, 3, dtype=np.uint8), size) for _ in range(shape.images)]
-        else:
-            arrays = [rng.integers(0, 256, size, dtype=np.uint8) for _ in range(shape.images)]
+        arrays = [np.broadcast_to(rng.integers(0, 256, 3, dtype=np.uint8), size) if pixels == "solid"
+                  else rng.integers(0, 256, size, dtype=np.uint8) for _ in range(shape.images)]
         requests.append({"prompt": image_prompt(arch, shape.images),
                          "multi_modal_data": {"image": [Image.fromarray(np.ascontiguousarray(a)) for a in arrays]}})
     return requests
@@ -228,11 +218,9 @@ class ScheduleCounter:
         return self
 
     def __exit__(self, *exc) -> None:
-        for owner, attr, had, old in self._saved:
-            if had:
-                setattr(owner, attr, old)
-            else:
-                delattr(owner, attr)
+        from labkit.vllm.ab import restore_attrs
+
+        restore_attrs(self._saved)
 
     def decode_steps(self, requests: int | None = None) -> list[StepCount]:
         """The pure decode steps (every scheduled request one token), with ``requests`` running if given."""
@@ -253,15 +241,20 @@ def profile_run(llm, requests: Sequence[dict], output_len: int, profile_dir: str
         generate_tokens(llm, requests, output_len)
     finally:
         llm.stop_profile()
+    moved = move_new_traces(profile_dir, before, dest)
+    if not moved:
+        raise RuntimeError(f"vLLM's profiler wrote no trace under {profile_dir}")
+    return moved
+
+
+def move_new_traces(profile_dir: Path, before: set, dest: Path) -> list[Path]:
+    """Move the traces vLLM's profiler wrote under ``profile_dir`` (every file not in ``before``, what was
+    there when it started) into ``dest``; returns their new paths."""
     dest.mkdir(parents=True, exist_ok=True)
     moved = []
     for path in sorted(set(profile_dir.rglob("*")) - before):
         if path.is_file() and path.name.endswith((".pt.trace.json.gz", ".pt.trace.json")):
-            target = dest / path.name
-            shutil.move(str(path), target)
-            moved.append(target)
-    if not moved:
-        raise RuntimeError(f"vLLM's profiler wrote no trace under {profile_dir}")
+            moved.append(Path(shutil.move(str(path), dest / path.name)))
     return moved
 
 

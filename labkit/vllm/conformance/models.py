@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.errors import UsageError
+from labkit.errors import UsageError, choice
 from labkit.facts import GEMMA4_E4B
 
 __all__ = ["ARCHS", "PlaceholderLayout", "placeholder_layout", "make_model", "config_hash", "model_arch",
@@ -74,9 +74,7 @@ def _pixtral_layout(width: int, height: int) -> PlaceholderLayout:
     if ratio > 1:
         height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
     rows, cols = (height - 1) // patch + 1, (width - 1) // patch + 1
-    mask: list[bool] = []
-    for _ in range(rows):
-        mask += [True] * cols + [False]  # [IMG] x cols, then [IMG_BREAK] (the last one: [IMG_END])
+    mask = ([True] * cols + [False]) * rows  # [IMG] x cols, then [IMG_BREAK] (the last one: [IMG_END])
     return PlaceholderLayout(len(mask), tuple(mask))
 
 
@@ -87,8 +85,7 @@ def _gemma4_layout(width: int, height: int) -> PlaceholderLayout:
 
 def placeholder_layout(arch: str, width: int, height: int) -> PlaceholderLayout:
     """The placeholder an image of ``width x height`` pixels gets in a model made for ``arch`` (without vLLM)."""
-    if arch not in ARCHS:
-        raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+    choice(ARCHS, arch, "model architecture")
     if width < 1 or height < 1:
         raise UsageError(f"image size must be positive, got {width} x {height}")
     return _pixtral_layout(width, height) if arch == "pixtral-llava" else _gemma4_layout(width, height)
@@ -223,8 +220,7 @@ def make_model(arch: str, out: str | Path, *, force: bool = False, causal_text: 
     Gemma-4-E4B's config does (#40143's benchmark model): vLLM then does not treat the model
     as an mm-prefix one and builds no per-step image ranges.
     """
-    if arch not in ARCHS:
-        raise UsageError(f"unknown model architecture {arch!r}: choose from {', '.join(ARCHS)}")
+    choice(ARCHS, arch, "model architecture")
     if causal_text and arch != "gemma4":
         raise UsageError("--causal-text applies to the gemma4 architecture only")
     if vocab_size is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import logging
 import statistics
 import tempfile
 from pathlib import Path
@@ -20,8 +19,6 @@ from labkit.timing import stopwatch
 
 __all__ = ["INPUT", "jpeg_images", "measure_media_decode", "measure_hf_processor",
            "measure_vllm_stages", "input_rows", "main"]
-
-logger = logging.getLogger(__name__)
 
 #: the result: images per request, requests through vLLM's stages, repeats of the processor alone at each
 #: size; its table (not a sweep: the stages of one engine, measured in :func:`input_rows`)
@@ -108,10 +105,8 @@ def measure_vllm_stages(llm, model_dir, b64_requests: list[list[str]]) -> list[d
         stats = list(registry.stat().values())
         if len(stats) != 1:
             raise RuntimeError(f"vLLM's stage timers recorded {len(stats)} entries for one request")
-        rec = {"request": i, "images": len(images), "add_request_us": total / len(images)}
-        for stage in VLLM_STAGES:
-            rec[f"{stage}_us"] = stats[0].get(f"{stage}_secs", 0.0) * 1e6 / len(images)
-        out.append(rec)
+        out.append({"request": i, "images": len(images), "add_request_us": total / len(images),
+                    **{f"{stage}_us": stats[0].get(f"{stage}_secs", 0.0) * 1e6 / len(images) for stage in VLLM_STAGES}})
     return out
 
 
@@ -187,10 +182,10 @@ def input_rows(spec: dict, model, run_dir: Path, *, width: int, height: int) -> 
     stages, decode, hf, hf_class, build = _measure_all(spec, model, run_dir, b64,
                                                       context_length(model, m, width=width, height=height))
     rows = [_row("media_decode", decode, where="vLLM ImageMediaIO.load_base64 (JPEG)"),
-            _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call")]
-    for stage in VLLM_STAGES:
-        rows.append(_row(stage, [s[f"{stage}_us"] for s in stages],
-                         where="vLLM's stage timers (TimingContext), processor cache kept, as vLLM runs"))
+            _row("hf_processor", hf, where=f"the HF processor alone ({hf_class}), {m} images per call"),
+            *(_row(stage, [s[f"{stage}_us"] for s in stages],
+                   where="vLLM's stage timers (TimingContext), processor cache kept, as vLLM runs")
+              for stage in VLLM_STAGES)]
     rows.append(_row("add_request", [s["add_request_us"] for s in stages],
                      where="LLMEngine.add_request, whole call, processor cache kept, as vLLM runs"))
     return rows, {"hf_image_processor": hf_class, "build": build}
@@ -200,6 +195,7 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     """The measurements of the module text; returns the result (rows per stage, the TTFT statement in params)."""
     from labkit.device import describe_machine
     from labkit.machine_load import machine_load
+    from labkit.timing import in_run_calibration
     from labkit.vllm.conformance.models import config_hash, make_model, model_arch
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -213,10 +209,7 @@ def run_input(spec: dict, size: str, run_dir: Path, *, width: int, height: int, 
     params = {"image_size": f"{height}x{width}", "images_per_request": m, "requests": spec["requests"],
               "repeats": spec["repeats"], "hf_image_processor": hf_class, "mm_processor_cache_gb": 4,
               "model": {"arch": "gemma4", "config_hash": config_hash(model)},
-              **{f"vllm_{k}": v for k, v in build.items()}}
-    params["machine_load"] = load
-    from labkit.timing import in_run_calibration
-
-    params[IN_RUN_KEY] = in_run_calibration()  # the unit costs of the same hour
+              **{f"vllm_{k}": v for k, v in build.items()}, "machine_load": load,
+              IN_RUN_KEY: in_run_calibration()}  # the unit costs of the same hour
     return INPUT.result(rows, size, params=params, machine=describe_machine("cpu"))
 

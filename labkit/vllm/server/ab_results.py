@@ -18,18 +18,11 @@ from labkit.vllm.variants import ENV_VAR, get_variant
 #: keys every ``vllm bench serve --save-result`` JSON has (facts F.2)
 REQUIRED_BENCH_KEYS = ("duration", "completed", "output_throughput", "mean_tpot_ms", "mean_ttft_ms")
 
-_SCALARS = {
-    "duration": "duration_s",
-    "completed": "completed",
-    "failed": "failed",
-    "total_input_tokens": "total_input_tokens",
-    "total_output_tokens": "total_output_tokens",
-    "request_throughput": "request_throughput_req_s",
-    "output_throughput": "output_throughput_tok_s",
-    "total_token_throughput": "total_token_throughput_tok_s",
-    "max_output_tokens_per_s": "max_output_tokens_per_s",
-    "max_concurrent_requests": "max_concurrent_requests",
-}
+_SCALARS = {"duration": "duration_s", "completed": "completed", "failed": "failed",
+            "total_input_tokens": "total_input_tokens", "total_output_tokens": "total_output_tokens",
+            "request_throughput": "request_throughput_req_s", "output_throughput": "output_throughput_tok_s",
+            "total_token_throughput": "total_token_throughput_tok_s",
+            "max_output_tokens_per_s": "max_output_tokens_per_s", "max_concurrent_requests": "max_concurrent_requests"}
 _LATENCIES = [f"{stat}_{metric}" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")]
 
 
@@ -42,16 +35,10 @@ def bench_row(bench: dict, *, variant: str, images: int | None = None, model: st
     if missing:
         raise UsageError(f"not a `vllm bench serve` result: missing key(s) {', '.join(missing)}")
     v = get_variant(variant)
-    row: dict = {
-        "variant": v.name,
-        "placeholder": v.placeholder,
-        "prefix_range": v.prefix_range,
-        "model": model or bench.get("model_id"),
-        "num_prompts": bench.get("num_prompts", bench.get("completed")),
-        "images_per_request": images,
-        "repeat": repeat,
-        "order": order,
-    }
+    row: dict = {"variant": v.name, "placeholder": v.placeholder, "prefix_range": v.prefix_range,
+                 "model": model or bench.get("model_id"),
+                 "num_prompts": bench.get("num_prompts", bench.get("completed")), "images_per_request": images,
+                 "repeat": repeat, "order": order}
     for key, out in _SCALARS.items():
         if key in bench:
             row[out] = _number(bench[key], key)
@@ -113,23 +100,11 @@ def _vllm_build() -> dict:
         return {"vllm_distribution": None, "vllm_version": None}
 
 
-def ingest(
-    bench_json: str | Path,
-    *,
-    variant: str,
-    images: int | None = None,
-    model: str | None = None,
-    trace_dir: str | Path | None = None,
-    gpu_name: str | None = None,
-    results_root: str | Path | None = None,
-    traces_root: str | Path | None = None,
-    repeat: int | None = None,
-    order: int | None = None,
-    device: str = "cuda",
-    shape: dict | None = None,
-    server_log: str | Path | None = None,
-    timers: str | Path | None = None,
-) -> Path:
+def ingest(bench_json: str | Path, *, variant: str, images: int | None = None, model: str | None = None,
+           trace_dir: str | Path | None = None, gpu_name: str | None = None, results_root: str | Path | None = None,
+           traces_root: str | Path | None = None, repeat: int | None = None, order: int | None = None,
+           device: str = "cuda", shape: dict | None = None, server_log: str | Path | None = None,
+           timers: str | Path | None = None) -> Path:
     """File one ``vllm bench serve`` JSON (and optional profiler traces) under result ``vllm_ab``.
 
     ``device="cpu"``: a run of vLLM's CPU build on this machine (source ``measured-cpu``; the

@@ -35,28 +35,20 @@ def request_rows(bench: dict) -> list[dict]:
     t0 = min(bench["start_times"])
     errors = bench.get("errors") or [""] * len(bench["start_times"])
     lens = bench.get("output_lens") or [None] * len(bench["start_times"])
-    rows = []
-    for i, (start, ttft, itls, latency, error, n) in enumerate(
-            zip(bench["start_times"], bench["ttfts"], bench["itls"], bench["latencies"], errors, lens)):
-        if error or not ttft:
-            continue
-        rows.append({"kind": "request", "request": i, "sent_s": start - t0, "first_token_s": start - t0 + ttft,
-                     "finish_s": start - t0 + latency, "output_tokens": n if n else len(itls) + 1,
-                     "itl_ms": [round(x * 1e3, 3) for x in itls]})
-    return rows
+    return [{"kind": "request", "request": i, "sent_s": start - t0, "first_token_s": start - t0 + ttft,
+             "finish_s": start - t0 + latency, "output_tokens": n if n else len(itls) + 1,
+             "itl_ms": [round(x * 1e3, 3) for x in itls]}
+            for i, (start, ttft, itls, latency, error, n) in enumerate(
+                zip(bench["start_times"], bench["ttfts"], bench["itls"], bench["latencies"], errors, lens))
+            if not error and ttft]
 
 
 def step_rows(log_text: str) -> list[dict]:
     """One row per engine step the server logged (``--enable-logging-iteration-details``), dummy steps left out."""
-    rows = []
-    for m in _ITERATION.finditer(log_text):
-        if m["dummy"]:
-            continue
-        rows.append({"kind": "step", "iteration": int(m["iteration"]), "log_time": m["time"],
-                     **{k: int(m[k]) for k in ("ctx_requests", "ctx_tokens", "gen_requests", "gen_tokens")},
-                     "encoder_inputs": int(m["encoder_inputs"] or 0), "encoder_tokens": int(m["encoder_tokens"] or 0),
-                     "elapsed_ms": float(m["elapsed_ms"])})
-    return rows
+    return [{"kind": "step", "iteration": int(m["iteration"]), "log_time": m["time"],
+             **{k: int(m[k]) for k in ("ctx_requests", "ctx_tokens", "gen_requests", "gen_tokens")},
+             "encoder_inputs": int(m["encoder_inputs"] or 0), "encoder_tokens": int(m["encoder_tokens"] or 0),
+             "elapsed_ms": float(m["elapsed_ms"])} for m in _ITERATION.finditer(log_text) if not m["dummy"]]
 
 
 def _jsonl(folder: Path, side: str) -> list[dict]:
