@@ -155,10 +155,8 @@ def thread_segments(trace: EventTables, rows: np.ndarray, win_s, win_e) -> Segme
 
 
 def name_codes(col) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, names)`` of a (categorical) name column: the names of a trace's events table are one list,
-    so codes from any of its rows compare; an empty name is no name (-1), as its label reads."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        col = col.astype("category")
+    """``(codes, names)`` of the events table's (categorical) name column: its names are one list, so codes
+    from any of its rows compare; an empty name is no name (-1), as its label reads."""
     names = np.asarray(col.cat.categories, dtype=object)
     codes = col.cat.codes.to_numpy().astype(np.int32)
     empty = np.flatnonzero(names == NO_LABEL)
