@@ -193,9 +193,18 @@ class KernelConfig:
 #: Register/shared-memory use was read from sm_90 builds: at D=256, m128n32w8s2 keeps everything in
 #: registers (128 KiB shared), m128n64w8s2 spills 24 B and needs 192 KiB shared, yet was the fastest
 #: at both Gemma-3 prefill cases on an H200 (data/results/h200/attn_bench_quick.json), so it is the default.
-CUDA_CONFIGS = {cfg.label(): cfg for cfg in (
-    KernelConfig(128, 32, 8, 2), KernelConfig(128, 64, 8, 2), KernelConfig(64, 32, 4, 2), KernelConfig(64, 64, 4, 2),
-    KernelConfig(16, 64, 4, 2), KernelConfig(16, 64, 4, 3), KernelConfig(16, 128, 4, 2))}
+CUDA_CONFIGS = {
+    cfg.label(): cfg
+    for cfg in (
+        KernelConfig(128, 32, 8, 2),
+        KernelConfig(128, 64, 8, 2),
+        KernelConfig(64, 32, 4, 2),
+        KernelConfig(64, 64, 4, 2),
+        KernelConfig(16, 64, 4, 2),
+        KernelConfig(16, 64, 4, 3),
+        KernelConfig(16, 128, 4, 2),
+    )
+}
 
 
 def pick_config(head_dim: int, group_pad: int, max_seqlen_q: int, mode: str | None = None) -> KernelConfig:

@@ -18,9 +18,15 @@ logger = logging.getLogger(__name__)
 
 
 #: (placeholder, scheduling, prefix_ranges) of the default variant set
-DEFAULT_VARIANTS = (("tensor", "loop", "none"), ("list", "loop", "none"), ("fast", "cursor", "none"),
-                    ("fast", "cursor", "per_layer"), ("fast", "cursor", "per_step"), ("fast", "cursor", "pinned"),
-                    ("fast", "cursor", "cached"))
+DEFAULT_VARIANTS = (
+    ("tensor", "loop", "none"),
+    ("list", "loop", "none"),
+    ("fast", "cursor", "none"),
+    ("fast", "cursor", "per_layer"),
+    ("fast", "cursor", "per_step"),
+    ("fast", "cursor", "pinned"),
+    ("fast", "cursor", "cached"),
+)
 
 _GEMMA = {"model": ("gemma4-e4b-like",) * 2, "workload": ("pr40143",) * 2}
 #: the result per device kind: model, workload, measured and warm-up steps at each size, and its table

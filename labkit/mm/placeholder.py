@@ -170,8 +170,11 @@ class FastPlaceholderRange:
 
 
 #: name -> placeholder-range class; all share the constructor ``cls(offset, length, is_embed=None)``
-PLACEHOLDER_VARIANTS: dict[str, type] = {"tensor": TensorPlaceholderRange, "list": ListPlaceholderRange,
-                                         "fast": FastPlaceholderRange}
+PLACEHOLDER_VARIANTS: dict[str, type] = {
+    "tensor": TensorPlaceholderRange,
+    "list": ListPlaceholderRange,
+    "fast": FastPlaceholderRange,
+}
 
 
 def get_placeholder_class(variant: str) -> type:

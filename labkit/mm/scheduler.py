@@ -175,8 +175,11 @@ class WindowStrategy(SchedulingStrategy):
 
 
 #: name -> strategy class (instantiate one per scheduler: some keep per-request state)
-SCHEDULING_STRATEGIES: dict[str, type[SchedulingStrategy]] = {cls.name: cls for cls in (LoopStrategy, CursorStrategy,
-                                                                                        WindowStrategy)}
+SCHEDULING_STRATEGIES: dict[str, type[SchedulingStrategy]] = {
+    "loop": LoopStrategy,
+    "cursor": CursorStrategy,
+    "window": WindowStrategy,
+}
 
 
 def make_strategy(name: str) -> SchedulingStrategy:

@@ -10,8 +10,12 @@ from labkit.device import SOURCES
 SOURCES_METADATA_KEY = "labkit_sources"
 
 #: a source's badge colour (the report's index and pages use the same)
-SOURCE_COLOURS = {"measured-gpu": "#1b7f3a", "measured-cpu": "#1f5f99", "simulated": "#b35900",
-                  "interpreted": "#6b4c9a"}
+SOURCE_COLOURS = {
+    "measured-gpu": "#1b7f3a",
+    "measured-cpu": "#1f5f99",
+    "simulated": "#b35900",
+    "interpreted": "#6b4c9a",
+}
 
 
 def setup_notebook() -> None:

@@ -8,9 +8,12 @@ from labkit.device import SOURCES
 
 #: legend order: measured first
 SOURCE_ORDER: tuple[str, ...] = SOURCES
-SOURCE_TITLES = {"measured-gpu": "measured on a GPU", "measured-cpu": "measured on a CPU",
-                 "simulated": "simulated (a model, not hardware)",
-                 "interpreted": "interpreted (correctness only, never timed)"}
+SOURCE_TITLES = {
+    "measured-gpu": "measured on a GPU",
+    "measured-cpu": "measured on a CPU",
+    "simulated": "simulated (a model, not hardware)",
+    "interpreted": "interpreted (correctness only, never timed)",
+}
 #: source -> (colour family, bar pattern shape; "" = solid)
 SOURCE_STYLE: dict[str, tuple[tuple[str, ...], str]] = {
     "measured-gpu": (("#1f5fa8", "#2b9e3f", "#0f8f9e", "#5b3fa8", "#7a9e1f"), ""),

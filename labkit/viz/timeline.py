@@ -17,10 +17,16 @@ MAX_EVENTS = 6_000  #: most bars drawn per figure (merged at a resolution, see `
 STEP_FRACTION = 0.01  #: coarsest merge resolution, as a fraction of the median step (or of the trace)
 FINEST_GAP_US = 1.0  #: the first resolution tried when bars must be merged (doubled until they fit)
 
-_STYLE = {"kernel": ("#1f77b4", "kernel"), "gpu_memcpy": ("#ff7f0e", "memcpy"), "gpu_memset": ("#8c564b", "memset"),
-          "user_annotation": ("#2ca02c", "annotation"), "cpu_op": ("#9467bd", "CPU op"),
-          "runtime": ("#17becf", "runtime call"), "host_wait": ("#d62728", "idle: host wait"),
-          "idle": ("#b0b0b0", "idle: other / kernel wait")}
+_STYLE = {
+    "kernel": ("#1f77b4", "kernel"),
+    "gpu_memcpy": ("#ff7f0e", "memcpy"),
+    "gpu_memset": ("#8c564b", "memset"),
+    "user_annotation": ("#2ca02c", "annotation"),
+    "cpu_op": ("#9467bd", "CPU op"),
+    "runtime": ("#17becf", "runtime call"),
+    "host_wait": ("#d62728", "idle: host wait"),
+    "idle": ("#b0b0b0", "idle: other / kernel wait"),
+}
 
 
 def _as_trace(obj) -> Trace:

@@ -142,12 +142,25 @@ def _repo_relative(path: str | None) -> str | None:
 
 def parametric_profile() -> DeviceProfile:
     """A hand-set profile sized like a Gemma-4-E4B-like decode step on a Hopper GPU (labelled parametric)."""
-    ops = {"embed": OpCost(4_000, 2.0), "input_norm": OpCost(3_000, 1.0), "qkv_proj": OpCost(18_000, 40.0),
-           "rope": OpCost(3_000, 1.0), "kv_write": OpCost(3_000, 1.0), "attention": OpCost(10_000, 20.0, 0.02),
-           "o_proj": OpCost(12_000, 25.0), "post_attn_norm": OpCost(3_000, 1.0), "gate_up_proj": OpCost(45_000, 110.0),
-           "act_mul": OpCost(4_000, 2.0), "down_proj": OpCost(28_000, 60.0), "post_mlp_norm": OpCost(3_000, 1.0),
-           "final_norm": OpCost(3_000, 1.0), "lm_head": OpCost(250_000, 300.0), "sample": OpCost(20_000, 10.0),
-           "prepare_inputs": OpCost(3_000, 0.5), "pad_ranges": OpCost(4_000)}
+    ops = {
+        "embed": OpCost(4_000, 2.0),
+        "input_norm": OpCost(3_000, 1.0),
+        "qkv_proj": OpCost(18_000, 40.0),
+        "rope": OpCost(3_000, 1.0),
+        "kv_write": OpCost(3_000, 1.0),
+        "attention": OpCost(10_000, 20.0, 0.02),
+        "o_proj": OpCost(12_000, 25.0),
+        "post_attn_norm": OpCost(3_000, 1.0),
+        "gate_up_proj": OpCost(45_000, 110.0),
+        "act_mul": OpCost(4_000, 2.0),
+        "down_proj": OpCost(28_000, 60.0),
+        "post_mlp_norm": OpCost(3_000, 1.0),
+        "final_norm": OpCost(3_000, 1.0),
+        "lm_head": OpCost(250_000, 300.0),
+        "sample": OpCost(20_000, 10.0),
+        "prepare_inputs": OpCost(3_000, 0.5),
+        "pad_ranges": OpCost(4_000),
+    }
     return DeviceProfile(name=PARAMETRIC_NAME, origin="parametric, not measured", parametric=True, ops=ops)
 
 

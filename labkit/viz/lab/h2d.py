@@ -7,8 +7,12 @@ import plotly.graph_objects as go
 from labkit.results import BenchResult
 from labkit.viz.labels import legend_below, no_result
 
-STRATEGY_LABELS = {"per_layer": "per layer (before #38794)", "per_step": "per step (#38794)",
-                   "pinned": "pinned (#41434)", "cached": "cached (lab)"}
+STRATEGY_LABELS = {
+    "per_layer": "per layer (before #38794)",
+    "per_step": "per step (#38794)",
+    "pinned": "pinned (#41434)",
+    "cached": "cached (lab)",
+}
 STRATEGY_ORDER = list(STRATEGY_LABELS)
 COLOURS = {"per_layer": "#c0392b", "per_step": "#2471a3", "pinned": "#17a589", "cached": "#8e44ad"}
 

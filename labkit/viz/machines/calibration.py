@@ -8,8 +8,12 @@ from labkit.results import BenchResult
 from labkit.viz.labels import no_result
 
 #: what each CPU calibration row reads, as a reader writes it
-CPU_LABELS = {"loop_only": "loop only", "list_index": "list[i]", "tensor_index_int": "int(tensor[i])",
-              "tensor_index_item": "tensor[i].item()"}
+CPU_LABELS = {
+    "loop_only": "loop only",
+    "list_index": "list[i]",
+    "tensor_index_int": "int(tensor[i])",
+    "tensor_index_item": "tensor[i].item()",
+}
 
 
 def _machine_label(r: BenchResult) -> str:

@@ -33,9 +33,17 @@ ENGINE_ENV = {
 }
 
 #: ``vllm.LLM`` arguments of the lab's CPU runs (``build_engine`` overrides win)
-ENGINE_DEFAULTS = {"load_format": "dummy", "dtype": "bfloat16", "max_model_len": 4096, "max_num_seqs": 64,
-                   "max_num_batched_tokens": 2048, "enable_prefix_caching": False, "mm_processor_cache_gb": 0,
-                   "enforce_eager": True, "seed": 0}
+ENGINE_DEFAULTS = {
+    "load_format": "dummy",
+    "dtype": "bfloat16",
+    "max_model_len": 4096,
+    "max_num_seqs": 64,
+    "max_num_batched_tokens": 2048,
+    "enable_prefix_caching": False,
+    "mm_processor_cache_gb": 0,
+    "enforce_eager": True,
+    "seed": 0,
+}
 
 
 @dataclass(frozen=True)

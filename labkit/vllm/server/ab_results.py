@@ -18,11 +18,18 @@ from labkit.vllm.variants import ENV_VAR, get_variant
 #: keys every ``vllm bench serve --save-result`` JSON has (facts F.2)
 REQUIRED_BENCH_KEYS = ("duration", "completed", "output_throughput", "mean_tpot_ms", "mean_ttft_ms")
 
-_SCALARS = {"duration": "duration_s", "completed": "completed", "failed": "failed",
-            "total_input_tokens": "total_input_tokens", "total_output_tokens": "total_output_tokens",
-            "request_throughput": "request_throughput_req_s", "output_throughput": "output_throughput_tok_s",
-            "total_token_throughput": "total_token_throughput_tok_s",
-            "max_output_tokens_per_s": "max_output_tokens_per_s", "max_concurrent_requests": "max_concurrent_requests"}
+_SCALARS = {
+    "duration": "duration_s",
+    "completed": "completed",
+    "failed": "failed",
+    "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "request_throughput": "request_throughput_req_s",
+    "output_throughput": "output_throughput_tok_s",
+    "total_token_throughput": "total_token_throughput_tok_s",
+    "max_output_tokens_per_s": "max_output_tokens_per_s",
+    "max_concurrent_requests": "max_concurrent_requests",
+}
 _LATENCIES = [f"{stat}_{metric}" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")]
 
 
