@@ -33,14 +33,12 @@ def _unlink_quietly(path: str | os.PathLike) -> None:
         pass
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes, *, make_parents: bool = True) -> Path:
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically; returns the path."""
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if make_parents:
-        parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -77,14 +75,12 @@ def write_json(path: str | os.PathLike, obj, *, indent: int | None = 1, allow_na
 
 
 @contextlib.contextmanager
-def atomic_target(path: str | os.PathLike, *, make_parents: bool = True) -> Iterator[Path]:
+def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path next to ``path`` (same name ending, e.g. ``.json.gz``) for a writer that
     needs a path; it replaces ``path`` when the block ends without error, and is removed otherwise."""
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if make_parents:
-        parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".tmp-{uuid.uuid4().hex[:12]}.{path.name}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}.{path.name}"
     try:
         yield tmp
         if not tmp.exists():

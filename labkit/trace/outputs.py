@@ -19,15 +19,9 @@ def check_output(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"output {str(path)!r} is a folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"output folder {str(parent)!r} does not exist")
+    if not path.parent.is_dir():
+        raise UsageError(f"output folder {str(path.parent)!r} does not exist")
     return path
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a user-named output atomically; a missing folder or a folder as target is a ``UsageError``."""
-    return fileio.write_atomic(check_output(path), text, make_parents=False)
 
 
 def check_outputs(outputs: dict[str, str | None], inputs: list[Path]) -> dict[str, Path]:
@@ -59,7 +53,7 @@ def write_all(outputs: dict[Path, str]) -> None:
     done: list[Path] = []
     try:
         for path, text in outputs.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             temps.append((tmp, path))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)

@@ -6,7 +6,6 @@ How: docs/trace-analyzer.md ("labkit whatif"); the JSON: docs/analyze-json.md.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ import numpy as np
 from labkit.errors import UsageError
 from labkit.results import labkit_commit
 from labkit.trace.analysis.host.steps import find_step_spans
+from labkit.trace.analysis.trace import _clean
+from labkit.trace.outputs import _num as _f
 from labkit.trace.read.load import as_trace
 from labkit.trace.whatif.changes import Change, closest_names, is_pageable_h2d, parse_changes, plan_copy_drops
 from labkit.trace.whatif.dependency_graph import Graph, Records, trace_graph, trace_records
@@ -105,22 +106,6 @@ class WhatIf:
         if self.suggestions is not None:
             out.extend(suggestion_lines(self.suggestions))
         return out
-
-
-def _f(x, nd: int = 3) -> str:
-    return "n/a" if x is None else f"{x:.{nd}f}"
-
-
-def _clean(obj):
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
 
 
 def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tokens, gone=frozenset()) -> dict:
