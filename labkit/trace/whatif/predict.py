@@ -15,6 +15,7 @@ import numpy as np
 
 from labkit.errors import UsageError
 from labkit.results import labkit_commit
+from labkit.trace.analysis.host.engine_steps import _union_inside
 from labkit.trace.analysis.host.steps import find_step_spans
 from labkit.trace.analysis.trace import _clean
 from labkit.trace.outputs import _num as _f
@@ -112,38 +113,24 @@ def _metrics(rec: Records, steps: list, starts, ends, win, step_times: list, tok
     lo, hi = win
     length = hi - lo
     streams = []
-    all_iv = []
     by: dict = {}
     for i, o in enumerate(rec.ops):
         if i not in gone:
             by.setdefault(o.stream, []).append(i)
     for st, idx in by.items():
-        iv = [(max(starts[i], lo), min(ends[i], hi)) for i in idx if ends[i] > lo and starts[i] < hi]
-        busy = _union(iv)
-        all_iv.extend(iv)
+        busy, _ = _union_inside(starts[idx], ends[idx], lo, hi)
         streams.append({"device": st[0], "stream": st[1], "ops_count": len(idx), "busy_ms": busy / 1e3,
                         "idle_ms": max(0.0, length - busy) / 1e3,
                         "idle_frac": (1 - busy / length) if length > 0 else None})
     med = float(np.median(step_times)) if step_times else None
-    busy_all = _union(all_iv)
+    alive = [i for idx in by.values() for i in idx]
+    busy_all, _ = _union_inside(starts[alive], ends[alive], lo, hi)
     return {"step_ms_median": med / 1e3 if med is not None else None,
             "step_ms": [t / 1e3 for t in step_times],
             "device_idle_frac": (1 - busy_all / length) if len(rec.ops) > len(gone) and length > 0 else None,
             "device_busy_ms": busy_all / 1e3, "window_ms": length / 1e3,
             "tokens_per_s": (float(np.median(tokens)) / (med / 1e6)) if tokens and med else None,
             "streams": streams}
-
-
-def _union(iv: list) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for a, z in sorted(iv):
-        if cur_e is None or a > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = a, z
-        else:
-            cur_e = max(cur_e, z)
-    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
 
 
 def _steady(times: list, win: tuple) -> tuple:
