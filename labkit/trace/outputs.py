@@ -69,6 +69,16 @@ def write_all(outputs: dict[Path, str]) -> None:
             path.unlink(missing_ok=True)
         raise UsageError(f"cannot write outputs: {exc.strerror or exc}") from None
 
+
+def finish(lines: list[str], texts: dict[Path, str]) -> int:
+    """A command's end: print its summary ``lines``, write every output (``write_all``), say where; exit code 0."""
+    for line in lines:
+        print(line)
+    write_all(texts)
+    for path in texts:
+        print(f"wrote {path}")
+    return 0
+
 CSS = """
 body{font-family:system-ui,sans-serif;margin:20px;color:#222}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}

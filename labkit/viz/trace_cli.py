@@ -14,7 +14,7 @@ from labkit.errors import UsageError
 from labkit.trace.analysis.diff import diff_analyses
 from labkit.trace.analysis.many import TraceSet, expand_paths
 from labkit.trace.analysis.trace import Trace
-from labkit.trace.outputs import CSS, check_outputs, html_table, json_text, write_all
+from labkit.trace.outputs import CSS, check_outputs, finish, html_table, json_text
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -93,22 +93,13 @@ def _main_one(args, trace: Path, kw: dict, outs: dict[str, Path], jobs: int) -> 
     lines = before.summary_lines(top=min(args.top, 10))
     if diff is not None:
         lines += ["", *diff.after.summary_lines(top=min(args.top, 10)), "", *diff.summary_lines(top=min(args.top, 10))]
-    return _finish(lines, texts)
+    return finish(lines, texts)
 
 
 def _main_many(args, traces: list[Path], kw: dict, outs: dict[str, Path], jobs: int) -> int:
     several = TraceSet(traces, jobs=jobs, dask_address=args.dask, top=args.top, **kw)
     texts = {outs["--json"]: json_text(several.to_json())} if "--json" in outs else {}
-    return _finish(several.summary_lines(), texts)
-
-
-def _finish(lines: list[str], texts: dict[Path, str]) -> int:
-    for line in lines:
-        print(line)
-    write_all(texts)
-    for path in texts:
-        print(f"wrote {path}")
-    return 0
+    return finish(several.summary_lines(), texts)
 
 
 def _source(an) -> str:

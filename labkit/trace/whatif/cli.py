@@ -8,7 +8,7 @@ from pathlib import Path
 
 from labkit.errors import UsageError
 from labkit.trace.analysis.trace import Trace
-from labkit.trace.outputs import check_outputs, json_text, render_whatif, write_all
+from labkit.trace.outputs import check_outputs, finish, json_text, render_whatif
 from labkit.trace.whatif.changes import parse_changes
 from labkit.trace.whatif.predict import predict
 
@@ -50,9 +50,4 @@ def main(args: argparse.Namespace) -> int:
         texts[outs["--html"]] = render_whatif(w)
     for line in w.warnings:
         print(f"labkit: warning: {line}", file=sys.stderr)
-    for line in w.summary_lines():
-        print(line)
-    write_all(texts)
-    for path in texts:
-        print(f"wrote {path}")
-    return 0
+    return finish(w.summary_lines(), texts)
