@@ -14,7 +14,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from labkit.errors import UsageError
@@ -197,11 +197,7 @@ def unit_row(kind: str, variant: str, metric: str, t: Timing, **extra) -> dict:
 
 def per_element(t: Timing, divisor: int) -> Timing:
     """Per-element quantiles from per-loop quantiles."""
-    return Timing(
-        median_ns=t.median_ns / divisor, p20_ns=t.p20_ns / divisor, p80_ns=t.p80_ns / divisor,
-        mean_ns=t.mean_ns / divisor, min_ns=t.min_ns / divisor, repeats=t.repeats, number=t.number,
-        method=t.method,
-    )
+    return replace(t, **{k: getattr(t, k) / divisor for k in ("median_ns", "p20_ns", "p80_ns", "mean_ns", "min_ns")})
 
 
 def cpu_loops(n: int = CPU_ELEMENTS) -> dict:
