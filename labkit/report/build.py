@@ -18,11 +18,10 @@ from labkit.report.execute import CellError, execute_notebook
 from labkit.report.index import notebook_summary
 from labkit.report.exporter import export_page, notebook_sources
 from labkit.report.runs import NotebookRun, public_machine, write_index, save_report_result
-from labkit.results import REPO_ROOT, labkit_commit
+from labkit.results import REPO_ROOT, SIZES, labkit_commit
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.py"
-SIZES = ("quick", "full")
 STATIC = "_static"
 
 def find_notebooks(notebooks_dir: Path | str = NOTEBOOKS_DIR, only: list[str] | None = None) -> list[Path]:
