@@ -7,7 +7,7 @@ summary.txt and report/ (the report's pages). Always packed: results, logs, prof
 The report's pages go in as report.tar.xz (one solid xz stream: the plotly.js every page
 embeds compresses to one copy). A trace that cannot be read to its end (a step killed while
 its profiler wrote it) is skipped. Traces go in whole while they fit; when they do not, the
-largest are trimmed to their first profiled step (labkit.trace.read.trim), then h2d traces and
+largest are trimmed to their first profiled step (scripts/trim_trace.py), then h2d traces and
 finally engine traces are left out, largest first. MANIFEST.txt in the tarball lists every
 file with its size and what was skipped, trimmed or left out.
 
@@ -91,9 +91,10 @@ def _write_checked(work: Path, checked: set[str]) -> None:
 
 
 def _trim(src: Path, dst: Path):
-    """``labkit.trace.read.trim.trim_trace(src, dst, steps=1)``; an error (or no trimmer) is a note, not a stop."""
+    """``trim_trace.trim_trace(src, dst, steps=1)`` (scripts/trim_trace.py); an error (or no trimmer) is a note,
+    not a stop."""
     try:
-        from labkit.trace.read.trim import trim_trace
+        from trim_trace import trim_trace  # beside this script
 
         return trim_trace(src, dst, steps=1), None
     except Exception as exc:  # noqa: BLE001 - packing goes on with the trace untrimmed

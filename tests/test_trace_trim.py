@@ -1,4 +1,4 @@
-"""labkit.trace.read.trim: a hand-worked trace, a recorded H200 trace, and the command's bad input."""
+"""scripts/trim_trace.py: a hand-worked trace, a recorded H200 trace, and the command's bad input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from labkit.errors import UsageError
 from labkit.trace.read.load import load_trace
-from labkit.trace.read.trim import main as trim_main
-from labkit.trace.read.trim import step_starts, trim_events, trim_trace
+from scripts.trim_trace import main as trim_main
+from scripts.trim_trace import step_starts, trim_events, trim_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_TRACE = next(iter(sorted((ROOT / "data" / "traces" / "h200" / "tensor-loop-none-async").glob("*.pt.trace.json.gz"))), None)

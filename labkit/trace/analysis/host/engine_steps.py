@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labkit.trace.analysis.host.steps import top_level_spans
 from labkit.trace.read.columns import name_mask
 from labkit.trace.read.load import EventTables
 
@@ -68,17 +69,6 @@ def _frames(trace: EventTables, pattern: str) -> pd.DataFrame:
     return ev[is_frame & name_mask(ev["name"], re.compile(pattern))]
 
 
-def _outermost(frames: pd.DataFrame) -> pd.DataFrame:
-    s = frames.sort_values(["ts_us", "dur_us"], ascending=[True, False], kind="stable")
-    ts, end = s["ts_us"].to_numpy(), (s["ts_us"] + s["dur_us"]).to_numpy()
-    keep = np.zeros(len(s), bool)
-    last = -np.inf
-    for i in range(len(s)):
-        if ts[i] >= last:
-            keep[i], last = True, end[i]
-    return s[keep]
-
-
 def engine_steps(trace: EventTables) -> tuple[pd.DataFrame, str | None]:
     """The engine's whole steps (``STEP_COLUMNS``, us; only those wholly inside the trace) and their frame."""
     for label, pattern in STEP_FRAMES:
@@ -86,7 +76,7 @@ def engine_steps(trace: EventTables) -> tuple[pd.DataFrame, str | None]:
         if len(f):
             ev = trace.events
             first, last = float(ev["ts_us"].min()), float((ev["ts_us"] + ev["dur_us"]).max())
-            s = _outermost(f)
+            s = top_level_spans(f)
             s = s[(s["ts_us"] > first) & (s["ts_us"] + s["dur_us"] < last)]  # not cut by the profiler
             return pd.DataFrame({"step": np.arange(len(s)), "start_us": s["ts_us"].to_numpy(),
                                  "end_us": (s["ts_us"] + s["dur_us"]).to_numpy(), "dur_us": s["dur_us"].to_numpy(),

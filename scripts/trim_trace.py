@@ -1,4 +1,8 @@
-"""Trim a Kineto trace to its first profiled steps, so that recorded traces stay small."""
+"""Trim a Kineto trace to its first profiled steps, so that recorded traces stay small (the GPU run's packer,
+scripts/pack_gpu_check.py, and the fixtures of tests/data).
+
+    python scripts/trim_trace.py SRC DST [--steps N]
+"""
 
 from __future__ import annotations
 
@@ -113,3 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trim: {stats.events_in} -> {stats.events_out} events, {stats.steps_kept}/{stats.steps_in} steps -> {args.dst}")
     return 0
 
+
+if __name__ == "__main__":
+    sys.exit(main())
