@@ -55,9 +55,13 @@ def _same(a, b):
     assert sa == sb
 
 
+@pytest.mark.parametrize("room", ["reserved", "none"])
 @pytest.mark.parametrize("tricky", ['}, {', '"},{"ph": "X"}', ']}, {[', "plain"])
-def test_cuts_between_events_read_on_workers(tmp_path, small_parts, tricky):
-    # one event a line: each cut has a line break in it, so it cannot be inside a string
+def test_cuts_between_events_read_on_workers(tmp_path, small_parts, monkeypatch, tricky, room):
+    # one event a line: each cut has a line break in it, so it cannot be inside a string. "none": no room
+    # is reserved in front of the last range's rows, so the others' cannot go there and all are copied
+    if room == "none":
+        monkeypatch.setattr(document, "MIN_EVENT_BYTES", 1 << 40)
     doc = {"schemaVersion": 1, "traceEvents": _events(400, tricky), "displayTimeUnit": "ms"}
     path = _write(tmp_path, doc, "t.json", indent=1)
     one, three = load_trace(path, jobs=1), load_trace(path, jobs=3)

@@ -152,10 +152,10 @@ def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     return code, keys
 
 
-def _grown(a: np.ndarray, n: int, size: int) -> np.ndarray:
-    """A new array of ``size`` elements holding ``a[:n]`` first (the rest unwritten)."""
+def _grown(a: np.ndarray, lo: int, n: int, size: int) -> np.ndarray:
+    """A new array of ``size`` elements holding ``a[lo:n]`` at the same place (the rest unwritten)."""
     out = np.empty(size, a.dtype)
-    out[:n] = a[:n]
+    out[lo:n] = a[lo:n]
     return out
 
 
@@ -166,7 +166,7 @@ class ColumnStore:
 
     def __init__(self) -> None:
         self.arrays: list[np.ndarray] = [np.empty(0, dt) for dt in EVENT_DTYPES]
-        self.n = 0  #: events held (the first ``n`` of each array)
+        self.lo = self.n = 0  #: events held: ``lo`` to ``n`` of each array (room before ``lo`` is never written)
         self.cats = Interner()
         self.names = Interner()
         self.kind: dict[int, int] = {}  # cat code -> KIND_*
@@ -234,7 +234,7 @@ class ColumnStore:
     def reserve(self, events: int) -> None:
         """Room for ``events`` events in all (a hint: the store grows past it when needed)."""
         if events > len(self.arrays[0]):
-            self.arrays = [_grown(a, self.n, events) for a in self.arrays]
+            self.arrays = [_grown(a, self.lo, self.n, events) for a in self.arrays]
 
     def append(self, arrays) -> None:
         """Append one array per column (equal lengths), each converted to its column's dtype."""
@@ -255,16 +255,23 @@ class ColumnStore:
 
     def columns(self) -> list[np.ndarray]:
         """Each column as one array (views of the held ones)."""
-        return [a[:self.n] for a in self.arrays]
+        return [a[self.lo:self.n] for a in self.arrays]
 
-    def extend(self, part: tuple, index_offset: int) -> None:
+    def extend(self, part: tuple, index_offset: int, *, in_place: bool = False) -> None:
         """Append a later part of the same array read by another store (``part()`` of it): its strings are
-        interned here in their order of first appearance, so codes and categories are those of one read."""
+        interned here in their order of first appearance, so codes and categories are those of one read.
+        ``in_place``: the part's rows already lie in this store's arrays right after its own (the other
+        store shares them): only their codes and indices change."""
         (cat, name, *rest, index), cats, names, threads = part
         cat_map, name_map = self.cats.lookup(cats), self.names.lookup(names)
         for code, value in zip(cat_map.tolist(), cats):
             self.kind.setdefault(code, category_kind(value))
-        if len(cat):
+        if in_place:
+            at = slice(self.n, self.n + len(cat))
+            self.arrays[0][at], self.arrays[1][at] = cat_map[cat], name_map[name]
+            self.arrays[-1][at] += index_offset
+            self.n = at.stop
+        elif len(cat):
             self.append((cat_map[cat], name_map[name], *rest, index + index_offset))
         self.threads.extend(threads)
 

@@ -134,7 +134,9 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
         futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
         fh = open(path, "rb")
         files.append(fh)
-        tail.reserve((size - starts[-1]) // MIN_EVENT_BYTES)
+        room = sum(z - a for a, (z, _) in zip(starts, cuts)) // MIN_EVENT_BYTES  # the workers' events at most
+        tail.reserve(room + (size - starts[-1]) // MIN_EVENT_BYTES)
+        tail.lo = tail.n = room  # the last range's rows after room for the others': they go in front of them
         fh.seek(starts[-1] - 1)  # the byte before the last range: the batch decoder borrows it
         nxt = ByteReader(fh)
         nxt.base = starts[-1] - 1
@@ -158,10 +160,15 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
             f.close()
     if not futures:
         return False
-    offset = 0
-    cols.reserve(sum(len(part[0][0]) for part, _ in results) + tail.n)
-    for part, st in results + [(tail.part(), own)]:
-        cols.extend(part, offset)
+    offset, before = 0, sum(len(part[0][0]) for part, _ in results)
+    shared = before <= tail.lo  # the other ranges' rows fit in front of the last one's: it is not copied
+    if shared:
+        cols.arrays, cols.lo = tail.arrays, tail.lo - before
+        cols.n = cols.lo
+    else:
+        cols.reserve(before + tail.n - tail.lo)
+    for k, (part, st) in enumerate(results + [(tail.part(), own)]):
+        cols.extend(part, offset, in_place=shared and k == len(results))
         stats.add(st, offset)
         offset += st.n_events
     stats.n_events, stats.bytes_read, stats.found, stats.parts = offset, size, own.found, len(results) + 1
