@@ -222,7 +222,7 @@ def thread_rows(trace: EventTables, pid: int, tid: int) -> np.ndarray:
             same_tid = host[py & (ht == tid)]
             if len(same_tid):
                 mine = np.concatenate([mine, same_tid])
-            elif py.any() and len(np.unique(hp[py] * (1 << 32) + ht[py])) == 1:
+            elif py.any() and (hp[py] == hp[py][0]).all() and (ht[py] == ht[py][0]).all():  # one thread has them
                 mine = np.concatenate([mine, host[py]])
         cache[key] = mine
     return cache[key]
