@@ -40,3 +40,57 @@ def test_cat_mask_by_codes_equals_isin():
     assert cat_mask(cat, []).tolist() == [False] * 6
     assert cat_mask(cat, {"cpu_op": 1}).tolist() == [False, True, False, False, False, False]  # a dict's keys
     assert isinstance(cat_mask(cat, wanted), np.ndarray)
+
+
+def test_group_codes_tell_strings_by_value_not_identity():
+    a, b = "".join(["aten::", "mm"]), "".join(["aten:", ":mm"])  # equal strings, two objects
+    assert a == b and a is not b
+    code, keys = group_codes([a, None, b, "x", None], [1, 1, 1, 1, 2])
+    assert code.tolist() == [0, 1, 0, 2, 3]
+    assert keys == [("aten::mm", 1), (None, 1), ("x", 1), (None, 2)]
+    # values other than strings keep pandas' rules: every NaN is one group
+    code, keys = group_codes(np.array([float("nan"), "a", float("nan")], dtype=object))
+    assert code.tolist() == [0, 1, 0] and keys[1] == ("a",)
+
+
+def test_cat_mask_with_many_wanted_categories():
+    names = [f"op{i}" for i in range(12)]
+    values = names + [None, "op3", "other"]
+    cat = pd.Series(pd.Categorical(values))
+    wanted = names[:10]  # more than a handful: looked up per row
+    assert cat_mask(cat, wanted).tolist() == [True] * 10 + [False, False, False, True, False]
+    assert cat_mask(cat, wanted[:3]).tolist() == [True] * 3 + [False] * 12
+
+
+def _thp_eligible(address: int) -> int | None:
+    """The ``THPeligible`` field of the mapping holding ``address`` (None where smaps does not say)."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "THPeligible:":
+                return int(line.split()[1])
+    return None
+
+
+def test_a_large_reservation_is_not_advised_for_huge_pages():
+    import pathlib
+
+    import pytest
+
+    from labkit.trace.read.columns import ColumnStore
+    mode = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not mode.exists() or "[madvise]" not in mode.read_text():
+        pytest.skip("huge pages are not given on request here (transparent_hugepage is not at madvise)")
+    plain = np.empty(1 << 22)  # numpy asks for huge pages on an array this large
+    if _thp_eligible(plain.ctypes.data + (1 << 21)) != 1:
+        pytest.skip("this kernel does not report huge-page eligibility per mapping")
+    cols = ColumnStore()
+    cols.reserve(1 << 22)
+    cols.append([[1], [2], [3], [4], [5.0], [6.0], [7], [8], [9], [10], [11]])
+    for a in cols.arrays:
+        assert _thp_eligible(a.ctypes.data + (1 << 21)) == 0
+    assert [c.tolist() for c in cols.columns()] == [[1], [2], [3], [4], [5.0], [6.0], [7], [8], [9], [10], [11]]

@@ -6,6 +6,7 @@ See docs/trace-analyzer.md ("Reading a trace").
 from __future__ import annotations
 
 import math
+import mmap
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ _I4, _I8, _F8 = np.int32, np.int64, np.float64
 EVENT_COLUMNS = ("cat", "name", "pid", "tid", "ts_us", "dur_us", "stream", "device", "correlation", "bytes", "index")
 EVENT_DTYPES = (_I4, _I4, _I8, _I8, _F8, _F8, _I8, _I8, _I8, _I8, _I8)
 _I64 = 1 << 63
+_MAPPED_BYTES = 1 << 22  #: reservations from this size on get their own mapping (numpy's huge-page threshold)
 
 
 @dataclass
@@ -115,8 +117,14 @@ def cat_mask(values, wanted) -> np.ndarray:
     """Boolean mask of the rows of a Series whose value is in ``wanted``; for a categorical column (the
     loader's ``cat`` and ``name``) by a lookup of its codes, far faster than ``Series.isin``."""
     if isinstance(values.dtype, pd.CategoricalDtype):
-        hit = np.append(np.asarray(values.cat.categories.isin(list(wanted)), bool), False)  # code -1: missing
-        return hit[values.cat.codes.to_numpy()]
+        hit = np.asarray(values.cat.categories.isin(list(wanted)), bool)
+        codes = values.cat.codes.to_numpy()
+        if hit.sum() > 8:  # a lookup per row; for a few codes, one comparison each is faster
+            return np.append(hit, False)[codes]  # code -1: missing
+        mask = np.zeros(len(codes), bool)
+        for c in np.flatnonzero(hit).tolist():
+            mask |= codes == c
+        return mask
     return values.isin(list(wanted)).to_numpy()
 
 
@@ -132,6 +140,18 @@ def column_strings(col) -> np.ndarray:
     return col.astype(str).to_numpy()
 
 
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(code of each value, number of distinct values)``, codes in order of first appearance. Strings by a
+    dict of them (Python keeps each string's hash; pandas hashes every row's UTF-8 bytes anew)."""
+    if values.dtype == object:
+        first = dict.fromkeys(values.tolist())
+        if all(type(k) is str or k is None for k in first):
+            at = {k: i for i, k in enumerate(first)}
+            return np.fromiter(map(at.__getitem__, values.tolist()), np.int64, len(values)), len(at)
+    part, uniq = pd.factorize(values, use_na_sentinel=False)
+    return part, len(uniq)
+
+
 def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     """Group rows by equal values of ``columns`` (lists or arrays): ``(code of each row, key of each group)``,
     groups numbered in order of first appearance (``sort``: in key order), as pandas' ``groupby``
@@ -140,8 +160,8 @@ def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     cols = [c if isinstance(c, np.ndarray) else np.asarray(c, dtype=object) for c in columns]
     code = np.zeros(len(cols[0]), np.int64)
     for c in cols:  # the groups so far split by this column, still numbered by first appearance
-        part, uniq = pd.factorize(c, use_na_sentinel=False)
-        code = pd.factorize(code * len(uniq) + part)[0]
+        part, n_uniq = _factorize(c)
+        code = pd.factorize(code * n_uniq + part)[0]
     first = np.unique(code, return_index=True)[1]
     keys = list(zip(*(c[first].tolist() for c in cols)))
     if sort and keys:
@@ -152,9 +172,18 @@ def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     return code, keys
 
 
+def _reserved(size: int, dtype) -> np.ndarray:
+    """An array of ``size`` elements on its own anonymous mapping: pages are given memory when first written,
+    4 KiB at a time. numpy's allocator asks Linux for huge pages on large arrays, and where the kernel then
+    compacts memory to find them (``transparent_hugepage/defrag`` at ``madvise``) writing into a sparse
+    reservation stalls on it (docs/analyzer-profile.md)."""
+    nbytes = size * np.dtype(dtype).itemsize
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype) if nbytes >= _MAPPED_BYTES else np.empty(size, dtype)
+
+
 def _grown(a: np.ndarray, lo: int, n: int, size: int) -> np.ndarray:
     """A new array of ``size`` elements holding ``a[lo:n]`` at the same place (the rest unwritten)."""
-    out = np.empty(size, a.dtype)
+    out = _reserved(size, a.dtype)
     out[lo:n] = a[lo:n]
     return out
 

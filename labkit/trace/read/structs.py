@@ -99,7 +99,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
     n_other = 0
     if xs:
         x_cats, x_names = [e.cat for e in xs], [e.name for e in xs]  # one pass per field: faster than tuples
-        pid, tid, args = [e.pid for e in xs], [e.tid for e in xs], [e.args for e in xs]
+        pid, tid = [e.pid for e in xs], [e.tid for e in xs]
         a_ts, a_dur = np.array([e.ts for e in xs]), np.array([e.dur for e in xs])
         # float64: some float (or mixed); int64: all plain ints; anything else (None, huge ints): decline
         if a_ts.dtype == np.float64:
@@ -121,7 +121,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
         if not keep.all():  # the profiler's own span ("Trace"): counted, not kept
             n_other = int((~keep).sum())
             k = keep.tolist()
-            x_cats, x_names, args = list(compress(x_cats, k)), list(compress(x_names, k)), list(compress(args, k))
+            x_cats, x_names, xs = list(compress(x_cats, k)), list(compress(x_names, k)), list(compress(xs, k))
             pid, tid = list(compress(pid, k)), list(compress(tid, k))
             x_pos = list(compress(x_pos if x_pos is not None else range(n), k))
             a_ts, a_dur, cat_ix, kinds = a_ts[keep], a_dur[keep], cat_ix[keep], kinds[keep]
@@ -132,7 +132,7 @@ def add_struct_batch(cols: ColumnStore, batch: list, i0: int, stats: LoadStats) 
             pid_a, tid_a = _int_col(pid), _int_col(tid)
             corr_a, stream_a, device_a, bytes_a = (np.full(n_x, -1, np.int64) for _ in range(4))
             if len(not_host):
-                nh_args = [args[k] or _EMPTY_ARGS for k in not_host.tolist()]
+                nh_args = [xs[k].args or _EMPTY_ARGS for k in not_host.tolist()]  # host rows read no args
                 corr_a[not_host] = _int_col([a.correlation for a in nh_args])
                 on_dev = kinds[not_host] == KIND_DEVICE
                 if on_dev.any():
