@@ -178,7 +178,9 @@ def _reserved(size: int, dtype) -> np.ndarray:
     compacts memory to find them (``transparent_hugepage/defrag`` at ``madvise``) writing into a sparse
     reservation stalls on it (docs/analyzer-profile.md)."""
     nbytes = size * np.dtype(dtype).itemsize
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype) if nbytes >= _MAPPED_BYTES else np.empty(size, dtype)
+    if nbytes < _MAPPED_BYTES:
+        return np.empty(size, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype)
 
 
 def _grown(a: np.ndarray, lo: int, n: int, size: int) -> np.ndarray:
