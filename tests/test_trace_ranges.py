@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -15,6 +17,7 @@ import labkit.trace.read.document as document
 from labkit.cli import main as labkit_main
 from labkit.errors import UsageError
 from labkit.trace.analysis.bench_trace import decompressed_bytes
+from labkit.trace.read.columns import ColumnStore
 from labkit.trace.read.load import load_trace
 from real_traces import fixtures, shared
 
@@ -46,6 +49,13 @@ def _write(tmp_path: Path, doc, name: str, *, indent=None, gz=False) -> Path:
     return p
 
 
+def _on_mapping(a) -> bool:
+    """Whether an array's memory is an ``mmap`` (a view's, its owner's)."""
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
+
+
 def _same(a, b):
     pd.testing.assert_frame_equal(a.events, b.events)
     pd.testing.assert_frame_equal(a.threads, b.threads)
@@ -64,9 +74,15 @@ def test_cuts_between_events_read_on_workers(tmp_path, small_parts, monkeypatch,
         monkeypatch.setattr(document, "MIN_EVENT_BYTES", 1 << 40)
     doc = {"schemaVersion": 1, "traceEvents": _events(400, tricky), "displayTimeUnit": "ms"}
     path = _write(tmp_path, doc, "t.json", indent=1)
+    sent = []  # per worker's part: did its rows stay on the mapping shared with the parent?
+    extend = ColumnStore.extend
+    monkeypatch.setattr(ColumnStore, "extend", lambda self, part, offset, in_place=False: (
+        sent.append(_on_mapping(part[0][0])) if not in_place else None, extend(self, part, offset, in_place=in_place)))
     one, three = load_trace(path, jobs=1), load_trace(path, jobs=3)
     assert one.stats.parts == 1 and three.stats.parts == 3
     _same(one, three)
+    # forked workers write where the parent reads; with no room (reserved per byte) they outgrow it and send copies
+    assert sent[:2] == ([True, True] if room == "reserved" else [False, False])
     assert three.events["index"].is_monotonic_increasing and three.stats.n_events == len(doc["traceEvents"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import mmap
 import multiprocessing as mp
 import os
 import tempfile
@@ -13,8 +14,10 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+import numpy as np
+
 from labkit.errors import UsageError
-from labkit.trace.read.columns import ColumnStore, LoadStats
+from labkit.trace.read.columns import EVENT_DTYPES, ColumnStore, LoadStats
 from labkit.trace.read import reader
 from labkit.trace.read.reader import _BOUNDARY, ByteReader
 from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
@@ -23,6 +26,8 @@ PART_MIN_BYTES = 8 << 20  #: a byte range read on a worker holds at least this m
 _SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
 #: fewer bytes than any kept event takes in the JSON: room reserved per byte of it (never-written room costs no memory)
 MIN_EVENT_BYTES = 64
+#: a byte range's first byte -> the columns a worker forked to read it writes its rows into (set before the fork)
+_SHARED_OUT: dict[int, list] = {}
 
 
 def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: bool | None = None,
@@ -82,15 +87,29 @@ class RangeStream:
 
 def read_range(path: str, start: int, end: int) -> tuple[tuple, LoadStats]:
     """Read bytes ``start .. end`` of a file (whole events of its array, separated by commas) on a worker:
-    ``(ColumnStore.part(), LoadStats)``, event indices counted from the range's first event."""
+    ``(ColumnStore.part(), LoadStats)``, event indices counted from the range's first event. A worker forked
+    with columns shared for its range (``_SHARED_OUT``) writes its rows there and sends back their count in
+    place of the columns (the parent reads them where they are); any other sends the columns."""
     cols, stats = ColumnStore(), LoadStats()
+    shared = _SHARED_OUT.get(start)
+    if shared is not None:
+        cols.arrays = shared
     cols.reserve((end - start) // MIN_EVENT_BYTES)
     rs = RangeStream(path, start, end)
     try:
         reader._read_body(ByteReader(rs), cols, stats, {})
     finally:
         rs.close()
-    return cols.part(), stats
+    part = cols.part()
+    if shared is not None and cols.arrays[0] is shared[0]:  # not outgrown
+        part = (cols.n, *part[1:])
+    return part, stats
+
+
+def _shared_columns(rows: int) -> list[np.ndarray]:
+    """Event columns with room for ``rows`` rows, each on an anonymous mapping that the processes forked after
+    it share (pages are given memory when first written)."""
+    return [np.frombuffer(mmap.mmap(-1, max(rows, 1) * np.dtype(dt).itemsize), dt) for dt in EVENT_DTYPES]
 
 
 def _cuts(path: Path, begin: int, size: int, parts: int) -> list[tuple[int, int]]:
@@ -127,8 +146,11 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
         if not cuts:
             return None
         starts = [begin] + [s for _, s in cuts]
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() and threading.active_count() == 1
-                             else "spawn")  # fork: no re-import (no other thread to copy in an odd state)
+        firsts.extend(starts[:-1])
+        fork = "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+        ctx = mp.get_context("fork" if fork else "spawn")  # fork: no re-import (no other thread to copy in an odd state)
+        if fork:  # the workers write their rows where the parent reads them (spawned ones send them pickled)
+            _SHARED_OUT.update({a: _shared_columns((z - a) // MIN_EVENT_BYTES) for a, (z, _) in zip(starts, cuts)})
         pool = ProcessPoolExecutor(max_workers=len(cuts), mp_context=ctx)
         pool_box.append(pool)
         futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
@@ -146,11 +168,15 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
 
     pool_box: list = []
     files: list = []
+    firsts: list = []  # each worker's range's first byte
     tail = ColumnStore()
     try:
         with open(path, "rb") as fh:
             reader._read_body(ByteReader(fh), tail, own, metadata, split)
         results = [f.result() for f in futures]
+        # a part whose rows stayed in the shared columns comes back as their count
+        results = [(([c[:part[0]] for c in _SHARED_OUT[a]] if isinstance(part[0], int) else part[0], *part[1:]), st)
+                   for a, (part, st) in zip(firsts, results)]
     except (UsageError, BrokenProcessPool, OSError):
         return False
     finally:
@@ -158,6 +184,7 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
             p.shutdown(cancel_futures=True)
         for f in files:
             f.close()
+        _SHARED_OUT.clear()  # the parts hold what they need of the mappings
     if not futures:
         return False
     offset, before = 0, sum(len(part[0][0]) for part, _ in results)
