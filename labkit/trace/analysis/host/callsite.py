@@ -63,10 +63,8 @@ def overlaps_windows(starts, ends, win_s, win_e) -> np.ndarray:
     """Mask of events ``[starts, ends]`` that touch any disjoint sorted window."""
     if len(win_s) == 0:
         return np.zeros(len(starts), bool)
-    k = np.searchsorted(win_e, starts, side="left")
-    ok = k < len(win_s)
-    kk = np.minimum(k, len(win_s) - 1)
-    return ok & (win_s[kk] <= ends)
+    k = np.searchsorted(win_e, starts, side="left")  # the first window not ended before the start
+    return np.append(win_s, np.inf)[k] <= ends  # past the last window: none (inf starts after every end)
 
 
 def sweep(starts, ends, layer_idx, codes, names, n_layers: int = len(LAYER_NAMES)) -> Segments:
@@ -212,18 +210,17 @@ def thread_rows(trace: EventTables, pid: int, tid: int) -> np.ndarray:
     if key not in cache:
         ev = trace.events
         if None not in cache:
-            cache[None] = np.flatnonzero(cat_mask(ev["cat"], LAYERS))
-        host = cache[None]
-        hp, ht = ev["pid"].to_numpy()[host], ev["tid"].to_numpy()[host]
-        mine = host[(hp == pid) & (ht == tid)]
-        is_py = cat_mask(ev["cat"], ("python_function",))
+            cache[None] = cat_mask(ev["cat"], LAYERS), cat_mask(ev["cat"], ("python_function",))
+        layer, is_py = cache[None]
+        pids, tids = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+        mine = np.flatnonzero(layer & (pids == pid) & (tids == tid))
         if not is_py[mine].any():
-            py = is_py[host]
-            same_tid = host[py & (ht == tid)]
+            same_tid = np.flatnonzero(is_py & (tids == tid))
+            py = np.flatnonzero(is_py)
             if len(same_tid):
                 mine = np.concatenate([mine, same_tid])
-            elif py.any() and (hp[py] == hp[py][0]).all() and (ht[py] == ht[py][0]).all():  # one thread has them
-                mine = np.concatenate([mine, host[py]])
+            elif len(py) and (pids[py] == pids[py[0]]).all() and (tids[py] == tids[py[0]]).all():  # one thread has them
+                mine = np.concatenate([mine, py])
         cache[key] = mine
     return cache[key]
 
