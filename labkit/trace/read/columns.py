@@ -178,7 +178,7 @@ def _reserved(size: int, dtype) -> np.ndarray:
     compacts memory to find them (``transparent_hugepage/defrag`` at ``madvise``) writing into a sparse
     reservation stalls on it (docs/analyzer-profile.md)."""
     nbytes = size * np.dtype(dtype).itemsize
-    if nbytes < _MAPPED_BYTES:
+    if nbytes < _MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):  # Windows: numpy's own
         return np.empty(size, dtype)
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype)
 
