@@ -60,6 +60,18 @@ def _on_mapping(a) -> bool:
     return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
 
 
+def _noting_transfers(sent: list):
+    """``ColumnStore.extend`` noting in ``sent``, for each part merged from a worker, whether its rows are on a
+    mapping (left where the worker wrote them) or a copy."""
+    extend = ColumnStore.extend
+
+    def noting(self, part, offset, in_place=False):
+        if not in_place:
+            sent.append(_on_mapping(part[0][0]))
+        return extend(self, part, offset, in_place=in_place)
+    return noting
+
+
 def _same(a, b):
     pd.testing.assert_frame_equal(a.events, b.events)
     pd.testing.assert_frame_equal(a.threads, b.threads)
@@ -79,9 +91,7 @@ def test_cuts_between_events_read_on_workers(tmp_path, small_parts, monkeypatch,
     doc = {"schemaVersion": 1, "traceEvents": _events(400, tricky), "displayTimeUnit": "ms"}
     path = _write(tmp_path, doc, "t.json", indent=1)
     sent = []  # per worker's part: did its rows stay on the mapping shared with the parent?
-    extend = ColumnStore.extend
-    monkeypatch.setattr(ColumnStore, "extend", lambda self, part, offset, in_place=False: (
-        sent.append(_on_mapping(part[0][0])) if not in_place else None, extend(self, part, offset, in_place=in_place)))
+    monkeypatch.setattr(ColumnStore, "extend", _noting_transfers(sent))
     one, three = load_trace(path, jobs=1), load_trace(path, jobs=3)
     assert one.stats.parts == 1 and three.stats.parts == 3
     _same(one, three)
@@ -101,11 +111,10 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 import labkit.trace.read.document as document
 from labkit.trace.read.columns import ColumnStore
 from labkit.trace.read.load import load_trace
-from test_trace_ranges import _on_mapping, _same
+from test_trace_ranges import _noting_transfers, _same
 document.PART_MIN_BYTES, document._SPLIT_WINDOW = 2000, 400
-sent, extend = [], ColumnStore.extend
-ColumnStore.extend = lambda self, part, offset, in_place=False: (
-    sent.append(_on_mapping(part[0][0])) if not in_place else None, extend(self, part, offset, in_place=in_place))
+sent = []
+ColumnStore.extend = _noting_transfers(sent)
 one, three = load_trace({str(path)!r}, jobs=1), load_trace({str(path)!r}, jobs=3)
 _same(one, three)
 print(three.stats.parts, sent)

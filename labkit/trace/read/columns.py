@@ -172,15 +172,20 @@ def group_codes(*columns, sort: bool = False) -> tuple[np.ndarray, list]:
     return code, keys
 
 
+def mapped(size: int, dtype, *, shared: bool = False) -> np.ndarray:
+    """An array of ``size`` elements (at least one) on its own anonymous mapping, its pages given memory when
+    first written, 4 KiB at a time; ``shared``: also the memory of processes forked after it is made."""
+    flags = (mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE) | mmap.MAP_ANONYMOUS
+    return np.frombuffer(mmap.mmap(-1, max(size, 1) * np.dtype(dtype).itemsize, flags=flags), dtype)
+
+
 def _reserved(size: int, dtype) -> np.ndarray:
-    """An array of ``size`` elements on its own anonymous mapping: pages are given memory when first written,
-    4 KiB at a time. numpy's allocator asks Linux for huge pages on large arrays, and where the kernel then
-    compacts memory to find them (``transparent_hugepage/defrag`` at ``madvise``) writing into a sparse
-    reservation stalls on it (docs/analyzer-profile.md)."""
-    nbytes = size * np.dtype(dtype).itemsize
-    if nbytes < _MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):  # Windows: numpy's own
+    """Room for ``size`` elements: a large one ``mapped``. numpy's allocator asks Linux for huge pages on large
+    arrays, and where the kernel then compacts memory to find them (``transparent_hugepage/defrag`` at
+    ``madvise``) writing into a sparse reservation stalls on it (docs/analyzer-profile.md)."""
+    if size * np.dtype(dtype).itemsize < _MAPPED_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):  # Windows: numpy's
         return np.empty(size, dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype)
+    return mapped(size, dtype)
 
 
 def _grown(a: np.ndarray, lo: int, n: int, size: int) -> np.ndarray:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import mmap
 import multiprocessing as mp
 import os
 import tempfile
@@ -14,10 +13,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-import numpy as np
-
 from labkit.errors import UsageError
-from labkit.trace.read.columns import EVENT_DTYPES, ColumnStore, LoadStats
+from labkit.trace.read.columns import EVENT_DTYPES, ColumnStore, LoadStats, mapped
 from labkit.trace.read import reader
 from labkit.trace.read.reader import _BOUNDARY, ByteReader
 from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
@@ -106,11 +103,6 @@ def read_range(path: str, start: int, end: int) -> tuple[tuple, LoadStats]:
     return part, stats
 
 
-def _shared_columns(rows: int) -> list[np.ndarray]:
-    """Event columns with room for ``rows`` rows, each on an anonymous mapping that the processes forked after
-    it share (pages are given memory when first written)."""
-    return [np.frombuffer(mmap.mmap(-1, max(rows, 1) * np.dtype(dt).itemsize), dt) for dt in EVENT_DTYPES]
-
 
 def _cuts(path: Path, begin: int, size: int, parts: int) -> list[tuple[int, int]]:
     """``(end, next start)`` of ``parts - 1`` cuts of bytes ``begin .. size`` at event boundaries
@@ -148,9 +140,10 @@ def _read_parts(path: Path, cols: ColumnStore, stats: LoadStats, metadata: dict,
         starts = [begin] + [s for _, s in cuts]
         firsts.extend(starts[:-1])
         fork = "fork" in mp.get_all_start_methods() and threading.active_count() == 1
-        ctx = mp.get_context("fork" if fork else "spawn")  # fork: no re-import (no other thread to copy in an odd state)
+        ctx = mp.get_context("fork" if fork else "spawn")  # fork: no re-import (no other thread to copy half-way)
         if fork:  # the workers write their rows where the parent reads them (spawned ones send them pickled)
-            _SHARED_OUT.update({a: _shared_columns((z - a) // MIN_EVENT_BYTES) for a, (z, _) in zip(starts, cuts)})
+            _SHARED_OUT.update({a: [mapped((z - a) // MIN_EVENT_BYTES, dt, shared=True) for dt in EVENT_DTYPES]
+                                for a, (z, _) in zip(starts, cuts)})
         pool = ProcessPoolExecutor(max_workers=len(cuts), mp_context=ctx)
         pool_box.append(pool)
         futures.extend(pool.submit(read_range, str(path), a, z) for a, (z, _) in zip(starts, cuts))
