@@ -32,7 +32,7 @@ help:
 	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # Re-run the set-up only when what it installs from has changed.
-$(STAMP): pyproject.toml scripts/setup_venv.sh
+$(STAMP): pyproject.toml setup.py labkit/trace/read/_scan.c scripts/setup_venv.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup_venv.sh
 	@touch $(STAMP)
 

@@ -91,17 +91,16 @@ if kind == "hta":
     import hta.trace_analysis as hta_ta
 elif kind == "bare-decode":
     import gc, gzip
-    import labkit.trace.read.reader as lab_reader
-    if want_decoder != "auto":
-        lab_reader.DECODER = want_decoder
     with open(path, "rb") as f:
         text = f.read()
     text = gzip.decompress(text) if text[:2] == b"\x1f\x8b" else text
-    if lab_reader.DECODER == "msgspec":
-        import msgspec
-        decode = msgspec.json.decode
-    else:
-        decode = lab_reader._loads_batch
+    decode, used = json.loads, "json"
+    if want_decoder != "json":  # the fastest whole-JSON decoder at hand: msgspec (the dev extra)
+        try:
+            import msgspec
+            decode, used = msgspec.json.decode, "msgspec"
+        except ImportError:
+            pass
 else:
     import labkit.trace.analysis.trace as lab
     import labkit.trace.read.reader as lab_reader
@@ -126,7 +125,7 @@ if kind == "bare-decode":  # the text alone, as the analyzer reads it: the garba
     gc.disable()
     decode(text)
     df = None
-    extra = {"decoder": lab_reader.DECODER}
+    extra = {"decoder": used}
 elif kind == "hta":
     import os
     ta = hta_ta.TraceAnalysis(trace_dir=os.path.dirname(path))
@@ -282,7 +281,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--traces", nargs="+", type=Path, default=None, metavar="PATH",
                         help="also each real trace file (or every trace below a folder), on its own")
     parser.add_argument("--decoder", choices=["auto", "json"], default="auto",
-                        help="batch decoder of the lab's loader: auto (msgspec when installed) or json (stdlib only)")
+                        help="batch decoder of the lab's loader: auto (the compiled scanner where built, msgspec where "
+                        "it declines or is missing) or json (stdlib only)")
     add_run_options(parser, size_help="quick (default; saved as trace_bench_quick) or full (the recorded run)")
     return parser
 

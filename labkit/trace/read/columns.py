@@ -219,7 +219,7 @@ class ColumnStore:
 
     def add_event(self, i: int, e, stats: LoadStats) -> None:
         """Add one decoded traceEvents entry (any phase); malformed ones are counted in ``stats``.
-        These per-event rules define the tables; the msgspec batch path reproduces them."""
+        These per-event rules define the tables; the compiled scanner (``scan``) reproduces them."""
         if type(e) is not dict:
             stats.non_objects += 1
             stats.skip(i, "event is not an object")

@@ -16,17 +16,11 @@ import zlib
 from labkit.errors import UsageError
 from labkit.trace.read.columns import ColumnStore, LoadStats
 
-from labkit.trace.read.structs import AVAILABLE as _HAVE_MSGSPEC
-from labkit.trace.read.structs import add_struct_batch, decode_batch
+from labkit.trace.read import scan
 
-try:  # optional: a faster dict decoder for the batch path
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
-
-#: which batch decoder the reader uses: "msgspec" (typed structs straight into columns),
-#: "orjson" or "json" (dicts added event by event); set it to "json" to force the stdlib path
-DECODER = "msgspec" if _HAVE_MSGSPEC else "orjson" if _orjson is not None else "json"
+#: which batch decoder the reader uses: "native" (the compiled scanner, straight into the columns; the
+#: batches it declines as json's dicts) or "json" (dicts added event by event: the rules that define the tables)
+DECODER = "native" if scan.AVAILABLE else "json"
 
 CHUNK_BYTES = 1 << 20  #: bytes read per refill
 MAX_EVENT_BYTES = 64 << 20  #: a single JSON value larger than this is treated as corrupt
@@ -35,7 +29,6 @@ _SLACK = 1 << 16  #: a decode error this far before the end of the buffer is not
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _SPACE = re.compile(rb"[ \t\r\n]*")
-_OPEN, _CLOSE = ord("["), ord("]")
 
 
 def _not_utf8(exc: UnicodeDecodeError, offset: int) -> UsageError:
@@ -158,50 +151,18 @@ class ByteReader:
             return obj
 
 
-def _loads_batch(text: str):
-    if DECODER == "orjson":
-        try:
-            return _orjson.loads(text)
-        except _orjson.JSONDecodeError:
-            pass  # e.g. NaN, huge integers, lone surrogates: json decides
-    return json.loads(text)
-
-
-def _decode_batch(text: str):
-    """``(kind, events)``: ``("structs", [Event...])`` from msgspec when it takes the text, else
-    ``("dicts", [dict...])`` from orjson/json. Raises ValueError when the text is not JSON."""
-    if DECODER == "msgspec":
-        batch = decode_batch(text)
-        if batch is not None:
-            return "structs", batch
-    return "dicts", _loads_batch(text)
-
-
 def _batch_text(rd: ByteReader, start: int, j: int) -> str:
     return "[" + rd.text(start, j + 1) + "]"
 
 
-def _decode_in_place(rd: ByteReader, start: int, j: int):
-    """msgspec structs of the events in ``buf[start:j + 1]``, read in place: the byte before
-    ``start`` and the one after ``j`` (a separator and a byte of the boundary) are set to ``[``
-    and ``]`` for the call and put back after it. None when msgspec declines the batch."""
-    buf = rd.buf
-    left, right = buf[start - 1], buf[j + 1]
-    buf[start - 1], buf[j + 1] = _OPEN, _CLOSE
-    try:
-        with memoryview(buf) as mv, mv[start - 1:j + 2] as view:
-            return decode_batch(view)
-    finally:
-        buf[start - 1], buf[j + 1] = left, right
-
-
-def _try_batch(rd: ByteReader, bad_until: int):
+def _try_batch(rd: ByteReader, bad_until: int, scanned):
     """Decode the complete events in the buffer from the cursor as one array: ``(decoded, cut, bad_until)``;
-    ``decoded`` is ``(kind, events, text or a function making it)``, None when no clean cut was found."""
+    ``decoded`` is ``("scanned", count)`` when ``scanned(start, end, utf8)`` read them into the columns, else
+    ``("dicts", events)``; None when no clean cut was found."""
     buf, start = rd.buf, rd.pos
     if rd.base + start <= bad_until:
         return None, -1, bad_until
-    clean = rd.ascii_from(start) and DECODER == "msgspec" and start > 0
+    native = DECODER == "native" and scan.AVAILABLE
     probe, attempts = len(buf), 0
     for _ in range(64):
         j = buf.rfind(b"}", start, probe)
@@ -211,14 +172,14 @@ def _try_batch(rd: ByteReader, bad_until: int):
         if not _BOUNDARY.match(buf, j):
             continue
         try:
-            if clean:
-                batch = _decode_in_place(rd, start, j)
-                if batch is not None:
-                    return ("structs", batch, lambda: _batch_text(rd, start, j)), j, bad_until
-                text = _batch_text(rd, start, j)
-                return ("dicts", _loads_batch(text), text), j, bad_until
-            text = _batch_text(rd, start, j)
-            return (*_decode_batch(text), text), j, bad_until
+            if native:
+                ascii_only = rd.ascii_from(start)
+                if not ascii_only:
+                    rd.text(start, j + 1)  # strict UTF-8 first, as the dicts' path reads it (UsageError)
+                got = scanned(start, j + 1, not ascii_only)
+                if got is not None:
+                    return ("scanned", got), j, bad_until
+            return ("dicts", json.loads(_batch_text(rd, start, j))), j, bad_until
         except UsageError:  # not UTF-8: no cut helps
             raise
         except (ValueError, RecursionError):
@@ -256,17 +217,19 @@ def _read_events(rd: ByteReader, cols: ColumnStore, stats: LoadStats) -> None:
         return
     decoder = json.JSONDecoder()
     bad_until = -1  # absolute offset up to which batches failed: go one event at a time
+
+    def scanned(start: int, end: int, utf8: bool) -> int | None:
+        return scan.add_scanned_batch(cols, rd.buf, start, end, i, stats, utf8=utf8)
+
     while True:
         if len(rd.buf) - rd.pos < CHUNK_BYTES and not rd.eof:
             rd.fill()
-        decoded, cut, bad_until = _try_batch(rd, bad_until)
+        decoded, cut, bad_until = _try_batch(rd, bad_until, scanned)
         if decoded is not None:
-            kind, batch, text = decoded
-            if kind == "structs" and add_struct_batch(cols, batch, i, stats):
-                i += len(batch)
+            kind, batch = decoded
+            if kind == "scanned":
+                i += batch
             else:
-                if kind == "structs":
-                    batch = _loads_batch(text() if callable(text) else text)
                 add = cols.add_event
                 for e in batch:
                     add(i, e, stats)
