@@ -68,7 +68,7 @@ static int string(Src *s, Py_ssize_t *off, Py_ssize_t *len, int *esc) {
             if (mask) { p += __builtin_ctz(mask); break; }
             p += 16;
         }
-#endif
+#else
         while (p + 8 <= n) {  /* eight plain bytes at a time: no quote, backslash, control or high byte */
             uint64_t v, q, k;
             memcpy(&v, b + p, 8);
@@ -77,6 +77,7 @@ static int string(Src *s, Py_ssize_t *off, Py_ssize_t *len, int *esc) {
             if ((((q - ONES) & ~q) | ((k - ONES) & ~k) | ((v - ONES * 0x20) & ~v) | v) & HIGHS) break;
             p += 8;
         }
+#endif
         if (p >= n) return DECLINE;
         unsigned char c = b[p];
         if (c == '"') break;
@@ -296,8 +297,9 @@ static int int_or(const Src *s, const Val *v, int64_t *out) {
 
 /* ---- strings of one batch, numbered in order of first appearance ---- */
 
-typedef struct { Py_ssize_t off, len; uint64_t h; int32_t id; } Slot;
-typedef struct { Slot *slots; Py_ssize_t cap, used; Py_ssize_t *off, *len; int8_t *kind; unsigned char *esc; } Table;
+typedef struct { Py_ssize_t off, len; uint64_t h; int esc; } Str;
+/* open addressing: slots hold numbers into strs (-1: empty), at most half of them used */
+typedef struct { int32_t *slots; Py_ssize_t cap; Str *strs; Py_ssize_t used; } Table;
 
 typedef struct { char *text; Py_ssize_t len; int kind; } KnownCat;
 static KnownCat *known;
@@ -319,20 +321,18 @@ static uint64_t hash_bytes(const unsigned char *p, Py_ssize_t n) {
 }
 
 static int table_init(Table *t) {
-    memset(t, 0, sizeof *t);
     t->cap = 256;
-    t->slots = malloc(t->cap * sizeof(Slot));
-    t->off = malloc(t->cap / 2 * sizeof(Py_ssize_t));
-    t->len = malloc(t->cap / 2 * sizeof(Py_ssize_t));
-    t->kind = malloc(t->cap / 2);
-    t->esc = malloc(t->cap / 2);
-    if (!t->slots || !t->off || !t->len || !t->kind || !t->esc) return DECLINE;
-    for (Py_ssize_t k = 0; k < t->cap; k++) t->slots[k].id = -1;
+    t->used = 0;
+    t->slots = malloc(t->cap * sizeof(int32_t));
+    t->strs = malloc(t->cap / 2 * sizeof(Str));
+    if (!t->slots || !t->strs) return DECLINE;
+    memset(t->slots, 0xff, t->cap * sizeof(int32_t));
     return 0;
 }
 
 static void table_free(Table *t) {
-    free(t->slots); free(t->off); free(t->len); free(t->kind); free(t->esc);
+    free(t->slots);
+    free(t->strs);
 }
 
 static int kind_of(const unsigned char *text, Py_ssize_t len) {
@@ -344,42 +344,32 @@ static int kind_of(const unsigned char *text, Py_ssize_t len) {
 /* The batch's number of a string, numbering it when new; -1 when out of memory. */
 static int32_t intern(Table *t, const unsigned char *b, Py_ssize_t off, Py_ssize_t len, int esc) {
     uint64_t h = hash_bytes(b + off, len);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(t->cap - 1));
-    while (t->slots[j].id >= 0) {
-        Slot *e = &t->slots[j];
-        if (e->h == h && e->len == len && !memcmp(b + e->off, b + off, len)) return e->id;
-        j = (j + 1) & (t->cap - 1);
+    Py_ssize_t mask = t->cap - 1, j = (Py_ssize_t)(h & (uint64_t)mask);
+    for (int32_t id; (id = t->slots[j]) >= 0; j = (j + 1) & mask) {
+        const Str *e = &t->strs[id];
+        if (e->h == h && e->len == len && !memcmp(b + e->off, b + off, len)) return id;
     }
-    if ((t->used + 1) * 2 > t->cap) {  /* grow: twice the slots, rehashed */
-        Py_ssize_t cap = t->cap * 2;
-        Slot *slots = malloc(cap * sizeof(Slot));
-        Py_ssize_t *o = realloc(t->off, cap / 2 * sizeof(Py_ssize_t));
-        if (o) t->off = o;
-        Py_ssize_t *l = realloc(t->len, cap / 2 * sizeof(Py_ssize_t));
-        if (l) t->len = l;
-        int8_t *k = realloc(t->kind, cap / 2);
-        if (k) t->kind = k;
-        unsigned char *x = realloc(t->esc, cap / 2);
-        if (x) t->esc = x;
-        if (!slots || !o || !l || !k || !x) { free(slots); return -1; }
-        for (Py_ssize_t q = 0; q < cap; q++) slots[q].id = -1;
-        for (Py_ssize_t q = 0; q < t->cap; q++) {
-            if (t->slots[q].id < 0) continue;
-            Py_ssize_t r = (Py_ssize_t)(t->slots[q].h & (uint64_t)(cap - 1));
-            while (slots[r].id >= 0) r = (r + 1) & (cap - 1);
-            slots[r] = t->slots[q];
-        }
+    if (2 * (t->used + 1) > t->cap) {  /* twice the room, the slots rebuilt */
+        Str *strs = realloc(t->strs, t->cap * sizeof(Str));
+        int32_t *slots = malloc(2 * t->cap * sizeof(int32_t));
+        if (strs) t->strs = strs;
+        if (!strs || !slots) { free(slots); return -1; }
         free(t->slots);
         t->slots = slots;
-        t->cap = cap;
-        j = (Py_ssize_t)(h & (uint64_t)(cap - 1));
-        while (t->slots[j].id >= 0) j = (j + 1) & (cap - 1);
+        t->cap *= 2;
+        mask = t->cap - 1;
+        memset(slots, 0xff, t->cap * sizeof(int32_t));
+        for (Py_ssize_t k = 0; k < t->used; k++) {
+            Py_ssize_t r = (Py_ssize_t)(t->strs[k].h & (uint64_t)mask);
+            while (slots[r] >= 0) r = (r + 1) & mask;
+            slots[r] = (int32_t)k;
+        }
+        for (j = (Py_ssize_t)(h & (uint64_t)mask); slots[j] >= 0; j = (j + 1) & mask) {}
     }
-    int32_t id = (int32_t)t->used++;
-    t->slots[j].off = off; t->slots[j].len = len; t->slots[j].h = h; t->slots[j].id = id;
-    t->off[id] = off; t->len[id] = len; t->esc[id] = (unsigned char)esc;
-    t->kind[id] = (int8_t)(esc ? KIND_HOST : kind_of(b + off, len));
-    return id;
+    Str *e = &t->strs[t->used];
+    e->off = off; e->len = len; e->h = h; e->esc = esc;
+    t->slots[j] = (int32_t)t->used;
+    return (int32_t)t->used++;
 }
 
 /* ---- the batch ---- */
@@ -547,7 +537,7 @@ static PyObject *strings(const Src *s, const Table *t) {
     PyObject *out = PyList_New(t->used);
     if (!out) return NULL;
     for (Py_ssize_t k = 0; k < t->used; k++) {
-        PyObject *u = PyUnicode_DecodeUTF8((const char *)s->b + t->off[k], t->len[k], "strict");
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)s->b + t->strs[k].off, t->strs[k].len, "strict");
         if (!u) { Py_DECREF(out); return NULL; }
         PyList_SET_ITEM(out, k, u);
     }
@@ -627,7 +617,7 @@ finish:
         PyObject *cats = strings(&s, &acc.cats), *names = cats ? strings(&s, &acc.names) : NULL;
         PyObject *esc = names ? PyList_New(0) : NULL;
         for (Py_ssize_t k = 0; esc && k < acc.names.used; k++) {
-            if (!acc.names.esc[k]) continue;
+            if (!acc.names.strs[k].esc) continue;
             PyObject *i = PyLong_FromSsize_t(k);
             if (!i || PyList_Append(esc, i)) { Py_XDECREF(i); Py_CLEAR(esc); }
             else Py_DECREF(i);
