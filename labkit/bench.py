@@ -246,7 +246,8 @@ _CELL_STYLE = "white-space:normal;overflow-wrap:anywhere;padding:2px 6px;border-
 
 def sig3(value) -> str:
     """``value`` with three significant figures, without exponent notation: ``11739.05 -> "11,700"``,
-    ``0.0012345 -> "0.00123"``, ``5.0 -> "5"``; None / NaN -> ``""``."""
+    ``0.0012345 -> "0.00123"``; trailing zeros only where rounding made them (``6.9965 -> "7.00"``, an exact
+    ``5.0 -> "5"``); None / NaN -> ``""``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, bool):
@@ -260,7 +261,7 @@ def sig3(value) -> str:
     decimals = max(0, 2 - exp)
     rounded = round(v, 2 - exp)
     text = f"{rounded:,.{decimals}f}"
-    if "." in text:
+    if "." in text and abs(rounded - v) <= 1e-9 * abs(v):  # nothing rounded away (a unit's conversion aside)
         text = text.rstrip("0").rstrip(".")
     return text
 

@@ -13,7 +13,9 @@ from labkit.bench import format_table, sig3, time_unit
 def test_sig3_rounds_to_three_significant_figures_without_exponents():
     assert sig3(11739.049327) == "11,700"
     assert sig3(0.0012345) == "0.00123"
-    assert sig3(5.0) == "5"
+    assert sig3(5.0) == "5" and sig3(0.5) == "0.5"
+    assert sig3(6.9965) == "7.00" and sig3(0.6004554) == "0.600"  # zeros that rounding made are significant
+    assert sig3(1400 * 1e-3) == "1.4"  # 1.4000000000000001: a unit's conversion rounds nothing away
     assert sig3(5.707065) == "5.71"
     assert sig3(-42.06) == "-42.1"
     assert sig3(float("nan")) == "" and sig3(None) == ""

@@ -57,7 +57,7 @@ def test_a_name_shows_its_rows_on_every_machine(recorded, capsys):
     assert cpu[0] == "cpu-a-2c calibration: measured-cpu, size full, commit 0123456789ab, 2026-11-30"
     # the one table format: the time column in the unit its median reads best in, three significant figures
     assert _lines("\n".join(cpu[1:])) == [["variant", "median", "(us)"], ["list_index", "0.0115"],
-                                          ["tensor_index_int", "1.4"]]
+                                          ["tensor_index_int", "1.40"]]  # 1.403 us: three figures
     assert "commit UNKNOWN" in gpu[0]
     assert _lines("\n".join(gpu[1:])) == [["variant", "median", "(us)"], ["h2d_pinned", "4"]]
 
