@@ -392,6 +392,10 @@ static int key_is(const unsigned char *k, Py_ssize_t len, const char *word) {
     return (Py_ssize_t)strlen(word) == len && !memcmp(k, word, len);
 }
 
+static int bounded_number(const Val *v) {
+    return (v->tag == T_INT || v->tag == T_FLOAT) && v->d > -BIG && v->d < BIG;
+}
+
 static int event(Src *s, Out *o, Acc *a, int64_t index) {
     Val ph = {0}, cat = {0}, name = {0}, pid = {0}, tid = {0}, ts = {0}, dur = {0}, args = {0}, av[N_ARGS] = {{0}};
     Py_ssize_t start = s->p, off, len;
@@ -481,7 +485,7 @@ static int event(Src *s, Out *o, Acc *a, int64_t index) {
         if (ph.len == 1) phase = (char)s->b[ph.off];
     }
     if (phase == 's' || phase == 'f' || phase == 't') {
-        if (!((ts.tag == T_INT || ts.tag == T_FLOAT) && ts.d > -BIG && ts.d < BIG)) return DECLINE;
+        if (!bounded_number(&ts)) return DECLINE;
         a->flows++;
         return 0;
     }
@@ -496,11 +500,10 @@ static int event(Src *s, Out *o, Acc *a, int64_t index) {
         return 0;
     }
     /* a complete event: the checks add_event skips it on are declines here */
-    if (!((ts.tag == T_INT || ts.tag == T_FLOAT) && ts.d > -BIG && ts.d < BIG)) return DECLINE;
-    if (!((dur.tag == T_INT || dur.tag == T_FLOAT) && dur.d >= 0 && dur.d < BIG)) return DECLINE;
+    if (!bounded_number(&ts) || !bounded_number(&dur) || dur.d < 0) return DECLINE;
     if (name.tag != T_STR) return DECLINE;
     if (!(args.tag == T_OBJ || args.tag == T_NULL || args.tag == T_MISSING)) return DECLINE;
-    Py_ssize_t coff = 0, clen = 0;
+    Py_ssize_t coff = 0, clen = 0;  /* no category, or null: the empty string */
     if (cat.tag == T_STR) {
         if (cat.esc) return DECLINE;
         coff = cat.off;
@@ -523,7 +526,7 @@ static int event(Src *s, Out *o, Acc *a, int64_t index) {
     }
     Py_ssize_t r = a->rows;
     if (r >= o->room) return NO_ROOM;
-    int32_t c = cat.tag == T_STR ? intern(&a->cats, s->b, coff, clen, 0) : intern(&a->cats, (const unsigned char *)"", 0, 0, 0);
+    int32_t c = intern(&a->cats, s->b, coff, clen, 0);
     int32_t nm = intern(&a->names, s->b, name.off, name.len, name.esc);
     if (c < 0 || nm < 0) return DECLINE;
     o->cat[r] = c; o->name[r] = nm; o->pid[r] = p_; o->tid[r] = t_; o->ts[r] = ts.d; o->dur[r] = dur.d;

@@ -151,10 +151,6 @@ class ByteReader:
             return obj
 
 
-def _batch_text(rd: ByteReader, start: int, j: int) -> str:
-    return "[" + rd.text(start, j + 1) + "]"
-
-
 def _try_batch(rd: ByteReader, bad_until: int, scanned):
     """Decode the complete events in the buffer from the cursor as one array: ``(decoded, cut, bad_until)``;
     ``decoded`` is ``("scanned", count)`` when ``scanned(start, end, utf8)`` read them into the columns, else
@@ -179,7 +175,7 @@ def _try_batch(rd: ByteReader, bad_until: int, scanned):
                 got = scanned(start, j + 1, not ascii_only)
                 if got is not None:
                     return ("scanned", got), j, bad_until
-            return ("dicts", json.loads(_batch_text(rd, start, j))), j, bad_until
+            return ("dicts", json.loads("[" + rd.text(start, j + 1) + "]")), j, bad_until
         except UsageError:  # not UTF-8: no cut helps
             raise
         except (ValueError, RecursionError):
