@@ -85,7 +85,12 @@ def test_a_large_reservation_is_not_advised_for_huge_pages():
     mode = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if not mode.exists() or "[madvise]" not in mode.read_text():
         pytest.skip("huge pages are not given on request here (transparent_hugepage is not at madvise)")
-    plain = np.empty(1 << 22)  # numpy asks for huge pages on an array this large
+    advice = np._core.multiarray  # numpy's advice on (labkit's trace commands turn it off: keep_freed_memory)
+    was = advice._set_madvise_hugepage(True)
+    try:
+        plain = np.empty(1 << 22)  # numpy asks for huge pages on an array this large
+    finally:
+        advice._set_madvise_hugepage(was)
     if _thp_eligible(plain.ctypes.data + (1 << 21)) != 1:
         pytest.skip("this kernel does not report huge-page eligibility per mapping")
     cols = ColumnStore()
@@ -94,3 +99,42 @@ def test_a_large_reservation_is_not_advised_for_huge_pages():
     for a in cols.arrays:
         assert _thp_eligible(a.ctypes.data + (1 << 21)) == 0
     assert [c.tolist() for c in cols.columns()] == [[1], [2], [3], [4], [5.0], [6.0], [7], [8], [9], [10], [11]]
+
+
+_REUSE = r"""
+import resource, sys
+import numpy as np
+if sys.argv[1] == "keep":
+    from labkit.trace.read.columns import keep_freed_memory
+    print(keep_freed_memory(), file=sys.stderr)
+def faults(n=8, mib=20):  # first-write faults of n arrays of mib MiB, made and written, then all freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    arrays = [np.ones(mib << 17) for _ in range(n)]  # float64: mib MiB each
+    got = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    del arrays
+    return got
+first, second = faults(), faults()
+print(first, second)
+"""
+
+
+def test_keep_freed_memory_reuses_what_the_last_arrays_freed():
+    import platform
+    import subprocess
+    import sys
+
+    import pytest
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("the allocator settings are glibc's")
+    pages = 8 * (20 << 20) // 4096  # what writing the arrays touches, 4 KiB pages without huge-page advice
+    env = {"NUMPY_MADVISE_HUGEPAGE": "0", "PATH": "/usr/bin:/bin"}  # both runs: one page per fault
+    runs = {}
+    for how in ("keep", "default"):
+        p = subprocess.run([sys.executable, "-c", _REUSE, how], capture_output=True, text=True, env=env, check=True)
+        runs[how] = [int(x) for x in p.stdout.split()]
+        if how == "keep":
+            assert p.stderr.strip() == "glibc heap reuse, no huge-page advice"
+    assert all(first >= pages * 0.9 for first, _ in runs.values()), runs  # new memory, page by page, the first time
+    assert runs["default"][1] >= pages * 0.9, runs  # glibc's default maps arrays this large anew each time
+    assert runs["keep"][1] <= pages * 0.05, runs  # kept: the second arrays reuse the first ones' pages

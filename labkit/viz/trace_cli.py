@@ -15,6 +15,7 @@ from labkit.trace.analysis.diff import diff_analyses
 from labkit.trace.analysis.many import TraceSet, expand_paths
 from labkit.trace.analysis.trace import Trace
 from labkit.trace.outputs import CSS, check_outputs, finish, html_table, json_text
+from labkit.trace.read.columns import keep_freed_memory
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -74,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
     if args.html and importlib.util.find_spec("plotly") is None:
         raise UsageError("--html needs plotly, which is not installed (pip install 'labkit[notebook]')")
     jobs = args.jobs or os.cpu_count() or 1
+    keep_freed_memory()
     if several or args.dask:
         return _main_many(args, traces, kw, outs, jobs)
     return _main_one(args, traces[0], kw, outs, jobs)

@@ -105,6 +105,8 @@ else:
     import labkit.trace.analysis.trace as lab
     import labkit.trace.read.reader as lab_reader
     import labkit.trace.read.streams as lab_streams
+    from labkit.trace.read.columns import keep_freed_memory
+    allocator = keep_freed_memory()  # as labkit analyze does
     if want_decoder != "auto":
         lab_reader.DECODER = want_decoder
 def status_bytes(key):  # VmRSS now, VmHWM peak: this program's own map (ru_maxrss can carry the parent's)
@@ -134,7 +136,8 @@ else:
     an = lab.Trace(path, jobs=jobs)
     an.to_json()  # every table, as labkit analyze computes them
     df = an.hta_compatible()
-    extra = {"decoder": lab_reader.DECODER, "inflate": lab_streams.INFLATE, "parts": an.tables.stats.parts}
+    extra = {"decoder": lab_reader.DECODER, "inflate": lab_streams.INFLATE, "parts": an.tables.stats.parts,
+             "allocator": allocator}
 t1 = time.perf_counter_ns()
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu_ns = time.process_time_ns() - c0 + int((kids.ru_utime + kids.ru_stime) * 1e9)
@@ -184,7 +187,7 @@ def _tool_row(tool: str, runs: list[dict], json_bytes: int, extra: dict) -> dict
             "cpu_s_per_mb": cpu / 1e9 / (json_bytes / 1e6), "peak_rss_bytes": peak, "import_rss_bytes": base,
             "analysis_rss_bytes": analysis, "rss_over_json": analysis / json_bytes,
             "idle_total_us": sum(totals.values()) if totals is not None else None,
-            **{k: runs[0][k] for k in ("decoder", "inflate", "parts") if k in runs[0]}}
+            **{k: runs[0][k] for k in ("decoder", "inflate", "parts", "allocator") if k in runs[0]}}
 
 
 def _mem_available() -> int | None:
@@ -281,7 +284,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--traces", nargs="+", type=Path, default=None, metavar="PATH",
                         help="also each real trace file (or every trace below a folder), on its own")
     parser.add_argument("--decoder", choices=["auto", "json"], default="auto",
-                        help="batch decoder of the lab's loader: auto (the compiled scanner where built, msgspec where "
+                        help="batch decoder of the lab's loader: auto (the compiled scanner where built, json where "
                         "it declines or is missing) or json (stdlib only)")
     add_run_options(parser, size_help="quick (default; saved as trace_bench_quick) or full (the recorded run)")
     return parser
@@ -329,6 +332,6 @@ def main(args: argparse.Namespace) -> int:
     params = {"size_mb": list(sizes), "base": base.name, "repeats": args.repeats,
               "tools": ([] if args.no_bare else [BARE]) + ["labkit", "labkit-jobs2", TWICE] + (["hta"] if hta else []),
               "traces": [str(p) for p in args.traces] if args.traces else None, "decoder": lab.get("decoder"),
-              "inflate": lab.get("inflate"), "not_run": not_run, "machine_load": load}
+              "inflate": lab.get("inflate"), "allocator": lab.get("allocator"), "not_run": not_run, "machine_load": load}
     report(args, TRACE.result(rows, size, params=params, source=measured_source("cpu")), TRACE.columns)
     return 0

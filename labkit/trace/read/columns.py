@@ -5,8 +5,10 @@ See docs/trace-analyzer.md ("Reading a trace").
 
 from __future__ import annotations
 
+import ctypes
 import math
 import mmap
+import platform
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -179,6 +181,32 @@ def mapped(size: int, dtype, *, shared: bool = False) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, max(size, 1) * np.dtype(dtype).itemsize, flags=flags), dtype)
 
 
+#: what ``keep_freed_memory`` asks of glibc's allocator: arrays up to this size from its heap (the most it
+#: takes), and this much freed heap kept for the next ones
+HEAP_ARRAY_BYTES = 32 << 20
+KEEP_FREED_BYTES = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+
+def keep_freed_memory() -> str:
+    """Process-wide, for a process that analyses large traces (labkit's trace commands call it first; the
+    library never does on its own): glibc's allocator serves arrays up to ``HEAP_ARRAY_BYTES`` from its heap
+    and keeps up to ``KEEP_FREED_BYTES`` of freed heap for the next ones, and numpy stops advising huge
+    pages. The analyses make many short-lived arrays of one element per event; on new mappings each first
+    write asks the kernel for memory page by page (with the advice, after compacting memory for huge pages):
+    a third or more of the analyses' time on a 1 GB trace (docs/analyzer-profile.md). Returns what it changed."""
+    done = []
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        mallopt = ctypes.CDLL(None).mallopt
+        if mallopt(_M_MMAP_THRESHOLD, HEAP_ARRAY_BYTES) and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES):
+            done.append("glibc heap reuse")
+    advice = getattr(getattr(np, "_core", None), "multiarray", None)
+    if hasattr(advice, "_set_madvise_hugepage"):
+        advice._set_madvise_hugepage(False)
+        done.append("no huge-page advice")
+    return ", ".join(done) or "unchanged"
+
+
 def _reserved(size: int, dtype) -> np.ndarray:
     """Room for ``size`` elements: a large one ``mapped``. numpy's allocator asks Linux for huge pages on large
     arrays, and where the kernel then compacts memory to find them (``transparent_hugepage/defrag`` at
@@ -299,16 +327,24 @@ class ColumnStore:
         ``in_place``: the part's rows already lie in this store's arrays right after its own (the other
         store shares them): only their codes and indices change."""
         (cat, name, *rest, index), cats, names, threads = part
-        cat_map, name_map = self.cats.lookup(cats), self.names.lookup(names)
-        for code, value in zip(cat_map.tolist(), cats):
+        maps = [m.astype(dt) for m, dt in ((self.cats.lookup(cats), EVENT_DTYPES[0]),
+                                           (self.names.lookup(names), EVENT_DTYPES[1]))]
+        for code, value in zip(maps[0].tolist(), cats):
             self.kind.setdefault(code, category_kind(value))
-        if in_place:
-            at = slice(self.n, self.n + len(cat))
-            self.arrays[0][at], self.arrays[1][at] = cat_map[cat], name_map[name]
-            self.arrays[-1][at] += index_offset
-            self.n = at.stop
-        elif len(cat):
-            self.append((cat_map[cat], name_map[name], *rest, index + index_offset))
+        n, m = self.n, len(cat)
+        if not in_place and n + m > len(self.arrays[0]):
+            self.reserve(max(2 * len(self.arrays[0]), n + m, 1 << 12))
+        out = [a[n:n + m] for a in self.arrays]  # written in place: no temporary column
+        for codes, code_map, dst in zip((cat, name), maps, out):
+            if not np.array_equal(code_map, np.arange(len(code_map))):  # else the codes are already this store's
+                np.take(code_map, codes, out=dst, mode="clip")  # (codes index their own table: clip never acts)
+            elif not in_place:
+                dst[:] = codes
+        if not in_place:
+            for col, dst in zip(rest, out[2:-1]):
+                dst[:] = col
+        np.add(index, index_offset, out=out[-1])
+        self.n = n + m
         self.threads.extend(threads)
 
     def part(self) -> tuple:

@@ -9,6 +9,7 @@ from pathlib import Path
 from labkit.errors import UsageError
 from labkit.trace.analysis.trace import Trace
 from labkit.trace.outputs import check_outputs, finish, json_text, render_whatif
+from labkit.trace.read.columns import keep_freed_memory
 from labkit.trace.whatif.changes import parse_changes
 from labkit.trace.whatif.predict import predict
 
@@ -42,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     if not Path(args.trace).is_file():
         raise UsageError(f"no such trace file: {args.trace}")
     outs = check_outputs({"--json": args.json, "--html": args.html}, [Path(args.trace)])
+    keep_freed_memory()
     w = predict(Trace(args.trace), changes, steps=args.steps, suggest=args.suggest)
     texts = {}
     if "--json" in outs:
