@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import multiprocessing as mp
 import os
-import tempfile
 import threading
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -17,7 +14,7 @@ from labkit.errors import UsageError
 from labkit.trace.read.columns import EVENT_DTYPES, ColumnStore, LoadStats, mapped
 from labkit.trace.read import reader
 from labkit.trace.read.reader import _BOUNDARY, ByteReader
-from labkit.trace.read.streams import Gunzip, Prefetch, Progress, open_binary, prompt_handover, want_progress
+from labkit.trace.read.streams import Prefetch, Progress, open_binary, prompt_handover, want_progress
 
 PART_MIN_BYTES = 8 << 20  #: a byte range read on a worker holds at least this much of the event array
 _SPLIT_WINDOW = 1 << 20  #: bytes searched for an event boundary around each cut
@@ -31,21 +28,23 @@ def read_document(path: Path, cols: ColumnStore, stats: LoadStats, *, progress: 
                   jobs: int = 1) -> tuple[dict, bool]:
     """Read a whole trace file into ``cols``; returns ``(top-level metadata, traceEvents found)``.
 
-    ``jobs`` > 1: a large file is read as that many byte ranges of its event array, all but the last
-    on worker processes (a gzip'ed one is inflated once to a temporary file first); any range that
-    does not read cleanly (a cut inside a string, bad input) makes the whole file be read again in
-    order, so the result and any error are those of the one-process read. ``progress``: a bar on
-    stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a terminal)."""
-    if jobs > 1:
-        with contextlib.ExitStack() as stack:
-            plain = plain_copy(path, stack, min_bytes=2 * PART_MIN_BYTES)
-            metadata: dict = {}
-            if plain is not None and _read_parts(plain, cols, stats, metadata, jobs):
-                return metadata, stats.found
+    ``jobs`` > 1: a large plain JSON file is read as that many byte ranges of its event array, all but
+    the last on worker processes; any range that does not read cleanly (a cut inside a string, bad input)
+    makes the whole file be read again in order, so the result and any error are those of the
+    one-process read. A gzip'ed file is read in order at any ``jobs``: its bytes are inflated on a
+    thread while they are read, which a split, inflating all of them before any range starts, cannot
+    beat. ``progress``: a bar on stderr (None: for files over ``PROGRESS_MIN_BYTES`` when stderr is a
+    terminal)."""
+    gz, size = False, 0
+    with contextlib.suppress(OSError):  # the read below says what is wrong with the file
+        gz, size = json_size(path)
+    if jobs > 1 and not gz and size >= 2 * PART_MIN_BYTES:
+        metadata: dict = {}
+        if _read_parts(path, cols, stats, metadata, jobs):
+            return metadata, stats.found
     metadata = {}
     bar = None
-    with contextlib.suppress(OSError):  # the read below says what is wrong with the file
-        cols.reserve(json_size(path)[1] // MIN_EVENT_BYTES)
+    cols.reserve(size // MIN_EVENT_BYTES)
     with open_binary(path) as fh:
         if want_progress(path, progress):
             raw = fh
@@ -205,26 +204,3 @@ def json_size(path: Path) -> tuple[bool, int]:
             f.seek(-4, os.SEEK_END)
             size = max(int.from_bytes(f.read(4), "little"), size)
     return gz, size
-
-
-def plain_copy(path: Path, stack: contextlib.ExitStack, *, min_bytes: int) -> Path | None:
-    """``path`` itself when it is plain JSON of at least ``min_bytes``; a gzip'ed one of at least that
-    (by its trailer) inflated once into a temporary file removed with ``stack``; else None."""
-    try:
-        gz, size = json_size(path)
-    except OSError:
-        return None
-    if size < min_bytes:
-        return None
-    if not gz:
-        return path
-    tmp = stack.enter_context(tempfile.NamedTemporaryFile(prefix="labkit-trace-", suffix=".json"))
-    try:
-        with open(path, "rb") as raw:
-            src = Gunzip(raw)
-            while chunk := src.read():
-                tmp.write(chunk)
-        tmp.flush()
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
-        return None  # the reader in order says what is wrong
-    return Path(tmp.name)
